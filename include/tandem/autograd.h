@@ -1,0 +1,73 @@
+#pragma once
+// GradientTape: records the ops run while it is active on this thread, then computes gradients
+// of a scalar with respect to watched tensors and trainable variables, as tf.GradientTape does.
+#include <span>
+#include <vector>
+
+#include "tandem/tensor.h"
+
+namespace tandem {
+
+namespace autograd {
+struct Node;
+class SlotMap;
+}  // namespace autograd
+
+class GradientTape;
+
+// Marks a tensor as a trainable variable, which every tape watches without being asked.
+void mark_trainable(const Tensor& t, bool trainable = true);
+bool is_trainable(const Tensor& t);
+
+// While alive, no tape on this thread records (like tf.GradientTape.stop_recording / torch.no_grad).
+class StopRecording {
+ public:
+  StopRecording();
+  ~StopRecording();
+  StopRecording(const StopRecording&) = delete;
+  StopRecording& operator=(const StopRecording&) = delete;
+
+ private:
+  GradientTape* saved_;
+};
+
+class GradientTape {
+ public:
+  explicit GradientTape(bool persistent = false);
+  ~GradientTape();
+  GradientTape(const GradientTape&) = delete;
+  GradientTape& operator=(const GradientTape&) = delete;
+
+  void watch(const Tensor& t);
+  // d target / d source for each source; a source the target does not depend on gets zeros.
+  std::vector<Tensor> gradient(const Tensor& target, std::span<const Tensor> sources);
+  // Same, writing into `out` (one per source) so that a training loop allocates nothing.
+  void gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out);
+  // Forgets everything recorded and starts recording again; keeps its memory for reuse.
+  void reset();
+
+  // For ops: the tape recording on this thread, or null.
+  static GradientTape* active();
+  // For ops: slot of a tensor the tape tracks, or -1.
+  int32_t slot_of(const Tensor& t);
+  // For ops: records `node` as producing `output` (takes ownership of node).
+  void record(autograd::Node* node, const Tensor& output);
+  // For gradient functions: adds `grad` to the gradient of slot.
+  void accumulate(int32_t slot, Tensor grad);
+
+ private:
+  friend class StopRecording;
+  void backward(const Tensor& target);
+  void clear();
+  int32_t new_slot(uint64_t id);
+  bool persistent_;
+  bool used_ = false;
+  GradientTape* previous_;
+  std::vector<autograd::Node*> nodes_;
+  std::vector<Tensor> grads_;
+  std::vector<uint64_t> keys_;     // open-addressing map from tensor id to slot
+  std::vector<int32_t> values_;
+  int32_t slots_ = 0;
+};
+
+}  // namespace tandem

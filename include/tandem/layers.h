@@ -1,0 +1,232 @@
+#pragma once
+// Keras-style layers. Each is built once for a per-sample input shape, then called on batches.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/initializers.h"
+#include "tandem/ops.h"
+
+namespace tandem {
+
+// A named tensor owned by a layer; trainable ones are watched by every GradientTape.
+struct Variable {
+  std::string name;  // "dense/kernel"
+  Tensor value;
+  bool trainable = true;
+};
+
+// What a layer needs to know about the call beyond its input.
+struct CallContext {
+  bool training = false;
+  RandomKey random;  // seed and step for dropout; the layer mixes in its own index
+};
+
+// A height × width pair that also accepts one number for both (Keras' int-or-tuple).
+struct Size2 {
+  int64_t h, w;
+  Size2(int64_t both) : h(both), w(both) {}  // NOLINT: implicit on purpose, as Keras takes 3 for (3, 3)
+  Size2(int64_t height, int64_t width) : h(height), w(width) {}
+};
+
+namespace layers {
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual std::string type() const = 0;       // "Dense"
+  virtual std::string default_name() const = 0;  // "dense"
+  const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
+  // The layer's full name for messages: Dense "dense_1".
+  std::string label() const;
+
+  // Per-sample input shape declared by the user (first layer), if any.
+  const std::optional<Shape>& declared_input_shape() const { return declared_input_shape_; }
+  // Creates the variables for per-sample inputs of `input_shape`; returns the per-sample output shape.
+  Shape build(const Shape& input_shape, uint64_t seed);
+  bool built() const { return built_; }
+  const Shape& output_shape() const { return output_shape_; }
+  const Shape& input_shape() const { return input_shape_; }
+
+  virtual Tensor call(const Tensor& x, const CallContext& ctx) = 0;
+
+  std::vector<Variable>& variables() { return variables_; }
+  const std::vector<Variable>& variables() const { return variables_; }
+  int64_t count_params() const;
+
+ protected:
+  Layer(std::string name, std::optional<Shape> input_shape) : name_(std::move(name)), declared_input_shape_(std::move(input_shape)) {}
+  virtual Shape do_build(const Shape& input_shape, uint64_t seed) = 0;
+  Tensor& add_variable(const std::string& short_name, const Shape& shape, const Initializer& init, int64_t fan_in,
+                       int64_t fan_out, uint64_t seed, bool trainable = true);
+  // Checks the per-sample part of a batch against the built input shape.
+  void check_input(const Tensor& x) const;
+
+  std::string name_;
+  std::optional<Shape> declared_input_shape_;
+  Shape input_shape_, output_shape_;
+  bool built_ = false;
+  std::vector<Variable> variables_;
+};
+
+struct DenseOptions {
+  bool use_bias = true;
+  std::string kernel_initializer = "glorot_uniform";
+  std::string bias_initializer = "zeros";
+  std::string name;
+  std::optional<Shape> input_shape;
+};
+
+class Dense : public Layer {
+ public:
+  explicit Dense(int64_t units, const std::string& activation = "", DenseOptions options = {});
+  std::string type() const override { return "Dense"; }
+  std::string default_name() const override { return "dense"; }
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  int64_t units() const { return units_; }
+  Activation activation() const { return activation_; }
+
+ private:
+  Shape do_build(const Shape& input_shape, uint64_t seed) override;
+  int64_t units_;
+  Activation activation_;
+  DenseOptions options_;
+  Initializer kernel_init_, bias_init_;
+};
+
+struct DropoutOptions {
+  std::string name;
+  std::optional<Shape> input_shape;
+};
+
+class Dropout : public Layer {
+ public:
+  explicit Dropout(float rate, DropoutOptions options = {});
+  std::string type() const override { return "Dropout"; }
+  std::string default_name() const override { return "dropout"; }
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  Shape do_build(const Shape& input_shape, uint64_t seed) override;
+  float rate_;
+  uint64_t salt_ = 0;
+};
+
+struct Conv2DOptions {
+  Size2 strides = 1;
+  std::string padding = "valid";
+  std::string activation;
+  bool use_bias = true;
+  std::string kernel_initializer = "glorot_uniform";
+  std::string bias_initializer = "zeros";
+  std::string name;
+  std::optional<Shape> input_shape;
+};
+
+class Conv2D : public Layer {
+ public:
+  Conv2D(int64_t filters, Size2 kernel_size, Conv2DOptions options = {});
+  std::string type() const override { return "Conv2D"; }
+  std::string default_name() const override { return "conv2d"; }
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  Shape do_build(const Shape& input_shape, uint64_t seed) override;
+  int64_t filters_;
+  Size2 kernel_size_;
+  Conv2DOptions options_;
+  Padding padding_;
+  Activation activation_;
+  Initializer kernel_init_, bias_init_;
+};
+
+struct Pooling2DOptions {
+  std::optional<Size2> strides;  // defaults to the pool size
+  std::string padding = "valid";
+  std::string name;
+  std::optional<Shape> input_shape;
+};
+
+class Pooling2D : public Layer {
+ public:
+  std::string type() const override { return max_ ? "MaxPooling2D" : "AveragePooling2D"; }
+  std::string default_name() const override { return max_ ? "max_pooling2d" : "average_pooling2d"; }
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ protected:
+  Pooling2D(bool max, Size2 pool_size, Pooling2DOptions options);
+
+ private:
+  Shape do_build(const Shape& input_shape, uint64_t seed) override;
+  bool max_;
+  Size2 pool_size_, strides_;
+  Padding padding_;
+};
+
+class MaxPooling2D : public Pooling2D {
+ public:
+  explicit MaxPooling2D(Size2 pool_size = 2, Pooling2DOptions options = {}) : Pooling2D(true, pool_size, std::move(options)) {}
+};
+
+class AveragePooling2D : public Pooling2D {
+ public:
+  explicit AveragePooling2D(Size2 pool_size = 2, Pooling2DOptions options = {})
+      : Pooling2D(false, pool_size, std::move(options)) {}
+};
+
+struct FlattenOptions {
+  std::string name;
+  std::optional<Shape> input_shape;
+};
+
+class Flatten : public Layer {
+ public:
+  explicit Flatten(FlattenOptions options = {}) : Layer(std::move(options.name), std::move(options.input_shape)) {}
+  std::string type() const override { return "Flatten"; }
+  std::string default_name() const override { return "flatten"; }
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  Shape do_build(const Shape& input_shape, uint64_t seed) override;
+};
+
+struct BatchNormalizationOptions {
+  float momentum = 0.99f;
+  float epsilon = 1e-3f;
+  std::string name;
+  std::optional<Shape> input_shape;
+};
+
+class BatchNormalization : public Layer {
+ public:
+  explicit BatchNormalization(BatchNormalizationOptions options = {});
+  std::string type() const override { return "BatchNormalization"; }
+  std::string default_name() const override { return "batch_normalization"; }
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  Shape do_build(const Shape& input_shape, uint64_t seed) override;
+  BatchNormalizationOptions options_;
+};
+
+struct ActivationOptions {
+  std::string name;
+  std::optional<Shape> input_shape;
+};
+
+class Activation : public Layer {
+ public:
+  explicit Activation(const std::string& activation, ActivationOptions options = {});
+  std::string type() const override { return "Activation"; }
+  std::string default_name() const override { return "activation"; }
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+
+ private:
+  Shape do_build(const Shape& input_shape, uint64_t seed) override { return input_shape; }
+  tandem::Activation activation_;
+};
+
+}  // namespace layers
+}  // namespace tandem

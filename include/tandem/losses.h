@@ -1,0 +1,34 @@
+#pragma once
+// Loss functions by Keras name; each gives one loss per sample, which training averages.
+#include <string>
+
+#include "tandem/tensor.h"
+
+namespace tandem {
+
+class Loss {
+ public:
+  enum class Kind { SparseCategoricalCrossentropy, CategoricalCrossentropy, BinaryCrossentropy, MeanSquaredError };
+  Loss(const char* name) : Loss(std::string(name)) {}  // NOLINT: "mse" converts, as in Keras
+  Loss(const std::string& name);                       // NOLINT
+  Loss(Kind kind, bool from_logits = false) : kind_(kind), from_logits_(from_logits) {}
+
+  static Loss sparse_categorical_crossentropy(bool from_logits = false) { return {Kind::SparseCategoricalCrossentropy, from_logits}; }
+  static Loss categorical_crossentropy(bool from_logits = false) { return {Kind::CategoricalCrossentropy, from_logits}; }
+  static Loss binary_crossentropy(bool from_logits = false) { return {Kind::BinaryCrossentropy, from_logits}; }
+  static Loss mean_squared_error() { return {Kind::MeanSquaredError}; }
+
+  // y_true: labels (B) for the sparse form, else like y_pred. Returns (B).
+  Tensor per_sample(const Tensor& y_true, const Tensor& y_pred) const;
+  // Checks y_true against y_pred's shape before training starts, naming both.
+  void check_targets(const Tensor& y_true, const Shape& per_sample_output) const;
+  Kind kind() const { return kind_; }
+  bool from_logits() const { return from_logits_; }
+  std::string name() const;
+
+ private:
+  Kind kind_;
+  bool from_logits_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,30 @@
+#pragma once
+// Streaming metrics: update per batch, read the running result, reset per epoch.
+#include <string>
+
+#include "tandem/losses.h"
+#include "tandem/tensor.h"
+
+namespace tandem {
+
+class Metric {
+ public:
+  enum class Kind { SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, Mean };
+  Metric(Kind kind, std::string name) : kind_(kind), name_(std::move(name)) {}
+  // "accuracy" resolves against the loss as Keras does (sparse, categorical or binary).
+  static Metric parse(const std::string& name, const Loss& loss);
+
+  void update(const Tensor& y_true, const Tensor& y_pred);  // accuracy kinds
+  void update_mean(double value, int64_t weight);            // Kind::Mean
+  double result() const { return count_ == 0 ? 0.0 : total_ / static_cast<double>(count_); }
+  void reset() { total_ = 0.0; count_ = 0; }
+  const std::string& name() const { return name_; }
+
+ private:
+  Kind kind_;
+  std::string name_;
+  double total_ = 0.0;
+  int64_t count_ = 0;
+};
+
+}  // namespace tandem

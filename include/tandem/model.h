@@ -1,0 +1,108 @@
+#pragma once
+// Sequential: a stack of layers with Keras' compile / fit / evaluate / predict.
+#include <concepts>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/autograd.h"
+#include "tandem/callbacks.h"
+#include "tandem/layers.h"
+#include "tandem/losses.h"
+#include "tandem/metrics.h"
+#include "tandem/optimizers.h"
+
+namespace tandem {
+
+struct FitOptions {
+  int epochs = 1;
+  int64_t batch_size = 32;
+  double validation_split = 0.0;  // last fraction of x, y held out (before shuffling), as Keras
+  std::optional<std::pair<Tensor, Tensor>> validation_data;
+  bool shuffle = true;
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  int verbose = 1;  // 0 silent, 1 progress bar (one line per epoch when not a terminal), 2 one line per epoch
+  int initial_epoch = 0;
+};
+
+struct EvaluateOptions {
+  int64_t batch_size = 32;
+  int verbose = 0;
+};
+
+struct SequentialOptions {
+  std::string name = "sequential";
+  uint64_t seed = 0;  // weights, dropout and shuffling all derive from it
+};
+
+class Sequential {
+ public:
+  explicit Sequential(SequentialOptions options = {});
+  Sequential(const Sequential&) = delete;
+  Sequential& operator=(const Sequential&) = delete;
+
+  // Adds a layer (by value, Keras-style: model.add(Dense(128, "relu"))). Names it if unnamed.
+  template <std::derived_from<layers::Layer> L>
+  L& add(L layer) {
+    auto p = std::make_shared<L>(std::move(layer));
+    add(std::shared_ptr<layers::Layer>(p));
+    return *p;
+  }
+  void add(std::shared_ptr<layers::Layer> layer);
+  // Builds every layer for per-sample inputs of `input_shape` (done by the first call otherwise).
+  void build(const Shape& input_shape);
+  bool built() const;
+
+  // Forward pass on a batch; records on the active GradientTape.
+  Tensor operator()(const Tensor& x, bool training = false) { return call(x, CallContext{training, {seed_, 0, 0}}); }
+  Tensor call(const Tensor& x, const CallContext& ctx);
+
+  std::string summary() const;  // Keras' table
+  void print_summary(std::FILE* out = stdout) const { std::fputs(summary().c_str(), out); }
+
+  const std::vector<std::shared_ptr<layers::Layer>>& layers() const { return layers_; }
+  std::vector<Variable*> variables();
+  std::vector<Variable*> trainable_variables();
+  int64_t count_params() const;
+  const std::string& name() const { return name_; }
+  uint64_t seed() const { return seed_; }
+
+  template <std::derived_from<Optimizer> O>
+  void compile(O optimizer, Loss loss, std::vector<std::string> metrics = {}) {
+    compile(std::unique_ptr<Optimizer>(std::make_unique<O>(std::move(optimizer))), std::move(loss), std::move(metrics));
+  }
+  void compile(const std::string& optimizer, Loss loss, std::vector<std::string> metrics = {});
+  void compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector<std::string> metrics = {});
+  bool compiled() const { return optimizer_ != nullptr; }
+  Optimizer& optimizer();
+  const Loss& loss() const;
+
+  History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
+  // {"loss": …, metric: …} on the given data, in inference mode.
+  Logs evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options = {});
+  Tensor predict(const Tensor& x, int64_t batch_size = 32);
+
+  // Model state: every variable, then the optimizer's slots and step when compiled.
+  std::vector<std::pair<std::string, Tensor>> state();
+  void save_weights(const std::string& path);
+  void load_weights(const std::string& path);
+
+  bool stop_training = false;  // a callback sets it to end fit after the current epoch
+
+ private:
+  void check_compiled(const char* what) const;
+  void check_data(const Tensor& x, const Tensor& y, const char* what);
+  Logs run_evaluation(const Tensor& x, const Tensor& y, int64_t batch_size);
+
+  std::string name_;
+  uint64_t seed_;
+  std::vector<std::shared_ptr<layers::Layer>> layers_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<Loss> loss_;
+  std::vector<std::string> metric_names_;
+  int64_t train_step_ = 0;  // global step across fit calls; keys dropout
+};
+
+}  // namespace tandem

@@ -1,0 +1,78 @@
+#pragma once
+// Differentiable operations on tensors. Each records itself on the active GradientTape.
+#include <cstdint>
+#include <string_view>
+
+#include "tandem/tensor.h"
+
+namespace tandem {
+
+enum class Activation : uint8_t { Linear, ReLU, ELU, SELU, Tanh, Sigmoid, GELU, Softmax };
+// Parses a Keras activation name ("relu", "softmax", "" or "linear" for none); `owner` names
+// the layer in the error message.
+Activation parse_activation(std::string_view name, std::string_view owner);
+std::string_view activation_name(Activation act);
+
+enum class Padding : uint8_t { Valid, Same };
+Padding parse_padding(std::string_view name, std::string_view owner);
+
+// Counter-based randomness for one call: element i of sample s draws Philox(seed, step) at
+// index (sample_offset + s) * per_sample + i, so a sample's mask does not depend on batching.
+struct RandomKey {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  int64_t sample_offset = 0;
+};
+
+namespace ops {
+
+// a:(M,K) b:(K,N) -> (M,N); transposes apply to the stored matrices.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// x:(B,I) kernel:(I,U) bias:(U) or undefined -> act(x·kernel + bias):(B,U). Fused.
+Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation act);
+// Elementwise activation; Softmax acts on the last axis.
+Tensor activation(const Tensor& x, Activation act);
+inline Tensor relu(const Tensor& x) { return activation(x, Activation::ReLU); }
+inline Tensor softmax(const Tensor& x) { return activation(x, Activation::Softmax); }
+
+// Elementwise arithmetic. add/sub/mul take equal shapes, or b of shape (last dim of a,) (bias).
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& x, float factor);
+Tensor square(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor clip(const Tensor& x, float low, float high);
+Tensor sum(const Tensor& x);   // -> scalar ()
+Tensor mean(const Tensor& x);  // -> scalar ()
+Tensor reshape(const Tensor& x, const Shape& shape);
+
+// Losses per sample. logits:(B,C), labels:(B) int32 in [0,C) -> (B).
+Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels);
+// logits:(B,C), targets:(B,C) probabilities -> (B).
+Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets);
+// x:(B,...) targets like x -> (B): mean over the other axes of the binary cross-entropy;
+// x are logits when from_logits, else probabilities (clipped to [1e-7, 1-1e-7] as Keras does).
+Tensor binary_cross_entropy(const Tensor& x, const Tensor& targets, bool from_logits);
+// pred, target:(B,...) -> (B): mean squared error over the other axes.
+Tensor mean_squared_error(const Tensor& pred, const Tensor& target);
+
+// x:(N,H,W,C) kernel:(KH,KW,C,F) bias:(F) or undefined -> (N,OH,OW,F). Channels last, as Keras.
+Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, int64_t stride_h, int64_t stride_w,
+              Padding padding);
+// x:(N,H,W,C) -> (N,OH,OW,C).
+Tensor max_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w,
+                  Padding padding);
+Tensor avg_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w,
+                  Padding padding);
+
+// x:(..., C) normalized per channel. In training, uses the batch statistics and updates
+// moving_mean/moving_variance in place (momentum as in Keras); otherwise uses the moving ones.
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& moving_mean,
+                  Tensor& moving_variance, float momentum, float epsilon, bool training);
+
+// Zeroes each element with probability rate and scales the rest by 1/(1-rate).
+Tensor dropout(const Tensor& x, float rate, const RandomKey& key);
+
+}  // namespace ops
+}  // namespace tandem

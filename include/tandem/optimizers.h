@@ -1,0 +1,135 @@
+#pragma once
+// Optimizers and learning-rate schedules. An optimizer's slots (momenta, moments) and its step
+// count are part of the model's state.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tandem/layers.h"
+
+namespace tandem {
+
+// Learning rate as a function of the optimizer's step (0-based, before the update).
+class LearningRateSchedule {
+ public:
+  virtual ~LearningRateSchedule() = default;
+  virtual float operator()(int64_t step) const = 0;
+};
+
+// lr · rate^(step / decay_steps), the exponent floored when staircase.
+class ExponentialDecay : public LearningRateSchedule {
+ public:
+  ExponentialDecay(float initial_learning_rate, int64_t decay_steps, float decay_rate, bool staircase = false);
+  float operator()(int64_t step) const override;
+
+ private:
+  float initial_, rate_;
+  int64_t steps_;
+  bool staircase_;
+};
+
+// values[i] while step <= boundaries[i] (and after the last boundary, the last value).
+class PiecewiseConstantDecay : public LearningRateSchedule {
+ public:
+  PiecewiseConstantDecay(std::vector<int64_t> boundaries, std::vector<float> values);
+  float operator()(int64_t step) const override;
+
+ private:
+  std::vector<int64_t> boundaries_;
+  std::vector<float> values_;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual std::string name() const = 0;
+  // Applies one update to each variable from its gradient (same order, same shapes).
+  void apply(std::span<Variable* const> variables, std::span<const Tensor> gradients);
+  int64_t iterations() const { return iterations_; }
+  float current_learning_rate() const;
+  void set_learning_rate(float lr);
+  void set_learning_rate(std::shared_ptr<LearningRateSchedule> schedule) { schedule_ = std::move(schedule); }
+  // Named state tensors ("optimizer/iterations", "optimizer/dense/kernel/m", …) for checkpoints.
+  std::vector<std::pair<std::string, Tensor>> state();
+  // Restores what state() returned; creates slots that do not exist yet.
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& state, std::span<Variable* const> variables);
+  virtual std::unique_ptr<Optimizer> clone() const = 0;
+  // Creates the slots for these variables (done by the first apply otherwise).
+  void build(std::span<Variable* const> variables);
+
+ protected:
+  explicit Optimizer(float learning_rate);
+  virtual int slots_per_variable() const = 0;
+  virtual const char* slot_name(int i) const = 0;
+  virtual float slot_initial_value(int) const { return 0.0f; }
+  virtual void update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) = 0;
+
+ private:
+  float learning_rate_;
+  std::shared_ptr<LearningRateSchedule> schedule_;
+  int64_t iterations_ = 0;
+  std::vector<std::string> slot_owners_;  // variable names, one per slot group
+  std::vector<Tensor> slots_;              // slots_per_variable() per variable
+};
+
+namespace optimizers {
+
+struct SGDOptions { float momentum = 0.0f; bool nesterov = false; };
+class SGD : public Optimizer {
+ public:
+  explicit SGD(float learning_rate = 0.01f, SGDOptions options = {});
+  std::string name() const override { return "SGD"; }
+  std::unique_ptr<Optimizer> clone() const override { return std::make_unique<SGD>(*this); }
+ private:
+  int slots_per_variable() const override { return options_.momentum != 0.0f ? 1 : 0; }
+  const char* slot_name(int) const override { return "momentum"; }
+  void update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) override;
+  SGDOptions options_;
+};
+
+struct AdamOptions { float beta_1 = 0.9f; float beta_2 = 0.999f; float epsilon = 1e-7f; };
+class Adam : public Optimizer {
+ public:
+  explicit Adam(float learning_rate = 0.001f, AdamOptions options = {});
+  std::string name() const override { return "Adam"; }
+  std::unique_ptr<Optimizer> clone() const override { return std::make_unique<Adam>(*this); }
+ private:
+  int slots_per_variable() const override { return 2; }
+  const char* slot_name(int i) const override { return i == 0 ? "m" : "v"; }
+  void update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) override;
+  AdamOptions options_;
+};
+
+struct RMSpropOptions { float rho = 0.9f; float momentum = 0.0f; float epsilon = 1e-7f; };
+class RMSprop : public Optimizer {
+ public:
+  explicit RMSprop(float learning_rate = 0.001f, RMSpropOptions options = {});
+  std::string name() const override { return "RMSprop"; }
+  std::unique_ptr<Optimizer> clone() const override { return std::make_unique<RMSprop>(*this); }
+ private:
+  int slots_per_variable() const override { return options_.momentum != 0.0f ? 2 : 1; }
+  const char* slot_name(int i) const override { return i == 0 ? "rms" : "momentum"; }
+  void update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) override;
+  RMSpropOptions options_;
+};
+
+struct AdagradOptions { float initial_accumulator_value = 0.1f; float epsilon = 1e-7f; };
+class Adagrad : public Optimizer {
+ public:
+  explicit Adagrad(float learning_rate = 0.001f, AdagradOptions options = {});
+  std::string name() const override { return "Adagrad"; }
+  std::unique_ptr<Optimizer> clone() const override { return std::make_unique<Adagrad>(*this); }
+ private:
+  int slots_per_variable() const override { return 1; }
+  const char* slot_name(int) const override { return "accumulator"; }
+  float slot_initial_value(int) const override { return options_.initial_accumulator_value; }
+  void update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) override;
+  AdagradOptions options_;
+};
+
+// "sgd", "adam", "rmsprop", "adagrad" with their Keras defaults.
+std::unique_ptr<Optimizer> by_name(const std::string& name);
+
+}  // namespace optimizers
+}  // namespace tandem

@@ -1,0 +1,170 @@
+#include <cstring>
+
+#include "autograd/node.h"
+#include "core/tensor_impl.h"
+#include "tandem/ops.h"
+
+namespace tandem {
+namespace {
+
+thread_local GradientTape* active_tape = nullptr;
+constexpr uint64_t kEmpty = 0;  // tensor ids start at 1
+
+uint64_t hash_id(uint64_t id) { return id * 0x9E3779B97F4A7C15ull; }
+}  // namespace
+
+StopRecording::StopRecording() : saved_(active_tape) { active_tape = nullptr; }
+StopRecording::~StopRecording() { active_tape = saved_; }
+
+void mark_trainable(const Tensor& t, bool trainable) {
+  if (!t.defined()) fail("mark_trainable: tensor is undefined");
+  t.impl()->trainable = trainable;
+}
+
+bool is_trainable(const Tensor& t) { return t.defined() && t.impl()->trainable; }
+
+GradientTape::GradientTape(bool persistent) : persistent_(persistent), previous_(active_tape) {
+  active_tape = this;
+  keys_.assign(64, kEmpty);
+  values_.assign(64, -1);
+}
+
+GradientTape::~GradientTape() {
+  clear();
+  if (active_tape == this) active_tape = previous_;
+}
+
+GradientTape* GradientTape::active() { return active_tape; }
+
+void GradientTape::clear() {
+  for (autograd::Node* n : nodes_) delete n;
+  nodes_.clear();
+  grads_.clear();
+  std::fill(keys_.begin(), keys_.end(), kEmpty);
+  slots_ = 0;
+  used_ = false;
+}
+
+void GradientTape::reset() {
+  clear();
+  if (active_tape != this) {
+    previous_ = active_tape;
+    active_tape = this;
+  }
+}
+
+int32_t GradientTape::new_slot(uint64_t id) {
+  if (static_cast<size_t>(slots_ + 1) * 2 > keys_.size()) {
+    std::vector<uint64_t> old_keys = std::move(keys_);
+    std::vector<int32_t> old_values = std::move(values_);
+    keys_.assign(old_keys.size() * 2, kEmpty);
+    values_.assign(old_keys.size() * 2, -1);
+    size_t mask = keys_.size() - 1;
+    for (size_t i = 0; i < old_keys.size(); ++i) {
+      if (old_keys[i] == kEmpty) continue;
+      size_t j = hash_id(old_keys[i]) & mask;
+      while (keys_[j] != kEmpty) j = (j + 1) & mask;
+      keys_[j] = old_keys[i];
+      values_[j] = old_values[i];
+    }
+  }
+  size_t mask = keys_.size() - 1;
+  size_t j = hash_id(id) & mask;
+  while (keys_[j] != kEmpty && keys_[j] != id) j = (j + 1) & mask;
+  if (keys_[j] == id) return values_[j];
+  keys_[j] = id;
+  values_[j] = slots_;
+  return slots_++;
+}
+
+int32_t GradientTape::slot_of(const Tensor& t) {
+  if (!t.defined()) return -1;
+  uint64_t id = t.id();
+  size_t mask = keys_.size() - 1;
+  for (size_t j = hash_id(id) & mask; keys_[j] != kEmpty; j = (j + 1) & mask)
+    if (keys_[j] == id) return values_[j];
+  if (is_trainable(t)) return new_slot(id);
+  return -1;
+}
+
+void GradientTape::watch(const Tensor& t) {
+  if (!t.defined()) fail("GradientTape::watch: tensor is undefined");
+  if (t.dtype() != DType::Float32) fail("GradientTape::watch: only float32 tensors have gradients, got {}", to_string(t));
+  new_slot(t.id());
+}
+
+void GradientTape::record(autograd::Node* node, const Tensor& output) {
+  node->output_slot = new_slot(output.id());
+  nodes_.push_back(node);
+}
+
+void GradientTape::accumulate(int32_t slot, Tensor grad) {
+  if (slot < 0) return;
+  if (grads_.size() < static_cast<size_t>(slots_)) grads_.resize(static_cast<size_t>(slots_));
+  Tensor& g = grads_[static_cast<size_t>(slot)];
+  if (!g.defined()) g = std::move(grad);
+  else g = ops::add(g, grad);
+}
+
+void GradientTape::backward(const Tensor& target) {
+  if (used_ && !persistent_)
+    fail("GradientTape::gradient: called twice on a non-persistent tape (make it with persistent=true)");
+  used_ = true;
+  if (target.numel() != 1)
+    fail("GradientTape::gradient: target must be a scalar, got shape {}", target.shape().str());
+  StopRecording pause;  // gradient functions use ops too
+  int32_t target_slot = slot_of(target);
+  grads_.clear();
+  grads_.resize(static_cast<size_t>(slots_));
+  if (target_slot < 0) return;
+  grads_[static_cast<size_t>(target_slot)] = Tensor::full(target.shape(), 1.0f);
+  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+    autograd::Node* node = *it;
+    Tensor g = grads_[static_cast<size_t>(node->output_slot)];
+    if (!g.defined()) continue;
+    node->backward(*this, g);
+  }
+}
+
+void GradientTape::gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out) {
+  if (out.size() != sources.size())
+    fail("GradientTape::gradient: {} sources but {} outputs", sources.size(), out.size());
+  // Source slots must exist before backward so that their gradients are kept.
+  for (const Tensor& s : sources) {
+    if (!s.defined()) fail("GradientTape::gradient: a source tensor is undefined");
+    if (slot_of(s) < 0) new_slot(s.id());
+  }
+  if (grads_.size() < static_cast<size_t>(slots_)) grads_.resize(static_cast<size_t>(slots_));
+  backward(target);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    int32_t slot = slot_of(sources[i]);
+    Tensor g = grads_[static_cast<size_t>(slot)];
+    if (!g.defined()) g = Tensor::zeros(sources[i].shape());
+    out[i] = std::move(g);
+  }
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<const Tensor> sources) {
+  std::vector<Tensor> out(sources.size());
+  gradient(target, sources, out);
+  return out;
+}
+
+namespace autograd {
+
+GradientTape* tracking_tape(std::initializer_list<const Tensor*> inputs) {
+  GradientTape* tape = GradientTape::active();
+  if (tape == nullptr) return nullptr;
+  for (const Tensor* t : inputs)
+    if (t != nullptr && tape->slot_of(*t) >= 0) return tape;
+  return nullptr;
+}
+
+void record(GradientTape* tape, Node* node, std::initializer_list<const Tensor*> inputs, const Tensor& output) {
+  size_t i = 0;
+  for (const Tensor* t : inputs) node->input_slots[i++] = t == nullptr ? -1 : tape->slot_of(*t);
+  tape->record(node, output);
+}
+
+}  // namespace autograd
+}  // namespace tandem

@@ -1,0 +1,337 @@
+#include "tandem/tensor.h"
+
+#include <cstring>
+
+#include "core/tensor_impl.h"
+
+namespace tandem {
+namespace {
+
+std::atomic<uint64_t> next_tensor_id{1};
+
+void storage_release(Storage* s) {
+  if (s != nullptr && s->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    memory::deallocate(s->data, s->bytes);
+    delete s;
+  }
+}
+
+void contiguous_strides(TensorImpl* impl) {
+  int64_t stride = 1;
+  for (int i = impl->shape.rank() - 1; i >= 0; --i) {
+    impl->strides[static_cast<size_t>(i)] = stride;
+    stride *= impl->shape[i];
+  }
+}
+
+TensorImpl* make_view(const TensorImpl* base, const Shape& shape, int64_t offset) {
+  auto* impl = new TensorImpl();
+  impl->storage = base->storage;
+  base->storage->refs.fetch_add(1, std::memory_order_relaxed);
+  impl->shape = shape;
+  impl->offset = offset;
+  impl->dtype = base->dtype;
+  impl->device = base->device;
+  impl->id = next_tensor_id.fetch_add(1, std::memory_order_relaxed);
+  contiguous_strides(impl);
+  return impl;
+}
+
+template <typename Fn>
+void for_each_offset(const TensorImpl* impl, Fn&& fn) {
+  // Visits element offsets of a strided tensor in row-major order.
+  const Shape& s = impl->shape;
+  int64_t n = s.numel();
+  if (n == 0) return;
+  std::array<int64_t, Shape::kMaxRank> index{};
+  int64_t off = impl->offset;
+  for (int64_t k = 0; k < n; ++k) {
+    fn(k, off);
+    for (int d = s.rank() - 1; d >= 0; --d) {
+      auto du = static_cast<size_t>(d);
+      if (++index[du] < s[d]) { off += impl->strides[du]; break; }
+      off -= impl->strides[du] * (s[d] - 1);
+      index[du] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return "float32";
+    case DType::Int32: return "int32";
+    case DType::UInt8: return "uint8";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return 4;
+    case DType::Int32: return 4;
+    case DType::UInt8: return 1;
+  }
+  return 0;
+}
+
+std::string Device::name() const {
+  return kind == Kind::CPU ? std::string("cpu") : fmt::format("cuda:{}", index);
+}
+
+Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
+
+Shape::Shape(std::span<const int64_t> dims) {
+  if (dims.size() > kMaxRank) fail("Shape: rank {} exceeds the maximum of {}", dims.size(), kMaxRank);
+  for (int64_t d : dims) push_back(d);
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank_; ++i) n *= dims_[static_cast<size_t>(i)];
+  return n;
+}
+
+void Shape::push_back(int64_t d) {
+  if (rank_ >= kMaxRank) fail("Shape: rank would exceed the maximum of {}", kMaxRank);
+  if (d < 0) fail("Shape: dimension {} is negative ({})", rank_, d);
+  dims_[static_cast<size_t>(rank_++)] = d;
+}
+
+bool Shape::operator==(const Shape& o) const {
+  if (rank_ != o.rank_) return false;
+  for (int i = 0; i < rank_; ++i)
+    if (dims_[static_cast<size_t>(i)] != o.dims_[static_cast<size_t>(i)]) return false;
+  return true;
+}
+
+std::string Shape::str() const {
+  std::string s = "(";
+  for (int i = 0; i < rank_; ++i) {
+    if (i) s += ", ";
+    s += std::to_string(dims_[static_cast<size_t>(i)]);
+  }
+  if (rank_ == 1) s += ",";
+  return s + ")";
+}
+
+Tensor::Tensor(const Tensor& o) : impl_(o.impl_) {
+  if (impl_) impl_->refs.fetch_add(1, std::memory_order_relaxed);
+}
+
+Tensor& Tensor::operator=(const Tensor& o) {
+  if (o.impl_) o.impl_->refs.fetch_add(1, std::memory_order_relaxed);
+  Tensor old(impl_);
+  impl_ = o.impl_;
+  return *this;
+}
+
+Tensor& Tensor::operator=(Tensor&& o) noexcept {
+  if (this != &o) {
+    Tensor old(impl_);
+    impl_ = o.impl_;
+    o.impl_ = nullptr;
+  }
+  return *this;
+}
+
+Tensor::~Tensor() {
+  if (impl_ != nullptr && impl_->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    storage_release(impl_->storage);
+    delete impl_;
+  }
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  if (device.kind != Device::Kind::CPU)
+    fail("Tensor::empty: device {} is not available in this build (expected cpu)", device.name());
+  auto* storage = new Storage();
+  storage->bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  storage->data = memory::allocate(storage->bytes == 0 ? 1 : storage->bytes);
+  if (storage->bytes == 0) storage->bytes = 1;
+  storage->device = device;
+  auto* impl = new TensorImpl();
+  impl->storage = storage;
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->device = device;
+  impl->id = next_tensor_id.fetch_add(1, std::memory_order_relaxed);
+  contiguous_strides(impl);
+  return Tensor(impl);
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  std::memset(t.impl_->storage->data, 0, static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, float value, Device device) {
+  Tensor t = empty(shape, DType::Float32, device);
+  t.fill(value);
+  return t;
+}
+
+Tensor Tensor::from_vector(const Shape& shape, std::span<const float> values) {
+  if (static_cast<int64_t>(values.size()) != shape.numel())
+    fail("Tensor::from_vector: shape {} holds {} values, got {}", shape.str(), shape.numel(), values.size());
+  Tensor t = empty(shape);
+  std::memcpy(t.data<float>(), values.data(), values.size() * sizeof(float));
+  return t;
+}
+
+Tensor Tensor::from_vector(const Shape& shape, std::span<const int32_t> values) {
+  if (static_cast<int64_t>(values.size()) != shape.numel())
+    fail("Tensor::from_vector: shape {} holds {} values, got {}", shape.str(), shape.numel(), values.size());
+  Tensor t = empty(shape, DType::Int32);
+  std::memcpy(t.data<int32_t>(), values.data(), values.size() * sizeof(int32_t));
+  return t;
+}
+
+static const TensorImpl* checked(const TensorImpl* impl) {
+  if (impl == nullptr) fail("Tensor: used before it was given a value");
+  return impl;
+}
+
+const Shape& Tensor::shape() const { return checked(impl_)->shape; }
+DType Tensor::dtype() const { return checked(impl_)->dtype; }
+Device Tensor::device() const { return checked(impl_)->device; }
+const int64_t* Tensor::strides() const { return checked(impl_)->strides.data(); }
+uint64_t Tensor::id() const { return checked(impl_)->id; }
+
+int64_t Tensor::dim(int i) const {
+  const Shape& s = shape();
+  int j = i < 0 ? i + s.rank() : i;
+  if (j < 0 || j >= s.rank()) fail("Tensor::dim: index {} out of range for shape {}", i, s.str());
+  return s[j];
+}
+
+bool Tensor::is_contiguous() const {
+  const TensorImpl* impl = checked(impl_);
+  int64_t stride = 1;
+  for (int i = impl->shape.rank() - 1; i >= 0; --i) {
+    if (impl->shape[i] != 1 && impl->strides[static_cast<size_t>(i)] != stride) return false;
+    stride *= impl->shape[i];
+  }
+  return true;
+}
+
+template <typename T>
+T* Tensor::data() {
+  const TensorImpl* impl = checked(impl_);
+  if (impl->dtype != dtype_of<T>())
+    fail("Tensor::data: tensor is {}, requested {}", dtype_name(impl->dtype), dtype_name(dtype_of<T>()));
+  return static_cast<T*>(impl->storage->data) + impl->offset;
+}
+template <typename T>
+const T* Tensor::data() const {
+  return const_cast<Tensor*>(this)->data<T>();
+}
+template float* Tensor::data<float>();
+template int32_t* Tensor::data<int32_t>();
+template uint8_t* Tensor::data<uint8_t>();
+template const float* Tensor::data<float>() const;
+template const int32_t* Tensor::data<int32_t>() const;
+template const uint8_t* Tensor::data<uint8_t>() const;
+
+std::vector<float> Tensor::to_vector() const {
+  Tensor f = dtype() == DType::Float32 ? contiguous() : astype(DType::Float32);
+  const float* p = f.data<float>();
+  return std::vector<float>(p, p + f.numel());
+}
+
+float Tensor::item() const {
+  if (numel() != 1) fail("Tensor::item: tensor has shape {}, expected one element", shape().str());
+  if (dtype() == DType::Float32) return *data<float>();
+  return to_vector()[0];
+}
+
+Tensor Tensor::reshape(const Shape& new_shape) const {
+  const TensorImpl* impl = checked(impl_);
+  if (!is_contiguous()) return contiguous().reshape(new_shape);
+  if (new_shape.numel() != impl->shape.numel())
+    fail("reshape: cannot view shape {} ({} elements) as {} ({} elements)", impl->shape.str(),
+         impl->shape.numel(), new_shape.str(), new_shape.numel());
+  return Tensor(make_view(impl, new_shape, impl->offset));
+}
+
+Tensor Tensor::slice(int64_t begin, int64_t end) const {
+  const TensorImpl* impl = checked(impl_);
+  if (impl->shape.rank() == 0) fail("slice: tensor is a scalar");
+  int64_t rows = impl->shape[0];
+  if (begin < 0 || end < begin || end > rows)
+    fail("slice: rows [{}, {}) out of range for dimension 0 of size {}", begin, end, rows);
+  Shape s = impl->shape;
+  s[0] = end - begin;
+  auto* view = make_view(impl, s, impl->offset + begin * impl->strides[0]);
+  view->strides = impl->strides;
+  return Tensor(view);
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  return clone();
+}
+
+Tensor Tensor::clone() const {
+  const TensorImpl* impl = checked(impl_);
+  Tensor out = empty(impl->shape, impl->dtype, impl->device);
+  out.copy_from(*this);
+  return out;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  TensorImpl* d = impl_;
+  const TensorImpl* s = checked(src.impl_);
+  checked(d);
+  if (!(d->shape == s->shape) || d->dtype != s->dtype)
+    fail("copy_from: destination is {} {}, source is {} {}", d->shape.str(), dtype_name(d->dtype),
+         s->shape.str(), dtype_name(s->dtype));
+  size_t elem = dtype_size(d->dtype);
+  auto* dst = static_cast<char*>(d->storage->data);
+  const auto* from = static_cast<const char*>(s->storage->data);
+  if (is_contiguous() && src.is_contiguous()) {
+    std::memmove(dst + d->offset * elem, from + s->offset * elem, static_cast<size_t>(numel()) * elem);
+    return;
+  }
+  std::vector<int64_t> dst_offsets;
+  dst_offsets.reserve(static_cast<size_t>(numel()));
+  for_each_offset(d, [&](int64_t, int64_t off) { dst_offsets.push_back(off); });
+  for_each_offset(s, [&](int64_t k, int64_t off) {
+    std::memcpy(dst + dst_offsets[static_cast<size_t>(k)] * elem, from + off * elem, elem);
+  });
+}
+
+void Tensor::fill(float value) {
+  if (dtype() != DType::Float32 || !is_contiguous()) fail("fill: needs a contiguous float32 tensor, got {}", to_string(*this));
+  float* p = data<float>();
+  for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = value;
+}
+
+Tensor Tensor::astype(DType dtype) const {
+  Tensor src = contiguous();
+  Tensor out = empty(src.shape(), dtype, src.device());
+  int64_t n = src.numel();
+  auto convert = [&](auto* dst) {
+    using D = std::remove_pointer_t<decltype(dst)>;
+    switch (src.dtype()) {
+      case DType::Float32: { const float* p = src.data<float>(); for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(p[i]); break; }
+      case DType::Int32: { const int32_t* p = src.data<int32_t>(); for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(p[i]); break; }
+      case DType::UInt8: { const uint8_t* p = src.data<uint8_t>(); for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(p[i]); break; }
+    }
+  };
+  switch (dtype) {
+    case DType::Float32: convert(out.data<float>()); break;
+    case DType::Int32: convert(out.data<int32_t>()); break;
+    case DType::UInt8: convert(out.data<uint8_t>()); break;
+  }
+  return out;
+}
+
+std::string to_string(const Tensor& t) {
+  if (!t.defined()) return "<undefined tensor>";
+  return fmt::format("{} {}", dtype_name(t.dtype()), t.shape().str());
+}
+
+}  // namespace tandem

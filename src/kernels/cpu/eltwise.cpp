@@ -1,0 +1,142 @@
+// Activations, fused with the bias add of a dense layer, and their derivatives.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/fast_math.h"
+#include "kernels/cpu/kernels.h"
+
+namespace tandem::kernels::cpu {
+namespace {
+
+constexpr float kSeluScale = 1.0507009873554804934f;
+constexpr float kSeluAlpha = 1.6732632423543772848f;
+
+TANDEM_VECTORIZE void relu_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* r = y + i * cols;
+    if (b) for (int64_t j = 0; j < cols; ++j) r[j] = std::max(r[j] + b[j], 0.0f);
+    else for (int64_t j = 0; j < cols; ++j) r[j] = std::max(r[j], 0.0f);
+  }
+}
+
+TANDEM_VECTORIZE void bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* r = y + i * cols;
+    for (int64_t j = 0; j < cols; ++j) r[j] += b[j];
+  }
+}
+
+TANDEM_VECTORIZE void elu_all(float* y, int64_t n, float scale, float alpha) {
+  for (int64_t i = 0; i < n; ++i) {
+    float x = y[i];
+    y[i] = x > 0.0f ? scale * x : scale * alpha * (vexp(x) - 1.0f);
+  }
+}
+
+TANDEM_VECTORIZE void sigmoid_all(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + vexp(-y[i]));
+}
+
+TANDEM_VECTORIZE void tanh_all(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = 1.0f - 2.0f / (vexp(2.0f * y[i]) + 1.0f);
+}
+
+void gelu_all(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * y[i] * (1.0f + std::erf(y[i] * 0.70710678118654752f));
+}
+
+TANDEM_VECTORIZE void softmax_rows(float* y, int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float* r = y + i * cols;
+    float m = r[0];
+    for (int64_t j = 1; j < cols; ++j) m = std::max(m, r[j]);
+    float s = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) {
+      r[j] = vexp(r[j] - m);
+      s += r[j];
+    }
+    float inv = 1.0f / s;
+    for (int64_t j = 0; j < cols; ++j) r[j] *= inv;
+  }
+}
+
+TANDEM_VECTORIZE void backward_from_output(const float* dy, const float* y, float* dz, int64_t n, Activation act) {
+  switch (act) {
+    case Activation::ReLU:
+      for (int64_t i = 0; i < n; ++i) dz[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+      break;
+    case Activation::ELU:
+      for (int64_t i = 0; i < n; ++i) dz[i] = y[i] > 0.0f ? dy[i] : dy[i] * (y[i] + 1.0f);
+      break;
+    case Activation::SELU:
+      for (int64_t i = 0; i < n; ++i)
+        dz[i] = y[i] > 0.0f ? dy[i] * kSeluScale : dy[i] * (y[i] + kSeluScale * kSeluAlpha);
+      break;
+    case Activation::Sigmoid:
+      for (int64_t i = 0; i < n; ++i) dz[i] = dy[i] * y[i] * (1.0f - y[i]);
+      break;
+    case Activation::Tanh:
+      for (int64_t i = 0; i < n; ++i) dz[i] = dy[i] * (1.0f - y[i] * y[i]);
+      break;
+    case Activation::Linear:
+      for (int64_t i = 0; i < n; ++i) dz[i] = dy[i];
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace
+
+void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act) {
+  if (act == Activation::ReLU) return relu_rows(y, bias, rows, cols);
+  if (bias) bias_rows(y, bias, rows, cols);
+  int64_t n = rows * cols;
+  switch (act) {
+    case Activation::Linear: break;
+    case Activation::ReLU: break;
+    case Activation::ELU: elu_all(y, n, 1.0f, 1.0f); break;
+    case Activation::SELU: elu_all(y, n, kSeluScale, kSeluAlpha); break;
+    case Activation::Sigmoid: sigmoid_all(y, n); break;
+    case Activation::Tanh: tanh_all(y, n); break;
+    case Activation::GELU: gelu_all(y, n); break;
+    case Activation::Softmax: softmax_rows(y, rows, cols); break;
+  }
+}
+
+bool activation_backward_needs_input(Activation act) { return act == Activation::GELU; }
+
+void activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows, int64_t cols,
+                         Activation act) {
+  int64_t n = rows * cols;
+  if (act == Activation::GELU) {
+    for (int64_t i = 0; i < n; ++i) {
+      float x = z[i];
+      float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
+      float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
+      dz[i] = dy[i] * (cdf + x * pdf);
+    }
+    return;
+  }
+  if (act == Activation::Softmax) {
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* yr = y + i * cols;
+      const float* dyr = dy + i * cols;
+      float dot = 0.0f;
+      for (int64_t j = 0; j < cols; ++j) dot += dyr[j] * yr[j];
+      for (int64_t j = 0; j < cols; ++j) dz[i * cols + j] = yr[j] * (dyr[j] - dot);
+    }
+    return;
+  }
+  backward_from_output(dy, y, dz, n, act);
+}
+
+TANDEM_VECTORIZE void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) {
+  for (int64_t j = 0; j < cols; ++j) db[j] = 0.0f;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* r = dy + i * cols;
+    for (int64_t j = 0; j < cols; ++j) db[j] += r[j];
+  }
+}
+
+}  // namespace tandem::kernels::cpu

@@ -1,0 +1,68 @@
+#pragma once
+// CPU kernels on raw, contiguous, row-major float32 buffers. Ops check shapes; kernels trust them.
+#include <cstdint>
+
+#include "tandem/ops.h"
+
+#define TANDEM_VECTORIZE __attribute__((target_clones("avx512f", "avx2", "default")))
+
+namespace tandem::kernels::cpu {
+
+// C(M,N) = alpha·op(A)·op(B) + beta·C through oneDNN's sgemm.
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// y(rows,cols) = act(y + bias) in place; bias may be null. Softmax acts per row.
+void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act);
+// dz = dy · act'(z) given z (pre-activation, may be null when act needs only y) and y = act(z).
+// For Softmax, rows/cols give the row layout.
+void activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows, int64_t cols,
+                         Activation act);
+bool activation_backward_needs_input(Activation act);  // true when dz needs z, not just y
+// db(cols) = column sums of dy(rows,cols).
+void column_sums(const float* dy, int64_t rows, int64_t cols, float* db);
+
+// Fused softmax + cross-entropy. loss(rows) per row; dlogits (may be null) = (softmax - target)·grad_scale.
+void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                                  float* loss, float* probabilities);
+void softmax_cross_entropy(const float* logits, const float* targets, int64_t rows, int64_t cols, float* loss,
+                           float* probabilities);
+
+// Optimizer updates, element by element over n parameters.
+void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum, bool nesterov);
+void adam_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                 float epsilon, int64_t step);
+void rmsprop_update(float* w, const float* g, float* mean_square, float* velocity, int64_t n, float lr, float rho,
+                    float momentum, float epsilon);
+void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon);
+
+struct Conv2dShape {
+  int64_t n, h, w, c;       // input NHWC
+  int64_t kh, kw, f;        // kernel HWIO (KH, KW, C, F)
+  int64_t sh, sw;           // strides
+  int64_t pad_top, pad_left, pad_bottom, pad_right;
+  int64_t oh, ow;           // output spatial size
+  bool operator==(const Conv2dShape&) const = default;
+};
+Conv2dShape conv2d_shape(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t f, int64_t sh,
+                         int64_t sw, Padding padding);
+void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y);
+void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* kernel, float* dx);
+void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias);
+
+enum class PoolKind : uint8_t { Max, Average };
+struct Pool2dShape {
+  PoolKind kind;
+  int64_t n, h, w, c, ph, pw, sh, sw;
+  int64_t pad_top, pad_left, pad_bottom, pad_right;
+  int64_t oh, ow;
+  bool operator==(const Pool2dShape&) const = default;
+};
+Pool2dShape pool2d_shape(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t c, int64_t ph, int64_t pw,
+                         int64_t sh, int64_t sw, Padding padding);
+// workspace: for max pooling, oneDNN's argmax record (pool2d_workspace_bytes); unused for average.
+size_t pool2d_workspace_bytes(const Pool2dShape& s);
+void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* workspace);
+void pool2d_backward(const Pool2dShape& s, const float* dy, const void* workspace, float* dx);
+
+}  // namespace tandem::kernels::cpu

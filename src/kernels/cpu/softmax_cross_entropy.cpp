@@ -1,0 +1,49 @@
+// Softmax fused with cross-entropy: one pass gives the loss and the probabilities that the
+// backward pass turns into (p - target) without ever forming log(softmax).
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/fast_math.h"
+#include "kernels/cpu/kernels.h"
+
+namespace tandem::kernels::cpu {
+namespace {
+
+// p = softmax(row); returns log(sum(exp(row - max))) + max, the row's log-partition.
+TANDEM_VECTORIZE float softmax_row(const float* row, int64_t cols, float* p) {
+  float m = row[0];
+  for (int64_t j = 1; j < cols; ++j) m = std::max(m, row[j]);
+  float s = 0.0f;
+  for (int64_t j = 0; j < cols; ++j) {
+    p[j] = vexp(row[j] - m);
+    s += p[j];
+  }
+  float inv = 1.0f / s;
+  for (int64_t j = 0; j < cols; ++j) p[j] *= inv;
+  return std::log(s) + m;
+}
+
+}  // namespace
+
+void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                                  float* loss, float* probabilities) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = logits + i * cols;
+    float log_z = softmax_row(row, cols, probabilities + i * cols);
+    loss[i] = log_z - row[labels[i]];
+  }
+}
+
+void softmax_cross_entropy(const float* logits, const float* targets, int64_t rows, int64_t cols, float* loss,
+                           float* probabilities) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = logits + i * cols;
+    const float* t = targets + i * cols;
+    float log_z = softmax_row(row, cols, probabilities + i * cols);
+    float l = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) l += t[j] * (log_z - row[j]);
+    loss[i] = l;
+  }
+}
+
+}  // namespace tandem::kernels::cpu

@@ -1,0 +1,29 @@
+#include "tandem/layers.h"
+
+namespace tandem::layers {
+
+BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
+    : Layer(options.name, options.input_shape), options_(std::move(options)) {
+  if (!(options_.momentum >= 0.0f && options_.momentum <= 1.0f))
+    fail("{}: momentum must be in [0, 1], got {}", label(), options_.momentum);
+  if (!(options_.epsilon > 0.0f)) fail("{}: epsilon must be positive, got {}", label(), options_.epsilon);
+}
+
+Shape BatchNormalization::do_build(const Shape& input_shape, uint64_t seed) {
+  if (input_shape.rank() < 1) fail("{}: needs inputs with a channel axis", label());
+  int64_t c = input_shape[input_shape.rank() - 1];
+  Initializer ones{Initializer::Kind::Ones}, zeros{Initializer::Kind::Zeros};
+  add_variable("gamma", {c}, ones, c, c, seed);
+  add_variable("beta", {c}, zeros, c, c, seed);
+  add_variable("moving_mean", {c}, zeros, c, c, seed, false);
+  add_variable("moving_variance", {c}, ones, c, c, seed, false);
+  return input_shape;
+}
+
+Tensor BatchNormalization::call(const Tensor& x, const CallContext& ctx) {
+  check_input(x);
+  return ops::batch_norm(x, variables_[0].value, variables_[1].value, variables_[2].value, variables_[3].value,
+                         options_.momentum, options_.epsilon, ctx.training);
+}
+
+}  // namespace tandem::layers

@@ -1,0 +1,46 @@
+#include "kernels/cpu/kernels.h"
+#include "tandem/layers.h"
+
+namespace tandem::layers {
+
+Conv2D::Conv2D(int64_t filters, Size2 kernel_size, Conv2DOptions options)
+    : Layer(options.name, options.input_shape),
+      filters_(filters),
+      kernel_size_(kernel_size),
+      options_(std::move(options)),
+      padding_(parse_padding(options_.padding, label())),
+      activation_(parse_activation(options_.activation, label())),
+      kernel_init_(Initializer::parse(options_.kernel_initializer, label())),
+      bias_init_(Initializer::parse(options_.bias_initializer, label())) {
+  if (filters <= 0) fail("{}: filters must be positive, got {}", label(), filters);
+  if (kernel_size.h <= 0 || kernel_size.w <= 0)
+    fail("{}: kernel_size must be positive, got ({}, {})", label(), kernel_size.h, kernel_size.w);
+  if (options_.strides.h <= 0 || options_.strides.w <= 0)
+    fail("{}: strides must be positive, got ({}, {})", label(), options_.strides.h, options_.strides.w);
+  if (activation_ == tandem::Activation::Softmax) fail("{}: softmax activation is not supported on Conv2D", label());
+}
+
+Shape Conv2D::do_build(const Shape& input_shape, uint64_t seed) {
+  if (input_shape.rank() != 3)
+    fail("{}: expects inputs of shape (None, height, width, channels), got (None, {}", label(),
+         input_shape.str().substr(1));
+  int64_t c = input_shape[2];
+  int64_t fan_in = kernel_size_.h * kernel_size_.w * c, fan_out = kernel_size_.h * kernel_size_.w * filters_;
+  auto s = kernels::cpu::conv2d_shape(1, input_shape[0], input_shape[1], c, kernel_size_.h, kernel_size_.w, filters_,
+                                      options_.strides.h, options_.strides.w, padding_);
+  if (s.oh < 1 || s.ow < 1)
+    fail("{}: kernel {}x{} does not fit inputs of {}x{} with padding \"{}\"", label(), kernel_size_.h, kernel_size_.w,
+         input_shape[0], input_shape[1], options_.padding);
+  add_variable("kernel", {kernel_size_.h, kernel_size_.w, c, filters_}, kernel_init_, fan_in, fan_out, seed);
+  if (options_.use_bias) add_variable("bias", {filters_}, bias_init_, fan_in, fan_out, seed);
+  return Shape{s.oh, s.ow, filters_};
+}
+
+Tensor Conv2D::call(const Tensor& x, const CallContext&) {
+  check_input(x);
+  Tensor y = ops::conv2d(x, variables_[0].value, options_.use_bias ? variables_[1].value : Tensor(), options_.strides.h,
+                         options_.strides.w, padding_);
+  return activation_ == tandem::Activation::Linear ? y : ops::activation(y, activation_);
+}
+
+}  // namespace tandem::layers

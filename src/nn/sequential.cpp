@@ -1,0 +1,104 @@
+// Sequential: layer stacking, building, the forward pass and summary().
+#include <algorithm>
+
+#include "tandem/model.h"
+
+namespace tandem {
+
+Sequential::Sequential(SequentialOptions options) : name_(std::move(options.name)), seed_(options.seed) {}
+
+void Sequential::add(std::shared_ptr<layers::Layer> layer) {
+  if (!layer) fail("Sequential \"{}\": add() got a null layer", name_);
+  if (layer->name().empty()) {
+    std::string base = layer->default_name();
+    int same = static_cast<int>(std::count_if(layers_.begin(), layers_.end(),
+                                              [&](const auto& l) { return l->default_name() == base; }));
+    layer->set_name(same == 0 ? base : fmt::format("{}_{}", base, same));
+  }
+  for (const auto& l : layers_)
+    if (l->name() == layer->name()) fail("Sequential \"{}\": a layer named \"{}\" already exists", name_, l->name());
+  if (!layers_.empty() && layer->declared_input_shape())
+    fail("Sequential \"{}\": {} declares input_shape but is not the first layer", name_, layer->label());
+  layers_.push_back(std::move(layer));
+  // Keras builds as soon as the input shape is known.
+  if (layers_.size() == 1 && layers_[0]->declared_input_shape()) build(*layers_[0]->declared_input_shape());
+  else if (layers_.size() > 1 && layers_[layers_.size() - 2]->built())
+    layers_.back()->build(layers_[layers_.size() - 2]->output_shape(), mix_seed(seed_, layers_.size() - 1));
+}
+
+void Sequential::build(const Shape& input_shape) {
+  if (layers_.empty()) fail("Sequential \"{}\": has no layers to build", name_);
+  Shape shape = input_shape;
+  for (size_t i = 0; i < layers_.size(); ++i) shape = layers_[i]->build(shape, mix_seed(seed_, i));
+}
+
+bool Sequential::built() const { return !layers_.empty() && layers_.back()->built(); }
+
+Tensor Sequential::call(const Tensor& x, const CallContext& ctx) {
+  if (layers_.empty()) fail("Sequential \"{}\": has no layers", name_);
+  if (!x.defined()) fail("Sequential \"{}\": input is undefined", name_);
+  if (!built()) {
+    if (x.rank() < 2) fail("Sequential \"{}\": input needs a batch axis, got shape {}", name_, x.shape().str());
+    build(Shape(std::span<const int64_t>(x.shape().begin() + 1, x.shape().end())));
+  }
+  Tensor h = x;
+  for (auto& layer : layers_) h = layer->call(h, ctx);
+  return h;
+}
+
+std::vector<Variable*> Sequential::variables() {
+  std::vector<Variable*> out;
+  for (auto& l : layers_)
+    for (auto& v : l->variables()) out.push_back(&v);
+  return out;
+}
+
+std::vector<Variable*> Sequential::trainable_variables() {
+  std::vector<Variable*> out;
+  for (Variable* v : variables())
+    if (v->trainable) out.push_back(v);
+  return out;
+}
+
+int64_t Sequential::count_params() const {
+  int64_t n = 0;
+  for (const auto& l : layers_) n += l->count_params();
+  return n;
+}
+
+namespace {
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+}  // namespace
+
+std::string Sequential::summary() const {
+  const int w1 = 29, w2 = 26, w3 = 10;
+  std::string rule(w1 + w2 + w3, '_'), double_rule(w1 + w2 + w3, '=');
+  std::string s = fmt::format("Model: \"{}\"\n{}\n", name_, rule);
+  s += fmt::format(" {:<{}}{:<{}}{:<{}}\n{}\n", "Layer (type)", w1 - 1, "Output Shape", w2, "Param #", w3, double_rule);
+  int64_t total = 0, trainable = 0;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const auto& l = layers_[i];
+    std::string shape = "?";
+    if (l->built()) shape = "(None, " + l->output_shape().str().substr(1);
+    if (shape.ends_with(",)")) shape = shape.substr(0, shape.size() - 2) + ")";
+    s += fmt::format(" {:<{}}{:<{}}{:<{}}\n", fmt::format("{} ({})", l->name(), l->type()), w1 - 1, shape, w2,
+                     l->count_params(), w3);
+    s += i + 1 < layers_.size() ? fmt::format("{:<{}}\n", "", w1 + w2 + w3) : "";
+    for (const auto& v : l->variables()) {
+      total += v.value.numel();
+      if (v.trainable) trainable += v.value.numel();
+    }
+  }
+  s += fmt::format("{}\nTotal params: {}\nTrainable params: {}\nNon-trainable params: {}\n{}\n", double_rule,
+                   with_commas(total), with_commas(trainable), with_commas(total - trainable), rule);
+  return s;
+}
+
+}  // namespace tandem

@@ -1,0 +1,65 @@
+// conv2d: x:(N,H,W,C) kernel:(KH,KW,C,F) bias:(F) -> (N,OH,OW,F), oneDNN direct convolution.
+// backward: dx through backward-data, dkernel and dbias through backward-weights.
+#include "ops/checks.h"
+
+namespace tandem::ops {
+namespace {
+
+struct Conv2dNode : autograd::Node {
+  Tensor x, kernel;
+  kernels::cpu::Conv2dShape shape;
+  void backward(GradientTape& tape, const Tensor& dy_in) override {
+    Tensor dy = dy_in.contiguous();
+    if (needs(0)) {
+      Tensor dx = Tensor::empty(x.shape());
+      kernels::cpu::conv2d_backward_data(shape, dy.data<float>(), kernel.data<float>(), dx.data<float>());
+      tape.accumulate(input_slots[0], dx);
+    }
+    if (needs(1) || needs(2)) {
+      Tensor dk = Tensor::empty(kernel.shape());
+      Tensor db = Tensor::empty({shape.f});
+      kernels::cpu::conv2d_backward_weights(shape, x.data<float>(), dy.data<float>(), dk.data<float>(),
+                                            db.data<float>());
+      tape.accumulate(input_slots[1], dk);
+      tape.accumulate(input_slots[2], db);
+    }
+  }
+};
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, int64_t stride_h, int64_t stride_w,
+              Padding padding) {
+  const char* op = "conv2d";
+  require_float(x_in, op, "x");
+  require_float(kernel_in, op, "kernel");
+  require_rank(x_in, 4, op, "x");
+  require_rank(kernel_in, 4, op, "kernel");
+  if (x_in.dim(3) != kernel_in.dim(2))
+    fail("conv2d: input has {} channels, kernel expects {} (x {}, kernel {})", x_in.dim(3), kernel_in.dim(2),
+         x_in.shape().str(), kernel_in.shape().str());
+  if (stride_h < 1 || stride_w < 1) fail("conv2d: strides must be positive, got ({}, {})", stride_h, stride_w);
+  if (bias.defined()) {
+    require_float(bias, op, "bias");
+    if (bias.rank() != 1 || bias.dim(0) != kernel_in.dim(3))
+      fail("conv2d: bias has shape {}, expected ({},)", bias.shape().str(), kernel_in.dim(3));
+  }
+  auto s = kernels::cpu::conv2d_shape(x_in.dim(0), x_in.dim(1), x_in.dim(2), x_in.dim(3), kernel_in.dim(0),
+                                      kernel_in.dim(1), kernel_in.dim(3), stride_h, stride_w, padding);
+  if (s.oh < 1 || s.ow < 1)
+    fail("conv2d: a {}x{} kernel does not fit the {}x{} input with 'valid' padding", s.kh, s.kw, s.h, s.w);
+  Tensor x = x_in.contiguous(), kernel = kernel_in.contiguous();
+  Tensor y = Tensor::empty({s.n, s.oh, s.ow, s.f});
+  kernels::cpu::conv2d_forward(s, x.data<float>(), kernel.data<float>(),
+                               bias.defined() ? bias.contiguous().data<float>() : nullptr, y.data<float>());
+  if (auto* tape = autograd::tracking_tape({&x_in, &kernel_in, &bias})) {
+    auto* node = new Conv2dNode();
+    node->x = x;
+    node->kernel = kernel;
+    node->shape = s;
+    autograd::record(tape, node, {&x_in, &kernel_in, &bias}, y);
+  }
+  return y;
+}
+
+}  // namespace tandem::ops

@@ -1,0 +1,86 @@
+// sparse_softmax_cross_entropy: logits:(B,C), labels:(B) int32 -> loss:(B) = logsumexp(row) - row[label].
+// softmax_cross_entropy: logits:(B,C), targets:(B,C) -> loss:(B) = Σ_j t_j·(logsumexp(row) - row_j).
+// backward: dlogits = dy_i · (softmax(row) · Σt - t), the probabilities kept from the forward pass.
+#include "ops/checks.h"
+
+namespace tandem::ops {
+namespace {
+
+struct CrossEntropyNode : autograd::Node {
+  Tensor probabilities, labels, targets;  // labels for the sparse form, targets for the dense one
+  void backward(GradientTape& tape, const Tensor& dy_in) override {
+    Tensor dy = dy_in.contiguous();
+    int64_t rows = probabilities.dim(0), cols = probabilities.dim(1);
+    Tensor dx = Tensor::empty(probabilities.shape());
+    const float* p = probabilities.data<float>();
+    const float* g = dy.data<float>();
+    float* d = dx.data<float>();
+    for (int64_t i = 0; i < rows; ++i) {
+      if (labels.defined()) {
+        for (int64_t j = 0; j < cols; ++j) d[i * cols + j] = g[i] * p[i * cols + j];
+        d[i * cols + labels.data<int32_t>()[i]] -= g[i];
+      } else {
+        const float* t = targets.data<float>() + i * cols;
+        float total = 0.0f;
+        for (int64_t j = 0; j < cols; ++j) total += t[j];
+        for (int64_t j = 0; j < cols; ++j) d[i * cols + j] = g[i] * (p[i * cols + j] * total - t[j]);
+      }
+    }
+    tape.accumulate(input_slots[0], dx);
+  }
+};
+
+void check_logits(const Tensor& logits, const char* op) {
+  require_float(logits, op, "logits");
+  require_rank(logits, 2, op, "logits");
+  if (logits.dim(1) < 1) fail("{}: logits have no classes (shape {})", op, logits.shape().str());
+}
+
+Tensor finish(const Tensor& logits_in, Tensor loss, Tensor probabilities, Tensor labels, Tensor targets) {
+  if (auto* tape = autograd::tracking_tape({&logits_in})) {
+    auto* node = new CrossEntropyNode();
+    node->probabilities = std::move(probabilities);
+    node->labels = std::move(labels);
+    node->targets = std::move(targets);
+    autograd::record(tape, node, {&logits_in}, loss);
+  }
+  return loss;
+}
+
+}  // namespace
+
+Tensor sparse_softmax_cross_entropy(const Tensor& logits_in, const Tensor& labels_in) {
+  const char* op = "sparse_categorical_crossentropy";
+  check_logits(logits_in, op);
+  if (!labels_in.defined()) fail("{}: labels are undefined", op);
+  int64_t rows = logits_in.dim(0), cols = logits_in.dim(1);
+  if (labels_in.numel() != rows || (labels_in.rank() > 1 && labels_in.dim(-1) != 1))
+    fail("{}: labels have shape {}, expected ({},) to match logits {}", op, labels_in.shape().str(), rows,
+         logits_in.shape().str());
+  Tensor labels = labels_in.dtype() == DType::Int32 ? labels_in.contiguous() : labels_in.astype(DType::Int32);
+  const int32_t* l = labels.data<int32_t>();
+  for (int64_t i = 0; i < rows; ++i)
+    if (l[i] < 0 || l[i] >= cols) fail("{}: label {} at index {} is out of range [0, {})", op, l[i], i, cols);
+  Tensor logits = logits_in.contiguous();
+  Tensor loss = Tensor::empty({rows});
+  Tensor probabilities = Tensor::empty(logits.shape());
+  kernels::cpu::sparse_softmax_cross_entropy(logits.data<float>(), l, rows, cols, loss.data<float>(),
+                                             probabilities.data<float>());
+  return finish(logits_in, loss, probabilities, labels, Tensor());
+}
+
+Tensor softmax_cross_entropy(const Tensor& logits_in, const Tensor& targets_in) {
+  const char* op = "categorical_crossentropy";
+  check_logits(logits_in, op);
+  require_float(targets_in, op, "targets");
+  require_same_shape(logits_in, targets_in, op);
+  Tensor logits = logits_in.contiguous(), targets = targets_in.contiguous();
+  int64_t rows = logits.dim(0), cols = logits.dim(1);
+  Tensor loss = Tensor::empty({rows});
+  Tensor probabilities = Tensor::empty(logits.shape());
+  kernels::cpu::softmax_cross_entropy(logits.data<float>(), targets.data<float>(), rows, cols, loss.data<float>(),
+                                      probabilities.data<float>());
+  return finish(logits_in, loss, probabilities, Tensor(), targets);
+}
+
+}  // namespace tandem::ops

@@ -1,0 +1,83 @@
+// dense: x:(B,I) kernel:(I,U) bias:(U) -> y = act(x·kernel + bias):(B,U), one gemm and one fused pass.
+// backward: dz = dy·act'(…) from y (and z for GELU); dx = dz·kernelᵀ; dkernel = xᵀ·dz; dbias = Σ_rows dz.
+#include "ops/checks.h"
+
+namespace tandem::ops {
+namespace {
+
+struct DenseNode : autograd::Node {
+  Tensor x, kernel, y, z;  // z: pre-activation, kept only when the derivative needs it
+  Activation act;
+  void backward(GradientTape& tape, const Tensor& dy_in) override {
+    Tensor dy = dy_in.contiguous();
+    int64_t b = x.dim(0), in = kernel.dim(0), units = kernel.dim(1);
+    Tensor dz = dy;
+    if (act != Activation::Linear) {
+      dz = Tensor::empty(dy.shape());
+      kernels::cpu::activation_backward(dy.data<float>(), z.defined() ? z.data<float>() : nullptr, y.data<float>(),
+                                        dz.data<float>(), b, units, act);
+    }
+    if (needs(0)) {
+      Tensor dx = Tensor::empty(x.shape());
+      kernels::cpu::gemm(false, true, b, in, units, 1.0f, dz.data<float>(), units, kernel.data<float>(), units, 0.0f,
+                         dx.data<float>(), in);
+      tape.accumulate(input_slots[0], dx);
+    }
+    if (needs(1)) {
+      Tensor dk = Tensor::empty(kernel.shape());
+      kernels::cpu::gemm(true, false, in, units, b, 1.0f, x.data<float>(), in, dz.data<float>(), units, 0.0f,
+                         dk.data<float>(), units);
+      tape.accumulate(input_slots[1], dk);
+    }
+    if (needs(2)) {
+      Tensor db = Tensor::empty({units});
+      kernels::cpu::column_sums(dz.data<float>(), b, units, db.data<float>());
+      tape.accumulate(input_slots[2], db);
+    }
+  }
+};
+
+}  // namespace
+
+Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activation act) {
+  require_float(x_in, "dense", "x");
+  require_float(kernel, "dense", "kernel");
+  require_rank(x_in, 2, "dense", "x");
+  require_rank(kernel, 2, "dense", "kernel");
+  if (x_in.dim(1) != kernel.dim(0))
+    fail("dense: x has {} features, kernel expects {} (x {}, kernel {})", x_in.dim(1), kernel.dim(0),
+         x_in.shape().str(), kernel.shape().str());
+  if (bias.defined()) {
+    require_float(bias, "dense", "bias");
+    if (bias.rank() != 1 || bias.dim(0) != kernel.dim(1))
+      fail("dense: bias has shape {}, expected ({},)", bias.shape().str(), kernel.dim(1));
+  }
+  // Softmax stays a node of its own so that a cross-entropy loss can take the logits from it.
+  if (act == Activation::Softmax) return activation(dense(x_in, kernel, bias, Activation::Linear), act);
+  Tensor x = x_in.contiguous();
+  int64_t b = x.dim(0), in = kernel.dim(0), units = kernel.dim(1);
+  Tensor y = Tensor::empty({b, units});
+  kernels::cpu::gemm(false, false, b, units, in, 1.0f, x.data<float>(), in, kernel.data<float>(), units, 0.0f,
+                     y.data<float>(), units);
+  GradientTape* tape = autograd::tracking_tape({&x_in, &kernel, &bias});
+  const float* bias_data = bias.defined() ? bias.data<float>() : nullptr;
+  Tensor z;
+  if (tape && kernels::cpu::activation_backward_needs_input(act)) {
+    kernels::cpu::bias_activation(y.data<float>(), bias_data, b, units, Activation::Linear);
+    z = y.clone();
+    bias_data = nullptr;
+  }
+  kernels::cpu::bias_activation(y.data<float>(), bias_data, b, units, act);
+  if (tape) {
+    auto* node = new DenseNode();
+    node->x = x;
+    node->kernel = kernel;
+    node->y = y;
+    node->z = z;
+    node->act = act;
+    autograd::record(tape, node, {&x_in, &kernel, &bias}, y);
+  }
+  return y;
+}
+
+}  // namespace tandem::ops

@@ -1,0 +1,240 @@
+// compile / fit / evaluate / predict. The training step reuses one tape, one gradient list and
+// pooled tensors, so that in steady state it asks the system for no memory.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "tandem/model.h"
+#include "tandem/random.h"
+#include "train/progress.h"
+
+namespace tandem {
+namespace {
+
+// Copies rows `index[begin..end)` of `src` (samples on axis 0) into a new batch tensor.
+Tensor gather_rows(const Tensor& src, const std::vector<int64_t>& index, int64_t begin, int64_t end) {
+  Shape shape = src.shape();
+  shape[0] = end - begin;
+  Tensor out = Tensor::empty(shape, src.dtype());
+  size_t row_bytes = static_cast<size_t>(src.numel() / std::max<int64_t>(src.dim(0), 1)) * dtype_size(src.dtype());
+  const auto* from = src.dtype() == DType::Float32 ? reinterpret_cast<const char*>(src.data<float>())
+                                                   : reinterpret_cast<const char*>(src.data<int32_t>());
+  auto* to = src.dtype() == DType::Float32 ? reinterpret_cast<char*>(out.data<float>())
+                                           : reinterpret_cast<char*>(out.data<int32_t>());
+  for (int64_t i = begin; i < end; ++i)
+    std::memcpy(to + static_cast<size_t>(i - begin) * row_bytes, from + static_cast<size_t>(index[static_cast<size_t>(i)]) * row_bytes,
+                row_bytes);
+  return out;
+}
+
+// Fisher-Yates driven by Philox(seed, epoch): the order depends only on seed and epoch.
+void shuffle(std::vector<int64_t>& index, uint64_t seed, int epoch) {
+  std::iota(index.begin(), index.end(), 0);
+  Philox rng(mix_seed(seed, 0x5f1e), static_cast<uint64_t>(epoch));
+  for (size_t i = index.size(); i > 1; --i) {
+    uint64_t r = (uint64_t{rng.bits(2 * i)} << 32) | rng.bits(2 * i + 1);
+    std::swap(index[i - 1], index[r % i]);
+  }
+}
+
+}  // namespace
+
+void Sequential::compile(const std::string& optimizer, Loss loss, std::vector<std::string> metrics) {
+  compile(optimizers::by_name(optimizer), std::move(loss), std::move(metrics));
+}
+
+void Sequential::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector<std::string> metrics) {
+  if (!optimizer) fail("compile: optimizer is null");
+  for (const std::string& m : metrics) Metric::parse(m, loss);  // rejects unknown names now, not mid-fit
+  optimizer_ = std::move(optimizer);
+  loss_ = std::move(loss);
+  metric_names_ = std::move(metrics);
+}
+
+Optimizer& Sequential::optimizer() {
+  check_compiled("optimizer");
+  return *optimizer_;
+}
+
+const Loss& Sequential::loss() const {
+  check_compiled("loss");
+  return *loss_;
+}
+
+void Sequential::check_compiled(const char* what) const {
+  if (!optimizer_)
+    fail("Sequential \"{}\": {} needs a compiled model; call compile(optimizer, loss, metrics) first", name_, what);
+}
+
+void Sequential::check_data(const Tensor& x, const Tensor& y, const char* what) {
+  if (!x.defined()) fail("{}: x is undefined", what);
+  if (x.dtype() != DType::Float32)
+    fail("{}: x must be float32, got {} (convert with astype(DType::Float32) and scale it)", what, dtype_name(x.dtype()));
+  if (x.rank() < 2) fail("{}: x must have a sample axis and features, got shape {}", what, x.shape().str());
+  if (x.dim(0) == 0) fail("{}: x is empty (0 samples)", what);
+  if (y.defined() && y.rank() >= 1 && y.dim(0) != x.dim(0))
+    fail("{}: x has {} samples but y has {}", what, x.dim(0), y.dim(0));
+  if (y.defined() && y.rank() == 0) fail("{}: y must have a sample axis, got a scalar", what);
+  Shape per_sample(std::span<const int64_t>(x.shape().begin() + 1, x.shape().end()));
+  if (!built()) build(per_sample);
+  const Shape& expected = layers_.front()->input_shape();
+  if (!(per_sample == expected))
+    fail("{}: x has samples of shape {}, the model expects {}", what, per_sample.str(), expected.str());
+  if (y.defined() && loss_) loss_->check_targets(y, layers_.back()->output_shape());
+}
+
+History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& options) {
+  check_compiled("fit");
+  if (options.batch_size <= 0) fail("fit: batch_size must be positive, got {}", options.batch_size);
+  if (options.epochs < 0) fail("fit: epochs must be non-negative, got {}", options.epochs);
+  if (!(options.validation_split >= 0.0 && options.validation_split < 1.0))
+    fail("fit: validation_split must be in [0, 1), got {}", options.validation_split);
+  if (options.verbose < 0 || options.verbose > 2) fail("fit: verbose must be 0, 1 or 2, got {}", options.verbose);
+  if (!y_all.defined()) fail("fit: y is undefined");
+  check_data(x_all, y_all, "fit");
+
+  bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
+  Tensor y_cast = sparse && y_all.dtype() != DType::Int32 ? y_all.astype(DType::Int32) : y_all.contiguous();
+  if (!sparse && y_cast.dtype() != DType::Float32) y_cast = y_cast.astype(DType::Float32);
+  Tensor x_c = x_all.contiguous();
+  if (sparse) y_cast = y_cast.reshape({y_cast.dim(0)});
+
+  int64_t n = x_c.dim(0);
+  Tensor x = x_c, y = y_cast, x_val, y_val;
+  if (options.validation_data) {
+    x_val = options.validation_data->first;
+    y_val = options.validation_data->second;
+    check_data(x_val, y_val, "fit (validation_data)");
+  } else if (options.validation_split > 0.0) {
+    auto held = static_cast<int64_t>(std::floor(static_cast<double>(n) * options.validation_split));
+    if (held == 0 || held == n)
+      fail("fit: validation_split {} of {} samples leaves {} for validation and {} for training", options.validation_split, n,
+           held, n - held);
+    x = x_c.slice(0, n - held);
+    y = y_cast.slice(0, n - held);
+    x_val = x_c.slice(n - held, n);
+    y_val = y_cast.slice(n - held, n);
+  }
+  int64_t rows = x.dim(0), batch = options.batch_size;
+  int64_t steps = (rows + batch - 1) / batch;
+
+  std::vector<Variable*> trainable = trainable_variables();
+  std::vector<Tensor> sources, grads(trainable.size());
+  for (Variable* v : trainable) sources.push_back(v->value);
+  Metric loss_metric(Metric::Kind::Mean, "loss");
+  std::vector<Metric> metrics;
+  for (const std::string& m : metric_names_) metrics.push_back(Metric::parse(m, *loss_));
+  std::vector<int64_t> index(static_cast<size_t>(rows));
+  std::iota(index.begin(), index.end(), 0);
+
+  History history;
+  Logs logs;
+  auto current_logs = [&]() -> const Logs& {
+    logs.clear();
+    logs.emplace_back("loss", loss_metric.result());
+    for (const Metric& m : metrics) logs.emplace_back(m.name(), m.result());
+    return logs;
+  };
+  for (auto& cb : options.callbacks) cb->model = this;
+  stop_training = false;
+  for (auto& cb : options.callbacks) cb->on_train_begin({});
+
+  GradientTape tape;
+  for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
+    if (options.verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
+    for (auto& cb : options.callbacks) cb->on_epoch_begin(epoch, {});
+    train::ProgressBar bar(steps, options.verbose, stdout);
+    loss_metric.reset();
+    for (Metric& m : metrics) m.reset();
+    if (options.shuffle) shuffle(index, seed_, epoch);
+    for (int64_t step = 0; step < steps; ++step) {
+      if (!options.callbacks.empty())
+        for (auto& cb : options.callbacks) cb->on_batch_begin(step, {});
+      int64_t begin = step * batch, end = std::min(rows, begin + batch);
+      Tensor xb = gather_rows(x, index, begin, end), yb = gather_rows(y, index, begin, end);
+      tape.reset();
+      Tensor y_pred = call(xb, CallContext{true, RandomKey{seed_, static_cast<uint64_t>(train_step_), 0}});
+      Tensor loss = ops::mean(loss_->per_sample(yb, y_pred));
+      tape.gradient(loss, sources, grads);
+      optimizer_->apply(trainable, grads);
+      ++train_step_;
+      float loss_value = loss.item();
+      loss_metric.update_mean(loss_value, end - begin);
+      for (Metric& m : metrics) m.update(yb, y_pred);
+      if (options.verbose == 1) bar.update(step + 1, current_logs());
+      if (!options.callbacks.empty()) {
+        current_logs();
+        for (auto& cb : options.callbacks) cb->on_batch_end(step, logs);
+      }
+    }
+    tape.reset();
+    current_logs();
+    if (x_val.defined()) {
+      Logs val = run_evaluation(x_val, y_val, batch);
+      for (const auto& [name, value] : val) logs.emplace_back("val_" + name, value);
+    }
+    bar.finish(logs);
+    for (const auto& [name, value] : logs) history.history[name].push_back(value);
+    history.epochs.push_back(epoch);
+    for (auto& cb : options.callbacks) cb->on_epoch_end(epoch, logs);
+  }
+  for (auto& cb : options.callbacks) cb->on_train_end(logs);
+  for (auto& cb : options.callbacks) cb->model = nullptr;
+  return history;
+}
+
+Logs Sequential::run_evaluation(const Tensor& x_in, const Tensor& y_in, int64_t batch) {
+  StopRecording no_tape;
+  bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
+  Tensor y = sparse && y_in.dtype() != DType::Int32 ? y_in.astype(DType::Int32) : y_in.contiguous();
+  if (!sparse && y.dtype() != DType::Float32) y = y.astype(DType::Float32);
+  if (sparse) y = y.reshape({y.dim(0)});
+  Tensor x = x_in.contiguous();
+  Metric loss_metric(Metric::Kind::Mean, "loss");
+  std::vector<Metric> metrics;
+  for (const std::string& m : metric_names_) metrics.push_back(Metric::parse(m, *loss_));
+  for (int64_t begin = 0, n = x.dim(0); begin < n; begin += batch) {
+    int64_t end = std::min(n, begin + batch);
+    Tensor xb = x.slice(begin, end), yb = y.slice(begin, end);
+    Tensor y_pred = call(xb, CallContext{false, {}});
+    loss_metric.update_mean(ops::mean(loss_->per_sample(yb, y_pred)).item(), end - begin);
+    for (Metric& m : metrics) m.update(yb, y_pred);
+  }
+  Logs logs{{"loss", loss_metric.result()}};
+  for (const Metric& m : metrics) logs.emplace_back(m.name(), m.result());
+  return logs;
+}
+
+Logs Sequential::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options) {
+  check_compiled("evaluate");
+  if (options.batch_size <= 0) fail("evaluate: batch_size must be positive, got {}", options.batch_size);
+  if (!y.defined()) fail("evaluate: y is undefined");
+  check_data(x, y, "evaluate");
+  Logs logs = run_evaluation(x, y, options.batch_size);
+  if (options.verbose > 0) {
+    std::string line = fmt::format("{}/{}", (x.dim(0) + options.batch_size - 1) / options.batch_size,
+                                   (x.dim(0) + options.batch_size - 1) / options.batch_size);
+    for (const auto& [name, value] : logs) line += fmt::format(" - {}: {:.4f}", name, value);
+    std::printf("%s\n", line.c_str());
+  }
+  return logs;
+}
+
+Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
+  if (batch_size <= 0) fail("predict: batch_size must be positive, got {}", batch_size);
+  check_data(x_in, Tensor(), "predict");
+  StopRecording no_tape;
+  Tensor x = x_in.contiguous();
+  Shape out_shape = layers_.back()->output_shape();
+  Shape full{x.dim(0)};
+  for (int64_t d : out_shape) full.push_back(d);
+  Tensor out = Tensor::empty(full);
+  for (int64_t begin = 0, n = x.dim(0); begin < n; begin += batch_size) {
+    int64_t end = std::min(n, begin + batch_size);
+    out.slice(begin, end).copy_from(call(x.slice(begin, end), CallContext{false, {}}));
+  }
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,69 @@
+#include "tandem/losses.h"
+
+#include "core/tensor_impl.h"
+#include "tandem/ops.h"
+
+namespace tandem {
+namespace {
+constexpr float kEpsilon = 1e-7f;  // Keras' backend epsilon for clipping probabilities
+}
+
+Loss::Loss(const std::string& name) : from_logits_(false) {
+  if (name == "sparse_categorical_crossentropy") kind_ = Kind::SparseCategoricalCrossentropy;
+  else if (name == "categorical_crossentropy") kind_ = Kind::CategoricalCrossentropy;
+  else if (name == "binary_crossentropy") kind_ = Kind::BinaryCrossentropy;
+  else if (name == "mse" || name == "mean_squared_error") kind_ = Kind::MeanSquaredError;
+  else
+    fail("loss: unknown loss \"{}\"; expected one of: sparse_categorical_crossentropy, categorical_crossentropy, "
+         "binary_crossentropy, mse",
+         name);
+}
+
+std::string Loss::name() const {
+  switch (kind_) {
+    case Kind::SparseCategoricalCrossentropy: return "sparse_categorical_crossentropy";
+    case Kind::CategoricalCrossentropy: return "categorical_crossentropy";
+    case Kind::BinaryCrossentropy: return "binary_crossentropy";
+    case Kind::MeanSquaredError: return "mean_squared_error";
+  }
+  return "?";
+}
+
+void Loss::check_targets(const Tensor& y_true, const Shape& out) const {
+  if (kind_ == Kind::SparseCategoricalCrossentropy) {
+    if (out.rank() != 1)
+      fail("{}: model output per sample has shape {}, expected (classes,)", name(), out.str());
+    if (!(y_true.rank() == 1 || (y_true.rank() == 2 && y_true.dim(1) == 1)))
+      fail("{}: labels must have shape (samples,), got {}", name(), y_true.shape().str());
+    return;
+  }
+  bool ok = y_true.rank() == out.rank() + 1;
+  for (int i = 0; ok && i < out.rank(); ++i) ok = y_true.dim(i + 1) == out[i];
+  if (!ok)
+    fail("{}: targets have shape {}, expected (samples, {}) to match the model output", name(), y_true.shape().str(),
+         out.str().substr(1));
+}
+
+Tensor Loss::per_sample(const Tensor& y_true, const Tensor& y_pred) const {
+  // A probability output that came from softmax is scored through its logits: same value,
+  // stable gradient (what Keras does for a softmax output layer).
+  const Tensor& logits = y_pred.impl()->softmax_logits;
+  switch (kind_) {
+    case Kind::SparseCategoricalCrossentropy:
+      if (from_logits_) return ops::sparse_softmax_cross_entropy(y_pred, y_true);
+      if (logits.defined()) return ops::sparse_softmax_cross_entropy(logits, y_true);
+      // softmax(log p) = p / Σp: Keras' renormalization of probabilities, then -log p[label].
+      return ops::sparse_softmax_cross_entropy(ops::log(ops::clip(y_pred, kEpsilon, 1.0f - kEpsilon)), y_true);
+    case Kind::CategoricalCrossentropy:
+      if (from_logits_) return ops::softmax_cross_entropy(y_pred, y_true);
+      if (logits.defined()) return ops::softmax_cross_entropy(logits, y_true);
+      return ops::softmax_cross_entropy(ops::log(ops::clip(y_pred, kEpsilon, 1.0f - kEpsilon)), y_true);
+    case Kind::BinaryCrossentropy:
+      return ops::binary_cross_entropy(y_pred, y_true, from_logits_);
+    case Kind::MeanSquaredError:
+      return ops::mean_squared_error(y_pred, y_true);
+  }
+  return Tensor();
+}
+
+}  // namespace tandem

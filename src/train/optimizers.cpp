@@ -1,0 +1,131 @@
+#include "tandem/optimizers.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/kernels.h"
+
+namespace tandem {
+
+Optimizer::Optimizer(float learning_rate) : learning_rate_(learning_rate) {
+  // name() is not callable yet (the object is still a base), so the message names the argument only.
+  if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate))
+    fail("optimizer: learning_rate must be a positive number, got {}", learning_rate);
+}
+
+void Optimizer::set_learning_rate(float lr) {
+  if (!(lr > 0.0f) || !std::isfinite(lr)) fail("{}: learning_rate must be a positive number, got {}", name(), lr);
+  learning_rate_ = lr;
+  schedule_.reset();
+}
+
+float Optimizer::current_learning_rate() const { return schedule_ ? (*schedule_)(iterations_) : learning_rate_; }
+
+void Optimizer::build(std::span<Variable* const> variables) {
+  if (slot_owners_.size() == variables.size()) return;
+  int per = slots_per_variable();
+  slot_owners_.clear();
+  slots_.clear();
+  for (Variable* v : variables) {
+    slot_owners_.push_back(v->name);
+    for (int i = 0; i < per; ++i) slots_.push_back(Tensor::full(v->value.shape(), slot_initial_value(i)));
+  }
+}
+
+void Optimizer::apply(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
+  if (variables.size() != gradients.size())
+    fail("{}: {} variables but {} gradients", name(), variables.size(), gradients.size());
+  build(variables);
+  float lr = current_learning_rate();
+  int per = slots_per_variable();
+  ++iterations_;
+  for (size_t i = 0; i < variables.size(); ++i) {
+    Variable& v = *variables[i];
+    const Tensor& g = gradients[i];
+    if (!(g.shape() == v.value.shape()))
+      fail("{}: gradient for \"{}\" has shape {}, variable has {}", name(), v.name, g.shape().str(),
+           v.value.shape().str());
+    update(v, g.contiguous(), std::span<Tensor>(slots_).subspan(i * static_cast<size_t>(per), static_cast<size_t>(per)),
+           lr, iterations_);
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() {
+  std::vector<std::pair<std::string, Tensor>> out;
+  out.emplace_back("optimizer/iterations", Tensor::full({1}, static_cast<float>(iterations_)));
+  int per = slots_per_variable();
+  for (size_t i = 0; i < slot_owners_.size(); ++i)
+    for (int k = 0; k < per; ++k)
+      out.emplace_back(fmt::format("optimizer/{}/{}", slot_owners_[i], slot_name(k)),
+                       slots_[i * static_cast<size_t>(per) + static_cast<size_t>(k)]);
+  return out;
+}
+
+void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& state,
+                           std::span<Variable* const> variables) {
+  build(variables);
+  auto current = this->state();
+  for (auto& [name, tensor] : current) {
+    auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
+    if (it == state.end()) fail("{}: saved state has no \"{}\"", this->name(), name);
+    if (!(it->second.shape() == tensor.shape()))
+      fail("{}: saved \"{}\" has shape {}, expected {}", this->name(), name, it->second.shape().str(),
+           tensor.shape().str());
+    if (name == "optimizer/iterations") iterations_ = static_cast<int64_t>(it->second.item());
+    else tensor.copy_from(it->second);
+  }
+}
+
+namespace optimizers {
+
+SGD::SGD(float learning_rate, SGDOptions options) : Optimizer(learning_rate), options_(options) {
+  if (!(options.momentum >= 0.0f && options.momentum < 1.0f))
+    fail("SGD: momentum must be in [0, 1), got {}", options.momentum);
+}
+
+void SGD::update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t) {
+  kernels::cpu::sgd_update(v.value.data<float>(), g.data<float>(), slots.empty() ? nullptr : slots[0].data<float>(),
+                           v.value.numel(), lr, options_.momentum, options_.nesterov);
+}
+
+Adam::Adam(float learning_rate, AdamOptions options) : Optimizer(learning_rate), options_(options) {
+  if (!(options.beta_1 >= 0.0f && options.beta_1 < 1.0f)) fail("Adam: beta_1 must be in [0, 1), got {}", options.beta_1);
+  if (!(options.beta_2 >= 0.0f && options.beta_2 < 1.0f)) fail("Adam: beta_2 must be in [0, 1), got {}", options.beta_2);
+  if (!(options.epsilon > 0.0f)) fail("Adam: epsilon must be positive, got {}", options.epsilon);
+}
+
+void Adam::update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) {
+  kernels::cpu::adam_update(v.value.data<float>(), g.data<float>(), slots[0].data<float>(), slots[1].data<float>(),
+                            v.value.numel(), lr, options_.beta_1, options_.beta_2, options_.epsilon, step);
+}
+
+RMSprop::RMSprop(float learning_rate, RMSpropOptions options) : Optimizer(learning_rate), options_(options) {
+  if (!(options.rho >= 0.0f && options.rho < 1.0f)) fail("RMSprop: rho must be in [0, 1), got {}", options.rho);
+}
+
+void RMSprop::update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t) {
+  kernels::cpu::rmsprop_update(v.value.data<float>(), g.data<float>(), slots[0].data<float>(),
+                               slots.size() > 1 ? slots[1].data<float>() : nullptr, v.value.numel(), lr, options_.rho,
+                               options_.momentum, options_.epsilon);
+}
+
+Adagrad::Adagrad(float learning_rate, AdagradOptions options) : Optimizer(learning_rate), options_(options) {
+  if (options.initial_accumulator_value < 0.0f)
+    fail("Adagrad: initial_accumulator_value must be non-negative, got {}", options.initial_accumulator_value);
+}
+
+void Adagrad::update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t) {
+  kernels::cpu::adagrad_update(v.value.data<float>(), g.data<float>(), slots[0].data<float>(), v.value.numel(), lr,
+                               options_.epsilon);
+}
+
+std::unique_ptr<Optimizer> by_name(const std::string& name) {
+  if (name == "sgd") return std::make_unique<SGD>();
+  if (name == "adam") return std::make_unique<Adam>();
+  if (name == "rmsprop") return std::make_unique<RMSprop>();
+  if (name == "adagrad") return std::make_unique<Adagrad>();
+  fail("optimizer: unknown optimizer \"{}\"; expected one of: sgd, adam, rmsprop, adagrad", name);
+}
+
+}  // namespace optimizers
+}  // namespace tandem

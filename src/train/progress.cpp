@@ -1,0 +1,71 @@
+#include "train/progress.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <string>
+
+namespace tandem::train {
+namespace {
+
+std::string format_eta(double seconds) {
+  auto s = static_cast<int64_t>(seconds);
+  if (s >= 3600) return fmt::format("{}:{:02}:{:02}", s / 3600, (s % 3600) / 60, s % 60);
+  if (s >= 60) return fmt::format("{}:{:02}", s / 60, s % 60);
+  return fmt::format("{}s", s);
+}
+
+std::string format_per_step(double seconds) {
+  if (seconds >= 1.0) return fmt::format("{:.0f}s/step", seconds);
+  if (seconds >= 1e-3) return fmt::format("{:.0f}ms/step", seconds * 1e3);
+  return fmt::format("{:.0f}us/step", seconds * 1e6);
+}
+
+std::string format_logs(const Logs& logs) {
+  std::string s;
+  for (const auto& [name, value] : logs) s += fmt::format(" - {}: {:.4f}", name, value);
+  return s;
+}
+
+}  // namespace
+
+ProgressBar::ProgressBar(int64_t total_steps, int verbose, std::FILE* out)
+    : total_(total_steps), verbose_(verbose), terminal_(isatty(fileno(out)) != 0), out_(out) {
+  start_ = last_draw_ = std::chrono::steady_clock::now();
+}
+
+void ProgressBar::update(int64_t step, const Logs& logs) {
+  if (verbose_ != 1 || !terminal_ || step >= total_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  draw(step, logs, false);
+}
+
+void ProgressBar::finish(const Logs& logs) {
+  if (verbose_ == 0) return;
+  draw(total_, logs, true);
+}
+
+void ProgressBar::draw(int64_t step, const Logs& logs, bool final) {
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  int width = static_cast<int>(std::to_string(total_).size());
+  std::string line = fmt::format("{:>{}}/{}", step, width, total_);
+  if (verbose_ == 1) {
+    const int bar = 30;
+    int filled = total_ > 0 ? static_cast<int>(bar * step / total_) : bar;
+    std::string b(static_cast<size_t>(filled), '=');
+    if (filled < bar) b += '>';
+    b.resize(bar, '.');
+    line += " [" + b + "]";
+  }
+  double per_step = step > 0 ? elapsed / static_cast<double>(step) : 0.0;
+  if (final) line += fmt::format(" - {:.0f}s {}", elapsed, format_per_step(per_step));
+  else line += " - ETA: " + format_eta(per_step * static_cast<double>(total_ - step));
+  line += format_logs(logs);
+  if (terminal_ && verbose_ == 1) std::fprintf(out_, "\r%s\033[K%s", line.c_str(), final ? "\n" : "");
+  else std::fprintf(out_, "%s\n", line.c_str());
+  std::fflush(out_);
+}
+
+}  // namespace tandem::train
