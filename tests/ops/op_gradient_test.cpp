@@ -1,0 +1,229 @@
+// One description per op: its input shapes, the op, and a naive double-precision reference.
+// The harness checks the forward pass against the reference and the backward pass (through
+// GradientTape) against central finite differences of the reference, in double precision.
+#include <functional>
+
+#include "reference.h"
+#include "tandem/autograd.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+using reference::Vec;
+using Inputs = std::vector<Tensor>;
+using RefInputs = std::vector<Vec>;
+
+struct OpCase {
+  std::string name;
+  std::vector<Shape> shapes;
+  std::function<Tensor(const Inputs&)> op;
+  std::function<Vec(const RefInputs&)> ref;
+  float low = -1.0f, high = 1.0f;
+  double forward_atol = 2e-5, forward_rtol = 1e-4;
+  double grad_atol = 3e-4, grad_rtol = 3e-3;
+  size_t differentiable = 99;  // inputs after this many are constants (loss targets)
+};
+
+std::ostream& operator<<(std::ostream& os, const OpCase& c) { return os << c.name; }
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+class OpTest : public ::testing::TestWithParam<OpCase> {};
+
+TEST_P(OpTest, ForwardMatchesReference) {
+  const OpCase& c = GetParam();
+  Inputs inputs;
+  RefInputs ref_inputs;
+  for (size_t i = 0; i < c.shapes.size(); ++i) {
+    inputs.push_back(testing::random_tensor(c.shapes[i], 100 + i, c.low, c.high));
+    ref_inputs.push_back(testing::to_double(inputs.back()));
+  }
+  Tensor out = c.op(inputs);
+  EXPECT_TRUE(testing::all_close(out, c.ref(ref_inputs), c.forward_atol, c.forward_rtol)) << c.name;
+}
+
+TEST_P(OpTest, GradientMatchesFiniteDifferences) {
+  const OpCase& c = GetParam();
+  Inputs inputs;
+  RefInputs ref_inputs;
+  for (size_t i = 0; i < c.shapes.size(); ++i) {
+    inputs.push_back(testing::random_tensor(c.shapes[i], 200 + i, c.low, c.high));
+    ref_inputs.push_back(testing::to_double(inputs.back()));
+  }
+  // Scalar objective L = Σ out ⊙ R with a fixed random R, so every output element matters.
+  Vec probe = c.ref(ref_inputs);
+  Tensor weights = testing::random_tensor(Shape{static_cast<int64_t>(probe.size())}, 300);
+  Vec w = testing::to_double(weights);
+
+  GradientTape tape;
+  for (const Tensor& t : inputs) tape.watch(t);
+  Tensor out = c.op(inputs);
+  Tensor loss = ops::sum(ops::mul(ops::reshape(out, Shape{out.numel()}), weights));
+  std::vector<Tensor> grads = tape.gradient(loss, inputs);
+
+  const double h = 1e-5;
+  for (size_t i = 0; i < std::min(inputs.size(), c.differentiable); ++i) {
+    Vec numeric(ref_inputs[i].size());
+    for (size_t k = 0; k < ref_inputs[i].size(); ++k) {
+      RefInputs plus = ref_inputs, minus = ref_inputs;
+      plus[i][k] += h;
+      minus[i][k] -= h;
+      numeric[k] = (dot(c.ref(plus), w) - dot(c.ref(minus), w)) / (2 * h);
+    }
+    EXPECT_TRUE(testing::all_close(grads[i], numeric, c.grad_atol, c.grad_rtol)) << c.name << " input " << i;
+  }
+}
+
+Vec ref_dense(const RefInputs& in, int64_t b, int64_t i, int64_t u, Activation a) {
+  Vec z = reference::matmul(in[0], in[1], b, i, u, false, false);
+  for (int64_t r = 0; r < b; ++r)
+    for (int64_t j = 0; j < u; ++j) z[r * u + j] += in[2][j];
+  return reference::activation(z, u, a);
+}
+
+std::vector<OpCase> op_cases() {
+  std::vector<OpCase> cases;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      int64_t m = 3, k = 5, n = 4;
+      cases.push_back({fmt::format("matmul_t{}{}", int(ta), int(tb)),
+                       {ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}},
+                       [=](const Inputs& in) { return ops::matmul(in[0], in[1], ta, tb); },
+                       [=](const RefInputs& in) { return reference::matmul(in[0], in[1], m, k, n, ta, tb); }});
+    }
+  for (Activation a : {Activation::Linear, Activation::ReLU, Activation::ELU, Activation::SELU, Activation::Tanh,
+                       Activation::Sigmoid, Activation::GELU, Activation::Softmax}) {
+    std::string an(activation_name(a));
+    cases.push_back({"dense_" + an, {{4, 6}, {6, 5}, {5}},
+                     [=](const Inputs& in) { return ops::dense(in[0], in[1], in[2], a); },
+                     [=](const RefInputs& in) { return ref_dense(in, 4, 6, 5, a); }});
+    cases.push_back({"activation_" + an, {{3, 7}},
+                     [=](const Inputs& in) { return ops::activation(in[0], a); },
+                     [=](const RefInputs& in) { return reference::activation(in[0], 7, a); }, -3.0f, 3.0f});
+  }
+  cases.push_back({"add", {{3, 4}, {3, 4}}, [](const Inputs& in) { return ops::add(in[0], in[1]); },
+                   [](const RefInputs& in) { Vec y(12); for (int i = 0; i < 12; ++i) y[i] = in[0][i] + in[1][i]; return y; }});
+  cases.push_back({"add_bias", {{3, 4}, {4}}, [](const Inputs& in) { return ops::add(in[0], in[1]); },
+                   [](const RefInputs& in) { Vec y(12); for (int i = 0; i < 12; ++i) y[i] = in[0][i] + in[1][i % 4]; return y; }});
+  cases.push_back({"sub_bias", {{3, 4}, {4}}, [](const Inputs& in) { return ops::sub(in[0], in[1]); },
+                   [](const RefInputs& in) { Vec y(12); for (int i = 0; i < 12; ++i) y[i] = in[0][i] - in[1][i % 4]; return y; }});
+  cases.push_back({"mul", {{3, 4}, {3, 4}}, [](const Inputs& in) { return ops::mul(in[0], in[1]); },
+                   [](const RefInputs& in) { Vec y(12); for (int i = 0; i < 12; ++i) y[i] = in[0][i] * in[1][i]; return y; }});
+  cases.push_back({"mul_bias", {{3, 4}, {4}}, [](const Inputs& in) { return ops::mul(in[0], in[1]); },
+                   [](const RefInputs& in) { Vec y(12); for (int i = 0; i < 12; ++i) y[i] = in[0][i] * in[1][i % 4]; return y; }});
+  cases.push_back({"scale", {{5}}, [](const Inputs& in) { return ops::scale(in[0], -2.5f); },
+                   [](const RefInputs& in) { Vec y(5); for (int i = 0; i < 5; ++i) y[i] = -2.5 * in[0][i]; return y; }});
+  cases.push_back({"square", {{5}}, [](const Inputs& in) { return ops::square(in[0]); },
+                   [](const RefInputs& in) { Vec y(5); for (int i = 0; i < 5; ++i) y[i] = in[0][i] * in[0][i]; return y; }});
+  cases.push_back({"log", {{6}}, [](const Inputs& in) { return ops::log(in[0]); },
+                   [](const RefInputs& in) { Vec y(6); for (int i = 0; i < 6; ++i) y[i] = std::log(in[0][i]); return y; }, 0.5f, 2.0f});
+  cases.push_back({"clip", {{8}}, [](const Inputs& in) { return ops::clip(in[0], -0.5f, 0.5f); },
+                   [](const RefInputs& in) { Vec y(8); for (int i = 0; i < 8; ++i) y[i] = std::clamp(in[0][i], -0.5, 0.5); return y; }});
+  cases.push_back({"sum", {{3, 4}}, [](const Inputs& in) { return ops::sum(in[0]); },
+                   [](const RefInputs& in) { double s = 0; for (double v : in[0]) s += v; return Vec{s}; }});
+  cases.push_back({"mean", {{3, 4}}, [](const Inputs& in) { return ops::mean(in[0]); },
+                   [](const RefInputs& in) { double s = 0; for (double v : in[0]) s += v; return Vec{s / 12}; }});
+  cases.push_back({"reshape", {{2, 6}}, [](const Inputs& in) { return ops::reshape(in[0], {3, 4}); },
+                   [](const RefInputs& in) { return in[0]; }});
+
+  static const std::vector<int32_t> labels{2, 0, 4, 1};
+  cases.push_back({"sparse_softmax_cross_entropy", {{4, 5}},
+                   [](const Inputs& in) {
+                     return ops::sparse_softmax_cross_entropy(in[0], Tensor::from_vector({4}, std::span<const int32_t>(labels)));
+                   },
+                   [](const RefInputs& in) {
+                     Vec y(4);
+                     for (int r = 0; r < 4; ++r) y[r] = -reference::log_softmax_row(&in[0][r * 5], 5)[labels[r]];
+                     return y;
+                   }, -3.0f, 3.0f});
+  cases.push_back({"softmax_cross_entropy", {{4, 5}, {4, 5}},
+                   [](const Inputs& in) { return ops::softmax_cross_entropy(in[0], in[1]); },
+                   [](const RefInputs& in) {
+                     Vec y(4, 0.0);
+                     for (int r = 0; r < 4; ++r) {
+                       Vec ls = reference::log_softmax_row(&in[0][r * 5], 5);
+                       for (int j = 0; j < 5; ++j) y[r] -= in[1][r * 5 + j] * ls[j];
+                     }
+                     return y;
+                   }, 0.0f, 1.0f});
+  cases.push_back({"binary_cross_entropy_logits", {{3, 4}, {3, 4}},
+                   [](const Inputs& in) { return ops::binary_cross_entropy(in[0], in[1], true); },
+                   [](const RefInputs& in) {
+                     Vec y(3, 0.0);
+                     for (int i = 0; i < 12; ++i) {
+                       double p = 1 / (1 + std::exp(-in[0][i]));
+                       y[i / 4] -= (in[1][i] * std::log(p) + (1 - in[1][i]) * std::log(1 - p)) / 4;
+                     }
+                     return y;
+                   }, 0.05f, 0.95f});
+  cases.push_back({"binary_cross_entropy_probabilities", {{3, 4}, {3, 4}},
+                   [](const Inputs& in) { return ops::binary_cross_entropy(in[0], in[1], false); },
+                   [](const RefInputs& in) {
+                     Vec y(3, 0.0);
+                     for (int i = 0; i < 12; ++i) y[i / 4] -= (in[1][i] * std::log(in[0][i]) + (1 - in[1][i]) * std::log(1 - in[0][i])) / 4;
+                     return y;
+                   }, 0.05f, 0.95f});
+  cases.push_back({"mean_squared_error", {{3, 4}, {3, 4}},
+                   [](const Inputs& in) { return ops::mean_squared_error(in[0], in[1]); },
+                   [](const RefInputs& in) {
+                     Vec y(3, 0.0);
+                     for (int i = 0; i < 12; ++i) y[i / 4] += (in[0][i] - in[1][i]) * (in[0][i] - in[1][i]) / 4;
+                     return y;
+                   }});
+  struct ConvCase { const char* name; int64_t h, w, kh, kw, sh, sw; Padding pad; };
+  for (ConvCase cc : {ConvCase{"conv2d_valid", 6, 5, 3, 3, 1, 1, Padding::Valid},
+                      ConvCase{"conv2d_same_stride2", 6, 5, 3, 2, 2, 2, Padding::Same},
+                      ConvCase{"conv2d_same", 5, 5, 3, 3, 1, 1, Padding::Same}}) {
+    auto g = reference::conv_geometry(2, cc.h, cc.w, 3, cc.kh, cc.kw, 4, cc.sh, cc.sw, cc.pad);
+    cases.push_back({cc.name, {{2, cc.h, cc.w, 3}, {cc.kh, cc.kw, 3, 4}, {4}},
+                     [=](const Inputs& in) { return ops::conv2d(in[0], in[1], in[2], cc.sh, cc.sw, cc.pad); },
+                     [=](const RefInputs& in) { return reference::conv2d(in[0], in[1], &in[2], g); }});
+  }
+  struct PoolCase { const char* name; bool max; int64_t p, s; Padding pad; };
+  for (PoolCase pc : {PoolCase{"max_pool_valid", true, 2, 2, Padding::Valid}, PoolCase{"max_pool_same_s1", true, 3, 1, Padding::Same},
+                      PoolCase{"avg_pool_valid", false, 2, 2, Padding::Valid}, PoolCase{"avg_pool_same", false, 3, 2, Padding::Same}}) {
+    auto g = reference::conv_geometry(2, 5, 6, 3, pc.p, pc.p, 3, pc.s, pc.s, pc.pad);
+    cases.push_back({pc.name, {{2, 5, 6, 3}},
+                     [=](const Inputs& in) {
+                       return pc.max ? ops::max_pool2d(in[0], pc.p, pc.p, pc.s, pc.s, pc.pad)
+                                     : ops::avg_pool2d(in[0], pc.p, pc.p, pc.s, pc.s, pc.pad);
+                     },
+                     [=](const RefInputs& in) { return reference::pool2d(in[0], g, pc.max); }});
+  }
+  for (bool training : {true, false}) {
+    cases.push_back({training ? "batch_norm_training" : "batch_norm_inference", {{6, 4}, {4}, {4}},
+                     [=](const Inputs& in) {
+                       Tensor mm = Tensor::full({4}, 0.1f), mv = Tensor::full({4}, 0.8f);
+                       return ops::batch_norm(in[0], in[1], in[2], mm, mv, 0.9f, 1e-3f, training);
+                     },
+                     [=](const RefInputs& in) {
+                       return reference::batch_norm(in[0], in[1], in[2], 4, 1e-3, training, Vec(4, 0.1f), Vec(4, 0.8f));
+                     }});
+  }
+  cases.push_back({"dropout", {{4, 16}},
+                   [](const Inputs& in) { return ops::dropout(in[0], 0.3f, RandomKey{11, 3, 5}); },
+                   [](const RefInputs& in) {
+                     // The mask is part of the op's contract: Philox(11, 3) at (5 + row)·16 + column.
+                     Philox rng(11, 3);
+                     Vec y(64);
+                     for (int i = 0; i < 64; ++i) {
+                       uint64_t index = static_cast<uint64_t>((5 + i / 16) * 16 + i % 16);
+                       y[i] = rng.uniform(index) < 0.3f ? 0.0 : in[0][i] / (1.0 - 0.3f);
+                     }
+                     return y;
+                   }});
+  for (OpCase& c : cases)
+    if (c.name.find("cross_entropy") != std::string::npos || c.name == "mean_squared_error") c.differentiable = 1;
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, OpTest, ::testing::ValuesIn(op_cases()),
+                         [](const ::testing::TestParamInfo<OpCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace tandem
