@@ -102,7 +102,6 @@ class Sequential {
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Loss> loss_;
   std::vector<std::string> metric_names_;
-  int64_t train_step_ = 0;  // global step across fit calls; keys dropout
 };
 
 }  // namespace tandem

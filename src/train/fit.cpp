@@ -154,11 +154,10 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
       int64_t begin = step * batch, end = std::min(rows, begin + batch);
       Tensor xb = gather_rows(x, index, begin, end), yb = gather_rows(y, index, begin, end);
       tape.reset();
-      Tensor y_pred = call(xb, CallContext{true, RandomKey{seed_, static_cast<uint64_t>(train_step_), 0}});
+      Tensor y_pred = call(xb, CallContext{true, RandomKey{seed_, static_cast<uint64_t>(optimizer_->iterations()), 0}});
       Tensor loss = ops::mean(loss_->per_sample(yb, y_pred));
       tape.gradient(loss, sources, grads);
       optimizer_->apply(trainable, grads);
-      ++train_step_;
       float loss_value = loss.item();
       loss_metric.update_mean(loss_value, end - begin);
       for (Metric& m : metrics) m.update(yb, y_pred);
