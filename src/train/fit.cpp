@@ -25,6 +25,13 @@ Tensor gather_rows(const Tensor& src, const std::vector<int64_t>& index, int64_t
   for (int64_t i = begin; i < end; ++i)
     std::memcpy(to + static_cast<size_t>(i - begin) * row_bytes, from + static_cast<size_t>(index[static_cast<size_t>(i)]) * row_bytes,
                 row_bytes);
+  // Shuffled rows come from anywhere in the dataset, so they miss the caches: ask for the next
+  // batch's rows now, and they arrive while this step computes.
+  int64_t next_end = std::min<int64_t>(static_cast<int64_t>(index.size()), end + (end - begin));
+  for (int64_t i = end; i < next_end; ++i) {
+    const char* row = from + static_cast<size_t>(index[static_cast<size_t>(i)]) * row_bytes;
+    for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + off, 0, 2);
+  }
   return out;
 }
 

@@ -1,0 +1,146 @@
+// Training throughput of the reference models on MNIST-shaped data (60,000 × 784, random),
+// beside the GEMM-only floor: the same matrix products alone through oneDNN, no framework.
+// Usage: bench_models WORKLOAD [threads] [seconds] [nofloor]   WORKLOAD: mlp25 mlp256 mlp5_50 mlp5_256 cnn64
+// Prints one JSON line. Run one workload per process so that peak RSS is the workload's own.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "kernels/cpu/kernels.h"
+#include "tandem/tandem.h"
+
+using namespace tandem;
+using namespace tandem::layers;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Workload {
+  std::string name, model;
+  int64_t batch;
+};
+
+std::unique_ptr<Sequential> make_model(const std::string& model) {
+  auto m = std::make_unique<Sequential>();
+  if (model == "mlp") {
+    m->add(Dense(128, "relu", {.input_shape = Shape{784}}));
+    m->add(Dropout(0.2f));
+    m->add(Dense(10, "softmax"));
+    m->compile(optimizers::Adam(), "sparse_categorical_crossentropy", {"accuracy"});
+  } else if (model == "mlp5") {
+    m->add(Dense(160, "elu", {.input_shape = Shape{784}}));
+    for (int i = 0; i < 4; ++i) m->add(Dense(160, "elu"));
+    m->add(Dense(10));
+    m->compile(optimizers::SGD(0.01f, {.momentum = 0.95f}), Loss::sparse_categorical_crossentropy(true), {"accuracy"});
+  } else {
+    m->add(Conv2D(32, 3, {.activation = "relu", .input_shape = Shape{28, 28, 1}}));
+    m->add(MaxPooling2D());
+    m->add(Flatten());
+    m->add(Dense(64, "relu"));
+    m->add(Dense(10));
+    m->compile(optimizers::Adam(), Loss::sparse_categorical_crossentropy(true), {"accuracy"});
+  }
+  return m;
+}
+
+// Samples/s of the model's matrix products alone: per dense layer forward, dW and (but for the
+// first layer) dX. For the CNN, its dense layers plus the convolution as an im2col GEMM.
+double gemm_floor(const std::string& model, int64_t b, double seconds) {
+  std::vector<std::array<int64_t, 3>> layers;  // (in, out, needs dX)
+  if (model == "mlp") layers = {{784, 128, 0}, {128, 10, 1}};
+  else if (model == "mlp5") layers = {{784, 160, 0}, {160, 160, 1}, {160, 160, 1}, {160, 160, 1}, {160, 160, 1}, {160, 10, 1}};
+  else layers = {{5408, 64, 1}, {64, 10, 1}};
+  std::vector<std::vector<float>> x, w, y;
+  for (auto [in, out, dx] : layers) {
+    x.emplace_back(static_cast<size_t>(b * in), 0.5f);
+    w.emplace_back(static_cast<size_t>(in * out), 0.01f);
+    y.emplace_back(static_cast<size_t>(b * out), 0.1f);
+  }
+  // CNN: conv as GEMM (b·26·26, 9) × (9, 32) forward and dW (dX of the input is not needed).
+  int64_t conv_m = b * 26 * 26;
+  std::vector<float> cx(static_cast<size_t>(conv_m * 9), 0.5f), cw(9 * 32, 0.1f), cy(static_cast<size_t>(conv_m * 32));
+  auto step = [&] {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      auto [in, out, dx] = layers[i];
+      kernels::cpu::gemm(false, false, b, out, in, 1.0f, x[i].data(), in, w[i].data(), out, 0.0f, y[i].data(), out);
+      kernels::cpu::gemm(true, false, in, out, b, 1.0f, x[i].data(), in, y[i].data(), out, 0.0f, w[i].data(), out);
+      if (dx) kernels::cpu::gemm(false, true, b, in, out, 1.0f, y[i].data(), out, w[i].data(), out, 0.0f, x[i].data(), in);
+    }
+    if (model == "cnn") {
+      kernels::cpu::gemm(false, false, conv_m, 32, 9, 1.0f, cx.data(), 9, cw.data(), 32, 0.0f, cy.data(), 32);
+      kernels::cpu::gemm(true, false, 9, 32, conv_m, 1.0f, cx.data(), 9, cy.data(), 32, 0.0f, cw.data(), 32);
+    }
+  };
+  for (int i = 0; i < 5; ++i) step();
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    int64_t steps = 0;
+    auto t0 = Clock::now();
+    double elapsed = 0;
+    while (elapsed < seconds / 3) {
+      step();
+      ++steps;
+      elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    best = std::max(best, static_cast<double>(steps * b) / elapsed);
+  }
+  return best;
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::vector<Workload> all = {{"mlp25", "mlp", 25}, {"mlp256", "mlp", 256}, {"mlp5_50", "mlp5", 50},
+                               {"mlp5_256", "mlp5", 256}, {"cnn64", "cnn", 64}};
+  if (argc < 2) fail("usage: bench_models WORKLOAD [threads] [seconds]; WORKLOAD is mlp25, mlp256, mlp5_50, mlp5_256 or cnn64");
+  auto it = std::find_if(all.begin(), all.end(), [&](const Workload& w) { return w.name == argv[1]; });
+  if (it == all.end()) fail("bench_models: unknown workload \"{}\"", argv[1]);
+  int threads = argc > 2 ? std::atoi(argv[2]) : 1;
+  double seconds = argc > 3 ? std::atof(argv[3]) : 6.0;
+  set_num_threads(threads);
+
+  const int64_t n = 60000;
+  bool cnn = it->model == "cnn";
+  Tensor x = Tensor::empty(cnn ? Shape{n, 28, 28, 1} : Shape{n, 784});
+  Philox rng(1);
+  rng.uniforms(0, x.numel(), x.data<float>());
+  std::vector<int32_t> labels(n);
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(rng.bits(static_cast<uint64_t>(i)) % 10);
+  Tensor y = Tensor::from_vector({n}, std::span<const int32_t>(labels));
+  double data_mb = static_cast<double>(x.numel() * 4 + n * 4) / 1e6;
+
+  auto model = make_model(it->model);
+  // Train on slices of the data sized to run about `seconds`/3, three times; report the best.
+  int64_t per_run = std::min<int64_t>(n, it->batch * 40);
+  model->fit(x.slice(0, per_run), y.slice(0, per_run), {.epochs = 1, .batch_size = it->batch, .verbose = 0});  // warm-up
+  auto t0 = Clock::now();
+  model->fit(x.slice(0, per_run), y.slice(0, per_run), {.epochs = 1, .batch_size = it->batch, .verbose = 0});
+  double one = std::chrono::duration<double>(Clock::now() - t0).count();
+  int64_t rows = std::min<int64_t>(n, std::max<int64_t>(it->batch, static_cast<int64_t>(per_run * (seconds / 3) / one)));
+  rows -= rows % it->batch;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto start = Clock::now();
+    model->fit(x.slice(0, rows), y.slice(0, rows), {.epochs = 1, .batch_size = it->batch, .verbose = 0});
+    best = std::max(best, static_cast<double>(rows) / std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  double rss = peak_rss_mb();
+  // A fourth argument "nofloor" skips the floor, for profiling the framework alone.
+  double floor = argc > 4 && std::strcmp(argv[4], "nofloor") == 0 ? 1.0 : gemm_floor(it->model, it->batch, 3.0);
+  std::printf("{\"workload\": \"%s\", \"threads\": %d, \"samples_per_s\": %.0f, \"peak_rss_mb\": %.1f, "
+              "\"data_mb\": %.1f, \"gemm_floor_samples_per_s\": %.0f, \"fraction_of_floor\": %.3f}\n",
+              it->name.c_str(), threads, best, rss, data_mb, floor, best / floor);
+} catch (const tandem::Error& e) {
+  std::fprintf(stderr, "error: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""The peer: PyTorch training the same reference models, same batch, same data shape.
+
+Usage: /usr/bin/python3 bench/torch_models.py WORKLOAD THREADS [SECONDS]
+Prints one JSON line like bench_models. Run one workload per process (peak RSS is per process).
+"""
+import json
+import resource
+import sys
+import time
+
+import torch
+from torch import nn
+
+
+def make_model(kind):
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(784, 128), nn.ReLU(), nn.Dropout(0.2), nn.Linear(128, 10))
+    if kind == "mlp5":
+        layers, width = [], 784
+        for _ in range(5):
+            layers += [nn.Linear(width, 160), nn.ELU()]
+            width = 160
+        return nn.Sequential(*layers, nn.Linear(160, 10))
+    return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(32 * 13 * 13, 64), nn.ReLU(), nn.Linear(64, 10))
+
+
+def main():
+    workloads = {"mlp25": ("mlp", 25), "mlp256": ("mlp", 256), "mlp5_50": ("mlp5", 50),
+                 "mlp5_256": ("mlp5", 256), "cnn64": ("cnn", 64)}
+    name, threads = sys.argv[1], int(sys.argv[2])
+    seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 6.0
+    kind, batch = workloads[name]
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    n = 60000
+    x = torch.rand(n, 1, 28, 28) if kind == "cnn" else torch.rand(n, 784)
+    y = torch.randint(0, 10, (n,))
+    model = make_model(kind)
+    if kind == "mlp5":
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.95)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=0.001, eps=1e-7)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def run(rows):
+        perm = torch.randperm(rows)
+        start = time.perf_counter()
+        for begin in range(0, rows - batch + 1, batch):
+            idx = perm[begin:begin + batch]
+            xb, yb = x[idx], y[idx]
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(xb), yb)
+            loss.backward()
+            opt.step()
+        return rows / (time.perf_counter() - start)
+
+    rows = min(n, batch * 40)
+    run(rows)  # warm-up
+    start = time.perf_counter()
+    run(rows)
+    one = time.perf_counter() - start
+    rows = min(n, max(batch, int(rows * (seconds / 3) / one)))
+    rows -= rows % batch
+    best = max(run(rows) for _ in range(3))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"workload": name, "threads": threads, "samples_per_s": round(best),
+                      "peak_rss_mb": round(rss, 1), "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
