@@ -57,9 +57,10 @@ Tensor binary_cross_entropy(const Tensor& x, const Tensor& targets, bool from_lo
 // pred, target:(B,...) -> (B): mean squared error over the other axes.
 Tensor mean_squared_error(const Tensor& pred, const Tensor& target);
 
-// x:(N,H,W,C) kernel:(KH,KW,C,F) bias:(F) or undefined -> (N,OH,OW,F). Channels last, as Keras.
+// x:(N,H,W,C) kernel:(KH,KW,C,F) bias:(F) or undefined -> act(conv + bias):(N,OH,OW,F).
+// Channels last, as Keras. The activation is fused (ReLU inside oneDNN); Softmax is not accepted.
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, int64_t stride_h, int64_t stride_w,
-              Padding padding);
+              Padding padding, Activation act = Activation::Linear);
 // x:(N,H,W,C) -> (N,OH,OW,C).
 Tensor max_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w,
                   Padding padding);

@@ -38,9 +38,8 @@ Shape Conv2D::do_build(const Shape& input_shape, uint64_t seed) {
 
 Tensor Conv2D::call(const Tensor& x, const CallContext&) {
   check_input(x);
-  Tensor y = ops::conv2d(x, variables_[0].value, options_.use_bias ? variables_[1].value : Tensor(), options_.strides.h,
-                         options_.strides.w, padding_);
-  return activation_ == tandem::Activation::Linear ? y : ops::activation(y, activation_);
+  return ops::conv2d(x, variables_[0].value, options_.use_bias ? variables_[1].value : Tensor(), options_.strides.h,
+                     options_.strides.w, padding_, activation_);
 }
 
 }  // namespace tandem::layers

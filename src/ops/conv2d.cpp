@@ -1,15 +1,24 @@
-// conv2d: x:(N,H,W,C) kernel:(KH,KW,C,F) bias:(F) -> (N,OH,OW,F), oneDNN direct convolution.
-// backward: dx through backward-data, dkernel and dbias through backward-weights.
+// conv2d: x:(N,H,W,C) kernel:(KH,KW,C,F) bias:(F) -> y = act(conv(x) + bias):(N,OH,OW,F), oneDNN
+//   convolution with ReLU as its post-op; other activations in one pass over y in place.
+// backward: dz = dy·act'(…) from y (z for GELU); dx through backward-data, dkernel and dbias
+//   through backward-weights.
 #include "ops/checks.h"
 
 namespace tandem::ops {
 namespace {
 
 struct Conv2dNode : autograd::Node {
-  Tensor x, kernel;
+  Tensor x, kernel, y, z;
+  Activation act;
   kernels::cpu::Conv2dShape shape;
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
+    if (act != Activation::Linear) {
+      Tensor dz = Tensor::empty(dy.shape());
+      kernels::cpu::activation_backward(dy.data<float>(), z.defined() ? z.data<float>() : nullptr, y.data<float>(),
+                                        dz.data<float>(), dy.numel() / shape.f, shape.f, act);
+      dy = dz;
+    }
     if (needs(0)) {
       Tensor dx = Tensor::empty(x.shape());
       kernels::cpu::conv2d_backward_data(shape, dy.data<float>(), kernel.data<float>(), dx.data<float>());
@@ -29,7 +38,7 @@ struct Conv2dNode : autograd::Node {
 }  // namespace
 
 Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, int64_t stride_h, int64_t stride_w,
-              Padding padding) {
+              Padding padding, Activation act) {
   const char* op = "conv2d";
   require_float(x_in, op, "x");
   require_float(kernel_in, op, "kernel");
@@ -38,6 +47,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, i
   if (x_in.dim(3) != kernel_in.dim(2))
     fail("conv2d: input has {} channels, kernel expects {} (x {}, kernel {})", x_in.dim(3), kernel_in.dim(2),
          x_in.shape().str(), kernel_in.shape().str());
+  if (act == Activation::Softmax) fail("conv2d: softmax is not a supported activation for a convolution");
   if (stride_h < 1 || stride_w < 1) fail("conv2d: strides must be positive, got ({}, {})", stride_h, stride_w);
   if (bias.defined()) {
     require_float(bias, op, "bias");
@@ -48,14 +58,24 @@ Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, i
                                       kernel_in.dim(1), kernel_in.dim(3), stride_h, stride_w, padding);
   if (s.oh < 1 || s.ow < 1)
     fail("conv2d: a {}x{} kernel does not fit the {}x{} input with 'valid' padding", s.kh, s.kw, s.h, s.w);
+  s.fused_relu = act == Activation::ReLU;
   Tensor x = x_in.contiguous(), kernel = kernel_in.contiguous();
   Tensor y = Tensor::empty({s.n, s.oh, s.ow, s.f});
   kernels::cpu::conv2d_forward(s, x.data<float>(), kernel.data<float>(),
                                bias.defined() ? bias.contiguous().data<float>() : nullptr, y.data<float>());
-  if (auto* tape = autograd::tracking_tape({&x_in, &kernel_in, &bias})) {
+  GradientTape* tape = autograd::tracking_tape({&x_in, &kernel_in, &bias});
+  Tensor z;
+  if (!s.fused_relu && act != Activation::Linear) {
+    if (tape && kernels::cpu::activation_backward_needs_input(act)) z = y.clone();
+    kernels::cpu::bias_activation(y.data<float>(), nullptr, y.numel() / s.f, s.f, act);
+  }
+  if (tape) {
     auto* node = new Conv2dNode();
     node->x = x;
     node->kernel = kernel;
+    node->y = y;
+    node->z = z;
+    node->act = act;
     node->shape = s;
     autograd::record(tape, node, {&x_in, &kernel_in, &bias}, y);
   }

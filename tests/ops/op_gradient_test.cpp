@@ -184,6 +184,12 @@ std::vector<OpCase> op_cases() {
                      [=](const Inputs& in) { return ops::conv2d(in[0], in[1], in[2], cc.sh, cc.sw, cc.pad); },
                      [=](const RefInputs& in) { return reference::conv2d(in[0], in[1], &in[2], g); }});
   }
+  for (Activation a : {Activation::ReLU, Activation::ELU, Activation::GELU}) {
+    auto g = reference::conv_geometry(2, 5, 5, 3, 3, 3, 4, 1, 1, Padding::Same);
+    cases.push_back({"conv2d_" + std::string(activation_name(a)), {{2, 5, 5, 3}, {3, 3, 3, 4}, {4}},
+                     [=](const Inputs& in) { return ops::conv2d(in[0], in[1], in[2], 1, 1, Padding::Same, a); },
+                     [=](const RefInputs& in) { return reference::activation(reference::conv2d(in[0], in[1], &in[2], g), 4, a); }});
+  }
   struct PoolCase { const char* name; bool max; int64_t p, s; Padding pad; };
   for (PoolCase pc : {PoolCase{"max_pool_valid", true, 2, 2, Padding::Valid}, PoolCase{"max_pool_same_s1", true, 3, 1, Padding::Same},
                       PoolCase{"avg_pool_valid", false, 2, 2, Padding::Valid}, PoolCase{"avg_pool_same", false, 3, 2, Padding::Same}}) {

@@ -42,6 +42,7 @@ struct Conv2dShape {
   int64_t sh, sw;           // strides
   int64_t pad_top, pad_left, pad_bottom, pad_right;
   int64_t oh, ow;           // output spatial size
+  bool fused_relu = false;  // forward applies ReLU as a oneDNN post-op
   bool operator==(const Conv2dShape&) const = default;
 };
 Conv2dShape conv2d_shape(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t f, int64_t sh,
