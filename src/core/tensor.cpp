@@ -177,7 +177,7 @@ Tensor Tensor::from_vector(const Shape& shape, std::span<const float> values) {
   if (static_cast<int64_t>(values.size()) != shape.numel())
     fail("Tensor::from_vector: shape {} holds {} values, got {}", shape.str(), shape.numel(), values.size());
   Tensor t = empty(shape);
-  std::memcpy(t.data<float>(), values.data(), values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(t.data<float>(), values.data(), values.size() * sizeof(float));
   return t;
 }
 
@@ -185,7 +185,7 @@ Tensor Tensor::from_vector(const Shape& shape, std::span<const int32_t> values) 
   if (static_cast<int64_t>(values.size()) != shape.numel())
     fail("Tensor::from_vector: shape {} holds {} values, got {}", shape.str(), shape.numel(), values.size());
   Tensor t = empty(shape, DType::Int32);
-  std::memcpy(t.data<int32_t>(), values.data(), values.size() * sizeof(int32_t));
+  if (!values.empty()) std::memcpy(t.data<int32_t>(), values.data(), values.size() * sizeof(int32_t));
   return t;
 }
 
