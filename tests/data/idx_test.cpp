@@ -116,11 +116,15 @@ TEST(Datasets, CountMismatchAndBadLabelsAreErrors) {
 
 TEST(Datasets, MissingDatasetNamesDirectoriesAndFiles) {
   testing::TempDir dir;
+  // Run from an empty directory so that a real ./data does not satisfy the lookup.
+  auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
   setenv("TANDEM_DATA", (dir.path() + "/env").c_str(), 1);
   EXPECT_TRUE(testing::throws_error([&] { data::load_dataset("fashion-mnist", {.data_dir = dir.path()}); },
                                     {dir.path() + "/fashion-mnist", dir.path() + "/env/fashion-mnist", "./data/fashion-mnist",
                                      "train-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}));
   unsetenv("TANDEM_DATA");
+  std::filesystem::current_path(cwd);
   EXPECT_TRUE(testing::throws_error([] { data::load_dataset("cifar"); }, {"unknown dataset \"cifar\""}));
 }
 

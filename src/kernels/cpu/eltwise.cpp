@@ -27,9 +27,11 @@ TANDEM_VECTORIZE void bias_rows(float* y, const float* b, int64_t rows, int64_t 
 }
 
 TANDEM_VECTORIZE void elu_all(float* y, int64_t n, float scale, float alpha) {
+  // exp of min(x, 0) for every element, so the loop has no branch and vectorizes.
   for (int64_t i = 0; i < n; ++i) {
     float x = y[i];
-    y[i] = x > 0.0f ? scale * x : scale * alpha * (vexp(x) - 1.0f);
+    float e = vexp(std::min(x, 0.0f));
+    y[i] = x > 0.0f ? scale * x : scale * alpha * (e - 1.0f);
   }
 }
 
