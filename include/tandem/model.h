@@ -55,8 +55,11 @@ class Sequential {
   void build(const Shape& input_shape);
   bool built() const;
 
-  // Forward pass on a batch; records on the active GradientTape.
-  Tensor operator()(const Tensor& x, bool training = false) { return call(x, CallContext{training, {seed_, 0, 0}}); }
+  // Forward pass on a batch; records on the active GradientTape. Each training call draws fresh
+  // dropout masks (keyed by a count of training calls), as in a custom training loop.
+  Tensor operator()(const Tensor& x, bool training = false) {
+    return call(x, CallContext{training, {seed_, training ? training_calls_++ : 0, 0}});
+  }
   Tensor call(const Tensor& x, const CallContext& ctx);
 
   std::string summary() const;  // Keras' table
@@ -102,6 +105,7 @@ class Sequential {
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Loss> loss_;
   std::vector<std::string> metric_names_;
+  uint64_t training_calls_ = 0;
 };
 
 }  // namespace tandem

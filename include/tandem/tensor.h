@@ -44,7 +44,8 @@ class Shape {
   const int64_t* end() const { return dims_.data() + rank_; }
   void push_back(int64_t d);
   bool operator==(const Shape& o) const;
-  std::string str() const;  // "(25, 784)"
+  std::string str() const;             // "(25, 784)"
+  std::string str_with_batch() const;  // a per-sample shape as Keras prints it: "(None, 784)"
  private:
   std::array<int64_t, kMaxRank> dims_{};
   int rank_ = 0;

@@ -1,4 +1,4 @@
-#include <cstring>
+#include <algorithm>
 
 #include "autograd/node.h"
 #include "core/tensor_impl.h"

@@ -116,6 +116,12 @@ std::string Shape::str() const {
   return s + ")";
 }
 
+std::string Shape::str_with_batch() const {
+  std::string s = "(None";
+  for (int i = 0; i < rank_; ++i) s += ", " + std::to_string(dims_[static_cast<size_t>(i)]);
+  return s + ")";
+}
+
 Tensor::Tensor(const Tensor& o) : impl_(o.impl_) {
   if (impl_) impl_->refs.fetch_add(1, std::memory_order_relaxed);
 }

@@ -14,8 +14,8 @@ Dense::Dense(int64_t units, const std::string& activation, DenseOptions options)
 
 Shape Dense::do_build(const Shape& input_shape, uint64_t seed) {
   if (input_shape.rank() != 1)
-    fail("{}: expects inputs of shape (None, features), got (None, {}; add a Flatten layer before it", label(),
-         input_shape.str().substr(1));
+    fail("{}: expects inputs of shape (None, features), got {}; add a Flatten layer before it", label(),
+         input_shape.str_with_batch());
   int64_t in = input_shape[0];
   add_variable("kernel", {in, units_}, kernel_init_, in, units_, seed);
   if (options_.use_bias) add_variable("bias", {units_}, bias_init_, in, units_, seed);

@@ -8,8 +8,8 @@ std::string Layer::label() const { return fmt::format("{} \"{}\"", type(), name_
 Shape Layer::build(const Shape& input_shape, uint64_t seed) {
   if (built_) {
     if (!(input_shape == input_shape_))
-      fail("{}: already built for inputs of shape (None, {}), got (None, {})", label(),
-           input_shape_.str().substr(1), input_shape.str().substr(1));
+      fail("{}: already built for inputs of shape {}, got {}", label(), input_shape_.str_with_batch(),
+           input_shape.str_with_batch());
     return output_shape_;
   }
   if (declared_input_shape_ && !(*declared_input_shape_ == input_shape))
@@ -46,7 +46,7 @@ void Layer::check_input(const Tensor& x) const {
     for (int i = 1; i < x.rank(); ++i) per_sample.push_back(x.dim(i));
     if (input_shape_.rank() == 1 && per_sample.rank() == 1)
       fail("{}: input has {} features, expected {}", label(), per_sample[0], input_shape_[0]);
-    fail("{}: expected inputs of shape (None, {}, got {}", label(), input_shape_.str().substr(1), x.shape().str());
+    fail("{}: expected inputs of shape {}, got {}", label(), input_shape_.str_with_batch(), x.shape().str());
   }
   if (x.dtype() != DType::Float32) fail("{}: input must be float32, got {}", label(), dtype_name(x.dtype()));
 }

@@ -16,8 +16,8 @@ Pooling2D::Pooling2D(bool max, Size2 pool_size, Pooling2DOptions options)
 
 Shape Pooling2D::do_build(const Shape& input_shape, uint64_t) {
   if (input_shape.rank() != 3)
-    fail("{}: expects inputs of shape (None, height, width, channels), got (None, {}", label(),
-         input_shape.str().substr(1));
+    fail("{}: expects inputs of shape (None, height, width, channels), got {}", label(),
+         input_shape.str_with_batch());
   auto s = kernels::cpu::pool2d_shape(kernels::cpu::PoolKind::Max, 1, input_shape[0], input_shape[1], input_shape[2],
                                       pool_size_.h, pool_size_.w, strides_.h, strides_.w, padding_);
   if (s.oh < 1 || s.ow < 1)

@@ -86,8 +86,7 @@ std::string Sequential::summary() const {
   for (size_t i = 0; i < layers_.size(); ++i) {
     const auto& l = layers_[i];
     std::string shape = "?";
-    if (l->built()) shape = "(None, " + l->output_shape().str().substr(1);
-    if (shape.ends_with(",)")) shape = shape.substr(0, shape.size() - 2) + ")";
+    if (l->built()) shape = l->output_shape().str_with_batch();
     s += fmt::format(" {:<{}}{:<{}}{:<{}}\n", fmt::format("{} ({})", l->name(), l->type()), w1 - 1, shape, w2,
                      l->count_params(), w3);
     s += i + 1 < layers_.size() ? fmt::format("{:<{}}\n", "", w1 + w2 + w3) : "";

@@ -40,8 +40,8 @@ void Loss::check_targets(const Tensor& y_true, const Shape& out) const {
   bool ok = y_true.rank() == out.rank() + 1;
   for (int i = 0; ok && i < out.rank(); ++i) ok = y_true.dim(i + 1) == out[i];
   if (!ok)
-    fail("{}: targets have shape {}, expected (samples, {}) to match the model output", name(), y_true.shape().str(),
-         out.str().substr(1));
+    fail("{}: targets have shape {}, expected {} to match the model output", name(), y_true.shape().str(),
+         out.str_with_batch());
 }
 
 Tensor Loss::per_sample(const Tensor& y_true, const Tensor& y_pred) const {

@@ -1,6 +1,8 @@
 // save_weights / load_weights: a simple binary file of named float32 tensors.
 //   "TANDEMW1" | u32 count | count × (u32 name bytes | name | u32 rank | i64 dims[rank] | f32 data)
 // Written to a temporary file and renamed, so that a crash never leaves a half-written file.
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -96,9 +98,14 @@ void Sequential::load_weights(const std::string& path) {
     if (rank > Shape::kMaxRank) fail("load_weights: file \"{}\" byte offset {}: rank {} of \"{}\" exceeds {}", path, in.offset() - 4, rank, name, Shape::kMaxRank);
     int64_t dims[Shape::kMaxRank];
     in.read(dims, 8 * rank, "dimensions");
-    for (uint32_t d = 0; d < rank; ++d)
+    int64_t elements = 1;
+    for (uint32_t d = 0; d < rank; ++d) {
       if (dims[d] < 0 || dims[d] > (int64_t{1} << 32))
         fail("load_weights: file \"{}\": \"{}\" has an invalid dimension {}", path, name, dims[d]);
+      elements *= std::max<int64_t>(dims[d], 1);
+      if (elements > (int64_t{1} << 32))
+        fail("load_weights: file \"{}\": \"{}\" claims more than 2^32 elements", path, name);
+    }
     Shape shape(std::span<const int64_t>(dims, rank));
     Tensor t = Tensor::empty(shape);
     in.read(t.data<float>(), 4 * static_cast<size_t>(shape.numel()), "tensor data");
