@@ -35,14 +35,19 @@ double dot(const Vec& a, const Vec& b) {
 
 class OpTest : public ::testing::TestWithParam<OpCase> {};
 
+// Random inputs in the case's range, as tensors and as the same values in double.
+void make_inputs(const OpCase& c, uint64_t seed, Inputs& inputs, RefInputs& ref_inputs) {
+  for (size_t i = 0; i < c.shapes.size(); ++i) {
+    inputs.push_back(testing::random_tensor(c.shapes[i], seed + i, c.low, c.high));
+    ref_inputs.push_back(testing::to_double(inputs.back()));
+  }
+}
+
 TEST_P(OpTest, ForwardMatchesReference) {
   const OpCase& c = GetParam();
   Inputs inputs;
   RefInputs ref_inputs;
-  for (size_t i = 0; i < c.shapes.size(); ++i) {
-    inputs.push_back(testing::random_tensor(c.shapes[i], 100 + i, c.low, c.high));
-    ref_inputs.push_back(testing::to_double(inputs.back()));
-  }
+  make_inputs(c, 100, inputs, ref_inputs);
   Tensor out = c.op(inputs);
   EXPECT_TRUE(testing::all_close(out, c.ref(ref_inputs), c.forward_atol, c.forward_rtol)) << c.name;
 }
@@ -51,10 +56,7 @@ TEST_P(OpTest, GradientMatchesFiniteDifferences) {
   const OpCase& c = GetParam();
   Inputs inputs;
   RefInputs ref_inputs;
-  for (size_t i = 0; i < c.shapes.size(); ++i) {
-    inputs.push_back(testing::random_tensor(c.shapes[i], 200 + i, c.low, c.high));
-    ref_inputs.push_back(testing::to_double(inputs.back()));
-  }
+  make_inputs(c, 200, inputs, ref_inputs);
   // Scalar objective L = Σ out ⊙ R with a fixed random R, so every output element matters.
   Vec probe = c.ref(ref_inputs);
   Tensor weights = testing::random_tensor(Shape{static_cast<int64_t>(probe.size())}, 300);

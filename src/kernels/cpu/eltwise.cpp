@@ -47,21 +47,6 @@ void gelu_all(float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * y[i] * (1.0f + std::erf(y[i] * 0.70710678118654752f));
 }
 
-TANDEM_VECTORIZE void softmax_rows(float* y, int64_t rows, int64_t cols) {
-  for (int64_t i = 0; i < rows; ++i) {
-    float* r = y + i * cols;
-    float m = r[0];
-    for (int64_t j = 1; j < cols; ++j) m = std::max(m, r[j]);
-    float s = 0.0f;
-    for (int64_t j = 0; j < cols; ++j) {
-      r[j] = vexp(r[j] - m);
-      s += r[j];
-    }
-    float inv = 1.0f / s;
-    for (int64_t j = 0; j < cols; ++j) r[j] *= inv;
-  }
-}
-
 TANDEM_VECTORIZE void backward_from_output(const float* dy, const float* y, float* dz, int64_t n, Activation act) {
   switch (act) {
     case Activation::ReLU:
@@ -102,7 +87,9 @@ void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Ac
     case Activation::Sigmoid: sigmoid_all(y, n); break;
     case Activation::Tanh: tanh_all(y, n); break;
     case Activation::GELU: gelu_all(y, n); break;
-    case Activation::Softmax: softmax_rows(y, rows, cols); break;
+    case Activation::Softmax:
+      for (int64_t i = 0; i < rows; ++i) softmax_row(y + i * cols, cols, y + i * cols);
+      break;
   }
 }
 

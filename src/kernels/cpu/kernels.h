@@ -22,6 +22,9 @@ bool activation_backward_needs_input(Activation act);  // true when dz needs z, 
 // db(cols) = column sums of dy(rows,cols).
 void column_sums(const float* dy, int64_t rows, int64_t cols, float* db);
 
+// p = softmax(row) (p may be row itself); returns the row's log-partition log Σ exp(row).
+float softmax_row(const float* row, int64_t cols, float* p);
+
 // Fused softmax + cross-entropy. loss(rows) per row; dlogits (may be null) = (softmax - target)·grad_scale.
 void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                                   float* loss, float* probabilities);

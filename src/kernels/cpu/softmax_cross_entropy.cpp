@@ -7,9 +7,6 @@
 #include "kernels/cpu/kernels.h"
 
 namespace tandem::kernels::cpu {
-namespace {
-
-// p = softmax(row); returns log(sum(exp(row - max))) + max, the row's log-partition.
 TANDEM_VECTORIZE float softmax_row(const float* row, int64_t cols, float* p) {
   float m = row[0];
   for (int64_t j = 1; j < cols; ++j) m = std::max(m, row[j]);
@@ -22,8 +19,6 @@ TANDEM_VECTORIZE float softmax_row(const float* row, int64_t cols, float* p) {
   for (int64_t j = 0; j < cols; ++j) p[j] *= inv;
   return std::log(s) + m;
 }
-
-}  // namespace
 
 void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
                                   float* loss, float* probabilities) {
