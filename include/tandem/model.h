@@ -2,6 +2,7 @@
 // Sequential: a stack of layers with Keras' compile / fit / evaluate / predict.
 #include <concepts>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -9,6 +10,7 @@
 
 #include "tandem/autograd.h"
 #include "tandem/callbacks.h"
+#include "tandem/io.h"
 #include "tandem/layers.h"
 #include "tandem/losses.h"
 #include "tandem/metrics.h"
@@ -30,6 +32,12 @@ struct FitOptions {
 struct EvaluateOptions {
   int64_t batch_size = 32;
   int verbose = 0;
+};
+
+// Where training stands: the next batch to run is batch `step` of epoch `epoch`.
+struct TrainingPosition {
+  int epoch = 0;
+  int64_t step = 0;
 };
 
 struct SequentialOptions {
@@ -89,15 +97,28 @@ class Sequential {
 
   // Model state: every variable, then the optimizer's slots and step when compiled.
   std::vector<std::pair<std::string, Tensor>> state();
+  // Weights (and optimizer state when compiled) as safetensors, written atomically, checksummed.
   void save_weights(const std::string& path);
   void load_weights(const std::string& path);
+  // A full checkpoint: state, seed, training position and the running metrics of the epoch in
+  // progress, so that training resumed from it continues exactly.
+  void save_checkpoint(const std::string& path);
+  TrainingPosition load_checkpoint(const std::string& path);
 
   bool stop_training = false;  // a callback sets it to end fit after the current epoch
+  // Set by a callback in on_train_begin (BackupAndRestore) to continue an interrupted fit.
+  std::optional<TrainingPosition> resume_from;
+  const TrainingPosition& position() const { return position_; }
 
  private:
   void check_compiled(const char* what) const;
+  io::NamedTensors checked_load(const std::string& path, std::map<std::string, std::string>* metadata);
   void check_data(const Tensor& x, const Tensor& y, const char* what);
   Logs run_evaluation(const Tensor& x, const Tensor& y, int64_t batch_size);
+  // Fills (x, y) with batch `step` of epoch `epoch`; called for every step in order.
+  using BatchSource = std::function<void(int epoch, int64_t step, Tensor& x, Tensor& y)>;
+  History train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch, const Tensor& x_val,
+                     const Tensor& y_val);
 
   std::string name_;
   uint64_t seed_;
@@ -106,6 +127,10 @@ class Sequential {
   std::optional<Loss> loss_;
   std::vector<std::string> metric_names_;
   uint64_t training_calls_ = 0;
+  TrainingPosition position_;
+  // The running metrics of the epoch in progress (loss first), saved in checkpoints.
+  std::vector<Metric> running_metrics_;
+  std::vector<std::pair<double, int64_t>> restored_metrics_;
 };
 
 }  // namespace tandem

@@ -126,48 +126,72 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
   int64_t rows = x.dim(0), batch = options.batch_size;
   int64_t steps = (rows + batch - 1) / batch;
 
+  std::vector<int64_t> index(static_cast<size_t>(rows));
+  std::iota(index.begin(), index.end(), 0);
+  auto batches = [&](int epoch, int64_t step, Tensor& xb, Tensor& yb) {
+    if (step == 0 && options.shuffle) shuffle(index, seed_, epoch);
+    if (step == 0 && !options.shuffle) std::iota(index.begin(), index.end(), 0);
+    int64_t begin = step * batch, end = std::min(rows, begin + batch);
+    xb = gather_rows(x, index, begin, end);
+    yb = gather_rows(y, index, begin, end);
+  };
+  return train_loop(options, steps, batches, x_val, y_val);
+}
+
+History Sequential::train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch,
+                               const Tensor& x_val, const Tensor& y_val) {
   std::vector<Variable*> trainable = trainable_variables();
   std::vector<Tensor> sources, grads(trainable.size());
   for (Variable* v : trainable) sources.push_back(v->value);
-  Metric loss_metric(Metric::Kind::Mean, "loss");
-  std::vector<Metric> metrics;
-  for (const std::string& m : metric_names_) metrics.push_back(Metric::parse(m, *loss_));
-  std::vector<int64_t> index(static_cast<size_t>(rows));
-  std::iota(index.begin(), index.end(), 0);
+  running_metrics_.clear();
+  running_metrics_.emplace_back(Metric::Kind::Mean, "loss");
+  for (const std::string& m : metric_names_) running_metrics_.push_back(Metric::parse(m, *loss_));
 
   History history;
   Logs logs;
   auto current_logs = [&]() -> const Logs& {
     logs.clear();
-    logs.emplace_back("loss", loss_metric.result());
-    for (const Metric& m : metrics) logs.emplace_back(m.name(), m.result());
+    for (const Metric& m : running_metrics_) logs.emplace_back(m.name(), m.result());
     return logs;
   };
   for (auto& cb : options.callbacks) cb->model = this;
   stop_training = false;
+  resume_from.reset();
   for (auto& cb : options.callbacks) cb->on_train_begin({});
+  TrainingPosition start{options.initial_epoch, 0};
+  if (resume_from) {
+    start = *resume_from;
+    resume_from.reset();
+  }
 
   GradientTape tape;
-  for (int epoch = options.initial_epoch; epoch < options.epochs && !stop_training; ++epoch) {
+  Tensor xb, yb;
+  for (int epoch = start.epoch; epoch < options.epochs && !stop_training; ++epoch) {
     if (options.verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
     for (auto& cb : options.callbacks) cb->on_epoch_begin(epoch, {});
     train::ProgressBar bar(steps, options.verbose, stdout);
-    loss_metric.reset();
-    for (Metric& m : metrics) m.reset();
-    if (options.shuffle) shuffle(index, seed_, epoch);
+    for (Metric& m : running_metrics_) m.reset();
+    int64_t first_step = 0;
+    if (epoch == start.epoch && start.step > 0) {
+      // Resuming mid-epoch: the same permutation (keyed by seed and epoch), the batches already
+      // trained skipped, the epoch's running metrics as they were saved.
+      first_step = start.step;
+      for (size_t i = 0; i < running_metrics_.size() && i < restored_metrics_.size(); ++i)
+        running_metrics_[i].restore(restored_metrics_[i]);
+    }
     for (int64_t step = 0; step < steps; ++step) {
+      next_batch(epoch, step, xb, yb);
+      if (step < first_step) continue;
       if (!options.callbacks.empty())
         for (auto& cb : options.callbacks) cb->on_batch_begin(step, {});
-      int64_t begin = step * batch, end = std::min(rows, begin + batch);
-      Tensor xb = gather_rows(x, index, begin, end), yb = gather_rows(y, index, begin, end);
       tape.reset();
       Tensor y_pred = call(xb, CallContext{true, RandomKey{seed_, static_cast<uint64_t>(optimizer_->iterations()), 0}});
       Tensor loss = ops::mean(loss_->per_sample(yb, y_pred));
       tape.gradient(loss, sources, grads);
       optimizer_->apply(trainable, grads);
-      float loss_value = loss.item();
-      loss_metric.update_mean(loss_value, end - begin);
-      for (Metric& m : metrics) m.update(yb, y_pred);
+      running_metrics_[0].update_mean(loss.item(), xb.dim(0));
+      for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(yb, y_pred);
+      position_ = TrainingPosition{epoch, step + 1};
       if (options.verbose == 1) bar.update(step + 1, current_logs());
       if (!options.callbacks.empty()) {
         current_logs();
@@ -175,18 +199,21 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
       }
     }
     tape.reset();
+    position_ = TrainingPosition{epoch + 1, 0};
     current_logs();
     if (x_val.defined()) {
-      Logs val = run_evaluation(x_val, y_val, batch);
+      Logs val = run_evaluation(x_val, y_val, options.batch_size);
       for (const auto& [name, value] : val) logs.emplace_back("val_" + name, value);
     }
     bar.finish(logs);
+    logs.emplace_back("lr", optimizer_->current_learning_rate());
     for (const auto& [name, value] : logs) history.history[name].push_back(value);
     history.epochs.push_back(epoch);
     for (auto& cb : options.callbacks) cb->on_epoch_end(epoch, logs);
   }
   for (auto& cb : options.callbacks) cb->on_train_end(logs);
   for (auto& cb : options.callbacks) cb->model = nullptr;
+  running_metrics_.clear();
   return history;
 }
 

@@ -52,7 +52,8 @@ void Optimizer::apply(std::span<Variable* const> variables, std::span<const Tens
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() {
   std::vector<std::pair<std::string, Tensor>> out;
-  out.emplace_back("optimizer/iterations", Tensor::full({1}, static_cast<float>(iterations_)));
+  out.emplace_back("optimizer/iterations",
+                   Tensor::from_vector({1}, std::vector<int32_t>{static_cast<int32_t>(iterations_)}));
   int per = slots_per_variable();
   for (size_t i = 0; i < slot_owners_.size(); ++i)
     for (int k = 0; k < per; ++k)
@@ -71,7 +72,7 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
     if (!(it->second.shape() == tensor.shape()))
       fail("{}: saved \"{}\" has shape {}, expected {}", this->name(), name, it->second.shape().str(),
            tensor.shape().str());
-    if (name == "optimizer/iterations") iterations_ = static_cast<int64_t>(it->second.item());
+    if (name == "optimizer/iterations") iterations_ = it->second.astype(DType::Int32).data<int32_t>()[0];
     else tensor.copy_from(it->second);
   }
 }

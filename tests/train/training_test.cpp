@@ -140,13 +140,13 @@ TEST(Training, BrokenWeightFilesAreErrors) {
   std::ifstream in(dir.file("w.bin"), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream(dir.file("short.bin"), std::ios::binary) << bytes.substr(0, bytes.size() - 10);
-  EXPECT_TRUE(testing::throws_error([&] { a->load_weights(dir.file("short.bin")); }, {"short.bin", "truncated at byte offset"}));
+  EXPECT_TRUE(testing::throws_error([&] { a->load_weights(dir.file("short.bin")); }, {"short.bin", "optimizer/dense_1/bias/v", "fall outside the"}));
   std::ofstream(dir.file("junk.bin"), std::ios::binary) << "hello world, not weights";
-  EXPECT_TRUE(testing::throws_error([&] { a->load_weights(dir.file("junk.bin")); }, {"junk.bin", "not a Tandem weights file"}));
+  EXPECT_TRUE(testing::throws_error([&] { a->load_weights(dir.file("junk.bin")); }, {"junk.bin", "byte offset 0", "header length"}));
   auto other = std::make_unique<Sequential>();
   other->add(Dense(64, "relu", {.input_shape = Shape{16}}));
   other->add(Dense(10));
-  EXPECT_TRUE(testing::throws_error([&] { other->load_weights(dir.file("w.bin")); }, {"dense/kernel", "(16, 128)", "expects (16, 64)"}));
+  EXPECT_TRUE(testing::throws_error([&] { other->load_weights(dir.file("w.bin")); }, {"dense/kernel", "(16, 128)", "expects float32 (16, 64)"}));
   EXPECT_TRUE(testing::throws_error([&] { a->load_weights(dir.file("nope.bin")); }, {"cannot open", "nope.bin"}));
 }
 

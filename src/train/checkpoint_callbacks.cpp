@@ -1,0 +1,122 @@
+// ModelCheckpoint, BackupAndRestore and latest_checkpoint.
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "tandem/model.h"
+
+namespace tandem {
+namespace fs = std::filesystem;
+
+namespace {
+
+// Expands {epoch}, {epoch:03d}, {step} and {<log name>[:fmt]} in a Keras-style file pattern.
+std::string expand_pattern(const std::string& pattern, int epoch, int64_t step, const Logs& logs) {
+  static const std::regex field(R"(\{([A-Za-z_][A-Za-z0-9_]*)(:[^}]*)?\})");
+  std::string out;
+  auto begin = std::sregex_iterator(pattern.begin(), pattern.end(), field);
+  size_t last = 0;
+  for (auto it = begin; it != std::sregex_iterator(); ++it) {
+    const std::smatch& m = *it;
+    out += pattern.substr(last, static_cast<size_t>(m.position()) - last);
+    std::string name = m[1], spec = m[2].matched ? m[2].str() : "";
+    std::string f = "{" + spec + "}";
+    try {
+      if (name == "epoch") out += fmt::format(fmt::runtime(f), epoch);
+      else if (name == "step") out += fmt::format(fmt::runtime(f), step);
+      else out += fmt::format(fmt::runtime(f), log_value(logs, name));
+    } catch (const fmt::format_error& e) {
+      fail("ModelCheckpoint: bad format \"{}\" for {{{}}} in \"{}\": {}", spec, name, pattern, e.what());
+    }
+    last = static_cast<size_t>(m.position() + m.length());
+  }
+  return out + pattern.substr(last);
+}
+
+void record_latest(const std::string& path) {
+  fs::path p(path);
+  std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
+  io::write_file_atomically(dir + "/checkpoint", p.filename().string() + "\n");
+}
+
+}  // namespace
+
+ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions options)
+    : filepath_(std::move(filepath)), options_(std::move(options)), monitor_(options_.monitor, options_.mode) {
+  if (filepath_.empty()) fail("ModelCheckpoint: filepath is empty");
+  if (options_.save_freq < 0) fail("ModelCheckpoint: save_freq must be 0 (per epoch) or positive, got {}", options_.save_freq);
+  expand_pattern(filepath_, 1, 1, {});  // rejects malformed fields now (unknown names are checked when saving)
+}
+
+void ModelCheckpoint::save(int epoch, const Logs& logs) {
+  if (options_.save_best_only) {
+    auto better = monitor_.improved(logs, "ModelCheckpoint");
+    if (!better || !*better) return;
+  }
+  std::string path = expand_pattern(filepath_, epoch + 1, steps_, logs);
+  if (!path.ends_with(".safetensors")) path += ".safetensors";
+  fs::path parent = fs::path(path).parent_path();
+  if (!parent.empty()) fs::create_directories(parent);
+  if (options_.save_weights_only) model->save_weights(path);
+  else model->save_checkpoint(path);
+  record_latest(path);
+  last_saved_ = path;
+}
+
+void ModelCheckpoint::on_epoch_end(int epoch, const Logs& logs) {
+  if (options_.save_freq == 0) save(epoch, logs);
+}
+
+void ModelCheckpoint::on_batch_end(int64_t, const Logs& logs) {
+  ++steps_;
+  if (options_.save_freq > 0 && steps_ % options_.save_freq == 0) save(model->position().epoch, logs);
+}
+
+std::string latest_checkpoint(const std::string& directory) {
+  std::error_code ec;
+  if (!fs::is_directory(directory, ec)) return "";
+  std::ifstream index(directory + "/checkpoint");
+  std::string name;
+  if (index && std::getline(index, name) && !name.empty() && fs::exists(directory + "/" + name, ec))
+    return directory + "/" + name;
+  std::string newest;
+  fs::file_time_type newest_time{};
+  for (const auto& entry : fs::directory_iterator(directory, ec)) {
+    if (entry.path().extension() != ".safetensors") continue;
+    auto t = entry.last_write_time(ec);
+    if (newest.empty() || t > newest_time) {
+      newest = entry.path().string();
+      newest_time = t;
+    }
+  }
+  return newest;
+}
+
+BackupAndRestore::BackupAndRestore(std::string backup_dir, BackupAndRestoreOptions options)
+    : dir_(std::move(backup_dir)), options_(options) {
+  if (dir_.empty()) fail("BackupAndRestore: backup_dir is empty");
+  if (options_.save_freq < 0) fail("BackupAndRestore: save_freq must be 0 (per epoch) or positive, got {}", options_.save_freq);
+}
+
+void BackupAndRestore::on_train_begin(const Logs&) {
+  fs::create_directories(dir_);
+  steps_ = 0;
+  if (!fs::exists(backup_path())) return;
+  TrainingPosition p = model->load_checkpoint(backup_path());
+  model->resume_from = p;
+  std::printf("Restored the backup in %s: resuming at epoch %d, batch %lld\n", dir_.c_str(), p.epoch + 1,
+              static_cast<long long>(p.step));
+}
+
+void BackupAndRestore::on_batch_end(int64_t, const Logs&) {
+  ++steps_;
+  if (options_.save_freq > 0 && steps_ % options_.save_freq == 0) model->save_checkpoint(backup_path());
+}
+
+void BackupAndRestore::on_epoch_end(int, const Logs&) { model->save_checkpoint(backup_path()); }
+
+void BackupAndRestore::on_train_end(const Logs&) {
+  if (options_.delete_checkpoint && !model->stop_training) fs::remove(backup_path());
+}
+
+}  // namespace tandem
