@@ -1,0 +1,200 @@
+#include "cli/common.h"
+
+#include <sys/resource.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace tandem::cli {
+namespace {
+
+using namespace layers;
+using nlohmann::json;
+
+std::optional<Shape> shape_of(const json& config, const std::string& file) {
+  for (const char* key : {"input_shape", "batch_input_shape"}) {
+    if (!config.contains(key)) continue;
+    const json& s = config[key];
+    if (!s.is_array()) fail("model file \"{}\": \"{}\" must be an array", file, key);
+    Shape shape;
+    size_t first = std::string(key) == "batch_input_shape" ? 1 : 0;  // drops the batch dimension (null)
+    for (size_t i = first; i < s.size(); ++i) {
+      if (!s[i].is_number_integer() || s[i].get<int64_t>() <= 0)
+        fail("model file \"{}\": \"{}\" holds {}, expected positive sizes", file, key, s.dump());
+      shape.push_back(s[i].get<int64_t>());
+    }
+    return shape;
+  }
+  return std::nullopt;
+}
+
+template <typename T>
+T get(const json& config, const char* key, T fallback, const std::string& where) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  try {
+    return config[key].get<T>();
+  } catch (const json::exception&) {
+    fail("{}: \"{}\" is {}, of the wrong type", where, key, config[key].dump());
+  }
+}
+
+Size2 size2(const json& config, const char* key, Size2 fallback, const std::string& where) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  const json& v = config[key];
+  if (v.is_number_integer()) return Size2(v.get<int64_t>());
+  if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer())
+    return Size2(v[0].get<int64_t>(), v[1].get<int64_t>());
+  fail("{}: \"{}\" is {}, expected an integer or [height, width]", where, key, v.dump());
+}
+
+// Keras' model.to_json() layout: {"class_name": "Sequential", "config": {"layers": [...]}}, or
+// just {"layers": [...]}; each layer {"class_name": "Dense", "config": {...}}.
+std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t seed) {
+  std::ifstream in(file);
+  if (!in) fail("model file \"{}\" cannot be opened", file);
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& e) {
+    fail("model file \"{}\" is not valid JSON (byte {}): {}", file, e.byte, e.what());
+  }
+  const json& root = doc.contains("config") && doc["config"].is_object() ? doc["config"] : doc;
+  if (!root.contains("layers") || !root["layers"].is_array() || root["layers"].empty())
+    fail("model file \"{}\" needs a non-empty \"layers\" array", file);
+  auto model = std::make_unique<Sequential>(SequentialOptions{get<std::string>(root, "name", "sequential", file), seed});
+  int index = 0;
+  for (const json& layer : root["layers"]) {
+    std::string where = fmt::format("model file \"{}\", layer {}", file, index++);
+    if (!layer.is_object() || !layer.contains("class_name")) fail("{}: needs \"class_name\"", where);
+    std::string type = layer["class_name"].get<std::string>();
+    json config = layer.contains("config") ? layer["config"] : json::object();
+    std::string name = get<std::string>(config, "name", "", where);
+    auto input = shape_of(config, file);
+    if (type == "InputLayer") continue;
+    if (type == "Dense")
+      model->add(Dense(get<int64_t>(config, "units", 0, where), get<std::string>(config, "activation", "", where),
+                       {.use_bias = get<bool>(config, "use_bias", true, where),
+                        .kernel_initializer = get<std::string>(config, "kernel_initializer", "glorot_uniform", where),
+                        .bias_initializer = get<std::string>(config, "bias_initializer", "zeros", where),
+                        .name = name, .input_shape = input}));
+    else if (type == "Dropout") model->add(Dropout(get<float>(config, "rate", 0.0f, where), {.name = name, .input_shape = input}));
+    else if (type == "Flatten") model->add(Flatten({.name = name, .input_shape = input}));
+    else if (type == "Conv2D")
+      model->add(Conv2D(get<int64_t>(config, "filters", 0, where), size2(config, "kernel_size", Size2(3), where),
+                        {.strides = size2(config, "strides", Size2(1), where),
+                         .padding = get<std::string>(config, "padding", "valid", where),
+                         .activation = get<std::string>(config, "activation", "", where),
+                         .use_bias = get<bool>(config, "use_bias", true, where), .name = name, .input_shape = input}));
+    else if (type == "MaxPooling2D" || type == "AveragePooling2D") {
+      Pooling2DOptions o{.padding = get<std::string>(config, "padding", "valid", where), .name = name, .input_shape = input};
+      Size2 pool = size2(config, "pool_size", Size2(2), where);
+      if (config.contains("strides") && !config["strides"].is_null()) o.strides = size2(config, "strides", pool, where);
+      if (type == "MaxPooling2D") model->add(MaxPooling2D(pool, o));
+      else model->add(AveragePooling2D(pool, o));
+    } else if (type == "BatchNormalization")
+      model->add(BatchNormalization({.momentum = get<float>(config, "momentum", 0.99f, where),
+                                     .epsilon = get<float>(config, "epsilon", 1e-3f, where), .name = name, .input_shape = input}));
+    else if (type == "Activation")
+      model->add(layers::Activation(get<std::string>(config, "activation", "", where), {.name = name, .input_shape = input}));
+    else
+      fail("{}: unknown layer class \"{}\"; expected Dense, Dropout, Flatten, Conv2D, MaxPooling2D, AveragePooling2D, "
+           "BatchNormalization or Activation",
+           where, type);
+  }
+  return model;
+}
+
+}  // namespace
+
+bool is_preset(const std::string& name) { return name == "mlp" || name == "mlp5" || name == "cnn" || name == "cifar-mlp"; }
+std::string preset_names() { return "mlp, mlp5, cnn, cifar-mlp"; }
+
+ModelSpec make_model(const std::string& name, uint64_t seed) {
+  ModelSpec spec;
+  spec.name = name;
+  spec.model = std::make_unique<Sequential>(SequentialOptions{.name = name, .seed = seed});
+  Sequential& m = *spec.model;
+  if (name == "mlp") {  // reference tutorials 000 and 002
+    m.add(Dense(128, "relu", {.input_shape = Shape{784}}));
+    m.add(Dropout(0.2f));
+    m.add(Dense(10, "softmax"));
+  } else if (name == "mlp5") {  // reference tutorial 004: 5 x Dense(160, elu), momentum 0.95
+    m.add(Dense(160, "elu", {.kernel_initializer = "he_normal", .input_shape = Shape{784}}));
+    for (int i = 0; i < 4; ++i) m.add(Dense(160, "elu", {.kernel_initializer = "he_normal"}));
+    m.add(Dense(10));
+    spec.default_optimizer = "sgd";
+    spec.default_learning_rate = 0.01f;
+    spec.default_momentum = 0.95f;
+    spec.loss = Loss::sparse_categorical_crossentropy(true);
+  } else if (name == "cnn") {  // reference tutorial 001
+    m.add(Conv2D(32, 3, {.activation = "relu", .input_shape = Shape{28, 28, 1}}));
+    m.add(MaxPooling2D());
+    m.add(Flatten());
+    m.add(Dense(64, "relu"));
+    m.add(Dense(10));
+    spec.loss = Loss::sparse_categorical_crossentropy(true);
+  } else if (name == "cifar-mlp") {  // reference tutorial 003
+    m.add(Flatten({.input_shape = Shape{32, 32, 3}}));
+    m.add(Dense(3000, "relu"));
+    m.add(Dense(1000, "relu"));
+    m.add(Dense(10, "sigmoid"));
+  } else {
+    spec.model = model_from_json(name, seed);
+    const auto& last = spec.model->layers().back();
+    auto* dense = dynamic_cast<Dense*>(last.get());
+    if (!dense || dense->activation() != tandem::Activation::Softmax) spec.loss = Loss::sparse_categorical_crossentropy(true);
+  }
+  return spec;
+}
+
+data::ImageDataset load_for_model(const std::string& dataset, const std::string& data_dir, Sequential& model) {
+  const auto& declared = model.layers().front()->declared_input_shape();
+  if (!declared) fail("model \"{}\": its first layer needs an input_shape", model.name());
+  bool flat = declared->rank() == 1, channels = declared->rank() == 3;
+  auto d = data::load_dataset(dataset, {.data_dir = data_dir, .flatten = flat, .channels = channels});
+  Shape per_sample(std::span<const int64_t>(d.train.x.shape().begin() + 1, d.train.x.shape().end()));
+  if (!(per_sample == *declared))
+    fail("dataset \"{}\" has samples of shape {}, model \"{}\" expects {}", dataset, per_sample.str(), model.name(),
+         declared->str());
+  return d;
+}
+
+void CommonFlags::add_to(CLI::App& app, bool with_dataset) {
+  app.add_option("--model", model, "preset (" + preset_names() + ") or a JSON model file")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) { return is_preset(v) || std::ifstream(v).good() ? std::string() : "not a preset (" + preset_names() + ") nor a readable JSON file: " + v; },
+          "PRESET|FILE"));
+  if (with_dataset) {
+    app.add_option("--dataset", dataset, "dataset")->capture_default_str()->check(CLI::IsMember({"mnist", "fashion-mnist"}));
+    app.add_option("--data-dir", data_dir, "directory searched first for datasets, then $TANDEM_DATA, then ./data (default: none)")
+        ->capture_default_str();
+    app.add_option("--batch-size", batch_size, "batch size")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  }
+  app.add_option("--threads", threads, "intra-op threads (0: all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
+  app.add_option("--seed", seed, "seed for weights, shuffling and dropout")->capture_default_str();
+}
+
+void CommonFlags::apply_threads() const {
+  if (threads > 0) set_num_threads(threads);
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate, float momentum,
+                                          const ModelSpec& spec) {
+  std::string n = name.empty() ? spec.default_optimizer : name;
+  float lr = learning_rate > 0.0f ? learning_rate : (name.empty() ? spec.default_learning_rate : 0.0f);
+  float mom = momentum >= 0.0f ? momentum : (name.empty() ? spec.default_momentum : 0.0f);
+  if (n == "sgd") return std::make_unique<optimizers::SGD>(lr > 0 ? lr : 0.01f, optimizers::SGDOptions{.momentum = mom});
+  if (n == "adam") return std::make_unique<optimizers::Adam>(lr > 0 ? lr : 0.001f);
+  if (n == "rmsprop") return std::make_unique<optimizers::RMSprop>(lr > 0 ? lr : 0.001f, optimizers::RMSpropOptions{.momentum = mom});
+  if (n == "adagrad") return std::make_unique<optimizers::Adagrad>(lr > 0 ? lr : 0.001f);
+  fail("--optimizer: unknown optimizer \"{}\"; expected sgd, adam, rmsprop or adagrad", n);
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,52 @@
+#pragma once
+// Shared pieces of the `tandem` subcommands: model presets and JSON model files, datasets
+// shaped for a model, and the flags several subcommands take.
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+
+#include "tandem/tandem.h"
+
+namespace tandem::cli {
+
+// A preset name ("mlp", "mlp5", "cnn", "cifar-mlp") or a path to a JSON model file.
+struct ModelSpec {
+  std::string name;
+  std::unique_ptr<Sequential> model;
+  std::string default_optimizer = "adam";
+  float default_learning_rate = 0.001f;
+  float default_momentum = 0.0f;
+  Loss loss = Loss::sparse_categorical_crossentropy(false);
+};
+ModelSpec make_model(const std::string& model, uint64_t seed);
+bool is_preset(const std::string& name);
+std::string preset_names();
+
+// The dataset's train and test splits, shaped for the model's input (flat or with channels).
+data::ImageDataset load_for_model(const std::string& dataset, const std::string& data_dir, Sequential& model);
+
+struct CommonFlags {
+  std::string model = "mlp";
+  std::string dataset = "mnist";
+  std::string data_dir;
+  int64_t batch_size = 32;
+  int threads = 0;
+  uint64_t seed = 0;
+  void add_to(CLI::App& app, bool with_dataset = true);
+  void apply_threads() const;
+};
+
+// Builds the optimizer from flags; "" and 0 take the model's defaults.
+std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate, float momentum,
+                                          const ModelSpec& spec);
+
+double peak_rss_mb();
+
+void add_fit(CLI::App& app);
+void add_evaluate(CLI::App& app);
+void add_predict(CLI::App& app);
+void add_summary(CLI::App& app);
+void add_datasets(CLI::App& app);
+
+}  // namespace tandem::cli

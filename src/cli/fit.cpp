@@ -1,0 +1,126 @@
+// tandem fit: trains a preset or JSON model on a dataset, with checkpoints, a resumable backup,
+// TensorBoard logs and an optional JSON report; then evaluates on the test split.
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/common.h"
+
+namespace tandem::cli {
+namespace {
+
+struct FitFlags {
+  CommonFlags common;
+  int epochs = 10;
+  std::string optimizer;
+  float learning_rate = 0.0f;
+  float momentum = -1.0f;
+  float lr_decay = 1.0f;
+  double validation_split = 0.0;
+  std::string checkpoint_dir = "checkpoints";
+  int64_t backup_every = 1000;
+  std::string log_dir = "logs";
+  int64_t log_every = 0;
+  std::string csv_log;
+  int early_stopping = 0;
+  std::string report;
+  int verbose = 1;
+};
+
+void run_fit(const FitFlags& f) {
+  auto start = std::chrono::steady_clock::now();
+  f.common.apply_threads();
+  ModelSpec spec = make_model(f.common.model, f.common.seed);
+  Sequential& model = *spec.model;
+  auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
+  auto optimizer = make_optimizer(f.optimizer, f.learning_rate, f.momentum, spec);
+  int64_t train_rows = data.train.x.dim(0) - static_cast<int64_t>(std::floor(data.train.x.dim(0) * f.validation_split));
+  int64_t steps_per_epoch = (train_rows + f.common.batch_size - 1) / f.common.batch_size;
+  if (f.lr_decay < 1.0f)
+    optimizer->set_learning_rate(std::make_shared<ExponentialDecay>(optimizer->current_learning_rate(), steps_per_epoch, f.lr_decay));
+  std::string optimizer_name = optimizer->name();
+  model.compile(std::move(optimizer), spec.loss, {"accuracy"});
+  if (f.verbose > 0) model.print_summary();
+
+  FitOptions options{.epochs = f.epochs, .batch_size = f.common.batch_size, .validation_split = f.validation_split,
+                     .verbose = f.verbose};
+  if (!f.checkpoint_dir.empty()) {
+    options.callbacks.push_back(std::make_shared<BackupAndRestore>(f.checkpoint_dir + "/backup",
+                                                                    BackupAndRestoreOptions{.save_freq = f.backup_every}));
+    options.callbacks.push_back(std::make_shared<ModelCheckpoint>(f.checkpoint_dir + "/ckpt-{epoch:02d}"));
+  }
+  if (!f.log_dir.empty()) options.callbacks.push_back(std::make_shared<TensorBoard>(f.log_dir, TensorBoardOptions{f.log_every}));
+  if (!f.csv_log.empty()) options.callbacks.push_back(std::make_shared<CSVLogger>(f.csv_log));
+  if (f.early_stopping > 0)
+    options.callbacks.push_back(std::make_shared<EarlyStopping>(
+        EarlyStoppingOptions{.monitor = f.validation_split > 0 ? "val_loss" : "loss", .patience = f.early_stopping}));
+  options.callbacks.push_back(std::make_shared<TerminateOnNaN>());
+
+  auto train_start = std::chrono::steady_clock::now();
+  History history = model.fit(data.train.x, data.train.y, options);
+  double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
+  int epochs_run = static_cast<int>(history.epochs.size());
+  Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("Test loss: %.4f - test accuracy: %.2f%% (%.1f s wall)\n", log_value(test, "loss"),
+              100.0 * log_value(test, "accuracy"), wall);
+  if (!f.checkpoint_dir.empty()) {
+    model.save_checkpoint(f.checkpoint_dir + "/final.safetensors");
+    io::write_file_atomically(f.checkpoint_dir + "/checkpoint", "final.safetensors\n");
+  }
+  if (!f.report.empty()) {
+    nlohmann::json r = {
+        {"model", f.common.model},
+        {"dataset", f.common.dataset},
+        {"strategy", "default"},
+        {"optimizer", optimizer_name},
+        {"epochs", epochs_run},
+        {"global_batch", f.common.batch_size},
+        {"wall_seconds", wall},
+        {"training_seconds", train_seconds},
+        {"training_samples_per_second", epochs_run > 0 && train_seconds > 0 ? train_rows * epochs_run / train_seconds : 0.0},
+        {"final_training_loss", history.history.count("loss") ? history["loss"].back() : NAN},
+        {"test_loss", log_value(test, "loss")},
+        {"test_accuracy", log_value(test, "accuracy")},
+        {"peak_rss_mb", peak_rss_mb()},
+    };
+    io::write_file_atomically(f.report, r.dump(2) + "\n");
+  }
+}
+
+}  // namespace
+
+void add_fit(CLI::App& app) {
+  auto flags = std::make_shared<FitFlags>();
+  CLI::App* cmd = app.add_subcommand("fit", "train a model and evaluate it on the test split");
+  flags->common.add_to(*cmd);
+  cmd->add_option("--epochs", flags->epochs, "epochs to train")->capture_default_str()->check(CLI::Range(1, 1000000));
+  cmd->add_option("--optimizer", flags->optimizer, "sgd, adam, rmsprop or adagrad (default: the model's: adam; sgd for mlp5)")
+      ->check(CLI::IsMember({"sgd", "adam", "rmsprop", "adagrad"}));
+  cmd->add_option("--learning-rate", flags->learning_rate, "learning rate (0: the optimizer's default)")
+      ->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
+  cmd->add_option("--momentum", flags->momentum, "momentum for sgd and rmsprop (-1: the model's default)")
+      ->capture_default_str()->check(CLI::Range(-1.0f, 0.999f));
+  cmd->add_option("--lr-decay", flags->lr_decay, "multiply the learning rate by this every epoch (exponential decay)")
+      ->capture_default_str()->check(CLI::Range(0.01f, 1.0f));
+  cmd->add_option("--validation-split", flags->validation_split, "fraction of the training data held out for validation")
+      ->capture_default_str()->check(CLI::Range(0.0, 0.99));
+  cmd->add_option("--checkpoint-dir", flags->checkpoint_dir,
+                  "checkpoints per epoch, the backup an interrupted run resumes from, and final.safetensors (\"\": none)")
+      ->capture_default_str();
+  cmd->add_option("--backup-every", flags->backup_every, "steps between backups (0: at epoch ends only)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--log-dir", flags->log_dir, "TensorBoard log directory (\"\": none)")->capture_default_str();
+  cmd->add_option("--log-every", flags->log_every, "steps between batch scalars in TensorBoard (0: per epoch only)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--csv-log", flags->csv_log, "CSV file with one row per epoch (default: none)")->capture_default_str();
+  cmd->add_option("--early-stopping", flags->early_stopping, "stop after this many epochs without improvement (0: off)")
+      ->capture_default_str()->check(CLI::Range(0, 1000000));
+  cmd->add_option("--report", flags->report, "write a JSON summary of the run to this file (default: none)")->capture_default_str();
+  cmd->add_option("--verbose", flags->verbose, "0 silent, 1 progress bar, 2 one line per epoch")
+      ->capture_default_str()->check(CLI::Range(0, 2));
+  cmd->callback([flags] { run_fit(*flags); });
+}
+
+}  // namespace tandem::cli

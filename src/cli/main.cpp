@@ -1,0 +1,24 @@
+// tandem: train, evaluate and inspect models without writing C++.
+#include <cstdio>
+
+#include "cli/common.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tandem: train Keras-style models on one device or many"};
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  tandem::cli::add_fit(app);
+  tandem::cli::add_evaluate(app);
+  tandem::cli::add_predict(app);
+  tandem::cli::add_summary(app);
+  tandem::cli::add_datasets(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const tandem::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
