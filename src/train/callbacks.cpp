@@ -114,7 +114,8 @@ void EarlyStopping::on_epoch_end(int epoch, const Logs& logs) {
     }
     return;
   }
-  if (++wait_ > options_.patience) {
+  // Keras: stop once `patience` epochs in a row brought no improvement.
+  if (++wait_ >= options_.patience && epoch > 0) {
     stopped_epoch_ = epoch;
     model->stop_training = true;
   }

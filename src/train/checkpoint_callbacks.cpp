@@ -1,5 +1,6 @@
 // ModelCheckpoint, BackupAndRestore and latest_checkpoint.
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <regex>
 
@@ -11,7 +12,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // Expands {epoch}, {epoch:03d}, {step} and {<log name>[:fmt]} in a Keras-style file pattern.
-std::string expand_pattern(const std::string& pattern, int epoch, int64_t step, const Logs& logs) {
+std::string expand_pattern(const std::string& pattern, int epoch, int64_t step,
+                           const std::function<double(const std::string&)>& value) {
   static const std::regex field(R"(\{([A-Za-z_][A-Za-z0-9_]*)(:[^}]*)?\})");
   std::string out;
   auto begin = std::sregex_iterator(pattern.begin(), pattern.end(), field);
@@ -24,7 +26,7 @@ std::string expand_pattern(const std::string& pattern, int epoch, int64_t step, 
     try {
       if (name == "epoch") out += fmt::format(fmt::runtime(f), epoch);
       else if (name == "step") out += fmt::format(fmt::runtime(f), step);
-      else out += fmt::format(fmt::runtime(f), log_value(logs, name));
+      else out += fmt::format(fmt::runtime(f), value(name));
     } catch (const fmt::format_error& e) {
       fail("ModelCheckpoint: bad format \"{}\" for {{{}}} in \"{}\": {}", spec, name, pattern, e.what());
     }
@@ -45,7 +47,8 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions op
     : filepath_(std::move(filepath)), options_(std::move(options)), monitor_(options_.monitor, options_.mode) {
   if (filepath_.empty()) fail("ModelCheckpoint: filepath is empty");
   if (options_.save_freq < 0) fail("ModelCheckpoint: save_freq must be 0 (per epoch) or positive, got {}", options_.save_freq);
-  expand_pattern(filepath_, 1, 1, {});  // rejects malformed fields now (unknown names are checked when saving)
+  // Rejects malformed fields now; unknown log names are caught when saving.
+  expand_pattern(filepath_, 1, 1, [](const std::string&) { return 0.0; });
 }
 
 void ModelCheckpoint::save(int epoch, const Logs& logs) {
@@ -53,7 +56,7 @@ void ModelCheckpoint::save(int epoch, const Logs& logs) {
     auto better = monitor_.improved(logs, "ModelCheckpoint");
     if (!better || !*better) return;
   }
-  std::string path = expand_pattern(filepath_, epoch + 1, steps_, logs);
+  std::string path = expand_pattern(filepath_, epoch + 1, steps_, [&](const std::string& n) { return log_value(logs, n); });
   if (!path.ends_with(".safetensors")) path += ".safetensors";
   fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
