@@ -1,0 +1,173 @@
+// The `tandem` command as a user runs it: flags, errors, and a fit killed with SIGKILL that,
+// run again, resumes from its backup and ends with the weights of an uninterrupted run.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "tandem/io.h"
+#include "tandem/random.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+// Runs the CLI with `args` in the directory of `log` (so that defaults such as ./data and
+// ./checkpoints resolve there), without $TANDEM_DATA; returns the child's pid.
+pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (chdir(std::filesystem::path(log).parent_path().c_str()) != 0) _exit(126);
+    unsetenv("TANDEM_DATA");
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv{const_cast<char*>(TANDEM_CLI)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(TANDEM_CLI, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct Outcome {
+  int code;
+  std::string output;
+};
+Outcome run(const std::vector<std::string>& args, const testing::TempDir& dir) {
+  std::string log = dir.file("out.log");
+  int code = wait_exit(spawn(args, log));
+  return {code, io::read_file(log)};
+}
+
+void write_idx(const std::string& path, std::vector<uint32_t> dims, const std::vector<uint8_t>& payload) {
+  std::string b{'\0', '\0', '\x08', static_cast<char>(dims.size())};
+  for (uint32_t d : dims)
+    for (int s = 24; s >= 0; s -= 8) b += static_cast<char>((d >> s) & 0xFF);
+  b.append(payload.begin(), payload.end());
+  io::write_file_atomically(path, b);
+}
+
+// An MNIST-layout dataset whose class is written into the image, so that it can be learned.
+void make_mnist(const std::string& dir, uint32_t train, uint32_t test) {
+  std::filesystem::create_directories(dir);
+  Philox rng(17);
+  for (auto [prefix, n] : {std::pair{"train", train}, std::pair{"t10k", test}}) {
+    std::vector<uint8_t> images(n * 784), labels(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      labels[i] = static_cast<uint8_t>(i % 10);
+      for (uint32_t p = 0; p < 784; ++p)
+        images[i * 784 + p] = static_cast<uint8_t>(rng.bits(uint64_t{i} * 784 + p) % 64 + (p / 78 == labels[i] ? 160 : 0));
+    }
+    write_idx(dir + "/" + prefix + "-images-idx3-ubyte", {n, 28, 28}, images);
+    write_idx(dir + "/" + prefix + "-labels-idx1-ubyte", {n}, labels);
+  }
+}
+
+TEST(Cli, HelpListsEveryFlagWithItsDefault) {
+  testing::TempDir dir;
+  Outcome r = run({"fit", "--help"}, dir);
+  EXPECT_EQ(r.code, 0);
+  for (const char* flag : {"--model TEXT:PRESET|FILE=mlp", "--dataset TEXT:{mnist,fashion-mnist}=mnist", "--epochs INT:INT in [1 - 1000000]=10",
+                           "--batch-size", "=32", "--checkpoint-dir TEXT=checkpoints", "--log-dir TEXT=logs", "--report",
+                           "--threads", "--seed UINT=0", "--learning-rate", "--optimizer"})
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag << "\n" << r.output;
+}
+
+TEST(Cli, BadFlagsAndValuesAreRejected) {
+  testing::TempDir dir;
+  Outcome r = run({"fit", "--epochs", "0"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--epochs: Value 0 not in range 1 to 1000000"), std::string::npos) << r.output;
+  r = run({"fit", "--optimiser", "adam"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--optimiser"), std::string::npos) << r.output;
+  r = run({"fit", "--model", "resnet"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("not a preset (mlp, mlp5, cnn, cifar-mlp)"), std::string::npos) << r.output;
+  r = run({"frobnicate"}, dir);
+  EXPECT_NE(r.code, 0);
+  r = run({"fit", "--data-dir", dir.path(), "--dataset", "fashion-mnist"}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("error: load_dataset: \"fashion-mnist\" not found; searched " + dir.path() + "/fashion-mnist, ./data/fashion-mnist"), std::string::npos) << r.output;
+}
+
+TEST(Cli, SummaryAndJsonModels) {
+  testing::TempDir dir;
+  Outcome r = run({"summary", "--model", "cnn"}, dir);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.output.find("conv2d (Conv2D)             (None, 26, 26, 32)        320"), std::string::npos) << r.output;
+  std::ofstream(dir.file("m.json")) << R"({"class_name": "Sequential", "config": {"name": "tiny", "layers": [
+      {"class_name": "Dense", "config": {"units": 16, "activation": "tanh", "batch_input_shape": [null, 784]}},
+      {"class_name": "Dense", "config": {"units": 10, "activation": "softmax"}}]}})";
+  r = run({"summary", "--model", dir.file("m.json")}, dir);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.output.find("Total params: 12,730"), std::string::npos) << r.output;
+  std::ofstream(dir.file("bad.json")) << R"({"layers": [{"class_name": "Dense", "config": {"units": 4, "activation": "relu6"}}]})";
+  r = run({"summary", "--model", dir.file("bad.json")}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("unknown activation \"relu6\""), std::string::npos) << r.output;
+}
+
+std::vector<std::pair<std::string, std::vector<float>>> final_state(const std::string& path) {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (auto& [name, t] : io::load_safetensors(path).tensors) out.emplace_back(name, t.astype(DType::Float32).to_vector());
+  return out;
+}
+
+TEST(Cli, SigkillMidEpochThenRerunEndsWithTheSameWeightsBitwise) {
+  testing::TempDir dir;
+  make_mnist(dir.file("data/mnist"), 20000, 200);
+  auto args = [&](const std::string& ckpt) {
+    return std::vector<std::string>{"fit", "--data-dir", dir.file("data"), "--epochs", "3", "--batch-size", "10",
+                                    "--backup-every", "50", "--checkpoint-dir", ckpt, "--log-dir", dir.file("logs"),
+                                    "--threads", "1", "--seed", "5", "--verbose", "0"};
+  };
+  ASSERT_EQ(run(args(dir.file("reference")), dir).code, 0) << io::read_file(dir.file("out.log"));
+
+  // Start the same training elsewhere and kill it once a backup from inside epoch 2 exists.
+  std::string backup = dir.file("killed/backup/backup.safetensors");
+  pid_t pid = spawn(args(dir.file("killed")), dir.file("killed.log"));
+  bool mid_epoch = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!mid_epoch && std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(backup)) {
+      try {
+        auto meta = io::load_safetensors(backup).metadata;
+        mid_epoch = meta["epoch"] == "1" && meta["step"] != "0";
+      } catch (const Error&) {
+      }
+    }
+    if (!mid_epoch) std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  kill(pid, SIGKILL);
+  int code = wait_exit(pid);
+  ASSERT_TRUE(mid_epoch) << "no mid-epoch backup appeared";
+  ASSERT_EQ(code, 128 + SIGKILL) << "the run finished before it was killed";
+  ASSERT_FALSE(std::filesystem::exists(dir.file("killed/final.safetensors")));
+
+  Outcome resumed = run(args(dir.file("killed")), dir);
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  auto a = final_state(dir.file("reference/final.safetensors"));
+  auto b = final_state(dir.file("killed/final.safetensors"));
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].first, b[i].first);
+    EXPECT_EQ(a[i].second, b[i].second) << a[i].first << " differs";
+  }
+}
+
+}  // namespace
+}  // namespace tandem
