@@ -82,6 +82,8 @@ class Tensor {
   uint64_t id() const;  // unique for the life of the process; used by the tape
 
   template <typename T> T* data();
+  void* raw();              // the first element's bytes, whatever the dtype
+  const void* raw() const;
   template <typename T> const T* data() const;
   std::vector<float> to_vector() const;  // float32 copy, any layout
   float item() const;                    // a one-element float32 tensor's value

@@ -234,6 +234,12 @@ template <typename T>
 const T* Tensor::data() const {
   return const_cast<Tensor*>(this)->data<T>();
 }
+void* Tensor::raw() {
+  const TensorImpl* impl = checked(impl_);
+  return static_cast<char*>(impl->storage->data) + impl->offset * static_cast<int64_t>(dtype_size(impl->dtype));
+}
+const void* Tensor::raw() const { return const_cast<Tensor*>(this)->raw(); }
+
 template float* Tensor::data<float>();
 template int32_t* Tensor::data<int32_t>();
 template uint8_t* Tensor::data<uint8_t>();

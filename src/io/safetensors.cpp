@@ -21,15 +21,6 @@ const char* dtype_tag(DType d) {
   return "?";
 }
 
-const void* raw_data(const Tensor& t) {
-  switch (t.dtype()) {
-    case DType::Float32: return t.data<float>();
-    case DType::Int32: return t.data<int32_t>();
-    case DType::UInt8: return t.data<uint8_t>();
-  }
-  return nullptr;
-}
-
 std::string checksum_key(const std::string& name) { return "crc32c:" + name; }
 
 }  // namespace
@@ -47,7 +38,7 @@ std::string encode_safetensors(const TensorFile& file) {
     header[name] = {{"dtype", dtype_tag(t.dtype())},
                     {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())},
                     {"data_offsets", {offset, offset + bytes}}};
-    metadata[checksum_key(name)] = fmt::format("{:08x}", crc32c(raw_data(t), bytes));
+    metadata[checksum_key(name)] = fmt::format("{:08x}", crc32c(t.raw(), bytes));
     offset += bytes;
     contiguous.push_back(t);
   }
@@ -60,7 +51,7 @@ std::string encode_safetensors(const TensorFile& file) {
   out += text;
   out.reserve(out.size() + offset);
   for (const Tensor& t : contiguous)
-    out.append(static_cast<const char*>(raw_data(t)), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
+    out.append(static_cast<const char*>(t.raw()), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()));
   return out;
 }
 
@@ -133,10 +124,10 @@ TensorFile load_safetensors(const std::string& path) {
       bad(fmt::format("data_offsets span {} bytes, shape {} of {} needs {}", end - begin, shape.str(), dtype, expected));
     ranges.emplace_back(begin, end);
     Tensor t = Tensor::empty(shape, dt);
-    std::memcpy(const_cast<void*>(raw_data(t)), bytes.data() + data_start + begin, expected);
+    std::memcpy(t.raw(), bytes.data() + data_start + begin, expected);
     auto sum = file.metadata.find(checksum_key(name));
     if (sum != file.metadata.end()) {
-      std::string actual = fmt::format("{:08x}", crc32c(raw_data(t), expected));
+      std::string actual = fmt::format("{:08x}", crc32c(t.raw(), expected));
       if (actual != sum->second)
         fail("safetensors: \"{}\": tensor \"{}\" is corrupt (file byte offsets {}-{}): CRC-32C {} but the header "
              "records {}",

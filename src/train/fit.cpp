@@ -18,10 +18,8 @@ Tensor gather_rows(const Tensor& src, const std::vector<int64_t>& index, int64_t
   shape[0] = end - begin;
   Tensor out = Tensor::empty(shape, src.dtype());
   size_t row_bytes = static_cast<size_t>(src.numel() / std::max<int64_t>(src.dim(0), 1)) * dtype_size(src.dtype());
-  const auto* from = src.dtype() == DType::Float32 ? reinterpret_cast<const char*>(src.data<float>())
-                                                   : reinterpret_cast<const char*>(src.data<int32_t>());
-  auto* to = src.dtype() == DType::Float32 ? reinterpret_cast<char*>(out.data<float>())
-                                           : reinterpret_cast<char*>(out.data<int32_t>());
+  const auto* from = static_cast<const char*>(src.raw());
+  auto* to = static_cast<char*>(out.raw());
   for (int64_t i = begin; i < end; ++i)
     std::memcpy(to + static_cast<size_t>(i - begin) * row_bytes, from + static_cast<size_t>(index[static_cast<size_t>(i)]) * row_bytes,
                 row_bytes);
