@@ -10,6 +10,7 @@
 
 #include "tandem/autograd.h"
 #include "tandem/callbacks.h"
+#include "tandem/data/dataset.h"
 #include "tandem/io.h"
 #include "tandem/layers.h"
 #include "tandem/losses.h"
@@ -91,6 +92,9 @@ class Sequential {
   const Loss& loss() const;
 
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
+  // Trains on a pipeline whose elements are (x, y) batches; epoch e is the dataset's pass e.
+  // batch_size and validation_split do not apply (the dataset batches; use validation_data).
+  History fit(const data::Dataset& dataset, const FitOptions& options = {});
   // {"loss": …, metric: …} on the given data, in inference mode.
   Logs evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options = {});
   Tensor predict(const Tensor& x, int64_t batch_size = 32);
@@ -115,8 +119,9 @@ class Sequential {
   io::NamedTensors checked_load(const std::string& path, std::map<std::string, std::string>* metadata);
   void check_data(const Tensor& x, const Tensor& y, const char* what);
   Logs run_evaluation(const Tensor& x, const Tensor& y, int64_t batch_size);
-  // Fills (x, y) with batch `step` of epoch `epoch`; called for every step in order.
-  using BatchSource = std::function<void(int epoch, int64_t step, Tensor& x, Tensor& y)>;
+  // Fills (x, y) with batch `step` of epoch `epoch` (called for every step in order); false
+  // when the epoch has no more batches.
+  using BatchSource = std::function<bool(int epoch, int64_t step, Tensor& x, Tensor& y)>;
   History train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch, const Tensor& x_val,
                      const Tensor& y_val);
 

@@ -132,6 +132,7 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
     int64_t begin = step * batch, end = std::min(rows, begin + batch);
     xb = gather_rows(x, index, begin, end);
     yb = gather_rows(y, index, begin, end);
+    return true;
   };
   return train_loop(options, steps, batches, x_val, y_val);
 }
@@ -177,8 +178,9 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
       for (size_t i = 0; i < running_metrics_.size() && i < restored_metrics_.size(); ++i)
         running_metrics_[i].restore(restored_metrics_[i]);
     }
-    for (int64_t step = 0; step < steps; ++step) {
-      next_batch(epoch, step, xb, yb);
+    int64_t step = 0;
+    for (; steps < 0 || step < steps; ++step) {
+      if (!next_batch(epoch, step, xb, yb)) break;
       if (step < first_step) continue;
       if (!options.callbacks.empty())
         for (auto& cb : options.callbacks) cb->on_batch_begin(step, {});
@@ -203,7 +205,7 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
       Logs val = run_evaluation(x_val, y_val, options.batch_size);
       for (const auto& [name, value] : val) logs.emplace_back("val_" + name, value);
     }
-    bar.finish(logs);
+    bar.finish(step, logs);
     logs.emplace_back("lr", optimizer_->current_learning_rate());
     for (const auto& [name, value] : logs) history.history[name].push_back(value);
     history.epochs.push_back(epoch);
@@ -213,6 +215,41 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
   for (auto& cb : options.callbacks) cb->model = nullptr;
   running_metrics_.clear();
   return history;
+}
+
+History Sequential::fit(const data::Dataset& dataset, const FitOptions& options) {
+  check_compiled("fit");
+  if (options.epochs < 0) fail("fit: epochs must be non-negative, got {}", options.epochs);
+  if (options.validation_split != 0.0)
+    fail("fit: validation_split does not apply to a Dataset; pass validation_data or take()/skip() a split");
+  int64_t steps = dataset.cardinality();
+  if (steps == data::Dataset::kInfinite) fail("fit: the dataset is infinite (repeat() without a count)");
+  if (steps == data::Dataset::kUnknown) steps = -1;
+  bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
+  Tensor x_val, y_val;
+  if (options.validation_data) {
+    x_val = options.validation_data->first;
+    y_val = options.validation_data->second;
+  }
+  std::unique_ptr<data::Iterator> it;
+  int it_epoch = -1;
+  auto batches = [&](int epoch, int64_t step, Tensor& xb, Tensor& yb) {
+    if (it_epoch != epoch || step == 0) {
+      it = dataset.iterate(epoch);
+      it_epoch = epoch;
+    }
+    auto e = it->next();
+    if (!e) return false;
+    if (e->size() != 2) fail("fit: dataset elements must be (x, y) batches, got {} components", e->size());
+    xb = (*e)[0];
+    yb = (*e)[1];
+    if (step == 0 && epoch == 0) check_data(xb, yb, "fit (dataset)");
+    if (xb.dtype() != DType::Float32) fail("fit: dataset x batches must be float32, got {}", dtype_name(xb.dtype()));
+    if (sparse && yb.dtype() != DType::Int32) yb = yb.astype(DType::Int32);
+    if (sparse && yb.rank() != 1) yb = yb.reshape({yb.dim(0)});
+    return true;
+  };
+  return train_loop(options, steps, batches, x_val, y_val);
 }
 
 Logs Sequential::run_evaluation(const Tensor& x_in, const Tensor& y_in, int64_t batch) {

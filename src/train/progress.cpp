@@ -35,20 +35,27 @@ ProgressBar::ProgressBar(int64_t total_steps, int verbose, std::FILE* out)
 }
 
 void ProgressBar::update(int64_t step, const Logs& logs) {
-  if (verbose_ != 1 || !terminal_ || step >= total_) return;
+  if (verbose_ != 1 || !terminal_ || (total_ > 0 && step >= total_)) return;
   auto now = std::chrono::steady_clock::now();
   if (now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
   draw(step, logs, false);
 }
 
-void ProgressBar::finish(const Logs& logs) {
+void ProgressBar::finish(int64_t steps, const Logs& logs) {
   if (verbose_ == 0) return;
-  draw(total_, logs, true);
+  draw(total_ > 0 ? total_ : steps, logs, true);
 }
 
 void ProgressBar::draw(int64_t step, const Logs& logs, bool final) {
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (total_ <= 0) {  // a pipeline of unknown length: the count so far, no bar
+    std::string line = fmt::format("{}/Unknown - {:.0f}s", step, elapsed) + format_logs(logs);
+    if (terminal_ && verbose_ == 1) std::fprintf(out_, "\r%s\033[K%s", line.c_str(), final ? "\n" : "");
+    else if (final) std::fprintf(out_, "%s\n", line.c_str());
+    std::fflush(out_);
+    return;
+  }
   int width = static_cast<int>(std::to_string(total_).size());
   std::string line = fmt::format("{:>{}}/{}", step, width, total_);
   if (verbose_ == 1) {

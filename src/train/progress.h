@@ -10,10 +10,10 @@ namespace tandem::train {
 
 class ProgressBar {
  public:
-  ProgressBar(int64_t total_steps, int verbose, std::FILE* out);
+  ProgressBar(int64_t total_steps, int verbose, std::FILE* out);  // total_steps <= 0: unknown
   // After step `step` (1-based) with the running logs.
   void update(int64_t step, const Logs& logs);
-  void finish(const Logs& logs);  // the epoch's closing line, with validation values
+  void finish(int64_t steps, const Logs& logs);  // the epoch's closing line, with validation values
 
  private:
   void draw(int64_t step, const Logs& logs, bool final);
