@@ -151,7 +151,14 @@ data::ImageDataset load_for_model(const std::string& dataset, const std::string&
   const auto& declared = model.layers().front()->declared_input_shape();
   if (!declared) fail("model \"{}\": its first layer needs an input_shape", model.name());
   bool flat = declared->rank() == 1, channels = declared->rank() == 3;
-  auto d = data::load_dataset(dataset, {.data_dir = data_dir, .flatten = flat, .channels = channels});
+  data::ImageDataset d;
+  if (dataset == "cifar10") {
+    d = data::load_cifar10(data_dir);
+    if (flat)
+      for (data::Split* s : {&d.train, &d.test}) s->x = s->x.reshape({s->x.dim(0), 32 * 32 * 3});
+  } else {
+    d = data::load_dataset(dataset, {.data_dir = data_dir, .flatten = flat, .channels = channels});
+  }
   Shape per_sample(std::span<const int64_t>(d.train.x.shape().begin() + 1, d.train.x.shape().end()));
   if (!(per_sample == *declared))
     fail("dataset \"{}\" has samples of shape {}, model \"{}\" expects {}", dataset, per_sample.str(), model.name(),
@@ -166,7 +173,7 @@ void CommonFlags::add_to(CLI::App& app, bool with_dataset) {
           [](std::string& v) { return is_preset(v) || std::ifstream(v).good() ? std::string() : "not a preset (" + preset_names() + ") nor a readable JSON file: " + v; },
           "PRESET|FILE"));
   if (with_dataset) {
-    app.add_option("--dataset", dataset, "dataset")->capture_default_str()->check(CLI::IsMember({"mnist", "fashion-mnist"}));
+    app.add_option("--dataset", dataset, "dataset")->capture_default_str()->check(CLI::IsMember({"mnist", "fashion-mnist", "cifar10"}));
     app.add_option("--data-dir", data_dir, "directory searched first for datasets, then $TANDEM_DATA, then ./data (default: none)")
         ->capture_default_str();
     app.add_option("--batch-size", batch_size, "batch size")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

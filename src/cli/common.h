@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "tandem/data/loaders.h"
 #include "tandem/tandem.h"
 
 namespace tandem::cli {

@@ -93,6 +93,13 @@ void add_datasets(CLI::App& app) {
         std::printf("%-14s not available: %s\n", name, e.what());
       }
     }
+    try {
+      auto d = data::load_cifar10(*data_dir);
+      std::printf("%-14s %s: %lld train, %lld test, images 32x32x3, 10 classes\n", "cifar10", d.directory.c_str(),
+                  static_cast<long long>(d.train.x.dim(0)), static_cast<long long>(d.test.x.dim(0)));
+    } catch (const Error& e) {
+      std::printf("%-14s not available: %s\n", "cifar10", e.what());
+    }
   });
 }
 

@@ -16,7 +16,16 @@ struct CacheState {
 
 std::shared_ptr<const std::vector<Element>> read_cache_file(const std::string& path) {
   io::TensorFile f = io::load_safetensors(path);
-  auto count = std::stoll(f.metadata.at("elements")), components = std::stoll(f.metadata.at("components"));
+  auto number = [&](const char* key) -> long long {
+    auto it = f.metadata.find(key);
+    try {
+      if (it != f.metadata.end()) return std::stoll(it->second);
+    } catch (const std::exception&) {
+    }
+    fail("cache: \"{}\" is not a dataset cache file (metadata \"{}\" missing or not a number)", path, key);
+  };
+  long long count = number("elements"), components = number("components");
+  if (count < 0 || components < 1 && count > 0) fail("cache: \"{}\" has invalid metadata", path);
   if (static_cast<int64_t>(f.tensors.size()) != count * components)
     fail("cache: \"{}\" holds {} tensors, its metadata promises {} elements of {}", path, f.tensors.size(), count, components);
   auto out = std::make_shared<std::vector<Element>>(static_cast<size_t>(count));

@@ -2,6 +2,7 @@
 // zlib's gz* functions read plain and gzip files alike, so one path serves both.
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -77,8 +78,18 @@ Tensor read_idx(const std::string& path) {
       fail("read_idx: \"{}\" byte offset {}: dimensions describe more than 16 GiB of data", path, in.offset() - 4);
     shape.push_back(static_cast<int64_t>(d));
   }
+  // The dimensions may promise more than the file holds: read in chunks, and allocate the tensor
+  // only once the bytes are there, so that a lying header cannot make us allocate gigabytes.
+  std::string bytes;
+  constexpr uint64_t kChunk = 1 << 24;
+  while (bytes.size() < total) {
+    size_t before = bytes.size();
+    size_t chunk = static_cast<size_t>(std::min<uint64_t>(kChunk, total - before));
+    bytes.resize(before + chunk);
+    in.read(bytes.data() + before, chunk, "the data");
+  }
   Tensor t = Tensor::empty(shape, DType::UInt8);
-  in.read(t.data<uint8_t>(), total, "the data");
+  if (total > 0) std::memcpy(t.data<uint8_t>(), bytes.data(), total);
   if (!in.at_end())
     fail("read_idx: \"{}\" has bytes past the end of its data at byte offset {} (dimensions {} promise {} bytes)", path,
          in.offset(), shape.str(), total);

@@ -73,6 +73,8 @@ TensorFile load_safetensors(const std::string& path) {
     header = json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_size));
   } catch (const json::parse_error& e) {
     fail("safetensors: \"{}\" has a malformed JSON header near byte offset {}: {}", path, 8 + e.byte, e.what());
+  } catch (const json::exception& e) {  // e.g. a number too large for any type
+    fail("safetensors: \"{}\" has a malformed JSON header (byte offsets 8 to {}): {}", path, 8 + header_size, e.what());
   }
   if (!header.is_object()) fail("safetensors: \"{}\" header at byte offset 8 is not a JSON object", path);
   const size_t data_start = 8 + header_size;

@@ -66,7 +66,9 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
                            std::span<Variable* const> variables) {
   build(variables);
   auto current = this->state();
-  for (auto& [name, tensor] : current) {
+  for (auto& entry : current) {
+    const std::string& name = entry.first;
+    Tensor& tensor = entry.second;
     auto it = std::find_if(state.begin(), state.end(), [&](const auto& e) { return e.first == name; });
     if (it == state.end()) fail("{}: saved state has no \"{}\"", this->name(), name);
     if (!(it->second.shape() == tensor.shape()))

@@ -80,7 +80,7 @@ TEST(Cli, HelpListsEveryFlagWithItsDefault) {
   testing::TempDir dir;
   Outcome r = run({"fit", "--help"}, dir);
   EXPECT_EQ(r.code, 0);
-  for (const char* flag : {"--model TEXT:PRESET|FILE=mlp", "--dataset TEXT:{mnist,fashion-mnist}=mnist", "--epochs INT:INT in [1 - 1000000]=10",
+  for (const char* flag : {"--model TEXT:PRESET|FILE=mlp", "--dataset TEXT:{mnist,fashion-mnist,cifar10}=mnist", "--epochs INT:INT in [1 - 1000000]=10",
                            "--batch-size", "=32", "--checkpoint-dir TEXT=checkpoints", "--log-dir TEXT=logs", "--report",
                            "--threads", "--seed UINT=0", "--learning-rate", "--optimizer"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag << "\n" << r.output;

@@ -1,0 +1,11 @@
+// libFuzzer target: the npy loader on arbitrary bytes.
+#include "tandem/data/loaders.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  try {
+    tandem::data::parse_npy(bytes, "fuzz");
+  } catch (const tandem::Error&) {
+  }
+  return 0;
+}
