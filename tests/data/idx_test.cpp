@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tandem/allocator.h"
 #include "tandem/data/idx.h"
 #include "test_util.h"
 
@@ -71,6 +72,11 @@ TEST(Idx, BrokenFilesNameTheFileAndOffset) {
   EXPECT_TRUE(testing::throws_error([&] { data::read_idx(p); }, {p, "past the end", "byte offset 10"}));
   write(p, idx_bytes({0xFFFFFFFF, 0xFFFFFFFF}, {}));
   EXPECT_TRUE(testing::throws_error([&] { data::read_idx(p); }, {p, "more than 16 GiB"}));
+  // Found by the fuzzer: a 4 GiB promise in a 10-byte file fails on the bytes, not on an allocation.
+  write(p, Bytes{0, 0, 8, 1, 0xFF, 0xFF, 0xFF, 0xF9, 5, 6});
+  uint64_t reserved_before = memory::stats().bytes_reserved;
+  EXPECT_TRUE(testing::throws_error([&] { data::read_idx(p); }, {p, "truncated at byte offset 10"}));
+  EXPECT_LT(memory::stats().bytes_reserved, reserved_before + (uint64_t{1} << 30));
   write(p, Bytes{});
   EXPECT_TRUE(testing::throws_error([&] { data::read_idx(p); }, {p, "truncated at byte offset 0"}));
   EXPECT_TRUE(testing::throws_error([&] { data::read_idx(dir.file("missing")); }, {"cannot open", "missing"}));

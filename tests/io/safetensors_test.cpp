@@ -87,6 +87,9 @@ TEST(Safetensors, CorruptFilesAreNamedErrors) {
   EXPECT_TRUE(testing::throws_error(
       [&] { io::load_safetensors(with_header(R"({"__metadata__":{"format":"tandem"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})")); },
       {"no checksum"}));
+  // Found by the fuzzer: a number too large for JSON's integer types.
+  EXPECT_TRUE(testing::throws_error([&] { io::load_safetensors(with_header(R"({"a":{"dtype":"F32","shape":[5777777e777],"data_offsets":[0,8]}})")); },
+                                    {"malformed JSON header", "number overflow"}));
   // A file written by another tool (no checksums, no Tandem format tag) loads.
   EXPECT_NO_THROW(io::load_safetensors(with_header(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})")));
 }
