@@ -1,5 +1,7 @@
 #include "tandem/random.h"
 
+#include "core/vectorize.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -44,7 +46,7 @@ namespace {
 
 // Sixteen counter blocks at once, lane by lane, so that the compiler turns each round into
 // vector multiplies (the scalar block() costs as much per block as this does per sixteen).
-__attribute__((target_clones("avx512f", "avx2", "default")))
+TANDEM_VECTORIZE
 void blocks16(uint64_t first_block, uint64_t stream, uint64_t seed, float* out) {
   uint32_t c0[16], c1[16], c2[16], c3[16];
   for (int l = 0; l < 16; ++l) {

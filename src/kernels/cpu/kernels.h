@@ -2,9 +2,8 @@
 // CPU kernels on raw, contiguous, row-major float32 buffers. Ops check shapes; kernels trust them.
 #include <cstdint>
 
+#include "core/vectorize.h"
 #include "tandem/ops.h"
-
-#define TANDEM_VECTORIZE __attribute__((target_clones("avx512f", "avx2", "default")))
 
 namespace tandem::kernels::cpu {
 
