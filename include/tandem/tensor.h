@@ -91,6 +91,7 @@ class Tensor {
   // Views (share storage).
   Tensor reshape(const Shape& shape) const;         // -1 allowed once; needs a contiguous tensor
   Tensor slice(int64_t begin, int64_t end) const;   // rows [begin, end) of dimension 0
+  Tensor row(int64_t i) const;                      // row i of dimension 0, without that axis
   Tensor contiguous() const;                        // itself when already contiguous
   Tensor clone() const;                             // a contiguous deep copy
   Tensor astype(DType dtype) const;                 // converting copy

@@ -1,11 +1,11 @@
 #include "tandem/allocator.h"
 
 #include <array>
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <mutex>
 #include <new>
-#include <vector>
 
 #include "tandem/error.h"
 
@@ -17,16 +17,39 @@ namespace {
 constexpr int kMinShift = 6;
 constexpr int kMaxShift = 26;
 constexpr size_t kAlignment = 64;
+// Each thread keeps a few freed blocks per class for itself, so that the training thread and
+// a pipeline or replica thread do not meet on the shared lock for every tensor.
+constexpr int kThreadCacheBlocks = 16;
 
 struct Pool {
   std::mutex mutex;
   std::array<void*, kMaxShift + 1> free_lists{};  // intrusive singly linked lists
-  AllocatorStats stats;
+  std::atomic<uint64_t> system_allocations{0}, pool_allocations{0}, bytes_in_use{0}, bytes_reserved{0};
 };
 
 Pool& pool() {
   static Pool* instance = new Pool();  // never destroyed: tensors may outlive static destructors
   return *instance;
+}
+
+struct ThreadCache {
+  std::array<std::array<void*, kThreadCacheBlocks>, kMaxShift + 1> blocks{};
+  std::array<int, kMaxShift + 1> count{};
+  ~ThreadCache() {  // a finished thread hands its blocks back
+    Pool& p = pool();
+    std::lock_guard lock(p.mutex);
+    for (int cls = 0; cls <= kMaxShift; ++cls)
+      for (int i = 0; i < count[static_cast<size_t>(cls)]; ++i) {
+        void* b = blocks[static_cast<size_t>(cls)][static_cast<size_t>(i)];
+        *static_cast<void**>(b) = p.free_lists[static_cast<size_t>(cls)];
+        p.free_lists[static_cast<size_t>(cls)] = b;
+      }
+  }
+};
+
+ThreadCache& thread_cache() {
+  thread_local ThreadCache cache;
+  return cache;
 }
 
 int size_class(size_t bytes) {
@@ -45,22 +68,27 @@ void* system_allocate(size_t bytes) {
 void* allocate(size_t bytes) {
   Pool& p = pool();
   int cls = size_class(bytes);
-  std::lock_guard lock(p.mutex);
-  p.stats.pool_allocations++;
+  p.pool_allocations.fetch_add(1, std::memory_order_relaxed);
   if (cls > kMaxShift) {
-    p.stats.system_allocations++;
-    p.stats.bytes_in_use += bytes;
-    p.stats.bytes_reserved += bytes;
+    p.system_allocations.fetch_add(1, std::memory_order_relaxed);
+    p.bytes_in_use.fetch_add(bytes, std::memory_order_relaxed);
+    p.bytes_reserved.fetch_add(bytes, std::memory_order_relaxed);
     return system_allocate(bytes);
   }
+  auto c = static_cast<size_t>(cls);
   size_t block = size_t{1} << cls;
-  p.stats.bytes_in_use += block;
-  if (void* head = p.free_lists[cls]) {
-    p.free_lists[cls] = *static_cast<void**>(head);
-    return head;
+  p.bytes_in_use.fetch_add(block, std::memory_order_relaxed);
+  ThreadCache& local = thread_cache();
+  if (local.count[c] > 0) return local.blocks[c][static_cast<size_t>(--local.count[c])];
+  {
+    std::lock_guard lock(p.mutex);
+    if (void* head = p.free_lists[c]) {
+      p.free_lists[c] = *static_cast<void**>(head);
+      return head;
+    }
   }
-  p.stats.system_allocations++;
-  p.stats.bytes_reserved += block;
+  p.system_allocations.fetch_add(1, std::memory_order_relaxed);
+  p.bytes_reserved.fetch_add(block, std::memory_order_relaxed);
   return system_allocate(block);
 }
 
@@ -68,31 +96,43 @@ void deallocate(void* pointer, size_t bytes) {
   if (pointer == nullptr) return;
   Pool& p = pool();
   int cls = size_class(bytes);
-  std::lock_guard lock(p.mutex);
   if (cls > kMaxShift) {
-    p.stats.bytes_in_use -= bytes;
-    p.stats.bytes_reserved -= bytes;
+    p.bytes_in_use.fetch_sub(bytes, std::memory_order_relaxed);
+    p.bytes_reserved.fetch_sub(bytes, std::memory_order_relaxed);
     std::free(pointer);
     return;
   }
-  p.stats.bytes_in_use -= size_t{1} << cls;
-  *static_cast<void**>(pointer) = p.free_lists[cls];
-  p.free_lists[cls] = pointer;
+  auto c = static_cast<size_t>(cls);
+  p.bytes_in_use.fetch_sub(size_t{1} << cls, std::memory_order_relaxed);
+  ThreadCache& local = thread_cache();
+  if (local.count[c] < kThreadCacheBlocks) {
+    local.blocks[c][static_cast<size_t>(local.count[c]++)] = pointer;
+    return;
+  }
+  std::lock_guard lock(p.mutex);
+  *static_cast<void**>(pointer) = p.free_lists[c];
+  p.free_lists[c] = pointer;
 }
 
 AllocatorStats stats() {
   Pool& p = pool();
-  std::lock_guard lock(p.mutex);
-  return p.stats;
+  return AllocatorStats{p.system_allocations.load(), p.pool_allocations.load(), p.bytes_in_use.load(), p.bytes_reserved.load()};
 }
 
 void release_cached() {
   Pool& p = pool();
+  ThreadCache& local = thread_cache();
   std::lock_guard lock(p.mutex);
   for (int cls = 0; cls <= kMaxShift; ++cls) {
-    while (void* head = p.free_lists[cls]) {
-      p.free_lists[cls] = *static_cast<void**>(head);
-      p.stats.bytes_reserved -= size_t{1} << cls;
+    auto c = static_cast<size_t>(cls);
+    for (int i = 0; i < local.count[c]; ++i) {
+      std::free(local.blocks[c][static_cast<size_t>(i)]);
+      p.bytes_reserved.fetch_sub(size_t{1} << cls, std::memory_order_relaxed);
+    }
+    local.count[c] = 0;
+    while (void* head = p.free_lists[c]) {
+      p.free_lists[c] = *static_cast<void**>(head);
+      p.bytes_reserved.fetch_sub(size_t{1} << cls, std::memory_order_relaxed);
       std::free(head);
     }
   }

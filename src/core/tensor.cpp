@@ -281,6 +281,16 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
   return Tensor(view);
 }
 
+Tensor Tensor::row(int64_t i) const {
+  const TensorImpl* impl = checked(impl_);
+  if (impl->shape.rank() == 0) fail("row: tensor is a scalar");
+  if (i < 0 || i >= impl->shape[0]) fail("row: index {} out of range for dimension 0 of size {}", i, impl->shape[0]);
+  Shape s(std::span<const int64_t>(impl->shape.begin() + 1, impl->shape.end()));
+  auto* view = make_view(impl, s, impl->offset + i * impl->strides[0]);
+  for (int d = 1; d < impl->shape.rank(); ++d) view->strides[static_cast<size_t>(d - 1)] = impl->strides[static_cast<size_t>(d)];
+  return Tensor(view);
+}
+
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   return clone();

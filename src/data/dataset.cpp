@@ -41,10 +41,7 @@ Dataset make_dataset(Iterate it, Cardinality card) {
   return Dataset(std::make_shared<LambdaNode<Iterate, Cardinality>>(std::move(it), std::move(card)));
 }
 
-Tensor row(const Tensor& t, int64_t i) {
-  Shape s(std::span<const int64_t>(t.shape().begin() + 1, t.shape().end()));
-  return t.slice(i, i + 1).reshape(s);
-}
+Tensor row(const Tensor& t, int64_t i) { return t.row(i); }
 
 }  // namespace
 
@@ -139,6 +136,11 @@ Dataset Dataset::batch(int64_t size, bool drop_remainder) const {
             size_t bytes = static_cast<size_t>(first.numel()) * dtype_size(first.dtype());
             auto* dst = static_cast<char*>(stacked.raw());
             for (size_t k = 0; k < parts.size(); ++k) {
+              // Shuffled elements sit anywhere in memory: ask for a later one while copying this one.
+              if (k + 4 < parts.size() && c < parts[k + 4].size()) {
+                const char* ahead = static_cast<const char*>(parts[k + 4][c].raw());
+                for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(ahead + off, 0, 1);
+              }
               if (parts[k].size() != parts[0].size())
                 fail("batch: element {} has {} components, element {} has {}", index + static_cast<int64_t>(k),
                      parts[k].size(), index, parts[0].size());

@@ -133,14 +133,20 @@ class PrefetchIterator : public Iterator {
   }
   std::optional<Element> next() override {
     std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return !queue_.empty() || finished_; });
+    if (queue_.empty() && !finished_) {
+      consumer_waiting_ = true;
+      changed_.wait(lock, [&] { return !queue_.empty() || finished_; });
+      consumer_waiting_ = false;
+    }
     if (queue_.empty()) {
       if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
       return std::nullopt;
     }
     Element e = std::move(queue_.front());
     queue_.pop_front();
-    changed_.notify_all();
+    // Wake a producer sleeping on a full queue only once the queue is half empty: a notify is a
+    // system call (and on a virtual machine a costly one); one per batch cost more than the work.
+    if (producer_waiting_ && static_cast<int>(queue_.size()) <= buffer_ / 2) changed_.notify_all();
     return e;
   }
 
@@ -149,7 +155,11 @@ class PrefetchIterator : public Iterator {
     for (;;) {
       {
         std::unique_lock lock(mutex_);
-        changed_.wait(lock, [&] { return stopping_ || static_cast<int>(queue_.size()) < buffer_; });
+        if (!stopping_ && static_cast<int>(queue_.size()) >= buffer_) {
+          producer_waiting_ = true;
+          changed_.wait(lock, [&] { return stopping_ || static_cast<int>(queue_.size()) <= buffer_ / 2; });
+          producer_waiting_ = false;
+        }
         if (stopping_) break;
       }
       std::optional<Element> e;
@@ -163,7 +173,7 @@ class PrefetchIterator : public Iterator {
       std::lock_guard lock(mutex_);
       if (!e) break;
       queue_.push_back(std::move(*e));
-      changed_.notify_all();
+      if (consumer_waiting_) changed_.notify_all();
     }
     std::lock_guard lock(mutex_);
     finished_ = true;
@@ -175,7 +185,7 @@ class PrefetchIterator : public Iterator {
   std::condition_variable changed_;
   std::deque<Element> queue_;
   std::exception_ptr error_;
-  bool stopping_ = false, finished_ = false;
+  bool stopping_ = false, finished_ = false, producer_waiting_ = false, consumer_waiting_ = false;
   std::thread thread_;
 };
 
@@ -202,7 +212,7 @@ Dataset Dataset::map(std::function<Element(Element)> fn, int parallel_calls) con
 }
 
 Dataset Dataset::prefetch(int buffer) const {
-  if (buffer == kAutotune) buffer = 2;
+  if (buffer == kAutotune) buffer = 8;
   if (buffer < 1) fail("prefetch: buffer must be at least 1 or AUTOTUNE (-1), got {}", buffer);
   return Dataset(std::make_shared<PrefetchNode>(node_, buffer));
 }

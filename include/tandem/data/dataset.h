@@ -50,7 +50,7 @@ class Dataset {
   // Keeps the elements of the first full pass in memory (path "") or in a file that later passes,
   // and later processes, read instead of running the stages before it.
   Dataset cache(const std::string& path = "") const;
-  // A background thread keeps up to `buffer` elements ready (kAutotune: 2).
+  // A background thread keeps up to `buffer` elements ready (kAutotune: 8).
   Dataset prefetch(int buffer = kAutotune) const;
   // Every num_shards-th element, starting at index.
   Dataset shard(int64_t num_shards, int64_t index) const;
