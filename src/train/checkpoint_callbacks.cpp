@@ -119,7 +119,8 @@ void BackupAndRestore::on_batch_end(int64_t, const Logs&) {
 void BackupAndRestore::on_epoch_end(int, const Logs&) { model->save_checkpoint(backup_path()); }
 
 void BackupAndRestore::on_train_end(const Logs&) {
-  if (options_.delete_checkpoint && !model->stop_training) fs::remove(backup_path());
+  // Reached only when fit returns normally (early stopping included): the run is complete.
+  if (options_.delete_checkpoint) fs::remove(backup_path());
 }
 
 }  // namespace tandem
