@@ -1,0 +1,32 @@
+#pragma once
+// Collectives among the replicas of one training job, called by every replica (SPMD, as NCCL
+// and MPI are): each replica passes its own buffer and gets the same result. A replica that
+// fails calls abort(), and every replica waiting in a collective gets a tandem::Error naming it
+// instead of hanging; a replica that never arrives is reported after the timeout.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tandem::distribute {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int size() const = 0;
+  // data (n floats) becomes the elementwise sum over replicas, identical bits on every replica
+  // (the sum runs in replica order whoever computes it).
+  virtual void all_reduce_sum(int rank, float* data, int64_t n) = 0;
+  // data (n floats on `root`) is copied to every replica.
+  virtual void broadcast(int rank, float* data, int64_t n, int root) = 0;
+  virtual void barrier(int rank) = 0;
+  // Makes every current and future collective throw, with `reason`.
+  virtual void abort(int rank, const std::string& reason) = 0;
+};
+
+// Replicas as threads of this process: shared memory, a reduce-scatter then an all-gather,
+// every thread working on its own slice (no single thread sums everything).
+std::unique_ptr<Communicator> make_in_process_communicator(
+    int replicas, std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
+}  // namespace tandem::distribute
