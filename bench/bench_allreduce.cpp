@@ -1,6 +1,9 @@
 // In-process all-reduce of 10 MB of gradients across replica threads, beside this machine's
 // memcpy bandwidth measured in the same run (target: at least half of it).
 // Usage: bench_allreduce [replicas] [megabytes] [repetitions]
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +38,11 @@ int main(int argc, char** argv) try {
   std::vector<std::thread> threads;
   for (int r = 0; r < replicas; ++r)
     threads.emplace_back([&, r] {
+      // One replica per core, as MirroredStrategy will pin them.
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(r % static_cast<int>(std::thread::hardware_concurrency()), &set);
+      pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
       for (int i = 0; i < repetitions; ++i) {
         comm->barrier(r);
         auto t0 = Clock::now();

@@ -1,11 +1,15 @@
 // The in-process communicator. Each collective is phases separated by a barrier: publish the
-// buffer pointers; each replica reduces its slice from all buffers in replica order (into a
-// scratch slice, since the others still read the inputs); then copies every reduced slice
-// into its own buffer.
+// buffer pointers; each replica sums slice r of all buffers, in replica order, into slice r of
+// its own buffer (no other replica reads that slice of that buffer); then copies every other
+// reduced slice from its owner. No scratch memory, every replica busy on its own part.
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <vector>
+
+#include "core/vectorize.h"
 
 #include "tandem/distribute/communicator.h"
 #include "tandem/error.h"
@@ -13,11 +17,30 @@
 namespace tandem::distribute {
 namespace {
 
+// out[i] = Σ_q inputs[q][i], in the order of q; out may be one of the inputs. Element i is read
+// before it is written and no other element is touched, hence ivdep.
+TANDEM_VECTORIZE void sum_into(float* out, const float* const* inputs, int count, int64_t n) {
+  if (count == 2) {
+    const float* a = inputs[0];
+    const float* b = inputs[1];
+#pragma GCC ivdep
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    return;
+  }
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) {
+    float s = inputs[0][i];
+    for (int q = 1; q < count; ++q) s += inputs[q][i];
+    out[i] = s;
+  }
+}
+
 class InProcessCommunicator : public Communicator {
  public:
   InProcessCommunicator(int replicas, std::chrono::milliseconds timeout)
       : size_(replicas), timeout_(timeout), buffers_(static_cast<size_t>(replicas)), sizes_(static_cast<size_t>(replicas)),
-        scratch_(static_cast<size_t>(replicas)) {
+        inputs_(static_cast<size_t>(replicas)) {
+    for (auto& v : inputs_) v.reserve(static_cast<size_t>(replicas));
     if (replicas < 1) fail("communicator: replicas must be at least 1, got {}", replicas);
   }
 
@@ -27,22 +50,18 @@ class InProcessCommunicator : public Communicator {
     check_rank(rank);
     if (size_ == 1) return;
     publish(rank, data, n, "all_reduce_sum");
-    // Slice r of the buffer belongs to replica r.
+    // Slice r of every buffer belongs to replica r.
     int64_t per = (n + size_ - 1) / size_;
     int64_t begin = std::min<int64_t>(n, per * rank), end = std::min<int64_t>(n, begin + per);
-    std::vector<float>& mine = scratch_[static_cast<size_t>(rank)];
-    mine.resize(static_cast<size_t>(end - begin));
-    const float* first = buffers_[0];
-    std::copy(first + begin, first + end, mine.begin());
-    for (int r = 1; r < size_; ++r) {
-      const float* other = buffers_[static_cast<size_t>(r)];
-      float* out = mine.data();
-      for (int64_t i = begin; i < end; ++i) out[i - begin] += other[i];
-    }
+    std::vector<const float*>& inputs = inputs_[static_cast<size_t>(rank)];
+    inputs.clear();
+    for (int q = 0; q < size_; ++q) inputs.push_back(buffers_[static_cast<size_t>(q)] + begin);
+    sum_into(data + begin, inputs.data(), size_, end - begin);
     wait(rank, "all_reduce_sum (reduce-scatter)");
-    for (int r = 0; r < size_; ++r) {
-      int64_t b = std::min<int64_t>(n, per * r), e = std::min<int64_t>(n, b + per);
-      std::copy(scratch_[static_cast<size_t>(r)].begin(), scratch_[static_cast<size_t>(r)].begin() + (e - b), data + b);
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank) continue;
+      int64_t b = std::min<int64_t>(n, per * q), e = std::min<int64_t>(n, b + per);
+      std::copy(buffers_[static_cast<size_t>(q)] + b, buffers_[static_cast<size_t>(q)] + e, data + b);
     }
     wait(rank, "all_reduce_sum (all-gather)");
   }
@@ -83,21 +102,31 @@ class InProcessCommunicator : public Communicator {
              sizes_[static_cast<size_t>(r)]);
   }
 
-  // A generation barrier that gives up on abort or timeout.
+  // A generation barrier that gives up on abort or timeout. Replicas are threads on their own
+  // cores, so a waiter spins briefly before sleeping: a sleep and wake costs a system call each.
   void wait(int rank, const char* op) {
-    std::unique_lock lock(mutex_);
-    if (!aborted_.empty()) fail("{}: {}", op, aborted_);
-    uint64_t generation = generation_;
-    if (++arrived_ == size_) {
-      arrived_ = 0;
-      ++generation_;
-      changed_.notify_all();
-      return;
+    uint64_t generation;
+    {
+      std::lock_guard lock(mutex_);
+      if (!aborted_.empty()) fail("{}: {}", op, aborted_);
+      generation = generation_.load(std::memory_order_relaxed);
+      if (++arrived_ == size_) {
+        arrived_ = 0;
+        generation_.store(generation + 1, std::memory_order_release);
+        if (sleepers_ > 0) changed_.notify_all();
+        return;
+      }
     }
-    bool done = changed_.wait_for(lock, timeout_, [&] { return generation_ != generation || !aborted_.empty(); });
-    if (generation_ != generation) return;
+    for (int spin = 0; spin < 20000; ++spin) {
+      if (generation_.load(std::memory_order_acquire) != generation) return;
+      if (spin > 1000) std::this_thread::yield();
+    }
+    std::unique_lock lock(mutex_);
+    ++sleepers_;
+    changed_.wait_for(lock, timeout_, [&] { return generation_.load() != generation || !aborted_.empty(); });
+    --sleepers_;
+    if (generation_.load() != generation) return;
     if (!aborted_.empty()) fail("{}: {}", op, aborted_);
-    (void)done;
     aborted_ = fmt::format("replica {} waited {} ms in {} for the others; {} of {} arrived", rank, timeout_.count(), op,
                            arrived_, size_);
     changed_.notify_all();
@@ -108,11 +137,11 @@ class InProcessCommunicator : public Communicator {
   std::chrono::milliseconds timeout_;
   std::vector<float*> buffers_;
   std::vector<int64_t> sizes_;
-  std::vector<std::vector<float>> scratch_;
+  std::vector<std::vector<const float*>> inputs_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
+  int arrived_ = 0, sleepers_ = 0;
+  std::atomic<uint64_t> generation_{0};
   std::string aborted_;
 };
 
