@@ -52,6 +52,9 @@ class Layer {
 
   virtual Tensor call(const Tensor& x, const CallContext& ctx) = 0;
 
+  // A deep copy: same configuration, its own copies of the variables (a replica's layer).
+  std::shared_ptr<Layer> replicate() const;
+
   std::vector<Variable>& variables() { return variables_; }
   const std::vector<Variable>& variables() const { return variables_; }
   int64_t count_params() const;
@@ -59,6 +62,7 @@ class Layer {
  protected:
   Layer(std::string name, std::optional<Shape> input_shape) : name_(std::move(name)), declared_input_shape_(std::move(input_shape)) {}
   virtual Shape do_build(const Shape& input_shape, uint64_t seed) = 0;
+  virtual std::shared_ptr<Layer> clone() const = 0;  // shallow: variables shared
   Tensor& add_variable(const std::string& short_name, const Shape& shape, const Initializer& init, int64_t fan_in,
                        int64_t fan_out, uint64_t seed, bool trainable = true);
   // Checks the per-sample part of a batch against the built input shape.
@@ -81,6 +85,7 @@ struct DenseOptions {
 
 class Dense : public Layer {
  public:
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Dense>(*this); }
   explicit Dense(int64_t units, const std::string& activation = "", DenseOptions options = {});
   std::string type() const override { return "Dense"; }
   std::string default_name() const override { return "dense"; }
@@ -103,6 +108,7 @@ struct DropoutOptions {
 
 class Dropout : public Layer {
  public:
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Dropout>(*this); }
   explicit Dropout(float rate, DropoutOptions options = {});
   std::string type() const override { return "Dropout"; }
   std::string default_name() const override { return "dropout"; }
@@ -127,6 +133,7 @@ struct Conv2DOptions {
 
 class Conv2D : public Layer {
  public:
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Conv2D>(*this); }
   Conv2D(int64_t filters, Size2 kernel_size, Conv2DOptions options = {});
   std::string type() const override { return "Conv2D"; }
   std::string default_name() const override { return "conv2d"; }
@@ -167,11 +174,13 @@ class Pooling2D : public Layer {
 
 class MaxPooling2D : public Pooling2D {
  public:
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<MaxPooling2D>(*this); }
   explicit MaxPooling2D(Size2 pool_size = 2, Pooling2DOptions options = {}) : Pooling2D(true, pool_size, std::move(options)) {}
 };
 
 class AveragePooling2D : public Pooling2D {
  public:
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<AveragePooling2D>(*this); }
   explicit AveragePooling2D(Size2 pool_size = 2, Pooling2DOptions options = {})
       : Pooling2D(false, pool_size, std::move(options)) {}
 };
@@ -183,6 +192,7 @@ struct FlattenOptions {
 
 class Flatten : public Layer {
  public:
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Flatten>(*this); }
   explicit Flatten(FlattenOptions options = {}) : Layer(std::move(options.name), std::move(options.input_shape)) {}
   std::string type() const override { return "Flatten"; }
   std::string default_name() const override { return "flatten"; }
@@ -201,6 +211,7 @@ struct BatchNormalizationOptions {
 
 class BatchNormalization : public Layer {
  public:
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<BatchNormalization>(*this); }
   explicit BatchNormalization(BatchNormalizationOptions options = {});
   std::string type() const override { return "BatchNormalization"; }
   std::string default_name() const override { return "batch_normalization"; }
@@ -218,6 +229,7 @@ struct ActivationOptions {
 
 class Activation : public Layer {
  public:
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<Activation>(*this); }
   explicit Activation(const std::string& activation, ActivationOptions options = {});
   std::string type() const override { return "Activation"; }
   std::string default_name() const override { return "activation"; }

@@ -11,6 +11,7 @@
 #include "tandem/autograd.h"
 #include "tandem/callbacks.h"
 #include "tandem/data/dataset.h"
+#include "tandem/distribute/strategy.h"
 #include "tandem/io.h"
 #include "tandem/layers.h"
 #include "tandem/losses.h"
@@ -109,6 +110,11 @@ class Sequential {
   void save_checkpoint(const std::string& path);
   TrainingPosition load_checkpoint(const std::string& path);
 
+  // The strategy of the scope the model was made in (null: the default strategy).
+  distribute::Strategy* strategy() const { return strategy_; }
+  // Replica r's variables (0: this model's own), for checking that they stay mirrored.
+  std::vector<Variable*> replica_variables(int replica);
+
   bool stop_training = false;  // a callback sets it to end fit after the current epoch
   // Set by a callback in on_train_begin (BackupAndRestore) to continue an interrupted fit.
   std::optional<TrainingPosition> resume_from;
@@ -125,8 +131,17 @@ class Sequential {
   History train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch, const Tensor& x_val,
                      const Tensor& y_val);
 
+  // One training step under a multi-replica strategy: the global batch split by rows, each
+  // replica's gradients (of its loss summed over its rows ÷ the global batch) all-reduced, the
+  // same update applied by every replica. Returns the summed per-sample loss.
+  double replicated_step(const Tensor& x, const Tensor& y, uint64_t step_key, std::vector<Tensor>& predictions);
+  void make_replicas();
+
   std::string name_;
   uint64_t seed_;
+  distribute::Strategy* strategy_ = nullptr;
+  struct Replica;
+  std::vector<std::shared_ptr<Replica>> replicas_;  // index 0: this model
   std::vector<std::shared_ptr<layers::Layer>> layers_;
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Loss> loss_;

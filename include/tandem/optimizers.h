@@ -57,6 +57,8 @@ class Optimizer {
   virtual std::unique_ptr<Optimizer> clone() const = 0;
   // Creates the slots for these variables (done by the first apply otherwise).
   void build(std::span<Variable* const> variables);
+  // A copy with its own slots holding the same values, for the variables given (a replica's).
+  std::unique_ptr<Optimizer> replicate(std::span<Variable* const> variables);
 
  protected:
   explicit Optimizer(float learning_rate);

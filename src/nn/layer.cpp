@@ -21,6 +21,15 @@ Shape Layer::build(const Shape& input_shape, uint64_t seed) {
   return output_shape_;
 }
 
+std::shared_ptr<Layer> Layer::replicate() const {
+  std::shared_ptr<Layer> copy = clone();
+  for (Variable& v : copy->variables_) {
+    v.value = v.value.clone();
+    mark_trainable(v.value, v.trainable);
+  }
+  return copy;
+}
+
 int64_t Layer::count_params() const {
   int64_t n = 0;
   for (const Variable& v : variables_) n += v.value.numel();

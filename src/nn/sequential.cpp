@@ -5,7 +5,8 @@
 
 namespace tandem {
 
-Sequential::Sequential(SequentialOptions options) : name_(std::move(options.name)), seed_(options.seed) {}
+Sequential::Sequential(SequentialOptions options)
+    : name_(std::move(options.name)), seed_(options.seed), strategy_(distribute::current_strategy()) {}
 
 void Sequential::add(std::shared_ptr<layers::Layer> layer) {
   if (!layer) fail("Sequential \"{}\": add() got a null layer", name_);

@@ -165,6 +165,9 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
 
   GradientTape tape;
   Tensor xb, yb;
+  bool replicated = strategy_ != nullptr && strategy_->num_replicas_in_sync() > 1;
+  if (replicated) make_replicas();  // from the current weights and optimizer state
+  std::vector<Tensor> predictions;
   for (int epoch = start.epoch; epoch < options.epochs && !stop_training; ++epoch) {
     if (options.verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
     for (auto& cb : options.callbacks) cb->on_epoch_begin(epoch, {});
@@ -184,13 +187,24 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
       if (step < first_step) continue;
       if (!options.callbacks.empty())
         for (auto& cb : options.callbacks) cb->on_batch_begin(step, {});
-      tape.reset();
-      Tensor y_pred = call(xb, CallContext{true, RandomKey{seed_, static_cast<uint64_t>(optimizer_->iterations()), 0}});
-      Tensor loss = ops::mean(loss_->per_sample(yb, y_pred));
-      tape.gradient(loss, sources, grads);
-      optimizer_->apply(trainable, grads);
-      running_metrics_[0].update_mean(loss.item(), xb.dim(0));
-      for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(yb, y_pred);
+      if (replicated) {
+        StopRecording not_here;  // each replica records on its own thread's tape
+        double loss_sum = replicated_step(xb, yb, static_cast<uint64_t>(optimizer_->iterations()), predictions);
+        running_metrics_[0].update_mean(loss_sum / static_cast<double>(xb.dim(0)), xb.dim(0));
+        int n = static_cast<int>(predictions.size());
+        for (int r = 0; r < n; ++r) {
+          int64_t b = xb.dim(0) * r / n, e = xb.dim(0) * (r + 1) / n;
+          for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(yb.slice(b, e), predictions[static_cast<size_t>(r)]);
+        }
+      } else {
+        tape.reset();
+        Tensor y_pred = call(xb, CallContext{true, RandomKey{seed_, static_cast<uint64_t>(optimizer_->iterations()), 0}});
+        Tensor loss = ops::mean(loss_->per_sample(yb, y_pred));
+        tape.gradient(loss, sources, grads);
+        optimizer_->apply(trainable, grads);
+        running_metrics_[0].update_mean(loss.item(), xb.dim(0));
+        for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(yb, y_pred);
+      }
       position_ = TrainingPosition{epoch, step + 1};
       if (options.verbose == 1) bar.update(step + 1, current_logs());
       if (!options.callbacks.empty()) {

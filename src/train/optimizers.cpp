@@ -50,6 +50,15 @@ void Optimizer::apply(std::span<Variable* const> variables, std::span<const Tens
   }
 }
 
+std::unique_ptr<Optimizer> Optimizer::replicate(std::span<Variable* const> variables) {
+  auto saved = state();
+  std::unique_ptr<Optimizer> copy = clone();
+  copy->slot_owners_.clear();  // clone() shares the slot tensors; the copy gets its own
+  copy->slots_.clear();
+  copy->load_state(saved, variables);
+  return copy;
+}
+
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() {
   std::vector<std::pair<std::string, Tensor>> out;
   out.emplace_back("optimizer/iterations",

@@ -1,0 +1,131 @@
+// MirroredStrategy against the default strategy on the same global batch: the same weights
+// after K steps (up to float summation order), mirrored variables identical after every step,
+// and a failing replica stopping the step with one error.
+#include "tandem/distribute/strategy.h"
+#include "tandem/model.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+using namespace layers;
+
+struct Data {
+  Tensor x, y;
+};
+Data blobs(int64_t n, Shape per_sample) {
+  Shape shape{n};
+  for (int64_t d : per_sample) shape.push_back(d);
+  Tensor x = testing::random_tensor(shape, 5);
+  std::vector<int32_t> l(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) l[static_cast<size_t>(i)] = static_cast<int32_t>(i % 4);
+  return {x, Tensor::from_vector({n}, std::span<const int32_t>(l))};
+}
+
+std::unique_ptr<Sequential> dense_model() {
+  auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
+  m->add(Dense(16, "relu", {.input_shape = Shape{6}}));
+  m->add(Dropout(0.3f));
+  m->add(Dense(4, "softmax"));
+  m->compile(optimizers::Adam(0.01f), "sparse_categorical_crossentropy", {"accuracy"});
+  return m;
+}
+
+std::unique_ptr<Sequential> conv_model() {
+  auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
+  m->add(Conv2D(4, 3, {.padding = "same", .activation = "relu", .input_shape = Shape{6, 6, 1}}));
+  m->add(MaxPooling2D());
+  m->add(Flatten());
+  m->add(Dense(4));
+  m->compile(optimizers::SGD(0.05f, {.momentum = 0.9f}), Loss::sparse_categorical_crossentropy(true), {"accuracy"});
+  return m;
+}
+
+class Mirrored : public ::testing::TestWithParam<int> {};
+
+void expect_same_training(const std::function<std::unique_ptr<Sequential>()>& make, const Data& d, int replicas) {
+  auto reference = make();
+  History h0 = reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+  distribute::MirroredStrategy mirrored(replicas, 1);
+  std::unique_ptr<Sequential> model;
+  {
+    auto scope = mirrored.scope();
+    model = make();
+  }
+  ASSERT_EQ(model->strategy(), &mirrored);
+  History h1 = model->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+  auto a = reference->variables(), b = model->variables();
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto va = a[i]->value.to_vector(), vb = b[i]->value.to_vector();
+    std::vector<double> ref(va.begin(), va.end());
+    EXPECT_TRUE(testing::all_close(b[i]->value, ref, 1e-6, 1e-5)) << a[i]->name << " with " << replicas << " replicas";
+  }
+  EXPECT_NEAR(h1["loss"].back(), h0["loss"].back(), 1e-5);
+  for (int r = 1; r < replicas; ++r) {
+    auto mine = model->replica_variables(r);
+    for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(mine[i]->value.to_vector(), b[i]->value.to_vector()) << "replica " << r;
+  }
+}
+
+TEST_P(Mirrored, DenseWithDropoutMatchesTheDefaultStrategy) {
+  expect_same_training(dense_model, blobs(96, Shape{6}), GetParam());
+}
+
+TEST_P(Mirrored, ConvolutionMatchesTheDefaultStrategy) {
+  expect_same_training(conv_model, blobs(48, Shape{6, 6, 1}), GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Replicas, Mirrored, ::testing::Values(2, 3));
+
+class CheckMirrored : public Callback {
+ public:
+  void on_batch_end(int64_t, const Logs&) override {
+    auto primary = model->variables();
+    for (int r = 1; r < replicas; ++r) {
+      auto mine = model->replica_variables(r);
+      for (size_t i = 0; i < primary.size(); ++i) identical = identical && mine[i]->value.to_vector() == primary[i]->value.to_vector();
+    }
+    ++checked;
+  }
+  int replicas = 0, checked = 0;
+  bool identical = true;
+};
+
+TEST(MirroredStrategy, VariablesAreIdenticalAfterEveryStep) {
+  distribute::MirroredStrategy mirrored(3, 1);
+  auto scope = mirrored.scope();
+  auto model = dense_model();
+  auto check = std::make_shared<CheckMirrored>();
+  check->replicas = 3;
+  Data d = blobs(90, Shape{6});
+  model->fit(d.x, d.y, {.epochs = 1, .batch_size = 30, .callbacks = {check}, .verbose = 0});
+  EXPECT_EQ(check->checked, 3);
+  EXPECT_TRUE(check->identical);
+}
+
+TEST(MirroredStrategy, AFailingReplicaStopsTheStepWithOneError) {
+  distribute::MirroredStrategy mirrored(2, 1);
+  auto scope = mirrored.scope();
+  auto model = dense_model();
+  Data d = blobs(40, Shape{6});
+  d.y.data<int32_t>()[30] = 9;  // a bad label in replica 1's shard of the first batch
+  EXPECT_TRUE(testing::throws_error([&] { model->fit(d.x, d.y, {.epochs = 1, .batch_size = 40, .shuffle = false, .verbose = 0}); },
+                                    {"label 9", "out of range [0, 4)"}));
+  // The strategy recovers for the next fit.
+  d.y.data<int32_t>()[30] = 1;
+  EXPECT_NO_THROW(model->fit(d.x, d.y, {.epochs = 1, .batch_size = 40, .verbose = 0}));
+}
+
+TEST(MirroredStrategy, BatchNormalizationIsRefusedForNow) {
+  distribute::MirroredStrategy mirrored(2, 1);
+  auto scope = mirrored.scope();
+  Sequential model;
+  model.add(Dense(4, "", {.input_shape = Shape{6}}));
+  model.add(BatchNormalization());
+  model.compile("sgd", "mse");
+  EXPECT_TRUE(testing::throws_error([&] { model.fit(Tensor::zeros({8, 6}), Tensor::zeros({8, 4}), {.verbose = 0}); },
+                                    {"BatchNormalization", "synchronized", "mirrored:2"}));
+}
+
+}  // namespace
+}  // namespace tandem
