@@ -1,6 +1,6 @@
 // Training throughput of the reference models on MNIST-shaped data (60,000 × 784, random),
 // beside the GEMM-only floor: the same matrix products alone through oneDNN, no framework.
-// Usage: bench_models WORKLOAD [threads] [seconds] [nofloor]   WORKLOAD: mlp25 mlp256 mlp5_50 mlp5_256 cnn64
+// Usage: bench_models WORKLOAD [threads] [seconds] [nofloor|floor] [mirrored:N]   WORKLOAD: mlp25 mlp256 mlp5_50 mlp5_256 cnn64
 // Prints one JSON line. Run one workload per process so that peak RSS is the workload's own.
 #include <sys/resource.h>
 
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/cpu/kernels.h"
+#include "tandem/distribute/strategy.h"
 #include "tandem/tandem.h"
 
 using namespace tandem;
@@ -119,7 +120,16 @@ int main(int argc, char** argv) try {
   Tensor y = Tensor::from_vector({n}, std::span<const int32_t>(labels));
   double data_mb = static_cast<double>(x.numel() * 4 + n * 4) / 1e6;
 
-  auto model = make_model(it->model);
+  // A fifth argument "mirrored:N" trains under MirroredStrategy with N replicas of `threads` threads.
+  std::unique_ptr<distribute::MirroredStrategy> strategy;
+  std::unique_ptr<Sequential> model;
+  if (argc > 5 && std::strncmp(argv[5], "mirrored:", 9) == 0) {
+    strategy = std::make_unique<distribute::MirroredStrategy>(std::atoi(argv[5] + 9), threads);
+    auto scope = strategy->scope();
+    model = make_model(it->model);
+  } else {
+    model = make_model(it->model);
+  }
   // Train on slices of the data sized to run about `seconds`/3, three times; report the best.
   int64_t per_run = std::min<int64_t>(n, it->batch * 40);
   model->fit(x.slice(0, per_run), y.slice(0, per_run), {.epochs = 1, .batch_size = it->batch, .verbose = 0});  // warm-up
@@ -137,9 +147,9 @@ int main(int argc, char** argv) try {
   double rss = peak_rss_mb();
   // A fourth argument "nofloor" skips the floor, for profiling the framework alone.
   double floor = argc > 4 && std::strcmp(argv[4], "nofloor") == 0 ? 1.0 : gemm_floor(it->model, it->batch, 3.0);
-  std::printf("{\"workload\": \"%s\", \"threads\": %d, \"samples_per_s\": %.0f, \"peak_rss_mb\": %.1f, "
+  std::printf("{\"workload\": \"%s\", \"strategy\": \"%s\", \"threads\": %d, \"samples_per_s\": %.0f, \"peak_rss_mb\": %.1f, "
               "\"data_mb\": %.1f, \"gemm_floor_samples_per_s\": %.0f, \"fraction_of_floor\": %.3f}\n",
-              it->name.c_str(), threads, best, rss, data_mb, floor, best / floor);
+              it->name.c_str(), strategy ? strategy->name().c_str() : "default", threads, best, rss, data_mb, floor, best / floor);
 } catch (const tandem::Error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
   return 1;
