@@ -22,7 +22,8 @@ class Strategy {
   virtual void run(const std::function<void(int replica)>& fn) = 0;
   virtual Communicator& communicator() = 0;
 
-  // While alive, models constructed on this thread train under the strategy.
+  // While alive, models constructed on this thread train under the strategy (which must then
+  // outlive them: a model keeps a pointer to it, as a Keras model keeps its strategy).
   class Scope {
    public:
     explicit Scope(Strategy* s);
