@@ -23,6 +23,8 @@ Strategy::Scope::Scope(Strategy* s) : previous_(scope_strategy) { scope_strategy
 Strategy::Scope::~Scope() { scope_strategy = previous_; }
 Strategy* current_strategy() { return scope_strategy; }
 
+OneDeviceStrategy::OneDeviceStrategy() : comm_(make_in_process_communicator(1)) {}
+
 struct MirroredStrategy::Workers {
   std::mutex mutex;
   std::condition_variable wake, done;

@@ -116,6 +116,24 @@ TEST(MirroredStrategy, AFailingReplicaStopsTheStepWithOneError) {
   EXPECT_NO_THROW(model->fit(d.x, d.y, {.epochs = 1, .batch_size = 40, .verbose = 0}));
 }
 
+TEST(OneDeviceStrategy, TrainsExactlyAsTheDefault) {
+  Data d = blobs(60, Shape{6});
+  auto reference = dense_model();
+  reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 20, .verbose = 0});
+  distribute::OneDeviceStrategy one;
+  std::unique_ptr<Sequential> model;
+  {
+    auto scope = one.scope();
+    model = dense_model();
+  }
+  EXPECT_EQ(model->strategy(), &one);
+  EXPECT_EQ(one.num_replicas_in_sync(), 1);
+  model->fit(d.x, d.y, {.epochs = 2, .batch_size = 20, .verbose = 0});
+  for (size_t i = 0; i < model->variables().size(); ++i)
+    EXPECT_EQ(model->variables()[i]->value.to_vector(), reference->variables()[i]->value.to_vector());
+  EXPECT_EQ(distribute::current_strategy(), nullptr);  // the scope ended
+}
+
 TEST(MirroredStrategy, BatchNormalizationIsRefusedForNow) {
   distribute::MirroredStrategy mirrored(2, 1);
   auto scope = mirrored.scope();

@@ -40,6 +40,20 @@ class Strategy {
 // The strategy of the innermost live scope on this thread, or null (the default strategy).
 Strategy* current_strategy();
 
+// Everything on one device (the calling thread), through the strategy interface: what the
+// default strategy does, made explicit (tf.distribute.OneDeviceStrategy).
+class OneDeviceStrategy : public Strategy {
+ public:
+  OneDeviceStrategy();
+  std::string name() const override { return "one_device"; }
+  int num_replicas_in_sync() const override { return 1; }
+  void run(const std::function<void(int replica)>& fn) override { fn(0); }
+  Communicator& communicator() override { return *comm_; }
+
+ private:
+  std::unique_ptr<Communicator> comm_;
+};
+
 // One replica per group of cores, variables mirrored, gradients all-reduced every step.
 // On the CPU a replica is a thread pinned to its cores, with cores / replicas intra-op threads.
 class MirroredStrategy : public Strategy {
