@@ -10,6 +10,8 @@
 
 namespace tandem {
 
+class Sequential;
+
 // A named tensor owned by a layer; trainable ones are watched by every GradientTape.
 struct Variable {
   std::string name;  // "dense/kernel"
@@ -62,6 +64,7 @@ class Layer {
  protected:
   Layer(std::string name, std::optional<Shape> input_shape) : name_(std::move(name)), declared_input_shape_(std::move(input_shape)) {}
   virtual Shape do_build(const Shape& input_shape, uint64_t seed) = 0;
+  friend class tandem::Sequential;  // makes central-storage replicas from shallow clones
   virtual std::shared_ptr<Layer> clone() const = 0;  // shallow: variables shared
   Tensor& add_variable(const std::string& short_name, const Shape& shape, const Initializer& init, int64_t fan_in,
                        int64_t fan_out, uint64_t seed, bool trainable = true);

@@ -95,6 +95,7 @@ MirroredStrategy::~MirroredStrategy() {
 }
 
 std::string MirroredStrategy::name() const { return fmt::format("mirrored:{}", replicas_); }
+std::string CentralStorageStrategy::name() const { return fmt::format("central:{}", num_replicas_in_sync()); }
 
 void MirroredStrategy::run(const std::function<void(int replica)>& fn) {
   Workers& w = *workers_;

@@ -1,6 +1,8 @@
-// Training under a multi-replica strategy (MirroredStrategy): replicas are deep copies of the
-// model, each on its own thread; gradients meet in one all-reduce per step, fused into a
-// single buffer; every replica applies the same update, so the variables stay mirrored.
+// Training under a multi-replica strategy. MirroredStrategy: replicas are deep copies of the
+// model, each on its own thread; gradients meet in one all-reduce per step, fused into a single
+// buffer; every replica applies the same update, so the variables stay mirrored.
+// CentralStorageStrategy: replicas share the one set of variables (shallow copies of the
+// layers); after the all-reduce only replica 0 applies the update, once.
 #include <cstring>
 
 #include "tandem/model.h"
@@ -18,6 +20,7 @@ struct Sequential::Replica {
 
 void Sequential::make_replicas() {
   int n = strategy_->num_replicas_in_sync();
+  bool mirrored = strategy_->mirrors_variables();
   for (const auto& l : layers_)
     if (l->type() == "BatchNormalization")
       fail("{}: BatchNormalization under {} needs synchronized batch statistics, which Tandem does not have yet",
@@ -26,12 +29,12 @@ void Sequential::make_replicas() {
   for (int r = 0; r < n; ++r) {
     auto rep = std::make_shared<Replica>();
     if (r > 0)
-      for (const auto& l : layers_) rep->layers.push_back(l->replicate());
+      for (const auto& l : layers_) rep->layers.push_back(mirrored ? l->replicate() : l->clone());
     for (auto& l : (r == 0 ? layers_ : rep->layers))
       for (auto& v : l->variables())
         if (v.trainable) rep->trainable.push_back(&v);
     if (r == 0) optimizer_->build(rep->trainable);  // slots exist before they are copied
-    else rep->optimizer = optimizer_->replicate(rep->trainable);
+    else if (mirrored) rep->optimizer = optimizer_->replicate(rep->trainable);
     int64_t total = 0;
     for (Variable* v : rep->trainable) {
       rep->sources.push_back(v->value);
@@ -85,7 +88,10 @@ double Sequential::replicated_step(const Tensor& x, const Tensor& y, uint64_t st
       at += static_cast<size_t>(g.numel());
       g = out;
     }
-    (r == 0 ? *optimizer_ : *rep.optimizer).apply(rep.trainable, rep.grads);
+    // Every replica is past its backward pass (the all-reduce waited for all), so with central
+    // storage replica 0 may update the shared variables while the others return.
+    if (r == 0) optimizer_->apply(rep.trainable, rep.grads);
+    else if (rep.optimizer) rep.optimizer->apply(rep.trainable, rep.grads);
     rep.loss_sum = ops::sum(per_sample).item();
     predictions[static_cast<size_t>(r)] = h;
   });

@@ -43,10 +43,13 @@ std::unique_ptr<Sequential> conv_model() {
 
 class Mirrored : public ::testing::TestWithParam<int> {};
 
-void expect_same_training(const std::function<std::unique_ptr<Sequential>()>& make, const Data& d, int replicas) {
+void expect_same_training(const std::function<std::unique_ptr<Sequential>()>& make, const Data& d, int replicas,
+                          bool central = false) {
   auto reference = make();
   History h0 = reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
-  distribute::MirroredStrategy mirrored(replicas, 1);
+  std::unique_ptr<distribute::MirroredStrategy> owned =
+      central ? std::make_unique<distribute::CentralStorageStrategy>(replicas, 1) : std::make_unique<distribute::MirroredStrategy>(replicas, 1);
+  distribute::MirroredStrategy& mirrored = *owned;
   std::unique_ptr<Sequential> model;
   {
     auto scope = mirrored.scope();
@@ -63,7 +66,12 @@ void expect_same_training(const std::function<std::unique_ptr<Sequential>()>& ma
   EXPECT_NEAR(h1["loss"].back(), h0["loss"].back(), 1e-5);
   for (int r = 1; r < replicas; ++r) {
     auto mine = model->replica_variables(r);
-    for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(mine[i]->value.to_vector(), b[i]->value.to_vector()) << "replica " << r;
+    for (size_t i = 0; i < b.size(); ++i) {
+      EXPECT_EQ(mine[i]->value.to_vector(), b[i]->value.to_vector()) << "replica " << r;
+      // Central storage: one copy of each variable, shared by the replicas.
+      if (central) EXPECT_EQ(mine[i]->value.id(), b[i]->value.id());
+      else EXPECT_NE(mine[i]->value.id(), b[i]->value.id());
+    }
   }
 }
 
@@ -73,6 +81,11 @@ TEST_P(Mirrored, DenseWithDropoutMatchesTheDefaultStrategy) {
 
 TEST_P(Mirrored, ConvolutionMatchesTheDefaultStrategy) {
   expect_same_training(conv_model, blobs(48, Shape{6, 6, 1}), GetParam());
+}
+
+TEST_P(Mirrored, CentralStorageMatchesTheDefaultStrategy) {
+  expect_same_training(dense_model, blobs(96, Shape{6}), GetParam(), true);
+  expect_same_training(conv_model, blobs(48, Shape{6, 6, 1}), GetParam(), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, Mirrored, ::testing::Values(2, 3));

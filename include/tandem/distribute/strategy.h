@@ -21,6 +21,9 @@ class Strategy {
   // throws, the others' collectives fail too and the first error is rethrown here.
   virtual void run(const std::function<void(int replica)>& fn) = 0;
   virtual Communicator& communicator() = 0;
+  // True when each replica keeps its own copy of the variables (mirrored); false when they
+  // live once and the reduced gradient is applied once (central storage).
+  virtual bool mirrors_variables() const { return true; }
 
   // While alive, models constructed on this thread train under the strategy (which must then
   // outlive them: a model keeps a pointer to it, as a Keras model keeps its strategy).
@@ -71,6 +74,16 @@ class MirroredStrategy : public Strategy {
   int replicas_, threads_per_replica_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Workers> workers_;
+};
+
+// Variables live once, on the host; compute is replicated as in MirroredStrategy (replica
+// threads read the one copy), the gradients are summed and the update is applied once.
+class CentralStorageStrategy : public MirroredStrategy {
+ public:
+  explicit CentralStorageStrategy(int num_replicas = 0, int threads_per_replica = 0)
+      : MirroredStrategy(num_replicas, threads_per_replica) {}
+  std::string name() const override;
+  bool mirrors_variables() const override { return false; }
 };
 
 }  // namespace tandem::distribute
