@@ -1,6 +1,6 @@
 // Training throughput of the reference models on MNIST-shaped data (60,000 × 784, random),
 // beside the GEMM-only floor: the same matrix products alone through oneDNN, no framework.
-// Usage: bench_models WORKLOAD [threads] [seconds] [nofloor|floor] [mirrored:N]   WORKLOAD: mlp25 mlp256 mlp5_50 mlp5_256 cnn64
+// Usage: bench_models WORKLOAD [threads] [seconds] [nofloor|floor] [mirrored:N|central:N]   WORKLOAD: mlp25 mlp256 mlp5_50 mlp5_256 cnn64
 // Prints one JSON line. Run one workload per process so that peak RSS is the workload's own.
 #include <sys/resource.h>
 
@@ -123,7 +123,11 @@ int main(int argc, char** argv) try {
   // A fifth argument "mirrored:N" trains under MirroredStrategy with N replicas of `threads` threads.
   std::unique_ptr<distribute::MirroredStrategy> strategy;
   std::unique_ptr<Sequential> model;
-  if (argc > 5 && std::strncmp(argv[5], "mirrored:", 9) == 0) {
+  if (argc > 5 && std::strncmp(argv[5], "central:", 8) == 0) {
+    strategy = std::make_unique<distribute::CentralStorageStrategy>(std::atoi(argv[5] + 8), threads);
+    auto scope = strategy->scope();
+    model = make_model(it->model);
+  } else if (argc > 5 && std::strncmp(argv[5], "mirrored:", 9) == 0) {
     strategy = std::make_unique<distribute::MirroredStrategy>(std::atoi(argv[5] + 9), threads);
     auto scope = strategy->scope();
     model = make_model(it->model);
