@@ -206,7 +206,7 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
         for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(yb, y_pred);
       }
       position_ = TrainingPosition{epoch, step + 1};
-      if (options.verbose == 1) bar.update(step + 1, current_logs());
+      if (bar.due(step + 1)) bar.update(step + 1, current_logs());
       if (!options.callbacks.empty()) {
         current_logs();
         for (auto& cb : options.callbacks) cb->on_batch_end(step, logs);

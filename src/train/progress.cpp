@@ -34,11 +34,14 @@ ProgressBar::ProgressBar(int64_t total_steps, int verbose, std::FILE* out)
   start_ = last_draw_ = std::chrono::steady_clock::now();
 }
 
+bool ProgressBar::due(int64_t step) const {
+  if (verbose_ != 1 || !terminal_ || (total_ > 0 && step >= total_)) return false;
+  return std::chrono::steady_clock::now() - last_draw_ >= std::chrono::milliseconds(100);
+}
+
 void ProgressBar::update(int64_t step, const Logs& logs) {
-  if (verbose_ != 1 || !terminal_ || (total_ > 0 && step >= total_)) return;
-  auto now = std::chrono::steady_clock::now();
-  if (now - last_draw_ < std::chrono::milliseconds(100)) return;
-  last_draw_ = now;
+  if (!due(step)) return;
+  last_draw_ = std::chrono::steady_clock::now();
   draw(step, logs, false);
 }
 

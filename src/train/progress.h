@@ -11,6 +11,8 @@ namespace tandem::train {
 class ProgressBar {
  public:
   ProgressBar(int64_t total_steps, int verbose, std::FILE* out);  // total_steps <= 0: unknown
+  // Whether update(step, …) would draw: callers build the logs only then.
+  bool due(int64_t step) const;
   // After step `step` (1-based) with the running logs.
   void update(int64_t step, const Logs& logs);
   void finish(int64_t steps, const Logs& logs);  // the epoch's closing line, with validation values

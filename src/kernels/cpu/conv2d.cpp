@@ -40,6 +40,7 @@ struct ConvPrimitives {
   dnnl::convolution_backward_weights backward_weights;
   WeightsLayout forward_weights, backward_data_weights, weight_gradient;
   memory src_m, bias_m, dst_m, fwd_weights_m, bwd_data_weights_m, bwd_weights_m;
+  std::vector<float> zero_bias, unused_bias_gradient;  // for layers without a bias
 };
 
 void make_conv(ConvPrimitives& p, const Conv2dShape& s) {
@@ -70,6 +71,8 @@ void make_conv(ConvPrimitives& p, const Conv2dShape& s) {
   p.forward_weights.init(hwio, fpd.weights_desc(), true, ctx.engine);
   p.backward_data_weights.init(hwio, bdpd.weights_desc(), true, ctx.engine);
   p.weight_gradient.init(hwio, bwpd.diff_weights_desc(), false, ctx.engine);
+  p.zero_bias.assign(static_cast<size_t>(s.f), 0.0f);
+  p.unused_bias_gradient.resize(static_cast<size_t>(s.f));
   p.src_m = memory(src, ctx.engine, nullptr);
   p.bias_m = memory(bias, ctx.engine, nullptr);
   p.dst_m = memory(dst, ctx.engine, nullptr);
@@ -119,11 +122,7 @@ Conv2dShape conv2d_shape(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y) {
   ConvPrimitives& p = conv_primitives(s);
-  std::vector<float> zeros;
-  if (bias == nullptr) {
-    zeros.assign(static_cast<size_t>(s.f), 0.0f);
-    bias = zeros.data();
-  }
+  if (bias == nullptr) bias = p.zero_bias.data();
   dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, x},
                            {DNNL_ARG_WEIGHTS, &p.fwd_weights_m, to_primitive_layout(p.forward_weights, kernel)},
                            {DNNL_ARG_BIAS, &p.bias_m, bias},
@@ -140,11 +139,7 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* ke
 
 void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias) {
   ConvPrimitives& p = conv_primitives(s);
-  std::vector<float> scratch;
-  if (dbias == nullptr) {
-    scratch.resize(static_cast<size_t>(s.f));
-    dbias = scratch.data();
-  }
+  if (dbias == nullptr) dbias = p.unused_bias_gradient.data();
   WeightsLayout& g = p.weight_gradient;
   dnnl_execute(p.backward_weights, {{DNNL_ARG_SRC, &p.src_m, x},
                                     {DNNL_ARG_DIFF_DST, &p.dst_m, dy},
