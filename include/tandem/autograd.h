@@ -31,6 +31,8 @@ class StopRecording {
   GradientTape* saved_;
 };
 
+struct Variable;
+
 class GradientTape {
  public:
   explicit GradientTape(bool persistent = false);
@@ -41,6 +43,8 @@ class GradientTape {
   void watch(const Tensor& t);
   // d target / d source for each source; a source the target does not depend on gets zeros.
   std::vector<Tensor> gradient(const Tensor& target, std::span<const Tensor> sources);
+  // d target / d variable, for model.trainable_variables() as Keras' tape.gradient takes it.
+  std::vector<Tensor> gradient(const Tensor& target, std::span<Variable* const> variables);
   // Same, writing into `out` (one per source) so that a training loop allocates nothing.
   void gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out);
   // Forgets everything recorded and starts recording again; keeps its memory for reuse.

@@ -31,4 +31,10 @@ class Loss {
   bool from_logits_;
 };
 
+// The per-sample losses summed and divided by the global batch (tf.nn.compute_average_loss):
+// inside Strategy::run, where each replica has a slice of the batch, the replicas' gradients
+// then sum to the gradient of the mean over the global batch. global_batch_size 0: the rows
+// here × the replicas in sync.
+Tensor compute_average_loss(const Tensor& per_sample_loss, int64_t global_batch_size = 0);
+
 }  // namespace tandem

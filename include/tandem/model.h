@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,16 +67,16 @@ class Sequential {
   bool built() const;
 
   // Forward pass on a batch; records on the active GradientTape. Each training call draws fresh
-  // dropout masks (keyed by a count of training calls), as in a custom training loop.
-  Tensor operator()(const Tensor& x, bool training = false) {
-    return call(x, CallContext{training, {seed_, training ? training_calls_++ : 0, 0}});
-  }
+  // dropout masks (keyed by a count of training calls), as in a custom training loop. Inside
+  // Strategy::run it computes with the running replica's variables.
+  Tensor operator()(const Tensor& x, bool training = false);
   Tensor call(const Tensor& x, const CallContext& ctx);
 
   std::string summary() const;  // Keras' table
   void print_summary(std::FILE* out = stdout) const { std::fputs(summary().c_str(), out); }
 
   const std::vector<std::shared_ptr<layers::Layer>>& layers() const { return layers_; }
+  // The model's variables; inside Strategy::run, the running replica's.
   std::vector<Variable*> variables();
   std::vector<Variable*> trainable_variables();
   int64_t count_params() const;
@@ -135,13 +136,18 @@ class Sequential {
   // replica's gradients (of its loss summed over its rows ÷ the global batch) all-reduced, the
   // same update applied by every replica. Returns the summed per-sample loss.
   double replicated_step(const Tensor& x, const Tensor& y, uint64_t step_key, std::vector<Tensor>& predictions);
+  struct Replica;
+  // Copies of the layers for every replica (replica 0 uses the model's own), from the current
+  // weights; the optimizer's replica slots are copied again on the next step.
   void make_replicas();
+  // The replica this thread runs as inside Strategy::run (made on first use), or null outside.
+  Replica* running_replica(const Tensor* first_input);
 
   std::string name_;
   uint64_t seed_;
   distribute::Strategy* strategy_ = nullptr;
-  struct Replica;
   std::vector<std::shared_ptr<Replica>> replicas_;  // index 0: this model
+  std::mutex replicas_mutex_;
   std::vector<std::shared_ptr<layers::Layer>> layers_;
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Loss> loss_;

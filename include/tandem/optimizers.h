@@ -1,7 +1,9 @@
 #pragma once
 // Optimizers and learning-rate schedules. An optimizer's slots (momenta, moments) and its step
 // count are part of the model's state.
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +11,9 @@
 #include "tandem/layers.h"
 
 namespace tandem {
+namespace distribute {
+struct ReplicaContext;
+}
 
 // Learning rate as a function of the optimizer's step (0-based, before the update).
 class LearningRateSchedule {
@@ -44,8 +49,16 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
-  // Applies one update to each variable from its gradient (same order, same shapes).
+  // Applies one update to each variable from its gradient (same order, same shapes). Inside
+  // Strategy::run the gradients are first summed over the replicas (losses are scaled by the
+  // global batch), then every replica updates its own copy of the variables with its own copy
+  // of the slots (mirrored), or replica 0 updates the one shared copy (central storage).
   void apply(std::span<Variable* const> variables, std::span<const Tensor> gradients);
+  // The replica's part of apply() for gradients already summed over the replicas.
+  void apply_reduced(const distribute::ReplicaContext& replica, std::span<Variable* const> variables,
+                     std::span<const Tensor> gradients);
+  // Drops the replicas' copies of the slots; the next replicated apply copies this one's again.
+  void forget_replicas();
   int64_t iterations() const { return iterations_; }
   float current_learning_rate() const;
   void set_learning_rate(float lr);
@@ -68,6 +81,17 @@ class Optimizer {
   virtual void update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) = 0;
 
  private:
+  void apply_here(std::span<Variable* const> variables, std::span<const Tensor> gradients);
+  // Replica r's optimizer (r > 0) under a mirroring strategy; a copy of an optimizer has none.
+  struct ReplicaCopies {
+    ReplicaCopies() = default;
+    ReplicaCopies(const ReplicaCopies&) {}
+    ReplicaCopies& operator=(const ReplicaCopies&) { return *this; }
+    std::mutex mutex;
+    std::vector<std::unique_ptr<Optimizer>> copies;
+    std::atomic<bool> ready{false};
+  };
+  ReplicaCopies replicas_;
   float learning_rate_;
   std::shared_ptr<LearningRateSchedule> schedule_;
   int64_t iterations_ = 0;

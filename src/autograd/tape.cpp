@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "autograd/node.h"
+#include "tandem/layers.h"
 #include "core/tensor_impl.h"
 #include "tandem/ops.h"
 
@@ -124,6 +125,13 @@ void GradientTape::backward(const Tensor& target) {
     if (!g.defined()) continue;
     node->backward(*this, g);
   }
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<Variable* const> variables) {
+  std::vector<Tensor> sources;
+  sources.reserve(variables.size());
+  for (Variable* v : variables) sources.push_back(v->value);
+  return gradient(target, sources);
 }
 
 void GradientTape::gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out) {

@@ -5,7 +5,9 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -17,13 +19,128 @@
 namespace tandem::distribute {
 namespace {
 thread_local Strategy* scope_strategy = nullptr;
-}
+thread_local const ReplicaContext* running_replica = nullptr;
+
+// Sets this thread's replica context for the duration of a step.
+class AsReplica {
+ public:
+  AsReplica(Strategy* s, int r) : context_{s, r}, saved_(running_replica) { running_replica = &context_; }
+  ~AsReplica() { running_replica = saved_; }
+
+ private:
+  ReplicaContext context_;
+  const ReplicaContext* saved_;
+};
+}  // namespace
 
 Strategy::Scope::Scope(Strategy* s) : previous_(scope_strategy) { scope_strategy = s; }
 Strategy::Scope::~Scope() { scope_strategy = previous_; }
 Strategy* current_strategy() { return scope_strategy; }
+const ReplicaContext* replica_context() { return running_replica; }
+
+int ReplicaContext::num_replicas_in_sync() const { return strategy->num_replicas_in_sync(); }
+
+std::vector<Tensor> ReplicaContext::all_reduce(ReduceOp op, std::span<const Tensor> values) const {
+  int64_t total = 0;
+  for (const Tensor& t : values) {
+    if (t.dtype() != DType::Float32) fail("all_reduce: tensor of dtype {} (only float32 is reduced)", dtype_name(t.dtype()));
+    total += t.numel();
+  }
+  Tensor fused = Tensor::empty({total});
+  float* at = fused.data<float>();
+  for (const Tensor& t : values) {
+    Tensor c = t.contiguous();
+    std::copy_n(c.data<float>(), c.numel(), at);
+    at += c.numel();
+  }
+  strategy->communicator().all_reduce_sum(replica_id, fused.data<float>(), total);
+  float scale = op == ReduceOp::Mean ? 1.0f / static_cast<float>(num_replicas_in_sync()) : 1.0f;
+  std::vector<Tensor> out;
+  int64_t offset = 0;
+  for (const Tensor& t : values) {
+    Tensor r = Tensor::empty(t.shape());
+    const float* from = fused.data<float>() + offset;
+    for (int64_t i = 0; i < t.numel(); ++i) r.data<float>()[i] = op == ReduceOp::Mean ? from[i] * scale : from[i];
+    offset += t.numel();
+    out.push_back(r);
+  }
+  return out;
+}
+
+Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& values) {
+  check_per_replica(values.size(), "reduce");
+  const Shape& shape = values[0].shape();
+  Tensor out = Tensor::zeros(shape);
+  float* o = out.data<float>();
+  for (int r = 0; r < values.size(); ++r) {
+    if (!(values[r].shape() == shape) || values[r].dtype() != DType::Float32)
+      fail("reduce: replica {} has a {} tensor of shape {}, replica 0 float32 of shape {}", r,
+           dtype_name(values[r].dtype()), values[r].shape().str(), shape.str());
+    Tensor c = values[r].contiguous();
+    for (int64_t i = 0; i < c.numel(); ++i) o[i] += c.data<float>()[i];
+  }
+  if (op == ReduceOp::Mean)
+    for (int64_t i = 0; i < out.numel(); ++i) o[i] /= static_cast<float>(values.size());
+  return out;
+}
+
+Tensor Strategy::gather(const PerReplica<Tensor>& values, int axis) {
+  check_per_replica(values.size(), "gather");
+  const Tensor& first = values[0];
+  int rank = first.rank();
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) fail("gather: axis {} out of range for rank {}", axis, rank);
+  Shape shape = first.shape();
+  shape[axis] = 0;
+  for (int r = 0; r < values.size(); ++r) {
+    const Tensor& t = values[r];
+    bool same = t.rank() == rank && t.dtype() == first.dtype();
+    for (int d = 0; same && d < rank; ++d) same = d == axis || t.dim(d) == first.dim(d);
+    if (!same)
+      fail("gather: replica {} has a {} tensor of shape {}, which does not stack with replica 0's {} along axis {}", r,
+           dtype_name(t.dtype()), t.shape().str(), first.shape().str(), axis);
+    shape[axis] += t.dim(axis);
+  }
+  Tensor out = Tensor::empty(shape, first.dtype());
+  int64_t outer = 1, inner = static_cast<int64_t>(dtype_size(first.dtype()));
+  for (int d = 0; d < axis; ++d) outer *= first.dim(d);
+  for (int d = axis + 1; d < rank; ++d) inner *= first.dim(d);
+  auto* dst = static_cast<char*>(out.raw());
+  int64_t row = shape[axis] * inner, offset = 0;
+  for (int r = 0; r < values.size(); ++r) {
+    Tensor c = values[r].contiguous();
+    int64_t block = c.dim(axis) * inner;
+    for (int64_t o = 0; o < outer; ++o)
+      std::memcpy(dst + o * row + offset, static_cast<const char*>(c.raw()) + o * block, static_cast<size_t>(block));
+    offset += block;
+  }
+  return out;
+}
+
+std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
+  std::optional<data::Element> batch = it_->next();
+  if (!batch) return std::nullopt;
+  PerReplica<data::Element> out;
+  for (int r = 0; r < replicas_; ++r) {
+    data::Element part;
+    for (const Tensor& t : *batch) {
+      if (t.rank() < 1) fail("distribute_dataset: element component of shape {} has no batch axis to split", t.shape().str());
+      int64_t rows = t.dim(0);
+      if (rows < replicas_)
+        fail("distribute_dataset: a global batch of {} rows cannot be split over {} replicas", rows, replicas_);
+      part.push_back(t.slice(rows * r / replicas_, rows * (r + 1) / replicas_));
+    }
+    out.values.push_back(std::move(part));
+  }
+  return out;
+}
 
 OneDeviceStrategy::OneDeviceStrategy() : comm_(make_in_process_communicator(1)) {}
+
+void OneDeviceStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
+  AsReplica as(this, 0);
+  fn(0);
+}
 
 struct MirroredStrategy::Workers {
   std::mutex mutex;
@@ -66,6 +183,7 @@ MirroredStrategy::MirroredStrategy(int num_replicas, int threads_per_replica) {
           job = w.job;
         }
         try {
+          AsReplica as(this, r);
           (*job)(r);
         } catch (...) {
           w.errors[static_cast<size_t>(r)] = std::current_exception();
@@ -97,7 +215,7 @@ MirroredStrategy::~MirroredStrategy() {
 std::string MirroredStrategy::name() const { return fmt::format("mirrored:{}", replicas_); }
 std::string CentralStorageStrategy::name() const { return fmt::format("central:{}", num_replicas_in_sync()); }
 
-void MirroredStrategy::run(const std::function<void(int replica)>& fn) {
+void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
   Workers& w = *workers_;
   {
     std::lock_guard lock(w.mutex);

@@ -47,13 +47,6 @@ Tensor Sequential::call(const Tensor& x, const CallContext& ctx) {
   return h;
 }
 
-std::vector<Variable*> Sequential::variables() {
-  std::vector<Variable*> out;
-  for (auto& l : layers_)
-    for (auto& v : l->variables()) out.push_back(&v);
-  return out;
-}
-
 std::vector<Variable*> Sequential::trainable_variables() {
   std::vector<Variable*> out;
   for (Variable* v : variables())

@@ -10,11 +10,11 @@
 namespace tandem {
 
 struct Sequential::Replica {
-  std::vector<std::shared_ptr<layers::Layer>> layers;  // empty for replica 0 (the model's own)
-  std::unique_ptr<Optimizer> optimizer;                 // null for replica 0
-  std::vector<Variable*> trainable;
+  std::vector<std::shared_ptr<layers::Layer>> layers;  // replica 0: the model's own
+  std::vector<Variable*> variables, trainable;
   std::vector<Tensor> sources, grads;
   std::vector<float> bucket;  // every gradient, back to back
+  uint64_t training_calls = 0;
   double loss_sum = 0.0;
 };
 
@@ -28,32 +28,68 @@ void Sequential::make_replicas() {
   replicas_.clear();
   for (int r = 0; r < n; ++r) {
     auto rep = std::make_shared<Replica>();
-    if (r > 0)
-      for (const auto& l : layers_) rep->layers.push_back(mirrored ? l->replicate() : l->clone());
-    for (auto& l : (r == 0 ? layers_ : rep->layers))
-      for (auto& v : l->variables())
-        if (v.trainable) rep->trainable.push_back(&v);
-    if (r == 0) optimizer_->build(rep->trainable);  // slots exist before they are copied
-    else if (mirrored) rep->optimizer = optimizer_->replicate(rep->trainable);
+    for (const auto& l : layers_) rep->layers.push_back(r == 0 ? l : mirrored ? l->replicate() : l->clone());
     int64_t total = 0;
-    for (Variable* v : rep->trainable) {
-      rep->sources.push_back(v->value);
-      total += v->value.numel();
-    }
+    for (auto& l : rep->layers)
+      for (auto& v : l->variables()) {
+        rep->variables.push_back(&v);
+        if (!v.trainable) continue;
+        rep->trainable.push_back(&v);
+        rep->sources.push_back(v.value);
+        total += v.value.numel();
+      }
     rep->grads.resize(rep->trainable.size());
     rep->bucket.resize(static_cast<size_t>(total));
     replicas_.push_back(rep);
   }
+  if (optimizer_) optimizer_->forget_replicas();
+}
+
+Sequential::Replica* Sequential::running_replica(const Tensor* first_input) {
+  const distribute::ReplicaContext* context = distribute::replica_context();
+  if (context == nullptr || context->num_replicas_in_sync() == 1) return nullptr;
+  if (context->strategy != strategy_)
+    fail("Sequential \"{}\": used inside {}.run but made outside its scope; make the model inside "
+         "`auto scope = strategy.scope();` so that its variables are distributed",
+         name_, context->strategy->name());
+  std::lock_guard lock(replicas_mutex_);
+  if (!built()) {
+    if (first_input == nullptr)
+      fail("Sequential \"{}\": not built yet; call it on a batch (or build()) before asking for its variables", name_);
+    if (first_input->rank() < 2)
+      fail("Sequential \"{}\": input needs a batch axis, got shape {}", name_, first_input->shape().str());
+    build(Shape(std::span<const int64_t>(first_input->shape().begin() + 1, first_input->shape().end())));
+  }
+  if (static_cast<int>(replicas_.size()) != context->num_replicas_in_sync()) make_replicas();
+  return replicas_[static_cast<size_t>(context->replica_id)].get();
+}
+
+Tensor Sequential::operator()(const Tensor& x, bool training) {
+  Replica* rep = running_replica(&x);
+  if (rep == nullptr) return call(x, CallContext{training, {seed_, training ? training_calls_++ : 0, 0}});
+  if (!x.defined()) fail("Sequential \"{}\": input is undefined", name_);
+  // Replicas see consecutive slices of the global batch, so with even splits each sample gets
+  // the dropout mask it would get on one device.
+  int64_t offset = x.dim(0) * distribute::replica_context()->replica_id;
+  CallContext ctx{training, {seed_, training ? rep->training_calls++ : 0, offset}};
+  Tensor h = x;
+  for (auto& layer : rep->layers) h = layer->call(h, ctx);
+  return h;
+}
+
+std::vector<Variable*> Sequential::variables() {
+  if (Replica* rep = running_replica(nullptr)) return rep->variables;
+  std::vector<Variable*> out;
+  for (auto& l : layers_)
+    for (auto& v : l->variables()) out.push_back(&v);
+  return out;
 }
 
 std::vector<Variable*> Sequential::replica_variables(int replica) {
   if (replica == 0) return variables();
   if (replica < 0 || replica >= static_cast<int>(replicas_.size()))
     fail("replica_variables: replica {} does not exist ({} replicas made)", replica, replicas_.size());
-  std::vector<Variable*> out;
-  for (auto& l : replicas_[static_cast<size_t>(replica)]->layers)
-    for (auto& v : l->variables()) out.push_back(&v);
-  return out;
+  return replicas_[static_cast<size_t>(replica)]->variables;
 }
 
 double Sequential::replicated_step(const Tensor& x, const Tensor& y, uint64_t step_key, std::vector<Tensor>& predictions) {
@@ -61,16 +97,15 @@ double Sequential::replicated_step(const Tensor& x, const Tensor& y, uint64_t st
   if (static_cast<int>(replicas_.size()) != n) make_replicas();
   int64_t global = x.dim(0);
   predictions.resize(static_cast<size_t>(n));
-  distribute::Communicator& comm = strategy_->communicator();
   float scale = 1.0f / static_cast<float>(global);
-  strategy_->run([&](int r) {
+  strategy_->for_each_replica([&](int r) {
     Replica& rep = *replicas_[static_cast<size_t>(r)];
     int64_t begin = global * r / n, end = global * (r + 1) / n;
     Tensor xr = x.slice(begin, end), yr = y.slice(begin, end);
     CallContext ctx{true, RandomKey{seed_, step_key, begin}};
     GradientTape tape;
     Tensor h = xr;
-    for (auto& layer : (r == 0 ? layers_ : rep.layers)) h = layer->call(h, ctx);
+    for (auto& layer : rep.layers) h = layer->call(h, ctx);
     Tensor per_sample = loss_->per_sample(yr, h);
     Tensor loss = ops::scale(ops::sum(per_sample), scale);
     tape.gradient(loss, rep.sources, rep.grads);
@@ -80,7 +115,7 @@ double Sequential::replicated_step(const Tensor& x, const Tensor& y, uint64_t st
       std::memcpy(rep.bucket.data() + at, c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
       at += static_cast<size_t>(c.numel());
     }
-    comm.all_reduce_sum(r, rep.bucket.data(), static_cast<int64_t>(rep.bucket.size()));
+    strategy_->communicator().all_reduce_sum(r, rep.bucket.data(), static_cast<int64_t>(rep.bucket.size()));
     at = 0;
     for (Tensor& g : rep.grads) {
       Tensor out = Tensor::empty(g.shape());
@@ -88,10 +123,7 @@ double Sequential::replicated_step(const Tensor& x, const Tensor& y, uint64_t st
       at += static_cast<size_t>(g.numel());
       g = out;
     }
-    // Every replica is past its backward pass (the all-reduce waited for all), so with central
-    // storage replica 0 may update the shared variables while the others return.
-    if (r == 0) optimizer_->apply(rep.trainable, rep.grads);
-    else if (rep.optimizer) rep.optimizer->apply(rep.trainable, rep.grads);
+    optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.grads);
     rep.loss_sum = ops::sum(per_sample).item();
     predictions[static_cast<size_t>(r)] = h;
   });

@@ -2,6 +2,7 @@
 
 #include "core/tensor_impl.h"
 #include "tandem/ops.h"
+#include "tandem/distribute/strategy.h"
 
 namespace tandem {
 namespace {
@@ -64,6 +65,22 @@ Tensor Loss::per_sample(const Tensor& y_true, const Tensor& y_pred) const {
       return ops::mean_squared_error(y_pred, y_true);
   }
   return Tensor();
+}
+
+}  // namespace tandem
+
+namespace tandem {
+
+Tensor compute_average_loss(const Tensor& per_sample_loss, int64_t global_batch_size) {
+  if (per_sample_loss.rank() != 1)
+    fail("compute_average_loss: per-sample losses must have shape (batch,), got {}", per_sample_loss.shape().str());
+  if (global_batch_size < 0) fail("compute_average_loss: global_batch_size must be positive, got {}", global_batch_size);
+  if (global_batch_size == 0) {
+    const distribute::ReplicaContext* replica = distribute::replica_context();
+    global_batch_size = per_sample_loss.dim(0) * (replica ? replica->num_replicas_in_sync() : 1);
+  }
+  if (global_batch_size == 0) fail("compute_average_loss: empty batch");
+  return ops::scale(ops::sum(per_sample_loss), 1.0f / static_cast<float>(global_batch_size));
 }
 
 }  // namespace tandem

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/kernels.h"
+#include "tandem/distribute/strategy.h"
 
 namespace tandem {
 
@@ -33,6 +34,53 @@ void Optimizer::build(std::span<Variable* const> variables) {
 }
 
 void Optimizer::apply(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
+  const distribute::ReplicaContext* replica = distribute::replica_context();
+  if (replica == nullptr || replica->num_replicas_in_sync() == 1) return apply_here(variables, gradients);
+  if (variables.size() != gradients.size())
+    fail("{}: {} variables but {} gradients", name(), variables.size(), gradients.size());
+  std::vector<Tensor> summed = replica->all_reduce(distribute::ReduceOp::Sum, gradients);
+  apply_reduced(*replica, variables, summed);
+}
+
+void Optimizer::apply_reduced(const distribute::ReplicaContext& replica, std::span<Variable* const> variables,
+                              std::span<const Tensor> gradients) {
+  int r = replica.replica_id;
+  if (!replica.strategy->mirrors_variables()) {
+    // One shared copy: every replica is past its backward pass (the all-reduce waited for all).
+    if (r == 0) apply_here(variables, gradients);
+    return;
+  }
+  if (!replicas_.ready.load(std::memory_order_acquire)) {
+    // First replicated step: replica 0's slots exist before the others copy them, and nobody
+    // updates until every copy is made. `ready` is set after the second barrier, so every
+    // replica of this step saw it false.
+    distribute::CrossDeviceOps& comm = replica.strategy->communicator();
+    if (r == 0) build(variables);
+    comm.barrier(r);
+    if (r > 0) {
+      std::unique_ptr<Optimizer> copy = replicate(variables);
+      std::lock_guard lock(replicas_.mutex);
+      replicas_.copies.resize(static_cast<size_t>(replica.num_replicas_in_sync()));
+      replicas_.copies[static_cast<size_t>(r)] = std::move(copy);
+    }
+    comm.barrier(r);
+    if (r == 0) replicas_.ready.store(true, std::memory_order_release);
+  }
+  Optimizer* mine = this;
+  if (r > 0) {
+    std::lock_guard lock(replicas_.mutex);
+    mine = replicas_.copies.at(static_cast<size_t>(r)).get();
+  }
+  mine->apply_here(variables, gradients);
+}
+
+void Optimizer::forget_replicas() {
+  std::lock_guard lock(replicas_.mutex);
+  replicas_.copies.clear();
+  replicas_.ready.store(false);
+}
+
+void Optimizer::apply_here(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
   if (variables.size() != gradients.size())
     fail("{}: {} variables but {} gradients", name(), variables.size(), gradients.size());
   build(variables);
@@ -86,6 +134,7 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
     if (name == "optimizer/iterations") iterations_ = it->second.astype(DType::Int32).data<int32_t>()[0];
     else tensor.copy_from(it->second);
   }
+  forget_replicas();
 }
 
 namespace optimizers {

@@ -4,23 +4,112 @@
 //   distribute::MirroredStrategy mirrored(2);
 //   auto scope = mirrored.scope();
 //   Sequential model;  ...  model.fit(x, y, {.batch_size = 256});   // 256 = the global batch
+//
+// A custom training loop runs a step function on every replica, as tf.distribute does:
+//   auto batches = mirrored.distribute_dataset(dataset);          // global batches, split
+//   while (auto batch = batches.next())
+//     auto losses = mirrored.run([&](const data::Element& b) { ... return loss; }, *batch);
+//   float loss = mirrored.reduce(ReduceOp::Sum, losses).item();
+// Inside the step function the model and its optimizer act for the replica running it: the
+// model computes with that replica's variables, and Optimizer::apply sums the gradients across
+// replicas before updating (see replica_context()).
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
+#include <type_traits>
+#include <vector>
 
+#include "tandem/data/dataset.h"
 #include "tandem/distribute/communicator.h"
+#include "tandem/error.h"
+#include "tandem/tensor.h"
 
 namespace tandem::distribute {
+
+class Strategy;
+
+// One value per replica (tf.distribute's PerReplica): what run() takes and returns.
+template <class T>
+struct PerReplica {
+  std::vector<T> values;
+  int size() const { return static_cast<int>(values.size()); }
+  T& operator[](int replica) { return values.at(static_cast<size_t>(replica)); }
+  const T& operator[](int replica) const { return values.at(static_cast<size_t>(replica)); }
+};
+
+enum class ReduceOp { Sum, Mean };
+
+// The replica a step function runs as (tf.distribute.get_replica_context()).
+struct ReplicaContext {
+  Strategy* strategy;
+  int replica_id;
+  int num_replicas_in_sync() const;
+  // Each tensor summed (or averaged) over the replicas, fused into one collective; every
+  // replica calls it with the same shapes and gets the same bits.
+  std::vector<Tensor> all_reduce(ReduceOp op, std::span<const Tensor> values) const;
+};
+
+// The context of the replica this thread is running as, or null outside Strategy::run.
+const ReplicaContext* replica_context();
+
+// The global batches of a dataset, each split along its first axis into one per replica
+// (rows [B·r/N, B·(r+1)/N) to replica r): the global batch is the per-replica batch × N.
+class DistributedDataset {
+ public:
+  DistributedDataset(data::Dataset dataset, int replicas) : dataset_(std::move(dataset)), replicas_(replicas) {}
+  class Iterator {
+   public:
+    Iterator(std::unique_ptr<data::Iterator> it, int replicas) : it_(std::move(it)), replicas_(replicas) {}
+    // The next global batch split per replica; nullopt at the end of the pass. A batch with
+    // fewer rows than replicas is an error (a replica would get nothing to compute).
+    std::optional<PerReplica<data::Element>> next();
+
+   private:
+    std::unique_ptr<data::Iterator> it_;
+    int replicas_;
+  };
+  Iterator iterate(int epoch = 0) const { return Iterator(dataset_.iterate(epoch), replicas_); }
+
+ private:
+  data::Dataset dataset_;
+  int replicas_;
+};
 
 class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;  // "mirrored:2"
   virtual int num_replicas_in_sync() const = 0;
-  // Runs fn(replica) once per replica, each on its own thread, and waits. If any replica
-  // throws, the others' collectives fail too and the first error is rethrown here.
-  virtual void run(const std::function<void(int replica)>& fn) = 0;
-  virtual Communicator& communicator() = 0;
+  // Runs fn(replica) once per replica, each on its own thread with its replica context set,
+  // and waits. If any replica throws, the others' collectives fail too and the first error is
+  // rethrown here.
+  virtual void for_each_replica(const std::function<void(int replica)>& fn) = 0;
+  // The cross-device reduction the replicas use (pluggable: in-process now).
+  virtual CrossDeviceOps& communicator() = 0;
+
+  // fn(args[r]) on every replica r (or fn() with no args): the per-replica results.
+  template <class F, class A>
+  auto run(F&& fn, const PerReplica<A>& args) {
+    check_per_replica(args.size(), "run: per-replica arguments");
+    return collect([&](int r) -> decltype(auto) { return fn(args[r]); });
+  }
+  template <class F>
+  auto run(F&& fn) {
+    return collect([&](int) -> decltype(auto) { return fn(); });
+  }
+  // Elementwise over the replicas' tensors (same shapes), summed in replica order.
+  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& values);
+  // The replicas' tensors concatenated along `axis`, in replica order.
+  Tensor gather(const PerReplica<Tensor>& values, int axis = 0);
+  DistributedDataset distribute_dataset(const data::Dataset& dataset) { return {dataset, num_replicas_in_sync()}; }
+  // fn(replica) for every replica, on this thread: per-replica inputs made by the caller.
+  template <class F>
+  auto distribute_values_from_function(F&& fn) {
+    PerReplica<std::invoke_result_t<F&, int>> out;
+    for (int r = 0; r < num_replicas_in_sync(); ++r) out.values.push_back(fn(r));
+    return out;
+  }
   // True when each replica keeps its own copy of the variables (mirrored); false when they
   // live once and the reduced gradient is applied once (central storage).
   virtual bool mirrors_variables() const { return true; }
@@ -38,6 +127,24 @@ class Strategy {
     Strategy* previous_;
   };
   Scope scope() { return Scope(this); }
+
+ private:
+  void check_per_replica(int size, const char* what) const {
+    if (size != num_replicas_in_sync())
+      fail("{}: {} values for {} replicas of {}", what, size, num_replicas_in_sync(), name());
+  }
+  template <class G>
+  auto collect(G&& g) {
+    using R = std::invoke_result_t<G&, int>;
+    if constexpr (std::is_void_v<R>) {
+      for_each_replica([&](int r) { g(r); });
+    } else {
+      PerReplica<std::decay_t<R>> out;
+      out.values.resize(static_cast<size_t>(num_replicas_in_sync()));
+      for_each_replica([&](int r) { out.values[static_cast<size_t>(r)] = g(r); });
+      return out;
+    }
+  }
 };
 
 // The strategy of the innermost live scope on this thread, or null (the default strategy).
@@ -50,8 +157,8 @@ class OneDeviceStrategy : public Strategy {
   OneDeviceStrategy();
   std::string name() const override { return "one_device"; }
   int num_replicas_in_sync() const override { return 1; }
-  void run(const std::function<void(int replica)>& fn) override { fn(0); }
-  Communicator& communicator() override { return *comm_; }
+  void for_each_replica(const std::function<void(int replica)>& fn) override;
+  CrossDeviceOps& communicator() override { return *comm_; }
 
  private:
   std::unique_ptr<Communicator> comm_;
@@ -65,8 +172,8 @@ class MirroredStrategy : public Strategy {
   ~MirroredStrategy() override;
   std::string name() const override;
   int num_replicas_in_sync() const override { return replicas_; }
-  void run(const std::function<void(int replica)>& fn) override;
-  Communicator& communicator() override { return *comm_; }
+  void for_each_replica(const std::function<void(int replica)>& fn) override;
+  CrossDeviceOps& communicator() override { return *comm_; }
   int threads_per_replica() const { return threads_per_replica_; }
 
  private:

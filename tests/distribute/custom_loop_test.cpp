@@ -1,0 +1,150 @@
+// The Strategy API for custom training loops: run, reduce, gather, distribute_dataset,
+// distribute_values_from_function, and a tape + Optimizer::apply loop under MirroredStrategy
+// and CentralStorageStrategy giving the single-device result on the same global batch.
+#include "tandem/distribute/strategy.h"
+#include "tandem/model.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+using namespace layers;
+
+std::unique_ptr<Sequential> make_model() {
+  auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 11});
+  m->add(Dense(12, "relu", {.input_shape = Shape{5}}));
+  m->add(Dropout(0.25f));
+  m->add(Dense(3));
+  return m;
+}
+
+data::Dataset blobs(int64_t n) {
+  Tensor x = testing::random_tensor({n, 5}, 2);
+  std::vector<int32_t> l(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) l[static_cast<size_t>(i)] = static_cast<int32_t>(i % 3);
+  return data::Dataset::from_tensor_slices({x, Tensor::from_vector({n}, std::span<const int32_t>(l))}).batch(24);
+}
+
+// The custom loop of the docs, written once; `strategy` null runs it on one device.
+std::vector<double> train(Sequential& model, Optimizer& optimizer, distribute::Strategy* strategy, int epochs) {
+  Loss loss_fn = Loss::sparse_categorical_crossentropy(true);
+  auto step = [&](const data::Element& batch) {
+    GradientTape tape;
+    Tensor loss = compute_average_loss(loss_fn.per_sample(batch[1], model(batch[0], true)));
+    std::vector<Variable*> variables = model.trainable_variables();
+    optimizer.apply(variables, tape.gradient(loss, variables));
+    return loss;
+  };
+  std::vector<double> losses;
+  data::Dataset dataset = blobs(96);
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    double total = 0.0;
+    if (strategy == nullptr) {
+      auto it = dataset.iterate(epoch);
+      while (auto batch = it->next()) total += step(*batch).item();
+    } else {
+      auto it = strategy->distribute_dataset(dataset).iterate(epoch);
+      while (auto batch = it.next()) total += strategy->reduce(distribute::ReduceOp::Sum, strategy->run(step, *batch)).item();
+    }
+    losses.push_back(total);
+  }
+  return losses;
+}
+
+void expect_same_as_one_device(distribute::MirroredStrategy& strategy) {
+  auto reference = make_model();
+  optimizers::Adam adam0(0.02f);
+  std::vector<double> expected = train(*reference, adam0, nullptr, 3);
+
+  std::unique_ptr<Sequential> model;
+  {
+    auto scope = strategy.scope();
+    model = make_model();
+  }
+  optimizers::Adam adam(0.02f);
+  std::vector<double> got = train(*model, adam, &strategy, 3);
+  for (size_t e = 0; e < expected.size(); ++e) EXPECT_NEAR(got[e], expected[e], 1e-5 * (1 + std::abs(expected[e])));
+  auto a = reference->variables(), b = model->variables();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    auto va = a[i]->value.to_vector();
+    EXPECT_TRUE(testing::all_close(b[i]->value, std::vector<double>(va.begin(), va.end()), 1e-6, 1e-5)) << a[i]->name;
+  }
+  for (int r = 1; r < strategy.num_replicas_in_sync(); ++r) {
+    auto mine = model->replica_variables(r);
+    for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(mine[i]->value.to_vector(), b[i]->value.to_vector()) << "replica " << r;
+  }
+  EXPECT_EQ(adam.iterations(), adam0.iterations());
+}
+
+TEST(CustomLoop, MirroredTapeLoopMatchesOneDevice) {
+  for (int replicas : {2, 3}) {
+    distribute::MirroredStrategy mirrored(replicas, 1);
+    expect_same_as_one_device(mirrored);
+  }
+}
+
+TEST(CustomLoop, CentralStorageTapeLoopMatchesOneDevice) {
+  distribute::CentralStorageStrategy central(2, 1);
+  expect_same_as_one_device(central);
+}
+
+TEST(CustomLoop, AModelMadeOutsideTheScopeIsRefusedInsideRun) {
+  distribute::MirroredStrategy mirrored(2, 1);
+  auto model = make_model();
+  Tensor x = testing::random_tensor({4, 5}, 1);
+  EXPECT_TRUE(testing::throws_error([&] { mirrored.run([&] { return model->operator()(x, true); }); },
+                                    {"made outside its scope", "mirrored:2"}));
+}
+
+TEST(StrategyApi, ReduceGatherAndValuesFromFunction) {
+  distribute::MirroredStrategy mirrored(3, 1);
+  auto values = mirrored.distribute_values_from_function([](int r) { return Tensor::full({2, 2}, static_cast<float>(r + 1)); });
+  ASSERT_EQ(values.size(), 3);
+  // run hands each replica its own value and returns one result per replica, from its thread.
+  auto doubled = mirrored.run([](const Tensor& t) {
+    const auto* context = distribute::replica_context();
+    EXPECT_NE(context, nullptr);
+    return ops::scale(t, 2.0f * static_cast<float>(context->num_replicas_in_sync()) / 3.0f);
+  }, values);
+  EXPECT_EQ(mirrored.reduce(distribute::ReduceOp::Sum, doubled).to_vector(), std::vector<float>(4, 12.0f));
+  EXPECT_EQ(mirrored.reduce(distribute::ReduceOp::Mean, values).to_vector(), std::vector<float>(4, 2.0f));
+  Tensor g0 = mirrored.gather(values, 0), g1 = mirrored.gather(values, 1);
+  EXPECT_EQ(g0.shape(), (Shape{6, 2}));
+  EXPECT_EQ(g0.to_vector(), (std::vector<float>{1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3}));
+  EXPECT_EQ(g1.shape(), (Shape{2, 6}));
+  EXPECT_EQ(g1.to_vector(), (std::vector<float>{1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3}));
+  // Inside run, a replica context sums across replicas.
+  auto sums = mirrored.run([](const Tensor& t) { return distribute::replica_context()->all_reduce(distribute::ReduceOp::Sum, {&t, 1})[0]; }, values);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(sums[r].to_vector(), std::vector<float>(4, 6.0f));
+  EXPECT_EQ(distribute::replica_context(), nullptr);
+}
+
+TEST(StrategyApi, DistributeDatasetSplitsEachGlobalBatch) {
+  distribute::MirroredStrategy mirrored(2, 1);
+  std::vector<float> v(10);
+  for (int i = 0; i < 10; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);
+  auto ds = data::Dataset::from_tensor_slices({Tensor::from_vector({10}, std::span<const float>(v))}).batch(4);
+  auto it = mirrored.distribute_dataset(ds).iterate();
+  std::vector<std::vector<float>> parts;
+  while (auto b = it.next())
+    for (int r = 0; r < 2; ++r) parts.push_back((*b)[r][0].to_vector());
+  ASSERT_EQ(parts.size(), 6u);  // batches of 4, 4 and the remainder 2
+  EXPECT_EQ(parts[0], (std::vector<float>{0, 1}));
+  EXPECT_EQ(parts[1], (std::vector<float>{2, 3}));
+  EXPECT_EQ(parts[5], (std::vector<float>{9}));
+  auto odd = mirrored.distribute_dataset(ds.take(1).map([](data::Element e) { return data::Element{e[0].slice(0, 1)}; })).iterate();
+  EXPECT_TRUE(testing::throws_error([&] { odd.next(); }, {"1 rows", "2 replicas"}));
+}
+
+TEST(StrategyApi, PerReplicaArgumentsMustMatchTheReplicas) {
+  distribute::MirroredStrategy mirrored(2, 1);
+  distribute::PerReplica<Tensor> three{{Tensor::zeros({1}), Tensor::zeros({1}), Tensor::zeros({1})}};
+  EXPECT_TRUE(testing::throws_error([&] { mirrored.run([](const Tensor& t) { return t; }, three); }, {"3 values", "2 replicas"}));
+  EXPECT_TRUE(testing::throws_error([&] { mirrored.reduce(distribute::ReduceOp::Sum, three); }, {"3 values", "2 replicas"}));
+  distribute::PerReplica<Tensor> mismatched{{Tensor::zeros({2}), Tensor::zeros({3})}};
+  EXPECT_TRUE(testing::throws_error([&] { mirrored.reduce(distribute::ReduceOp::Sum, mismatched); }, {"replica 1", "(3,)", "(2,)"}));
+}
+
+}  // namespace
+}  // namespace tandem
