@@ -208,6 +208,9 @@ class Flatten : public Layer {
 struct BatchNormalizationOptions {
   float momentum = 0.99f;
   float epsilon = 1e-3f;
+  // Under a multi-replica strategy: normalize with the global batch's statistics (as one device
+  // would) instead of each replica's own (Keras' synchronized=True).
+  bool synchronized = false;
   std::string name;
   std::optional<Shape> input_shape;
 };

@@ -1,4 +1,6 @@
 #pragma once
+#include <functional>
+#include <span>
 // Differentiable operations on tensors. Each records itself on the active GradientTape.
 #include <cstdint>
 #include <string_view>
@@ -67,10 +69,19 @@ Tensor max_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t strid
 Tensor avg_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w,
                   Padding padding);
 
+// Batch statistics across the replicas of a strategy: sums `values` elementwise over the
+// replicas, in place, with the same bits on every replica; returns the number of replicas.
+using CrossReplicaSum = std::function<int(std::span<double> values)>;
+
 // x:(..., C) normalized per channel. In training, uses the batch statistics and updates
 // moving_mean/moving_variance in place (momentum as in Keras); otherwise uses the moving ones.
+// With cross_replica (training under a strategy): synchronized, the statistics are those of the
+// global batch (forward and backward), as one device computes them; otherwise each replica
+// normalizes with its own batch's and the moving statistics move toward the replicas' average,
+// so that they stay mirrored either way.
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& moving_mean,
-                  Tensor& moving_variance, float momentum, float epsilon, bool training);
+                  Tensor& moving_variance, float momentum, float epsilon, bool training,
+                  const CrossReplicaSum& cross_replica = {}, bool synchronized = false);
 
 // Zeroes each element with probability rate and scales the rest by 1/(1-rate).
 Tensor dropout(const Tensor& x, float rate, const RandomKey& key);

@@ -21,14 +21,17 @@ struct Sequential::Replica {
 void Sequential::make_replicas() {
   int n = strategy_->num_replicas_in_sync();
   bool mirrored = strategy_->mirrors_variables();
-  for (const auto& l : layers_)
-    if (l->type() == "BatchNormalization")
-      fail("{}: BatchNormalization under {} needs synchronized batch statistics, which Tandem does not have yet",
-           l->label(), strategy_->name());
   replicas_.clear();
   for (int r = 0; r < n; ++r) {
     auto rep = std::make_shared<Replica>();
-    for (const auto& l : layers_) rep->layers.push_back(r == 0 ? l : mirrored ? l->replicate() : l->clone());
+    for (const auto& l : layers_) {
+      rep->layers.push_back(r == 0 ? l : mirrored ? l->replicate() : l->clone());
+      // Central storage shares the trainable variables only: each replica updates its own copy
+      // of the moving statistics (to the same values, from the replicas' common statistics).
+      if (r > 0 && !mirrored)
+        for (auto& v : rep->layers.back()->variables())
+          if (!v.trainable) v.value = v.value.clone();
+    }
     int64_t total = 0;
     for (auto& l : rep->layers)
       for (auto& v : l->variables()) {

@@ -41,6 +41,21 @@ std::unique_ptr<Sequential> conv_model() {
   return m;
 }
 
+// Dense → BatchNormalization → ReLU → Dense and a Conv2D → BatchNormalization model.
+std::function<std::unique_ptr<Sequential>()> batch_norm_model(bool synchronized, bool conv = false) {
+  return [=] {
+    auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
+    if (conv) m->add(Conv2D(4, 3, {.padding = "same", .input_shape = Shape{6, 6, 1}}));
+    else m->add(Dense(8, "", {.input_shape = Shape{6}}));
+    m->add(BatchNormalization({.momentum = 0.9f, .synchronized = synchronized}));
+    m->add(layers::Activation("relu"));
+    if (conv) m->add(Flatten());
+    m->add(Dense(4));
+    m->compile(optimizers::SGD(0.05f, {.momentum = 0.9f}), Loss::sparse_categorical_crossentropy(true), {"accuracy"});
+    return m;
+  };
+}
+
 class Mirrored : public ::testing::TestWithParam<int> {};
 
 void expect_same_training(const std::function<std::unique_ptr<Sequential>()>& make, const Data& d, int replicas,
@@ -86,6 +101,11 @@ TEST_P(Mirrored, ConvolutionMatchesTheDefaultStrategy) {
 TEST_P(Mirrored, CentralStorageMatchesTheDefaultStrategy) {
   expect_same_training(dense_model, blobs(96, Shape{6}), GetParam(), true);
   expect_same_training(conv_model, blobs(48, Shape{6, 6, 1}), GetParam(), true);
+}
+
+TEST_P(Mirrored, SynchronizedBatchNormalizationMatchesTheDefaultStrategy) {
+  expect_same_training(batch_norm_model(true), blobs(96, Shape{6}), GetParam());
+  expect_same_training(batch_norm_model(true, true), blobs(48, Shape{6, 6, 1}), GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Replicas, Mirrored, ::testing::Values(2, 3));
@@ -147,15 +167,19 @@ TEST(OneDeviceStrategy, TrainsExactlyAsTheDefault) {
   EXPECT_EQ(distribute::current_strategy(), nullptr);  // the scope ended
 }
 
-TEST(MirroredStrategy, BatchNormalizationIsRefusedForNow) {
+TEST(MirroredStrategy, LocalBatchNormalizationKeepsTheMovingStatisticsMirrored) {
   distribute::MirroredStrategy mirrored(2, 1);
   auto scope = mirrored.scope();
-  Sequential model;
-  model.add(Dense(4, "", {.input_shape = Shape{6}}));
-  model.add(BatchNormalization());
-  model.compile("sgd", "mse");
-  EXPECT_TRUE(testing::throws_error([&] { model.fit(Tensor::zeros({8, 6}), Tensor::zeros({8, 4}), {.verbose = 0}); },
-                                    {"BatchNormalization", "synchronized", "mirrored:2"}));
+  auto model = batch_norm_model(false)();
+  auto check = std::make_shared<CheckMirrored>();
+  check->replicas = 2;
+  Data d = blobs(96, Shape{6});
+  History h = model->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .callbacks = {check}, .verbose = 0});
+  EXPECT_TRUE(check->identical);
+  EXPECT_EQ(check->checked, 8);
+  EXPECT_LT(h["loss"].back(), h["loss"].front());
+  // The moving statistics moved (toward the replicas' average batch statistics).
+  EXPECT_NE(model->variables()[4]->value.to_vector(), std::vector<float>(8, 0.0f));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ class Communicator {
   // data (n floats) becomes the elementwise sum over replicas, identical bits on every replica
   // (the sum runs in replica order whoever computes it).
   virtual void all_reduce_sum(int rank, float* data, int64_t n) = 0;
+  virtual void all_reduce_sum(int rank, double* data, int64_t n) = 0;
   // data (n floats on `root`) is copied to every replica.
   virtual void broadcast(int rank, float* data, int64_t n, int root) = 0;
   virtual void barrier(int rank) = 0;

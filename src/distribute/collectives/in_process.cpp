@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "core/vectorize.h"
@@ -35,6 +36,15 @@ TANDEM_VECTORIZE void sum_into(float* out, const float* const* inputs, int count
   }
 }
 
+// Doubles (batch statistics, a few values per channel): plain loop, same order.
+void sum_into(double* out, const double* const* inputs, int count, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    double s = inputs[0][i];
+    for (int q = 1; q < count; ++q) s += inputs[q][i];
+    out[i] = s;
+  }
+}
+
 class InProcessCommunicator : public Communicator {
  public:
   InProcessCommunicator(int replicas, std::chrono::milliseconds timeout)
@@ -46,32 +56,15 @@ class InProcessCommunicator : public Communicator {
 
   int size() const override { return size_; }
 
-  void all_reduce_sum(int rank, float* data, int64_t n) override {
-    check_rank(rank);
-    if (size_ == 1) return;
-    publish(rank, data, n, "all_reduce_sum");
-    // Slice r of every buffer belongs to replica r.
-    int64_t per = (n + size_ - 1) / size_;
-    int64_t begin = std::min<int64_t>(n, per * rank), end = std::min<int64_t>(n, begin + per);
-    std::vector<const float*>& inputs = inputs_[static_cast<size_t>(rank)];
-    inputs.clear();
-    for (int q = 0; q < size_; ++q) inputs.push_back(buffers_[static_cast<size_t>(q)] + begin);
-    sum_into(data + begin, inputs.data(), size_, end - begin);
-    wait(rank, "all_reduce_sum (reduce-scatter)");
-    for (int q = 0; q < size_; ++q) {
-      if (q == rank) continue;
-      int64_t b = std::min<int64_t>(n, per * q), e = std::min<int64_t>(n, b + per);
-      std::copy(buffers_[static_cast<size_t>(q)] + b, buffers_[static_cast<size_t>(q)] + e, data + b);
-    }
-    wait(rank, "all_reduce_sum (all-gather)");
-  }
+  void all_reduce_sum(int rank, float* data, int64_t n) override { reduce(rank, data, n); }
+  void all_reduce_sum(int rank, double* data, int64_t n) override { reduce(rank, data, n); }
 
   void broadcast(int rank, float* data, int64_t n, int root) override {
     check_rank(rank);
     if (root < 0 || root >= size_) fail("broadcast: root {} out of range [0, {})", root, size_);
     if (size_ == 1) return;
     publish(rank, data, n, "broadcast");
-    if (rank != root) std::copy(buffers_[static_cast<size_t>(root)], buffers_[static_cast<size_t>(root)] + n, data);
+    if (rank != root) std::copy(buffer<float>(root), buffer<float>(root) + n, data);
     wait(rank, "broadcast");
   }
 
@@ -87,12 +80,41 @@ class InProcessCommunicator : public Communicator {
   }
 
  private:
+  template <class T>
+  void reduce(int rank, T* data, int64_t n) {
+    check_rank(rank);
+    if (size_ == 1) return;
+    publish(rank, data, n, "all_reduce_sum");
+    // Slice r of every buffer belongs to replica r.
+    int64_t per = (n + size_ - 1) / size_;
+    int64_t begin = std::min<int64_t>(n, per * rank), end = std::min<int64_t>(n, begin + per);
+    std::vector<const T*> doubles;  // only for the small double reductions
+    std::vector<const T*>& inputs = [&]() -> std::vector<const T*>& {
+      if constexpr (std::is_same_v<T, float>) return inputs_[static_cast<size_t>(rank)];
+      else return doubles;
+    }();
+    inputs.clear();
+    for (int q = 0; q < size_; ++q) inputs.push_back(buffer<T>(q) + begin);
+    sum_into(data + begin, inputs.data(), size_, end - begin);
+    wait(rank, "all_reduce_sum (reduce-scatter)");
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank) continue;
+      int64_t b = std::min<int64_t>(n, per * q), e = std::min<int64_t>(n, b + per);
+      std::copy(buffer<T>(q) + b, buffer<T>(q) + e, data + b);
+    }
+    wait(rank, "all_reduce_sum (all-gather)");
+  }
+  template <class T>
+  T* buffer(int q) const {
+    return static_cast<T*>(buffers_[static_cast<size_t>(q)]);
+  }
+
   void check_rank(int rank) const {
     if (rank < 0 || rank >= size_) fail("communicator: rank {} out of range [0, {})", rank, size_);
   }
 
   // Every replica states its buffer and size; they must agree (Horovod-style check, both sides named).
-  void publish(int rank, float* data, int64_t n, const char* op) {
+  void publish(int rank, void* data, int64_t n, const char* op) {
     buffers_[static_cast<size_t>(rank)] = data;
     sizes_[static_cast<size_t>(rank)] = n;
     wait(rank, op);
@@ -135,7 +157,7 @@ class InProcessCommunicator : public Communicator {
 
   int size_;
   std::chrono::milliseconds timeout_;
-  std::vector<float*> buffers_;
+  std::vector<void*> buffers_;
   std::vector<int64_t> sizes_;
   std::vector<std::vector<const float*>> inputs_;
   std::mutex mutex_;
