@@ -148,6 +148,7 @@ class Sequential {
   distribute::Strategy* strategy_ = nullptr;
   std::vector<std::shared_ptr<Replica>> replicas_;  // index 0: this model
   std::mutex replicas_mutex_;
+  std::vector<double> part_losses_;  // per part of the global batch, summed in order
   std::vector<std::shared_ptr<layers::Layer>> layers_;
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Loss> loss_;

@@ -153,13 +153,28 @@ struct MirroredStrategy::Workers {
   std::vector<std::thread> threads;
 };
 
-MirroredStrategy::MirroredStrategy(int num_replicas, int threads_per_replica) {
+std::unique_ptr<CrossDeviceOps> MirroredStrategy::make_cross_device_ops() const {
+  if (!options_.cross_device_ops) return make_in_process_communicator(replicas_);
+  std::unique_ptr<CrossDeviceOps> ops = options_.cross_device_ops(replicas_);
+  if (!ops || ops->size() != replicas_)
+    fail("MirroredStrategy: cross_device_ops made {} for {} replicas", ops ? fmt::format("one of size {}", ops->size()) : "nothing",
+         replicas_);
+  return ops;
+}
+
+MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move(options)) {
+  int num_replicas = options_.num_replicas, threads_per_replica = options_.threads_per_replica;
   int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   replicas_ = num_replicas > 0 ? num_replicas : cores;
   if (num_replicas < 0) fail("MirroredStrategy: num_replicas must be positive (or 0 for one per core), got {}", num_replicas);
   if (threads_per_replica < 0) fail("MirroredStrategy: threads_per_replica must be positive (or 0), got {}", threads_per_replica);
-  threads_per_replica_ = threads_per_replica > 0 ? threads_per_replica : std::max(1, cores / replicas_);
-  comm_ = make_in_process_communicator(replicas_);
+  if (options_.deterministic && (options_.micro_batches < replicas_))
+    fail("MirroredStrategy: deterministic mode needs at least one micro-batch per replica: micro_batches {} < {} replicas",
+         options_.micro_batches, replicas_);
+  threads_per_replica_ = threads_per_replica > 0 ? threads_per_replica
+                         : options_.deterministic ? 1
+                                                  : std::max(1, cores / replicas_);
+  comm_ = make_cross_device_ops();
   workers_ = std::make_unique<Workers>();
   workers_->errors.resize(static_cast<size_t>(replicas_));
   for (int r = 0; r < replicas_; ++r) {
@@ -212,8 +227,12 @@ MirroredStrategy::~MirroredStrategy() {
   for (auto& t : workers_->threads) t.join();
 }
 
-std::string MirroredStrategy::name() const { return fmt::format("mirrored:{}", replicas_); }
-std::string CentralStorageStrategy::name() const { return fmt::format("central:{}", num_replicas_in_sync()); }
+std::string MirroredStrategy::name() const {
+  return fmt::format("mirrored:{}{}", replicas_, options_.deterministic ? ":deterministic" : "");
+}
+std::string CentralStorageStrategy::name() const {
+  return fmt::format("central:{}{}", num_replicas_in_sync(), deterministic_micro_batches() > 0 ? ":deterministic" : "");
+}
 
 void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
   Workers& w = *workers_;
@@ -232,7 +251,7 @@ void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& 
     if (e) {
       std::exception_ptr first = e;
       lock.unlock();
-      comm_ = make_in_process_communicator(replicas_);  // the aborted one is spent
+      comm_ = make_cross_device_ops();  // the aborted one is spent
       std::rethrow_exception(first);
     }
 }

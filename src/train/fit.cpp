@@ -165,7 +165,7 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
 
   GradientTape tape;
   Tensor xb, yb;
-  bool replicated = strategy_ != nullptr && strategy_->num_replicas_in_sync() > 1;
+  bool replicated = strategy_ != nullptr && (strategy_->num_replicas_in_sync() > 1 || strategy_->deterministic_micro_batches() > 0);
   if (replicated) make_replicas();  // from the current weights and optimizer state
   std::vector<Tensor> predictions;
   for (int epoch = start.epoch; epoch < options.epochs && !stop_training; ++epoch) {
@@ -194,7 +194,8 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
         int n = static_cast<int>(predictions.size());
         for (int r = 0; r < n; ++r) {
           int64_t b = xb.dim(0) * r / n, e = xb.dim(0) * (r + 1) / n;
-          for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(yb.slice(b, e), predictions[static_cast<size_t>(r)]);
+          if (b < e)
+            for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(yb.slice(b, e), predictions[static_cast<size_t>(r)]);
         }
       } else {
         tape.reset();

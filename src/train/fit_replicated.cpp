@@ -3,8 +3,10 @@
 // buffer; every replica applies the same update, so the variables stay mirrored.
 // CentralStorageStrategy: replicas share the one set of variables (shallow copies of the
 // layers); after the all-reduce only replica 0 applies the update, once.
+#include <algorithm>
 #include <cstring>
 
+#include "core/vectorize.h"
 #include "tandem/model.h"
 
 namespace tandem {
@@ -13,9 +15,9 @@ struct Sequential::Replica {
   std::vector<std::shared_ptr<layers::Layer>> layers;  // replica 0: the model's own
   std::vector<Variable*> variables, trainable;
   std::vector<Tensor> sources, grads;
-  std::vector<float> bucket;  // every gradient, back to back
+  std::vector<float> bucket;    // every gradient, back to back (deterministic: one set per micro-batch)
+  std::vector<float> gathered;  // deterministic: every replica's bucket
   uint64_t training_calls = 0;
-  double loss_sum = 0.0;
 };
 
 void Sequential::make_replicas() {
@@ -42,7 +44,18 @@ void Sequential::make_replicas() {
         total += v.value.numel();
       }
     rep->grads.resize(rep->trainable.size());
-    rep->bucket.resize(static_cast<size_t>(total));
+    if (int micro = strategy_->deterministic_micro_batches(); micro > 0) {
+      int per_replica = (micro + n - 1) / n;
+      rep->bucket.resize(static_cast<size_t>(total * per_replica));
+      rep->gathered.resize(static_cast<size_t>(total * per_replica * n));
+      for (const auto& l : layers_)
+        if (l->type() == "BatchNormalization")
+          fail("{}: deterministic mode computes micro-batches one at a time, so BatchNormalization cannot see the "
+               "global batch; use a non-deterministic {} for this model",
+               l->label(), strategy_->name());
+    } else {
+      rep->bucket.resize(static_cast<size_t>(total));
+    }
     replicas_.push_back(rep);
   }
   if (optimizer_) optimizer_->forget_replicas();
@@ -95,43 +108,82 @@ std::vector<Variable*> Sequential::replica_variables(int replica) {
   return replicas_[static_cast<size_t>(replica)]->variables;
 }
 
+namespace {
+TANDEM_VECTORIZE void add_in_place(float* out, const float* g, int64_t n) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) out[i] += g[i];
+}
+
+// Rows [B·p/P, B·(p+1)/P) of a batch of B rows cut in P parts.
+int64_t part_begin(int64_t rows, int p, int parts) { return rows * p / parts; }
+}  // namespace
+
+// The global batch is cut into parts: one per replica, or in deterministic mode a fixed number
+// of micro-batches (replica r computes parts [P·r/N, P·(r+1)/N) one after another). Each part's
+// gradient is of its loss summed over its rows ÷ the global batch.
 double Sequential::replicated_step(const Tensor& x, const Tensor& y, uint64_t step_key, std::vector<Tensor>& predictions) {
   int n = strategy_->num_replicas_in_sync();
   if (static_cast<int>(replicas_.size()) != n) make_replicas();
+  int micro = strategy_->deterministic_micro_batches();
+  int parts = micro > 0 ? micro : n;
   int64_t global = x.dim(0);
-  predictions.resize(static_cast<size_t>(n));
+  predictions.resize(static_cast<size_t>(parts));
+  part_losses_.resize(static_cast<size_t>(parts));
   float scale = 1.0f / static_cast<float>(global);
+  int per_replica = (parts + n - 1) / n;  // most parts any replica computes
   strategy_->for_each_replica([&](int r) {
     Replica& rep = *replicas_[static_cast<size_t>(r)];
-    int64_t begin = global * r / n, end = global * (r + 1) / n;
-    Tensor xr = x.slice(begin, end), yr = y.slice(begin, end);
-    CallContext ctx{true, RandomKey{seed_, step_key, begin}};
-    GradientTape tape;
-    Tensor h = xr;
-    for (auto& layer : rep.layers) h = layer->call(h, ctx);
-    Tensor per_sample = loss_->per_sample(yr, h);
-    Tensor loss = ops::scale(ops::sum(per_sample), scale);
-    tape.gradient(loss, rep.sources, rep.grads);
-    size_t at = 0;
-    for (const Tensor& g : rep.grads) {
-      Tensor c = g.contiguous();
-      std::memcpy(rep.bucket.data() + at, c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
-      at += static_cast<size_t>(c.numel());
+    auto total = static_cast<int64_t>(rep.bucket.size()) / (micro > 0 ? per_replica : 1);  // floats of one gradient
+    int first = parts * r / n, last = parts * (r + 1) / n;
+    for (int p = first; p < last; ++p) {
+      int64_t begin = part_begin(global, p, parts), end = part_begin(global, p + 1, parts);
+      float* out = rep.bucket.data() + (p - first) * total;
+      part_losses_[static_cast<size_t>(p)] = 0.0;
+      if (begin == end) {  // a batch with fewer rows than parts
+        std::fill_n(out, total, 0.0f);
+        continue;
+      }
+      CallContext ctx{true, RandomKey{seed_, step_key, begin}};
+      GradientTape tape;
+      Tensor h = x.slice(begin, end);
+      for (auto& layer : rep.layers) h = layer->call(h, ctx);
+      Tensor per_sample = loss_->per_sample(y.slice(begin, end), h);
+      tape.gradient(ops::scale(ops::sum(per_sample), scale), rep.sources, rep.grads);
+      for (const Tensor& g : rep.grads) {
+        Tensor c = g.contiguous();
+        std::memcpy(out, c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
+        out += c.numel();
+      }
+      part_losses_[static_cast<size_t>(p)] = ops::sum(per_sample).item();
+      predictions[static_cast<size_t>(p)] = h;
     }
-    strategy_->communicator().all_reduce_sum(r, rep.bucket.data(), static_cast<int64_t>(rep.bucket.size()));
-    at = 0;
-    for (Tensor& g : rep.grads) {
-      Tensor out = Tensor::empty(g.shape());
-      std::memcpy(out.data<float>(), rep.bucket.data() + at, static_cast<size_t>(g.numel()) * sizeof(float));
-      at += static_cast<size_t>(g.numel());
-      g = out;
+    distribute::CrossDeviceOps& comm = strategy_->communicator();
+    if (micro == 0) {
+      comm.all_reduce_sum(r, rep.bucket.data(), total);
+    } else {
+      // Every replica gets every micro-batch's gradient and sums them in micro-batch order.
+      comm.all_gather(r, rep.bucket.data(), per_replica * total, rep.gathered.data());
+      bool started = false;
+      for (int q = 0; q < n; ++q)
+        for (int p = parts * q / n; p < parts * (q + 1) / n; ++p) {
+          if (part_begin(global, p, parts) == part_begin(global, p + 1, parts)) continue;
+          const float* g = rep.gathered.data() + (static_cast<int64_t>(q) * per_replica + (p - parts * q / n)) * total;
+          if (!started) std::memcpy(rep.bucket.data(), g, static_cast<size_t>(total) * sizeof(float));
+          else add_in_place(rep.bucket.data(), g, total);
+          started = true;
+        }
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < rep.grads.size(); ++i) {  // a replica whose parts were all empty has no grads yet
+      Tensor out = Tensor::empty(rep.sources[i].shape());
+      std::memcpy(out.data<float>(), rep.bucket.data() + at, static_cast<size_t>(out.numel()) * sizeof(float));
+      at += static_cast<size_t>(out.numel());
+      rep.grads[i] = out;
     }
     optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.grads);
-    rep.loss_sum = ops::sum(per_sample).item();
-    predictions[static_cast<size_t>(r)] = h;
   });
-  double loss_sum = 0.0;  // in replica order, so the figure does not depend on timing
-  for (const auto& rep : replicas_) loss_sum += rep->loss_sum;
+  double loss_sum = 0.0;  // in part order, so the figure does not depend on timing
+  for (double l : part_losses_) loss_sum += l;
   return loss_sum;
 }
 

@@ -184,3 +184,63 @@ TEST(MirroredStrategy, LocalBatchNormalizationKeepsTheMovingStatisticsMirrored) 
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+using namespace layers;
+
+// Deterministic mode: the same bits whatever the number of replicas, for the same global batch.
+std::vector<std::vector<float>> train_deterministic(const std::function<std::unique_ptr<Sequential>()>& make, const Data& d,
+                                                    distribute::MirroredOptions options, bool central = false) {
+  options.deterministic = true;
+  std::unique_ptr<distribute::MirroredStrategy> strategy =
+      central ? std::make_unique<distribute::CentralStorageStrategy>(options) : std::make_unique<distribute::MirroredStrategy>(options);
+  std::unique_ptr<Sequential> model;
+  {
+    auto scope = strategy->scope();
+    model = make();
+  }
+  // 90 rows in batches of 24: the last batch has 18 rows, the micro-batches 2 or 3 rows each.
+  model->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+  // A batch with fewer rows than micro-batches: some micro-batches are empty.
+  model->fit(d.x.slice(0, 5), d.y.slice(0, 5), {.epochs = 1, .batch_size = 5, .verbose = 0});
+  std::vector<std::vector<float>> out;
+  for (Variable* v : model->variables()) out.push_back(v->value.to_vector());
+  return out;
+}
+
+TEST(Deterministic, BitwiseIdenticalWhateverTheNumberOfReplicas) {
+  for (const auto& make : {std::function<std::unique_ptr<Sequential>()>(dense_model), std::function<std::unique_ptr<Sequential>()>(conv_model)}) {
+    Data d = make()->layers()[0]->type() == "Dense" ? blobs(90, Shape{6}) : blobs(90, Shape{6, 6, 1});
+    auto one = train_deterministic(make, d, {.num_replicas = 1, .threads_per_replica = 1});
+    for (int replicas : {2, 3, 4, 8}) {
+      auto got = train_deterministic(make, d, {.num_replicas = replicas, .threads_per_replica = 1});
+      EXPECT_EQ(got, one) << replicas << " replicas";
+    }
+    EXPECT_EQ(train_deterministic(make, d, {.num_replicas = 2, .threads_per_replica = 1}, true), one) << "central storage";
+    // Deterministic mode runs one intra-op thread per replica unless told otherwise.
+    EXPECT_EQ(train_deterministic(make, d, {.num_replicas = 1}), one) << "1 replica, default threads";
+    // The reference itself differs from non-deterministic training only in summation order.
+    auto reference = make();
+    reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+    reference->fit(d.x.slice(0, 5), d.y.slice(0, 5), {.epochs = 1, .batch_size = 5, .verbose = 0});
+    auto vars = reference->variables();
+    for (size_t i = 0; i < vars.size(); ++i)
+      EXPECT_TRUE(testing::all_close(vars[i]->value, std::vector<double>(one[i].begin(), one[i].end()), 1e-5, 1e-4)) << vars[i]->name;
+  }
+}
+
+TEST(Deterministic, NeedsAMicroBatchPerReplicaAndRefusesBatchNormalization) {
+  EXPECT_TRUE(testing::throws_error([] { distribute::MirroredStrategy s({.num_replicas = 4, .deterministic = true, .micro_batches = 2}); },
+                                    {"micro_batches 2 < 4 replicas"}));
+  distribute::MirroredStrategy s({.num_replicas = 2, .threads_per_replica = 1, .deterministic = true});
+  EXPECT_EQ(s.name(), "mirrored:2:deterministic");
+  auto scope = s.scope();
+  auto model = batch_norm_model(true)();
+  Data d = blobs(16, Shape{6});
+  EXPECT_TRUE(testing::throws_error([&] { model->fit(d.x, d.y, {.verbose = 0}); }, {"BatchNormalization", "deterministic"}));
+}
+
+}  // namespace
+}  // namespace tandem

@@ -113,6 +113,9 @@ class Strategy {
   // True when each replica keeps its own copy of the variables (mirrored); false when they
   // live once and the reduced gradient is applied once (central storage).
   virtual bool mirrors_variables() const { return true; }
+  // Deterministic mode: each global batch is split into this many micro-batches whose gradients
+  // are summed in micro-batch order, whichever replica computed them. 0: off.
+  virtual int deterministic_micro_batches() const { return 0; }
 
   // While alive, models constructed on this thread train under the strategy (which must then
   // outlive them: a model keeps a pointer to it, as a Keras model keeps its strategy).
@@ -164,20 +167,42 @@ class OneDeviceStrategy : public Strategy {
   std::unique_ptr<Communicator> comm_;
 };
 
+struct MirroredOptions {
+  int num_replicas = 0;         // 0: one per core
+  int threads_per_replica = 0;  // intra-op threads of each replica; 0: cores ÷ replicas (deterministic: 1)
+  // Bitwise-identical training whatever the number of replicas (up to micro_batches) for the
+  // same global batch and seed: the global batch is cut into micro_batches fixed row ranges,
+  // each replica computes the gradients of its micro-batches one by one, and they are summed
+  // in micro-batch order. Kernels' results depend on their thread count, so each replica runs
+  // one intra-op thread unless threads_per_replica says otherwise (then the bits match across
+  // replica counts at that same thread count). Costs: smaller matrix products, one core per
+  // replica, an all-gather of micro_batches gradient copies instead of an all-reduce, and an
+  // M-way sum on every replica. BatchNormalization is refused (it needs the global batch).
+  bool deterministic = false;
+  int micro_batches = 8;
+  // The cross-device reduction for `replicas` replicas; null: in-process.
+  std::function<std::unique_ptr<CrossDeviceOps>(int replicas)> cross_device_ops;
+};
+
 // One replica per group of cores, variables mirrored, gradients all-reduced every step.
 // On the CPU a replica is a thread pinned to its cores, with cores / replicas intra-op threads.
 class MirroredStrategy : public Strategy {
  public:
-  explicit MirroredStrategy(int num_replicas = 0, int threads_per_replica = 0);  // 0: one per core / cores ÷ replicas
+  explicit MirroredStrategy(int num_replicas = 0, int threads_per_replica = 0)
+      : MirroredStrategy(MirroredOptions{.num_replicas = num_replicas, .threads_per_replica = threads_per_replica}) {}
+  explicit MirroredStrategy(MirroredOptions options);
   ~MirroredStrategy() override;
   std::string name() const override;
   int num_replicas_in_sync() const override { return replicas_; }
   void for_each_replica(const std::function<void(int replica)>& fn) override;
   CrossDeviceOps& communicator() override { return *comm_; }
   int threads_per_replica() const { return threads_per_replica_; }
+  int deterministic_micro_batches() const override { return options_.deterministic ? options_.micro_batches : 0; }
 
  private:
+  std::unique_ptr<CrossDeviceOps> make_cross_device_ops() const;
   struct Workers;
+  MirroredOptions options_;
   int replicas_, threads_per_replica_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Workers> workers_;
@@ -189,6 +214,7 @@ class CentralStorageStrategy : public MirroredStrategy {
  public:
   explicit CentralStorageStrategy(int num_replicas = 0, int threads_per_replica = 0)
       : MirroredStrategy(num_replicas, threads_per_replica) {}
+  explicit CentralStorageStrategy(MirroredOptions options) : MirroredStrategy(std::move(options)) {}
   std::string name() const override;
   bool mirrors_variables() const override { return false; }
 };

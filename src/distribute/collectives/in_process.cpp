@@ -59,6 +59,13 @@ class InProcessCommunicator : public Communicator {
   void all_reduce_sum(int rank, float* data, int64_t n) override { reduce(rank, data, n); }
   void all_reduce_sum(int rank, double* data, int64_t n) override { reduce(rank, data, n); }
 
+  void all_gather(int rank, const float* send, int64_t n, float* recv) override {
+    check_rank(rank);
+    publish(rank, const_cast<float*>(send), n, "all_gather");
+    for (int q = 0; q < size_; ++q) std::copy(buffer<float>(q), buffer<float>(q) + n, recv + q * n);
+    wait(rank, "all_gather");
+  }
+
   void broadcast(int rank, float* data, int64_t n, int root) override {
     check_rank(rank);
     if (root < 0 || root >= size_) fail("broadcast: root {} out of range [0, {})", root, size_);
