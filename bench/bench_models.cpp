@@ -1,6 +1,6 @@
 // Training throughput of the reference models on MNIST-shaped data (60,000 × 784, random),
 // beside the GEMM-only floor: the same matrix products alone through oneDNN, no framework.
-// Usage: bench_models WORKLOAD [threads] [seconds] [nofloor|floor] [mirrored:N|central:N]   WORKLOAD: mlp25 mlp256 mlp5_50 mlp5_256 cnn64
+// Usage: bench_models WORKLOAD [threads] [seconds] [nofloor|floor] [STRATEGY: default, mirrored:N[:deterministic], central:N]   WORKLOAD: mlp25 mlp256 mlp5_50 mlp5_256 cnn64
 // Prints one JSON line. Run one workload per process so that peak RSS is the workload's own.
 #include <sys/resource.h>
 
@@ -120,15 +120,10 @@ int main(int argc, char** argv) try {
   Tensor y = Tensor::from_vector({n}, std::span<const int32_t>(labels));
   double data_mb = static_cast<double>(x.numel() * 4 + n * 4) / 1e6;
 
-  // A fifth argument "mirrored:N" trains under MirroredStrategy with N replicas of `threads` threads.
-  std::unique_ptr<distribute::MirroredStrategy> strategy;
+  // A fifth argument names a strategy (distribute::make_strategy), its replicas running `threads` threads each.
+  std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(argc > 5 ? argv[5] : "default", threads);
   std::unique_ptr<Sequential> model;
-  if (argc > 5 && std::strncmp(argv[5], "central:", 8) == 0) {
-    strategy = std::make_unique<distribute::CentralStorageStrategy>(std::atoi(argv[5] + 8), threads);
-    auto scope = strategy->scope();
-    model = make_model(it->model);
-  } else if (argc > 5 && std::strncmp(argv[5], "mirrored:", 9) == 0) {
-    strategy = std::make_unique<distribute::MirroredStrategy>(std::atoi(argv[5] + 9), threads);
+  if (strategy) {
     auto scope = strategy->scope();
     model = make_model(it->model);
   } else {

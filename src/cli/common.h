@@ -49,5 +49,6 @@ void add_evaluate(CLI::App& app);
 void add_predict(CLI::App& app);
 void add_summary(CLI::App& app);
 void add_datasets(CLI::App& app);
+void add_compare(CLI::App& app);
 
 }  // namespace tandem::cli

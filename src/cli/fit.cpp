@@ -25,13 +25,21 @@ struct FitFlags {
   std::string csv_log;
   int early_stopping = 0;
   std::string report;
+  std::string strategy = "default";
   int verbose = 1;
 };
 
 void run_fit(const FitFlags& f) {
   auto start = std::chrono::steady_clock::now();
   f.common.apply_threads();
-  ModelSpec spec = make_model(f.common.model, f.common.seed);
+  std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, f.common.threads);
+  ModelSpec spec;
+  if (strategy) {
+    auto scope = strategy->scope();
+    spec = make_model(f.common.model, f.common.seed);
+  } else {
+    spec = make_model(f.common.model, f.common.seed);
+  }
   Sequential& model = *spec.model;
   auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
   auto optimizer = make_optimizer(f.optimizer, f.learning_rate, f.momentum, spec);
@@ -73,7 +81,8 @@ void run_fit(const FitFlags& f) {
     nlohmann::json r = {
         {"model", f.common.model},
         {"dataset", f.common.dataset},
-        {"strategy", "default"},
+        {"strategy", strategy ? strategy->name() : "default"},
+        {"replicas", strategy ? strategy->num_replicas_in_sync() : 1},
         {"optimizer", optimizer_name},
         {"epochs", epochs_run},
         {"global_batch", f.common.batch_size},
@@ -118,6 +127,10 @@ void add_fit(CLI::App& app) {
   cmd->add_option("--early-stopping", flags->early_stopping, "stop after this many epochs without improvement (0: off)")
       ->capture_default_str()->check(CLI::Range(0, 1000000));
   cmd->add_option("--report", flags->report, "write a JSON summary of the run to this file (default: none)")->capture_default_str();
+  cmd->add_option("--strategy", flags->strategy,
+                  "default, one_device, mirrored[:N[:deterministic]] or central[:N] (N replicas, default one per core; "
+                  "--threads is then per replica)")
+      ->capture_default_str();
   cmd->add_option("--verbose", flags->verbose, "0 silent, 1 progress bar, 2 one line per epoch")
       ->capture_default_str()->check(CLI::Range(0, 2));
   cmd->callback([flags] { run_fit(*flags); });

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   tandem::cli::add_predict(app);
   tandem::cli::add_summary(app);
   tandem::cli::add_datasets(app);
+  tandem::cli::add_compare(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

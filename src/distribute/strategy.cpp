@@ -256,4 +256,35 @@ void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& 
     }
 }
 
+std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica) {
+  auto bad = [&](const std::string& why) -> std::unique_ptr<Strategy> {
+    fail("strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]] or central[:N[:deterministic]]", spec,
+         why);
+  };
+  if (spec == "default") return nullptr;
+  if (spec == "one_device") return std::make_unique<OneDeviceStrategy>();
+  std::vector<std::string> parts;
+  for (size_t at = 0;;) {
+    size_t colon = spec.find(':', at);
+    parts.push_back(spec.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
+    if (colon == std::string::npos) break;
+    at = colon + 1;
+  }
+  if (parts[0] != "mirrored" && parts[0] != "central") return bad("unknown strategy \"" + parts[0] + "\"");
+  if (parts.size() > 3) return bad("too many parts");
+  MirroredOptions options{.threads_per_replica = threads_per_replica};
+  if (parts.size() > 1) {
+    const std::string& n = parts[1];
+    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1)
+      return bad("the replica count \"" + n + "\" is not a number from 1 to 9999");
+    options.num_replicas = std::stoi(n);
+  }
+  if (parts.size() > 2) {
+    if (parts[2] != "deterministic") return bad("unknown option \"" + parts[2] + "\"");
+    options.deterministic = true;
+  }
+  if (parts[0] == "central") return std::make_unique<CentralStorageStrategy>(options);
+  return std::make_unique<MirroredStrategy>(options);
+}
+
 }  // namespace tandem::distribute

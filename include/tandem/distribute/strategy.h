@@ -219,4 +219,9 @@ class CentralStorageStrategy : public MirroredStrategy {
   bool mirrors_variables() const override { return false; }
 };
 
+// A strategy from its name as `tandem --strategy` takes it: "default" (null), "one_device",
+// "mirrored", "mirrored:N", "mirrored:N:deterministic", "central", "central:N" (N replicas;
+// without N one per core).
+std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);
+
 }  // namespace tandem::distribute

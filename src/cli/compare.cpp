@@ -1,0 +1,207 @@
+// tandem compare: the reference tutorials' speed test as a command. Trains the same model with
+// the same seed under each strategy, then prints a table, writes it as JSON and draws an SVG
+// chart of samples/s and test accuracy per strategy, and says why a strategy is slower.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "cli/common.h"
+
+namespace tandem::cli {
+namespace {
+
+struct CompareFlags {
+  CommonFlags common;
+  int epochs = 10;
+  std::string strategies = "default,mirrored:2,central:2";
+  std::string report;
+  std::string chart = "compare.svg";
+};
+
+struct Row {
+  std::string strategy;
+  int replicas = 1;
+  double wall = 0, samples_per_second = 0, final_loss = NAN, test_loss = NAN, test_accuracy = NAN;
+};
+
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= list.size();) {
+    size_t comma = std::min(list.find(',', at), list.size());
+    if (comma > at) out.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  if (out.empty()) fail("--strategies: empty list; expected e.g. default,mirrored:2,central:2");
+  return out;
+}
+
+Row train_under(const std::string& name, const CompareFlags& f) {
+  std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(name, f.common.threads);
+  ModelSpec spec;
+  if (strategy) {
+    auto scope = strategy->scope();
+    spec = make_model(f.common.model, f.common.seed);
+  } else {
+    spec = make_model(f.common.model, f.common.seed);
+  }
+  Sequential& model = *spec.model;
+  auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
+  model.compile(make_optimizer("", 0.0f, -1.0f, spec), spec.loss, {"accuracy"});
+  std::printf("%s:\n", strategy ? strategy->name().c_str() : "default");
+  std::fflush(stdout);
+  auto start = std::chrono::steady_clock::now();
+  History h = model.fit(data.train.x, data.train.y, {.epochs = f.epochs, .batch_size = f.common.batch_size, .verbose = 2});
+  Row row;
+  row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  row.strategy = strategy ? strategy->name() : "default";
+  row.replicas = strategy ? strategy->num_replicas_in_sync() : 1;
+  row.samples_per_second = static_cast<double>(data.train.x.dim(0)) * f.epochs / row.wall;
+  row.final_loss = h["loss"].back();
+  Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});
+  row.test_loss = log_value(test, "loss");
+  row.test_accuracy = log_value(test, "accuracy");
+  return row;
+}
+
+std::string escape_xml(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else out += c;
+  }
+  return out;
+}
+
+// Two bar panels side by side: training samples/s and test accuracy (%), one bar per strategy.
+std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
+  const int panel_w = 360, panel_h = 260, left = 70, top = 50, bottom = 70, gap = 60;
+  int width = left + 2 * panel_w + gap + 20, height = top + panel_h + bottom;
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      "<text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n",
+      width, height, width / 2, escape_xml(title));
+  const char* colors[] = {"#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948"};
+  for (int panel = 0; panel < 2; ++panel) {
+    int x0 = left + panel * (panel_w + gap);
+    auto value = [&](const Row& r) { return panel == 0 ? r.samples_per_second : 100.0 * r.test_accuracy; };
+    double top_value = 0;
+    for (const Row& r : rows) top_value = std::max(top_value, std::isfinite(value(r)) ? value(r) : 0.0);
+    if (panel == 1) top_value = 100.0;
+    if (top_value <= 0) top_value = 1;
+    // Round the axis up to 1, 2 or 5 × 10^k so that the five ticks are round numbers.
+    double decade = std::pow(10.0, std::floor(std::log10(top_value)));
+    for (double m : {1.0, 2.0, 5.0, 10.0})
+      if (m * decade >= top_value) {
+        top_value = m * decade;
+        break;
+      }
+    // y axis with five ticks
+    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"black\"/>\n", x0, top, top + panel_h);
+    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"black\"/>\n", x0, top + panel_h, x0 + panel_w);
+    for (int t = 0; t <= 5; ++t) {
+      double v = top_value * t / 5;
+      int y = top + panel_h - static_cast<int>(panel_h * t / 5);
+      svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#ddd\"/>\n", x0, y, x0 + panel_w, y);
+      svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:g}</text>\n", x0 - 4, y + 4, v);
+    }
+    std::string axis = panel == 0 ? "training samples / second" : "test accuracy (%)";
+    svg += fmt::format("<text transform=\"translate({},{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", x0 - 50,
+                       top + panel_h / 2, axis);
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">strategy</text>\n", x0 + panel_w / 2, top + panel_h + 50);
+    int n = static_cast<int>(rows.size()), slot = panel_w / std::max(1, n), bar = slot * 3 / 5;
+    for (int i = 0; i < n; ++i) {
+      double v = std::isfinite(value(rows[static_cast<size_t>(i)])) ? value(rows[static_cast<size_t>(i)]) : 0.0;
+      int h = static_cast<int>(panel_h * v / top_value), x = x0 + i * slot + (slot - bar) / 2;
+      svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", x, top + panel_h - h, bar, h,
+                         colors[i % 6]);
+      svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x + bar / 2, top + panel_h - h - 4,
+                         panel == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.2f}", v));
+      svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x + bar / 2, top + panel_h + 18,
+                         escape_xml(rows[static_cast<size_t>(i)].strategy));
+    }
+  }
+  return svg + "</svg>\n";
+}
+
+void run_compare(const CompareFlags& f) {
+  f.common.apply_threads();
+  std::vector<std::string> names = split_list(f.strategies);
+  for (const std::string& n : names) distribute::make_strategy(n, f.common.threads);  // every name is valid before training
+  std::vector<Row> rows;
+  for (const std::string& n : names) rows.push_back(train_under(n, f));
+  const Row* base = nullptr;
+  for (const Row& r : rows)
+    if (r.strategy == "default") base = &r;
+  if (!base) base = &rows.front();
+
+  std::printf("\n%s on %s, %d epochs, global batch %lld, seed %llu:\n", f.common.model.c_str(), f.common.dataset.c_str(), f.epochs,
+              static_cast<long long>(f.common.batch_size), static_cast<unsigned long long>(f.common.seed));
+  std::printf("%-26s %8s %9s %11s %9s %11s %9s\n", "strategy", "replicas", "wall s", "samples/s", "speed-up", "final loss",
+              "test acc");
+  for (const Row& r : rows)
+    std::printf("%-26s %8d %9.2f %11.0f %8.2fx %11.4f %8.2f%%\n", r.strategy.c_str(), r.replicas, r.wall, r.samples_per_second,
+                r.samples_per_second / base->samples_per_second, r.final_loss, 100.0 * r.test_accuracy);
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (const Row& r : rows) {
+    if (&r == base || r.samples_per_second >= base->samples_per_second) continue;
+    int64_t per_replica = f.common.batch_size / r.replicas;
+    std::string why;
+    if (r.replicas > cores)
+      why = fmt::format("{} replicas share {} cores, so they take turns instead of running side by side", r.replicas, cores);
+    else if (r.strategy.find("deterministic") != std::string::npos)
+      why = "deterministic mode computes small fixed micro-batches on one thread per replica and gathers every micro-batch's "
+            "gradients; it buys bitwise reproducibility, not speed";
+    else if (per_replica < 128)
+      why = fmt::format("each replica gets only {} rows of the global batch of {}, too little work to hide the per-step "
+                        "synchronization (a gradient all-reduce and two thread hand-offs); try --batch-size {} or more",
+                        per_replica, f.common.batch_size, 128 * r.replicas);
+    else
+      why = fmt::format("the gradient all-reduce and the per-step hand-off to {} replica threads cost more than the "
+                        "parallel compute saves for this model",
+                        r.replicas);
+    std::printf("warning: %s is slower than %s (%.2fx): %s.\n", r.strategy.c_str(), base->strategy.c_str(),
+                r.samples_per_second / base->samples_per_second, why.c_str());
+  }
+  if (!f.report.empty()) {
+    nlohmann::json j = {{"model", f.common.model}, {"dataset", f.common.dataset}, {"epochs", f.epochs},
+                        {"global_batch", f.common.batch_size}, {"seed", f.common.seed}, {"cores", cores}};
+    for (const Row& r : rows)
+      j["runs"].push_back({{"strategy", r.strategy},
+                           {"replicas", r.replicas},
+                           {"wall_seconds", r.wall},
+                           {"training_samples_per_second", r.samples_per_second},
+                           {"speedup_vs_default", r.samples_per_second / base->samples_per_second},
+                           {"final_training_loss", r.final_loss},
+                           {"test_loss", r.test_loss},
+                           {"test_accuracy", r.test_accuracy}});
+    io::write_file_atomically(f.report, j.dump(2) + "\n");
+  }
+  if (!f.chart.empty()) {
+    std::string title = fmt::format("{} on {}: {} epochs, global batch {}", f.common.model, f.common.dataset, f.epochs,
+                                    f.common.batch_size);
+    io::write_file_atomically(f.chart, svg_chart(rows, title));
+    std::printf("chart: %s\n", f.chart.c_str());
+  }
+}
+
+}  // namespace
+
+void add_compare(CLI::App& app) {
+  auto flags = std::make_shared<CompareFlags>();
+  CLI::App* cmd = app.add_subcommand("compare", "train the same model under several strategies and compare speed and accuracy");
+  flags->common.add_to(*cmd);
+  cmd->add_option("--epochs", flags->epochs, "epochs to train under each strategy")->capture_default_str()->check(CLI::Range(1, 1000000));
+  cmd->add_option("--strategies", flags->strategies,
+                  "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N]")
+      ->capture_default_str();
+  cmd->add_option("--report", flags->report, "write the table as JSON to this file (default: none)")->capture_default_str();
+  cmd->add_option("--chart", flags->chart, "SVG chart of samples/s and test accuracy per strategy (\"\": none)")->capture_default_str();
+  cmd->callback([flags] { run_compare(*flags); });
+}
+
+}  // namespace tandem::cli
