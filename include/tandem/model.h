@@ -126,16 +126,25 @@ class Sequential {
   io::NamedTensors checked_load(const std::string& path, std::map<std::string, std::string>* metadata);
   void check_data(const Tensor& x, const Tensor& y, const char* what);
   Logs run_evaluation(const Tensor& x, const Tensor& y, int64_t batch_size);
-  // Fills (x, y) with batch `step` of epoch `epoch` (called for every step in order); false
-  // when the epoch has no more batches.
-  using BatchSource = std::function<bool(int epoch, int64_t step, Tensor& x, Tensor& y)>;
+  // One training batch: x and y, or (under a multi-replica strategy, from tensors) only its
+  // row count and a way to copy rows [begin, end) of it, so that each replica gathers its own.
+  struct Batch {
+    Tensor x, y;
+    int64_t rows = 0;
+    const std::function<void(int64_t begin, int64_t end, Tensor& x, Tensor& y)>* gather = nullptr;
+    void slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) const;
+  };
+  // Fills the batch with batch `step` of epoch `epoch` (called for every step in order); false
+  // when the epoch has no more batches. `lazy`: rows may be left to Batch::gather.
+  using BatchSource = std::function<bool(int epoch, int64_t step, bool lazy, Batch& batch)>;
   History train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch, const Tensor& x_val,
                      const Tensor& y_val);
 
   // One training step under a multi-replica strategy: the global batch split by rows, each
   // replica's gradients (of its loss summed over its rows ÷ the global batch) all-reduced, the
-  // same update applied by every replica. Returns the summed per-sample loss.
-  double replicated_step(const Tensor& x, const Tensor& y, uint64_t step_key, std::vector<Tensor>& predictions);
+  // same update applied by every replica. Fills each part's predictions and labels; returns
+  // the summed per-sample loss.
+  double replicated_step(const Batch& batch, uint64_t step_key, std::vector<Tensor>& predictions, std::vector<Tensor>& labels);
   struct Replica;
   // Copies of the layers for every replica (replica 0 uses the model's own), from the current
   // weights; the optimizer's replica slots are copied again on the next step.

@@ -126,15 +126,30 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
 
   std::vector<int64_t> index(static_cast<size_t>(rows));
   std::iota(index.begin(), index.end(), 0);
-  auto batches = [&](int epoch, int64_t step, Tensor& xb, Tensor& yb) {
+  int64_t first_row = 0;  // of the current batch, in `index`
+  const std::function<void(int64_t, int64_t, Tensor&, Tensor&)> gather = [&](int64_t b, int64_t e, Tensor& xs, Tensor& ys) {
+    xs = gather_rows(x, index, first_row + b, first_row + e);
+    ys = gather_rows(y, index, first_row + b, first_row + e);
+  };
+  auto batches = [&](int epoch, int64_t step, bool lazy, Batch& out) {
     if (step == 0 && options.shuffle) shuffle(index, seed_, epoch);
     if (step == 0 && !options.shuffle) std::iota(index.begin(), index.end(), 0);
-    int64_t begin = step * batch, end = std::min(rows, begin + batch);
-    xb = gather_rows(x, index, begin, end);
-    yb = gather_rows(y, index, begin, end);
+    first_row = step * batch;
+    out.rows = std::min(rows, first_row + batch) - first_row;
+    out.gather = &gather;
+    if (!lazy) gather(0, out.rows, out.x, out.y);  // else each replica gathers its rows
     return true;
   };
   return train_loop(options, steps, batches, x_val, y_val);
+}
+
+void Sequential::Batch::slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) const {
+  if (x.defined()) {
+    xs = x.slice(begin, end);
+    ys = y.slice(begin, end);
+  } else {
+    (*gather)(begin, end, xs, ys);
+  }
 }
 
 History Sequential::train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch,
@@ -164,10 +179,12 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
   }
 
   GradientTape tape;
-  Tensor xb, yb;
+  Batch batch;
+  Tensor& xb = batch.x;
+  Tensor& yb = batch.y;
   bool replicated = strategy_ != nullptr && (strategy_->num_replicas_in_sync() > 1 || strategy_->deterministic_micro_batches() > 0);
   if (replicated) make_replicas();  // from the current weights and optimizer state
-  std::vector<Tensor> predictions;
+  std::vector<Tensor> predictions, labels;
   for (int epoch = start.epoch; epoch < options.epochs && !stop_training; ++epoch) {
     if (options.verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
     for (auto& cb : options.callbacks) cb->on_epoch_begin(epoch, {});
@@ -183,20 +200,17 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
     }
     int64_t step = 0;
     for (; steps < 0 || step < steps; ++step) {
-      if (!next_batch(epoch, step, xb, yb)) break;
+      if (!next_batch(epoch, step, replicated, batch)) break;
       if (step < first_step) continue;
       if (!options.callbacks.empty())
         for (auto& cb : options.callbacks) cb->on_batch_begin(step, {});
       if (replicated) {
         StopRecording not_here;  // each replica records on its own thread's tape
-        double loss_sum = replicated_step(xb, yb, static_cast<uint64_t>(optimizer_->iterations()), predictions);
-        running_metrics_[0].update_mean(loss_sum / static_cast<double>(xb.dim(0)), xb.dim(0));
-        int n = static_cast<int>(predictions.size());
-        for (int r = 0; r < n; ++r) {
-          int64_t b = xb.dim(0) * r / n, e = xb.dim(0) * (r + 1) / n;
-          if (b < e)
-            for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(yb.slice(b, e), predictions[static_cast<size_t>(r)]);
-        }
+        double loss_sum = replicated_step(batch, static_cast<uint64_t>(optimizer_->iterations()), predictions, labels);
+        running_metrics_[0].update_mean(loss_sum / static_cast<double>(batch.rows), batch.rows);
+        for (size_t p = 0; p < predictions.size(); ++p)
+          if (labels[p].defined())
+            for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(labels[p], predictions[p]);
       } else {
         tape.reset();
         Tensor y_pred = call(xb, CallContext{true, RandomKey{seed_, static_cast<uint64_t>(optimizer_->iterations()), 0}});
@@ -248,7 +262,9 @@ History Sequential::fit(const data::Dataset& dataset, const FitOptions& options)
   }
   std::unique_ptr<data::Iterator> it;
   int it_epoch = -1;
-  auto batches = [&](int epoch, int64_t step, Tensor& xb, Tensor& yb) {
+  auto batches = [&](int epoch, int64_t step, bool, Batch& out) {
+    Tensor& xb = out.x;
+    Tensor& yb = out.y;
     if (it_epoch != epoch || step == 0) {
       it = dataset.iterate(epoch);
       it_epoch = epoch;
@@ -262,6 +278,7 @@ History Sequential::fit(const data::Dataset& dataset, const FitOptions& options)
     if (xb.dtype() != DType::Float32) fail("fit: dataset x batches must be float32, got {}", dtype_name(xb.dtype()));
     if (sparse && yb.dtype() != DType::Int32) yb = yb.astype(DType::Int32);
     if (sparse && yb.rank() != 1) yb = yb.reshape({yb.dim(0)});
+    out.rows = xb.dim(0);
     return true;
   };
   return train_loop(options, steps, batches, x_val, y_val);

@@ -121,13 +121,15 @@ int64_t part_begin(int64_t rows, int p, int parts) { return rows * p / parts; }
 // The global batch is cut into parts: one per replica, or in deterministic mode a fixed number
 // of micro-batches (replica r computes parts [P·r/N, P·(r+1)/N) one after another). Each part's
 // gradient is of its loss summed over its rows ÷ the global batch.
-double Sequential::replicated_step(const Tensor& x, const Tensor& y, uint64_t step_key, std::vector<Tensor>& predictions) {
+double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::vector<Tensor>& predictions,
+                                   std::vector<Tensor>& labels) {
   int n = strategy_->num_replicas_in_sync();
   if (static_cast<int>(replicas_.size()) != n) make_replicas();
   int micro = strategy_->deterministic_micro_batches();
   int parts = micro > 0 ? micro : n;
-  int64_t global = x.dim(0);
+  int64_t global = batch.rows;
   predictions.resize(static_cast<size_t>(parts));
+  labels.resize(static_cast<size_t>(parts));
   part_losses_.resize(static_cast<size_t>(parts));
   float scale = 1.0f / static_cast<float>(global);
   int per_replica = (parts + n - 1) / n;  // most parts any replica computes
@@ -139,15 +141,17 @@ double Sequential::replicated_step(const Tensor& x, const Tensor& y, uint64_t st
       int64_t begin = part_begin(global, p, parts), end = part_begin(global, p + 1, parts);
       float* out = rep.bucket.data() + (p - first) * total;
       part_losses_[static_cast<size_t>(p)] = 0.0;
+      labels[static_cast<size_t>(p)] = Tensor();
       if (begin == end) {  // a batch with fewer rows than parts
         std::fill_n(out, total, 0.0f);
         continue;
       }
       CallContext ctx{true, RandomKey{seed_, step_key, begin}};
+      Tensor h, yp;
+      batch.slice(begin, end, h, yp);
       GradientTape tape;
-      Tensor h = x.slice(begin, end);
       for (auto& layer : rep.layers) h = layer->call(h, ctx);
-      Tensor per_sample = loss_->per_sample(y.slice(begin, end), h);
+      Tensor per_sample = loss_->per_sample(yp, h);
       tape.gradient(ops::scale(ops::sum(per_sample), scale), rep.sources, rep.grads);
       for (const Tensor& g : rep.grads) {
         Tensor c = g.contiguous();
@@ -156,6 +160,7 @@ double Sequential::replicated_step(const Tensor& x, const Tensor& y, uint64_t st
       }
       part_losses_[static_cast<size_t>(p)] = ops::sum(per_sample).item();
       predictions[static_cast<size_t>(p)] = h;
+      labels[static_cast<size_t>(p)] = yp;
     }
     distribute::CrossDeviceOps& comm = strategy_->communicator();
     if (micro == 0) {
