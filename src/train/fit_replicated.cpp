@@ -15,7 +15,8 @@ struct Sequential::Replica {
   std::vector<std::shared_ptr<layers::Layer>> layers;  // replica 0: the model's own
   std::vector<Variable*> variables, trainable;
   std::vector<Tensor> sources, grads;
-  std::vector<float> bucket;    // every gradient, back to back (deterministic: one set per micro-batch)
+  Tensor bucket;                // every gradient, back to back (deterministic: one set per micro-batch)
+  std::vector<Tensor> reduced;  // views of the bucket's first set: the summed gradients
   std::vector<float> gathered;  // deterministic: every replica's bucket
   uint64_t training_calls = 0;
 };
@@ -46,7 +47,7 @@ void Sequential::make_replicas() {
     rep->grads.resize(rep->trainable.size());
     if (int micro = strategy_->deterministic_micro_batches(); micro > 0) {
       int per_replica = (micro + n - 1) / n;
-      rep->bucket.resize(static_cast<size_t>(total * per_replica));
+      rep->bucket = Tensor::empty({total * per_replica});
       rep->gathered.resize(static_cast<size_t>(total * per_replica * n));
       for (const auto& l : layers_)
         if (l->type() == "BatchNormalization")
@@ -54,7 +55,12 @@ void Sequential::make_replicas() {
                "global batch; use a non-deterministic {} for this model",
                l->label(), strategy_->name());
     } else {
-      rep->bucket.resize(static_cast<size_t>(total));
+      rep->bucket = Tensor::empty({total});
+    }
+    int64_t at = 0;
+    for (const Tensor& source : rep->sources) {
+      rep->reduced.push_back(rep->bucket.slice(at, at + source.numel()).reshape(source.shape()));
+      at += source.numel();
     }
     replicas_.push_back(rep);
   }
@@ -135,11 +141,12 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
   int per_replica = (parts + n - 1) / n;  // most parts any replica computes
   strategy_->for_each_replica([&](int r) {
     Replica& rep = *replicas_[static_cast<size_t>(r)];
-    auto total = static_cast<int64_t>(rep.bucket.size()) / (micro > 0 ? per_replica : 1);  // floats of one gradient
+    float* bucket = rep.bucket.data<float>();
+    int64_t total = rep.bucket.numel() / (micro > 0 ? per_replica : 1);  // floats of one set of gradients
     int first = parts * r / n, last = parts * (r + 1) / n;
     for (int p = first; p < last; ++p) {
       int64_t begin = part_begin(global, p, parts), end = part_begin(global, p + 1, parts);
-      float* out = rep.bucket.data() + (p - first) * total;
+      float* out = bucket + (p - first) * total;
       part_losses_[static_cast<size_t>(p)] = 0.0;
       labels[static_cast<size_t>(p)] = Tensor();
       if (begin == end) {  // a batch with fewer rows than parts
@@ -164,28 +171,21 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
     }
     distribute::CrossDeviceOps& comm = strategy_->communicator();
     if (micro == 0) {
-      comm.all_reduce_sum(r, rep.bucket.data(), total);
+      comm.all_reduce_sum(r, bucket, total);
     } else {
       // Every replica gets every micro-batch's gradient and sums them in micro-batch order.
-      comm.all_gather(r, rep.bucket.data(), per_replica * total, rep.gathered.data());
+      comm.all_gather(r, bucket, per_replica * total, rep.gathered.data());
       bool started = false;
       for (int q = 0; q < n; ++q)
         for (int p = parts * q / n; p < parts * (q + 1) / n; ++p) {
           if (part_begin(global, p, parts) == part_begin(global, p + 1, parts)) continue;
           const float* g = rep.gathered.data() + (static_cast<int64_t>(q) * per_replica + (p - parts * q / n)) * total;
-          if (!started) std::memcpy(rep.bucket.data(), g, static_cast<size_t>(total) * sizeof(float));
-          else add_in_place(rep.bucket.data(), g, total);
+          if (!started) std::memcpy(bucket, g, static_cast<size_t>(total) * sizeof(float));
+          else add_in_place(bucket, g, total);
           started = true;
         }
     }
-    size_t at = 0;
-    for (size_t i = 0; i < rep.grads.size(); ++i) {  // a replica whose parts were all empty has no grads yet
-      Tensor out = Tensor::empty(rep.sources[i].shape());
-      std::memcpy(out.data<float>(), rep.bucket.data() + at, static_cast<size_t>(out.numel()) * sizeof(float));
-      at += static_cast<size_t>(out.numel());
-      rep.grads[i] = out;
-    }
-    optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.grads);
+    optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.reduced);
   });
   double loss_sum = 0.0;  // in part order, so the figure does not depend on timing
   for (double l : part_losses_) loss_sum += l;
