@@ -28,7 +28,7 @@ def make_model(kind):
 
 def main():
     workloads = {"mlp25": ("mlp", 25), "mlp256": ("mlp", 256), "mlp5_50": ("mlp5", 50),
-                 "mlp5_256": ("mlp5", 256), "cnn64": ("cnn", 64)}
+                 "mlp5_256": ("mlp5", 256), "cnn64": ("cnn", 64), "cnn256": ("cnn", 256)}
     name, threads = sys.argv[1], int(sys.argv[2])
     seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 6.0
     kind, batch = workloads[name]

@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""The peer for MirroredStrategy: PyTorch DistributedDataParallel (gloo), 2 processes of
+1 thread each on this machine's 2 cores, the same models and global batch as bench_models.
+
+Usage: /usr/bin/python3 bench/torch_ddp.py WORKLOAD [SECONDS] [PROCESSES]
+Each process trains on global_batch / PROCESSES rows per step; gradients are all-reduced by
+DDP. Prints one JSON line: global samples/s, best of three timed passes.
+"""
+import json
+import os
+import socket
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_models import make_model  # noqa: E402
+
+WORKLOADS = {"mlp25": ("mlp", 25), "mlp256": ("mlp", 256), "mlp5_50": ("mlp5", 50),
+             "mlp5_256": ("mlp5", 256), "cnn64": ("cnn", 64), "cnn256": ("cnn", 256)}
+
+
+def worker(rank, world, port, name, seconds, result):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    os.sched_setaffinity(0, {rank % os.cpu_count()})
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    kind, batch = WORKLOADS[name]
+    local = batch // world
+    torch.manual_seed(0)
+    n = 60000
+    x = torch.rand(n, 1, 28, 28) if kind == "cnn" else torch.rand(n, 784)
+    y = torch.randint(0, 10, (n,))
+    model = nn.parallel.DistributedDataParallel(make_model(kind))
+    if kind == "mlp5":
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.95)
+    else:
+        opt = torch.optim.Adam(model.parameters(), lr=0.001, eps=1e-7)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def run(rows):
+        perm = torch.randperm(rows, generator=torch.Generator().manual_seed(rows))  # same on every rank
+        dist.barrier()
+        start = time.perf_counter()
+        for begin in range(0, rows - batch + 1, batch):
+            idx = perm[begin + rank * local:begin + (rank + 1) * local]
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x[idx]), y[idx])
+            loss.backward()
+            opt.step()
+        dist.barrier()
+        return rows / (time.perf_counter() - start)
+
+    rows = min(n, batch * 40)
+    run(rows)
+    one = rows / run(rows)
+    rows = min(n, max(batch, int(rows * (seconds / 3) / one)))
+    rows -= rows % batch
+    best = max(run(rows) for _ in range(3))
+    if rank == 0:
+        result.put(best)
+    dist.destroy_process_group()
+
+
+def main():
+    name = sys.argv[1]
+    seconds = float(sys.argv[2]) if len(sys.argv) > 2 else 6.0
+    world = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    result = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, world, port, name, seconds, result)) for r in range(world)]
+    for p in procs:
+        p.start()
+    best = None
+    while best is None:
+        try:
+            best = result.get(timeout=1)
+        except Exception:  # queue.Empty: give up if a worker died
+            if any(p.exitcode not in (None, 0) for p in procs):
+                sys.exit("torch_ddp: a worker process failed")
+    for p in procs:
+        p.join(timeout=60)
+    print(json.dumps({"workload": name, "strategy": f"ddp:{world}", "threads": 1, "samples_per_s": round(best),
+                      "torch": torch.__version__}))
+
+
+if __name__ == "__main__":
+    main()
