@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_models import make_model  # noqa: E402
+from torch_models import make_model, make_optimizer  # noqa: E402
 
 WORKLOADS = {"mlp25": ("mlp", 25), "mlp256": ("mlp", 256), "mlp5_50": ("mlp5", 50),
              "mlp5_256": ("mlp5", 256), "cnn64": ("cnn", 64), "cnn256": ("cnn", 256)}
@@ -37,10 +37,7 @@ def worker(rank, world, port, name, seconds, result):
     x = torch.rand(n, 1, 28, 28) if kind == "cnn" else torch.rand(n, 784)
     y = torch.randint(0, 10, (n,))
     model = nn.parallel.DistributedDataParallel(make_model(kind))
-    if kind == "mlp5":
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.95)
-    else:
-        opt = torch.optim.Adam(model.parameters(), lr=0.001, eps=1e-7)
+    opt = make_optimizer(kind, model)
     loss_fn = nn.CrossEntropyLoss()
 
     def run(rows):

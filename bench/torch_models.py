@@ -26,6 +26,12 @@ def make_model(kind):
                          nn.Linear(32 * 13 * 13, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
+def make_optimizer(kind, model):
+    if kind == "mlp5":
+        return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.95)
+    return torch.optim.Adam(model.parameters(), lr=0.001, eps=1e-7)
+
+
 def main():
     workloads = {"mlp25": ("mlp", 25), "mlp256": ("mlp", 256), "mlp5_50": ("mlp5", 50),
                  "mlp5_256": ("mlp5", 256), "cnn64": ("cnn", 64), "cnn256": ("cnn", 256)}
@@ -38,10 +44,7 @@ def main():
     x = torch.rand(n, 1, 28, 28) if kind == "cnn" else torch.rand(n, 784)
     y = torch.randint(0, 10, (n,))
     model = make_model(kind)
-    if kind == "mlp5":
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.95)
-    else:
-        opt = torch.optim.Adam(model.parameters(), lr=0.001, eps=1e-7)
+    opt = make_optimizer(kind, model)
     loss_fn = nn.CrossEntropyLoss()
 
     def run(rows):

@@ -109,7 +109,9 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
 bool is_preset(const std::string& name) { return name == "mlp" || name == "mlp5" || name == "cnn" || name == "cifar-mlp"; }
 std::string preset_names() { return "mlp, mlp5, cnn, cifar-mlp"; }
 
-ModelSpec make_model(const std::string& name, uint64_t seed) {
+ModelSpec make_model(const std::string& name, uint64_t seed, distribute::Strategy* strategy) {
+  std::optional<distribute::Strategy::Scope> scope;
+  if (strategy) scope.emplace(strategy);
   ModelSpec spec;
   spec.name = name;
   spec.model = std::make_unique<Sequential>(SequentialOptions{.name = name, .seed = seed});

@@ -20,7 +20,8 @@ struct ModelSpec {
   float default_momentum = 0.0f;
   Loss loss = Loss::sparse_categorical_crossentropy(false);
 };
-ModelSpec make_model(const std::string& model, uint64_t seed);
+// Made inside `strategy`'s scope when one is given, so that it trains under it.
+ModelSpec make_model(const std::string& model, uint64_t seed, distribute::Strategy* strategy = nullptr);
 bool is_preset(const std::string& name);
 std::string preset_names();
 

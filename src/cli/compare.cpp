@@ -39,13 +39,7 @@ std::vector<std::string> split_list(const std::string& list) {
 
 Row train_under(const std::string& name, const CompareFlags& f) {
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(name, f.common.threads);
-  ModelSpec spec;
-  if (strategy) {
-    auto scope = strategy->scope();
-    spec = make_model(f.common.model, f.common.seed);
-  } else {
-    spec = make_model(f.common.model, f.common.seed);
-  }
+  ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
   Sequential& model = *spec.model;
   auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
   model.compile(make_optimizer("", 0.0f, -1.0f, spec), spec.loss, {"accuracy"});

@@ -33,13 +33,7 @@ void run_fit(const FitFlags& f) {
   auto start = std::chrono::steady_clock::now();
   f.common.apply_threads();
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, f.common.threads);
-  ModelSpec spec;
-  if (strategy) {
-    auto scope = strategy->scope();
-    spec = make_model(f.common.model, f.common.seed);
-  } else {
-    spec = make_model(f.common.model, f.common.seed);
-  }
+  ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
   Sequential& model = *spec.model;
   auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
   auto optimizer = make_optimizer(f.optimizer, f.learning_rate, f.momentum, spec);
