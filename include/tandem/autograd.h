@@ -1,4 +1,5 @@
 #pragma once
+#include <functional>
 // GradientTape: records the ops run while it is active on this thread, then computes gradients
 // of a scalar with respect to watched tensors and trainable variables, as tf.GradientTape does.
 #include <span>
@@ -45,8 +46,11 @@ class GradientTape {
   std::vector<Tensor> gradient(const Tensor& target, std::span<const Tensor> sources);
   // d target / d variable, for model.trainable_variables() as Keras' tape.gradient takes it.
   std::vector<Tensor> gradient(const Tensor& target, std::span<Variable* const> variables);
-  // Same, writing into `out` (one per source) so that a training loop allocates nothing.
-  void gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out);
+  // Same, writing into `out` (one per source) so that a training loop allocates nothing. With
+  // `ready`, out[i] is written as soon as backward has made it final (no op left to add to it),
+  // and ready(i) called then, while the rest of backward is still to run.
+  void gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out,
+                const std::function<void(size_t source)>* ready = nullptr);
   // Forgets everything recorded and starts recording again; keeps its memory for reuse.
   void reset();
 
@@ -61,7 +65,7 @@ class GradientTape {
 
  private:
   friend class StopRecording;
-  void backward(const Tensor& target);
+  void backward(const Tensor& target, const std::function<void(size_t node)>* after_node = nullptr);
   void clear();
   int32_t new_slot(uint64_t id);
   bool persistent_;
@@ -72,6 +76,8 @@ class GradientTape {
   std::vector<uint64_t> keys_;     // open-addressing map from tensor id to slot
   std::vector<int32_t> values_;
   int32_t slots_ = 0;
+  std::vector<int64_t> first_use_;     // per source, for gradient(..., ready)
+  std::vector<int32_t> source_slots_;
 };
 
 }  // namespace tandem

@@ -107,7 +107,7 @@ void GradientTape::accumulate(int32_t slot, Tensor grad) {
   else g = ops::add(g, grad);
 }
 
-void GradientTape::backward(const Tensor& target) {
+void GradientTape::backward(const Tensor& target, const std::function<void(size_t node)>* after_node) {
   if (used_ && !persistent_)
     fail("GradientTape::gradient: called twice on a non-persistent tape (make it with persistent=true)");
   used_ = true;
@@ -119,11 +119,11 @@ void GradientTape::backward(const Tensor& target) {
   grads_.resize(static_cast<size_t>(slots_));
   if (target_slot < 0) return;
   grads_[static_cast<size_t>(target_slot)] = Tensor::full(target.shape(), 1.0f);
-  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
-    autograd::Node* node = *it;
+  for (size_t k = nodes_.size(); k-- > 0;) {
+    autograd::Node* node = nodes_[k];
     Tensor g = grads_[static_cast<size_t>(node->output_slot)];
-    if (!g.defined()) continue;
-    node->backward(*this, g);
+    if (g.defined()) node->backward(*this, g);
+    if (after_node) (*after_node)(k);
   }
 }
 
@@ -134,7 +134,8 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<Varia
   return gradient(target, sources);
 }
 
-void GradientTape::gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out) {
+void GradientTape::gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out,
+                            const std::function<void(size_t source)>* ready) {
   if (out.size() != sources.size())
     fail("GradientTape::gradient: {} sources but {} outputs", sources.size(), out.size());
   // Source slots must exist before backward so that their gradients are kept.
@@ -143,13 +144,31 @@ void GradientTape::gradient(const Tensor& target, std::span<const Tensor> source
     if (slot_of(s) < 0) new_slot(s.id());
   }
   if (grads_.size() < static_cast<size_t>(slots_)) grads_.resize(static_cast<size_t>(slots_));
-  backward(target);
-  for (size_t i = 0; i < sources.size(); ++i) {
-    int32_t slot = slot_of(sources[i]);
-    Tensor g = grads_[static_cast<size_t>(slot)];
-    if (!g.defined()) g = Tensor::zeros(sources[i].shape());
-    out[i] = std::move(g);
+  auto finish = [&](size_t i) {
+    Tensor g = grads_[static_cast<size_t>(slot_of(sources[i]))];
+    out[i] = g.defined() ? std::move(g) : Tensor::zeros(sources[i].shape());
+    if (ready) (*ready)(i);
+  };
+  if (ready == nullptr) {
+    backward(target);
+    for (size_t i = 0; i < sources.size(); ++i) finish(i);
+    return;
   }
+  // A source's gradient is final once the earliest recorded op that reads it has run backward.
+  first_use_.assign(sources.size(), -1);
+  source_slots_.clear();
+  for (const Tensor& s : sources) source_slots_.push_back(slot_of(s));
+  for (size_t k = nodes_.size(); k-- > 0;)
+    for (int32_t slot : nodes_[k]->input_slots)
+      for (size_t i = 0; slot >= 0 && i < sources.size(); ++i)
+        if (source_slots_[i] == slot) first_use_[i] = static_cast<int64_t>(k);
+  std::function<void(size_t)> after = [&](size_t k) {
+    for (size_t i = 0; i < sources.size(); ++i)
+      if (first_use_[i] == static_cast<int64_t>(k)) finish(i);
+  };
+  backward(target, &after);
+  for (size_t i = 0; i < sources.size(); ++i)
+    if (first_use_[i] < 0) finish(i);  // no op read it: zeros
 }
 
 std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<const Tensor> sources) {

@@ -168,6 +168,7 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move
   replicas_ = num_replicas > 0 ? num_replicas : cores;
   if (num_replicas < 0) fail("MirroredStrategy: num_replicas must be positive (or 0 for one per core), got {}", num_replicas);
   if (threads_per_replica < 0) fail("MirroredStrategy: threads_per_replica must be positive (or 0), got {}", threads_per_replica);
+  if (options_.bucket_bytes < 0) fail("MirroredStrategy: bucket_bytes must be 0 or positive, got {}", options_.bucket_bytes);
   if (options_.deterministic && (options_.micro_batches < replicas_))
     fail("MirroredStrategy: deterministic mode needs at least one micro-batch per replica: micro_batches {} < {} replicas",
          options_.micro_batches, replicas_);

@@ -18,6 +18,8 @@ struct Sequential::Replica {
   Tensor bucket;                // every gradient, back to back (deterministic: one set per micro-batch)
   std::vector<Tensor> reduced;  // views of the bucket's first set: the summed gradients
   std::vector<float> gathered;  // deterministic: every replica's bucket
+  std::vector<int64_t> offsets;  // of each gradient in the bucket
+  std::vector<bool> done;
   uint64_t training_calls = 0;
 };
 
@@ -59,6 +61,7 @@ void Sequential::make_replicas() {
     }
     int64_t at = 0;
     for (const Tensor& source : rep->sources) {
+      rep->offsets.push_back(at);
       rep->reduced.push_back(rep->bucket.slice(at, at + source.numel()).reshape(source.shape()));
       at += source.numel();
     }
@@ -139,6 +142,10 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
   part_losses_.resize(static_cast<size_t>(parts));
   float scale = 1.0f / static_cast<float>(global);
   int per_replica = (parts + n - 1) / n;  // most parts any replica computes
+  // Reducing during backward needs every replica to run backward (all have rows); the
+  // collectives then come in the same order on all of them.
+  int64_t bucket_floats = strategy_->bucket_bytes() / static_cast<int64_t>(sizeof(float));
+  bool overlap = bucket_floats > 0 && micro == 0 && global >= n;
   strategy_->for_each_replica([&](int r) {
     Replica& rep = *replicas_[static_cast<size_t>(r)];
     float* bucket = rep.bucket.data<float>();
@@ -159,11 +166,33 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
       GradientTape tape;
       for (auto& layer : rep.layers) h = layer->call(h, ctx);
       Tensor per_sample = loss_->per_sample(yp, h);
-      tape.gradient(ops::scale(ops::sum(per_sample), scale), rep.sources, rep.grads);
-      for (const Tensor& g : rep.grads) {
-        Tensor c = g.contiguous();
-        std::memcpy(out, c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
-        out += c.numel();
+      Tensor loss = ops::scale(ops::sum(per_sample), scale);
+      if (overlap) {
+        // Each gradient goes into the bucket as soon as backward has finished it, and every
+        // bucket_floats completed from the end (the last layers finish first) are all-reduced
+        // while backward goes on with the earlier layers.
+        rep.done.assign(rep.sources.size(), false);
+        size_t frontier = rep.sources.size();  // sources [frontier, n) are in the bucket
+        int64_t reduced_from = total;          // bucket [reduced_from, total) is all-reduced
+        std::function<void(size_t)> ready = [&](size_t i) {
+          Tensor c = rep.grads[i].contiguous();
+          std::memcpy(out + rep.offsets[i], c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
+          rep.done[i] = true;
+          while (frontier > 0 && rep.done[frontier - 1]) --frontier;
+          int64_t from = frontier < rep.sources.size() ? rep.offsets[frontier] : total;
+          if (reduced_from - from >= bucket_floats || (frontier == 0 && reduced_from > 0)) {
+            strategy_->communicator().all_reduce_sum(r, out + from, reduced_from - from);
+            reduced_from = from;
+          }
+        };
+        tape.gradient(loss, rep.sources, rep.grads, &ready);
+      } else {
+        tape.gradient(loss, rep.sources, rep.grads);
+        for (const Tensor& g : rep.grads) {
+          Tensor c = g.contiguous();
+          std::memcpy(out, c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
+          out += c.numel();
+        }
       }
       part_losses_[static_cast<size_t>(p)] = ops::sum(per_sample).item();
       predictions[static_cast<size_t>(p)] = h;
@@ -171,7 +200,7 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
     }
     distribute::CrossDeviceOps& comm = strategy_->communicator();
     if (micro == 0) {
-      comm.all_reduce_sum(r, bucket, total);
+      if (!overlap) comm.all_reduce_sum(r, bucket, total);
     } else {
       // Every replica gets every micro-batch's gradient and sums them in micro-batch order.
       comm.all_gather(r, bucket, per_replica * total, rep.gathered.data());

@@ -124,6 +124,29 @@ class CheckMirrored : public Callback {
   bool identical = true;
 };
 
+TEST(MirroredStrategy, AllReduceDuringBackwardMatchesTheDefaultStrategy) {
+  for (bool conv : {false, true}) {
+    auto make = conv ? std::function<std::unique_ptr<Sequential>()>(conv_model) : std::function<std::unique_ptr<Sequential>()>(dense_model);
+    Data d = conv ? blobs(50, Shape{6, 6, 1}) : blobs(98, Shape{6});  // the last batch has 2 rows: 1 per replica
+    auto reference = make();
+    reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+    // 64-byte buckets: many all-reduces per step, issued while backward runs.
+    distribute::MirroredStrategy mirrored({.num_replicas = 2, .threads_per_replica = 1, .bucket_bytes = 64});
+    std::unique_ptr<Sequential> model;
+    {
+      auto scope = mirrored.scope();
+      model = make();
+    }
+    model->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+    auto a = reference->variables(), b = model->variables(), mine = model->replica_variables(1);
+    for (size_t i = 0; i < a.size(); ++i) {
+      auto va = a[i]->value.to_vector();
+      EXPECT_TRUE(testing::all_close(b[i]->value, std::vector<double>(va.begin(), va.end()), 1e-6, 1e-5)) << a[i]->name;
+      EXPECT_EQ(mine[i]->value.to_vector(), b[i]->value.to_vector()) << a[i]->name;
+    }
+  }
+}
+
 TEST(MirroredStrategy, VariablesAreIdenticalAfterEveryStep) {
   distribute::MirroredStrategy mirrored(3, 1);
   auto scope = mirrored.scope();

@@ -116,6 +116,8 @@ class Strategy {
   // Deterministic mode: each global batch is split into this many micro-batches whose gradients
   // are summed in micro-batch order, whichever replica computed them. 0: off.
   virtual int deterministic_micro_batches() const { return 0; }
+  // Bytes of gradients all-reduced together during backward; 0: one all-reduce after it.
+  virtual int64_t bucket_bytes() const { return 0; }
 
   // While alive, models constructed on this thread train under the strategy (which must then
   // outlive them: a model keeps a pointer to it, as a Keras model keeps its strategy).
@@ -180,6 +182,11 @@ struct MirroredOptions {
   // M-way sum on every replica. BatchNormalization is refused (it needs the global batch).
   bool deterministic = false;
   int micro_batches = 8;
+  // All-reduce gradients in buckets of this many bytes as soon as backward has finished them,
+  // while it goes on with the earlier layers (0: one fused all-reduce after backward). Off by
+  // default: with one replica per core the reduction runs on the cores backward needs, and on
+  // the 2-core development machine 256 KiB buckets measured ~2% slower than one fused bucket.
+  int64_t bucket_bytes = 0;
   // The cross-device reduction for `replicas` replicas; null: in-process.
   std::function<std::unique_ptr<CrossDeviceOps>(int replicas)> cross_device_ops;
 };
@@ -198,6 +205,7 @@ class MirroredStrategy : public Strategy {
   CrossDeviceOps& communicator() override { return *comm_; }
   int threads_per_replica() const { return threads_per_replica_; }
   int deterministic_micro_batches() const override { return options_.deterministic ? options_.micro_batches : 0; }
+  int64_t bucket_bytes() const override { return options_.bucket_bytes; }
 
  private:
   std::unique_ptr<CrossDeviceOps> make_cross_device_ops() const;
