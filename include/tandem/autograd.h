@@ -1,7 +1,7 @@
 #pragma once
-#include <functional>
 // GradientTape: records the ops run while it is active on this thread, then computes gradients
 // of a scalar with respect to watched tensors and trainable variables, as tf.GradientTape does.
+#include <functional>
 #include <span>
 #include <vector>
 

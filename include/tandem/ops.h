@@ -1,8 +1,8 @@
 #pragma once
-#include <functional>
-#include <span>
 // Differentiable operations on tensors. Each records itself on the active GradientTape.
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string_view>
 
 #include "tandem/tensor.h"

@@ -26,6 +26,13 @@ struct Sequential::Replica {
 void Sequential::make_replicas() {
   int n = strategy_->num_replicas_in_sync();
   bool mirrored = strategy_->mirrors_variables();
+  int micro = strategy_->deterministic_micro_batches();
+  if (micro > 0)
+    for (const auto& l : layers_)
+      if (l->type() == "BatchNormalization")
+        fail("{}: deterministic mode computes micro-batches one at a time, so BatchNormalization cannot see the "
+             "global batch; use a non-deterministic {} for this model",
+             l->label(), strategy_->name());
   replicas_.clear();
   for (int r = 0; r < n; ++r) {
     auto rep = std::make_shared<Replica>();
@@ -47,15 +54,10 @@ void Sequential::make_replicas() {
         total += v.value.numel();
       }
     rep->grads.resize(rep->trainable.size());
-    if (int micro = strategy_->deterministic_micro_batches(); micro > 0) {
+    if (micro > 0) {
       int per_replica = (micro + n - 1) / n;
       rep->bucket = Tensor::empty({total * per_replica});
       rep->gathered.resize(static_cast<size_t>(total * per_replica * n));
-      for (const auto& l : layers_)
-        if (l->type() == "BatchNormalization")
-          fail("{}: deterministic mode computes micro-batches one at a time, so BatchNormalization cannot see the "
-               "global batch; use a non-deterministic {} for this model",
-               l->label(), strategy_->name());
     } else {
       rep->bucket = Tensor::empty({total});
     }
@@ -167,6 +169,10 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
       for (auto& layer : rep.layers) h = layer->call(h, ctx);
       Tensor per_sample = loss_->per_sample(yp, h);
       Tensor loss = ops::scale(ops::sum(per_sample), scale);
+      auto pack = [&](size_t i) {  // gradient i into its place in this part's set
+        Tensor c = rep.grads[i].contiguous();
+        std::memcpy(out + rep.offsets[i], c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
+      };
       if (overlap) {
         // Each gradient goes into the bucket as soon as backward has finished it, and every
         // bucket_floats completed from the end (the last layers finish first) are all-reduced
@@ -175,8 +181,7 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
         size_t frontier = rep.sources.size();  // sources [frontier, n) are in the bucket
         int64_t reduced_from = total;          // bucket [reduced_from, total) is all-reduced
         std::function<void(size_t)> ready = [&](size_t i) {
-          Tensor c = rep.grads[i].contiguous();
-          std::memcpy(out + rep.offsets[i], c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
+          pack(i);
           rep.done[i] = true;
           while (frontier > 0 && rep.done[frontier - 1]) --frontier;
           int64_t from = frontier < rep.sources.size() ? rep.offsets[frontier] : total;
@@ -188,11 +193,7 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
         tape.gradient(loss, rep.sources, rep.grads, &ready);
       } else {
         tape.gradient(loss, rep.sources, rep.grads);
-        for (const Tensor& g : rep.grads) {
-          Tensor c = g.contiguous();
-          std::memcpy(out, c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
-          out += c.numel();
-        }
+        for (size_t i = 0; i < rep.grads.size(); ++i) pack(i);
       }
       part_losses_[static_cast<size_t>(p)] = ops::sum(per_sample).item();
       predictions[static_cast<size_t>(p)] = h;

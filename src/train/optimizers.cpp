@@ -50,7 +50,10 @@ void Optimizer::apply_reduced(const distribute::ReplicaContext& replica, std::sp
     if (r == 0) apply_here(variables, gradients);
     return;
   }
-  if (!replicas_.ready.load(std::memory_order_acquire)) {
+  Optimizer* mine = this;
+  if (replicas_.ready.load(std::memory_order_acquire)) {
+    if (r > 0) mine = replicas_.copies[static_cast<size_t>(r)].get();  // unchanged until forget_replicas()
+  } else {
     // First replicated step: replica 0's slots exist before the others copy them, and nobody
     // updates until every copy is made. `ready` is set after the second barrier, so every
     // replica of this step saw it false.
@@ -59,17 +62,13 @@ void Optimizer::apply_reduced(const distribute::ReplicaContext& replica, std::sp
     comm.barrier(r);
     if (r > 0) {
       std::unique_ptr<Optimizer> copy = replicate(variables);
+      mine = copy.get();
       std::lock_guard lock(replicas_.mutex);
       replicas_.copies.resize(static_cast<size_t>(replica.num_replicas_in_sync()));
       replicas_.copies[static_cast<size_t>(r)] = std::move(copy);
     }
     comm.barrier(r);
     if (r == 0) replicas_.ready.store(true, std::memory_order_release);
-  }
-  Optimizer* mine = this;
-  if (r > 0) {
-    std::lock_guard lock(replicas_.mutex);
-    mine = replicas_.copies.at(static_cast<size_t>(r)).get();
   }
   mine->apply_here(variables, gradients);
 }

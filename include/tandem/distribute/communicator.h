@@ -27,11 +27,11 @@ class Communicator {
   virtual void abort(int rank, const std::string& reason) = 0;
 };
 
-// Replicas as threads of this process: shared memory, a reduce-scatter then an all-gather,
-// every thread working on its own slice (no single thread sums everything).
 // What tf.distribute calls the cross-device ops: the pluggable reduction under a strategy.
 using CrossDeviceOps = Communicator;
 
+// Replicas as threads of this process: shared memory, a reduce-scatter then an all-gather,
+// every thread working on its own slice (no single thread sums everything).
 std::unique_ptr<Communicator> make_in_process_communicator(
     int replicas, std::chrono::milliseconds timeout = std::chrono::minutes(5));
 

@@ -188,7 +188,7 @@ struct MirroredOptions {
   // the 2-core development machine 256 KiB buckets measured ~2% slower than one fused bucket.
   int64_t bucket_bytes = 0;
   // The cross-device reduction for `replicas` replicas; null: in-process.
-  std::function<std::unique_ptr<CrossDeviceOps>(int replicas)> cross_device_ops;
+  std::function<std::unique_ptr<CrossDeviceOps>(int replicas)> cross_device_ops = nullptr;
 };
 
 // One replica per group of cores, variables mirrored, gradients all-reduced every step.

@@ -49,8 +49,9 @@ class InProcessCommunicator : public Communicator {
  public:
   InProcessCommunicator(int replicas, std::chrono::milliseconds timeout)
       : size_(replicas), timeout_(timeout), buffers_(static_cast<size_t>(replicas)), sizes_(static_cast<size_t>(replicas)),
-        inputs_(static_cast<size_t>(replicas)) {
-    for (auto& v : inputs_) v.reserve(static_cast<size_t>(replicas));
+        float_inputs_(static_cast<size_t>(replicas)), double_inputs_(static_cast<size_t>(replicas)) {
+    for (auto& v : float_inputs_) v.reserve(static_cast<size_t>(replicas));
+    for (auto& v : double_inputs_) v.reserve(static_cast<size_t>(replicas));
     if (replicas < 1) fail("communicator: replicas must be at least 1, got {}", replicas);
   }
 
@@ -95,11 +96,7 @@ class InProcessCommunicator : public Communicator {
     // Slice r of every buffer belongs to replica r.
     int64_t per = (n + size_ - 1) / size_;
     int64_t begin = std::min<int64_t>(n, per * rank), end = std::min<int64_t>(n, begin + per);
-    std::vector<const T*> doubles;  // only for the small double reductions
-    std::vector<const T*>& inputs = [&]() -> std::vector<const T*>& {
-      if constexpr (std::is_same_v<T, float>) return inputs_[static_cast<size_t>(rank)];
-      else return doubles;
-    }();
+    std::vector<const T*>& inputs = scratch<T>(rank);
     inputs.clear();
     for (int q = 0; q < size_; ++q) inputs.push_back(buffer<T>(q) + begin);
     sum_into(data + begin, inputs.data(), size_, end - begin);
@@ -110,6 +107,12 @@ class InProcessCommunicator : public Communicator {
       std::copy(buffer<T>(q) + b, buffer<T>(q) + e, data + b);
     }
     wait(rank, "all_reduce_sum (all-gather)");
+  }
+  // Each replica's list of input pointers, kept so that a collective allocates nothing.
+  template <class T>
+  std::vector<const T*>& scratch(int rank) {
+    if constexpr (std::is_same_v<T, float>) return float_inputs_[static_cast<size_t>(rank)];
+    else return double_inputs_[static_cast<size_t>(rank)];
   }
   template <class T>
   T* buffer(int q) const {
@@ -166,7 +169,8 @@ class InProcessCommunicator : public Communicator {
   std::chrono::milliseconds timeout_;
   std::vector<void*> buffers_;
   std::vector<int64_t> sizes_;
-  std::vector<std::vector<const float*>> inputs_;
+  std::vector<std::vector<const float*>> float_inputs_;
+  std::vector<std::vector<const double*>> double_inputs_;
   std::mutex mutex_;
   std::condition_variable changed_;
   int arrived_ = 0, sleepers_ = 0;
