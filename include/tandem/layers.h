@@ -1,5 +1,6 @@
 #pragma once
 // Keras-style layers. Each is built once for a per-sample input shape, then called on batches.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,17 @@ struct Size2 {
 
 namespace layers {
 
+// Deterministic replicated training (MirroredOptions::deterministic) cuts each global batch into
+// a fixed list of parts (micro-batches) and runs each layer on all of a replica's parts before the
+// next layer, so that a layer whose output depends on other rows (BatchNormalization) sees them
+// together.
+struct BatchParts {
+  std::vector<Tensor>& h;                     // in: the parts' inputs; out: their outputs
+  const std::vector<CallContext>& contexts;   // one per part
+  std::function<void(size_t part)> use_part;  // makes the variables part's own (its own gradients)
+  ops::GatherParts gather;                    // every part's values, from every replica
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -53,6 +65,10 @@ class Layer {
   const Shape& input_shape() const { return input_shape_; }
 
   virtual Tensor call(const Tensor& x, const CallContext& ctx) = 0;
+  // Deterministic replicated training: the parts one by one, unless the layer needs them together.
+  virtual void call_parts(BatchParts& parts);
+  // After backward of a call_parts step (layers in reverse order).
+  virtual void finish_parts() {}
 
   // A deep copy: same configuration, its own copies of the variables (a replica's layer).
   std::shared_ptr<Layer> replicate() const;
@@ -209,7 +225,8 @@ struct BatchNormalizationOptions {
   float momentum = 0.99f;
   float epsilon = 1e-3f;
   // Under a multi-replica strategy: normalize with the global batch's statistics (as one device
-  // would) instead of each replica's own (Keras' synchronized=True).
+  // would) instead of each replica's own (Keras' synchronized=True). In deterministic mode the
+  // statistics are the global batch's (synchronized) or each micro-batch's (ghost batches).
   bool synchronized = false;
   std::string name;
   std::optional<Shape> input_shape;
@@ -222,10 +239,13 @@ class BatchNormalization : public Layer {
   std::string type() const override { return "BatchNormalization"; }
   std::string default_name() const override { return "batch_normalization"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  void call_parts(BatchParts& parts) override;
+  void finish_parts() override;
 
  private:
   Shape do_build(const Shape& input_shape, uint64_t seed) override;
   BatchNormalizationOptions options_;
+  std::shared_ptr<ops::BatchNormPartsBackward> pending_;  // of the current call_parts step
 };
 
 struct ActivationOptions {

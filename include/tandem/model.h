@@ -146,6 +146,10 @@ class Sequential {
   // the summed per-sample loss.
   double replicated_step(const Batch& batch, uint64_t step_key, std::vector<Tensor>& predictions, std::vector<Tensor>& labels);
   struct Replica;
+  // Deterministic mode: replica r's micro-batches forward (layer by layer across them) and
+  // backward, each micro-batch's gradients into its own set of the replica's bucket.
+  void compute_parts(Replica& rep, int r, const Batch& batch, uint64_t step_key, std::vector<Tensor>& predictions,
+                     std::vector<Tensor>& labels);
   // Copies of the layers for every replica (replica 0 uses the model's own), from the current
   // weights; the optimizer's replica slots are copied again on the next step.
   void make_replicas();

@@ -2,8 +2,10 @@
 // Differentiable operations on tensors. Each records itself on the active GradientTape.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "tandem/tensor.h"
 
@@ -82,6 +84,31 @@ using CrossReplicaSum = std::function<int(std::span<double> values)>;
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& moving_mean,
                   Tensor& moving_variance, float momentum, float epsilon, bool training,
                   const CrossReplicaSum& cross_replica = {}, bool synchronized = false);
+
+// Deterministic replicated training cuts the global batch into a fixed list of parts
+// (micro-batches) spread over the replicas. Given this replica's parts' values (per_part each,
+// in part order), returns every part's values (parts × per_part, in part order; a part with no
+// rows all zeros), the same on every replica.
+using GatherParts = std::function<std::vector<double>(std::span<const double> values, size_t per_part)>;
+
+// What batch_norm_parts leaves for after backward; finish() stands in for a replica whose parts
+// all had no rows (so that the collectives still match) and checks that backward ran.
+class BatchNormPartsBackward {
+ public:
+  virtual ~BatchNormPartsBackward() = default;
+  virtual void finish() = 0;
+};
+
+// Training batch normalization of this replica's parts xs (each with its own gamma and beta
+// tensors holding the same values, so that each part's gradients stay apart). synchronized: the
+// statistics of the whole global batch, every part's sums added in part order (forward and
+// backward), so the bits do not depend on how parts are spread over replicas; otherwise each part
+// normalizes with its own (ghost batches). The moving statistics move once, toward the global
+// statistics or the parts' average (in part order).
+std::vector<Tensor> batch_norm_parts(std::span<const Tensor> xs, std::span<const Tensor> gammas,
+                                     std::span<const Tensor> betas, Tensor& moving_mean, Tensor& moving_variance,
+                                     float momentum, float epsilon, bool synchronized, const GatherParts& gather,
+                                     std::shared_ptr<BatchNormPartsBackward>& pending);
 
 // Zeroes each element with probability rate and scales the rest by 1/(1-rate).
 Tensor dropout(const Tensor& x, float rate, const RandomKey& key);

@@ -34,4 +34,20 @@ Tensor BatchNormalization::call(const Tensor& x, const CallContext& ctx) {
                          options_.momentum, options_.epsilon, ctx.training, cross_replica, options_.synchronized);
 }
 
+void BatchNormalization::call_parts(BatchParts& parts) {
+  std::vector<Tensor> gammas, betas;
+  for (size_t i = 0; i < parts.h.size(); ++i) {
+    check_input(parts.h[i]);
+    parts.use_part(i);
+    gammas.push_back(variables_[0].value);
+    betas.push_back(variables_[1].value);
+  }
+  parts.h = ops::batch_norm_parts(parts.h, gammas, betas, variables_[2].value, variables_[3].value, options_.momentum,
+                                  options_.epsilon, options_.synchronized, parts.gather, pending_);
+}
+
+void BatchNormalization::finish_parts() {
+  if (auto pending = std::move(pending_)) pending->finish();
+}
+
 }  // namespace tandem::layers

@@ -36,6 +36,13 @@ int64_t Layer::count_params() const {
   return n;
 }
 
+void Layer::call_parts(BatchParts& parts) {
+  for (size_t i = 0; i < parts.h.size(); ++i) {
+    parts.use_part(i);
+    parts.h[i] = call(parts.h[i], parts.contexts[i]);
+  }
+}
+
 Tensor& Layer::add_variable(const std::string& short_name, const Shape& shape, const Initializer& init,
                             int64_t fan_in, int64_t fan_out, uint64_t seed, bool trainable) {
   Tensor t = Tensor::empty(shape);

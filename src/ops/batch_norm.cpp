@@ -14,6 +14,85 @@
 namespace tandem::ops {
 namespace {
 
+// Per channel: Σdy, then Σdy·x̂ (2c values), over the rows in order.
+std::vector<double> backward_sums(const float* dy, const float* xh, int64_t rows, int64_t c) {
+  auto cu = static_cast<size_t>(c);
+  std::vector<double> sums(2 * cu, 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      sums[static_cast<size_t>(j)] += dy[i * c + j];
+      sums[cu + static_cast<size_t>(j)] += dy[i * c + j] * xh[i * c + j];
+    }
+  return sums;
+}
+
+// dx = γ·rstd · (dy - Σdy/n - x̂·Σ(dy·x̂)/n), the sums over n rows (2c values as backward_sums).
+Tensor input_gradient(const Tensor& dy, const Tensor& x_hat, const Tensor& gamma, const Tensor& rstd,
+                      const double* sums, double n) {
+  int64_t c = gamma.dim(0), rows = x_hat.numel() / c;
+  Tensor dx = Tensor::empty(x_hat.shape());
+  float* d = dx.data<float>();
+  const float* g = dy.data<float>();
+  const float* xh = x_hat.data<float>();
+  const float* ga = gamma.data<float>();
+  const float* rs = rstd.data<float>();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      float scale = ga[j] * rs[j];
+      d[i * c + j] = scale * (g[i * c + j] - static_cast<float>(sums[j] / n) - xh[i * c + j] * static_cast<float>(sums[c + j] / n));
+    }
+  return dx;
+}
+
+Tensor channel_tensor(const double* values, int64_t c) {
+  Tensor t = Tensor::empty({c});
+  for (int64_t j = 0; j < c; ++j) t.data<float>()[j] = static_cast<float>(values[j]);
+  return t;
+}
+
+// Per channel Σx over the rows in order, then the row count (c + 1 values).
+std::vector<double> channel_sums(const float* x, int64_t rows, int64_t c) {
+  std::vector<double> s(static_cast<size_t>(c) + 1, 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < c; ++j) s[static_cast<size_t>(j)] += x[i * c + j];
+  s[static_cast<size_t>(c)] = static_cast<double>(rows);
+  return s;
+}
+
+// Per channel Σ(x - μ)².
+std::vector<double> squared_deviations(const float* x, const float* mu, int64_t rows, int64_t c) {
+  std::vector<double> s(static_cast<size_t>(c), 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      double e = x[i * c + j] - mu[j];
+      s[static_cast<size_t>(j)] += e * e;
+    }
+  return s;
+}
+
+void move_toward(Tensor& moving, const float* value, float momentum) {
+  float* m = moving.data<float>();
+  for (int64_t j = 0; j < moving.numel(); ++j) m[j] = m[j] * momentum + value[j] * (1.0f - momentum);
+}
+
+// x̂ = (x - μ)·rstd, y = γ·x̂ + β.
+void normalize(const Tensor& x, const float* mu, const float* rs, const Tensor& gamma, const Tensor& beta,
+               Tensor& x_hat, Tensor& y) {
+  int64_t c = gamma.dim(0), rows = x.numel() / c;
+  x_hat = Tensor::empty(x.shape());
+  y = Tensor::empty(x.shape());
+  const float* px = x.data<float>();
+  float* xh = x_hat.data<float>();
+  float* py = y.data<float>();
+  const float* ga = gamma.data<float>();
+  const float* be = beta.data<float>();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < c; ++j) {
+      xh[i * c + j] = (px[i * c + j] - mu[j]) * rs[j];
+      py[i * c + j] = ga[j] * xh[i * c + j] + be[j];
+    }
+}
+
 struct BatchNormNode : autograd::Node {
   Tensor x_hat, gamma, rstd;
   bool training;
@@ -21,51 +100,93 @@ struct BatchNormNode : autograd::Node {
   double global_rows = 0;
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
-    int64_t c = gamma.dim(0), rows = x_hat.numel() / c;
-    auto cu = static_cast<size_t>(c);
-    const float* g = dy.data<float>();
-    const float* xh = x_hat.data<float>();
-    std::vector<double> sums(2 * cu, 0.0);  // Σdy, then Σdy·x̂
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < c; ++j) {
-        sums[static_cast<size_t>(j)] += g[i * c + j];
-        sums[cu + static_cast<size_t>(j)] += g[i * c + j] * xh[i * c + j];
-      }
-    std::vector<double> local = sums;
-    double n = static_cast<double>(rows);
-    if (sync) {
-      sync(sums);
-      n = global_rows;
-    }
-    const double* sum_dy = sums.data();
-    const double* sum_dy_xh = sums.data() + cu;
+    int64_t c = gamma.dim(0);
+    std::vector<double> local = backward_sums(dy.data<float>(), x_hat.data<float>(), x_hat.numel() / c, c);
     if (needs(0)) {
-      Tensor dx = Tensor::empty(x_hat.shape());
-      float* d = dx.data<float>();
-      const float* ga = gamma.data<float>();
-      const float* rs = rstd.data<float>();
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < c; ++j) {
-          auto ju = static_cast<size_t>(j);
-          float scale = ga[j] * rs[j];
-          d[i * c + j] = training ? scale * (g[i * c + j] - static_cast<float>(sum_dy[ju] / n) -
-                                             xh[i * c + j] * static_cast<float>(sum_dy_xh[ju] / n))
-                                  : scale * g[i * c + j];
+      if (training) {
+        std::vector<double> sums = local;
+        double n = static_cast<double>(x_hat.numel() / c);
+        if (sync) {
+          sync(sums);
+          n = global_rows;
         }
-      tape.accumulate(input_slots[0], dx);
+        tape.accumulate(input_slots[0], input_gradient(dy, x_hat, gamma, rstd, sums.data(), n));
+      } else {
+        Tensor dx = Tensor::empty(x_hat.shape());
+        const float* g = dy.data<float>();
+        const float* ga = gamma.data<float>();
+        const float* rs = rstd.data<float>();
+        for (int64_t i = 0; i < x_hat.numel(); ++i) dx.data<float>()[i] = ga[i % c] * rs[i % c] * g[i];
+        tape.accumulate(input_slots[0], dx);
+      }
     }
-    if (needs(1)) {
-      Tensor dg = Tensor::empty({c});
-      for (int64_t j = 0; j < c; ++j) dg.data<float>()[j] = static_cast<float>(local[cu + static_cast<size_t>(j)]);
-      tape.accumulate(input_slots[1], dg);
-    }
-    if (needs(2)) {
-      Tensor db = Tensor::empty({c});
-      for (int64_t j = 0; j < c; ++j) db.data<float>()[j] = static_cast<float>(local[static_cast<size_t>(j)]);
-      tape.accumulate(input_slots[2], db);
-    }
+    if (needs(1)) tape.accumulate(input_slots[1], channel_tensor(local.data() + c, c));
+    if (needs(2)) tape.accumulate(input_slots[2], channel_tensor(local.data(), c));
   }
 };
+
+// One step's batch_norm_parts on one replica (synchronized). Backward meets the parts' nodes
+// last part first; each hands in its output gradient and sums, and the last to arrive gathers
+// every part's sums and gives each part its input gradient.
+struct PartsBackward : BatchNormPartsBackward {
+  GatherParts gather;
+  size_t per_part = 0;     // 2c: Σdy, Σdy·x̂
+  double global_rows = 0;
+  size_t recorded = 0, arrived = 0;
+  bool exchanged = false;
+  std::vector<double> sums;  // recorded parts × per_part, in part order
+  struct Part {
+    Tensor dy, x_hat, gamma, rstd;
+    int32_t input_slot = -1;
+  };
+  std::vector<Part> parts;
+
+  void exchange(GradientTape* tape) {
+    exchanged = true;
+    std::vector<double> all = gather(sums, per_part);
+    std::vector<double> total(per_part, 0.0);
+    for (size_t p = 0; p < all.size() / per_part; ++p)
+      for (size_t j = 0; j < per_part; ++j) total[j] += all[p * per_part + j];
+    for (Part& part : parts) {
+      if (tape != nullptr && part.input_slot >= 0)
+        tape->accumulate(part.input_slot, input_gradient(part.dy, part.x_hat, part.gamma, part.rstd, total.data(), global_rows));
+      part.dy = Tensor();
+    }
+  }
+
+  void finish() override {
+    if (exchanged) return;
+    if (recorded > 0) fail("batch_norm_parts: backward reached {} of this replica's {} parts", arrived, recorded);
+    exchange(nullptr);
+  }
+};
+
+struct BatchNormPartNode : autograd::Node {
+  std::shared_ptr<PartsBackward> shared;
+  size_t part = 0;
+  void backward(GradientTape& tape, const Tensor& dy_in) override {
+    PartsBackward::Part& p = shared->parts[part];
+    p.dy = dy_in.contiguous();
+    p.input_slot = input_slots[0];
+    int64_t c = p.gamma.dim(0);
+    std::vector<double> local = backward_sums(p.dy.data<float>(), p.x_hat.data<float>(), p.x_hat.numel() / c, c);
+    std::copy(local.begin(), local.end(), shared->sums.begin() + static_cast<std::ptrdiff_t>(part * shared->per_part));
+    if (needs(1)) tape.accumulate(input_slots[1], channel_tensor(local.data() + c, c));
+    if (needs(2)) tape.accumulate(input_slots[2], channel_tensor(local.data(), c));
+    if (++shared->arrived == shared->recorded) shared->exchange(&tape);
+  }
+};
+
+void check_parameters(const char* op, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                      const Tensor& moving_mean, const Tensor& moving_variance) {
+  require_float(x, op, "x");
+  require_float(gamma, op, "gamma");
+  require_float(beta, op, "beta");
+  if (x.rank() < 2) fail("{}: x needs a batch axis and a channel axis, got shape {}", op, x.shape().str());
+  int64_t c = x.dim(-1);
+  for (const Tensor* p : {&gamma, &beta, &moving_mean, &moving_variance})
+    if (p->rank() != 1 || p->dim(0) != c) fail("{}: parameter has shape {}, expected ({},)", op, p->shape().str(), c);
+}
 
 }  // namespace
 
@@ -73,13 +194,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
                   Tensor& moving_variance, float momentum, float epsilon, bool training,
                   const CrossReplicaSum& cross_replica, bool synchronized) {
   const char* op = "batch_norm";
-  require_float(x_in, op, "x");
-  require_float(gamma, op, "gamma");
-  require_float(beta, op, "beta");
-  if (x_in.rank() < 2) fail("{}: x needs a batch axis and a channel axis, got shape {}", op, x_in.shape().str());
+  check_parameters(op, x_in, gamma, beta, moving_mean, moving_variance);
   int64_t c = x_in.dim(-1);
-  for (const Tensor* p : {&gamma, &beta, static_cast<const Tensor*>(&moving_mean), static_cast<const Tensor*>(&moving_variance)})
-    if (p->rank() != 1 || p->dim(0) != c) fail("{}: parameter has shape {}, expected ({},)", op, p->shape().str(), c);
   Tensor x = x_in.contiguous();
   int64_t rows = x.numel() / c;
   if (training && rows < 1) fail("{}: empty batch", op);
@@ -91,20 +207,13 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
   double global_rows = static_cast<double>(rows);
   auto cu = static_cast<size_t>(c);
   if (training) {
-    std::vector<double> s(cu + 1, 0.0), s2(cu, 0.0);  // s: Σx per channel, then the row count
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < c; ++j) s[static_cast<size_t>(j)] += px[i * c + j];
-    s[cu] = global_rows;
+    std::vector<double> s = channel_sums(px, rows, c);
     if (sync) {
       cross_replica(s);
       global_rows = s[cu];
     }
     for (int64_t j = 0; j < c; ++j) mu[j] = static_cast<float>(s[static_cast<size_t>(j)] / global_rows);
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < c; ++j) {
-        double e = px[i * c + j] - mu[j];
-        s2[static_cast<size_t>(j)] += e * e;
-      }
+    std::vector<double> s2 = squared_deviations(px, mu, rows, c);
     if (sync) cross_replica(s2);
     std::vector<float> var(cu);
     for (int64_t j = 0; j < c; ++j) {
@@ -121,28 +230,16 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
       for (size_t j = 0; j < cu; ++j)
         toward_mean[j] = static_cast<float>(both[j] / replicas), toward_var[j] = static_cast<float>(both[cu + j] / replicas);
     }
-    float* mm = moving_mean.data<float>();
-    float* mv = moving_variance.data<float>();
-    for (size_t j = 0; j < cu; ++j) {
-      mm[j] = mm[j] * momentum + toward_mean[j] * (1.0f - momentum);
-      mv[j] = mv[j] * momentum + toward_var[j] * (1.0f - momentum);
-    }
+    move_toward(moving_mean, toward_mean.data(), momentum);
+    move_toward(moving_variance, toward_var.data(), momentum);
   } else {
     for (int64_t j = 0; j < c; ++j) {
       mu[j] = moving_mean.data<float>()[j];
       rs[j] = 1.0f / std::sqrt(moving_variance.data<float>()[j] + epsilon);
     }
   }
-  Tensor x_hat = Tensor::empty(x.shape()), y = Tensor::empty(x.shape());
-  float* xh = x_hat.data<float>();
-  float* py = y.data<float>();
-  const float* ga = gamma.data<float>();
-  const float* be = beta.data<float>();
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < c; ++j) {
-      xh[i * c + j] = (px[i * c + j] - mu[j]) * rs[j];
-      py[i * c + j] = ga[j] * xh[i * c + j] + be[j];
-    }
+  Tensor x_hat, y;
+  normalize(x, mu, rs, gamma, beta, x_hat, y);
   if (auto* tape = autograd::tracking_tape({&x_in, &gamma, &beta})) {
     auto* node = new BatchNormNode();
     node->x_hat = x_hat;
@@ -153,6 +250,114 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
     node->global_rows = global_rows;
     autograd::record(tape, node, {&x_in, &gamma, &beta}, y);
   }
+  return y;
+}
+
+std::vector<Tensor> batch_norm_parts(std::span<const Tensor> xs, std::span<const Tensor> gammas,
+                                     std::span<const Tensor> betas, Tensor& moving_mean, Tensor& moving_variance,
+                                     float momentum, float epsilon, bool synchronized, const GatherParts& gather,
+                                     std::shared_ptr<BatchNormPartsBackward>& pending) {
+  const char* op = "batch_norm_parts";
+  if (gammas.size() != xs.size() || betas.size() != xs.size())
+    fail("{}: {} parts but {} gammas and {} betas", op, xs.size(), gammas.size(), betas.size());
+  int64_t c = moving_mean.numel();
+  auto cu = static_cast<size_t>(c);
+  std::vector<Tensor> x(xs.size());
+  for (size_t i = 0; i < xs.size(); ++i) {
+    check_parameters(op, xs[i], gammas[i], betas[i], moving_mean, moving_variance);
+    x[i] = xs[i].contiguous();
+  }
+  auto rows = [&](size_t i) { return x[i].numel() / c; };
+  // Each part's statistics: mean and variance (synchronized: the global ones, the same for all).
+  std::vector<Tensor> mean(xs.size()), rstd(xs.size());
+  std::vector<float> toward_mean(cu), toward_var(cu);
+  double global_rows = 0;
+  if (synchronized) {
+    std::vector<double> mine;
+    for (size_t i = 0; i < x.size(); ++i) {
+      std::vector<double> s = channel_sums(x[i].data<float>(), rows(i), c);
+      mine.insert(mine.end(), s.begin(), s.end());
+    }
+    std::vector<double> all = gather(mine, cu + 1), total(cu + 1, 0.0);
+    for (size_t p = 0; p < all.size() / (cu + 1); ++p)
+      for (size_t j = 0; j <= cu; ++j) total[j] += all[p * (cu + 1) + j];
+    global_rows = total[cu];
+    if (global_rows < 1) fail("{}: empty batch", op);
+    Tensor mu = Tensor::empty({c});
+    for (size_t j = 0; j < cu; ++j) toward_mean[j] = mu.data<float>()[j] = static_cast<float>(total[j] / global_rows);
+    mine.clear();
+    for (size_t i = 0; i < x.size(); ++i) {
+      std::vector<double> s2 = squared_deviations(x[i].data<float>(), mu.data<float>(), rows(i), c);
+      mine.insert(mine.end(), s2.begin(), s2.end());
+    }
+    all = gather(mine, cu);
+    std::vector<double> deviations(cu, 0.0);
+    for (size_t p = 0; p < all.size() / cu; ++p)
+      for (size_t j = 0; j < cu; ++j) deviations[j] += all[p * cu + j];
+    Tensor rs = Tensor::empty({c});
+    for (size_t j = 0; j < cu; ++j) {
+      toward_var[j] = static_cast<float>(deviations[j] / global_rows);
+      rs.data<float>()[j] = 1.0f / std::sqrt(toward_var[j] + epsilon);
+    }
+    for (size_t i = 0; i < x.size(); ++i) mean[i] = mu, rstd[i] = rs;
+  } else {
+    // Ghost batches: each part its own statistics; the moving ones follow the parts' average.
+    std::vector<double> mine;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (rows(i) < 1) fail("{}: part {} is empty", op, i);
+      std::vector<double> s = channel_sums(x[i].data<float>(), rows(i), c);
+      mean[i] = Tensor::empty({c});
+      rstd[i] = Tensor::empty({c});
+      float* mu = mean[i].data<float>();
+      for (size_t j = 0; j < cu; ++j) mu[j] = static_cast<float>(s[j] / static_cast<double>(rows(i)));
+      std::vector<double> s2 = squared_deviations(x[i].data<float>(), mu, rows(i), c);
+      mine.push_back(1.0);  // a part with rows
+      for (size_t j = 0; j < cu; ++j) {
+        float var = static_cast<float>(s2[j] / static_cast<double>(rows(i)));
+        rstd[i].data<float>()[j] = 1.0f / std::sqrt(var + epsilon);
+        mine.push_back(mu[j]);
+        mine.push_back(var);
+      }
+    }
+    std::vector<double> all = gather(mine, 2 * cu + 1), total(2 * cu + 1, 0.0);
+    for (size_t p = 0; p < all.size() / (2 * cu + 1); ++p)
+      for (size_t j = 0; j < 2 * cu + 1; ++j) total[j] += all[p * (2 * cu + 1) + j];
+    for (size_t j = 0; j < cu; ++j) {
+      toward_mean[j] = static_cast<float>(total[1 + 2 * j] / total[0]);
+      toward_var[j] = static_cast<float>(total[2 + 2 * j] / total[0]);
+    }
+  }
+  move_toward(moving_mean, toward_mean.data(), momentum);
+  move_toward(moving_variance, toward_var.data(), momentum);
+
+  std::vector<Tensor> y(x.size());
+  auto shared = std::make_shared<PartsBackward>();
+  shared->gather = gather;
+  shared->per_part = 2 * cu;
+  shared->global_rows = global_rows;
+  for (size_t i = 0; i < x.size(); ++i) {
+    Tensor x_hat;
+    normalize(x[i], mean[i].data<float>(), rstd[i].data<float>(), gammas[i], betas[i], x_hat, y[i]);
+    auto* tape = autograd::tracking_tape({&xs[i], &gammas[i], &betas[i]});
+    if (tape == nullptr) continue;
+    if (!synchronized) {  // a part on its own: plain batch norm backward
+      auto* node = new BatchNormNode();
+      node->x_hat = x_hat;
+      node->gamma = gammas[i];
+      node->rstd = rstd[i];
+      node->training = true;
+      autograd::record(tape, node, {&xs[i], &gammas[i], &betas[i]}, y[i]);
+      continue;
+    }
+    auto* node = new BatchNormPartNode();
+    node->shared = shared;
+    node->part = shared->recorded++;
+    shared->parts.push_back({Tensor(), x_hat, gammas[i], rstd[i], -1});
+    autograd::record(tape, node, {&xs[i], &gammas[i], &betas[i]}, y[i]);
+  }
+  shared->sums.assign(shared->recorded * shared->per_part, 0.0);
+  if (synchronized) pending = shared;
+  else pending.reset();
   return y;
 }
 

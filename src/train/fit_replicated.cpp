@@ -27,12 +27,6 @@ void Sequential::make_replicas() {
   int n = strategy_->num_replicas_in_sync();
   bool mirrored = strategy_->mirrors_variables();
   int micro = strategy_->deterministic_micro_batches();
-  if (micro > 0)
-    for (const auto& l : layers_)
-      if (l->type() == "BatchNormalization")
-        fail("{}: deterministic mode computes micro-batches one at a time, so BatchNormalization cannot see the "
-             "global batch; use a non-deterministic {} for this model",
-             l->label(), strategy_->name());
   replicas_.clear();
   for (int r = 0; r < n; ++r) {
     auto rep = std::make_shared<Replica>();
@@ -130,8 +124,8 @@ int64_t part_begin(int64_t rows, int p, int parts) { return rows * p / parts; }
 }  // namespace
 
 // The global batch is cut into parts: one per replica, or in deterministic mode a fixed number
-// of micro-batches (replica r computes parts [P·r/N, P·(r+1)/N) one after another). Each part's
-// gradient is of its loss summed over its rows ÷ the global batch.
+// of micro-batches (replica r computes parts [P·r/N, P·(r+1)/N)). Each part's gradient is of its
+// loss summed over its rows ÷ the global batch.
 double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::vector<Tensor>& predictions,
                                    std::vector<Tensor>& labels) {
   int n = strategy_->num_replicas_in_sync();
@@ -139,10 +133,9 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
   int micro = strategy_->deterministic_micro_batches();
   int parts = micro > 0 ? micro : n;
   int64_t global = batch.rows;
-  predictions.resize(static_cast<size_t>(parts));
-  labels.resize(static_cast<size_t>(parts));
-  part_losses_.resize(static_cast<size_t>(parts));
-  float scale = 1.0f / static_cast<float>(global);
+  predictions.assign(static_cast<size_t>(parts), Tensor());
+  labels.assign(static_cast<size_t>(parts), Tensor());
+  part_losses_.assign(static_cast<size_t>(parts), 0.0);
   int per_replica = (parts + n - 1) / n;  // most parts any replica computes
   // Reducing during backward needs every replica to run backward (all have rows); the
   // collectives then come in the same order on all of them.
@@ -152,27 +145,38 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
     Replica& rep = *replicas_[static_cast<size_t>(r)];
     float* bucket = rep.bucket.data<float>();
     int64_t total = rep.bucket.numel() / (micro > 0 ? per_replica : 1);  // floats of one set of gradients
-    int first = parts * r / n, last = parts * (r + 1) / n;
-    for (int p = first; p < last; ++p) {
-      int64_t begin = part_begin(global, p, parts), end = part_begin(global, p + 1, parts);
-      float* out = bucket + (p - first) * total;
-      part_losses_[static_cast<size_t>(p)] = 0.0;
-      labels[static_cast<size_t>(p)] = Tensor();
-      if (begin == end) {  // a batch with fewer rows than parts
-        std::fill_n(out, total, 0.0f);
-        continue;
-      }
+    distribute::CrossDeviceOps& comm = strategy_->communicator();
+    if (micro > 0) {
+      compute_parts(rep, r, batch, step_key, predictions, labels);
+      // Every replica gets every micro-batch's gradient and sums them in micro-batch order.
+      comm.all_gather(r, bucket, per_replica * total, rep.gathered.data());
+      bool started = false;
+      for (int q = 0; q < n; ++q)
+        for (int p = parts * q / n; p < parts * (q + 1) / n; ++p) {
+          if (part_begin(global, p, parts) == part_begin(global, p + 1, parts)) continue;
+          const float* g = rep.gathered.data() + (static_cast<int64_t>(q) * per_replica + (p - parts * q / n)) * total;
+          if (!started) std::memcpy(bucket, g, static_cast<size_t>(total) * sizeof(float));
+          else add_in_place(bucket, g, total);
+          started = true;
+        }
+      optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.reduced);
+      return;
+    }
+    int64_t begin = part_begin(global, r, n), end = part_begin(global, r + 1, n);
+    auto pack = [&](size_t i) {  // gradient i into its place in the bucket
+      Tensor c = rep.grads[i].contiguous();
+      std::memcpy(bucket + rep.offsets[i], c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
+    };
+    if (begin == end) {  // a batch with fewer rows than replicas
+      std::fill_n(bucket, total, 0.0f);
+    } else {
       CallContext ctx{true, RandomKey{seed_, step_key, begin}};
       Tensor h, yp;
       batch.slice(begin, end, h, yp);
       GradientTape tape;
       for (auto& layer : rep.layers) h = layer->call(h, ctx);
       Tensor per_sample = loss_->per_sample(yp, h);
-      Tensor loss = ops::scale(ops::sum(per_sample), scale);
-      auto pack = [&](size_t i) {  // gradient i into its place in this part's set
-        Tensor c = rep.grads[i].contiguous();
-        std::memcpy(out + rep.offsets[i], c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
-      };
+      Tensor loss = ops::scale(ops::sum(per_sample), 1.0f / static_cast<float>(global));
       if (overlap) {
         // Each gradient goes into the bucket as soon as backward has finished it, and every
         // bucket_floats completed from the end (the last layers finish first) are all-reduced
@@ -186,7 +190,7 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
           while (frontier > 0 && rep.done[frontier - 1]) --frontier;
           int64_t from = frontier < rep.sources.size() ? rep.offsets[frontier] : total;
           if (reduced_from - from >= bucket_floats || (frontier == 0 && reduced_from > 0)) {
-            strategy_->communicator().all_reduce_sum(r, out + from, reduced_from - from);
+            comm.all_reduce_sum(r, bucket + from, reduced_from - from);
             reduced_from = from;
           }
         };
@@ -195,31 +199,104 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
         tape.gradient(loss, rep.sources, rep.grads);
         for (size_t i = 0; i < rep.grads.size(); ++i) pack(i);
       }
-      part_losses_[static_cast<size_t>(p)] = ops::sum(per_sample).item();
-      predictions[static_cast<size_t>(p)] = h;
-      labels[static_cast<size_t>(p)] = yp;
+      part_losses_[static_cast<size_t>(r)] = ops::sum(per_sample).item();
+      predictions[static_cast<size_t>(r)] = h;
+      labels[static_cast<size_t>(r)] = yp;
     }
-    distribute::CrossDeviceOps& comm = strategy_->communicator();
-    if (micro == 0) {
-      if (!overlap) comm.all_reduce_sum(r, bucket, total);
-    } else {
-      // Every replica gets every micro-batch's gradient and sums them in micro-batch order.
-      comm.all_gather(r, bucket, per_replica * total, rep.gathered.data());
-      bool started = false;
-      for (int q = 0; q < n; ++q)
-        for (int p = parts * q / n; p < parts * (q + 1) / n; ++p) {
-          if (part_begin(global, p, parts) == part_begin(global, p + 1, parts)) continue;
-          const float* g = rep.gathered.data() + (static_cast<int64_t>(q) * per_replica + (p - parts * q / n)) * total;
-          if (!started) std::memcpy(bucket, g, static_cast<size_t>(total) * sizeof(float));
-          else add_in_place(bucket, g, total);
-          started = true;
-        }
-    }
+    if (!overlap) comm.all_reduce_sum(r, bucket, total);
     optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.reduced);
   });
   double loss_sum = 0.0;  // in part order, so the figure does not depend on timing
   for (double l : part_losses_) loss_sum += l;
   return loss_sum;
+}
+
+// Replica r computes its micro-batches layer by layer: every layer runs on all of them before the
+// next, so that BatchNormalization can gather statistics over the whole global batch. One tape
+// records them all; each micro-batch uses its own aliases of the variables (views with their own
+// tape identity), so its gradients stay apart and are summed later in micro-batch order.
+void Sequential::compute_parts(Replica& rep, int r, const Batch& batch, uint64_t step_key,
+                               std::vector<Tensor>& predictions, std::vector<Tensor>& labels) {
+  int n = strategy_->num_replicas_in_sync();
+  int parts = strategy_->deterministic_micro_batches();
+  int per_replica = (parts + n - 1) / n;
+  int first = parts * r / n, last = parts * (r + 1) / n;
+  int64_t global = batch.rows;
+  int64_t total = rep.bucket.numel() / per_replica;
+  float* bucket = rep.bucket.data<float>();
+  std::vector<int> live;  // this replica's parts with rows
+  std::vector<Tensor> h, yp;
+  std::vector<CallContext> contexts;
+  for (int p = first; p < last; ++p) {
+    int64_t begin = part_begin(global, p, parts), end = part_begin(global, p + 1, parts);
+    if (begin == end) {  // a batch with fewer rows than parts
+      std::fill_n(bucket + (p - first) * total, total, 0.0f);
+      continue;
+    }
+    live.push_back(p);
+    batch.slice(begin, end, h.emplace_back(), yp.emplace_back());
+    contexts.push_back(CallContext{true, RandomKey{seed_, step_key, begin}});
+  }
+  // Every part's values for a layer that needs the whole global batch, in part order.
+  distribute::CrossDeviceOps& comm = strategy_->communicator();
+  std::vector<double> send, received;
+  ops::GatherParts gather = [&](std::span<const double> values, size_t per_part) {
+    if (!values.empty() && values.size() != live.size() * per_part)
+      fail("deterministic step: a layer gathered {} values for {} parts of {}", values.size(), live.size(), per_part);
+    send.assign(static_cast<size_t>(per_replica) * per_part, 0.0);
+    for (size_t i = 0; i < live.size() && !values.empty(); ++i)
+      std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(i * per_part), per_part,
+                  send.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(live[i] - first) * per_part));
+    received.resize(send.size() * static_cast<size_t>(n));
+    comm.all_gather(r, send.data(), static_cast<int64_t>(send.size()), received.data());
+    std::vector<double> all(static_cast<size_t>(parts) * per_part);
+    for (int q = 0; q < n; ++q)
+      for (int p = parts * q / n; p < parts * (q + 1) / n; ++p)
+        std::copy_n(received.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(q * per_replica + p - parts * q / n)) * per_part),
+                    per_part, all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(p) * per_part));
+    return all;
+  };
+  size_t k = rep.trainable.size();
+  std::vector<Tensor> originals(k), aliases(live.size() * k), grads(live.size() * k);
+  for (size_t j = 0; j < k; ++j) originals[j] = rep.trainable[j]->value;
+  GradientTape tape;
+  for (size_t a = 0; a < aliases.size(); ++a) {
+    const Tensor& v = originals[a % k];
+    aliases[a] = v.reshape(v.shape());
+    tape.watch(aliases[a]);
+  }
+  struct Restore {  // the variables' own tensors back, whatever happens
+    std::vector<Variable*>& vars;
+    std::vector<Tensor>& originals;
+    ~Restore() {
+      for (size_t j = 0; j < vars.size(); ++j) vars[j]->value = originals[j];
+    }
+  } restore{rep.trainable, originals};
+  layers::BatchParts step{h, contexts, [&](size_t i) {
+                            for (size_t j = 0; j < k; ++j) rep.trainable[j]->value = aliases[i * k + j];
+                          },
+                          gather};
+  for (auto& layer : rep.layers) layer->call_parts(step);
+  std::vector<Tensor> per_sample(live.size());
+  Tensor loss;
+  for (size_t i = 0; i < live.size(); ++i) {
+    per_sample[i] = loss_->per_sample(yp[i], h[i]);
+    Tensor part = ops::scale(ops::sum(per_sample[i]), 1.0f / static_cast<float>(global));
+    loss = i == 0 ? part : ops::add(loss, part);
+  }
+  if (!live.empty()) tape.gradient(loss, aliases, grads);
+  for (auto it = rep.layers.rbegin(); it != rep.layers.rend(); ++it) (*it)->finish_parts();
+  for (size_t i = 0; i < live.size(); ++i) {
+    auto p = static_cast<size_t>(live[i]);
+    float* out = bucket + (live[i] - first) * total;
+    for (size_t j = 0; j < k; ++j) {
+      Tensor c = grads[i * k + j].contiguous();
+      std::memcpy(out + rep.offsets[j], c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
+    }
+    part_losses_[p] = ops::sum(per_sample[i]).item();
+    predictions[p] = h[i];
+    labels[p] = yp[i];
+  }
 }
 
 }  // namespace tandem

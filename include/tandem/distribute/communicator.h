@@ -18,8 +18,9 @@ class Communicator {
   // (the sum runs in replica order whoever computes it).
   virtual void all_reduce_sum(int rank, float* data, int64_t n) = 0;
   virtual void all_reduce_sum(int rank, double* data, int64_t n) = 0;
-  // recv (size() × n floats) gets every replica's n floats of send, in replica order.
+  // recv (size() × n values) gets every replica's n values of send, in replica order.
   virtual void all_gather(int rank, const float* send, int64_t n, float* recv) = 0;
+  virtual void all_gather(int rank, const double* send, int64_t n, double* recv) = 0;
   // data (n floats on `root`) is copied to every replica.
   virtual void broadcast(int rank, float* data, int64_t n, int root) = 0;
   virtual void barrier(int rank) = 0;

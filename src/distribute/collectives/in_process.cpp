@@ -60,12 +60,8 @@ class InProcessCommunicator : public Communicator {
   void all_reduce_sum(int rank, float* data, int64_t n) override { reduce(rank, data, n); }
   void all_reduce_sum(int rank, double* data, int64_t n) override { reduce(rank, data, n); }
 
-  void all_gather(int rank, const float* send, int64_t n, float* recv) override {
-    check_rank(rank);
-    publish(rank, const_cast<float*>(send), n, "all_gather");
-    for (int q = 0; q < size_; ++q) std::copy(buffer<float>(q), buffer<float>(q) + n, recv + q * n);
-    wait(rank, "all_gather");
-  }
+  void all_gather(int rank, const float* send, int64_t n, float* recv) override { gather(rank, send, n, recv); }
+  void all_gather(int rank, const double* send, int64_t n, double* recv) override { gather(rank, send, n, recv); }
 
   void broadcast(int rank, float* data, int64_t n, int root) override {
     check_rank(rank);
@@ -107,6 +103,13 @@ class InProcessCommunicator : public Communicator {
       std::copy(buffer<T>(q) + b, buffer<T>(q) + e, data + b);
     }
     wait(rank, "all_reduce_sum (all-gather)");
+  }
+  template <class T>
+  void gather(int rank, const T* send, int64_t n, T* recv) {
+    check_rank(rank);
+    publish(rank, const_cast<T*>(send), n, "all_gather");
+    for (int q = 0; q < size_; ++q) std::copy(buffer<T>(q), buffer<T>(q) + n, recv + q * n);
+    wait(rank, "all_gather");
   }
   // Each replica's list of input pointers, kept so that a collective allocates nothing.
   template <class T>
