@@ -1,11 +1,13 @@
-// Strategy scopes and MirroredStrategy's replica threads: persistent, pinned, each with its
-// own intra-op thread count, woken once per step.
+// Strategy scopes and MirroredStrategy's replicas: the calling thread and persistent pinned
+// threads, each with its own intra-op thread count, started once per step.
 #include "tandem/distribute/strategy.h"
 
 #include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <exception>
@@ -13,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "tandem/autograd.h"
 #include "tandem/error.h"
 #include "tandem/runtime.h"
 
@@ -142,16 +145,52 @@ void OneDeviceStrategy::for_each_replica(const std::function<void(int replica)>&
   fn(0);
 }
 
+// Replica 0 runs on the calling thread; replicas 1.. on threads of their own, pinned. A step's
+// hand-offs (start, finish) are an atomic generation and counter: while replicas have their own
+// cores, the waiting side spins for a while before sleeping, since a sleep and wake costs system
+// calls and, on a virtual machine, a halted core's wake-up.
 struct MirroredStrategy::Workers {
   std::mutex mutex;
   std::condition_variable wake, done;
-  const std::function<void(int)>* job = nullptr;
-  uint64_t generation = 0;
-  int finished = 0;
-  bool stopping = false;
+  const std::function<void(int)>* job = nullptr;  // published by the generation's release
+  std::atomic<uint64_t> generation{0};
+  std::atomic<int> finished{0};
+  std::atomic<bool> stopping{false};
+  bool spin = false;
   std::vector<std::exception_ptr> errors;
   std::vector<std::thread> threads;
+
+  // Spins up to about a millisecond while `ready()` is false; true once it holds.
+  template <class Ready>
+  bool spin_until(const Ready& ready) const {
+    if (!spin) return ready();
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+    for (int i = 1;; ++i) {
+      if (ready()) return true;
+      if (i % 256 == 0 && std::chrono::steady_clock::now() > until) return ready();
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+  }
 };
+
+void MirroredStrategy::run_replica(int r, const std::function<void(int)>& job) {
+  try {
+    AsReplica as(this, r);
+    job(r);
+  } catch (...) {
+    workers_->errors[static_cast<size_t>(r)] = std::current_exception();
+    std::string what = "an exception";
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    comm_->abort(r, what);
+  }
+}
 
 std::unique_ptr<CrossDeviceOps> MirroredStrategy::make_cross_device_ops() const {
   if (!options_.cross_device_ops) return make_in_process_communicator(replicas_);
@@ -178,7 +217,8 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move
   comm_ = make_cross_device_ops();
   workers_ = std::make_unique<Workers>();
   workers_->errors.resize(static_cast<size_t>(replicas_));
-  for (int r = 0; r < replicas_; ++r) {
+  workers_->spin = replicas_ * threads_per_replica_ <= cores;
+  for (int r = 1; r < replicas_; ++r) {
     workers_->threads.emplace_back([this, r, cores] {
       if (replicas_ <= cores) {  // pin replica r to its own cores
         cpu_set_t set;
@@ -190,30 +230,18 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move
       Workers& w = *workers_;
       uint64_t seen = 0;
       for (;;) {
-        const std::function<void(int)>* job;
-        {
+        auto started = [&] { return w.stopping.load(std::memory_order_acquire) || w.generation.load(std::memory_order_acquire) != seen; };
+        if (!w.spin_until(started)) {
           std::unique_lock lock(w.mutex);
-          w.wake.wait(lock, [&] { return w.stopping || w.generation != seen; });
-          if (w.stopping) return;
-          seen = w.generation;
-          job = w.job;
+          w.wake.wait(lock, started);
         }
-        try {
-          AsReplica as(this, r);
-          (*job)(r);
-        } catch (...) {
-          w.errors[static_cast<size_t>(r)] = std::current_exception();
-          std::string what = "an exception";
-          try {
-            throw;
-          } catch (const std::exception& e) {
-            what = e.what();
-          } catch (...) {
-          }
-          comm_->abort(r, what);
+        if (w.stopping.load(std::memory_order_acquire)) return;
+        seen = w.generation.load(std::memory_order_acquire);
+        run_replica(r, *w.job);
+        if (w.finished.fetch_add(1, std::memory_order_acq_rel) + 1 == replicas_ - 1) {
+          std::lock_guard lock(w.mutex);  // a caller about to sleep has either seen the count or waits
+          w.done.notify_all();
         }
-        std::lock_guard lock(w.mutex);
-        if (++w.finished == replicas_) w.done.notify_all();
       }
     });
   }
@@ -222,7 +250,7 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move
 MirroredStrategy::~MirroredStrategy() {
   {
     std::lock_guard lock(workers_->mutex);
-    workers_->stopping = true;
+    workers_->stopping.store(true, std::memory_order_release);
   }
   workers_->wake.notify_all();
   for (auto& t : workers_->threads) t.join();
@@ -237,21 +265,30 @@ std::string CentralStorageStrategy::name() const {
 
 void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
   Workers& w = *workers_;
+  for (auto& e : w.errors) e = nullptr;
+  w.job = &fn;
+  w.finished.store(0, std::memory_order_relaxed);
   {
-    std::lock_guard lock(w.mutex);
-    w.job = &fn;
-    w.finished = 0;
-    for (auto& e : w.errors) e = nullptr;
-    ++w.generation;
+    std::lock_guard lock(w.mutex);  // a worker about to sleep has either seen the generation or waits
+    w.generation.fetch_add(1, std::memory_order_acq_rel);
   }
   w.wake.notify_all();
-  std::unique_lock lock(w.mutex);
-  w.done.wait(lock, [&] { return w.finished == replicas_; });
+  {
+    int saved_threads = num_threads();
+    set_num_threads(threads_per_replica_);
+    StopRecording fresh;  // as on the other replicas' threads: no tape of the caller's records
+    run_replica(0, fn);
+    set_num_threads(saved_threads);
+  }
+  auto all_done = [&] { return w.finished.load(std::memory_order_acquire) == replicas_ - 1; };
+  if (!w.spin_until(all_done)) {
+    std::unique_lock lock(w.mutex);
+    w.done.wait(lock, all_done);
+  }
   // The replica whose own code failed comes first; the others only saw the abort.
   for (auto& e : w.errors)
     if (e) {
       std::exception_ptr first = e;
-      lock.unlock();
       comm_ = make_cross_device_ops();  // the aborted one is spent
       std::rethrow_exception(first);
     }

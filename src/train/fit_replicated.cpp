@@ -5,6 +5,7 @@
 // layers); after the all-reduce only replica 0 applies the update, once.
 #include <algorithm>
 #include <cstring>
+#include <span>
 
 #include "core/vectorize.h"
 #include "tandem/model.h"
@@ -119,6 +120,20 @@ TANDEM_VECTORIZE void add_in_place(float* out, const float* g, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] += g[i];
 }
 
+// Whether gradient i is contiguous and shares no memory with the others (backward may hand one
+// tensor to two sources), so that it can be reduced in place.
+bool owns_memory(const std::vector<Tensor>& grads, size_t i) {
+  if (!grads[i].is_contiguous()) return false;
+  const float* b = grads[i].data<float>();
+  const float* e = b + grads[i].numel();
+  for (size_t j = 0; j < grads.size(); ++j) {
+    if (j == i) continue;
+    const float* ob = grads[j].data<float>();
+    if (b < ob + grads[j].numel() && ob < e) return false;
+  }
+  return true;
+}
+
 // Rows [B·p/P, B·(p+1)/P) of a batch of B rows cut in P parts.
 int64_t part_begin(int64_t rows, int p, int parts) { return rows * p / parts; }
 }  // namespace
@@ -167,8 +182,8 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
       Tensor c = rep.grads[i].contiguous();
       std::memcpy(bucket + rep.offsets[i], c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
     };
-    if (begin == end) {  // a batch with fewer rows than replicas
-      std::fill_n(bucket, total, 0.0f);
+    if (begin == end) {  // a batch with fewer rows than replicas: zero gradients
+      if (overlap) std::fill_n(bucket, total, 0.0f);
     } else {
       CallContext ctx{true, RandomKey{seed_, step_key, begin}};
       Tensor h, yp;
@@ -197,14 +212,25 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
         tape.gradient(loss, rep.sources, rep.grads, &ready);
       } else {
         tape.gradient(loss, rep.sources, rep.grads);
-        for (size_t i = 0; i < rep.grads.size(); ++i) pack(i);
       }
       part_losses_[static_cast<size_t>(r)] = ops::sum(per_sample).item();
       predictions[static_cast<size_t>(r)] = h;
       labels[static_cast<size_t>(r)] = yp;
     }
-    if (!overlap) comm.all_reduce_sum(r, bucket, total);
-    optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.reduced);
+    if (overlap) {
+      optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.reduced);
+      return;
+    }
+    // One collective over the gradients where backward left them.
+    std::vector<std::span<float>> buffers;
+    for (size_t i = 0; i < rep.grads.size(); ++i) {
+      Tensor& g = rep.grads[i];
+      if (begin == end) g = Tensor::zeros(rep.sources[i].shape());
+      else if (!owns_memory(rep.grads, i)) g = g.clone();
+      buffers.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
+    }
+    comm.all_reduce_sum(r, buffers);
+    optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.grads);
   });
   double loss_sum = 0.0;  // in part order, so the figure does not depend on timing
   for (double l : part_losses_) loss_sum += l;

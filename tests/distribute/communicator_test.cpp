@@ -46,6 +46,59 @@ TEST(InProcessCommunicator, AllReduceOfRanksIsTheClosedForm) {
   }
 }
 
+// Several buffers reduced as one collective give what one all-reduce of their concatenation
+// gives, bit for bit, whatever the slice boundaries (uneven sizes, empty buffers, 1–4 replicas);
+// the packing default of the interface gives the same.
+TEST(InProcessCommunicator, GroupedAllReduceEqualsTheConcatenatedOne) {
+  struct Packing : Communicator {  // the interface's default over the in-process single-buffer collective
+    explicit Packing(int n) : inner(distribute::make_in_process_communicator(n)) {}
+    int size() const override { return inner->size(); }
+    using Communicator::all_reduce_sum;
+    void all_reduce_sum(int rank, float* data, int64_t n) override { inner->all_reduce_sum(rank, data, n); }
+    void all_reduce_sum(int rank, double* data, int64_t n) override { inner->all_reduce_sum(rank, data, n); }
+    void all_gather(int rank, const float* send, int64_t n, float* recv) override { inner->all_gather(rank, send, n, recv); }
+    void all_gather(int rank, const double* send, int64_t n, double* recv) override { inner->all_gather(rank, send, n, recv); }
+    void broadcast(int rank, float* data, int64_t n, int root) override { inner->broadcast(rank, data, n, root); }
+    void barrier(int rank) override { inner->barrier(rank); }
+    void abort(int rank, const std::string& reason) override { inner->abort(rank, reason); }
+    std::unique_ptr<Communicator> inner;
+  };
+  const std::vector<size_t> sizes = {5, 0, 1, 1000, 3, 77};
+  for (int n : {1, 2, 3, 4}) {
+    for (bool packing : {false, true}) {
+      std::unique_ptr<Communicator> grouped = packing ? std::make_unique<Packing>(n) : distribute::make_in_process_communicator(n);
+      auto flat = distribute::make_in_process_communicator(n);
+      std::vector<std::vector<float>> concatenated(static_cast<size_t>(n)), regrouped(static_cast<size_t>(n));
+      on_replicas(n, [&](int r) {
+        std::vector<float> all = testing::random_tensor({1086}, 40 + static_cast<uint64_t>(r)).to_vector();
+        std::vector<std::vector<float>> parts;
+        size_t at = 0;
+        for (size_t size : sizes) {
+          parts.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + size));
+          at += size;
+        }
+        std::vector<std::span<float>> buffers(parts.begin(), parts.end());
+        grouped->all_reduce_sum(r, buffers);
+        flat->all_reduce_sum(r, all.data(), static_cast<int64_t>(all.size()));
+        concatenated[static_cast<size_t>(r)] = all;
+        for (const auto& p : parts) regrouped[static_cast<size_t>(r)].insert(regrouped[static_cast<size_t>(r)].end(), p.begin(), p.end());
+      });
+      for (int r = 0; r < n; ++r)
+        EXPECT_EQ(regrouped[static_cast<size_t>(r)], concatenated[0]) << n << " replicas, rank " << r << (packing ? ", packing" : "");
+    }
+  }
+}
+
+TEST(InProcessCommunicator, GroupedAllReduceNamesMismatchedBuffers) {
+  auto comm = distribute::make_in_process_communicator(2);
+  auto errors = on_replicas(2, [&](int r) {
+    std::vector<float> a(4), b(r == 0 ? 6 : 2), c(r == 0 ? 0 : 4);
+    std::vector<std::span<float>> buffers{a, b, c};
+    comm->all_reduce_sum(r, buffers);
+  });
+  for (const std::string& e : errors) EXPECT_NE(e.find("mismatched buffers"), std::string::npos) << e;
+}
+
 TEST(InProcessCommunicator, FloatSumsAreBitwiseIdenticalAcrossReplicas) {
   const int n = 3;
   const int64_t len = 4099;

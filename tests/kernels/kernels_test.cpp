@@ -1,7 +1,11 @@
 // Fast kernels against the naive references at sizes where blocking and vector paths engage.
+#include <thread>
+
 #include "kernels/cpu/kernels.h"
 #include "reference.h"
+#include "tandem/autograd.h"
 #include "tandem/ops.h"
+#include "tandem/runtime.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -81,6 +85,34 @@ TEST(Optimizers, RmspropAndAdagradMatchTheFormulas) {
   kernels::cpu::adagrad_update(w2.data(), g.data(), acc.data(), 1, 0.01f, 1e-7f);
   EXPECT_NEAR(acc[0], 0.35, 1e-7);
   EXPECT_NEAR(w2[0], 1.0 - 0.01 * 0.5 / (std::sqrt(0.35) + 1e-7), 1e-6);
+}
+
+// A convolution's bits follow the thread count it runs with, not the one its cached primitive was
+// first made with: a thread that ran at 2 threads and then 1 gets what a fresh 1-thread thread gets.
+TEST(Conv2d, CachedPrimitivesFollowTheThreadCount) {
+  Tensor x = testing::random_tensor(Shape{3, 6, 6, 1}, 1), kernel = testing::random_tensor(Shape{3, 3, 1, 4}, 2);
+  auto run = [&] {
+    GradientTape tape;
+    tape.watch(kernel);
+    Tensor y = ops::conv2d(x, kernel, Tensor(), 1, 1, Padding::Same);
+    std::vector<float> out = y.to_vector();
+    Tensor g = tape.gradient(ops::sum(ops::mul(y, y)), std::vector<Tensor>{kernel})[0];
+    std::vector<float> grad = g.to_vector();
+    out.insert(out.end(), grad.begin(), grad.end());
+    return out;
+  };
+  int saved = num_threads();
+  set_num_threads(2);
+  run();
+  set_num_threads(1);
+  std::vector<float> here = run();
+  set_num_threads(saved);
+  std::vector<float> fresh;
+  std::thread([&] {
+    set_num_threads(1);
+    fresh = run();
+  }).join();
+  EXPECT_EQ(here, fresh);
 }
 
 }  // namespace

@@ -192,7 +192,8 @@ struct MirroredOptions {
 };
 
 // One replica per group of cores, variables mirrored, gradients all-reduced every step.
-// On the CPU a replica is a thread pinned to its cores, with cores / replicas intra-op threads.
+// On the CPU a replica is a thread pinned to its cores (replica 0: the calling thread), with
+// cores / replicas intra-op threads.
 class MirroredStrategy : public Strategy {
  public:
   explicit MirroredStrategy(int num_replicas = 0, int threads_per_replica = 0)
@@ -209,6 +210,7 @@ class MirroredStrategy : public Strategy {
 
  private:
   std::unique_ptr<CrossDeviceOps> make_cross_device_ops() const;
+  void run_replica(int r, const std::function<void(int)>& job);  // errors kept, the others told
   struct Workers;
   MirroredOptions options_;
   int replicas_, threads_per_replica_;

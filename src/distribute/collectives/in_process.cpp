@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -49,7 +50,8 @@ class InProcessCommunicator : public Communicator {
  public:
   InProcessCommunicator(int replicas, std::chrono::milliseconds timeout)
       : size_(replicas), timeout_(timeout), buffers_(static_cast<size_t>(replicas)), sizes_(static_cast<size_t>(replicas)),
-        float_inputs_(static_cast<size_t>(replicas)), double_inputs_(static_cast<size_t>(replicas)) {
+        float_inputs_(static_cast<size_t>(replicas)), double_inputs_(static_cast<size_t>(replicas)),
+        groups_(static_cast<size_t>(replicas)) {
     for (auto& v : float_inputs_) v.reserve(static_cast<size_t>(replicas));
     for (auto& v : double_inputs_) v.reserve(static_cast<size_t>(replicas));
     if (replicas < 1) fail("communicator: replicas must be at least 1, got {}", replicas);
@@ -59,6 +61,53 @@ class InProcessCommunicator : public Communicator {
 
   void all_reduce_sum(int rank, float* data, int64_t n) override { reduce(rank, data, n); }
   void all_reduce_sum(int rank, double* data, int64_t n) override { reduce(rank, data, n); }
+
+  // Replica r owns slice r of the buffers' concatenation, walked buffer by buffer.
+  void all_reduce_sum(int rank, std::span<const std::span<float>> buffers) override {
+    check_rank(rank);
+    if (size_ == 1) return;
+    int64_t n = 0;
+    for (std::span<float> b : buffers) n += static_cast<int64_t>(b.size());
+    groups_[static_cast<size_t>(rank)] = buffers;
+    publish(rank, nullptr, n, "all_reduce_sum");
+    for (int q = 0; q < size_; ++q) {
+      std::span<const std::span<float>> other = groups_[static_cast<size_t>(q)];
+      bool same = other.size() == buffers.size();
+      for (size_t i = 0; same && i < buffers.size(); ++i) same = other[i].size() == buffers[i].size();
+      if (!same)
+        fail("all_reduce_sum: mismatched buffers: replica {} passed {} buffers, replica {} {} of other sizes", rank,
+             buffers.size(), q, other.size());
+    }
+    int64_t per = (n + size_ - 1) / size_;
+    // Calls fn(buffer, offset, count) for the pieces of the concatenation's [begin, end).
+    auto pieces = [&](int64_t begin, int64_t end, const auto& fn) {
+      int64_t at = 0;
+      for (size_t i = 0; i < buffers.size() && at < end; ++i) {
+        auto size = static_cast<int64_t>(buffers[i].size());
+        int64_t b = std::max(begin, at), e = std::min(end, at + size);
+        if (b < e) fn(i, b - at, e - b);
+        at += size;
+      }
+    };
+    auto range = [&](int q) { return std::pair{std::min(n, per * q), std::min(n, per * (q + 1))}; };
+    std::vector<const float*>& inputs = scratch<float>(rank);
+    auto [begin, end] = range(rank);
+    pieces(begin, end, [&](size_t i, int64_t offset, int64_t count) {
+      inputs.clear();
+      for (int q = 0; q < size_; ++q) inputs.push_back(groups_[static_cast<size_t>(q)][i].data() + offset);
+      sum_into(buffers[i].data() + offset, inputs.data(), size_, count);
+    });
+    wait(rank, "all_reduce_sum (reduce-scatter)");
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank) continue;
+      auto [b, e] = range(q);
+      pieces(b, e, [&](size_t i, int64_t offset, int64_t count) {
+        const float* from = groups_[static_cast<size_t>(q)][i].data() + offset;
+        std::copy(from, from + count, buffers[i].data() + offset);
+      });
+    }
+    wait(rank, "all_reduce_sum (all-gather)");
+  }
 
   void all_gather(int rank, const float* send, int64_t n, float* recv) override { gather(rank, send, n, recv); }
   void all_gather(int rank, const double* send, int64_t n, double* recv) override { gather(rank, send, n, recv); }
@@ -174,6 +223,7 @@ class InProcessCommunicator : public Communicator {
   std::vector<int64_t> sizes_;
   std::vector<std::vector<const float*>> float_inputs_;
   std::vector<std::vector<const double*>> double_inputs_;
+  std::vector<std::span<const std::span<float>>> groups_;  // each replica's buffers, grouped all-reduce
   std::mutex mutex_;
   std::condition_variable changed_;
   int arrived_ = 0, sleepers_ = 0;

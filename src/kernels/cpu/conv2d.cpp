@@ -1,12 +1,14 @@
 // 2-D convolution through oneDNN, channels last (NHWC) with Keras' HWIO kernels. oneDNN picks
 // the weights layout its fastest kernels want ("any"); the kernel is reordered to it and the
 // weight gradient back from it, which costs little next to a plain-layout fallback. Primitives
-// are cached per thread, keyed by the full shape.
+// are cached per thread, keyed by the full shape and the intra-op thread count (oneDNN fixes its
+// work split, and so the order of its sums, when a primitive is made).
 #include <memory>
 #include <vector>
 
 #include "kernels/cpu/dnnl_context.h"
 #include "kernels/cpu/kernels.h"
+#include "tandem/runtime.h"
 
 namespace tandem::kernels::cpu {
 namespace {
@@ -35,6 +37,7 @@ struct WeightsLayout {
 
 struct ConvPrimitives {
   Conv2dShape shape;
+  int threads = 0;
   dnnl::convolution_forward forward;
   dnnl::convolution_backward_data backward_data;
   dnnl::convolution_backward_weights backward_weights;
@@ -83,10 +86,12 @@ void make_conv(ConvPrimitives& p, const Conv2dShape& s) {
 
 ConvPrimitives& conv_primitives(const Conv2dShape& s) {
   thread_local std::vector<std::unique_ptr<ConvPrimitives>> cache;
+  int threads = num_threads();
   for (auto& entry : cache)
-    if (entry->shape == s) return *entry;
+    if (entry->shape == s && entry->threads == threads) return *entry;
   auto entry = std::make_unique<ConvPrimitives>();
   make_conv(*entry, s);
+  entry->threads = threads;
   cache.push_back(std::move(entry));
   return *cache.back();
 }

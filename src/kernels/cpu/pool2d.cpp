@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/dnnl_context.h"
 #include "kernels/cpu/kernels.h"
+#include "tandem/runtime.h"
 
 namespace tandem::kernels::cpu {
 namespace {
@@ -15,6 +16,7 @@ constexpr auto f32 = memory::data_type::f32;
 
 struct PoolPrimitives {
   Pool2dShape shape;
+  int threads = 0;
   dnnl::pooling_forward forward;
   dnnl::pooling_backward backward;
   memory src_m, dst_m, workspace_m;
@@ -43,9 +45,11 @@ PoolPrimitives make_pool(const Pool2dShape& s) {
 
 PoolPrimitives& pool_primitives(const Pool2dShape& s) {
   thread_local std::vector<std::unique_ptr<PoolPrimitives>> cache;
+  int threads = num_threads();  // as for convolutions: a primitive's work split is fixed when made
   for (auto& entry : cache)
-    if (entry->shape == s) return *entry;
+    if (entry->shape == s && entry->threads == threads) return *entry;
   cache.push_back(std::make_unique<PoolPrimitives>(make_pool(s)));
+  cache.back()->threads = threads;
   return *cache.back();
 }
 
