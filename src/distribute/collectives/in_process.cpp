@@ -74,9 +74,12 @@ class InProcessCommunicator : public Communicator {
       std::span<const std::span<float>> other = groups_[static_cast<size_t>(q)];
       bool same = other.size() == buffers.size();
       for (size_t i = 0; same && i < buffers.size(); ++i) same = other[i].size() == buffers[i].size();
-      if (!same)
-        fail("all_reduce_sum: mismatched buffers: replica {} passed {} buffers, replica {} {} of other sizes", rank,
-             buffers.size(), q, other.size());
+      if (same) continue;
+      // Every replica finds a mismatch; none leaves (freeing its buffers) before all have looked.
+      size_t theirs = other.size();
+      wait(rank, "all_reduce_sum");
+      fail("all_reduce_sum: mismatched buffers: replica {} passed {} buffers and replica {} passed {}, or of other sizes", rank,
+           buffers.size(), q, theirs);
     }
     int64_t per = (n + size_ - 1) / size_;
     // Calls fn(buffer, offset, count) for the pieces of the concatenation's [begin, end).
