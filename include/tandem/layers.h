@@ -67,6 +67,7 @@ class Layer {
   virtual Tensor call(const Tensor& x, const CallContext& ctx) = 0;
   // Deterministic replicated training: the parts one by one, unless the layer needs them together.
   virtual void call_parts(BatchParts& parts);
+  virtual bool needs_parts_together() const { return false; }
   // After backward of a call_parts step (layers in reverse order).
   virtual void finish_parts() {}
 
@@ -240,6 +241,7 @@ class BatchNormalization : public Layer {
   std::string default_name() const override { return "batch_normalization"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   void call_parts(BatchParts& parts) override;
+  bool needs_parts_together() const override { return true; }
   void finish_parts() override;
 
  private:

@@ -237,9 +237,9 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
   return loss_sum;
 }
 
-// Replica r computes its micro-batches layer by layer: every layer runs on all of them before the
-// next, so that BatchNormalization can gather statistics over the whole global batch. One tape
-// records them all; each micro-batch uses its own aliases of the variables (views with their own
+// Replica r computes its micro-batches; with BatchNormalization layer by layer (every layer runs
+// on all of them before the next) so that it can gather statistics over the whole global batch,
+// all on one tape. Each micro-batch uses its own aliases of the variables (views with their own
 // tape identity), so its gradients stay apart and are summed later in micro-batch order.
 void Sequential::compute_parts(Replica& rep, int r, const Batch& batch, uint64_t step_key,
                                std::vector<Tensor>& predictions, std::vector<Tensor>& labels) {
@@ -282,15 +282,12 @@ void Sequential::compute_parts(Replica& rep, int r, const Batch& batch, uint64_t
                     per_part, all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(p) * per_part));
     return all;
   };
+  // A layer that needs the parts together (BatchNormalization) gets them all, on one tape;
+  // otherwise each part runs forward and backward on its own, so that only its activations live.
+  bool together = std::any_of(rep.layers.begin(), rep.layers.end(), [](const auto& l) { return l->needs_parts_together(); });
   size_t k = rep.trainable.size();
-  std::vector<Tensor> originals(k), aliases(live.size() * k), grads(live.size() * k);
+  std::vector<Tensor> originals(k), aliases, grads;
   for (size_t j = 0; j < k; ++j) originals[j] = rep.trainable[j]->value;
-  GradientTape tape;
-  for (size_t a = 0; a < aliases.size(); ++a) {
-    const Tensor& v = originals[a % k];
-    aliases[a] = v.reshape(v.shape());
-    tape.watch(aliases[a]);
-  }
   struct Restore {  // the variables' own tensors back, whatever happens
     std::vector<Variable*>& vars;
     std::vector<Tensor>& originals;
@@ -298,30 +295,45 @@ void Sequential::compute_parts(Replica& rep, int r, const Batch& batch, uint64_t
       for (size_t j = 0; j < vars.size(); ++j) vars[j]->value = originals[j];
     }
   } restore{rep.trainable, originals};
-  layers::BatchParts step{h, contexts, [&](size_t i) {
-                            for (size_t j = 0; j < k; ++j) rep.trainable[j]->value = aliases[i * k + j];
-                          },
-                          gather};
-  for (auto& layer : rep.layers) layer->call_parts(step);
-  std::vector<Tensor> per_sample(live.size());
-  Tensor loss;
-  for (size_t i = 0; i < live.size(); ++i) {
-    per_sample[i] = loss_->per_sample(yp[i], h[i]);
-    Tensor part = ops::scale(ops::sum(per_sample[i]), 1.0f / static_cast<float>(global));
-    loss = i == 0 ? part : ops::add(loss, part);
-  }
-  if (!live.empty()) tape.gradient(loss, aliases, grads);
-  for (auto it = rep.layers.rbegin(); it != rep.layers.rend(); ++it) (*it)->finish_parts();
-  for (size_t i = 0; i < live.size(); ++i) {
-    auto p = static_cast<size_t>(live[i]);
-    float* out = bucket + (live[i] - first) * total;
-    for (size_t j = 0; j < k; ++j) {
-      Tensor c = grads[i * k + j].contiguous();
-      std::memcpy(out + rep.offsets[j], c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
+  size_t groups = together ? 1 : live.size();  // together: even with no parts here, for the collectives
+  for (size_t g = 0; g < groups; ++g) {
+    size_t from = together ? 0 : g, count = together ? live.size() : 1;
+    std::vector<Tensor> gh(h.begin() + static_cast<std::ptrdiff_t>(from), h.begin() + static_cast<std::ptrdiff_t>(from + count));
+    std::vector<CallContext> gc(contexts.begin() + static_cast<std::ptrdiff_t>(from),
+                                contexts.begin() + static_cast<std::ptrdiff_t>(from + count));
+    GradientTape tape;
+    aliases.resize(count * k);
+    grads.resize(count * k);
+    for (size_t a = 0; a < aliases.size(); ++a) {
+      const Tensor& v = originals[a % k];
+      aliases[a] = v.reshape(v.shape());
+      tape.watch(aliases[a]);
     }
-    part_losses_[p] = ops::sum(per_sample[i]).item();
-    predictions[p] = h[i];
-    labels[p] = yp[i];
+    layers::BatchParts step{gh, gc, [&](size_t i) {
+                              for (size_t j = 0; j < k; ++j) rep.trainable[j]->value = aliases[i * k + j];
+                            },
+                            gather};
+    for (auto& layer : rep.layers) layer->call_parts(step);
+    std::vector<Tensor> per_sample(count);
+    Tensor loss;
+    for (size_t i = 0; i < count; ++i) {
+      per_sample[i] = loss_->per_sample(yp[from + i], gh[i]);
+      Tensor part = ops::scale(ops::sum(per_sample[i]), 1.0f / static_cast<float>(global));
+      loss = i == 0 ? part : ops::add(loss, part);
+    }
+    if (count > 0) tape.gradient(loss, aliases, grads);
+    for (auto it = rep.layers.rbegin(); it != rep.layers.rend(); ++it) (*it)->finish_parts();
+    for (size_t i = 0; i < count; ++i) {
+      auto p = static_cast<size_t>(live[from + i]);
+      float* out = bucket + (live[from + i] - first) * total;
+      for (size_t j = 0; j < k; ++j) {
+        Tensor c = grads[i * k + j].contiguous();
+        std::memcpy(out + rep.offsets[j], c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
+      }
+      part_losses_[p] = ops::sum(per_sample[i]).item();
+      predictions[p] = gh[i];
+      labels[p] = yp[from + i];
+    }
   }
 }
 
