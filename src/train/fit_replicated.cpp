@@ -21,6 +21,7 @@ struct Sequential::Replica {
   std::vector<float> gathered;  // deterministic: every replica's bucket
   std::vector<int64_t> offsets;  // of each gradient in the bucket
   std::vector<bool> done;
+  std::vector<std::span<float>> buffers;  // the gradients, for the grouped all-reduce
   uint64_t training_calls = 0;
 };
 
@@ -222,14 +223,14 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
       return;
     }
     // One collective over the gradients where backward left them.
-    std::vector<std::span<float>> buffers;
+    rep.buffers.clear();
     for (size_t i = 0; i < rep.grads.size(); ++i) {
       Tensor& g = rep.grads[i];
       if (begin == end) g = Tensor::zeros(rep.sources[i].shape());
       else if (!owns_memory(rep.grads, i)) g = g.clone();
-      buffers.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
+      rep.buffers.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
     }
-    comm.all_reduce_sum(r, buffers);
+    comm.all_reduce_sum(r, rep.buffers);
     optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.grads);
   });
   double loss_sum = 0.0;  // in part order, so the figure does not depend on timing
