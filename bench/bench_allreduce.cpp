@@ -43,7 +43,11 @@ int main(int argc, char** argv) try {
       CPU_ZERO(&set);
       CPU_SET(r % static_cast<int>(std::thread::hardware_concurrency()), &set);
       pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+      std::vector<float>& mine = grads[static_cast<size_t>(r)];
       for (int i = 0; i < repetitions; ++i) {
+        // Fresh gradients each time, written by their replica as backward would (so the buffers
+        // start in their owners' caches, not where the last all-reduce left them).
+        std::fill(mine.begin(), mine.end(), 0.5f + static_cast<float>(r));
         comm->barrier(r);
         auto t0 = Clock::now();
         comm->all_reduce_sum(r, grads[static_cast<size_t>(r)].data(), n);

@@ -1,7 +1,9 @@
-// The in-process communicator. Each collective is phases separated by a barrier: publish the
-// buffer pointers; each replica sums slice r of all buffers, in replica order, into slice r of
-// its own buffer (no other replica reads that slice of that buffer); then copies every other
-// reduced slice from its owner. No scratch memory, every replica busy on its own part.
+// The in-process communicator. A collective is phases separated by a barrier: publish the
+// buffer pointers, then each replica works on its own part. An all-reduce is one pass: replica r
+// sums slice r of every buffer, in replica order, and writes the sum into slice r of every buffer
+// (no other replica touches slice r), so each element crosses between cores once; a
+// reduce-scatter then all-gather (each replica pulling the others' reduced slices) measured about
+// 4× slower on fresh gradients. No scratch memory, every replica busy on its own part.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -19,30 +21,30 @@
 namespace tandem::distribute {
 namespace {
 
-// out[i] = Σ_q inputs[q][i], in the order of q; out may be one of the inputs. Element i is read
-// before it is written and no other element is touched, hence ivdep.
-TANDEM_VECTORIZE void sum_into(float* out, const float* const* inputs, int count, int64_t n) {
+// The sum of every buffer's element i, written back into every buffer, in one pass.
+TANDEM_VECTORIZE void sum_to_all(float* const* buffers, int count, int64_t n) {
   if (count == 2) {
-    const float* a = inputs[0];
-    const float* b = inputs[1];
+    float* a = buffers[0];
+    float* b = buffers[1];
 #pragma GCC ivdep
-    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    for (int64_t i = 0; i < n; ++i) {
+      float s = a[i] + b[i];
+      a[i] = s;
+      b[i] = s;
+    }
     return;
   }
-#pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) {
-    float s = inputs[0][i];
-    for (int q = 1; q < count; ++q) s += inputs[q][i];
-    out[i] = s;
+    float s = buffers[0][i];
+    for (int q = 1; q < count; ++q) s += buffers[q][i];
+    for (int q = 0; q < count; ++q) buffers[q][i] = s;
   }
 }
-
-// Doubles (batch statistics, a few values per channel): plain loop, same order.
-void sum_into(double* out, const double* const* inputs, int count, int64_t n) {
+void sum_to_all(double* const* buffers, int count, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    double s = inputs[0][i];
-    for (int q = 1; q < count; ++q) s += inputs[q][i];
-    out[i] = s;
+    double s = buffers[0][i];
+    for (int q = 1; q < count; ++q) s += buffers[q][i];
+    for (int q = 0; q < count; ++q) buffers[q][i] = s;
   }
 }
 
@@ -81,7 +83,7 @@ class InProcessCommunicator : public Communicator {
       fail("all_reduce_sum: mismatched buffers: replica {} passed {} buffers and replica {} passed {}, or of other sizes", rank,
            buffers.size(), q, theirs);
     }
-    int64_t per = (n + size_ - 1) / size_;
+    int64_t per = ((n + size_ - 1) / size_ + 15) / 16 * 16;  // whole cache lines each
     // Calls fn(buffer, offset, count) for the pieces of the concatenation's [begin, end).
     auto pieces = [&](int64_t begin, int64_t end, const auto& fn) {
       int64_t at = 0;
@@ -92,24 +94,14 @@ class InProcessCommunicator : public Communicator {
         at += size;
       }
     };
-    auto range = [&](int q) { return std::pair{std::min(n, per * q), std::min(n, per * (q + 1))}; };
-    std::vector<const float*>& inputs = scratch<float>(rank);
-    auto [begin, end] = range(rank);
+    int64_t begin = std::min(n, per * rank), end = std::min(n, per * (rank + 1));
+    std::vector<float*>& inputs = scratch<float>(rank);
     pieces(begin, end, [&](size_t i, int64_t offset, int64_t count) {
       inputs.clear();
       for (int q = 0; q < size_; ++q) inputs.push_back(groups_[static_cast<size_t>(q)][i].data() + offset);
-      sum_into(buffers[i].data() + offset, inputs.data(), size_, count);
+      sum_to_all(inputs.data(), size_, count);
     });
-    wait(rank, "all_reduce_sum (reduce-scatter)");
-    for (int q = 0; q < size_; ++q) {
-      if (q == rank) continue;
-      auto [b, e] = range(q);
-      pieces(b, e, [&](size_t i, int64_t offset, int64_t count) {
-        const float* from = groups_[static_cast<size_t>(q)][i].data() + offset;
-        std::copy(from, from + count, buffers[i].data() + offset);
-      });
-    }
-    wait(rank, "all_reduce_sum (all-gather)");
+    wait(rank, "all_reduce_sum");
   }
 
   void all_gather(int rank, const float* send, int64_t n, float* recv) override { gather(rank, send, n, recv); }
@@ -142,19 +134,13 @@ class InProcessCommunicator : public Communicator {
     if (size_ == 1) return;
     publish(rank, data, n, "all_reduce_sum");
     // Slice r of every buffer belongs to replica r.
-    int64_t per = (n + size_ - 1) / size_;
+    int64_t per = ((n + size_ - 1) / size_ + 15) / 16 * 16;  // whole cache lines each
     int64_t begin = std::min<int64_t>(n, per * rank), end = std::min<int64_t>(n, begin + per);
-    std::vector<const T*>& inputs = scratch<T>(rank);
+    std::vector<T*>& inputs = scratch<T>(rank);
     inputs.clear();
     for (int q = 0; q < size_; ++q) inputs.push_back(buffer<T>(q) + begin);
-    sum_into(data + begin, inputs.data(), size_, end - begin);
-    wait(rank, "all_reduce_sum (reduce-scatter)");
-    for (int q = 0; q < size_; ++q) {
-      if (q == rank) continue;
-      int64_t b = std::min<int64_t>(n, per * q), e = std::min<int64_t>(n, b + per);
-      std::copy(buffer<T>(q) + b, buffer<T>(q) + e, data + b);
-    }
-    wait(rank, "all_reduce_sum (all-gather)");
+    sum_to_all(inputs.data(), size_, end - begin);
+    wait(rank, "all_reduce_sum");
   }
   template <class T>
   void gather(int rank, const T* send, int64_t n, T* recv) {
@@ -165,7 +151,7 @@ class InProcessCommunicator : public Communicator {
   }
   // Each replica's list of input pointers, kept so that a collective allocates nothing.
   template <class T>
-  std::vector<const T*>& scratch(int rank) {
+  std::vector<T*>& scratch(int rank) {
     if constexpr (std::is_same_v<T, float>) return float_inputs_[static_cast<size_t>(rank)];
     else return double_inputs_[static_cast<size_t>(rank)];
   }
@@ -224,8 +210,8 @@ class InProcessCommunicator : public Communicator {
   std::chrono::milliseconds timeout_;
   std::vector<void*> buffers_;
   std::vector<int64_t> sizes_;
-  std::vector<std::vector<const float*>> float_inputs_;
-  std::vector<std::vector<const double*>> double_inputs_;
+  std::vector<std::vector<float*>> float_inputs_;
+  std::vector<std::vector<double*>> double_inputs_;
   std::vector<std::span<const std::span<float>>> groups_;  // each replica's buffers, grouped all-reduce
   std::mutex mutex_;
   std::condition_variable changed_;
