@@ -46,8 +46,9 @@ class Communicator {
 // What tf.distribute calls the cross-device ops: the pluggable reduction under a strategy.
 using CrossDeviceOps = Communicator;
 
-// Replicas as threads of this process: shared memory, a reduce-scatter then an all-gather,
-// every thread working on its own slice (no single thread sums everything).
+// Replicas as threads of this process: shared memory; in an all-reduce each thread sums its own
+// slice of every replica's buffer and writes the sum into all of them (no single thread sums
+// everything).
 std::unique_ptr<Communicator> make_in_process_communicator(
     int replicas, std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
