@@ -154,7 +154,7 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
   part_losses_.assign(static_cast<size_t>(parts), 0.0);
   int per_replica = (parts + n - 1) / n;  // most parts any replica computes
   // Reducing during backward needs every replica to run backward (all have rows); the
-  // collectives then come in the same order on all of them.
+  // collectives then come in the same order on all of them, and the bucket needs no zeroing.
   int64_t bucket_floats = strategy_->bucket_bytes() / static_cast<int64_t>(sizeof(float));
   bool overlap = bucket_floats > 0 && micro == 0 && global >= n;
   strategy_->for_each_replica([&](int r) {
@@ -183,9 +183,7 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
       Tensor c = rep.grads[i].contiguous();
       std::memcpy(bucket + rep.offsets[i], c.data<float>(), static_cast<size_t>(c.numel()) * sizeof(float));
     };
-    if (begin == end) {  // a batch with fewer rows than replicas: zero gradients
-      if (overlap) std::fill_n(bucket, total, 0.0f);
-    } else {
+    if (begin < end) {  // else a batch with fewer rows than replicas: zero gradients below
       CallContext ctx{true, RandomKey{seed_, step_key, begin}};
       Tensor h, yp;
       batch.slice(begin, end, h, yp);

@@ -108,6 +108,12 @@ TEST_P(Mirrored, SynchronizedBatchNormalizationMatchesTheDefaultStrategy) {
   expect_same_training(batch_norm_model(true, true), blobs(48, Shape{6, 6, 1}), GetParam());
 }
 
+// 98 rows in batches of 24: the last batch has 2 rows, so with 3 replicas one has none and
+// contributes zero gradients.
+TEST_P(Mirrored, ABatchWithFewerRowsThanReplicasMatchesTheDefaultStrategy) {
+  expect_same_training(dense_model, blobs(98, Shape{6}), GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(Replicas, Mirrored, ::testing::Values(2, 3));
 
 class CheckMirrored : public Callback {
