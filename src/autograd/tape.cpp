@@ -1,8 +1,8 @@
 #include <algorithm>
 
 #include "autograd/node.h"
-#include "tandem/layers.h"
 #include "core/tensor_impl.h"
+#include "tandem/layers.h"  // Variable
 #include "tandem/ops.h"
 
 namespace tandem {

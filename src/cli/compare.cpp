@@ -191,7 +191,7 @@ void add_compare(CLI::App& app) {
   flags->common.add_to(*cmd);
   cmd->add_option("--epochs", flags->epochs, "epochs to train under each strategy")->capture_default_str()->check(CLI::Range(1, 1000000));
   cmd->add_option("--strategies", flags->strategies,
-                  "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N]")
+                  "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]]")
       ->capture_default_str();
   cmd->add_option("--report", flags->report, "write the table as JSON to this file (default: none)")->capture_default_str();
   cmd->add_option("--chart", flags->chart, "SVG chart of samples/s and test accuracy per strategy (\"\": none)")->capture_default_str();

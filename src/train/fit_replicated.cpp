@@ -16,7 +16,7 @@ struct Sequential::Replica {
   std::vector<std::shared_ptr<layers::Layer>> layers;  // replica 0: the model's own
   std::vector<Variable*> variables, trainable;
   std::vector<Tensor> sources, grads;
-  Tensor bucket;                // every gradient, back to back (deterministic: one set per micro-batch)
+  Tensor bucket;                // every gradient, back to back (deterministic: one set per micro-batch; else only with bucket_bytes)
   std::vector<Tensor> reduced;  // views of the bucket's first set: the summed gradients
   std::vector<float> gathered;  // deterministic: every replica's bucket
   std::vector<int64_t> offsets;  // of each gradient in the bucket
@@ -50,17 +50,19 @@ void Sequential::make_replicas() {
         total += v.value.numel();
       }
     rep->grads.resize(rep->trainable.size());
+    // A bucket only where gradients are packed: deterministic mode and reducing during backward
+    // (otherwise, and in custom loops, the gradients are reduced where backward left them).
     if (micro > 0) {
       int per_replica = (micro + n - 1) / n;
       rep->bucket = Tensor::empty({total * per_replica});
       rep->gathered.resize(static_cast<size_t>(total * per_replica * n));
-    } else {
+    } else if (strategy_->bucket_bytes() > 0) {
       rep->bucket = Tensor::empty({total});
     }
     int64_t at = 0;
     for (const Tensor& source : rep->sources) {
       rep->offsets.push_back(at);
-      rep->reduced.push_back(rep->bucket.slice(at, at + source.numel()).reshape(source.shape()));
+      if (rep->bucket.defined()) rep->reduced.push_back(rep->bucket.slice(at, at + source.numel()).reshape(source.shape()));
       at += source.numel();
     }
     replicas_.push_back(rep);
@@ -159,8 +161,8 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
   bool overlap = bucket_floats > 0 && micro == 0 && global >= n;
   strategy_->for_each_replica([&](int r) {
     Replica& rep = *replicas_[static_cast<size_t>(r)];
-    float* bucket = rep.bucket.data<float>();
-    int64_t total = rep.bucket.numel() / (micro > 0 ? per_replica : 1);  // floats of one set of gradients
+    float* bucket = rep.bucket.defined() ? rep.bucket.data<float>() : nullptr;
+    int64_t total = rep.bucket.defined() ? rep.bucket.numel() / (micro > 0 ? per_replica : 1) : 0;  // floats of one set
     distribute::CrossDeviceOps& comm = strategy_->communicator();
     if (micro > 0) {
       compute_parts(rep, r, batch, step_key, predictions, labels);

@@ -67,10 +67,6 @@ Tensor Loss::per_sample(const Tensor& y_true, const Tensor& y_pred) const {
   return Tensor();
 }
 
-}  // namespace tandem
-
-namespace tandem {
-
 Tensor compute_average_loss(const Tensor& per_sample_loss, int64_t global_batch_size) {
   if (per_sample_loss.rank() != 1)
     fail("compute_average_loss: per-sample losses must have shape (batch,), got {}", per_sample_loss.shape().str());

@@ -81,8 +81,8 @@ class Strategy {
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;  // "mirrored:2"
   virtual int num_replicas_in_sync() const = 0;
-  // Runs fn(replica) once per replica, each on its own thread with its replica context set,
-  // and waits. If any replica throws, the others' collectives fail too and the first error is
+  // Runs fn(replica) once per replica, each on its own thread (MirroredStrategy: replica 0 on
+  // the calling one) with its replica context set, and waits. If any replica throws, the others' collectives fail too and the first error is
   // rethrown here.
   virtual void for_each_replica(const std::function<void(int replica)>& fn) = 0;
   // The cross-device reduction the replicas use (pluggable: in-process now).
@@ -179,7 +179,8 @@ struct MirroredOptions {
   // one intra-op thread unless threads_per_replica says otherwise (then the bits match across
   // replica counts at that same thread count). Costs: smaller matrix products, one core per
   // replica, an all-gather of micro_batches gradient copies instead of an all-reduce, and an
-  // M-way sum on every replica. BatchNormalization is refused (it needs the global batch).
+  // M-way sum on every replica. BatchNormalization runs layer by layer over a replica's
+  // micro-batches: synchronized, with the global batch's statistics; otherwise per micro-batch.
   bool deterministic = false;
   int micro_batches = 8;
   // All-reduce gradients in buckets of this many bytes as soon as backward has finished them,
