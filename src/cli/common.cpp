@@ -180,12 +180,41 @@ void CommonFlags::add_to(CLI::App& app, bool with_dataset) {
         ->capture_default_str();
     app.add_option("--batch-size", batch_size, "batch size")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   }
-  app.add_option("--threads", threads, "intra-op threads (0: all cores)")->capture_default_str()->check(CLI::Range(0, 1024));
+  app.add_option("--threads", threads,
+                 "most intra-op threads one op may use (0: automatic, OMP_NUM_THREADS or one per usable core); ops use "
+                 "fewer when small or when other processes keep cores busy")
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
   app.add_option("--seed", seed, "seed for weights, shuffling and dropout")->capture_default_str();
 }
 
 void CommonFlags::apply_threads() const {
   if (threads > 0) set_num_threads(threads);
+}
+
+std::string describe_parallelism(const distribute::Strategy* strategy, int threads_flag) {
+  std::string text = describe_threads();
+  if (const auto* mirrored = dynamic_cast<const distribute::MirroredStrategy*>(strategy)) {
+    int replicas = mirrored->num_replicas_in_sync(), per = mirrored->threads_per_replica(), cores = usable_cores();
+    text += fmt::format("\nstrategy {}: {} replica{} × {} intra-op thread{} ({}){}", mirrored->name(), replicas,
+                        replicas == 1 ? "" : "s", per, per == 1 ? "" : "s",
+                        threads_flag > 0 ? "--threads is per replica" : "usable cores ÷ replicas",
+                        replicas * per > cores ? fmt::format("; {} threads on {} usable cores: they take turns, each "
+                                                             "waiting without spinning",
+                                                             replicas * per, cores)
+                                               : std::string("; each replica pinned to its own cores"));
+  }
+  return text;
+}
+
+void warn_about_parallelism(const distribute::Strategy* strategy, int threads_flag) {
+  int cores = usable_cores();
+  if (threads_flag > cores)
+    std::fprintf(stderr, "note: --threads %d exceeds the %d usable core%s: at most %d threads run at once\n", threads_flag,
+                 cores, cores == 1 ? "" : "s", cores);
+  if (strategy != nullptr && strategy->num_replicas_in_sync() > cores)
+    std::fprintf(stderr, "note: %d replicas on %d usable core%s take turns on the cores: expect about the speed of %d\n",
+                 strategy->num_replicas_in_sync(), cores, cores == 1 ? "" : "s", cores);
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate, float momentum,

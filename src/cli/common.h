@@ -45,6 +45,11 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learnin
 
 double peak_rss_mb();
 
+// The thread choice and why (tandem fit --verbose 2), and the notes printed when a request
+// exceeds the usable cores.
+std::string describe_parallelism(const distribute::Strategy* strategy, int threads_flag);
+void warn_about_parallelism(const distribute::Strategy* strategy, int threads_flag);
+
 void add_fit(CLI::App& app);
 void add_evaluate(CLI::App& app);
 void add_predict(CLI::App& app);

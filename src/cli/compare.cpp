@@ -140,7 +140,7 @@ void run_compare(const CompareFlags& f) {
   for (const Row& r : rows)
     std::printf("%-26s %8d %9.2f %11.0f %8.2fx %11.4f %8.2f%%\n", r.strategy.c_str(), r.replicas, r.wall, r.samples_per_second,
                 r.samples_per_second / base->samples_per_second, r.final_loss, 100.0 * r.test_accuracy);
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int cores = usable_cores();
   for (const Row& r : rows) {
     if (&r == base || r.samples_per_second >= base->samples_per_second) continue;
     int64_t per_replica = f.common.batch_size / r.replicas;

@@ -33,6 +33,8 @@ void run_fit(const FitFlags& f) {
   auto start = std::chrono::steady_clock::now();
   f.common.apply_threads();
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, f.common.threads);
+  if (f.verbose > 0) warn_about_parallelism(strategy.get(), f.common.threads);
+  if (f.verbose > 1) std::printf("%s\n", describe_parallelism(strategy.get(), f.common.threads).c_str());
   ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
   Sequential& model = *spec.model;
   auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
@@ -125,7 +127,7 @@ void add_fit(CLI::App& app) {
                   "default, one_device, mirrored[:N[:deterministic]] or central[:N] (N replicas, default one per core; "
                   "--threads is then per replica)")
       ->capture_default_str();
-  cmd->add_option("--verbose", flags->verbose, "0 silent, 1 progress bar, 2 one line per epoch")
+  cmd->add_option("--verbose", flags->verbose, "0 silent, 1 progress bar, 2 one line per epoch and the thread choice")
       ->capture_default_str()->check(CLI::Range(0, 2));
   cmd->callback([flags] { run_fit(*flags); });
 }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "tandem/data/dataset.h"
+#include "tandem/runtime.h"
 
 namespace tandem::data {
 namespace {
@@ -206,7 +207,7 @@ class PrefetchNode : public DatasetNode {
 
 Dataset Dataset::map(std::function<Element(Element)> fn, int parallel_calls) const {
   if (!fn) fail("map: the function is empty");
-  if (parallel_calls == kAutotune) parallel_calls = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (parallel_calls == kAutotune) parallel_calls = usable_cores();
   if (parallel_calls < 1) fail("map: parallel_calls must be at least 1 or AUTOTUNE (-1), got {}", parallel_calls);
   return Dataset(std::make_shared<MapNode>(node_, std::move(fn), parallel_calls));
 }

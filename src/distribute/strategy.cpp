@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/cpu_budget.h"
 #include "tandem/autograd.h"
 #include "tandem/error.h"
 #include "tandem/runtime.h"
@@ -145,10 +146,12 @@ void OneDeviceStrategy::for_each_replica(const std::function<void(int replica)>&
   fn(0);
 }
 
-// Replica 0 runs on the calling thread; replicas 1.. on threads of their own, pinned. A step's
-// hand-offs (start, finish) are an atomic generation and counter: while replicas have their own
-// cores, the waiting side spins for a while before sleeping, since a sleep and wake costs system
-// calls and, on a virtual machine, a halted core's wake-up.
+// Replica 0 runs on the calling thread; replicas 1.. on threads of their own, pinned to cores of
+// the process's affinity mask while there are enough. A step's hand-offs (start, finish) are an
+// atomic generation and counter: while every replica's cores are free, the waiting side spins a
+// short while before sleeping, since a sleep and wake costs system calls and, on a virtual
+// machine, a halted core's wake-up; when they are not (more replicas than cores, other busy
+// processes), it sleeps at once, leaving the core to the thread it waits for.
 struct MirroredStrategy::Workers {
   std::mutex mutex;
   std::condition_variable wake, done;
@@ -156,22 +159,14 @@ struct MirroredStrategy::Workers {
   std::atomic<uint64_t> generation{0};
   std::atomic<int> finished{0};
   std::atomic<bool> stopping{false};
-  bool spin = false;
+  int busy_threads = 1;  // replicas × threads per replica: the cores a step keeps busy
   std::vector<std::exception_ptr> errors;
   std::vector<std::thread> threads;
 
-  // Spins up to about a millisecond while `ready()` is false; true once it holds.
+  // Spins while `ready()` is false, as long as core::spin_allowance allows; true once it holds.
   template <class Ready>
   bool spin_until(const Ready& ready) const {
-    if (!spin) return ready();
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
-    for (int i = 1;; ++i) {
-      if (ready()) return true;
-      if (i % 256 == 0 && std::chrono::steady_clock::now() > until) return ready();
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
+    return core::spin_until(core::spin_allowance(busy_threads), ready);
   }
 };
 
@@ -203,27 +198,37 @@ std::unique_ptr<CrossDeviceOps> MirroredStrategy::make_cross_device_ops() const 
 
 MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move(options)) {
   int num_replicas = options_.num_replicas, threads_per_replica = options_.threads_per_replica;
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int cores = usable_cores();
+  if (num_replicas < 0 || num_replicas > kMaxThreads)
+    fail("MirroredStrategy: num_replicas must be from 1 to {} (or 0 for one per usable core), got {}", kMaxThreads,
+         num_replicas);
+  if (threads_per_replica < 0 || threads_per_replica > kMaxThreads)
+    fail("MirroredStrategy: threads_per_replica must be from 1 to {} (or 0 for the usable cores shared out), got {}",
+         kMaxThreads, threads_per_replica);
   replicas_ = num_replicas > 0 ? num_replicas : cores;
-  if (num_replicas < 0) fail("MirroredStrategy: num_replicas must be positive (or 0 for one per core), got {}", num_replicas);
-  if (threads_per_replica < 0) fail("MirroredStrategy: threads_per_replica must be positive (or 0), got {}", threads_per_replica);
   if (options_.bucket_bytes < 0) fail("MirroredStrategy: bucket_bytes must be 0 or positive, got {}", options_.bucket_bytes);
   if (options_.deterministic && (options_.micro_batches < replicas_))
     fail("MirroredStrategy: deterministic mode needs at least one micro-batch per replica: micro_batches {} < {} replicas",
          options_.micro_batches, replicas_);
-  threads_per_replica_ = threads_per_replica > 0 ? threads_per_replica
-                         : options_.deterministic ? 1
-                                                  : std::max(1, cores / replicas_);
+  threads_per_replica_ = threads_per_replica > 0 ? threads_per_replica : std::max(1, cores / replicas_);
   comm_ = make_cross_device_ops();
   workers_ = std::make_unique<Workers>();
   workers_->errors.resize(static_cast<size_t>(replicas_));
-  workers_->spin = replicas_ * threads_per_replica_ <= cores;
+  workers_->busy_threads = replicas_ * threads_per_replica_;
+  // The CPUs of the affinity mask (a launcher's binding is kept), in order.
+  std::vector<int> cpus;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &mask)) cpus.push_back(c);
+  bool pin = !cpus.empty() && workers_->busy_threads <= static_cast<int>(cpus.size()) && workers_->busy_threads <= cores;
   for (int r = 1; r < replicas_; ++r) {
-    workers_->threads.emplace_back([this, r, cores] {
-      if (replicas_ <= cores) {  // pin replica r to its own cores
+    workers_->threads.emplace_back([this, r, pin, cpus] {
+      if (pin) {  // replica r on its own cores of the mask
         cpu_set_t set;
         CPU_ZERO(&set);
-        for (int c = 0; c < threads_per_replica_; ++c) CPU_SET((r * threads_per_replica_ + c) % cores, &set);
+        for (int c = 0; c < threads_per_replica_; ++c) CPU_SET(cpus[static_cast<size_t>(r * threads_per_replica_ + c)], &set);
         pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
       }
       set_num_threads(threads_per_replica_);
@@ -274,7 +279,7 @@ void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& 
   }
   w.wake.notify_all();
   {
-    int saved_threads = num_threads();
+    int saved_threads = num_threads_setting();
     set_num_threads(threads_per_replica_);
     StopRecording fresh;  // as on the other replicas' threads: no tape of the caller's records
     run_replica(0, fn);
@@ -313,8 +318,9 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per
   MirroredOptions options{.threads_per_replica = threads_per_replica};
   if (parts.size() > 1) {
     const std::string& n = parts[1];
-    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1)
-      return bad("the replica count \"" + n + "\" is not a number from 1 to 9999");
+    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1 ||
+        std::stoi(n) > kMaxThreads)
+      return bad(fmt::format("the replica count \"{}\" is not a number from 1 to {}", n, kMaxThreads));
     options.num_replicas = std::stoi(n);
   }
   if (parts.size() > 2) {

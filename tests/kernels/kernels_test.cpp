@@ -1,4 +1,5 @@
 // Fast kernels against the naive references at sizes where blocking and vector paths engage.
+#include <array>
 #include <thread>
 
 #include "kernels/cpu/kernels.h"
@@ -87,32 +88,129 @@ TEST(Optimizers, RmspropAndAdagradMatchTheFormulas) {
   EXPECT_NEAR(w2[0], 1.0 - 0.01 * 0.5 / (std::sqrt(0.35) + 1e-7), 1e-6);
 }
 
-// A convolution's bits follow the thread count it runs with, not the one its cached primitive was
-// first made with: a thread that ran at 2 threads and then 1 gets what a fresh 1-thread thread gets.
-TEST(Conv2d, CachedPrimitivesFollowTheThreadCount) {
-  Tensor x = testing::random_tensor(Shape{3, 6, 6, 1}, 1), kernel = testing::random_tensor(Shape{3, 3, 1, 4}, 2);
+// Shapes large enough that the kernels cut them into several chunks (core::split_chunks).
+TEST(Gemm, ChunkedByRowsAndByColumnsMatchesNaive) {
+  for (auto [m, k, n] : {std::array<int64_t, 3>{301, 171, 67}, std::array<int64_t, 3>{23, 171, 389}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Tensor a = testing::random_tensor(ta ? Shape{k, m} : Shape{m, k}, 1);
+        Tensor b = testing::random_tensor(tb ? Shape{n, k} : Shape{k, n}, 2);
+        Tensor c = ops::matmul(a, b, ta, tb);
+        auto ref = reference::matmul(testing::to_double(a), testing::to_double(b), m, k, n, ta, tb);
+        EXPECT_TRUE(testing::all_close(c, ref, 1e-4, 1e-4)) << m << "x" << k << "x" << n << " ta=" << ta << " tb=" << tb;
+      }
+}
+
+// The convolution's and pooling's chunks (whole images) against the same kernels run image by
+// image: outputs, input gradients and the weight gradients summed over images.
+TEST(Conv2d, ChunkedBatchMatchesImageByImage) {
+  const int64_t n = 11, h = 17, w = 15, c = 5, f = 12;
+  auto s = kernels::cpu::conv2d_shape(n, h, w, c, 3, 3, f, 1, 1, Padding::Same);
+  auto one = kernels::cpu::conv2d_shape(1, h, w, c, 3, 3, f, 1, 1, Padding::Same);
+  ASSERT_GT(2.0 * n * s.oh * s.ow * f * 9 * c, 2.0e6) << "too small to be chunked";
+  std::vector<float> x = testing::random_tensor({n, h, w, c}, 1).to_vector(), k = testing::random_tensor({3, 3, c, f}, 2).to_vector(),
+                     bias = testing::random_tensor({f}, 3).to_vector(), dy = testing::random_tensor({n, s.oh, s.ow, f}, 4).to_vector();
+  int64_t in_image = h * w * c, out_image = s.oh * s.ow * f;
+  std::vector<float> y(static_cast<size_t>(n * out_image)), dx(x.size()), dk(k.size()), db(bias.size());
+  kernels::cpu::conv2d_forward(s, x.data(), k.data(), bias.data(), y.data());
+  kernels::cpu::conv2d_backward_data(s, dy.data(), k.data(), dx.data());
+  kernels::cpu::conv2d_backward_weights(s, x.data(), dy.data(), dk.data(), db.data());
+  std::vector<double> dk_sum(k.size()), db_sum(bias.size());
+  for (int64_t i = 0; i < n; ++i) {
+    std::vector<float> yi(static_cast<size_t>(out_image)), dxi(static_cast<size_t>(in_image)), dki(k.size()), dbi(bias.size());
+    kernels::cpu::conv2d_forward(one, x.data() + i * in_image, k.data(), bias.data(), yi.data());
+    kernels::cpu::conv2d_backward_data(one, dy.data() + i * out_image, k.data(), dxi.data());
+    kernels::cpu::conv2d_backward_weights(one, x.data() + i * in_image, dy.data() + i * out_image, dki.data(), dbi.data());
+    for (int64_t j = 0; j < out_image; ++j) ASSERT_EQ(y[static_cast<size_t>(i * out_image + j)], yi[static_cast<size_t>(j)]) << "image " << i;
+    for (int64_t j = 0; j < in_image; ++j) ASSERT_EQ(dx[static_cast<size_t>(i * in_image + j)], dxi[static_cast<size_t>(j)]) << "image " << i;
+    for (size_t j = 0; j < dk.size(); ++j) dk_sum[j] += dki[j];
+    for (size_t j = 0; j < db.size(); ++j) db_sum[j] += dbi[j];
+  }
+  EXPECT_TRUE(testing::all_close(std::vector<double>(dk.begin(), dk.end()), dk_sum, 1e-4, 1e-4));
+  EXPECT_TRUE(testing::all_close(std::vector<double>(db.begin(), db.end()), db_sum, 1e-4, 1e-4));
+}
+
+TEST(Pool2d, ChunkedBatchMatchesImageByImage) {
+  const int64_t n = 27, h = 40, w = 40, c = 64;
+  for (auto kind : {kernels::cpu::PoolKind::Max, kernels::cpu::PoolKind::Average}) {
+    auto s = kernels::cpu::pool2d_shape(kind, n, h, w, c, 2, 2, 2, 2, Padding::Valid);
+    auto one = kernels::cpu::pool2d_shape(kind, 1, h, w, c, 2, 2, 2, 2, Padding::Valid);
+    ASSERT_GT(static_cast<double>(n * s.oh * s.ow * c * 4), 2.0e6) << "too small to be chunked";
+    std::vector<float> x = testing::random_tensor({n, h, w, c}, 5).to_vector(), dy = testing::random_tensor({n, s.oh, s.ow, c}, 6).to_vector();
+    int64_t in_image = h * w * c, out_image = s.oh * s.ow * c;
+    std::vector<float> y(dy.size()), dx(x.size());
+    std::vector<char> workspace(kernels::cpu::pool2d_workspace_bytes(s));
+    kernels::cpu::pool2d_forward(s, x.data(), y.data(), workspace.data());
+    kernels::cpu::pool2d_backward(s, dy.data(), workspace.data(), dx.data());
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<float> yi(static_cast<size_t>(out_image)), dxi(static_cast<size_t>(in_image));
+      std::vector<char> wi(kernels::cpu::pool2d_workspace_bytes(one));
+      kernels::cpu::pool2d_forward(one, x.data() + i * in_image, yi.data(), wi.data());
+      kernels::cpu::pool2d_backward(one, dy.data() + i * out_image, wi.data(), dxi.data());
+      for (int64_t j = 0; j < out_image; ++j) ASSERT_EQ(y[static_cast<size_t>(i * out_image + j)], yi[static_cast<size_t>(j)]) << "image " << i;
+      for (int64_t j = 0; j < in_image; ++j) ASSERT_EQ(dx[static_cast<size_t>(i * in_image + j)], dxi[static_cast<size_t>(j)]) << "image " << i;
+    }
+  }
+}
+
+// Kernels' bits do not depend on how many threads ran them: 1, 2, 3 and 8 threads, on the calling
+// thread and on a fresh one, give the same outputs and gradients of a chunked matrix product,
+// convolution and max pooling.
+TEST(Kernels, BitsDoNotDependOnTheThreadCount) {
+  Tensor a = testing::random_tensor({301, 171}, 1), b = testing::random_tensor({171, 67}, 2);
+  Tensor x = testing::random_tensor({11, 17, 15, 5}, 3), kernel = testing::random_tensor({3, 3, 5, 12}, 4);
   auto run = [&] {
     GradientTape tape;
+    tape.watch(a);
     tape.watch(kernel);
-    Tensor y = ops::conv2d(x, kernel, Tensor(), 1, 1, Padding::Same);
-    std::vector<float> out = y.to_vector();
-    Tensor g = tape.gradient(ops::sum(ops::mul(y, y)), std::vector<Tensor>{kernel})[0];
-    std::vector<float> grad = g.to_vector();
-    out.insert(out.end(), grad.begin(), grad.end());
+    tape.watch(x);
+    Tensor p = ops::matmul(a, b);
+    Tensor y = ops::max_pool2d(ops::conv2d(x, kernel, Tensor(), 1, 1, Padding::Same), 2, 2, 2, 2, Padding::Valid);
+    Tensor loss = ops::add(ops::sum(ops::mul(p, p)), ops::sum(ops::mul(y, y)));
+    std::vector<float> out = p.to_vector(), more = y.to_vector();
+    out.insert(out.end(), more.begin(), more.end());
+    for (const Tensor& g : tape.gradient(loss, std::vector<Tensor>{a, kernel, x})) {
+      more = g.to_vector();
+      out.insert(out.end(), more.begin(), more.end());
+    }
     return out;
   };
-  int saved = num_threads();
-  set_num_threads(2);
-  run();
+  int saved = num_threads_setting();
   set_num_threads(1);
-  std::vector<float> here = run();
+  std::vector<float> one = run();
+  for (int threads : {2, 3, 8}) {
+    set_num_threads(threads);
+    EXPECT_EQ(run(), one) << threads << " threads";
+  }
   set_num_threads(saved);
   std::vector<float> fresh;
   std::thread([&] {
-    set_num_threads(1);
+    set_num_threads(2);
     fresh = run();
   }).join();
-  EXPECT_EQ(here, fresh);
+  EXPECT_EQ(fresh, one);
+}
+
+TEST(Runtime, ThreadCountsOutsideTheLimitAreRefusedNamingIt) {
+  int saved = num_threads_setting();
+  for (int bad : {-1, kMaxThreads + 1}) {
+    try {
+      set_num_threads(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("from 1 to 1024"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::to_string(bad)), std::string::npos) << e.what();
+    }
+  }
+  set_num_threads(kMaxThreads);  // allowed: never more than the usable cores run at once
+  EXPECT_EQ(num_threads(), kMaxThreads);
+  set_num_threads(0);
+  EXPECT_GE(num_threads(), 1);
+  EXPECT_EQ(num_threads_setting(), 0);
+  set_num_threads(saved);
+  EXPECT_GE(usable_cores(), 1);
+  EXPECT_GE(free_cores(), 1);
+  EXPECT_LE(free_cores(), usable_cores());
 }
 
 }  // namespace

@@ -171,14 +171,12 @@ class OneDeviceStrategy : public Strategy {
 
 struct MirroredOptions {
   int num_replicas = 0;         // 0: one per core
-  int threads_per_replica = 0;  // intra-op threads of each replica; 0: cores ÷ replicas (deterministic: 1)
+  int threads_per_replica = 0;  // intra-op threads of each replica; 0: usable cores ÷ replicas (at least 1)
   // Bitwise-identical training whatever the number of replicas (up to micro_batches) for the
   // same global batch and seed: the global batch is cut into micro_batches fixed row ranges,
   // each replica computes the gradients of its micro-batches one by one, and they are summed
-  // in micro-batch order. Kernels' results depend on their thread count, so each replica runs
-  // one intra-op thread unless threads_per_replica says otherwise (then the bits match across
-  // replica counts at that same thread count). Costs: smaller matrix products, one core per
-  // replica, an all-gather of micro_batches gradient copies instead of an all-reduce, and an
+  // in micro-batch order (kernels' results do not depend on their thread count). Costs: smaller
+  // matrix products, an all-gather of micro_batches gradient copies instead of an all-reduce, and an
   // M-way sum on every replica. BatchNormalization runs layer by layer over a replica's
   // micro-batches: synchronized, with the global batch's statistics; otherwise per micro-batch.
   bool deterministic = false;
@@ -193,8 +191,9 @@ struct MirroredOptions {
 };
 
 // One replica per group of cores, variables mirrored, gradients all-reduced every step.
-// On the CPU a replica is a thread pinned to its cores (replica 0: the calling thread), with
-// cores / replicas intra-op threads.
+// On the CPU a replica is a thread pinned to its cores of the affinity mask (replica 0: the
+// calling thread), with usable cores ÷ replicas intra-op threads; more replicas than cores
+// time-share them (at most kMaxThreads replicas).
 class MirroredStrategy : public Strategy {
  public:
   explicit MirroredStrategy(int num_replicas = 0, int threads_per_replica = 0)

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/cpu_budget.h"
 #include "core/vectorize.h"
 
 #include "tandem/distribute/communicator.h"
@@ -175,8 +176,9 @@ class InProcessCommunicator : public Communicator {
              sizes_[static_cast<size_t>(r)]);
   }
 
-  // A generation barrier that gives up on abort or timeout. Replicas are threads on their own
-  // cores, so a waiter spins briefly before sleeping: a sleep and wake costs a system call each.
+  // A generation barrier that gives up on abort or timeout. While every replica has a free core
+  // a waiter spins briefly before sleeping (a sleep and wake costs a system call each); with more
+  // replicas than free cores it sleeps at once, so that the replicas it waits for get the core.
   void wait(int rank, const char* op) {
     uint64_t generation;
     {
@@ -190,10 +192,8 @@ class InProcessCommunicator : public Communicator {
         return;
       }
     }
-    for (int spin = 0; spin < 20000; ++spin) {
-      if (generation_.load(std::memory_order_acquire) != generation) return;
-      if (spin > 1000) std::this_thread::yield();
-    }
+    if (core::spin_until(core::spin_allowance(size_), [&] { return generation_.load(std::memory_order_acquire) != generation; }))
+      return;
     std::unique_lock lock(mutex_);
     ++sleepers_;
     changed_.wait_for(lock, timeout_, [&] { return generation_.load() != generation || !aborted_.empty(); });

@@ -1,14 +1,18 @@
 // 2-D convolution through oneDNN, channels last (NHWC) with Keras' HWIO kernels. oneDNN picks
 // the weights layout its fastest kernels want ("any"); the kernel is reordered to it and the
-// weight gradient back from it, which costs little next to a plain-layout fallback. Primitives
-// are cached per thread, keyed by the full shape and the intra-op thread count (oneDNN fixes its
-// work split, and so the order of its sums, when a primitive is made).
+// weight gradient back from it, which costs little next to a plain-layout fallback.
+// The batch is cut into chunks of whole images fixed by the shape (core::split_chunks), each a
+// single-threaded primitive run on the intra-op pool; the weight gradient is each chunk's own,
+// summed in chunk order, so the bits do not depend on the thread count. Primitives are cached
+// per thread, keyed by the chunk's shape.
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kernels/cpu/dnnl_context.h"
 #include "kernels/cpu/kernels.h"
-#include "tandem/runtime.h"
 
 namespace tandem::kernels::cpu {
 namespace {
@@ -23,6 +27,7 @@ struct WeightsLayout {
   dnnl::reorder reorder;
   memory from, to;
   std::vector<float> buffer;
+  uint64_t filled_for = 0;  // the call whose kernel the buffer holds: a thread's chunks reorder it once
   void init(const memory::desc& plain, const memory::desc& chosen, bool to_chosen, const dnnl::engine& engine) {
     needed = !(plain == chosen);
     if (!needed) return;
@@ -37,7 +42,6 @@ struct WeightsLayout {
 
 struct ConvPrimitives {
   Conv2dShape shape;
-  int threads = 0;
   dnnl::convolution_forward forward;
   dnnl::convolution_backward_data backward_data;
   dnnl::convolution_backward_weights backward_weights;
@@ -86,19 +90,20 @@ void make_conv(ConvPrimitives& p, const Conv2dShape& s) {
 
 ConvPrimitives& conv_primitives(const Conv2dShape& s) {
   thread_local std::vector<std::unique_ptr<ConvPrimitives>> cache;
-  int threads = num_threads();
   for (auto& entry : cache)
-    if (entry->shape == s && entry->threads == threads) return *entry;
+    if (entry->shape == s) return *entry;
   auto entry = std::make_unique<ConvPrimitives>();
   make_conv(*entry, s);
-  entry->threads = threads;
   cache.push_back(std::move(entry));
   return *cache.back();
 }
 
-// The kernel in the layout `layout` wants: itself, or reordered into the layout's buffer.
-const float* to_primitive_layout(WeightsLayout& layout, const float* kernel) {
+// The kernel in the layout `layout` wants: itself, or reordered into the layout's buffer (once
+// per call, numbered by next_call()).
+const float* to_primitive_layout(WeightsLayout& layout, const float* kernel, uint64_t call) {
   if (!layout.needed) return kernel;
+  if (layout.filled_for == call) return layout.buffer.data();
+  layout.filled_for = call;
   dnnl_execute(layout.reorder, {{DNNL_ARG_FROM, &layout.from, kernel}, {DNNL_ARG_TO, &layout.to, layout.buffer.data()}});
   return layout.buffer.data();
 }
@@ -125,24 +130,63 @@ Conv2dShape conv2d_shape(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
   return s;
 }
 
+namespace {
+
+uint64_t next_call() {
+  static std::atomic<uint64_t> calls{0};
+  return calls.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+// The batch's chunks: whole images, fixed by the shape.
+struct ImageChunks {
+  int64_t count;
+  double work;
+  core::Range range(int64_t c, int64_t n) const { return core::chunk_range(n, count, c); }
+};
+ImageChunks image_chunks(const Conv2dShape& s) {
+  double work = 2.0 * static_cast<double>(s.n * s.oh * s.ow) * static_cast<double>(s.f * s.kh * s.kw * s.c);
+  return {core::split_chunks(s.n, work), work};
+}
+Conv2dShape images(Conv2dShape s, core::Range r) {
+  s.n = r.end - r.begin;
+  return s;
+}
+
+}  // namespace
+
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y) {
-  ConvPrimitives& p = conv_primitives(s);
-  if (bias == nullptr) bias = p.zero_bias.data();
-  dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, x},
-                           {DNNL_ARG_WEIGHTS, &p.fwd_weights_m, to_primitive_layout(p.forward_weights, kernel)},
-                           {DNNL_ARG_BIAS, &p.bias_m, bias},
-                           {DNNL_ARG_DST, &p.dst_m, y}});
+  ImageChunks chunks = image_chunks(s);
+  int64_t in_image = s.h * s.w * s.c, out_image = s.oh * s.ow * s.f;
+  uint64_t call = next_call();
+  core::parallel_for(chunks.count, chunks.work, [&](int64_t c) {
+    core::Range r = chunks.range(c, s.n);
+    if (r.begin == r.end) return;
+    ConvPrimitives& p = conv_primitives(images(s, r));
+    dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, x + r.begin * in_image},
+                             {DNNL_ARG_WEIGHTS, &p.fwd_weights_m, to_primitive_layout(p.forward_weights, kernel, call)},
+                             {DNNL_ARG_BIAS, &p.bias_m, bias != nullptr ? bias : p.zero_bias.data()},
+                             {DNNL_ARG_DST, &p.dst_m, y + r.begin * out_image}});
+  });
 }
 
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* kernel, float* dx) {
-  ConvPrimitives& p = conv_primitives(s);
-  dnnl_execute(p.backward_data,
-               {{DNNL_ARG_DIFF_DST, &p.dst_m, dy},
-                {DNNL_ARG_WEIGHTS, &p.bwd_data_weights_m, to_primitive_layout(p.backward_data_weights, kernel)},
-                {DNNL_ARG_DIFF_SRC, &p.src_m, dx}});
+  ImageChunks chunks = image_chunks(s);
+  int64_t in_image = s.h * s.w * s.c, out_image = s.oh * s.ow * s.f;
+  uint64_t call = next_call();
+  core::parallel_for(chunks.count, chunks.work, [&](int64_t c) {
+    core::Range r = chunks.range(c, s.n);
+    if (r.begin == r.end) return;
+    ConvPrimitives& p = conv_primitives(images(s, r));
+    dnnl_execute(p.backward_data,
+                 {{DNNL_ARG_DIFF_DST, &p.dst_m, dy + r.begin * out_image},
+                  {DNNL_ARG_WEIGHTS, &p.bwd_data_weights_m, to_primitive_layout(p.backward_data_weights, kernel, call)},
+                  {DNNL_ARG_DIFF_SRC, &p.src_m, dx + r.begin * in_image}});
+  });
 }
 
-void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias) {
+namespace {
+// One chunk's weight and bias gradients, the weights in Keras' HWIO layout.
+void backward_weights_part(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias) {
   ConvPrimitives& p = conv_primitives(s);
   if (dbias == nullptr) dbias = p.unused_bias_gradient.data();
   WeightsLayout& g = p.weight_gradient;
@@ -151,6 +195,35 @@ void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* 
                                     {DNNL_ARG_DIFF_WEIGHTS, &p.bwd_weights_m, g.needed ? g.buffer.data() : dkernel},
                                     {DNNL_ARG_DIFF_BIAS, &p.bias_m, dbias}});
   if (g.needed) dnnl_execute(g.reorder, {{DNNL_ARG_FROM, &g.from, g.buffer.data()}, {DNNL_ARG_TO, &g.to, dkernel}});
+}
+}  // namespace
+
+void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias) {
+  ImageChunks chunks = image_chunks(s);
+  if (chunks.count == 1) return backward_weights_part(s, x, dy, dkernel, dbias);
+  // Each chunk's gradients go to a slot of the calling thread's scratch, then are summed in chunk order.
+  int64_t weights = s.kh * s.kw * s.c * s.f, slot = weights + s.f;
+  thread_local std::vector<float> scratch;
+  if (scratch.size() < static_cast<size_t>(slot * chunks.count)) scratch.resize(static_cast<size_t>(slot * chunks.count));
+  float* parts = scratch.data();
+  int64_t in_image = s.h * s.w * s.c, out_image = s.oh * s.ow * s.f;
+  core::parallel_for(chunks.count, chunks.work, [&](int64_t c) {
+    core::Range r = chunks.range(c, s.n);
+    float* part = parts + c * slot;
+    if (r.begin == r.end) {
+      std::fill(part, part + slot, 0.0f);
+      return;
+    }
+    backward_weights_part(images(s, r), x + r.begin * in_image, dy + r.begin * out_image, part, part + weights);
+  });
+  std::copy(parts, parts + weights, dkernel);
+  if (dbias != nullptr) std::copy(parts + weights, parts + slot, dbias);
+  for (int64_t c = 1; c < chunks.count; ++c) {
+    const float* part = parts + c * slot;
+    for (int64_t i = 0; i < weights; ++i) dkernel[i] += part[i];
+    if (dbias != nullptr)
+      for (int64_t i = 0; i < s.f; ++i) dbias[i] += part[weights + i];
+  }
 }
 
 }  // namespace tandem::kernels::cpu

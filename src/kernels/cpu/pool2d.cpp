@@ -1,11 +1,15 @@
 // Max and average pooling through oneDNN, channels last. Max pooling keeps oneDNN's workspace
-// (the argmax record) for the backward pass.
+// (the argmax record) for the backward pass. As for convolutions, the batch is cut into chunks
+// of whole images fixed by the shape, each a single-threaded primitive on the intra-op pool; the
+// workspace is laid out image by image, so a chunk's part starts at its first image.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
+#include "core/parallel.h"
 #include "kernels/cpu/dnnl_context.h"
 #include "kernels/cpu/kernels.h"
-#include "tandem/runtime.h"
+#include "tandem/error.h"
 
 namespace tandem::kernels::cpu {
 namespace {
@@ -16,7 +20,6 @@ constexpr auto f32 = memory::data_type::f32;
 
 struct PoolPrimitives {
   Pool2dShape shape;
-  int threads = 0;
   dnnl::pooling_forward forward;
   dnnl::pooling_backward backward;
   memory src_m, dst_m, workspace_m;
@@ -45,12 +48,35 @@ PoolPrimitives make_pool(const Pool2dShape& s) {
 
 PoolPrimitives& pool_primitives(const Pool2dShape& s) {
   thread_local std::vector<std::unique_ptr<PoolPrimitives>> cache;
-  int threads = num_threads();  // as for convolutions: a primitive's work split is fixed when made
   for (auto& entry : cache)
-    if (entry->shape == s && entry->threads == threads) return *entry;
+    if (entry->shape == s) return *entry;
   cache.push_back(std::make_unique<PoolPrimitives>(make_pool(s)));
-  cache.back()->threads = threads;
   return *cache.back();
+}
+
+Pool2dShape images(Pool2dShape s, int64_t n) {
+  s.n = n;
+  return s;
+}
+
+// Workspace bytes per image, from a one-image primitive.
+size_t workspace_per_image(const Pool2dShape& s) { return pool_primitives(images(s, 1)).workspace_bytes; }
+
+// Runs fn(primitives, first image, workspace offset) on each chunk of whole images.
+template <class F>
+void for_image_chunks(const Pool2dShape& s, const F& fn) {
+  double work = static_cast<double>(s.n * s.oh * s.ow * s.c * s.ph * s.pw);
+  int64_t chunks = core::split_chunks(s.n, work);
+  size_t per_image = chunks > 1 ? workspace_per_image(s) : 0;
+  core::parallel_for(chunks, work, [&](int64_t c) {
+    core::Range r = core::chunk_range(s.n, chunks, c);
+    if (r.begin == r.end) return;
+    PoolPrimitives& p = pool_primitives(images(s, r.end - r.begin));
+    if (chunks > 1 && p.workspace_bytes != per_image * static_cast<size_t>(r.end - r.begin))
+      fail("pooling: oneDNN's workspace for {} images is {} bytes, not {} per image", r.end - r.begin, p.workspace_bytes,
+           per_image);
+    fn(p, r.begin, per_image * static_cast<size_t>(r.begin));
+  });
 }
 
 }  // namespace
@@ -62,24 +88,33 @@ Pool2dShape pool2d_shape(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t
                      geometry.pad_right, geometry.oh, geometry.ow};
 }
 
-size_t pool2d_workspace_bytes(const Pool2dShape& s) { return pool_primitives(s).workspace_bytes; }
+// Room for the whole batch's primitive and for its chunks' image-by-image parts.
+size_t pool2d_workspace_bytes(const Pool2dShape& s) {
+  return std::max(pool_primitives(s).workspace_bytes, workspace_per_image(s) * static_cast<size_t>(s.n));
+}
 
 void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* workspace) {
-  PoolPrimitives& p = pool_primitives(s);
-  if (p.workspace_bytes > 0)
-    dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, x}, {DNNL_ARG_DST, &p.dst_m, y},
-                             {DNNL_ARG_WORKSPACE, &p.workspace_m, workspace}});
-  else
-    dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, x}, {DNNL_ARG_DST, &p.dst_m, y}});
+  for_image_chunks(s, [&](PoolPrimitives& p, int64_t first, size_t workspace_at) {
+    const float* xs = x + first * s.h * s.w * s.c;
+    float* ys = y + first * s.oh * s.ow * s.c;
+    if (p.workspace_bytes > 0)
+      dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, xs}, {DNNL_ARG_DST, &p.dst_m, ys},
+                               {DNNL_ARG_WORKSPACE, &p.workspace_m, static_cast<char*>(workspace) + workspace_at}});
+    else
+      dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, xs}, {DNNL_ARG_DST, &p.dst_m, ys}});
+  });
 }
 
 void pool2d_backward(const Pool2dShape& s, const float* dy, const void* workspace, float* dx) {
-  PoolPrimitives& p = pool_primitives(s);
-  if (p.workspace_bytes > 0)
-    dnnl_execute(p.backward, {{DNNL_ARG_DIFF_DST, &p.dst_m, dy}, {DNNL_ARG_DIFF_SRC, &p.src_m, dx},
-                              {DNNL_ARG_WORKSPACE, &p.workspace_m, workspace}});
-  else
-    dnnl_execute(p.backward, {{DNNL_ARG_DIFF_DST, &p.dst_m, dy}, {DNNL_ARG_DIFF_SRC, &p.src_m, dx}});
+  for_image_chunks(s, [&](PoolPrimitives& p, int64_t first, size_t workspace_at) {
+    const float* dys = dy + first * s.oh * s.ow * s.c;
+    float* dxs = dx + first * s.h * s.w * s.c;
+    if (p.workspace_bytes > 0)
+      dnnl_execute(p.backward, {{DNNL_ARG_DIFF_DST, &p.dst_m, dys}, {DNNL_ARG_DIFF_SRC, &p.src_m, dxs},
+                                {DNNL_ARG_WORKSPACE, &p.workspace_m, static_cast<const char*>(workspace) + workspace_at}});
+    else
+      dnnl_execute(p.backward, {{DNNL_ARG_DIFF_DST, &p.dst_m, dys}, {DNNL_ARG_DIFF_SRC, &p.src_m, dxs}});
+  });
 }
 
 }  // namespace tandem::kernels::cpu
