@@ -124,9 +124,12 @@ Pool& thread_pool() {
 
 int64_t split_chunks(int64_t units, double work, int64_t granule) {
   if (units <= 0) return 1;
-  int64_t by_work = static_cast<int64_t>(work / kMinChunkWork);
+  auto few = std::min(kFewChunks, static_cast<int64_t>(work / kMinChunkWork));
+  auto many = std::min(kMaxChunks, static_cast<int64_t>(work / kLargeChunkWork));
   int64_t by_units = (units + granule - 1) / granule;
-  return std::clamp<int64_t>(std::min(by_work, by_units), 1, kMaxChunks);
+  int64_t chunks = std::clamp<int64_t>(std::min(std::max(few, many), by_units), 1, kMaxChunks);
+  // 1, 2 or a multiple of 4, so that 2 and 4 threads share the chunks evenly.
+  return chunks >= 4 ? chunks / 4 * 4 : std::min<int64_t>(chunks, 2);
 }
 
 Range chunk_range(int64_t units, int64_t chunks, int64_t c, int64_t granule) {

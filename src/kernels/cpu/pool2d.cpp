@@ -65,7 +65,9 @@ size_t workspace_per_image(const Pool2dShape& s) { return pool_primitives(images
 // Runs fn(primitives, first image, workspace offset) on each chunk of whole images.
 template <class F>
 void for_image_chunks(const Pool2dShape& s, const F& fn) {
-  double work = static_cast<double>(s.n * s.oh * s.ow * s.c * s.ph * s.pw);
+  // In the chunk and thread thresholds' units (GEMM operations): oneDNN's AVX2 max pooling measured
+  // ~3.5 ns per window element on one core, about what 32 GEMM operations take.
+  double work = 32.0 * static_cast<double>(s.n * s.oh * s.ow * s.c * s.ph * s.pw);
   int64_t chunks = core::split_chunks(s.n, work);
   size_t per_image = chunks > 1 ? workspace_per_image(s) : 0;
   core::parallel_for(chunks, work, [&](int64_t c) {
