@@ -13,6 +13,7 @@
 
 #include "tandem/io.h"
 #include "tandem/random.h"
+#include "tandem/runtime.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -216,6 +217,33 @@ TEST(Cli, BadStrategiesAreNamed) {
   r = run({"fit", "--strategy", "mirrored:x"}, dir);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("the replica count \"x\" is not a number"), std::string::npos) << r.output;
+  r = run({"fit", "--strategy", "mirrored:9999"}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("the replica count \"9999\" is not a number from 1 to 1024"), std::string::npos) << r.output;
+  r = run({"fit", "--threads", "1025"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("1024"), std::string::npos) << r.output;
+}
+
+// --verbose 2 says how many threads and why; asking for more than the usable cores is noted,
+// and training still runs (at most the usable cores at once).
+TEST(Cli, VerboseTwoPrintsTheThreadChoiceAndTooManyThreadsStillTrain) {
+  testing::TempDir dir;
+  make_mnist(dir.file("mnist"), 300, 100);
+  Outcome r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--threads", "64", "--checkpoint-dir", "", "--log-dir", "",
+                   "--verbose", "2"},
+                  dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("threads: ceiling set to 64"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("usable core"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("free of other processes now"), std::string::npos) << r.output;
+  if (usable_cores() < 64) EXPECT_NE(r.output.find("note: --threads 64 exceeds the"), std::string::npos) << r.output;
+  r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--batch-size", "32", "--strategy", "mirrored:64", "--checkpoint-dir",
+           "", "--log-dir", "", "--verbose", "2"},
+          dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("strategy mirrored:64: 64 replicas × 1 intra-op thread"), std::string::npos) << r.output;
+  if (usable_cores() < 64) EXPECT_NE(r.output.find("they take turns"), std::string::npos) << r.output;
 }
 
 TEST(Cli, FitUnderMirroredStrategyReportsIt) {

@@ -3,6 +3,7 @@
 // and a failing replica stopping the step with one error.
 #include "tandem/distribute/strategy.h"
 #include "tandem/model.h"
+#include "tandem/runtime.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -151,6 +152,21 @@ TEST(MirroredStrategy, AllReduceDuringBackwardMatchesTheDefaultStrategy) {
       EXPECT_EQ(mine[i]->value.to_vector(), b[i]->value.to_vector()) << a[i]->name;
     }
   }
+}
+
+// More replicas than cores time-share them, waiting without spinning, and still train as the
+// default strategy does; absurd counts are refused naming the limit.
+TEST(MirroredStrategy, MoreReplicasThanCoresTrainAsTheDefaultAndAbsurdCountsAreRefused) {
+  expect_same_training(dense_model, blobs(98, Shape{6}), 16);
+  for (int bad : {kMaxThreads + 1, 100000}) {
+    try {
+      distribute::MirroredStrategy s(bad);
+      ADD_FAILURE() << bad << " replicas accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("from 1 to 1024"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(distribute::MirroredStrategy(2, kMaxThreads + 1), Error);
 }
 
 TEST(MirroredStrategy, VariablesAreIdenticalAfterEveryStep) {
