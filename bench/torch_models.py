@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """The peer: PyTorch training the same reference models, same batch, same data shape.
 
-Usage: /usr/bin/python3 bench/torch_models.py WORKLOAD THREADS [SECONDS]
+Usage: /usr/bin/python3 bench/torch_models.py WORKLOAD THREADS [SECONDS]   (THREADS 0: PyTorch's default)
 Prints one JSON line like bench_models. Run one workload per process (peak RSS is per process).
 """
 import json
@@ -38,7 +38,8 @@ def main():
     name, threads = sys.argv[1], int(sys.argv[2])
     seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 6.0
     kind, batch = workloads[name]
-    torch.set_num_threads(threads)
+    if threads > 0:
+        torch.set_num_threads(threads)
     torch.manual_seed(0)
     n = 60000
     x = torch.rand(n, 1, 28, 28) if kind == "cnn" else torch.rand(n, 784)

@@ -2,6 +2,8 @@
 // Which cores are ours: the affinity mask and cgroup quota (fixed), and how many of them other
 // processes leave free (sampled). Read by the intra-op pool and the replica hand-offs to decide
 // how many threads run and whether a waiting thread may spin.
+#include <sched.h>
+
 #include <chrono>
 
 namespace tandem::core {
@@ -24,12 +26,21 @@ int free_cores();
 // time slice: a sleep costs a wake-up (tens of µs), a spin on a taken core costs the core.
 std::chrono::nanoseconds spin_allowance(int threads);
 inline constexpr std::chrono::microseconds kSpinAllowance{200};
+inline constexpr int kYieldsBeforeSleeping = 16;
 
 // Spins while `ready()` is false for at most `allowance`; true once it holds (the caller then
-// sleeps on its own condition).
+// sleeps on its own condition). With no allowance (the cores are not all free) it yields the core
+// a few times instead: when the thread it waits for is runnable on this core, that hands it over
+// without a sleep and a wake-up; when nothing else is, it costs a few system calls.
 template <class Ready>
 bool spin_until(std::chrono::nanoseconds allowance, const Ready& ready) {
-  if (allowance.count() == 0) return ready();
+  if (allowance.count() == 0) {
+    for (int i = 0; i < kYieldsBeforeSleeping; ++i) {
+      if (ready()) return true;
+      sched_yield();
+    }
+    return ready();
+  }
   auto until = std::chrono::steady_clock::now() + allowance;
   for (int i = 1;; ++i) {
     if (ready()) return true;
