@@ -10,7 +10,9 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/cpu/kernels.h"
+#include <dnnl.h>
+#include <omp.h>
+
 #include "tandem/distribute/strategy.h"
 #include "tandem/tandem.h"
 
@@ -48,8 +50,9 @@ std::unique_ptr<Sequential> make_model(const std::string& model) {
   return m;
 }
 
-// Samples/s of the model's matrix products alone: per dense layer forward, dW and (but for the
-// first layer) dX. For the CNN, its dense layers plus the convolution as an im2col GEMM.
+// Samples/s of the model's matrix products alone, through oneDNN's sgemm on one thread (not
+// Tandem's chunked gemm): per dense layer forward, dW and (but for the first layer) dX. For the
+// CNN, its dense layers plus the convolution as an im2col GEMM.
 double gemm_floor(const std::string& model, int64_t b, double seconds) {
   std::vector<std::array<int64_t, 3>> layers;  // (in, out, needs dX)
   if (model == "mlp") layers = {{784, 128, 0}, {128, 10, 1}};
@@ -64,16 +67,19 @@ double gemm_floor(const std::string& model, int64_t b, double seconds) {
   // CNN: conv as GEMM (b·26·26, 9) × (9, 32) forward and dW (dX of the input is not needed).
   int64_t conv_m = b * 26 * 26;
   std::vector<float> cx(static_cast<size_t>(conv_m * 9), 0.5f), cw(9 * 32, 0.1f), cy(static_cast<size_t>(conv_m * 32));
+  omp_set_num_threads(1);
+  auto gemm = [](char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* bm, int64_t ldb,
+                 float* c, int64_t ldc) { dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, bm, ldb, 0.0f, c, ldc); };
   auto step = [&] {
     for (size_t i = 0; i < layers.size(); ++i) {
       auto [in, out, dx] = layers[i];
-      kernels::cpu::gemm(false, false, b, out, in, 1.0f, x[i].data(), in, w[i].data(), out, 0.0f, y[i].data(), out);
-      kernels::cpu::gemm(true, false, in, out, b, 1.0f, x[i].data(), in, y[i].data(), out, 0.0f, w[i].data(), out);
-      if (dx) kernels::cpu::gemm(false, true, b, in, out, 1.0f, y[i].data(), out, w[i].data(), out, 0.0f, x[i].data(), in);
+      gemm('N', 'N', b, out, in, x[i].data(), in, w[i].data(), out, y[i].data(), out);
+      gemm('T', 'N', in, out, b, x[i].data(), in, y[i].data(), out, w[i].data(), out);
+      if (dx) gemm('N', 'T', b, in, out, y[i].data(), out, w[i].data(), out, x[i].data(), in);
     }
     if (model == "cnn") {
-      kernels::cpu::gemm(false, false, conv_m, 32, 9, 1.0f, cx.data(), 9, cw.data(), 32, 0.0f, cy.data(), 32);
-      kernels::cpu::gemm(true, false, 9, 32, conv_m, 1.0f, cx.data(), 9, cy.data(), 32, 0.0f, cw.data(), 32);
+      gemm('N', 'N', conv_m, 32, 9, cx.data(), 9, cw.data(), 32, cy.data(), 32);
+      gemm('T', 'N', 9, 32, conv_m, cx.data(), 9, cy.data(), 32, cw.data(), 32);
     }
   };
   for (int i = 0; i < 5; ++i) step();

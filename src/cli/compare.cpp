@@ -148,7 +148,7 @@ void run_compare(const CompareFlags& f) {
     if (r.replicas > cores)
       why = fmt::format("{} replicas share {} cores, so they take turns instead of running side by side", r.replicas, cores);
     else if (r.strategy.find("deterministic") != std::string::npos)
-      why = "deterministic mode computes small fixed micro-batches on one thread per replica and gathers every micro-batch's "
+      why = "deterministic mode computes small fixed micro-batches one at a time and gathers every micro-batch's "
             "gradients; it buys bitwise reproducibility, not speed";
     else if (per_replica < 128)
       why = fmt::format("each replica gets only {} rows of the global batch of {}, too little work to hide the per-step "

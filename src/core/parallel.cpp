@@ -27,30 +27,24 @@ namespace {
 
 thread_local bool inside_job = false;  // a chunk that runs an op runs it on its own thread, inline
 
-// The calling thread's oneDNN and OpenMP run one thread; parallelism is the pool's.
-void single_threaded_openmp() {
-  thread_local bool done = [] {
-    omp_set_num_threads(1);
-    return true;
-  }();
-  (void)done;
-}
-
 class Pool {
  public:
   ~Pool() {
     stopping_.store(true);
     generation_.fetch_add(1);
     generation_.notify_all();
-    for (auto& t : helpers_) t.join();
+    for (auto& h : helpers_) h->thread.join();
   }
 
-  // Runs the job on the caller and `helpers` helpers.
+  // Runs the job on the caller and helpers 0 .. `helpers`-1.
   void run(int helpers, int64_t chunks, ChunkFn fn, const void* context) {
     while (static_cast<int>(helpers_.size()) < helpers) {
-      int index = static_cast<int>(helpers_.size());
+      auto helper = std::make_unique<Helper>();
+      Helper* h = helper.get();
       uint32_t now = generation_.load();  // the helper's first job is the next generation
-      helpers_.emplace_back([this, index, now] { helper_loop(index, now); });
+      helpers_.push_back(std::move(helper));
+      helper_count_.store(static_cast<int>(helpers_.size()), std::memory_order_relaxed);
+      h->thread = std::thread([this, h, now] { helper_loop(*h, now); });
     }
     fn_ = fn;
     context_ = context;
@@ -58,8 +52,11 @@ class Pool {
     next_.store(0, std::memory_order_relaxed);
     done_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
-    participants_.store(helpers, std::memory_order_relaxed);
-    generation_.fetch_add(1);  // seq_cst: a helper about to sleep either sees it or is counted in sleepers_
+    // A helper works on a generation only when assigned it: one that wakes late and sees a newer
+    // generation than it was assigned never counts itself done twice.
+    uint32_t job = generation_.load(std::memory_order_relaxed) + 1;
+    for (int i = 0; i < helpers; ++i) helpers_[static_cast<size_t>(i)]->assigned.store(job, std::memory_order_relaxed);
+    generation_.store(job);  // seq_cst, publishing the above: a helper about to sleep sees it or is in sleepers_
     if (sleepers_.load() > 0) generation_.notify_all();
     work();
     auto all_done = [&] { return done_.load(std::memory_order_acquire) == helpers; };
@@ -72,6 +69,11 @@ class Pool {
   }
 
  private:
+  struct Helper {
+    std::thread thread;
+    std::atomic<uint32_t> assigned{0};  // the generation this helper is to work on
+  };
+
   void work() {
     for (int64_t c; (c = next_.fetch_add(1, std::memory_order_relaxed)) < chunks_;) {
       try {
@@ -83,29 +85,28 @@ class Pool {
     }
   }
 
-  void helper_loop(int index, uint32_t seen) {
+  void helper_loop(Helper& self, uint32_t seen) {
     single_threaded_openmp();
     inside_job = true;
     for (;;) {
       auto started = [&] { return generation_.load(std::memory_order_acquire) != seen; };
-      if (!spin_until(spin_allowance(participants_.load(std::memory_order_relaxed) + 1), started)) {
+      if (!spin_until(spin_allowance(helper_count_.load(std::memory_order_relaxed) + 1), started)) {
         sleepers_.fetch_add(1);
         if (generation_.load() == seen) generation_.wait(seen);
         sleepers_.fetch_sub(1);
       }
       seen = generation_.load(std::memory_order_acquire);
       if (stopping_.load()) return;
-      if (index >= participants_.load(std::memory_order_relaxed)) continue;
-      single_threaded_openmp();
+      if (self.assigned.load(std::memory_order_relaxed) != seen) continue;
       work();
       done_.fetch_add(1);  // seq_cst: either the caller sees it or we see it sleeping
       if (caller_sleeping_.load()) done_.notify_one();
     }
   }
 
-  std::vector<std::thread> helpers_;
+  std::vector<std::unique_ptr<Helper>> helpers_;
   std::atomic<uint32_t> generation_{0};
-  std::atomic<int> participants_{0}, done_{0}, sleepers_{0};
+  std::atomic<int> done_{0}, sleepers_{0}, helper_count_{0};
   std::atomic<bool> caller_sleeping_{false}, stopping_{false};
   std::atomic<int64_t> next_{0};
   ChunkFn fn_ = nullptr;
@@ -121,6 +122,14 @@ Pool& thread_pool() {
 }
 
 }  // namespace
+
+void single_threaded_openmp() {
+  thread_local bool done = [] {
+    omp_set_num_threads(1);
+    return true;
+  }();
+  (void)done;
+}
 
 int64_t split_chunks(int64_t units, double work, int64_t granule) {
   if (units <= 0) return 1;

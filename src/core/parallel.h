@@ -39,6 +39,11 @@ void parallel_for(int64_t chunks, double work, const F& f) {
   run_chunks(chunks, work, [](const void* context, int64_t c) { (*static_cast<const F*>(context))(c); }, &f);
 }
 
+// Sets the calling thread's OpenMP (and so oneDNN) to one thread, once: parallelism is the
+// pool's. Called before a oneDNN primitive is made or run (one made at more threads would open
+// an OpenMP team of its own).
+void single_threaded_openmp();
+
 // The threads run_chunks would use for this work now (for tests and tandem fit --verbose 2).
 int threads_for(int64_t chunks, double work);
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -224,6 +225,17 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move
       if (CPU_ISSET(c, &mask)) cpus.push_back(c);
   bool pin = !cpus.empty() && workers_->busy_threads <= static_cast<int>(cpus.size()) && workers_->busy_threads <= cores;
   for (int r = 1; r < replicas_; ++r) {
+    try {
+      start_replica_thread(r, pin, cpus);
+    } catch (const std::system_error& e) {  // out of threads: stop the ones started, then say so
+      stop_workers();
+      fail("MirroredStrategy: could not start the thread of replica {} of {}: {}", r, replicas_, e.what());
+    }
+  }
+}
+
+void MirroredStrategy::start_replica_thread(int r, bool pin, const std::vector<int>& cpus) {
+  {
     workers_->threads.emplace_back([this, r, pin, cpus] {
       if (pin) {  // replica r on its own cores of the mask
         cpu_set_t set;
@@ -252,14 +264,17 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move
   }
 }
 
-MirroredStrategy::~MirroredStrategy() {
+void MirroredStrategy::stop_workers() {
   {
     std::lock_guard lock(workers_->mutex);
     workers_->stopping.store(true, std::memory_order_release);
   }
   workers_->wake.notify_all();
   for (auto& t : workers_->threads) t.join();
+  workers_->threads.clear();
 }
+
+MirroredStrategy::~MirroredStrategy() { stop_workers(); }
 
 std::string MirroredStrategy::name() const {
   return fmt::format("mirrored:{}{}", replicas_, options_.deterministic ? ":deterministic" : "");

@@ -1,6 +1,7 @@
 // The `tandem` command as a user runs it: flags, errors, and a fit killed with SIGKILL that,
 // run again, resumes from its backup and ends with the weights of an uninterrupted run.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,9 +22,10 @@ namespace {
 
 // Runs the CLI with `args` in the directory of `log` (so that defaults such as ./data and
 // ./checkpoints resolve there), without $TANDEM_DATA; returns the child's pid.
-pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+pid_t spawn(const std::vector<std::string>& args, const std::string& log, void (*in_child)() = nullptr) {
   pid_t pid = fork();
   if (pid == 0) {
+    if (in_child) in_child();  // what a launcher would set: an affinity mask, an environment
     if (chdir(std::filesystem::path(log).parent_path().c_str()) != 0) _exit(126);
     unsetenv("TANDEM_DATA");
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -48,9 +50,9 @@ struct Outcome {
   int code;
   std::string output;
 };
-Outcome run(const std::vector<std::string>& args, const testing::TempDir& dir) {
+Outcome run(const std::vector<std::string>& args, const testing::TempDir& dir, void (*in_child)() = nullptr) {
   std::string log = dir.file("out.log");
-  int code = wait_exit(spawn(args, log));
+  int code = wait_exit(spawn(args, log, in_child));
   return {code, io::read_file(log)};
 }
 
@@ -223,6 +225,28 @@ TEST(Cli, BadStrategiesAreNamed) {
   r = run({"fit", "--threads", "1025"}, dir);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("1024"), std::string::npos) << r.output;
+}
+
+// A launcher's binding (taskset, mpirun) and OMP_NUM_THREADS set the threads.
+TEST(Cli, TheAffinityMaskAndOmpNumThreadsAreRespected) {
+  testing::TempDir dir;
+  make_mnist(dir.file("mnist"), 300, 100);
+  std::vector<std::string> fit = {"fit", "--data-dir", dir.path(), "--epochs", "1", "--checkpoint-dir", "", "--log-dir", "", "--verbose", "2"};
+  Outcome r = run(fit, dir, [] {
+    cpu_set_t mask;
+    sched_getaffinity(0, sizeof mask, &mask);
+    int first = 0;
+    while (!CPU_ISSET(first, &mask)) ++first;
+    CPU_ZERO(&mask);
+    CPU_SET(first, &mask);
+    sched_setaffinity(0, sizeof mask, &mask);
+  });
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("threads: ceiling automatic: 1, one per usable core; 1 usable core ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 in the affinity mask"), std::string::npos) << r.output;
+  r = run(fit, dir, [] { setenv("OMP_NUM_THREADS", "3", 1); });
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("threads: ceiling 3 from OMP_NUM_THREADS"), std::string::npos) << r.output;
 }
 
 // --verbose 2 says how many threads and why; asking for more than the usable cores is noted,

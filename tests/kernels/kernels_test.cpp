@@ -1,5 +1,6 @@
 // Fast kernels against the naive references at sizes where blocking and vector paths engage.
 #include <array>
+#include <filesystem>
 #include <thread>
 
 #include "kernels/cpu/kernels.h"
@@ -189,6 +190,30 @@ TEST(Kernels, BitsDoNotDependOnTheThreadCount) {
     fresh = run();
   }).join();
   EXPECT_EQ(fresh, one);
+}
+
+int process_threads() {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) n += entry.is_directory() ? 1 : 0;
+  return n;
+}
+
+// At one thread no other thread is started: oneDNN never opens an OpenMP team of its own (a
+// primitive made at more threads would, and its waits would spin on shared cores).
+TEST(Runtime, OneThreadStartsNoOtherThread) {
+  int before = process_threads(), during = 0;
+  std::thread([&] {
+    set_num_threads(1);
+    Tensor x = testing::random_tensor({16, 12, 12, 3}, 1), kernel = testing::random_tensor({3, 3, 3, 8}, 2);
+    GradientTape tape;
+    tape.watch(kernel);
+    tape.watch(x);
+    Tensor y = ops::max_pool2d(ops::conv2d(x, kernel, Tensor(), 1, 1, Padding::Same), 2, 2, 2, 2, Padding::Valid);
+    Tensor p = ops::matmul(testing::random_tensor({64, 300}, 3), testing::random_tensor({300, 200}, 4));
+    tape.gradient(ops::add(ops::sum(y), ops::sum(p)), std::vector<Tensor>{kernel, x});
+    during = process_threads();
+  }).join();
+  EXPECT_EQ(during, before + 1) << "threads other than the one running the ops were started";
 }
 
 TEST(Runtime, ThreadCountsOutsideTheLimitAreRefusedNamingIt) {

@@ -38,8 +38,7 @@ class BusyProcess {
     if (pid_ == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       alarm(300);
-      for (volatile uint64_t i = 0;; i = i + 1) {
-      }
+      for (uint64_t i = 0;; ++i) asm volatile("" : : "r"(i));  // kept: the compiler may not drop the loop
     }
     usleep(100 * 1000);  // let it reach the run queue
   }

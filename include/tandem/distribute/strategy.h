@@ -213,6 +213,8 @@ class MirroredStrategy : public Strategy {
   void run_replica(int r, const std::function<void(int)>& job);  // errors kept, the others told
   struct Workers;
   MirroredOptions options_;
+  void start_replica_thread(int r, bool pin, const std::vector<int>& cpus);
+  void stop_workers();
   int replicas_, threads_per_replica_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Workers> workers_;
