@@ -13,16 +13,17 @@
 namespace tandem {
 namespace {
 
+// One product cut into no chunks, and two cut into several (by rows, by columns).
 TEST(Gemm, AllTransposesMatchNaive) {
-  const int64_t m = 37, k = 129, n = 65;
-  for (bool ta : {false, true})
-    for (bool tb : {false, true}) {
-      Tensor a = testing::random_tensor(ta ? Shape{k, m} : Shape{m, k}, 1);
-      Tensor b = testing::random_tensor(tb ? Shape{n, k} : Shape{k, n}, 2);
-      Tensor c = ops::matmul(a, b, ta, tb);
-      auto ref = reference::matmul(testing::to_double(a), testing::to_double(b), m, k, n, ta, tb);
-      EXPECT_TRUE(testing::all_close(c, ref, 1e-4, 1e-4)) << "ta=" << ta << " tb=" << tb;
-    }
+  for (auto [m, k, n] : {std::array<int64_t, 3>{37, 129, 65}, std::array<int64_t, 3>{301, 171, 67}, std::array<int64_t, 3>{23, 171, 389}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        Tensor a = testing::random_tensor(ta ? Shape{k, m} : Shape{m, k}, 1);
+        Tensor b = testing::random_tensor(tb ? Shape{n, k} : Shape{k, n}, 2);
+        Tensor c = ops::matmul(a, b, ta, tb);
+        auto ref = reference::matmul(testing::to_double(a), testing::to_double(b), m, k, n, ta, tb);
+        EXPECT_TRUE(testing::all_close(c, ref, 1e-4, 1e-4)) << m << "x" << k << "x" << n << " ta=" << ta << " tb=" << tb;
+      }
 }
 
 TEST(Conv2d, LargerShapesMatchNaive) {
@@ -87,19 +88,6 @@ TEST(Optimizers, RmspropAndAdagradMatchTheFormulas) {
   kernels::cpu::adagrad_update(w2.data(), g.data(), acc.data(), 1, 0.01f, 1e-7f);
   EXPECT_NEAR(acc[0], 0.35, 1e-7);
   EXPECT_NEAR(w2[0], 1.0 - 0.01 * 0.5 / (std::sqrt(0.35) + 1e-7), 1e-6);
-}
-
-// Shapes large enough that the kernels cut them into several chunks (core::split_chunks).
-TEST(Gemm, ChunkedByRowsAndByColumnsMatchesNaive) {
-  for (auto [m, k, n] : {std::array<int64_t, 3>{301, 171, 67}, std::array<int64_t, 3>{23, 171, 389}})
-    for (bool ta : {false, true})
-      for (bool tb : {false, true}) {
-        Tensor a = testing::random_tensor(ta ? Shape{k, m} : Shape{m, k}, 1);
-        Tensor b = testing::random_tensor(tb ? Shape{n, k} : Shape{k, n}, 2);
-        Tensor c = ops::matmul(a, b, ta, tb);
-        auto ref = reference::matmul(testing::to_double(a), testing::to_double(b), m, k, n, ta, tb);
-        EXPECT_TRUE(testing::all_close(c, ref, 1e-4, 1e-4)) << m << "x" << k << "x" << n << " ta=" << ta << " tb=" << tb;
-      }
 }
 
 // The convolution's and pooling's chunks (whole images) against the same kernels run image by

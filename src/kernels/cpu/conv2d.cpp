@@ -152,35 +152,35 @@ Conv2dShape images(Conv2dShape s, core::Range r) {
   return s;
 }
 
-}  // namespace
-
-void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y) {
+// Runs fn(primitives, chunk's images, call) on each chunk with images; the call number lets a
+// thread's chunks reorder the kernel once.
+template <class F>
+void for_image_chunks(const Conv2dShape& s, const F& fn) {
   ImageChunks chunks = image_chunks(s);
-  int64_t in_image = s.h * s.w * s.c, out_image = s.oh * s.ow * s.f;
   uint64_t call = next_call();
   core::parallel_for(chunks.count, chunks.work, [&](int64_t c) {
     core::Range r = chunks.range(c, s.n);
-    if (r.begin == r.end) return;
-    ConvPrimitives& p = conv_primitives(images(s, r));
-    dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, x + r.begin * in_image},
+    if (r.begin < r.end) fn(conv_primitives(images(s, r)), r.begin, call);
+  });
+}
+
+}  // namespace
+
+void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y) {
+  for_image_chunks(s, [&](ConvPrimitives& p, int64_t first, uint64_t call) {
+    dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, x + first * s.h * s.w * s.c},
                              {DNNL_ARG_WEIGHTS, &p.fwd_weights_m, to_primitive_layout(p.forward_weights, kernel, call)},
                              {DNNL_ARG_BIAS, &p.bias_m, bias != nullptr ? bias : p.zero_bias.data()},
-                             {DNNL_ARG_DST, &p.dst_m, y + r.begin * out_image}});
+                             {DNNL_ARG_DST, &p.dst_m, y + first * s.oh * s.ow * s.f}});
   });
 }
 
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* kernel, float* dx) {
-  ImageChunks chunks = image_chunks(s);
-  int64_t in_image = s.h * s.w * s.c, out_image = s.oh * s.ow * s.f;
-  uint64_t call = next_call();
-  core::parallel_for(chunks.count, chunks.work, [&](int64_t c) {
-    core::Range r = chunks.range(c, s.n);
-    if (r.begin == r.end) return;
-    ConvPrimitives& p = conv_primitives(images(s, r));
+  for_image_chunks(s, [&](ConvPrimitives& p, int64_t first, uint64_t call) {
     dnnl_execute(p.backward_data,
-                 {{DNNL_ARG_DIFF_DST, &p.dst_m, dy + r.begin * out_image},
+                 {{DNNL_ARG_DIFF_DST, &p.dst_m, dy + first * s.oh * s.ow * s.f},
                   {DNNL_ARG_WEIGHTS, &p.bwd_data_weights_m, to_primitive_layout(p.backward_data_weights, kernel, call)},
-                  {DNNL_ARG_DIFF_SRC, &p.src_m, dx + r.begin * in_image}});
+                  {DNNL_ARG_DIFF_SRC, &p.src_m, dx + first * s.h * s.w * s.c}});
   });
 }
 
