@@ -18,7 +18,8 @@ inline constexpr double kMinChunkWork = 1.0e6;
 inline constexpr double kLargeChunkWork = 4.0e6;
 inline constexpr int64_t kFewChunks = 4;
 inline constexpr int64_t kMaxChunks = 16;
-// The least work that pays for one more thread: about what a hand-off to a helper costs.
+// The least work per thread that pays for one more (~10 µs on one core: several hand-offs to a
+// spinning helper; measured: 2.5 MFLOP products ran 1.7x faster on 2 threads than on 1).
 inline constexpr double kMinWorkPerThread = 1.0e6;
 
 // How many chunks to cut `units` (rows, columns, images) holding `work` operations into (see the
