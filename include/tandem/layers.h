@@ -262,6 +262,7 @@ class Activation : public Layer {
   std::string type() const override { return "Activation"; }
   std::string default_name() const override { return "activation"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  tandem::Activation activation() const { return activation_; }
 
  private:
   Shape do_build(const Shape& input_shape, uint64_t seed) override { return input_shape; }

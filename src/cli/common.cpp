@@ -142,9 +142,13 @@ ModelSpec make_model(const std::string& name, uint64_t seed, distribute::Strateg
     m.add(Dense(10, "sigmoid"));
   } else {
     spec.model = model_from_json(name, seed);
-    const auto& last = spec.model->layers().back();
-    auto* dense = dynamic_cast<Dense*>(last.get());
-    if (!dense || dense->activation() != tandem::Activation::Softmax) spec.loss = Loss::sparse_categorical_crossentropy(true);
+    // Logits when the model ends without an activation, probabilities otherwise, however the
+    // activation is spelled: Dense(10, "softmax") or Dense(10) then Activation("softmax").
+    const Layer* last = spec.model->layers().back().get();
+    tandem::Activation output = tandem::Activation::Linear;
+    if (const auto* dense = dynamic_cast<const Dense*>(last)) output = dense->activation();
+    if (const auto* activation = dynamic_cast<const layers::Activation*>(last)) output = activation->activation();
+    if (output == tandem::Activation::Linear) spec.loss = Loss::sparse_categorical_crossentropy(true);
   }
   return spec;
 }

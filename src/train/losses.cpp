@@ -47,17 +47,19 @@ void Loss::check_targets(const Tensor& y_true, const Shape& out) const {
 
 Tensor Loss::per_sample(const Tensor& y_true, const Tensor& y_pred) const {
   // A probability output that came from softmax is scored through its logits: same value,
-  // stable gradient (what Keras does for a softmax output layer).
+  // stable gradient (what Keras does for a softmax output layer). So is one given to a loss
+  // told from_logits: a second softmax over probabilities is never what was meant (Keras warns
+  // and applies it; the loss then barely falls).
   const Tensor& logits = y_pred.impl()->softmax_logits;
   switch (kind_) {
     case Kind::SparseCategoricalCrossentropy:
-      if (from_logits_) return ops::sparse_softmax_cross_entropy(y_pred, y_true);
       if (logits.defined()) return ops::sparse_softmax_cross_entropy(logits, y_true);
+      if (from_logits_) return ops::sparse_softmax_cross_entropy(y_pred, y_true);
       // softmax(log p) = p / Σp: Keras' renormalization of probabilities, then -log p[label].
       return ops::sparse_softmax_cross_entropy(ops::log(ops::clip(y_pred, kEpsilon, 1.0f - kEpsilon)), y_true);
     case Kind::CategoricalCrossentropy:
-      if (from_logits_) return ops::softmax_cross_entropy(y_pred, y_true);
       if (logits.defined()) return ops::softmax_cross_entropy(logits, y_true);
+      if (from_logits_) return ops::softmax_cross_entropy(y_pred, y_true);
       return ops::softmax_cross_entropy(ops::log(ops::clip(y_pred, kEpsilon, 1.0f - kEpsilon)), y_true);
     case Kind::BinaryCrossentropy:
       return ops::binary_cross_entropy(y_pred, y_true, from_logits_);

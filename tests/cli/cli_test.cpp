@@ -125,6 +125,30 @@ TEST(Cli, SummaryAndJsonModels) {
   EXPECT_NE(r.output.find("unknown activation \"relu6\""), std::string::npos) << r.output;
 }
 
+// Issue 11, item 1: a model file whose softmax is a layer of its own trains as the one with the
+// softmax inside the Dense (before, the CLI chose a from-logits loss for it: softmax twice, loss
+// 1.59 against 0.31 after an epoch of MNIST).
+TEST(Cli, ASoftmaxLayerOfItsOwnIsAppliedOnce) {
+  testing::TempDir dir;
+  make_mnist(dir.file("mnist"), 600, 100);
+  std::ofstream(dir.file("inside.json")) << R"({"class_name": "Sequential", "config": {"name": "m", "layers": [
+      {"class_name": "Dense", "config": {"units": 16, "activation": "relu", "batch_input_shape": [null, 784]}},
+      {"class_name": "Dense", "config": {"units": 10, "activation": "softmax"}}]}})";
+  std::ofstream(dir.file("own.json")) << R"({"class_name": "Sequential", "config": {"name": "m", "layers": [
+      {"class_name": "Dense", "config": {"units": 16, "activation": "relu", "batch_input_shape": [null, 784]}},
+      {"class_name": "Dense", "config": {"units": 10, "activation": "linear"}},
+      {"class_name": "Activation", "config": {"activation": "softmax"}}]}})";
+  std::vector<double> losses;
+  for (const char* model : {"inside.json", "own.json"}) {
+    Outcome r = run({"fit", "--model", dir.file(model), "--data-dir", dir.path(), "--epochs", "2", "--threads", "1", "--checkpoint-dir",
+                     "", "--log-dir", "", "--report", dir.file("r.json"), "--verbose", "0"},
+                    dir);
+    ASSERT_EQ(r.code, 0) << r.output;
+    losses.push_back(nlohmann::json::parse(io::read_file(dir.file("r.json")))["final_training_loss"].get<double>());
+  }
+  EXPECT_NEAR(losses[1], losses[0], 1e-4);
+}
+
 std::vector<std::pair<std::string, std::vector<float>>> final_state(const std::string& path) {
   std::vector<std::pair<std::string, std::vector<float>>> out;
   for (auto& [name, t] : io::load_safetensors(path).tensors) out.emplace_back(name, t.astype(DType::Float32).to_vector());

@@ -38,6 +38,49 @@ std::unique_ptr<Sequential> reference_mlp(int64_t features, uint64_t seed = 0) {
   return model;
 }
 
+// Issue 11, item 1: a softmax in a layer of its own is the same model as one inside the Dense,
+// whether the loss is told it gets probabilities or (by mistake) logits: one softmax, the same
+// loss and the same gradients. Before, a loss told from_logits applied a second softmax.
+TEST(Training, SoftmaxSpelledAsItsOwnLayerTrainsAsInsideTheDense) {
+  Blobs data = make_blobs(200, 16, 3);
+  auto make = [](bool own_layer, bool from_logits) {
+    auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 4});
+    m->add(Dense(32, "relu", {.input_shape = Shape{16}}));
+    if (own_layer) {
+      m->add(Dense(10));
+      m->add(layers::Activation("softmax"));
+    } else {
+      m->add(Dense(10, "softmax"));
+    }
+    m->compile(optimizers::SGD(0.1f), Loss::sparse_categorical_crossentropy(from_logits), {"accuracy"});
+    return m;
+  };
+  auto reference = make(false, false);
+  Tensor x = data.x.slice(0, 50), y = data.y.slice(0, 50);
+  auto loss_and_gradients = [&](Sequential& m) {
+    GradientTape tape;
+    Tensor loss = ops::mean(m.loss().per_sample(y, m(x, false)));
+    std::vector<Variable*> vars = m.trainable_variables();
+    std::vector<std::vector<float>> out{loss.to_vector()};
+    for (const Tensor& g : tape.gradient(loss, vars)) out.push_back(g.to_vector());
+    return out;
+  };
+  auto expected = loss_and_gradients(*reference);
+  for (bool from_logits : {false, true}) {
+    auto model = make(true, from_logits);
+    auto got = loss_and_gradients(*model);
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      std::vector<double> ref(expected[i].begin(), expected[i].end());
+      EXPECT_TRUE(testing::all_close(std::vector<double>(got[i].begin(), got[i].end()), ref, 1e-6, 1e-5))
+          << "from_logits=" << from_logits << ", " << (i == 0 ? "loss" : "gradient " + std::to_string(i - 1));
+    }
+    History h = model->fit(data.x, data.y, {.epochs = 2, .batch_size = 25, .verbose = 0});
+    History r = make(false, false)->fit(data.x, data.y, {.epochs = 2, .batch_size = 25, .verbose = 0});
+    EXPECT_NEAR(h["loss"].back(), r["loss"].back(), 1e-5) << "from_logits=" << from_logits;
+  }
+}
+
 TEST(Training, ReferenceMlpLearnsBlobs) {
   Blobs train = make_blobs(2000, 64, 1), test = make_blobs(500, 64, 1);
   auto model = reference_mlp(64);
