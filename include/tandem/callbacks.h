@@ -178,9 +178,21 @@ class EarlyStopping : public Callback {
 };
 
 // Stops training at the first batch whose loss is NaN or infinite.
+// Stops fit at the first batch whose loss is not finite (NaN or infinite), saying so once; the
+// checkpoint callbacks never save weights that are not finite, so the last good one stays last.
 class TerminateOnNaN : public Callback {
  public:
+  void on_train_begin(const Logs& logs) override;
+  void on_epoch_begin(int epoch, const Logs& logs) override { epoch_ = epoch; }
   void on_batch_end(int64_t batch, const Logs& logs) override;
+  bool terminated() const { return terminated_; }
+  std::string where() const;  // "epoch 1, batch 12 (loss nan)"
+
+ private:
+  int epoch_ = 0;
+  bool terminated_ = false;
+  int64_t batch_ = 0;
+  double loss_ = 0;
 };
 
 // Sets the learning rate at each epoch's start from schedule(epoch, current lr).

@@ -116,7 +116,7 @@ class Sequential {
   // Replica r's variables (0: this model's own), for checking that they stay mirrored.
   std::vector<Variable*> replica_variables(int replica);
 
-  bool stop_training = false;  // a callback sets it to end fit after the current epoch
+  bool stop_training = false;  // a callback sets it to end fit after the current batch
   // Set by a callback in on_train_begin (BackupAndRestore) to continue an interrupted fit.
   std::optional<TrainingPosition> resume_from;
   const TrainingPosition& position() const { return position_; }

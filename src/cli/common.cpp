@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -171,6 +172,14 @@ data::ImageDataset load_for_model(const std::string& dataset, const std::string&
          declared->str());
   return d;
 }
+
+const CLI::Validator finite_number(
+    [](std::string& v) {
+      char* end = nullptr;
+      double d = std::strtod(v.c_str(), &end);
+      return end != v.c_str() && std::isfinite(d) ? std::string() : "not a finite number: " + v;
+    },
+    "FINITE");
 
 void CommonFlags::add_to(CLI::App& app, bool with_dataset) {
   app.add_option("--model", model, "preset (" + preset_names() + ") or a JSON model file")

@@ -28,6 +28,10 @@ std::string preset_names();
 // The dataset's train and test splits, shaped for the model's input (flat or with channels).
 data::ImageDataset load_for_model(const std::string& dataset, const std::string& data_dir, Sequential& model);
 
+// Refuses "nan", "inf" and the like, which CLI11's Range lets through (every comparison with NaN
+// is false).
+extern const CLI::Validator finite_number;
+
 struct CommonFlags {
   std::string model = "mlp";
   std::string dataset = "mnist";

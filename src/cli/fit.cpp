@@ -59,11 +59,18 @@ void run_fit(const FitFlags& f) {
   if (f.early_stopping > 0)
     options.callbacks.push_back(std::make_shared<EarlyStopping>(
         EarlyStoppingOptions{.monitor = f.validation_split > 0 ? "val_loss" : "loss", .patience = f.early_stopping}));
-  options.callbacks.push_back(std::make_shared<TerminateOnNaN>());
+  auto nan_guard = std::make_shared<TerminateOnNaN>();
+  options.callbacks.push_back(nan_guard);
 
   auto train_start = std::chrono::steady_clock::now();
   History history = model.fit(data.train.x, data.train.y, options);
   double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
+  if (nan_guard->terminated()) {
+    std::string last = f.checkpoint_dir.empty() ? std::string() : latest_checkpoint(f.checkpoint_dir);
+    fail("training diverged: the loss is not finite at {}; no final checkpoint was written{}. Try a smaller "
+         "--learning-rate (it was {})",
+         nan_guard->where(), last.empty() ? "" : fmt::format(" (the last good one is {})", last), model.optimizer().current_learning_rate());
+  }
   int epochs_run = static_cast<int>(history.epochs.size());
   Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -104,13 +111,13 @@ void add_fit(CLI::App& app) {
   cmd->add_option("--optimizer", flags->optimizer, "sgd, adam, rmsprop or adagrad (default: the model's: adam; sgd for mlp5)")
       ->check(CLI::IsMember({"sgd", "adam", "rmsprop", "adagrad"}));
   cmd->add_option("--learning-rate", flags->learning_rate, "learning rate (0: the optimizer's default)")
-      ->capture_default_str()->check(CLI::Range(0.0f, 100.0f));
+      ->capture_default_str()->check(finite_number & CLI::Range(0.0f, 100.0f));
   cmd->add_option("--momentum", flags->momentum, "momentum for sgd and rmsprop (-1: the model's default)")
-      ->capture_default_str()->check(CLI::Range(-1.0f, 0.999f));
+      ->capture_default_str()->check(finite_number & CLI::Range(-1.0f, 0.999f));
   cmd->add_option("--lr-decay", flags->lr_decay, "multiply the learning rate by this every epoch (exponential decay)")
-      ->capture_default_str()->check(CLI::Range(0.01f, 1.0f));
+      ->capture_default_str()->check(finite_number & CLI::Range(0.01f, 1.0f));
   cmd->add_option("--validation-split", flags->validation_split, "fraction of the training data held out for validation")
-      ->capture_default_str()->check(CLI::Range(0.0, 0.99));
+      ->capture_default_str()->check(finite_number & CLI::Range(0.0, 0.99));
   cmd->add_option("--checkpoint-dir", flags->checkpoint_dir,
                   "checkpoints per epoch, the backup an interrupted run resumes from, and final.safetensors (\"\": none)")
       ->capture_default_str();

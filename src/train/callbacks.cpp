@@ -130,12 +130,20 @@ void EarlyStopping::on_train_end(const Logs&) {
   }
 }
 
+void TerminateOnNaN::on_train_begin(const Logs&) { terminated_ = false; }
+
 void TerminateOnNaN::on_batch_end(int64_t batch, const Logs& logs) {
   double loss = log_value(logs, "loss");
-  if (!std::isfinite(loss)) {
-    std::printf("Batch %lld: invalid loss, terminating training\n", static_cast<long long>(batch));
-    model->stop_training = true;
-  }
+  if (std::isfinite(loss) || terminated_) return;
+  terminated_ = true;
+  batch_ = batch;
+  loss_ = loss;
+  std::printf("\nTerminateOnNaN: the loss is not finite at %s: training stops\n", where().c_str());
+  model->stop_training = true;
+}
+
+std::string TerminateOnNaN::where() const {
+  return fmt::format("epoch {}, batch {} (loss {})", epoch_ + 1, batch_ + 1, loss_);
 }
 
 void LearningRateScheduler::on_epoch_begin(int epoch, const Logs&) {

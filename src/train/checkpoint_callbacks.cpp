@@ -1,4 +1,5 @@
 // ModelCheckpoint, BackupAndRestore and latest_checkpoint.
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -35,6 +36,18 @@ std::string expand_pattern(const std::string& pattern, int epoch, int64_t step,
   return out + pattern.substr(last);
 }
 
+// A checkpoint of weights that are not finite (a diverged run) would replace the last good one.
+bool weights_are_finite(Sequential& model) {
+  for (Variable* v : model.variables()) {
+    Tensor t = v->value.contiguous();
+    if (t.dtype() != DType::Float32) continue;
+    const float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (!std::isfinite(p[i])) return false;
+  }
+  return true;
+}
+
 void record_latest(const std::string& path) {
   fs::path p(path);
   std::string dir = p.has_parent_path() ? p.parent_path().string() : ".";
@@ -52,6 +65,7 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions op
 }
 
 void ModelCheckpoint::save(int epoch, const Logs& logs) {
+  if (!weights_are_finite(*model)) return;
   if (options_.save_best_only) {
     auto better = monitor_.improved(logs, "ModelCheckpoint");
     if (!better || !*better) return;
@@ -113,14 +127,18 @@ void BackupAndRestore::on_train_begin(const Logs&) {
 
 void BackupAndRestore::on_batch_end(int64_t, const Logs&) {
   ++steps_;
-  if (options_.save_freq > 0 && steps_ % options_.save_freq == 0) model->save_checkpoint(backup_path());
+  if (options_.save_freq > 0 && steps_ % options_.save_freq == 0 && weights_are_finite(*model))
+    model->save_checkpoint(backup_path());
 }
 
-void BackupAndRestore::on_epoch_end(int, const Logs&) { model->save_checkpoint(backup_path()); }
+void BackupAndRestore::on_epoch_end(int, const Logs&) {
+  if (weights_are_finite(*model)) model->save_checkpoint(backup_path());
+}
 
 void BackupAndRestore::on_train_end(const Logs&) {
-  // Reached only when fit returns normally (early stopping included): the run is complete.
-  if (options_.delete_checkpoint) fs::remove(backup_path());
+  // Reached only when fit returns normally (early stopping included): the run is complete,
+  // unless it diverged, when the backup holds its last good state.
+  if (options_.delete_checkpoint && weights_are_finite(*model)) fs::remove(backup_path());
 }
 
 }  // namespace tandem

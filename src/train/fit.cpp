@@ -226,6 +226,10 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
         current_logs();
         for (auto& cb : options.callbacks) cb->on_batch_end(step, logs);
       }
+      if (stop_training) {  // as Keras: a callback's stop takes effect after the batch
+        ++step;
+        break;
+      }
     }
     tape.reset();
     position_ = TrainingPosition{epoch + 1, 0};

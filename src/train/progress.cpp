@@ -1,5 +1,6 @@
 #include "train/progress.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -47,7 +48,7 @@ void ProgressBar::update(int64_t step, const Logs& logs) {
 
 void ProgressBar::finish(int64_t steps, const Logs& logs) {
   if (verbose_ == 0) return;
-  draw(total_ > 0 ? total_ : steps, logs, true);
+  draw(total_ > 0 ? std::min(total_, steps) : steps, logs, true);  // fewer when a callback stopped fit
 }
 
 void ProgressBar::draw(int64_t step, const Logs& logs, bool final) {

@@ -149,6 +149,29 @@ TEST(Cli, ASoftmaxLayerOfItsOwnIsAppliedOnce) {
   EXPECT_NEAR(losses[1], losses[0], 1e-4);
 }
 
+// Issue 11, item 4: a diverging run stops at the first non-finite loss, says so once, writes no
+// final checkpoint and exits non-zero; non-finite flags are refused.
+TEST(Cli, ADivergingRunStopsOnceWritesNoFinalAndFails) {
+  testing::TempDir dir;
+  make_mnist(dir.file("mnist"), 600, 100);
+  Outcome r = run({"fit", "--model", "mlp5", "--optimizer", "sgd", "--learning-rate", "100", "--epochs", "2", "--data-dir", dir.path(),
+                   "--checkpoint-dir", dir.file("ck"), "--log-dir", "", "--verbose", "0"},
+                  dir);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("training diverged: the loss is not finite at epoch 1, batch"), std::string::npos) << r.output;
+  size_t first = r.output.find("TerminateOnNaN:");
+  EXPECT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("TerminateOnNaN:", first + 1), std::string::npos) << "said more than once: " << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ck/final.safetensors")));
+  for (const char* flag : {"--learning-rate", "--momentum", "--lr-decay", "--validation-split"})
+    for (const char* value : {"nan", "inf"}) {
+      r = run({"fit", "--data-dir", dir.path(), flag, value}, dir);
+      EXPECT_NE(r.code, 0) << flag << " " << value;
+      EXPECT_NE(r.output.find(std::string(flag) + ": "), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find(std::string("not a finite number: ") + value), std::string::npos) << r.output;
+    }
+}
+
 std::vector<std::pair<std::string, std::vector<float>>> final_state(const std::string& path) {
   std::vector<std::pair<std::string, std::vector<float>>> out;
   for (auto& [name, t] : io::load_safetensors(path).tensors) out.emplace_back(name, t.astype(DType::Float32).to_vector());

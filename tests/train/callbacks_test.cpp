@@ -1,6 +1,9 @@
 // The Keras callbacks: checkpoints, backups, CSV, early stopping, learning-rate control, NaN.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 
 #include "tandem/model.h"
 #include "test_util.h"
@@ -141,6 +144,48 @@ TEST(TerminateOnNaN, StopsAtTheFirstBadBatch) {
   History h = m->fit(d.x, d.y, {.epochs = 5, .batch_size = 60, .shuffle = false,
                                 .callbacks = {std::make_shared<TerminateOnNaN>()}, .verbose = 0});
   EXPECT_EQ(h["loss"].size(), 1u);
+}
+
+// Writes NaN into a weight after batch `batch` of epoch `epoch` (0-based), as a diverging update
+// would, and counts the batches of each epoch.
+class PoisonWeights : public Callback {
+ public:
+  PoisonWeights(int epoch, int64_t batch) : epoch_(epoch), batch_(batch) {}
+  void on_epoch_begin(int epoch, const Logs&) override { current_ = epoch; }
+  void on_batch_end(int64_t batch, const Logs&) override {
+    ++batches[current_];
+    if (current_ == epoch_ && batch == batch_) model->variables()[0]->value.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+  }
+  std::map<int, int64_t> batches;
+
+ private:
+  int epoch_, current_ = 0;
+  int64_t batch_;
+};
+
+// Issue 11, item 4: fit stops at the first non-finite loss, not at the end of its epoch, says so
+// once, and no checkpoint or backup of non-finite weights replaces the last good one.
+TEST(TerminateOnNaN, StopsMidEpochAndKeepsTheLastGoodCheckpoint) {
+  testing::TempDir dir;
+  Data d = data(60);
+  auto m = small_model(0.01f);
+  auto poison = std::make_shared<PoisonWeights>(1, 2);
+  auto guard = std::make_shared<TerminateOnNaN>();
+  auto checkpoints = std::make_shared<ModelCheckpoint>(dir.file("ckpt-{epoch:02d}"));
+  auto backup = std::make_shared<BackupAndRestore>(dir.file("backup"), BackupAndRestoreOptions{.save_freq = 1});
+  History h = m->fit(d.x, d.y, {.epochs = 4, .batch_size = 6, .callbacks = {poison, checkpoints, backup, guard}, .verbose = 0});
+  ASSERT_TRUE(guard->terminated());
+  EXPECT_EQ(guard->where().substr(0, 16), "epoch 2, batch 4");
+  EXPECT_EQ(poison->batches[0], 10);
+  EXPECT_EQ(poison->batches[1], 4) << "fit went on after the first non-finite loss";
+  EXPECT_EQ(poison->batches.count(2), 0u);
+  EXPECT_EQ(latest_checkpoint(dir.path()), dir.file("ckpt-01.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ckpt-02.safetensors")));
+  ASSERT_TRUE(std::filesystem::exists(dir.file("backup/backup.safetensors"))) << "the diverged run's backup was deleted";
+  auto restored = small_model(0.01f);
+  restored->load_checkpoint(dir.file("backup/backup.safetensors"));
+  for (const auto& w : weights(*restored))
+    for (float v : w) ASSERT_TRUE(std::isfinite(v)) << "a backup of non-finite weights";
 }
 
 }  // namespace
