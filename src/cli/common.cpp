@@ -2,8 +2,11 @@
 
 #include <sys/resource.h>
 
+#include <cctype>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 
 namespace tandem::cli {
@@ -48,6 +51,102 @@ Size2 size2(const json& config, const char* key, Size2 fallback, const std::stri
   fail("{}: \"{}\" is {}, expected an integer or [height, width]", where, key, v.dump());
 }
 
+// A layer's config as read: every key is either read (and honoured) or one Tandem does not
+// implement; those must hold Keras' default, or the file is refused naming the key and value, so
+// that nothing in a model file is silently ignored.
+class LayerConfig {
+ public:
+  LayerConfig(json config, std::string where) : config_(std::move(config)), where_(std::move(where)) {}
+  const json& raw() const { return config_; }
+  const std::string& where() const { return where_; }
+  template <typename T>
+  T get(const char* key, T fallback) {
+    read_.insert(key);
+    return cli::get<T>(config_, key, fallback, where_);
+  }
+  Size2 size(const char* key, Size2 fallback) {
+    read_.insert(key);
+    return size2(config_, key, fallback, where_);
+  }
+  bool has(const char* key) const { return config_.contains(key) && !config_[key].is_null(); }
+  void mark_read(const char* key) { read_.insert(key); }
+  // An initializer as a name ("he_normal") or Keras' object ({"class_name": "HeNormal", "config":
+  // {"seed": null}}), as the name Tandem's initializers take.
+  std::string initializer(const char* key, const std::string& fallback) {
+    read_.insert(key);
+    if (!has(key)) return fallback;
+    const json& v = config_[key];
+    if (v.is_string()) return v.get<std::string>();
+    if (!v.is_object() || !v.contains("class_name") || !v["class_name"].is_string())
+      fail("{}: \"{}\" is {}, expected a name or {{\"class_name\": ..., \"config\": ...}}", where_, key, v.dump());
+    if (v.contains("config") && v["config"].is_object())
+      for (const auto& [k, value] : v["config"].items())
+        if (!(k == "seed" && value.is_null()))
+          fail("{}: \"{}\" sets \"{}\" to {}; Tandem's initializers take no arguments", where_, key, k, value.dump());
+    std::string snake;  // GlorotUniform -> glorot_uniform
+    for (char c : v["class_name"].get<std::string>()) {
+      if (std::isupper(static_cast<unsigned char>(c)) && !snake.empty()) snake += '_';
+      snake += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    }
+    return snake;
+  }
+  // Every key not read must hold the value that means what Tandem does.
+  void check_rest() const {
+    for (const auto& [key, value] : config_.items()) {
+      if (read_.count(key)) continue;
+      auto it = defaults().find(key);
+      if (it == defaults().end())
+        fail("{}: unknown attribute \"{}\" ({}); Tandem would ignore it, so the file is refused", where_, key, value.dump());
+      if (!it->second.first(value))
+        fail("{}: \"{}\" is {}; Tandem implements only {}", where_, key, value.dump(), it->second.second);
+    }
+  }
+
+ private:
+  using Check = std::pair<bool (*)(const json&), const char*>;
+  static const std::map<std::string, Check>& defaults() {
+    static const std::map<std::string, Check> table = [] {
+      auto null = [](const json& v) { return v.is_null(); };
+      auto one = [](const json& v) {
+        if (v.is_number_integer()) return v.get<int64_t>() == 1;
+        if (!v.is_array()) return false;
+        for (const json& e : v)
+          if (!e.is_number_integer() || e.get<int64_t>() != 1) return false;
+        return true;
+      };
+      std::map<std::string, Check> t;
+      for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint",
+                            "beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint", "noise_shape", "seed",
+                            "lora_rank"})
+        t[k] = {null, "null"};
+      t["trainable"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
+      t["dtype"] = {[](const json& v) {
+                      if (v.is_string()) return v.get<std::string>() == "float32";
+                      return v.is_object() && v.contains("config") && v["config"].is_object() &&
+                             v["config"].value("name", "") == "float32";  // Keras 3's DTypePolicy
+                    },
+                    "\"float32\""};
+      t["data_format"] = {[](const json& v) { return v.is_null() || (v.is_string() && v.get<std::string>() == "channels_last"); },
+                          "\"channels_last\""};
+      t["dilation_rate"] = {one, "1 (no dilation)"};
+      t["groups"] = {one, "1"};
+      t["center"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
+      t["scale"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
+      t["axis"] = {[](const json& v) {
+                     const json& a = v.is_array() && v.size() == 1 ? v[0] : v;
+                     return a.is_number_integer() && (a.get<int64_t>() == -1 || a.get<int64_t>() == 1 || a.get<int64_t>() == 3);
+                   },
+                   "the last axis (-1)"};
+      return t;
+    }();
+    return table;
+  }
+
+  json config_;
+  std::string where_;
+  std::set<std::string> read_{"name", "input_shape", "batch_input_shape"};
+};
+
 // Keras' model.to_json() layout: {"class_name": "Sequential", "config": {"layers": [...]}}, or
 // just {"layers": [...]}; each layer {"class_name": "Dense", "config": {...}}.
 std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t seed) {
@@ -68,39 +167,53 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
     std::string where = fmt::format("model file \"{}\", layer {}", file, index++);
     if (!layer.is_object() || !layer.contains("class_name")) fail("{}: needs \"class_name\"", where);
     std::string type = layer["class_name"].get<std::string>();
-    json config = layer.contains("config") ? layer["config"] : json::object();
-    std::string name = get<std::string>(config, "name", "", where);
-    auto input = shape_of(config, file);
-    if (type == "InputLayer") continue;
-    if (type == "Dense")
-      model->add(Dense(get<int64_t>(config, "units", 0, where), get<std::string>(config, "activation", "", where),
-                       {.use_bias = get<bool>(config, "use_bias", true, where),
-                        .kernel_initializer = get<std::string>(config, "kernel_initializer", "glorot_uniform", where),
-                        .bias_initializer = get<std::string>(config, "bias_initializer", "zeros", where),
-                        .name = name, .input_shape = input}));
-    else if (type == "Dropout") model->add(Dropout(get<float>(config, "rate", 0.0f, where), {.name = name, .input_shape = input}));
-    else if (type == "Flatten") model->add(Flatten({.name = name, .input_shape = input}));
-    else if (type == "Conv2D")
-      model->add(Conv2D(get<int64_t>(config, "filters", 0, where), size2(config, "kernel_size", Size2(3), where),
-                        {.strides = size2(config, "strides", Size2(1), where),
-                         .padding = get<std::string>(config, "padding", "valid", where),
-                         .activation = get<std::string>(config, "activation", "", where),
-                         .use_bias = get<bool>(config, "use_bias", true, where), .name = name, .input_shape = input}));
-    else if (type == "MaxPooling2D" || type == "AveragePooling2D") {
-      Pooling2DOptions o{.padding = get<std::string>(config, "padding", "valid", where), .name = name, .input_shape = input};
-      Size2 pool = size2(config, "pool_size", Size2(2), where);
-      if (config.contains("strides") && !config["strides"].is_null()) o.strides = size2(config, "strides", pool, where);
+    json raw = layer.contains("config") ? layer["config"] : json::object();
+    std::string name = get<std::string>(raw, "name", "", where);
+    LayerConfig c(raw, fmt::format("{} (\"{}\", {})", where, name, type));
+    auto input = shape_of(raw, file);
+    if (type == "InputLayer") {
+      c.mark_read("sparse");
+      c.mark_read("ragged");
+      c.check_rest();
+      continue;
+    }
+    if (type == "Dense") {
+      model->add(Dense(c.get<int64_t>("units", 0), c.get<std::string>("activation", ""),
+                       {.use_bias = c.get<bool>("use_bias", true),
+                        .kernel_initializer = c.initializer("kernel_initializer", "glorot_uniform"),
+                        .bias_initializer = c.initializer("bias_initializer", "zeros"), .name = name, .input_shape = input}));
+    } else if (type == "Dropout") {
+      model->add(Dropout(c.get<float>("rate", 0.0f), {.name = name, .input_shape = input}));
+    } else if (type == "Flatten") {
+      model->add(Flatten({.name = name, .input_shape = input}));
+    } else if (type == "Conv2D") {
+      model->add(Conv2D(c.get<int64_t>("filters", 0), c.size("kernel_size", Size2(3)),
+                        {.strides = c.size("strides", Size2(1)), .padding = c.get<std::string>("padding", "valid"),
+                         .activation = c.get<std::string>("activation", ""), .use_bias = c.get<bool>("use_bias", true),
+                         .kernel_initializer = c.initializer("kernel_initializer", "glorot_uniform"),
+                         .bias_initializer = c.initializer("bias_initializer", "zeros"), .name = name, .input_shape = input}));
+    } else if (type == "MaxPooling2D" || type == "AveragePooling2D") {
+      Pooling2DOptions o{.padding = c.get<std::string>("padding", "valid"), .name = name, .input_shape = input};
+      Size2 pool = c.size("pool_size", Size2(2));
+      if (c.has("strides")) o.strides = c.size("strides", pool);
+      c.mark_read("strides");
       if (type == "MaxPooling2D") model->add(MaxPooling2D(pool, o));
       else model->add(AveragePooling2D(pool, o));
-    } else if (type == "BatchNormalization")
-      model->add(BatchNormalization({.momentum = get<float>(config, "momentum", 0.99f, where),
-                                     .epsilon = get<float>(config, "epsilon", 1e-3f, where), .name = name, .input_shape = input}));
-    else if (type == "Activation")
-      model->add(layers::Activation(get<std::string>(config, "activation", "", where), {.name = name, .input_shape = input}));
-    else
+    } else if (type == "BatchNormalization") {
+      for (const char* init : {"beta_initializer", "moving_mean_initializer"})
+        if (std::string v = c.initializer(init, "zeros"); v != "zeros") fail("{}: \"{}\" is {}; Tandem implements only zeros", c.where(), init, c.raw()[init].dump());
+      for (const char* init : {"gamma_initializer", "moving_variance_initializer"})
+        if (std::string v = c.initializer(init, "ones"); v != "ones") fail("{}: \"{}\" is {}; Tandem implements only ones", c.where(), init, c.raw()[init].dump());
+      model->add(BatchNormalization({.momentum = c.get<float>("momentum", 0.99f), .epsilon = c.get<float>("epsilon", 1e-3f),
+                                     .synchronized = c.get<bool>("synchronized", false), .name = name, .input_shape = input}));
+    } else if (type == "Activation") {
+      model->add(layers::Activation(c.get<std::string>("activation", ""), {.name = name, .input_shape = input}));
+    } else {
       fail("{}: unknown layer class \"{}\"; expected Dense, Dropout, Flatten, Conv2D, MaxPooling2D, AveragePooling2D, "
            "BatchNormalization or Activation",
            where, type);
+    }
+    c.check_rest();
   }
   return model;
 }

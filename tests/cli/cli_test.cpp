@@ -125,6 +125,41 @@ TEST(Cli, SummaryAndJsonModels) {
   EXPECT_NE(r.output.find("unknown activation \"relu6\""), std::string::npos) << r.output;
 }
 
+// Issue 11, item 2: every attribute of a model file is honoured or, when Tandem does not implement
+// it and it is not Keras' default, refused naming the layer, the attribute and the value (before,
+// dilation_rate, a bogus Conv2D initializer and regularizers were silently ignored).
+TEST(Cli, ModelFileAttributesAreHonouredOrRefused) {
+  testing::TempDir dir;
+  auto model = [&](const std::string& conv_extra, const std::string& dense_extra) {
+    std::ofstream(dir.file("m.json")) << R"({"class_name": "Sequential", "config": {"name": "m", "layers": [
+        {"class_name": "Conv2D", "config": {"name": "conv", "filters": 4, "kernel_size": [3, 3], "batch_input_shape": [null, 28, 28, 1],
+         "trainable": true, "dtype": "float32", "data_format": "channels_last", "groups": 1, "activation": "relu",
+         "kernel_initializer": {"class_name": "HeNormal", "config": {"seed": null}}, "bias_initializer": "zeros",
+         "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null, "kernel_constraint": null,
+         "bias_constraint": null)" + conv_extra + R"(}},
+        {"class_name": "Flatten", "config": {"name": "flat", "data_format": "channels_last"}},
+        {"class_name": "Dense", "config": {"name": "out", "units": 10, "activation": "softmax")" + dense_extra + R"(}}]}})";
+    return run({"summary", "--model", dir.file("m.json")}, dir);
+  };
+  Outcome r = model(R"(, "dilation_rate": [1, 1])", "");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("(None, 26, 26, 4)"), std::string::npos) << r.output;
+  struct Bad {
+    std::string conv, dense, message;
+  };
+  for (const Bad& bad : {Bad{R"(, "dilation_rate": [2, 2])", "", R"(layer 0 ("conv", Conv2D): "dilation_rate" is [2,2]; Tandem implements only 1)"},
+                         Bad{R"(, "strides": 1, "kernel_initializer": "bogus")", "", "bogus"},
+                         Bad{"", R"(, "kernel_regularizer": {"class_name": "L2", "config": {"l2": 0.01}})",
+                             R"(layer 2 ("out", Dense): "kernel_regularizer" is {"class_name":"L2","config":{"l2":0.01}}; Tandem implements only null)"},
+                         Bad{"", R"(, "kernel_initializer": {"class_name": "RandomNormal", "config": {"stddev": 0.5}})",
+                             R"("kernel_initializer" sets "stddev" to 0.5)"},
+                         Bad{"", R"(, "units_typo": 3)", R"(layer 2 ("out", Dense): unknown attribute "units_typo" (3))"}}) {
+    r = model(bad.conv, bad.dense);  // a key given twice: the JSON reader keeps the later value
+    EXPECT_EQ(r.code, 1) << bad.message << "\n" << r.output;
+    EXPECT_NE(r.output.find(bad.message), std::string::npos) << r.output;
+  }
+}
+
 // Issue 11, item 1: a model file whose softmax is a layer of its own trains as the one with the
 // softmax inside the Dense (before, the CLI chose a from-logits loss for it: softmax twice, loss
 // 1.59 against 0.31 after an epoch of MNIST).
