@@ -3,6 +3,7 @@
 #include <concepts>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -30,6 +31,10 @@ struct FitOptions {
   std::vector<std::shared_ptr<Callback>> callbacks;
   int verbose = 1;  // 0 silent, 1 progress bar (one line per epoch when not a terminal), 2 one line per epoch
   int initial_epoch = 0;
+  // What else identifies this run (dataset, strategy kind, ...), beside what fit records itself
+  // (architecture, optimizer and learning rate, global batch size, seed): checkpoints carry it,
+  // and BackupAndRestore resumes only a backup of the same run.
+  std::map<std::string, std::string> run_config;
 };
 
 struct EvaluateOptions {
@@ -120,6 +125,8 @@ class Sequential {
   // Set by a callback in on_train_begin (BackupAndRestore) to continue an interrupted fit.
   std::optional<TrainingPosition> resume_from;
   const TrainingPosition& position() const { return position_; }
+  // The run fit is training: options.run_config and what fit records itself (see FitOptions).
+  const std::map<std::string, std::string>& run_signature() const { return run_signature_; }
 
  private:
   void check_compiled(const char* what) const;
@@ -168,6 +175,7 @@ class Sequential {
   std::vector<std::string> metric_names_;
   uint64_t training_calls_ = 0;
   TrainingPosition position_;
+  std::map<std::string, std::string> run_signature_;
   // The running metrics of the epoch in progress (loss first), saved in checkpoints.
   std::vector<Metric> running_metrics_;
   std::vector<std::pair<double, int64_t>> restored_metrics_;

@@ -1,8 +1,12 @@
 // tandem fit: trains a preset or JSON model on a dataset, with checkpoints, a resumable backup,
 // TensorBoard logs and an optional JSON report; then evaluates on the test split.
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
@@ -26,8 +30,28 @@ struct FitFlags {
   int early_stopping = 0;
   std::string report;
   std::string strategy = "default";
+  bool overwrite = false;
   int verbose = 1;
 };
+
+// A checkpoint directory that holds a finished run's checkpoints (and no backup to resume) is
+// not trained into silently: the runs' files would mix.
+void check_checkpoint_dir(const std::string& dir, bool overwrite) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec) || fs::exists(dir + "/backup/backup.safetensors", ec)) return;
+  std::vector<std::string> earlier;
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.is_regular_file(ec) && (entry.path().extension() == ".safetensors" || entry.path().filename() == "checkpoint"))
+      earlier.push_back(entry.path().filename().string());
+  if (earlier.empty()) return;
+  std::sort(earlier.begin(), earlier.end());
+  if (!overwrite)
+    fail("--checkpoint-dir \"{}\" holds the checkpoints of an earlier, finished run ({}); train into another "
+         "--checkpoint-dir, remove them, or pass --overwrite to replace them",
+         dir, fmt::join(earlier, ", "));
+  for (const std::string& name : earlier) fs::remove(dir + "/" + name, ec);
+}
 
 void run_fit(const FitFlags& f) {
   auto start = std::chrono::steady_clock::now();
@@ -49,6 +73,14 @@ void run_fit(const FitFlags& f) {
 
   FitOptions options{.epochs = f.epochs, .batch_size = f.common.batch_size, .validation_split = f.validation_split,
                      .verbose = f.verbose};
+  check_checkpoint_dir(f.checkpoint_dir, f.overwrite);
+  std::string strategy_kind = strategy ? strategy->name() : "default";  // the kind, not the replica count
+  strategy_kind.erase(std::remove_if(strategy_kind.begin(), strategy_kind.end(), [](char c) { return std::isdigit(c) != 0; }),
+                      strategy_kind.end());
+  options.run_config = {{"dataset", f.common.dataset},
+                        {"strategy", strategy_kind},
+                        {"optimizer flags", fmt::format("--optimizer \"{}\" --learning-rate {} --momentum {} --lr-decay {}", f.optimizer,
+                                                        f.learning_rate, f.momentum, f.lr_decay)}};
   if (!f.checkpoint_dir.empty()) {
     options.callbacks.push_back(std::make_shared<BackupAndRestore>(f.checkpoint_dir + "/backup",
                                                                     BackupAndRestoreOptions{.save_freq = f.backup_every}));
@@ -134,6 +166,7 @@ void add_fit(CLI::App& app) {
                   "default, one_device, mirrored[:N[:deterministic]] or central[:N] (N replicas, default one per core; "
                   "--threads is then per replica)")
       ->capture_default_str();
+  cmd->add_flag("--overwrite", flags->overwrite, "replace the checkpoints of an earlier, finished run in --checkpoint-dir");
   cmd->add_option("--verbose", flags->verbose, "0 silent, 1 progress bar, 2 one line per epoch and the thread choice")
       ->capture_default_str()->check(CLI::Range(0, 2));
   cmd->callback([flags] { run_fit(*flags); });

@@ -60,6 +60,7 @@ void Sequential::save_checkpoint(const std::string& path) {
                        {"epoch", std::to_string(position_.epoch)},
                        {"step", std::to_string(position_.step)},
                        {"training_calls", std::to_string(training_calls_)}}};
+  for (const auto& [key, value] : run_signature_) file.metadata["run." + key] = value;
   for (size_t i = 0; i < running_metrics_.size(); ++i) {
     auto [total, count] = running_metrics_[i].accumulators();
     file.metadata[metric_key(i)] = fmt::format("{:a} {}", total, count);  // hex float: exact

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <fstream>
 #include <regex>
 
@@ -118,7 +119,23 @@ BackupAndRestore::BackupAndRestore(std::string backup_dir, BackupAndRestoreOptio
 void BackupAndRestore::on_train_begin(const Logs&) {
   fs::create_directories(dir_);
   steps_ = 0;
+  // A write cut short by a kill leaves its temporary file; the backup itself is whole or absent.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec))
+    if (entry.path().filename().string().starts_with("backup.safetensors.tmp")) fs::remove(entry.path(), ec);
   if (!fs::exists(backup_path())) return;
+  // Only a backup of this same run is resumed (the replica count may differ).
+  std::map<std::string, std::string> saved = io::load_safetensors(backup_path()).metadata;
+  std::string differences;
+  for (const auto& [key, value] : model->run_signature()) {
+    auto it = saved.find("run." + key);
+    if (it == saved.end() || it->second == value) continue;  // a backup from before runs were recorded: unchecked
+    differences += fmt::format("{}\n  {}: \"{}\" in the backup, \"{}\" now", differences.empty() ? "" : ";", key, it->second, value);
+  }
+  if (!differences.empty())
+    fail("BackupAndRestore: the backup in \"{}\" is of another run, so it is not resumed:{}\nTo start this run fresh, "
+         "remove \"{}\" or train into another directory; to resume that run, start it again with its own settings",
+         dir_, differences, dir_);
   TrainingPosition p = model->load_checkpoint(backup_path());
   model->resume_from = p;
   std::printf("Restored the backup in %s: resuming at epoch %d, batch %lld\n", dir_.c_str(), p.epoch + 1,

@@ -154,6 +154,14 @@ void Sequential::Batch::slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys
 
 History Sequential::train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch,
                                const Tensor& x_val, const Tensor& y_val) {
+  run_signature_ = options.run_config;
+  std::string architecture;
+  for (const auto& layer : layers_) architecture += (architecture.empty() ? "" : " ") + layer->type();
+  for (Variable* v : variables()) architecture += " " + v->name + v->value.shape().str();
+  run_signature_["architecture"] = architecture;
+  run_signature_["optimizer"] = fmt::format("{} (learning rate {})", optimizer_->name(), optimizer_->current_learning_rate());
+  run_signature_["batch_size"] = std::to_string(options.batch_size);
+  run_signature_["seed"] = std::to_string(seed_);
   std::vector<Variable*> trainable = trainable_variables();
   std::vector<Tensor> sources, grads(trainable.size());
   for (Variable* v : trainable) sources.push_back(v->value);

@@ -184,6 +184,34 @@ TEST(Cli, ASoftmaxLayerOfItsOwnIsAppliedOnce) {
   EXPECT_NEAR(losses[1], losses[0], 1e-4);
 }
 
+// Issue 11, item 3: a second run into a checkpoint directory that holds a finished run's
+// checkpoints is refused; with --overwrite it replaces them, leaving none of the earlier run's
+// (before, ckpt-01/02 and final were overwritten and the earlier ckpt-03 remained beside them).
+TEST(Cli, AFinishedRunsCheckpointsAreNotMixedWithANewRun) {
+  testing::TempDir dir;
+  make_mnist(dir.file("mnist"), 300, 100);
+  auto fit = [&](const std::string& epochs, bool overwrite) {
+    std::vector<std::string> args{"fit", "--data-dir", dir.path(), "--epochs", epochs, "--checkpoint-dir", dir.file("ck"), "--log-dir", "",
+                                  "--verbose", "0"};
+    if (overwrite) args.push_back("--overwrite");
+    return run(args, dir);
+  };
+  Outcome r = fit("3", false);
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_TRUE(std::filesystem::exists(dir.file("ck/ckpt-03.safetensors")));
+  r = fit("1", false);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("holds the checkpoints of an earlier, finished run (checkpoint, ckpt-01.safetensors, ckpt-02.safetensors, "
+                          "ckpt-03.safetensors, final.safetensors); train into another --checkpoint-dir, remove them, or pass "
+                          "--overwrite"),
+            std::string::npos)
+      << r.output;
+  r = fit("1", true);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("ck/ckpt-01.safetensors")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ck/ckpt-03.safetensors"))) << "the earlier run's checkpoint left beside this one";
+}
+
 // Issue 11, item 4: a diverging run stops at the first non-finite loss, says so once, writes no
 // final checkpoint and exits non-zero; non-finite flags are refused.
 TEST(Cli, ADivergingRunStopsOnceWritesNoFinalAndFails) {

@@ -96,6 +96,42 @@ TEST(BackupAndRestore, ResumedRunEndsWithTheSameWeightsBitwise) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("backup.safetensors")));  // removed after success
 }
 
+// Issue 11, item 3: a backup resumes only the run that wrote it. Another global batch size,
+// optimizer or seed is refused naming each difference (before, it resumed at a batch the new
+// epoch does not have); a kill's temporary file is cleaned up.
+TEST(BackupAndRestore, ABackupOfAnotherRunIsRefusedNamingEachDifference) {
+  testing::TempDir dir;
+  Data d = data(100);
+  auto crashed = small_model();
+  FitOptions first{.epochs = 4, .batch_size = 8, .verbose = 0};
+  first.callbacks = {std::make_shared<BackupAndRestore>(dir.path(), BackupAndRestoreOptions{.save_freq = 5}),
+                     std::make_shared<StopAfter>(23)};
+  EXPECT_THROW(crashed->fit(d.x, d.y, first), std::runtime_error);
+  ASSERT_TRUE(std::filesystem::exists(dir.file("backup.safetensors")));
+  std::ofstream(dir.file("backup.safetensors.tmp-99999")) << "half a file";
+
+  auto other = std::make_unique<Sequential>(SequentialOptions{.seed = 7});
+  other->add(Dense(8, "relu", {.input_shape = Shape{4}}));
+  other->add(Dropout(0.25f));
+  other->add(Dense(2, "softmax"));
+  other->compile(optimizers::SGD(0.1f), "sparse_categorical_crossentropy", {"accuracy"});
+  FitOptions second{.epochs = 4, .batch_size = 16, .verbose = 0};
+  second.callbacks = {std::make_shared<BackupAndRestore>(dir.path(), BackupAndRestoreOptions{.save_freq = 5})};
+  EXPECT_TRUE(testing::throws_error([&] { other->fit(d.x, d.y, second); },
+                                    {"is of another run, so it is not resumed", "batch_size: \"8\" in the backup, \"16\" now",
+                                     "optimizer: \"Adam (learning rate 0.1)\" in the backup, \"SGD (learning rate 0.1)\" now",
+                                     "seed: \"9\" in the backup, \"7\" now", "To start this run fresh, remove"}));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("backup.safetensors.tmp-99999")));
+  EXPECT_TRUE(std::filesystem::exists(dir.file("backup.safetensors"))) << "the other run's backup is kept";
+
+  // The run that wrote it, started again: resumed to the end.
+  auto same = small_model();
+  FitOptions again = first;
+  again.callbacks = {std::make_shared<BackupAndRestore>(dir.path(), BackupAndRestoreOptions{.save_freq = 5})};
+  same->fit(d.x, d.y, again);
+  EXPECT_EQ(same->position().epoch, 4);
+}
+
 TEST(CSVLogger, OneRowPerEpoch) {
   testing::TempDir dir;
   Data d = data();
