@@ -39,7 +39,12 @@ struct FitFlags {
 void check_checkpoint_dir(const std::string& dir, bool overwrite) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (dir.empty() || !fs::is_directory(dir, ec) || fs::exists(dir + "/backup/backup.safetensors", ec)) return;
+  if (dir.empty()) return;
+  // Writable now, not after the first epoch's work.
+  fs::create_directories(dir, ec);
+  io::write_file_atomically(dir + "/.tandem-write-test", "");
+  fs::remove(dir + "/.tandem-write-test", ec);
+  if (fs::exists(dir + "/backup/backup.safetensors", ec)) return;
   std::vector<std::string> earlier;
   for (const auto& entry : fs::directory_iterator(dir, ec))
     if (entry.is_regular_file(ec) && (entry.path().extension() == ".safetensors" || entry.path().filename() == "checkpoint"))
@@ -62,12 +67,14 @@ void run_fit(const FitFlags& f) {
   ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
   Sequential& model = *spec.model;
   auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
+  if (f.verbose > 0) std::printf("Data: %s (%s)\n", data.directory.c_str(), f.common.data_dir.empty() ? "$TANDEM_DATA or ./data" : "--data-dir first, then $TANDEM_DATA, then ./data");
   auto optimizer = make_optimizer(f.optimizer, f.learning_rate, f.momentum, spec);
   int64_t train_rows = data.train.x.dim(0) - static_cast<int64_t>(std::floor(data.train.x.dim(0) * f.validation_split));
   int64_t steps_per_epoch = (train_rows + f.common.batch_size - 1) / f.common.batch_size;
   if (f.lr_decay < 1.0f)
     optimizer->set_learning_rate(std::make_shared<ExponentialDecay>(optimizer->current_learning_rate(), steps_per_epoch, f.lr_decay));
   std::string optimizer_name = optimizer->name();
+  float initial_learning_rate = optimizer->current_learning_rate();
   model.compile(std::move(optimizer), spec.loss, {"accuracy"});
   if (f.verbose > 0) model.print_summary();
 
@@ -77,10 +84,9 @@ void run_fit(const FitFlags& f) {
   std::string strategy_kind = strategy ? strategy->name() : "default";  // the kind, not the replica count
   strategy_kind.erase(std::remove_if(strategy_kind.begin(), strategy_kind.end(), [](char c) { return std::isdigit(c) != 0; }),
                       strategy_kind.end());
-  options.run_config = {{"dataset", f.common.dataset},
-                        {"strategy", strategy_kind},
-                        {"optimizer flags", fmt::format("--optimizer \"{}\" --learning-rate {} --momentum {} --lr-decay {}", f.optimizer,
-                                                        f.learning_rate, f.momentum, f.lr_decay)}};
+  std::string run_config_optimizer = fmt::format("--optimizer \"{}\" --learning-rate {} --momentum {} --lr-decay {}", f.optimizer,
+                                                 f.learning_rate, f.momentum, f.lr_decay);
+  options.run_config = {{"dataset", f.common.dataset}, {"strategy", strategy_kind}, {"optimizer flags", run_config_optimizer}};
   if (!f.checkpoint_dir.empty()) {
     options.callbacks.push_back(std::make_shared<BackupAndRestore>(f.checkpoint_dir + "/backup",
                                                                     BackupAndRestoreOptions{.save_freq = f.backup_every}));
@@ -119,6 +125,11 @@ void run_fit(const FitFlags& f) {
         {"strategy", strategy ? strategy->name() : "default"},
         {"replicas", strategy ? strategy->num_replicas_in_sync() : 1},
         {"optimizer", optimizer_name},
+        {"optimizer_settings", run_config_optimizer},
+        {"initial_learning_rate", initial_learning_rate},
+        {"seed", f.common.seed},
+        {"threads", {{"ceiling", num_threads()}, {"usable_cores", usable_cores()}}},
+        {"tandem_version", TANDEM_VERSION},
         {"epochs", epochs_run},
         {"global_batch", f.common.batch_size},
         {"wall_seconds", wall},
@@ -163,7 +174,7 @@ void add_fit(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0, 1000000));
   cmd->add_option("--report", flags->report, "write a JSON summary of the run to this file (default: none)")->capture_default_str();
   cmd->add_option("--strategy", flags->strategy,
-                  "default, one_device, mirrored[:N[:deterministic]] or central[:N] (N replicas, default one per core; "
+                  "default, one_device, mirrored[:N[:deterministic]] or central[:N[:deterministic]] (N replicas, default one per core; "
                   "--threads is then per replica)")
       ->capture_default_str();
   cmd->add_flag("--overwrite", flags->overwrite, "replace the checkpoints of an earlier, finished run in --checkpoint-dir");

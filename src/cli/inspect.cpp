@@ -12,14 +12,15 @@ struct InspectFlags {
   int64_t count = 10;
 };
 
-// The weights file given, or the newest checkpoint in the directory given.
+// The weights file given, or the newest checkpoint in the directory given; says which.
 std::string resolve_weights(const std::string& path) {
+  std::string file = path;
   if (std::filesystem::is_directory(path)) {
-    std::string latest = latest_checkpoint(path);
-    if (latest.empty()) fail("--weights: directory \"{}\" holds no checkpoint", path);
-    return latest;
+    file = latest_checkpoint(path);
+    if (file.empty()) fail("--weights: directory \"{}\" holds no checkpoint", path);
   }
-  return path;
+  std::printf("Weights: %s\n", file.c_str());
+  return file;
 }
 
 void add_weights_flag(CLI::App* cmd, InspectFlags& f) {

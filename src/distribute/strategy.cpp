@@ -328,6 +328,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per
     if (colon == std::string::npos) break;
     at = colon + 1;
   }
+  if (parts[0] == "one_device" || parts[0] == "default") return bad("\"" + parts[0] + "\" takes no replica count or options");
   if (parts[0] != "mirrored" && parts[0] != "central") return bad("unknown strategy \"" + parts[0] + "\"");
   if (parts.size() > 3) return bad("too many parts");
   MirroredOptions options{.threads_per_replica = threads_per_replica};

@@ -11,7 +11,7 @@ TensorBoard::~TensorBoard() = default;
 
 void TensorBoard::on_train_begin(const Logs&) {
   train_ = std::make_unique<io::EventWriter>(log_dir_ + "/train");
-  validation_ = std::make_unique<io::EventWriter>(log_dir_ + "/validation");
+  validation_.reset();  // made at the first validation value: no empty file for a run without validation
   global_step_ = model->optimizer().iterations();
 }
 
@@ -24,11 +24,14 @@ void TensorBoard::on_batch_end(int64_t, const Logs& logs) {
 void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
   for (const auto& [name, value] : logs) {
     if (name == "lr") train_->add_scalar("epoch_learning_rate", static_cast<float>(value), epoch);
-    else if (name.starts_with("val_")) validation_->add_scalar("epoch_" + name.substr(4), static_cast<float>(value), epoch);
+    else if (name.starts_with("val_")) {
+      if (!validation_) validation_ = std::make_unique<io::EventWriter>(log_dir_ + "/validation");
+      validation_->add_scalar("epoch_" + name.substr(4), static_cast<float>(value), epoch);
+    }
     else train_->add_scalar("epoch_" + name, static_cast<float>(value), epoch);
   }
   train_->flush();
-  validation_->flush();
+  if (validation_) validation_->flush();
 }
 
 void TensorBoard::on_train_end(const Logs&) {

@@ -212,6 +212,35 @@ TEST(Cli, AFinishedRunsCheckpointsAreNotMixedWithANewRun) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("ck/ckpt-03.safetensors"))) << "the earlier run's checkpoint left beside this one";
 }
 
+// Issue 11, item 7: the small things a user met.
+TEST(Cli, SaysWhatItUsedAndFailsEarly) {
+  testing::TempDir dir;
+  make_mnist(dir.file("mnist"), 300, 100);
+  Outcome r = run({"fit", "--strategy", "one_device:3"}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("\"one_device\" takes no replica count or options"), std::string::npos) << r.output;
+  r = run({"fit", "--help"}, dir);
+  EXPECT_NE(r.output.find("central[:N[:deterministic]]"), std::string::npos) << r.output;
+  r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--checkpoint-dir", dir.file("ck"), "--log-dir", dir.file("logs"),
+           "--report", dir.file("r.json"), "--seed", "5", "--verbose", "1"},
+          dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Data: " + dir.path() + "/mnist"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("logs/validation"))) << "an empty validation event file";
+  auto report = nlohmann::json::parse(io::read_file(dir.file("r.json")));
+  EXPECT_EQ(report["seed"], 5);
+  EXPECT_GE(report["threads"]["ceiling"].get<int>(), 1);
+  EXPECT_FALSE(report["tandem_version"].get<std::string>().empty());
+  EXPECT_NEAR(report["initial_learning_rate"].get<double>(), 0.001, 1e-9);
+  r = run({"evaluate", "--data-dir", dir.path(), "--weights", dir.file("ck")}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Weights: " + dir.file("ck") + "/final.safetensors"), std::string::npos) << r.output;
+  std::ofstream(dir.file("afile")) << "not a directory";
+  r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--checkpoint-dir", dir.file("afile/ck"), "--log-dir", "", "--verbose", "1"}, dir);
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_EQ(r.output.find("Epoch 1/1"), std::string::npos) << "failed only after training: " << r.output;
+}
+
 // Issue 11, item 4: a diverging run stops at the first non-finite loss, says so once, writes no
 // final checkpoint and exits non-zero; non-finite flags are refused.
 TEST(Cli, ADivergingRunStopsOnceWritesNoFinalAndFails) {
