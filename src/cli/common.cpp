@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 namespace tandem::cli {
@@ -16,12 +17,12 @@ using namespace layers;
 using nlohmann::json;
 
 std::optional<Shape> shape_of(const json& config, const std::string& file) {
-  for (const char* key : {"input_shape", "batch_input_shape"}) {
+  for (const char* key : {"input_shape", "batch_input_shape", "batch_shape"}) {
     if (!config.contains(key)) continue;
     const json& s = config[key];
     if (!s.is_array()) fail("model file \"{}\": \"{}\" must be an array", file, key);
     Shape shape;
-    size_t first = std::string(key) == "batch_input_shape" ? 1 : 0;  // drops the batch dimension (null)
+    size_t first = std::string(key) == "input_shape" ? 0 : 1;  // drops the batch dimension (null)
     for (size_t i = first; i < s.size(); ++i) {
       if (!s[i].is_number_integer() || s[i].get<int64_t>() <= 0)
         fail("model file \"{}\": \"{}\" holds {}, expected positive sizes", file, key, s.dump());
@@ -144,7 +145,7 @@ class LayerConfig {
 
   json config_;
   std::string where_;
-  std::set<std::string> read_{"name", "input_shape", "batch_input_shape"};
+  std::set<std::string> read_{"name", "input_shape", "batch_input_shape", "batch_shape"};
 };
 
 // Keras' model.to_json() layout: {"class_name": "Sequential", "config": {"layers": [...]}}, or
@@ -163,6 +164,7 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
     fail("model file \"{}\" needs a non-empty \"layers\" array", file);
   auto model = std::make_unique<Sequential>(SequentialOptions{get<std::string>(root, "name", "sequential", file), seed});
   int index = 0;
+  std::optional<Shape> from_input_layer;  // Keras 3 gives the input shape on an InputLayer
   for (const json& layer : root["layers"]) {
     std::string where = fmt::format("model file \"{}\", layer {}", file, index++);
     if (!layer.is_object() || !layer.contains("class_name")) fail("{}: needs \"class_name\"", where);
@@ -172,11 +174,12 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
     LayerConfig c(raw, fmt::format("{} (\"{}\", {})", where, name, type));
     auto input = shape_of(raw, file);
     if (type == "InputLayer") {
-      c.mark_read("sparse");
-      c.mark_read("ragged");
+      for (const char* key : {"batch_shape", "sparse", "ragged"}) c.mark_read(key);
       c.check_rest();
+      from_input_layer = input;
       continue;
     }
+    if (!input) input = std::exchange(from_input_layer, std::nullopt);
     if (type == "Dense") {
       model->add(Dense(c.get<int64_t>("units", 0), c.get<std::string>("activation", ""),
                        {.use_bias = c.get<bool>("use_bias", true),

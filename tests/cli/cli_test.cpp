@@ -144,6 +144,20 @@ TEST(Cli, ModelFileAttributesAreHonouredOrRefused) {
   Outcome r = model(R"(, "dilation_rate": [1, 1])", "");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("(None, 26, 26, 4)"), std::string::npos) << r.output;
+  // Keras 3 writes the input shape on an InputLayer, and dtypes as DTypePolicy objects.
+  std::ofstream(dir.file("k3.json")) << R"({"module": "keras", "class_name": "Sequential", "config": {"name": "k3", "layers": [
+      {"module": "keras.layers", "class_name": "InputLayer", "config": {"batch_shape": [null, 784], "dtype": "float32", "sparse": false,
+       "name": "input_layer"}, "registered_name": null},
+      {"module": "keras.layers", "class_name": "Dense", "config": {"name": "dense", "trainable": true,
+       "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null},
+       "units": 10, "activation": "softmax", "use_bias": true,
+       "kernel_initializer": {"module": "keras.initializers", "class_name": "GlorotUniform", "config": {"seed": null}, "registered_name": null},
+       "bias_initializer": {"module": "keras.initializers", "class_name": "Zeros", "config": {}, "registered_name": null},
+       "kernel_regularizer": null, "bias_regularizer": null, "kernel_constraint": null, "bias_constraint": null},
+       "registered_name": null, "build_config": {"input_shape": [null, 784]}}]}})";
+  r = run({"summary", "--model", dir.file("k3.json")}, dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("Total params: 7,850"), std::string::npos) << r.output;
   struct Bad {
     std::string conv, dense, message;
   };
