@@ -358,6 +358,16 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learnin
   fail("--optimizer: unknown optimizer \"{}\"; expected sgd, adam, rmsprop or adagrad", n);
 }
 
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  for (size_t at = 0;;) {
+    size_t next = text.find(separator, at);
+    parts.push_back(text.substr(at, next == std::string::npos ? std::string::npos : next - at));
+    if (next == std::string::npos) return parts;
+    at = next + 1;
+  }
+}
+
 double peak_rss_mb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);

@@ -49,6 +49,9 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learnin
 
 double peak_rss_mb();
 
+// "a,b,,c" split at `separator`: {"a", "b", "", "c"}.
+std::vector<std::string> split(const std::string& text, char separator);
+
 // The thread choice and why (tandem fit --verbose 2), and the notes printed when a request
 // exceeds the usable cores.
 std::string describe_parallelism(const distribute::Strategy* strategy, int threads_flag);

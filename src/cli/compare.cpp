@@ -28,11 +28,8 @@ struct Row {
 
 std::vector<std::string> split_list(const std::string& list) {
   std::vector<std::string> out;
-  for (size_t at = 0; at <= list.size();) {
-    size_t comma = std::min(list.find(',', at), list.size());
-    if (comma > at) out.push_back(list.substr(at, comma - at));
-    at = comma + 1;
-  }
+  for (std::string& name : split(list, ','))
+    if (!name.empty()) out.push_back(std::move(name));
   if (out.empty()) fail("--strategies: empty list; expected e.g. default,mirrored:2,central:2");
   return out;
 }

@@ -1,7 +1,6 @@
 // tandem fit: trains a preset or JSON model on a dataset, with checkpoints, a resumable backup,
 // TensorBoard logs and an optional JSON report; then evaluates on the test split.
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -67,7 +66,9 @@ void run_fit(const FitFlags& f) {
   ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
   Sequential& model = *spec.model;
   auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
-  if (f.verbose > 0) std::printf("Data: %s (%s)\n", data.directory.c_str(), f.common.data_dir.empty() ? "$TANDEM_DATA or ./data" : "--data-dir first, then $TANDEM_DATA, then ./data");
+  if (f.verbose > 0)
+    std::printf("Data: %s (searched %s)\n", data.directory.c_str(),
+                f.common.data_dir.empty() ? "$TANDEM_DATA, then ./data" : "--data-dir, then $TANDEM_DATA, then ./data");
   auto optimizer = make_optimizer(f.optimizer, f.learning_rate, f.momentum, spec);
   int64_t train_rows = data.train.x.dim(0) - static_cast<int64_t>(std::floor(data.train.x.dim(0) * f.validation_split));
   int64_t steps_per_epoch = (train_rows + f.common.batch_size - 1) / f.common.batch_size;
@@ -81,9 +82,10 @@ void run_fit(const FitFlags& f) {
   FitOptions options{.epochs = f.epochs, .batch_size = f.common.batch_size, .validation_split = f.validation_split,
                      .verbose = f.verbose};
   check_checkpoint_dir(f.checkpoint_dir, f.overwrite);
-  std::string strategy_kind = strategy ? strategy->name() : "default";  // the kind, not the replica count
-  strategy_kind.erase(std::remove_if(strategy_kind.begin(), strategy_kind.end(), [](char c) { return std::isdigit(c) != 0; }),
-                      strategy_kind.end());
+  // The strategy's kind, not its replica count: "mirrored:2:deterministic" -> "mirrored:deterministic".
+  std::string strategy_kind;
+  for (const std::string& part : split(strategy ? strategy->name() : "default", ':'))
+    if (part.find_first_not_of("0123456789") != std::string::npos) strategy_kind += (strategy_kind.empty() ? "" : ":") + part;
   std::string run_config_optimizer = fmt::format("--optimizer \"{}\" --learning-rate {} --momentum {} --lr-decay {}", f.optimizer,
                                                  f.learning_rate, f.momentum, f.lr_decay);
   options.run_config = {{"dataset", f.common.dataset}, {"strategy", strategy_kind}, {"optimizer flags", run_config_optimizer}};
