@@ -21,9 +21,12 @@ struct FitFlags {
   float momentum = -1.0f;
   float lr_decay = 1.0f;
   double validation_split = 0.0;
-  std::string checkpoint_dir = "checkpoints";
+  std::string run_dir;         // "": a new runs/<model>-N
+  std::string checkpoint_dir;  // unless given: <run>/checkpoints
+  bool checkpoint_dir_given = false;
   int64_t backup_every = 1000;
-  std::string log_dir = "logs";
+  std::string log_dir;  // unless given: <run>/logs
+  bool log_dir_given = false;
   int64_t log_every = 0;
   std::string csv_log;
   int early_stopping = 0;
@@ -57,7 +60,29 @@ void check_checkpoint_dir(const std::string& dir, bool overwrite) {
   for (const std::string& name : earlier) fs::remove(dir + "/" + name, ec);
 }
 
-void run_fit(const FitFlags& f) {
+// Where a run's checkpoints and logs go when not given: the run directory named, or a new one,
+// runs/<model>-1, -2, ... (the first that does not exist), as Ultralytics and Lightning do.
+void choose_run_directory(FitFlags& f) {
+  if (f.checkpoint_dir_given && f.log_dir_given) return;
+  std::string run = f.run_dir;
+  if (run.empty()) {
+    std::string stem = std::filesystem::path(f.common.model).stem().string();
+    for (int n = 1;; ++n) {
+      run = fmt::format("runs/{}-{}", stem, n);
+      if (!std::filesystem::exists(run)) break;
+    }
+  }
+  if (!f.checkpoint_dir_given) f.checkpoint_dir = run + "/checkpoints";
+  if (!f.log_dir_given) f.log_dir = run + "/logs";
+  if (f.verbose > 0)
+    std::printf("Run directory: %s (checkpoints: %s, logs: %s). If this run is interrupted, the same command with "
+                "--run-dir %s resumes it.\n",
+                run.c_str(), f.checkpoint_dir.empty() ? "none" : f.checkpoint_dir.c_str(), f.log_dir.empty() ? "none" : f.log_dir.c_str(),
+                run.c_str());
+}
+
+void run_fit(FitFlags f) {
+  choose_run_directory(f);
   auto start = std::chrono::steady_clock::now();
   f.common.apply_threads();
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, f.common.threads);
@@ -163,12 +188,15 @@ void add_fit(CLI::App& app) {
       ->capture_default_str()->check(finite_number & CLI::Range(0.01f, 1.0f));
   cmd->add_option("--validation-split", flags->validation_split, "fraction of the training data held out for validation")
       ->capture_default_str()->check(finite_number & CLI::Range(0.0, 0.99));
+  cmd->add_option("--run-dir", flags->run_dir,
+                  "the run's directory: its checkpoints and logs; naming an interrupted run's directory resumes it "
+                  "(default: a new runs/<model>-N)");
   cmd->add_option("--checkpoint-dir", flags->checkpoint_dir,
-                  "checkpoints per epoch, the backup an interrupted run resumes from, and final.safetensors (\"\": none)")
-      ->capture_default_str();
+                  "checkpoints per epoch, the backup an interrupted run resumes from, and final.safetensors (\"\": none; "
+                  "default: <run-dir>/checkpoints)");
   cmd->add_option("--backup-every", flags->backup_every, "steps between backups (0: at epoch ends only)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  cmd->add_option("--log-dir", flags->log_dir, "TensorBoard log directory (\"\": none)")->capture_default_str();
+  cmd->add_option("--log-dir", flags->log_dir, "TensorBoard log directory (\"\": none; default: <run-dir>/logs)");
   cmd->add_option("--log-every", flags->log_every, "steps between batch scalars in TensorBoard (0: per epoch only)")
       ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_option("--csv-log", flags->csv_log, "CSV file with one row per epoch (default: none)")->capture_default_str();
@@ -182,7 +210,11 @@ void add_fit(CLI::App& app) {
   cmd->add_flag("--overwrite", flags->overwrite, "replace the checkpoints of an earlier, finished run in --checkpoint-dir");
   cmd->add_option("--verbose", flags->verbose, "0 silent, 1 progress bar, 2 one line per epoch and the thread choice")
       ->capture_default_str()->check(CLI::Range(0, 2));
-  cmd->callback([flags] { run_fit(*flags); });
+  cmd->callback([flags, cmd] {
+    flags->checkpoint_dir_given = cmd->get_option("--checkpoint-dir")->count() > 0;
+    flags->log_dir_given = cmd->get_option("--log-dir")->count() > 0;
+    run_fit(*flags);
+  });
 }
 
 }  // namespace tandem::cli

@@ -85,7 +85,7 @@ TEST(Cli, HelpListsEveryFlagWithItsDefault) {
   Outcome r = run({"fit", "--help"}, dir);
   EXPECT_EQ(r.code, 0);
   for (const char* flag : {"--model TEXT:PRESET|FILE=mlp", "--dataset TEXT:{mnist,fashion-mnist,cifar10}=mnist", "--epochs INT:INT in [1 - 1000000]=10",
-                           "--batch-size", "=32", "--checkpoint-dir TEXT=checkpoints", "--log-dir TEXT=logs", "--report",
+                           "--batch-size", "=32", "--run-dir", "default: a new runs/<model>-N", "--checkpoint-dir", "default: <run-dir>/checkpoints", "--log-dir", "default: <run-dir>/logs", "--report",
                            "--threads", "--seed UINT=0", "--learning-rate", "--optimizer"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag << "\n" << r.output;
 }
@@ -196,6 +196,34 @@ TEST(Cli, ASoftmaxLayerOfItsOwnIsAppliedOnce) {
     losses.push_back(nlohmann::json::parse(io::read_file(dir.file("r.json")))["final_training_loss"].get<double>());
   }
   EXPECT_NEAR(losses[1], losses[0], 1e-4);
+}
+
+// Issue 11, item 6: each run gets a directory of its own under runs/ (checkpoints and logs), said
+// at the start with how to resume it; naming it again reaches the same checkpoints (before, every
+// run wrote ./checkpoints and ./logs).
+TEST(Cli, EachRunGetsADirectoryOfItsOwn) {
+  testing::TempDir dir;
+  make_mnist(dir.file("mnist"), 300, 100);
+  std::vector<std::string> fit{"fit", "--data-dir", dir.path(), "--epochs", "1", "--verbose", "1"};
+  for (int n : {1, 2}) {
+    Outcome r = run(fit, dir);
+    ASSERT_EQ(r.code, 0) << r.output;
+    std::string run_dir = "runs/mlp-" + std::to_string(n);
+    EXPECT_NE(r.output.find("Run directory: " + run_dir + " (checkpoints: " + run_dir + "/checkpoints, logs: " + run_dir +
+                            "/logs). If this run is interrupted, the same command with --run-dir " + run_dir + " resumes it."),
+              std::string::npos)
+        << r.output;
+    EXPECT_TRUE(std::filesystem::exists(dir.file(run_dir + "/checkpoints/final.safetensors")));
+    EXPECT_TRUE(std::filesystem::exists(dir.file(run_dir + "/logs/train")));
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.file("checkpoints")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file("logs")));
+  fit.insert(fit.end(), {"--run-dir", "runs/mlp-1"});
+  Outcome r = run(fit, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("--checkpoint-dir \"runs/mlp-1/checkpoints\" holds the checkpoints of an earlier, finished run"),
+            std::string::npos)
+      << r.output;
 }
 
 // Issue 11, item 3: a second run into a checkpoint directory that holds a finished run's
