@@ -69,7 +69,12 @@ std::string escape_xml(const std::string& s) {
 
 // Two bar panels side by side: training samples/s and test accuracy (%), one bar per strategy.
 std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
-  const int panel_w = 360, panel_h = 260, left = 70, top = 50, bottom = 70, gap = 60;
+  // Strategy names are slanted under their bars (35°), so long ones ("mirrored:2:deterministic")
+  // neither overlap nor leave the picture; the bottom margin makes room for the longest.
+  size_t longest = 0;
+  for (const Row& r : rows) longest = std::max(longest, r.strategy.size());
+  const int panel_w = 360, panel_h = 260, left = 90, top = 50, gap = 80;
+  const int label_drop = static_cast<int>(7.0 * static_cast<double>(longest) * 0.58) + 20, bottom = label_drop + 40;
   int width = left + 2 * panel_w + gap + 20, height = top + panel_h + bottom;
   std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n"
@@ -101,9 +106,10 @@ std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
       svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{:g}</text>\n", x0 - 4, y + 4, v);
     }
     std::string axis = panel == 0 ? "training samples / second" : "test accuracy (%)";
-    svg += fmt::format("<text transform=\"translate({},{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", x0 - 50,
+    svg += fmt::format("<text transform=\"translate({},{}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n", x0 - 62,
                        top + panel_h / 2, axis);
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">strategy</text>\n", x0 + panel_w / 2, top + panel_h + 50);
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">strategy</text>\n", x0 + panel_w / 2,
+                       top + panel_h + label_drop + 24);
     int n = static_cast<int>(rows.size()), slot = panel_w / std::max(1, n), bar = slot * 3 / 5;
     for (int i = 0; i < n; ++i) {
       double v = std::isfinite(value(rows[static_cast<size_t>(i)])) ? value(rows[static_cast<size_t>(i)]) : 0.0;
@@ -112,8 +118,8 @@ std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
                          colors[i % 6]);
       svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x + bar / 2, top + panel_h - h - 4,
                          panel == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.2f}", v));
-      svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x + bar / 2, top + panel_h + 18,
-                         escape_xml(rows[static_cast<size_t>(i)].strategy));
+      svg += fmt::format("<text transform=\"translate({},{}) rotate(-35)\" text-anchor=\"end\">{}</text>\n", x + bar / 2 + 4,
+                         top + panel_h + 16, escape_xml(rows[static_cast<size_t>(i)].strategy));
     }
   }
   return svg + "</svg>\n";
@@ -173,8 +179,8 @@ void run_compare(const CompareFlags& f) {
     io::write_file_atomically(f.report, j.dump(2) + "\n");
   }
   if (!f.chart.empty()) {
-    std::string title = fmt::format("{} on {}: {} epochs, global batch {}", f.common.model, f.common.dataset, f.epochs,
-                                    f.common.batch_size);
+    std::string title = fmt::format("{} on {}: {} epoch{}, global batch {}", f.common.model, f.common.dataset, f.epochs,
+                                    f.epochs == 1 ? "" : "s", f.common.batch_size);
     io::write_file_atomically(f.chart, svg_chart(rows, title));
     std::printf("chart: %s\n", f.chart.c_str());
   }

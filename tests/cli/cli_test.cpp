@@ -385,6 +385,14 @@ TEST(Cli, CompareTrainsUnderEachStrategyAndWritesTableJsonAndChart) {
   std::string svg = io::read_file(dir.file("c.svg"));
   for (const char* s : {"<svg", "training samples / second", "test accuracy (%)", "mirrored:2:deterministic", "</svg>"})
     EXPECT_NE(svg.find(s), std::string::npos) << s;
+  // Issue 11, item 7: strategy names are slanted (they overlapped, and the last was cut off at the
+  // right edge, when written level under 90-pixel bars), and the picture is tall enough for the
+  // longest: 24 characters at ~7 px, slanted 35°, below the 260-pixel panels that start at 50.
+  size_t slanted = 0;
+  for (size_t at = 0; (at = svg.find("rotate(-35)", at)) != std::string::npos; ++at) ++slanted;
+  EXPECT_EQ(slanted, 8u) << "one slanted label per strategy and panel";
+  int height = std::stoi(svg.substr(svg.find("height=\"") + 8));
+  EXPECT_GE(height, 50 + 260 + static_cast<int>(24 * 7 * 0.57)) << svg.substr(0, 200);
   // Per-replica batches of 4 rows: a slower strategy is explained (timing decides which, so
   // only the form of the warning is checked when one appears).
   if (r.output.find("warning:") != std::string::npos) EXPECT_NE(r.output.find("is slower than default"), std::string::npos);
