@@ -97,8 +97,8 @@ class Layer {
 
 struct DenseOptions {
   bool use_bias = true;
-  std::string kernel_initializer = "glorot_uniform";
-  std::string bias_initializer = "zeros";
+  InitializerSpec kernel_initializer = "glorot_uniform";
+  InitializerSpec bias_initializer = "zeros";
   std::string name;
   std::optional<Shape> input_shape;
 };
@@ -145,8 +145,8 @@ struct Conv2DOptions {
   std::string padding = "valid";
   std::string activation;
   bool use_bias = true;
-  std::string kernel_initializer = "glorot_uniform";
-  std::string bias_initializer = "zeros";
+  InitializerSpec kernel_initializer = "glorot_uniform";
+  InitializerSpec bias_initializer = "zeros";
   std::string name;
   std::optional<Shape> input_shape;
 };

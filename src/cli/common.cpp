@@ -71,25 +71,30 @@ class LayerConfig {
   }
   bool has(const char* key) const { return config_.contains(key) && !config_[key].is_null(); }
   void mark_read(const char* key) { read_.insert(key); }
-  // An initializer as a name ("he_normal") or Keras' object ({"class_name": "HeNormal", "config":
-  // {"seed": null}}), as the name Tandem's initializers take.
-  std::string initializer(const char* key, const std::string& fallback) {
+  // An initializer as a name ("he_normal") or Keras' object ({"class_name": "VarianceScaling",
+  // "config": {"scale": 2.0, "mode": "fan_in", "seed": null}}), its arguments kept for the layer
+  // to check. A seed is refused: weights follow the model's seed.
+  InitializerSpec initializer(const char* key, const std::string& fallback) {
     read_.insert(key);
-    if (!has(key)) return fallback;
+    if (!has(key)) return InitializerSpec(fallback);
     const json& v = config_[key];
-    if (v.is_string()) return v.get<std::string>();
+    if (v.is_string()) return InitializerSpec(v.get<std::string>());
     if (!v.is_object() || !v.contains("class_name") || !v["class_name"].is_string())
       fail("{}: \"{}\" is {}, expected a name or {{\"class_name\": ..., \"config\": ...}}", where_, key, v.dump());
-    if (v.contains("config") && v["config"].is_object())
-      for (const auto& [k, value] : v["config"].items())
-        if (!(k == "seed" && value.is_null()))
-          fail("{}: \"{}\" sets \"{}\" to {}; Tandem's initializers take no arguments", where_, key, k, value.dump());
     std::string snake;  // GlorotUniform -> glorot_uniform
     for (char c : v["class_name"].get<std::string>()) {
       if (std::isupper(static_cast<unsigned char>(c)) && !snake.empty()) snake += '_';
       snake += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     }
-    return snake;
+    InitializerSpec spec(snake);
+    if (v.contains("config") && v["config"].is_object())
+      for (const auto& [k, value] : v["config"].items()) {
+        if (k == "seed" && value.is_null()) continue;
+        if (k == "seed")
+          fail("{}: \"{}\" sets a seed ({}); Tandem draws every weight from the model's seed (--seed)", where_, key, value.dump());
+        spec.args[k] = value.is_string() ? value.get<std::string>() : value.dump();
+      }
+    return spec;
   }
   // Every key not read must hold the value that means what Tandem does.
   void check_rest() const {
@@ -203,10 +208,10 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
       if (type == "MaxPooling2D") model->add(MaxPooling2D(pool, o));
       else model->add(AveragePooling2D(pool, o));
     } else if (type == "BatchNormalization") {
-      for (const char* init : {"beta_initializer", "moving_mean_initializer"})
-        if (std::string v = c.initializer(init, "zeros"); v != "zeros") fail("{}: \"{}\" is {}; Tandem implements only zeros", c.where(), init, c.raw()[init].dump());
-      for (const char* init : {"gamma_initializer", "moving_variance_initializer"})
-        if (std::string v = c.initializer(init, "ones"); v != "ones") fail("{}: \"{}\" is {}; Tandem implements only ones", c.where(), init, c.raw()[init].dump());
+      for (auto [init, only] : {std::pair{"beta_initializer", "zeros"}, std::pair{"moving_mean_initializer", "zeros"},
+                                std::pair{"gamma_initializer", "ones"}, std::pair{"moving_variance_initializer", "ones"}})
+        if (InitializerSpec v = c.initializer(init, only); v.name != only || !v.args.empty())
+          fail("{}: \"{}\" is {}; Tandem implements only {}", c.where(), init, c.raw()[init].dump(), only);
       model->add(BatchNormalization({.momentum = c.get<float>("momentum", 0.99f), .epsilon = c.get<float>("epsilon", 1e-3f),
                                      .synchronized = c.get<bool>("synchronized", false), .name = name, .input_shape = input}));
     } else if (type == "Activation") {

@@ -134,7 +134,8 @@ TEST(Cli, ModelFileAttributesAreHonouredOrRefused) {
     std::ofstream(dir.file("m.json")) << R"({"class_name": "Sequential", "config": {"name": "m", "layers": [
         {"class_name": "Conv2D", "config": {"name": "conv", "filters": 4, "kernel_size": [3, 3], "batch_input_shape": [null, 28, 28, 1],
          "trainable": true, "dtype": "float32", "data_format": "channels_last", "groups": 1, "activation": "relu",
-         "kernel_initializer": {"class_name": "HeNormal", "config": {"seed": null}}, "bias_initializer": "zeros",
+         "kernel_initializer": {"class_name": "VarianceScaling", "config": {"scale": 2.0, "mode": "fan_in", "distribution": "truncated_normal", "seed": null}},
+         "bias_initializer": {"class_name": "Constant", "config": {"value": 0.1}},
          "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null, "kernel_constraint": null,
          "bias_constraint": null)" + conv_extra + R"(}},
         {"class_name": "Flatten", "config": {"name": "flat", "data_format": "channels_last"}},
@@ -165,8 +166,10 @@ TEST(Cli, ModelFileAttributesAreHonouredOrRefused) {
                          Bad{R"(, "strides": 1, "kernel_initializer": "bogus")", "", "bogus"},
                          Bad{"", R"(, "kernel_regularizer": {"class_name": "L2", "config": {"l2": 0.01}})",
                              R"(layer 2 ("out", Dense): "kernel_regularizer" is {"class_name":"L2","config":{"l2":0.01}}; Tandem implements only null)"},
-                         Bad{"", R"(, "kernel_initializer": {"class_name": "RandomNormal", "config": {"stddev": 0.5}})",
-                             R"("kernel_initializer" sets "stddev" to 0.5)"},
+                         Bad{"", R"(, "kernel_initializer": {"class_name": "RandomNormal", "config": {"stdev": 0.5}})",
+                             R"(initializer random_normal takes no argument "stdev" (given "0.5"))"},
+                         Bad{"", R"(, "kernel_initializer": {"class_name": "HeNormal", "config": {"seed": 42}})",
+                             R"("kernel_initializer" sets a seed (42); Tandem draws every weight from the model's seed)"},
                          Bad{"", R"(, "units_typo": 3)", R"(layer 2 ("out", Dense): unknown attribute "units_typo" (3))"}}) {
     r = model(bad.conv, bad.dense);  // a key given twice: the JSON reader keeps the later value
     EXPECT_EQ(r.code, 1) << bad.message << "\n" << r.output;
