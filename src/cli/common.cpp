@@ -96,6 +96,22 @@ class LayerConfig {
       }
     return spec;
   }
+  // An activation as a name ("relu") or an object: Keras 3's serialized function
+  // ({"class_name": "function", "config": "relu"}) or a layer-like one ({"class_name": "ReLU", "config": {}}).
+  std::string activation(const char* key) {
+    read_.insert(key);
+    if (!has(key)) return "";
+    const json& v = config_[key];
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_object() && v.contains("config") && v["config"].is_string()) return v["config"].get<std::string>();
+    if (v.is_object() && v.contains("class_name") && v["class_name"].is_string() &&
+        (!v.contains("config") || v["config"].is_null() || (v["config"].is_object() && v["config"].empty()))) {
+      std::string name;
+      for (char c : v["class_name"].get<std::string>()) name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return name;
+    }
+    fail("{}: \"{}\" is {}, expected a name such as \"relu\" or an activation object without arguments", where_, key, v.dump());
+  }
   // Every key not read must hold the value that means what Tandem does.
   void check_rest() const {
     for (const auto& [key, value] : config_.items()) {
@@ -186,7 +202,7 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
     }
     if (!input) input = std::exchange(from_input_layer, std::nullopt);
     if (type == "Dense") {
-      model->add(Dense(c.get<int64_t>("units", 0), c.get<std::string>("activation", ""),
+      model->add(Dense(c.get<int64_t>("units", 0), c.activation("activation"),
                        {.use_bias = c.get<bool>("use_bias", true),
                         .kernel_initializer = c.initializer("kernel_initializer", "glorot_uniform"),
                         .bias_initializer = c.initializer("bias_initializer", "zeros"), .name = name, .input_shape = input}));
@@ -197,7 +213,7 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
     } else if (type == "Conv2D") {
       model->add(Conv2D(c.get<int64_t>("filters", 0), c.size("kernel_size", Size2(3)),
                         {.strides = c.size("strides", Size2(1)), .padding = c.get<std::string>("padding", "valid"),
-                         .activation = c.get<std::string>("activation", ""), .use_bias = c.get<bool>("use_bias", true),
+                         .activation = c.activation("activation"), .use_bias = c.get<bool>("use_bias", true),
                          .kernel_initializer = c.initializer("kernel_initializer", "glorot_uniform"),
                          .bias_initializer = c.initializer("bias_initializer", "zeros"), .name = name, .input_shape = input}));
     } else if (type == "MaxPooling2D" || type == "AveragePooling2D") {
@@ -215,7 +231,7 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
       model->add(BatchNormalization({.momentum = c.get<float>("momentum", 0.99f), .epsilon = c.get<float>("epsilon", 1e-3f),
                                      .synchronized = c.get<bool>("synchronized", false), .name = name, .input_shape = input}));
     } else if (type == "Activation") {
-      model->add(layers::Activation(c.get<std::string>("activation", ""), {.name = name, .input_shape = input}));
+      model->add(layers::Activation(c.activation("activation"), {.name = name, .input_shape = input}));
     } else {
       fail("{}: unknown layer class \"{}\"; expected Dense, Dropout, Flatten, Conv2D, MaxPooling2D, AveragePooling2D, "
            "BatchNormalization or Activation",

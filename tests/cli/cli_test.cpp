@@ -139,6 +139,8 @@ TEST(Cli, ModelFileAttributesAreHonouredOrRefused) {
          "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null, "kernel_constraint": null,
          "bias_constraint": null)" + conv_extra + R"(}},
         {"class_name": "Flatten", "config": {"name": "flat", "data_format": "channels_last"}},
+        {"class_name": "Activation", "config": {"name": "act", "activation": {"module": "keras.src.activations.activations",
+         "class_name": "function", "config": "relu", "registered_name": "function"}}},
         {"class_name": "Dense", "config": {"name": "out", "units": 10, "activation": "softmax")" + dense_extra + R"(}}]}})";
     return run({"summary", "--model", dir.file("m.json")}, dir);
   };
@@ -165,12 +167,12 @@ TEST(Cli, ModelFileAttributesAreHonouredOrRefused) {
   for (const Bad& bad : {Bad{R"(, "dilation_rate": [2, 2])", "", R"(layer 0 ("conv", Conv2D): "dilation_rate" is [2,2]; Tandem implements only 1)"},
                          Bad{R"(, "strides": 1, "kernel_initializer": "bogus")", "", "bogus"},
                          Bad{"", R"(, "kernel_regularizer": {"class_name": "L2", "config": {"l2": 0.01}})",
-                             R"(layer 2 ("out", Dense): "kernel_regularizer" is {"class_name":"L2","config":{"l2":0.01}}; Tandem implements only null)"},
+                             R"(layer 3 ("out", Dense): "kernel_regularizer" is {"class_name":"L2","config":{"l2":0.01}}; Tandem implements only null)"},
                          Bad{"", R"(, "kernel_initializer": {"class_name": "RandomNormal", "config": {"stdev": 0.5}})",
                              R"(initializer random_normal takes no argument "stdev" (given "0.5"))"},
                          Bad{"", R"(, "kernel_initializer": {"class_name": "HeNormal", "config": {"seed": 42}})",
                              R"("kernel_initializer" sets a seed (42); Tandem draws every weight from the model's seed)"},
-                         Bad{"", R"(, "units_typo": 3)", R"(layer 2 ("out", Dense): unknown attribute "units_typo" (3))"}}) {
+                         Bad{"", R"(, "units_typo": 3)", R"(layer 3 ("out", Dense): unknown attribute "units_typo" (3))"}}) {
     r = model(bad.conv, bad.dense);  // a key given twice: the JSON reader keeps the later value
     EXPECT_EQ(r.code, 1) << bad.message << "\n" << r.output;
     EXPECT_NE(r.output.find(bad.message), std::string::npos) << r.output;
