@@ -200,7 +200,7 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
       from_input_layer = input;
       continue;
     }
-    if (!input) input = std::exchange(from_input_layer, std::nullopt);
+    if (auto given = std::exchange(from_input_layer, std::nullopt); !input) input = given;  // for the next layer only
     if (type == "Dense") {
       model->add(Dense(c.get<int64_t>("units", 0), c.activation("activation"),
                        {.use_bias = c.get<bool>("use_bias", true),
