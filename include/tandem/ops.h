@@ -7,18 +7,10 @@
 #include <string_view>
 #include <vector>
 
+#include "tandem/op_types.h"
 #include "tandem/tensor.h"
 
 namespace tandem {
-
-enum class Activation : uint8_t { Linear, ReLU, ELU, SELU, Tanh, Sigmoid, GELU, Softmax };
-// Parses a Keras activation name ("relu", "softmax", "" or "linear" for none); `owner` names
-// the layer in the error message.
-Activation parse_activation(std::string_view name, std::string_view owner);
-std::string_view activation_name(Activation act);
-
-enum class Padding : uint8_t { Valid, Same };
-Padding parse_padding(std::string_view name, std::string_view owner);
 
 // Counter-based randomness for one call: element i of sample s draws Philox(seed, step) at
 // index (sample_offset + s) * per_sample + i, so a sample's mask does not depend on batching.

@@ -3,7 +3,7 @@
 #include <cstdint>
 
 #include "core/vectorize.h"
-#include "tandem/ops.h"
+#include "tandem/op_types.h"
 
 namespace tandem::kernels::cpu {
 
