@@ -16,6 +16,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace tandem::core {
 namespace {
@@ -58,9 +59,7 @@ int cgroup_quota_cores() {
     char* second = first ? std::strchr(first + 1, ':') : nullptr;
     if (second) {
       std::string controllers(first + 1, second), path(second + 1);
-      bool v2 = controllers.empty(), v1 = controllers.find("cpu") != std::string::npos &&
-                                          (controllers == "cpu" || controllers.find("cpu,") != std::string::npos ||
-                                           controllers.find(",cpu") != std::string::npos);
+      bool v2 = controllers.empty(), v1 = ("," + controllers + ",").find(",cpu,") != std::string::npos;
       for (;;) {
         char file[512];
         if (v2) {
@@ -181,22 +180,17 @@ int free_cores() {
     std::lock_guard lock(s.mutex, std::adopt_lock);
     if (now >= s.next_sample.load(std::memory_order_relaxed)) {  // nobody sampled since we looked
       s.next_sample.store(now + std::chrono::nanoseconds(kSampleEvery).count(), std::memory_order_relaxed);
-      if (now - s.last > 10 * std::chrono::nanoseconds(kSampleEvery).count()) s.count = 0;  // stale: start over
+      if (now - s.last > 10 * std::chrono::nanoseconds(kSampleEvery).count()) s.count = s.at = 0;  // stale: start over
       s.last = now;
       s.samples[static_cast<size_t>(s.at)] = sample_free_cores(b);
       s.at = (s.at + 1) % kSamples;
       s.count = std::min(s.count + 1, kSamples);
-      // The median of the newest `count` samples: how many of them are below each value.
-      int median = b.usable;
-      for (int i = 0; i < s.count; ++i) {
-        int v = s.samples[static_cast<size_t>((s.at - 1 - i + kSamples) % kSamples)], below = 0, equal = 0;
-        for (int j = 0; j < s.count; ++j) {
-          int w = s.samples[static_cast<size_t>((s.at - 1 - j + kSamples) % kSamples)];
-          below += w < v;
-          equal += w == v;
-        }
-        if (below <= s.count / 2 && s.count / 2 < below + equal) median = v;
-      }
+      // The samples held are slots [0, count): the ring starts at slot 0 and wraps only when full.
+      std::array<int, kSamples> sorted = s.samples;
+      for (int i = 1; i < s.count; ++i)  // insertion sort of at most five
+        for (int j = i; j > 0 && sorted[static_cast<size_t>(j - 1)] > sorted[static_cast<size_t>(j)]; --j)
+          std::swap(sorted[static_cast<size_t>(j - 1)], sorted[static_cast<size_t>(j)]);
+      int median = sorted[static_cast<size_t>(s.count / 2)];
       s.free.store(median, std::memory_order_relaxed);
     }
   }

@@ -15,13 +15,18 @@ thread_local int thread_setting = 0;  // 0: automatic
 
 // OMP_NUM_THREADS as a launcher sets it ("4", or a nested list "4,2" whose first level counts);
 // 0 when unset or not a number.
-int omp_num_threads_env() {
+int parse_omp_num_threads() {
   const char* v = std::getenv("OMP_NUM_THREADS");
   if (v == nullptr || *v == '\0') return 0;
   char* end = nullptr;
   long n = std::strtol(v, &end, 10);
   if (end == v || (*end != '\0' && *end != ',') || n < 1) return 0;
   return static_cast<int>(std::min<long>(n, kMaxThreads));
+}
+
+int omp_num_threads_env() {
+  static const int from_env = parse_omp_num_threads();
+  return from_env;
 }
 
 }  // namespace
@@ -36,8 +41,7 @@ int num_threads_setting() { return thread_setting; }
 
 int num_threads() {
   if (thread_setting > 0) return thread_setting;
-  static const int from_env = omp_num_threads_env();
-  return from_env > 0 ? from_env : core::core_budget().usable;
+  return omp_num_threads_env() > 0 ? omp_num_threads_env() : core::core_budget().usable;
 }
 
 int usable_cores() { return core::core_budget().usable; }
