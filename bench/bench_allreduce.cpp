@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "tandem/distribute/communicator.h"
+#include "tandem/collectives/communicator.h"
 #include "tandem/error.h"
 
 using Clock = std::chrono::steady_clock;

@@ -3,6 +3,7 @@
 // of a scalar with respect to watched tensors and trainable variables, as tf.GradientTape does.
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "tandem/tensor.h"
@@ -32,7 +33,12 @@ class StopRecording {
   GradientTape* saved_;
 };
 
-struct Variable;
+// A named tensor owned by a layer (or by the user); trainable ones are watched by every GradientTape.
+struct Variable {
+  std::string name;  // "dense/kernel"
+  Tensor value;
+  bool trainable = true;
+};
 
 class GradientTape {
  public:

@@ -6,19 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "tandem/autograd.h"
 #include "tandem/initializers.h"
 #include "tandem/ops.h"
 
 namespace tandem {
 
-class Sequential;
-
-// A named tensor owned by a layer; trainable ones are watched by every GradientTape.
-struct Variable {
-  std::string name;  // "dense/kernel"
-  Tensor value;
-  bool trainable = true;
-};
 
 // What a layer needs to know about the call beyond its input.
 struct CallContext {
@@ -73,6 +66,8 @@ class Layer {
 
   // A deep copy: same configuration, its own copies of the variables (a replica's layer).
   std::shared_ptr<Layer> replicate() const;
+  // A shallow copy: same configuration, the same variables (a central-storage replica's layer).
+  virtual std::shared_ptr<Layer> clone() const = 0;
 
   std::vector<Variable>& variables() { return variables_; }
   const std::vector<Variable>& variables() const { return variables_; }
@@ -81,8 +76,6 @@ class Layer {
  protected:
   Layer(std::string name, std::optional<Shape> input_shape) : name_(std::move(name)), declared_input_shape_(std::move(input_shape)) {}
   virtual Shape do_build(const Shape& input_shape, uint64_t seed) = 0;
-  friend class tandem::Sequential;  // makes central-storage replicas from shallow clones
-  virtual std::shared_ptr<Layer> clone() const = 0;  // shallow: variables shared
   Tensor& add_variable(const std::string& short_name, const Shape& shape, const Initializer& init, int64_t fan_in,
                        int64_t fan_out, uint64_t seed, bool trainable = true);
   // Checks the per-sample part of a batch against the built input shape.

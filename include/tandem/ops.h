@@ -5,8 +5,10 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "tandem/collectives/replica_context.h"
 #include "tandem/op_types.h"
 #include "tandem/tensor.h"
 
@@ -30,6 +32,9 @@ Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activati
 Tensor activation(const Tensor& x, Activation act);
 inline Tensor relu(const Tensor& x) { return activation(x, Activation::ReLU); }
 inline Tensor softmax(const Tensor& x) { return activation(x, Activation::Softmax); }
+// The logits softmax computed `probabilities` from, or an undefined tensor when they did not come
+// from softmax: cross-entropy losses score probabilities through them (as Keras does).
+Tensor softmax_logits(const Tensor& probabilities);
 
 // Elementwise arithmetic. add/sub/mul take equal shapes, or b of shape (last dim of a,) (bias).
 Tensor add(const Tensor& a, const Tensor& b);
@@ -57,25 +62,25 @@ Tensor mean_squared_error(const Tensor& pred, const Tensor& target);
 // Channels last, as Keras. The activation is fused (ReLU inside oneDNN); Softmax is not accepted.
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, int64_t stride_h, int64_t stride_w,
               Padding padding, Activation act = Activation::Linear);
+// The (height, width) a window of kh × kw moved by strides sh, sw gives over h × w, by
+// TensorFlow's rules for the padding (as conv2d and the pools compute it); below 1 when it does not fit.
+std::pair<int64_t, int64_t> window_output_size(int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                                               Padding padding);
 // x:(N,H,W,C) -> (N,OH,OW,C).
 Tensor max_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w,
                   Padding padding);
 Tensor avg_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w,
                   Padding padding);
 
-// Batch statistics across the replicas of a strategy: sums `values` elementwise over the
-// replicas, in place, with the same bits on every replica; returns the number of replicas.
-using CrossReplicaSum = std::function<int(std::span<double> values)>;
-
 // x:(..., C) normalized per channel. In training, uses the batch statistics and updates
 // moving_mean/moving_variance in place (momentum as in Keras); otherwise uses the moving ones.
-// With cross_replica (training under a strategy): synchronized, the statistics are those of the
+// With replicas (training under a strategy with more than one): synchronized, the statistics are those of the
 // global batch (forward and backward), as one device computes them; otherwise each replica
 // normalizes with its own batch's and the moving statistics move toward the replicas' average,
 // so that they stay mirrored either way.
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& moving_mean,
                   Tensor& moving_variance, float momentum, float epsilon, bool training,
-                  const CrossReplicaSum& cross_replica = {}, bool synchronized = false);
+                  const distribute::ReplicaContext* replicas = nullptr, bool synchronized = false);
 
 // Deterministic replicated training cuts the global batch into a fixed list of parts
 // (micro-batches) spread over the replicas. Given this replica's parts' values (per_part each,

@@ -2,8 +2,6 @@
 
 #include "autograd/node.h"
 #include "core/tensor_impl.h"
-#include "tandem/layers.h"  // Variable
-#include "tandem/ops.h"
 
 namespace tandem {
 namespace {
@@ -103,8 +101,19 @@ void GradientTape::accumulate(int32_t slot, Tensor grad) {
   if (slot < 0) return;
   if (grads_.size() < static_cast<size_t>(slots_)) grads_.resize(static_cast<size_t>(slots_));
   Tensor& g = grads_[static_cast<size_t>(slot)];
-  if (!g.defined()) g = std::move(grad);
-  else g = ops::add(g, grad);
+  if (!g.defined()) {
+    g = std::move(grad);
+    return;
+  }
+  // A tensor used twice: its gradients add up (into a new tensor, as g may be another's too).
+  if (!(g.shape() == grad.shape()))
+    fail("GradientTape: gradients of shapes {} and {} for one tensor", g.shape().str(), grad.shape().str());
+  Tensor a = g.contiguous(), b = grad.contiguous(), sum = Tensor::empty(g.shape());
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* ps = sum.data<float>();
+  for (int64_t i = 0, n = sum.numel(); i < n; ++i) ps[i] = pa[i] + pb[i];
+  g = std::move(sum);
 }
 
 void GradientTape::backward(const Tensor& target, const std::function<void(size_t node)>* after_node) {

@@ -1,6 +1,7 @@
 #pragma once
 // The insides of a Tensor, shared by the library's own files only.
 #include <atomic>
+#include <memory>
 
 #include "tandem/allocator.h"
 #include "tandem/tensor.h"
@@ -14,6 +15,12 @@ struct Storage : PoolAllocated {
   Device device;
 };
 
+// What an op attaches to a tensor it made, for the layers above core to read back (softmax's
+// probabilities keep their logits this way); core only frees it with the tensor.
+struct TensorNote : PoolAllocated {
+  virtual ~TensorNote() = default;
+};
+
 struct TensorImpl : PoolAllocated {
   std::atomic<int32_t> refs{1};
   Storage* storage = nullptr;
@@ -24,9 +31,7 @@ struct TensorImpl : PoolAllocated {
   Device device;
   uint64_t id = 0;
   bool trainable = false;  // watched by every GradientTape
-  // Set by softmax: the logits it was computed from, so that a cross-entropy loss on the
-  // probabilities can use the fused, numerically stable logits path (as Keras does).
-  Tensor softmax_logits;
+  std::unique_ptr<TensorNote> note;
 };
 
 }  // namespace tandem

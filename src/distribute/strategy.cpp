@@ -24,54 +24,21 @@
 namespace tandem::distribute {
 namespace {
 thread_local Strategy* scope_strategy = nullptr;
-thread_local const ReplicaContext* running_replica = nullptr;
-
-// Sets this thread's replica context for the duration of a step.
-class AsReplica {
+// Runs as replica r of s while alive.
+class RunningAs {
  public:
-  AsReplica(Strategy* s, int r) : context_{s, r}, saved_(running_replica) { running_replica = &context_; }
-  ~AsReplica() { running_replica = saved_; }
+  RunningAs(Strategy* s, int r)
+      : context_{s, &s->communicator(), r, s->num_replicas_in_sync(), s->mirrors_variables()}, as_(context_) {}
 
  private:
   ReplicaContext context_;
-  const ReplicaContext* saved_;
+  AsReplica as_;
 };
 }  // namespace
 
 Strategy::Scope::Scope(Strategy* s) : previous_(scope_strategy) { scope_strategy = s; }
 Strategy::Scope::~Scope() { scope_strategy = previous_; }
 Strategy* current_strategy() { return scope_strategy; }
-const ReplicaContext* replica_context() { return running_replica; }
-
-int ReplicaContext::num_replicas_in_sync() const { return strategy->num_replicas_in_sync(); }
-
-std::vector<Tensor> ReplicaContext::all_reduce(ReduceOp op, std::span<const Tensor> values) const {
-  int64_t total = 0;
-  for (const Tensor& t : values) {
-    if (t.dtype() != DType::Float32) fail("all_reduce: tensor of dtype {} (only float32 is reduced)", dtype_name(t.dtype()));
-    total += t.numel();
-  }
-  Tensor fused = Tensor::empty({total});
-  float* at = fused.data<float>();
-  for (const Tensor& t : values) {
-    Tensor c = t.contiguous();
-    std::copy_n(c.data<float>(), c.numel(), at);
-    at += c.numel();
-  }
-  strategy->communicator().all_reduce_sum(replica_id, fused.data<float>(), total);
-  float scale = op == ReduceOp::Mean ? 1.0f / static_cast<float>(num_replicas_in_sync()) : 1.0f;
-  std::vector<Tensor> out;
-  int64_t offset = 0;
-  for (const Tensor& t : values) {
-    Tensor r = Tensor::empty(t.shape());
-    const float* from = fused.data<float>() + offset;
-    for (int64_t i = 0; i < t.numel(); ++i) r.data<float>()[i] = from[i] * scale;  // × 1 is exact for Sum
-    offset += t.numel();
-    out.push_back(r);
-  }
-  return out;
-}
-
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& values) {
   check_per_replica(values.size(), "reduce");
   const Shape& shape = values[0].shape();
@@ -143,7 +110,7 @@ std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
 OneDeviceStrategy::OneDeviceStrategy() : comm_(make_in_process_communicator(1)) {}
 
 void OneDeviceStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
-  AsReplica as(this, 0);
+  RunningAs as(this, 0);
   fn(0);
 }
 
@@ -173,7 +140,7 @@ struct MirroredStrategy::Workers {
 
 void MirroredStrategy::run_replica(int r, const std::function<void(int)>& job) {
   try {
-    AsReplica as(this, r);
+    RunningAs as(this, r);
     job(r);
   } catch (...) {
     workers_->errors[static_cast<size_t>(r)] = std::current_exception();

@@ -1,4 +1,3 @@
-#include "tandem/distribute/strategy.h"
 #include "tandem/layers.h"
 
 namespace tandem::layers {
@@ -23,15 +22,8 @@ Shape BatchNormalization::do_build(const Shape& input_shape, uint64_t seed) {
 
 Tensor BatchNormalization::call(const Tensor& x, const CallContext& ctx) {
   check_input(x);
-  ops::CrossReplicaSum cross_replica;
-  const distribute::ReplicaContext* replica = distribute::replica_context();
-  if (ctx.training && replica != nullptr && replica->num_replicas_in_sync() > 1)
-    cross_replica = [strategy = replica->strategy, rank = replica->replica_id](std::span<double> values) {
-      strategy->communicator().all_reduce_sum(rank, values.data(), static_cast<int64_t>(values.size()));
-      return strategy->num_replicas_in_sync();
-    };
   return ops::batch_norm(x, variables_[0].value, variables_[1].value, variables_[2].value, variables_[3].value,
-                         options_.momentum, options_.epsilon, ctx.training, cross_replica, options_.synchronized);
+                         options_.momentum, options_.epsilon, ctx.training, distribute::replica_context(), options_.synchronized);
 }
 
 void BatchNormalization::call_parts(BatchParts& parts) {

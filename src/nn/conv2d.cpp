@@ -1,4 +1,3 @@
-#include "kernels/cpu/kernels.h"
 #include "tandem/layers.h"
 
 namespace tandem::layers {
@@ -26,14 +25,14 @@ Shape Conv2D::do_build(const Shape& input_shape, uint64_t seed) {
          input_shape.str_with_batch());
   int64_t c = input_shape[2];
   int64_t fan_in = kernel_size_.h * kernel_size_.w * c, fan_out = kernel_size_.h * kernel_size_.w * filters_;
-  auto s = kernels::cpu::conv2d_shape(1, input_shape[0], input_shape[1], c, kernel_size_.h, kernel_size_.w, filters_,
-                                      options_.strides.h, options_.strides.w, padding_);
-  if (s.oh < 1 || s.ow < 1)
+  auto [oh, ow] = ops::window_output_size(input_shape[0], input_shape[1], kernel_size_.h, kernel_size_.w,
+                                          options_.strides.h, options_.strides.w, padding_);
+  if (oh < 1 || ow < 1)
     fail("{}: kernel {}x{} does not fit inputs of {}x{} with padding \"{}\"", label(), kernel_size_.h, kernel_size_.w,
          input_shape[0], input_shape[1], options_.padding);
   add_variable("kernel", {kernel_size_.h, kernel_size_.w, c, filters_}, kernel_init_, fan_in, fan_out, seed);
   if (options_.use_bias) add_variable("bias", {filters_}, bias_init_, fan_in, fan_out, seed);
-  return Shape{s.oh, s.ow, filters_};
+  return Shape{oh, ow, filters_};
 }
 
 Tensor Conv2D::call(const Tensor& x, const CallContext&) {

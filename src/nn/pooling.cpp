@@ -1,4 +1,3 @@
-#include "kernels/cpu/kernels.h"
 #include "tandem/layers.h"
 
 namespace tandem::layers {
@@ -18,12 +17,12 @@ Shape Pooling2D::do_build(const Shape& input_shape, uint64_t) {
   if (input_shape.rank() != 3)
     fail("{}: expects inputs of shape (None, height, width, channels), got {}", label(),
          input_shape.str_with_batch());
-  auto s = kernels::cpu::pool2d_shape(kernels::cpu::PoolKind::Max, 1, input_shape[0], input_shape[1], input_shape[2],
-                                      pool_size_.h, pool_size_.w, strides_.h, strides_.w, padding_);
-  if (s.oh < 1 || s.ow < 1)
+  auto [oh, ow] = ops::window_output_size(input_shape[0], input_shape[1], pool_size_.h, pool_size_.w, strides_.h,
+                                          strides_.w, padding_);
+  if (oh < 1 || ow < 1)
     fail("{}: pool {}x{} does not fit inputs of {}x{}", label(), pool_size_.h, pool_size_.w, input_shape[0],
          input_shape[1]);
-  return Shape{s.oh, s.ow, input_shape[2]};
+  return Shape{oh, ow, input_shape[2]};
 }
 
 Tensor Pooling2D::call(const Tensor& x, const CallContext&) {

@@ -53,7 +53,17 @@ struct ActivationNode : autograd::Node {
   }
 };
 
+struct SoftmaxOf : TensorNote {
+  explicit SoftmaxOf(Tensor x) : logits(std::move(x)) {}
+  Tensor logits;
+};
+
 }  // namespace
+
+Tensor softmax_logits(const Tensor& probabilities) {
+  auto* of = probabilities.defined() ? dynamic_cast<const SoftmaxOf*>(probabilities.impl()->note.get()) : nullptr;
+  return of != nullptr ? of->logits : Tensor();
+}
 
 Tensor activation(const Tensor& x_in, Activation act) {
   require_float(x_in, "activation", "x");
@@ -62,7 +72,8 @@ Tensor activation(const Tensor& x_in, Activation act) {
   Tensor y = x.clone();
   int64_t cols = y.rank() == 0 ? 1 : y.dim(-1);
   if (y.numel() > 0) kernels::cpu::bias_activation(y.data<float>(), nullptr, y.numel() / cols, cols, act);
-  if (act == Activation::Softmax) y.impl()->softmax_logits = x_in;
+  // A cross-entropy loss on the probabilities uses the fused, numerically stable logits path (as Keras does).
+  if (act == Activation::Softmax) y.impl()->note = std::make_unique<SoftmaxOf>(x_in);
   if (auto* tape = autograd::tracking_tape({&x_in})) {
     auto* node = new ActivationNode();
     if (kernels::cpu::activation_backward_needs_input(act)) node->x = x;

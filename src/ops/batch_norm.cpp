@@ -93,6 +93,9 @@ void normalize(const Tensor& x, const float* mu, const float* rs, const Tensor& 
     }
 }
 
+// Sums values elementwise over the replicas, in place; returns the number of replicas.
+using CrossReplicaSum = std::function<int(std::span<double> values)>;
+
 struct BatchNormNode : autograd::Node {
   Tensor x_hat, gamma, rstd;
   bool training;
@@ -192,8 +195,14 @@ void check_parameters(const char* op, const Tensor& x, const Tensor& gamma, cons
 
 Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, Tensor& moving_mean,
                   Tensor& moving_variance, float momentum, float epsilon, bool training,
-                  const CrossReplicaSum& cross_replica, bool synchronized) {
+                  const distribute::ReplicaContext* replicas, bool synchronized) {
   const char* op = "batch_norm";
+  CrossReplicaSum cross_replica;
+  if (training && replicas != nullptr && replicas->num_replicas > 1)
+    cross_replica = [replicas](std::span<double> values) {
+      replicas->communicator->all_reduce_sum(replicas->replica_id, values.data(), static_cast<int64_t>(values.size()));
+      return replicas->num_replicas;
+    };
   check_parameters(op, x_in, gamma, beta, moving_mean, moving_variance);
   int64_t c = x_in.dim(-1);
   Tensor x = x_in.contiguous();

@@ -82,4 +82,10 @@ Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, i
   return y;
 }
 
+std::pair<int64_t, int64_t> window_output_size(int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                                               Padding padding) {
+  auto s = kernels::cpu::conv2d_shape(1, h, w, 1, kh, kw, 1, sh, sw, padding);
+  return {s.oh, s.ow};
+}
+
 }  // namespace tandem::ops

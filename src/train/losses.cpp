@@ -1,8 +1,7 @@
 #include "tandem/losses.h"
 
-#include "core/tensor_impl.h"
 #include "tandem/ops.h"
-#include "tandem/distribute/strategy.h"
+#include "tandem/collectives/replica_context.h"
 
 namespace tandem {
 namespace {
@@ -50,7 +49,7 @@ Tensor Loss::per_sample(const Tensor& y_true, const Tensor& y_pred) const {
   // stable gradient (what Keras does for a softmax output layer). So is one given to a loss
   // told from_logits: a second softmax over probabilities is never what was meant (Keras warns
   // and applies it; the loss then barely falls).
-  const Tensor& logits = y_pred.impl()->softmax_logits;
+  Tensor logits = ops::softmax_logits(y_pred);
   switch (kind_) {
     case Kind::SparseCategoricalCrossentropy:
       if (logits.defined()) return ops::sparse_softmax_cross_entropy(logits, y_true);

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/kernels.h"
-#include "tandem/distribute/strategy.h"
+#include "tandem/collectives/replica_context.h"
 
 namespace tandem {
 
@@ -45,7 +45,7 @@ void Optimizer::apply(std::span<Variable* const> variables, std::span<const Tens
 void Optimizer::apply_reduced(const distribute::ReplicaContext& replica, std::span<Variable* const> variables,
                               std::span<const Tensor> gradients) {
   int r = replica.replica_id;
-  if (!replica.strategy->mirrors_variables()) {
+  if (!replica.mirrored_variables) {
     // One shared copy: every replica is past its backward pass (the all-reduce waited for all).
     if (r == 0) apply_here(variables, gradients);
     return;
@@ -57,7 +57,7 @@ void Optimizer::apply_reduced(const distribute::ReplicaContext& replica, std::sp
     // First replicated step: replica 0's slots exist before the others copy them, and nobody
     // updates until every copy is made. `ready` is set after the second barrier, so every
     // replica of this step saw it false.
-    distribute::CrossDeviceOps& comm = replica.strategy->communicator();
+    distribute::Communicator& comm = *replica.communicator;
     if (r == 0) build(variables);
     comm.barrier(r);
     if (r > 0) {

@@ -2,7 +2,7 @@
 // failure reported, and no hang.
 #include <thread>
 
-#include "tandem/distribute/communicator.h"
+#include "tandem/collectives/communicator.h"
 #include "test_util.h"
 
 namespace tandem {

@@ -21,7 +21,8 @@
 #include <vector>
 
 #include "tandem/data/dataset.h"
-#include "tandem/distribute/communicator.h"
+#include "tandem/collectives/communicator.h"
+#include "tandem/collectives/replica_context.h"
 #include "tandem/error.h"
 #include "tandem/tensor.h"
 
@@ -37,21 +38,6 @@ struct PerReplica {
   T& operator[](int replica) { return values.at(static_cast<size_t>(replica)); }
   const T& operator[](int replica) const { return values.at(static_cast<size_t>(replica)); }
 };
-
-enum class ReduceOp { Sum, Mean };
-
-// The replica a step function runs as (tf.distribute.get_replica_context()).
-struct ReplicaContext {
-  Strategy* strategy;
-  int replica_id;
-  int num_replicas_in_sync() const;
-  // Each tensor summed (or averaged) over the replicas, fused into one collective; every
-  // replica calls it with the same shapes and gets the same bits.
-  std::vector<Tensor> all_reduce(ReduceOp op, std::span<const Tensor> values) const;
-};
-
-// The context of the replica this thread is running as, or null outside Strategy::run.
-const ReplicaContext* replica_context();
 
 // The global batches of a dataset, each split along its first axis into one per replica
 // (rows [B·r/N, B·(r+1)/N) to replica r): the global batch is the per-replica batch × N.

@@ -7,7 +7,7 @@
 
 #include "tandem/model.h"
 #include "tandem/random.h"
-#include "train/progress.h"
+#include "fit/progress.h"
 
 namespace tandem {
 namespace {

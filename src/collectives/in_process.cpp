@@ -16,7 +16,7 @@
 #include "core/cpu_budget.h"
 #include "core/vectorize.h"
 
-#include "tandem/distribute/communicator.h"
+#include "tandem/collectives/communicator.h"
 #include "tandem/error.h"
 
 namespace tandem::distribute {

@@ -1,4 +1,4 @@
-#include "train/progress.h"
+#include "fit/progress.h"
 
 #include <algorithm>
 #include <fmt/format.h>

@@ -1,0 +1,46 @@
+#pragma once
+// The replica this thread runs as (tf.distribute.get_replica_context()). A strategy sets it while
+// a replica's step runs; what acts across replicas below the strategies reads it: optimizers sum
+// gradients, synchronized batch normalization sums its statistics.
+#include <span>
+#include <vector>
+
+#include "tandem/collectives/communicator.h"
+#include "tandem/tensor.h"
+
+namespace tandem::distribute {
+
+class Strategy;  // carried for the layers above; never used below the strategies
+
+enum class ReduceOp { Sum, Mean };
+
+struct ReplicaContext {
+  Strategy* strategy = nullptr;  // the strategy running this replica
+  Communicator* communicator = nullptr;  // among the replicas in sync
+  int replica_id = 0;
+  int num_replicas = 1;
+  // False when the replicas share one copy of the variables, updated once (central storage).
+  bool mirrored_variables = true;
+
+  int num_replicas_in_sync() const { return num_replicas; }
+  // Each tensor summed (or averaged) over the replicas, fused into one collective; every
+  // replica calls it with the same shapes and gets the same bits.
+  std::vector<Tensor> all_reduce(ReduceOp op, std::span<const Tensor> values) const;
+};
+
+// The context of the replica this thread is running as, or null outside Strategy::run.
+const ReplicaContext* replica_context();
+
+// While alive, this thread runs as `context` (which must outlive it); the previous one comes back after.
+class AsReplica {
+ public:
+  explicit AsReplica(const ReplicaContext& context);
+  ~AsReplica();
+  AsReplica(const AsReplica&) = delete;
+  AsReplica& operator=(const AsReplica&) = delete;
+
+ private:
+  const ReplicaContext* saved_;
+};
+
+}  // namespace tandem::distribute
