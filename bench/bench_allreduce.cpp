@@ -33,7 +33,8 @@ int main(int argc, char** argv) try {
   }
 
   auto comm = tandem::distribute::make_in_process_communicator(replicas);
-  std::vector<std::vector<float>> grads(static_cast<size_t>(replicas), std::vector<float>(static_cast<size_t>(n), 0.5f));
+  std::vector<std::vector<float>> grads(static_cast<size_t>(replicas),
+                                        std::vector<float>(static_cast<size_t>(n), 0.5f));
   std::vector<double> best(static_cast<size_t>(replicas), 1e9);
   std::vector<std::thread> threads;
   for (int r = 0; r < replicas; ++r)
@@ -51,16 +52,18 @@ int main(int argc, char** argv) try {
         comm->barrier(r);
         auto t0 = Clock::now();
         comm->all_reduce_sum(r, grads[static_cast<size_t>(r)].data(), n);
-        best[static_cast<size_t>(r)] = std::min(best[static_cast<size_t>(r)], std::chrono::duration<double>(Clock::now() - t0).count());
+        best[static_cast<size_t>(r)] =
+            std::min(best[static_cast<size_t>(r)], std::chrono::duration<double>(Clock::now() - t0).count());
       }
     });
   for (auto& t : threads) t.join();
   double all_reduce = *std::max_element(best.begin(), best.end());
   // Bandwidth as memcpy counts it: the buffer's bytes over the time, for both.
   double copy_gbs = bytes / best_copy / 1e9, reduce_gbs = bytes / all_reduce / 1e9;
-  std::printf("{\"replicas\": %d, \"megabytes\": %.1f, \"memcpy_gb_per_s\": %.2f, \"all_reduce_gb_per_s\": %.2f, "
-              "\"all_reduce_ms\": %.3f, \"fraction_of_memcpy\": %.3f}\n",
-              replicas, megabytes, copy_gbs, reduce_gbs, all_reduce * 1e3, reduce_gbs / copy_gbs);
+  std::printf(
+      "{\"replicas\": %d, \"megabytes\": %.1f, \"memcpy_gb_per_s\": %.2f, \"all_reduce_gb_per_s\": %.2f, "
+      "\"all_reduce_ms\": %.3f, \"fraction_of_memcpy\": %.3f}\n",
+      replicas, megabytes, copy_gbs, reduce_gbs, all_reduce * 1e3, reduce_gbs / copy_gbs);
 } catch (const tandem::Error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
   return 1;

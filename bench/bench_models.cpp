@@ -56,7 +56,8 @@ std::unique_ptr<Sequential> make_model(const std::string& model) {
 double gemm_floor(const std::string& model, int64_t b, double seconds) {
   std::vector<std::array<int64_t, 3>> layers;  // (in, out, needs dX)
   if (model == "mlp") layers = {{784, 128, 0}, {128, 10, 1}};
-  else if (model == "mlp5") layers = {{784, 160, 0}, {160, 160, 1}, {160, 160, 1}, {160, 160, 1}, {160, 160, 1}, {160, 10, 1}};
+  else if (model == "mlp5")
+    layers = {{784, 160, 0}, {160, 160, 1}, {160, 160, 1}, {160, 160, 1}, {160, 160, 1}, {160, 10, 1}};
   else layers = {{5408, 64, 1}, {64, 10, 1}};
   std::vector<std::vector<float>> x, w, y;
   for (auto [in, out, dx] : layers) {
@@ -68,8 +69,9 @@ double gemm_floor(const std::string& model, int64_t b, double seconds) {
   int64_t conv_m = b * 26 * 26;
   std::vector<float> cx(static_cast<size_t>(conv_m * 9), 0.5f), cw(9 * 32, 0.1f), cy(static_cast<size_t>(conv_m * 32));
   omp_set_num_threads(1);
-  auto gemm = [](char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* bm, int64_t ldb,
-                 float* c, int64_t ldc) { dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, bm, ldb, 0.0f, c, ldc); };
+  auto gemm = [](char ta, char tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* bm,
+                 int64_t ldb, float* c,
+                 int64_t ldc) { dnnl_sgemm(ta, tb, m, n, k, 1.0f, a, lda, bm, ldb, 0.0f, c, ldc); };
   auto step = [&] {
     for (size_t i = 0; i < layers.size(); ++i) {
       auto [in, out, dx] = layers[i];
@@ -107,9 +109,11 @@ double peak_rss_mb() {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::vector<Workload> all = {{"mlp25", "mlp", 25}, {"mlp256", "mlp", 256}, {"mlp5_50", "mlp5", 50},
-                               {"mlp5_128", "mlp5", 128}, {"mlp5_256", "mlp5", 256}, {"cnn64", "cnn", 64}, {"cnn128", "cnn", 128}, {"cnn256", "cnn", 256}};
-  if (argc < 2) fail("usage: bench_models WORKLOAD [threads] [seconds]; WORKLOAD is mlp25, mlp256, mlp5_50, mlp5_256 or cnn64");
+  std::vector<Workload> all = {{"mlp25", "mlp", 25},      {"mlp256", "mlp", 256},    {"mlp5_50", "mlp5", 50},
+                               {"mlp5_128", "mlp5", 128}, {"mlp5_256", "mlp5", 256}, {"cnn64", "cnn", 64},
+                               {"cnn128", "cnn", 128},    {"cnn256", "cnn", 256}};
+  if (argc < 2)
+    fail("usage: bench_models WORKLOAD [threads] [seconds]; WORKLOAD is mlp25, mlp256, mlp5_50, mlp5_256 or cnn64");
   auto it = std::find_if(all.begin(), all.end(), [&](const Workload& w) { return w.name == argv[1]; });
   if (it == all.end()) fail("bench_models: unknown workload \"{}\"", argv[1]);
   int threads = argc > 2 ? std::atoi(argv[2]) : 1;
@@ -122,7 +126,8 @@ int main(int argc, char** argv) try {
   Philox rng(1);
   rng.uniforms(0, x.numel(), x.data<float>());
   std::vector<int32_t> labels(n);
-  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(rng.bits(static_cast<uint64_t>(i)) % 10);
+  for (int64_t i = 0; i < n; ++i)
+    labels[static_cast<size_t>(i)] = static_cast<int32_t>(rng.bits(static_cast<uint64_t>(i)) % 10);
   Tensor y = Tensor::from_vector({n}, std::span<const int32_t>(labels));
   double data_mb = static_cast<double>(x.numel() * 4 + n * 4) / 1e6;
 
@@ -137,11 +142,13 @@ int main(int argc, char** argv) try {
   }
   // Train on slices of the data sized to run about `seconds`/3, three times; report the best.
   int64_t per_run = std::min<int64_t>(n, it->batch * 40);
-  model->fit(x.slice(0, per_run), y.slice(0, per_run), {.epochs = 1, .batch_size = it->batch, .verbose = 0});  // warm-up
+  model->fit(x.slice(0, per_run), y.slice(0, per_run),
+             {.epochs = 1, .batch_size = it->batch, .verbose = 0});  // warm-up
   auto t0 = Clock::now();
   model->fit(x.slice(0, per_run), y.slice(0, per_run), {.epochs = 1, .batch_size = it->batch, .verbose = 0});
   double one = std::chrono::duration<double>(Clock::now() - t0).count();
-  int64_t rows = std::min<int64_t>(n, std::max<int64_t>(it->batch, static_cast<int64_t>(per_run * (seconds / 3) / one)));
+  int64_t rows =
+      std::min<int64_t>(n, std::max<int64_t>(it->batch, static_cast<int64_t>(per_run * (seconds / 3) / one)));
   rows -= rows % it->batch;
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
@@ -152,9 +159,11 @@ int main(int argc, char** argv) try {
   double rss = peak_rss_mb();
   // A fourth argument "nofloor" skips the floor, for profiling the framework alone.
   double floor = argc > 4 && std::strcmp(argv[4], "nofloor") == 0 ? 1.0 : gemm_floor(it->model, it->batch, 3.0);
-  std::printf("{\"workload\": \"%s\", \"strategy\": \"%s\", \"threads\": %d, \"samples_per_s\": %.0f, \"peak_rss_mb\": %.1f, "
-              "\"data_mb\": %.1f, \"gemm_floor_samples_per_s\": %.0f, \"fraction_of_floor\": %.3f}\n",
-              it->name.c_str(), strategy ? strategy->name().c_str() : "default", threads, best, rss, data_mb, floor, best / floor);
+  std::printf(
+      "{\"workload\": \"%s\", \"strategy\": \"%s\", \"threads\": %d, \"samples_per_s\": %.0f, \"peak_rss_mb\": %.1f, "
+      "\"data_mb\": %.1f, \"gemm_floor_samples_per_s\": %.0f, \"fraction_of_floor\": %.3f}\n",
+      it->name.c_str(), strategy ? strategy->name().c_str() : "default", threads, best, rss, data_mb, floor,
+      best / floor);
 } catch (const tandem::Error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
   return 1;

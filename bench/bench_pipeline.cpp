@@ -36,10 +36,12 @@ int main(int argc, char** argv) try {
   for (int p = 0; p < passes; ++p) {
     auto t0 = Clock::now();
     model.fit(x, y, {.epochs = 1, .batch_size = batch, .verbose = 0});
-    best_memory = std::min(best_memory, std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(steps));
+    best_memory =
+        std::min(best_memory, std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(steps));
     t0 = Clock::now();
     model.fit(pipeline, {.epochs = 1, .verbose = 0});
-    best_pipeline = std::min(best_pipeline, std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(steps));
+    best_pipeline =
+        std::min(best_pipeline, std::chrono::duration<double>(Clock::now() - t0).count() / static_cast<double>(steps));
   }
   std::printf("{\"batch\": %lld, \"step_us_in_memory\": %.1f, \"step_us_pipeline\": %.1f, \"difference\": %.3f}\n",
               static_cast<long long>(batch), best_memory * 1e6, best_pipeline * 1e6, best_pipeline / best_memory - 1.0);

@@ -16,7 +16,8 @@ int main(int argc, char** argv) try {
   std::string workload = argv[1];
   int64_t steps = std::atoll(argv[2]);
   bool cnn = workload == "cnn64";
-  if (!cnn && workload != "mlp25") fail("step_instructions: unknown workload \"{}\" (expected mlp25 or cnn64)", workload);
+  if (!cnn && workload != "mlp25")
+    fail("step_instructions: unknown workload \"{}\" (expected mlp25 or cnn64)", workload);
   if (steps < 1 || steps > 64) fail("step_instructions: STEPS must be 1..64, got {}", argv[2]);
   set_num_threads(1);
   const int64_t batch = cnn ? 64 : 25, n = 64 * batch;
@@ -24,7 +25,8 @@ int main(int argc, char** argv) try {
   Philox rng(1);
   rng.uniforms(0, x.numel(), x.data<float>());
   std::vector<int32_t> labels(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(rng.bits(static_cast<uint64_t>(i)) % 10);
+  for (int64_t i = 0; i < n; ++i)
+    labels[static_cast<size_t>(i)] = static_cast<int32_t>(rng.bits(static_cast<uint64_t>(i)) % 10);
   Tensor y = Tensor::from_vector({n}, std::span<const int32_t>(labels));
   Sequential model;
   if (cnn) {
@@ -40,7 +42,8 @@ int main(int argc, char** argv) try {
     model.add(Dense(10, "softmax"));
     model.compile(optimizers::Adam(), "sparse_categorical_crossentropy", {"accuracy"});
   }
-  model.fit(x.slice(0, batch), y.slice(0, batch), {.epochs = 1, .batch_size = batch, .verbose = 0});  // warm-up: primitives made
+  model.fit(x.slice(0, batch), y.slice(0, batch),
+            {.epochs = 1, .batch_size = batch, .verbose = 0});  // warm-up: primitives made
   model.fit(x.slice(0, steps * batch), y.slice(0, steps * batch), {.epochs = 1, .batch_size = batch, .verbose = 0});
   std::printf("%s: %lld steps done\n", workload.c_str(), static_cast<long long>(steps));
 } catch (const tandem::Error& e) {

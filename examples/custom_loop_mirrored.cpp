@@ -31,7 +31,8 @@ int main(int argc, char** argv) try {
     return loss;
   };
 
-  auto train = data::Dataset::from_tensor_slices({mnist.train.x, mnist.train.y}).shuffle(10000).batch(global_batch, true);
+  auto train =
+      data::Dataset::from_tensor_slices({mnist.train.x, mnist.train.y}).shuffle(10000).batch(global_batch, true);
   auto distributed = strategy.distribute_dataset(train);
   for (int epoch = 0; epoch < epochs; ++epoch) {
     double total = 0.0;

@@ -45,8 +45,7 @@ inline Vec matmul(const Vec& a, const Vec& b, int64_t m, int64_t k, int64_t n, b
   Vec c(static_cast<size_t>(m * n), 0.0);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j)
-      for (int64_t p = 0; p < k; ++p)
-        c[i * n + j] += a[ta ? p * m + i : i * k + p] * b[tb ? j * k + p : p * n + j];
+      for (int64_t p = 0; p < k; ++p) c[i * n + j] += a[ta ? p * m + i : i * k + p] * b[tb ? j * k + p : p * n + j];
   return c;
 }
 

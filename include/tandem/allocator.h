@@ -10,11 +10,11 @@ struct AllocatorStats {
   uint64_t system_allocations = 0;  // blocks obtained from the system since start
   uint64_t pool_allocations = 0;    // every request, served from a free list or not
   uint64_t bytes_in_use = 0;
-  uint64_t bytes_reserved = 0;      // in use plus cached in free lists
+  uint64_t bytes_reserved = 0;  // in use plus cached in free lists
 };
 
 namespace memory {
-void* allocate(size_t bytes);                // 64-byte aligned; never returns null (throws)
+void* allocate(size_t bytes);                  // 64-byte aligned; never returns null (throws)
 void deallocate(void* pointer, size_t bytes);  // bytes as passed to allocate
 AllocatorStats stats();
 void release_cached();  // hands cached free blocks back to the system

@@ -79,10 +79,10 @@ class GradientTape {
   GradientTape* previous_;
   std::vector<autograd::Node*> nodes_;
   std::vector<Tensor> grads_;
-  std::vector<uint64_t> keys_;     // open-addressing map from tensor id to slot
+  std::vector<uint64_t> keys_;  // open-addressing map from tensor id to slot
   std::vector<int32_t> values_;
   int32_t slots_ = 0;
-  std::vector<int64_t> first_use_;     // per source, for gradient(..., ready)
+  std::vector<int64_t> first_use_;  // per source, for gradient(..., ready)
   std::vector<int32_t> source_slots_;
 };
 

@@ -18,8 +18,20 @@ struct InitializerSpec {
 };
 
 struct Initializer {
-  enum class Kind { Zeros, Ones, GlorotUniform, GlorotNormal, HeNormal, HeUniform, LecunNormal, TruncatedNormal,
-                    RandomNormal, RandomUniform, VarianceScaling, Constant };
+  enum class Kind {
+    Zeros,
+    Ones,
+    GlorotUniform,
+    GlorotNormal,
+    HeNormal,
+    HeUniform,
+    LecunNormal,
+    TruncatedNormal,
+    RandomNormal,
+    RandomUniform,
+    VarianceScaling,
+    Constant
+  };
   enum class Mode { FanIn, FanOut, FanAvg };
   enum class Distribution { TruncatedNormal, UntruncatedNormal, Uniform };
   Kind kind = Kind::GlorotUniform;

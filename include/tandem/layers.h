@@ -12,7 +12,6 @@
 
 namespace tandem {
 
-
 // What a layer needs to know about the call beyond its input.
 struct CallContext {
   bool training = false;
@@ -42,7 +41,7 @@ struct BatchParts {
 class Layer {
  public:
   virtual ~Layer() = default;
-  virtual std::string type() const = 0;       // "Dense"
+  virtual std::string type() const = 0;          // "Dense"
   virtual std::string default_name() const = 0;  // "dense"
   const std::string& name() const { return name_; }
   void set_name(std::string name) { name_ = std::move(name); }
@@ -74,7 +73,8 @@ class Layer {
   int64_t count_params() const;
 
  protected:
-  Layer(std::string name, std::optional<Shape> input_shape) : name_(std::move(name)), declared_input_shape_(std::move(input_shape)) {}
+  Layer(std::string name, std::optional<Shape> input_shape)
+      : name_(std::move(name)), declared_input_shape_(std::move(input_shape)) {}
   virtual Shape do_build(const Shape& input_shape, uint64_t seed) = 0;
   Tensor& add_variable(const std::string& short_name, const Shape& shape, const Initializer& init, int64_t fan_in,
                        int64_t fan_out, uint64_t seed, bool trainable = true);
@@ -188,7 +188,8 @@ class Pooling2D : public Layer {
 class MaxPooling2D : public Pooling2D {
  public:
   std::shared_ptr<Layer> clone() const override { return std::make_shared<MaxPooling2D>(*this); }
-  explicit MaxPooling2D(Size2 pool_size = 2, Pooling2DOptions options = {}) : Pooling2D(true, pool_size, std::move(options)) {}
+  explicit MaxPooling2D(Size2 pool_size = 2, Pooling2DOptions options = {})
+      : Pooling2D(true, pool_size, std::move(options)) {}
 };
 
 class AveragePooling2D : public Pooling2D {

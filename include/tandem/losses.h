@@ -13,8 +13,12 @@ class Loss {
   Loss(const std::string& name);                       // NOLINT
   Loss(Kind kind, bool from_logits = false) : kind_(kind), from_logits_(from_logits) {}
 
-  static Loss sparse_categorical_crossentropy(bool from_logits = false) { return {Kind::SparseCategoricalCrossentropy, from_logits}; }
-  static Loss categorical_crossentropy(bool from_logits = false) { return {Kind::CategoricalCrossentropy, from_logits}; }
+  static Loss sparse_categorical_crossentropy(bool from_logits = false) {
+    return {Kind::SparseCategoricalCrossentropy, from_logits};
+  }
+  static Loss categorical_crossentropy(bool from_logits = false) {
+    return {Kind::CategoricalCrossentropy, from_logits};
+  }
   static Loss binary_crossentropy(bool from_logits = false) { return {Kind::BinaryCrossentropy, from_logits}; }
   static Loss mean_squared_error() { return {Kind::MeanSquaredError}; }
 
@@ -33,8 +37,8 @@ class Loss {
 
 // The per-sample losses summed and divided by the global batch (tf.nn.compute_average_loss):
 // inside Strategy::run, where each replica has a slice of the batch, the replicas' gradients
-// then sum to the gradient of the mean over the global batch. global_batch_size 0: the rows
-// here × the replicas in sync.
+// then sum to the gradient of the mean over the global batch. global_batch_size 0: the rows of
+// every replica, summed (one small all-reduce; a replica with no rows gets a zero loss).
 Tensor compute_average_loss(const Tensor& per_sample_loss, int64_t global_batch_size = 0);
 
 }  // namespace tandem

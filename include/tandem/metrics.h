@@ -15,13 +15,19 @@ class Metric {
   static Metric parse(const std::string& name, const Loss& loss);
 
   void update(const Tensor& y_true, const Tensor& y_pred);  // accuracy kinds
-  void update_mean(double value, int64_t weight);            // Kind::Mean
+  void update_mean(double value, int64_t weight);           // Kind::Mean
   double result() const { return count_ == 0 ? 0.0 : total_ / static_cast<double>(count_); }
-  void reset() { total_ = 0.0; count_ = 0; }
+  void reset() {
+    total_ = 0.0;
+    count_ = 0;
+  }
   const std::string& name() const { return name_; }
   // The accumulators, for checkpoints.
   std::pair<double, int64_t> accumulators() const { return {total_, count_}; }
-  void restore(std::pair<double, int64_t> a) { total_ = a.first; count_ = a.second; }
+  void restore(std::pair<double, int64_t> a) {
+    total_ = a.first;
+    count_ = a.second;
+  }
 
  private:
   Kind kind_;

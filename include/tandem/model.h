@@ -151,7 +151,8 @@ class Sequential {
   // replica's gradients (of its loss summed over its rows ÷ the global batch) all-reduced, the
   // same update applied by every replica. Fills each part's predictions and labels; returns
   // the summed per-sample loss.
-  double replicated_step(const Batch& batch, uint64_t step_key, std::vector<Tensor>& predictions, std::vector<Tensor>& labels);
+  double replicated_step(const Batch& batch, uint64_t step_key, std::vector<Tensor>& predictions,
+                         std::vector<Tensor>& labels);
   struct Replica;
   // Deterministic mode: replica r's micro-batches forward (layer by layer across them) and
   // backward, each micro-batch's gradients into its own set of the replica's bucket.

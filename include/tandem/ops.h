@@ -67,10 +67,8 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, int64_t
 std::pair<int64_t, int64_t> window_output_size(int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                                                Padding padding);
 // x:(N,H,W,C) -> (N,OH,OW,C).
-Tensor max_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w,
-                  Padding padding);
-Tensor avg_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w,
-                  Padding padding);
+Tensor max_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w, Padding padding);
+Tensor avg_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w, Padding padding);
 
 // x:(..., C) normalized per channel. In training, uses the batch statistics and updates
 // moving_mean/moving_variance in place (momentum as in Keras); otherwise uses the moving ones.

@@ -96,17 +96,21 @@ class Optimizer {
   std::shared_ptr<LearningRateSchedule> schedule_;
   int64_t iterations_ = 0;
   std::vector<std::string> slot_owners_;  // variable names, one per slot group
-  std::vector<Tensor> slots_;              // slots_per_variable() per variable
+  std::vector<Tensor> slots_;             // slots_per_variable() per variable
 };
 
 namespace optimizers {
 
-struct SGDOptions { float momentum = 0.0f; bool nesterov = false; };
+struct SGDOptions {
+  float momentum = 0.0f;
+  bool nesterov = false;
+};
 class SGD : public Optimizer {
  public:
   explicit SGD(float learning_rate = 0.01f, SGDOptions options = {});
   std::string name() const override { return "SGD"; }
   std::unique_ptr<Optimizer> clone() const override { return std::make_unique<SGD>(*this); }
+
  private:
   int slots_per_variable() const override { return options_.momentum != 0.0f ? 1 : 0; }
   const char* slot_name(int) const override { return "momentum"; }
@@ -114,12 +118,17 @@ class SGD : public Optimizer {
   SGDOptions options_;
 };
 
-struct AdamOptions { float beta_1 = 0.9f; float beta_2 = 0.999f; float epsilon = 1e-7f; };
+struct AdamOptions {
+  float beta_1 = 0.9f;
+  float beta_2 = 0.999f;
+  float epsilon = 1e-7f;
+};
 class Adam : public Optimizer {
  public:
   explicit Adam(float learning_rate = 0.001f, AdamOptions options = {});
   std::string name() const override { return "Adam"; }
   std::unique_ptr<Optimizer> clone() const override { return std::make_unique<Adam>(*this); }
+
  private:
   int slots_per_variable() const override { return 2; }
   const char* slot_name(int i) const override { return i == 0 ? "m" : "v"; }
@@ -127,12 +136,17 @@ class Adam : public Optimizer {
   AdamOptions options_;
 };
 
-struct RMSpropOptions { float rho = 0.9f; float momentum = 0.0f; float epsilon = 1e-7f; };
+struct RMSpropOptions {
+  float rho = 0.9f;
+  float momentum = 0.0f;
+  float epsilon = 1e-7f;
+};
 class RMSprop : public Optimizer {
  public:
   explicit RMSprop(float learning_rate = 0.001f, RMSpropOptions options = {});
   std::string name() const override { return "RMSprop"; }
   std::unique_ptr<Optimizer> clone() const override { return std::make_unique<RMSprop>(*this); }
+
  private:
   int slots_per_variable() const override { return options_.momentum != 0.0f ? 2 : 1; }
   const char* slot_name(int i) const override { return i == 0 ? "rms" : "momentum"; }
@@ -140,12 +154,16 @@ class RMSprop : public Optimizer {
   RMSpropOptions options_;
 };
 
-struct AdagradOptions { float initial_accumulator_value = 0.1f; float epsilon = 1e-7f; };
+struct AdagradOptions {
+  float initial_accumulator_value = 0.1f;
+  float epsilon = 1e-7f;
+};
 class Adagrad : public Optimizer {
  public:
   explicit Adagrad(float learning_rate = 0.001f, AdagradOptions options = {});
   std::string name() const override { return "Adagrad"; }
   std::unique_ptr<Optimizer> clone() const override { return std::make_unique<Adagrad>(*this); }
+
  private:
   int slots_per_variable() const override { return 1; }
   const char* slot_name(int) const override { return "accumulator"; }

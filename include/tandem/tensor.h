@@ -15,10 +15,20 @@ namespace tandem {
 enum class DType : uint8_t { Float32, Int32, UInt8 };
 std::string_view dtype_name(DType dtype);
 size_t dtype_size(DType dtype);
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::Float32; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::Int32; }
-template <> constexpr DType dtype_of<uint8_t>() { return DType::UInt8; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::Float32;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::Int32;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::UInt8;
+}
 
 // Where a tensor's bytes live. Only the CPU exists today; kernels dispatch on it.
 struct Device {
@@ -81,21 +91,23 @@ class Tensor {
   bool is_contiguous() const;
   uint64_t id() const;  // unique for the life of the process; used by the tape
 
-  template <typename T> T* data();
-  void* raw();              // the first element's bytes, whatever the dtype
+  template <typename T>
+  T* data();
+  void* raw();  // the first element's bytes, whatever the dtype
   const void* raw() const;
-  template <typename T> const T* data() const;
+  template <typename T>
+  const T* data() const;
   std::vector<float> to_vector() const;  // float32 copy, any layout
   float item() const;                    // a one-element float32 tensor's value
 
   // Views (share storage).
-  Tensor reshape(const Shape& shape) const;         // -1 allowed once; needs a contiguous tensor
-  Tensor slice(int64_t begin, int64_t end) const;   // rows [begin, end) of dimension 0
-  Tensor row(int64_t i) const;                      // row i of dimension 0, without that axis
-  Tensor contiguous() const;                        // itself when already contiguous
-  Tensor clone() const;                             // a contiguous deep copy
-  Tensor astype(DType dtype) const;                 // converting copy
-  void copy_from(const Tensor& src);                // same shape and dtype; any strides
+  Tensor reshape(const Shape& shape) const;        // -1 allowed once; needs a contiguous tensor
+  Tensor slice(int64_t begin, int64_t end) const;  // rows [begin, end) of dimension 0
+  Tensor row(int64_t i) const;                     // row i of dimension 0, without that axis
+  Tensor contiguous() const;                       // itself when already contiguous
+  Tensor clone() const;                            // a contiguous deep copy
+  Tensor astype(DType dtype) const;                // converting copy
+  void copy_from(const Tensor& src);               // same shape and dtype; any strides
   void fill(float value);
 
   TensorImpl* impl() const { return impl_; }

@@ -88,7 +88,8 @@ int32_t GradientTape::slot_of(const Tensor& t) {
 
 void GradientTape::watch(const Tensor& t) {
   if (!t.defined()) fail("GradientTape::watch: tensor is undefined");
-  if (t.dtype() != DType::Float32) fail("GradientTape::watch: only float32 tensors have gradients, got {}", to_string(t));
+  if (t.dtype() != DType::Float32)
+    fail("GradientTape::watch: only float32 tensors have gradients, got {}", to_string(t));
   new_slot(t.id());
 }
 
@@ -120,8 +121,7 @@ void GradientTape::backward(const Tensor& target, const std::function<void(size_
   if (used_ && !persistent_)
     fail("GradientTape::gradient: called twice on a non-persistent tape (make it with persistent=true)");
   used_ = true;
-  if (target.numel() != 1)
-    fail("GradientTape::gradient: target must be a scalar, got shape {}", target.shape().str());
+  if (target.numel() != 1) fail("GradientTape::gradient: target must be a scalar, got shape {}", target.shape().str());
   StopRecording pause;  // gradient functions use ops too
   int32_t target_slot = slot_of(target);
   grads_.clear();

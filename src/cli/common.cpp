@@ -6,9 +6,9 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <utility>
-#include <nlohmann/json.hpp>
 
 namespace tandem::cli {
 namespace {
@@ -91,7 +91,8 @@ class LayerConfig {
       for (const auto& [k, value] : v["config"].items()) {
         if (k == "seed" && value.is_null()) continue;
         if (k == "seed")
-          fail("{}: \"{}\" sets a seed ({}); Tandem draws every weight from the model's seed (--seed)", where_, key, value.dump());
+          fail("{}: \"{}\" sets a seed ({}); Tandem draws every weight from the model's seed (--seed)", where_, key,
+               value.dump());
         spec.args[k] = value.is_string() ? value.get<std::string>() : value.dump();
       }
     return spec;
@@ -107,10 +108,12 @@ class LayerConfig {
     if (v.is_object() && v.contains("class_name") && v["class_name"].is_string() &&
         (!v.contains("config") || v["config"].is_null() || (v["config"].is_object() && v["config"].empty()))) {
       std::string name;
-      for (char c : v["class_name"].get<std::string>()) name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      for (char c : v["class_name"].get<std::string>())
+        name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
       return name;
     }
-    fail("{}: \"{}\" is {}, expected a name such as \"relu\" or an activation object without arguments", where_, key, v.dump());
+    fail("{}: \"{}\" is {}, expected a name such as \"relu\" or an activation object without arguments", where_, key,
+         v.dump());
   }
   // Every key not read must hold the value that means what Tandem does.
   void check_rest() const {
@@ -118,7 +121,8 @@ class LayerConfig {
       if (read_.count(key)) continue;
       auto it = defaults().find(key);
       if (it == defaults().end())
-        fail("{}: unknown attribute \"{}\" ({}); Tandem would ignore it, so the file is refused", where_, key, value.dump());
+        fail("{}: unknown attribute \"{}\" ({}); Tandem would ignore it, so the file is refused", where_, key,
+             value.dump());
       if (!it->second.first(value))
         fail("{}: \"{}\" is {}; Tandem implements only {}", where_, key, value.dump(), it->second.second);
     }
@@ -137,9 +141,9 @@ class LayerConfig {
         return true;
       };
       std::map<std::string, Check> t;
-      for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint",
-                            "beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint", "noise_shape", "seed",
-                            "lora_rank"})
+      for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
+                            "bias_constraint", "beta_regularizer", "gamma_regularizer", "beta_constraint",
+                            "gamma_constraint", "noise_shape", "seed", "lora_rank"})
         t[k] = {null, "null"};
       t["trainable"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
       t["dtype"] = {[](const json& v) {
@@ -148,15 +152,17 @@ class LayerConfig {
                              v["config"].value("name", "") == "float32";  // Keras 3's DTypePolicy
                     },
                     "\"float32\""};
-      t["data_format"] = {[](const json& v) { return v.is_null() || (v.is_string() && v.get<std::string>() == "channels_last"); },
-                          "\"channels_last\""};
+      t["data_format"] = {
+          [](const json& v) { return v.is_null() || (v.is_string() && v.get<std::string>() == "channels_last"); },
+          "\"channels_last\""};
       t["dilation_rate"] = {one, "1 (no dilation)"};
       t["groups"] = {one, "1"};
       t["center"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
       t["scale"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
       t["axis"] = {[](const json& v) {
                      const json& a = v.is_array() && v.size() == 1 ? v[0] : v;
-                     return a.is_number_integer() && (a.get<int64_t>() == -1 || a.get<int64_t>() == 1 || a.get<int64_t>() == 3);
+                     return a.is_number_integer() &&
+                            (a.get<int64_t>() == -1 || a.get<int64_t>() == 1 || a.get<int64_t>() == 3);
                    },
                    "the last axis (-1)"};
       return t;
@@ -183,7 +189,8 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
   const json& root = doc.contains("config") && doc["config"].is_object() ? doc["config"] : doc;
   if (!root.contains("layers") || !root["layers"].is_array() || root["layers"].empty())
     fail("model file \"{}\" needs a non-empty \"layers\" array", file);
-  auto model = std::make_unique<Sequential>(SequentialOptions{get<std::string>(root, "name", "sequential", file), seed});
+  auto model =
+      std::make_unique<Sequential>(SequentialOptions{get<std::string>(root, "name", "sequential", file), seed});
   int index = 0;
   std::optional<Shape> from_input_layer;  // Keras 3 gives the input shape on an InputLayer
   for (const json& layer : root["layers"]) {
@@ -205,17 +212,23 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
       model->add(Dense(c.get<int64_t>("units", 0), c.activation("activation"),
                        {.use_bias = c.get<bool>("use_bias", true),
                         .kernel_initializer = c.initializer("kernel_initializer", "glorot_uniform"),
-                        .bias_initializer = c.initializer("bias_initializer", "zeros"), .name = name, .input_shape = input}));
+                        .bias_initializer = c.initializer("bias_initializer", "zeros"),
+                        .name = name,
+                        .input_shape = input}));
     } else if (type == "Dropout") {
       model->add(Dropout(c.get<float>("rate", 0.0f), {.name = name, .input_shape = input}));
     } else if (type == "Flatten") {
       model->add(Flatten({.name = name, .input_shape = input}));
     } else if (type == "Conv2D") {
       model->add(Conv2D(c.get<int64_t>("filters", 0), c.size("kernel_size", Size2(3)),
-                        {.strides = c.size("strides", Size2(1)), .padding = c.get<std::string>("padding", "valid"),
-                         .activation = c.activation("activation"), .use_bias = c.get<bool>("use_bias", true),
+                        {.strides = c.size("strides", Size2(1)),
+                         .padding = c.get<std::string>("padding", "valid"),
+                         .activation = c.activation("activation"),
+                         .use_bias = c.get<bool>("use_bias", true),
                          .kernel_initializer = c.initializer("kernel_initializer", "glorot_uniform"),
-                         .bias_initializer = c.initializer("bias_initializer", "zeros"), .name = name, .input_shape = input}));
+                         .bias_initializer = c.initializer("bias_initializer", "zeros"),
+                         .name = name,
+                         .input_shape = input}));
     } else if (type == "MaxPooling2D" || type == "AveragePooling2D") {
       Pooling2DOptions o{.padding = c.get<std::string>("padding", "valid"), .name = name, .input_shape = input};
       Size2 pool = c.size("pool_size", Size2(2));
@@ -224,18 +237,23 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
       if (type == "MaxPooling2D") model->add(MaxPooling2D(pool, o));
       else model->add(AveragePooling2D(pool, o));
     } else if (type == "BatchNormalization") {
-      for (auto [init, only] : {std::pair{"beta_initializer", "zeros"}, std::pair{"moving_mean_initializer", "zeros"},
-                                std::pair{"gamma_initializer", "ones"}, std::pair{"moving_variance_initializer", "ones"}})
+      for (auto [init, only] :
+           {std::pair{"beta_initializer", "zeros"}, std::pair{"moving_mean_initializer", "zeros"},
+            std::pair{"gamma_initializer", "ones"}, std::pair{"moving_variance_initializer", "ones"}})
         if (InitializerSpec v = c.initializer(init, only); v.name != only || !v.args.empty())
           fail("{}: \"{}\" is {}; Tandem implements only {}", c.where(), init, c.raw()[init].dump(), only);
-      model->add(BatchNormalization({.momentum = c.get<float>("momentum", 0.99f), .epsilon = c.get<float>("epsilon", 1e-3f),
-                                     .synchronized = c.get<bool>("synchronized", false), .name = name, .input_shape = input}));
+      model->add(BatchNormalization({.momentum = c.get<float>("momentum", 0.99f),
+                                     .epsilon = c.get<float>("epsilon", 1e-3f),
+                                     .synchronized = c.get<bool>("synchronized", false),
+                                     .name = name,
+                                     .input_shape = input}));
     } else if (type == "Activation") {
       model->add(layers::Activation(c.activation("activation"), {.name = name, .input_shape = input}));
     } else {
-      fail("{}: unknown layer class \"{}\"; expected Dense, Dropout, Flatten, Conv2D, MaxPooling2D, AveragePooling2D, "
-           "BatchNormalization or Activation",
-           where, type);
+      fail(
+          "{}: unknown layer class \"{}\"; expected Dense, Dropout, Flatten, Conv2D, MaxPooling2D, AveragePooling2D, "
+          "BatchNormalization or Activation",
+          where, type);
     }
     c.check_rest();
   }
@@ -244,7 +262,9 @@ std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t se
 
 }  // namespace
 
-bool is_preset(const std::string& name) { return name == "mlp" || name == "mlp5" || name == "cnn" || name == "cifar-mlp"; }
+bool is_preset(const std::string& name) {
+  return name == "mlp" || name == "mlp5" || name == "cnn" || name == "cifar-mlp";
+}
 std::string preset_names() { return "mlp, mlp5, cnn, cifar-mlp"; }
 
 ModelSpec make_model(const std::string& name, uint64_t seed, distribute::Strategy* strategy) {
@@ -322,13 +342,22 @@ void CommonFlags::add_to(CLI::App& app, bool with_dataset) {
   app.add_option("--model", model, "preset (" + preset_names() + ") or a JSON model file")
       ->capture_default_str()
       ->check(CLI::Validator(
-          [](std::string& v) { return is_preset(v) || std::ifstream(v).good() ? std::string() : "not a preset (" + preset_names() + ") nor a readable JSON file: " + v; },
+          [](std::string& v) {
+            return is_preset(v) || std::ifstream(v).good()
+                       ? std::string()
+                       : "not a preset (" + preset_names() + ") nor a readable JSON file: " + v;
+          },
           "PRESET|FILE"));
   if (with_dataset) {
-    app.add_option("--dataset", dataset, "dataset")->capture_default_str()->check(CLI::IsMember({"mnist", "fashion-mnist", "cifar10"}));
-    app.add_option("--data-dir", data_dir, "directory searched first for datasets, then $TANDEM_DATA, then ./data (default: none)")
+    app.add_option("--dataset", dataset, "dataset")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"mnist", "fashion-mnist", "cifar10"}));
+    app.add_option("--data-dir", data_dir,
+                   "directory searched first for datasets, then $TANDEM_DATA, then ./data (default: none)")
         ->capture_default_str();
-    app.add_option("--batch-size", batch_size, "batch size")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+    app.add_option("--batch-size", batch_size, "batch size")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   }
   app.add_option("--threads", threads,
                  "most intra-op threads one op may use (0: automatic, OMP_NUM_THREADS or one per usable core); ops use "
@@ -360,10 +389,11 @@ std::string describe_parallelism(const distribute::Strategy* strategy, int threa
 void warn_about_parallelism(const distribute::Strategy* strategy, int threads_flag) {
   int cores = usable_cores();
   if (threads_flag > cores)
-    std::fprintf(stderr, "note: --threads %d exceeds the %d usable core%s: at most %d threads run at once\n", threads_flag,
-                 cores, cores == 1 ? "" : "s", cores);
+    std::fprintf(stderr, "note: --threads %d exceeds the %d usable core%s: at most %d threads run at once\n",
+                 threads_flag, cores, cores == 1 ? "" : "s", cores);
   if (strategy != nullptr && strategy->num_replicas_in_sync() > cores)
-    std::fprintf(stderr, "note: %d replicas on %d usable core%s take turns on the cores: expect about the speed of %d\n",
+    std::fprintf(stderr,
+                 "note: %d replicas on %d usable core%s take turns on the cores: expect about the speed of %d\n",
                  strategy->num_replicas_in_sync(), cores, cores == 1 ? "" : "s", cores);
 }
 
@@ -372,9 +402,11 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learnin
   std::string n = name.empty() ? spec.default_optimizer : name;
   float lr = learning_rate > 0.0f ? learning_rate : (name.empty() ? spec.default_learning_rate : 0.0f);
   float mom = momentum >= 0.0f ? momentum : (name.empty() ? spec.default_momentum : 0.0f);
-  if (n == "sgd") return std::make_unique<optimizers::SGD>(lr > 0 ? lr : 0.01f, optimizers::SGDOptions{.momentum = mom});
+  if (n == "sgd")
+    return std::make_unique<optimizers::SGD>(lr > 0 ? lr : 0.01f, optimizers::SGDOptions{.momentum = mom});
   if (n == "adam") return std::make_unique<optimizers::Adam>(lr > 0 ? lr : 0.001f);
-  if (n == "rmsprop") return std::make_unique<optimizers::RMSprop>(lr > 0 ? lr : 0.001f, optimizers::RMSpropOptions{.momentum = mom});
+  if (n == "rmsprop")
+    return std::make_unique<optimizers::RMSprop>(lr > 0 ? lr : 0.001f, optimizers::RMSpropOptions{.momentum = mom});
   if (n == "adagrad") return std::make_unique<optimizers::Adagrad>(lr > 0 ? lr : 0.001f);
   fail("--optimizer: unknown optimizer \"{}\"; expected sgd, adam, rmsprop or adagrad", n);
 }

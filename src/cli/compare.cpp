@@ -43,7 +43,8 @@ Row train_under(const std::string& name, const CompareFlags& f) {
   std::printf("%s:\n", strategy ? strategy->name().c_str() : "default");
   std::fflush(stdout);
   auto start = std::chrono::steady_clock::now();
-  History h = model.fit(data.train.x, data.train.y, {.epochs = f.epochs, .batch_size = f.common.batch_size, .verbose = 2});
+  History h =
+      model.fit(data.train.x, data.train.y, {.epochs = f.epochs, .batch_size = f.common.batch_size, .verbose = 2});
   Row row;
   row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   row.strategy = strategy ? strategy->name() : "default";
@@ -77,7 +78,8 @@ std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
   const int label_drop = static_cast<int>(7.0 * static_cast<double>(longest) * 0.58) + 20, bottom = label_drop + 40;
   int width = left + 2 * panel_w + gap + 20, height = top + panel_h + bottom;
   std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"12\">\n"
       "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
       "<text x=\"{}\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">{}</text>\n",
       width, height, width / 2, escape_xml(title));
@@ -97,8 +99,10 @@ std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
         break;
       }
     // y axis with five ticks
-    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"black\"/>\n", x0, top, top + panel_h);
-    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"black\"/>\n", x0, top + panel_h, x0 + panel_w);
+    svg +=
+        fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" stroke=\"black\"/>\n", x0, top, top + panel_h);
+    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{2}\" y2=\"{1}\" stroke=\"black\"/>\n", x0, top + panel_h,
+                       x0 + panel_w);
     for (int t = 0; t <= 5; ++t) {
       double v = top_value * t / 5;
       int y = top + panel_h - static_cast<int>(panel_h * t / 5);
@@ -114,12 +118,12 @@ std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
     for (int i = 0; i < n; ++i) {
       double v = std::isfinite(value(rows[static_cast<size_t>(i)])) ? value(rows[static_cast<size_t>(i)]) : 0.0;
       int h = static_cast<int>(panel_h * v / top_value), x = x0 + i * slot + (slot - bar) / 2;
-      svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", x, top + panel_h - h, bar, h,
-                         colors[i % 6]);
-      svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x + bar / 2, top + panel_h - h - 4,
-                         panel == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.2f}", v));
-      svg += fmt::format("<text transform=\"translate({},{}) rotate(-35)\" text-anchor=\"end\">{}</text>\n", x + bar / 2 + 4,
-                         top + panel_h + 16, escape_xml(rows[static_cast<size_t>(i)].strategy));
+      svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", x, top + panel_h - h,
+                         bar, h, colors[i % 6]);
+      svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", x + bar / 2,
+                         top + panel_h - h - 4, panel == 0 ? fmt::format("{:.0f}", v) : fmt::format("{:.2f}", v));
+      svg += fmt::format("<text transform=\"translate({},{}) rotate(-35)\" text-anchor=\"end\">{}</text>\n",
+                         x + bar / 2 + 4, top + panel_h + 16, escape_xml(rows[static_cast<size_t>(i)].strategy));
     }
   }
   return svg + "</svg>\n";
@@ -128,7 +132,8 @@ std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
 void run_compare(const CompareFlags& f) {
   f.common.apply_threads();
   std::vector<std::string> names = split_list(f.strategies);
-  for (const std::string& n : names) distribute::make_strategy(n, f.common.threads);  // every name is valid before training
+  for (const std::string& n : names)
+    distribute::make_strategy(n, f.common.threads);  // every name is valid before training
   std::vector<Row> rows;
   for (const std::string& n : names) rows.push_back(train_under(n, f));
   const Row* base = nullptr;
@@ -136,37 +141,44 @@ void run_compare(const CompareFlags& f) {
     if (r.strategy == "default") base = &r;
   if (!base) base = &rows.front();
 
-  std::printf("\n%s on %s, %d epochs, global batch %lld, seed %llu:\n", f.common.model.c_str(), f.common.dataset.c_str(), f.epochs,
-              static_cast<long long>(f.common.batch_size), static_cast<unsigned long long>(f.common.seed));
-  std::printf("%-26s %8s %9s %11s %9s %11s %9s\n", "strategy", "replicas", "wall s", "samples/s", "speed-up", "final loss",
-              "test acc");
+  std::printf("\n%s on %s, %d epochs, global batch %lld, seed %llu:\n", f.common.model.c_str(),
+              f.common.dataset.c_str(), f.epochs, static_cast<long long>(f.common.batch_size),
+              static_cast<unsigned long long>(f.common.seed));
+  std::printf("%-26s %8s %9s %11s %9s %11s %9s\n", "strategy", "replicas", "wall s", "samples/s", "speed-up",
+              "final loss", "test acc");
   for (const Row& r : rows)
-    std::printf("%-26s %8d %9.2f %11.0f %8.2fx %11.4f %8.2f%%\n", r.strategy.c_str(), r.replicas, r.wall, r.samples_per_second,
-                r.samples_per_second / base->samples_per_second, r.final_loss, 100.0 * r.test_accuracy);
+    std::printf("%-26s %8d %9.2f %11.0f %8.2fx %11.4f %8.2f%%\n", r.strategy.c_str(), r.replicas, r.wall,
+                r.samples_per_second, r.samples_per_second / base->samples_per_second, r.final_loss,
+                100.0 * r.test_accuracy);
   int cores = usable_cores();
   for (const Row& r : rows) {
     if (&r == base || r.samples_per_second >= base->samples_per_second) continue;
     int64_t per_replica = f.common.batch_size / r.replicas;
     std::string why;
     if (r.replicas > cores)
-      why = fmt::format("{} replicas share {} cores, so they take turns instead of running side by side", r.replicas, cores);
+      why = fmt::format("{} replicas share {} cores, so they take turns instead of running side by side", r.replicas,
+                        cores);
     else if (r.strategy.find("deterministic") != std::string::npos)
-      why = "deterministic mode computes small fixed micro-batches one at a time and gathers every micro-batch's "
-            "gradients; it buys bitwise reproducibility, not speed";
+      why =
+          "deterministic mode computes small fixed micro-batches one at a time and gathers every micro-batch's "
+          "gradients; it buys bitwise reproducibility, not speed";
     else if (per_replica < 128)
-      why = fmt::format("each replica gets only {} rows of the global batch of {}, too little work to hide the per-step "
-                        "synchronization (a gradient all-reduce and two thread hand-offs); try --batch-size {} or more",
-                        per_replica, f.common.batch_size, 128 * r.replicas);
+      why = fmt::format(
+          "each replica gets only {} rows of the global batch of {}, too little work to hide the per-step "
+          "synchronization (a gradient all-reduce and two thread hand-offs); try --batch-size {} or more",
+          per_replica, f.common.batch_size, 128 * r.replicas);
     else
-      why = fmt::format("the gradient all-reduce and the per-step hand-off to {} replica threads cost more than the "
-                        "parallel compute saves for this model",
-                        r.replicas);
+      why = fmt::format(
+          "the gradient all-reduce and the per-step hand-off to {} replica threads cost more than the "
+          "parallel compute saves for this model",
+          r.replicas);
     std::printf("warning: %s is slower than %s (%.2fx): %s.\n", r.strategy.c_str(), base->strategy.c_str(),
                 r.samples_per_second / base->samples_per_second, why.c_str());
   }
   if (!f.report.empty()) {
-    nlohmann::json j = {{"model", f.common.model}, {"dataset", f.common.dataset}, {"epochs", f.epochs},
-                        {"global_batch", f.common.batch_size}, {"seed", f.common.seed}, {"cores", cores}};
+    nlohmann::json j = {{"model", f.common.model}, {"dataset", f.common.dataset},
+                        {"epochs", f.epochs},      {"global_batch", f.common.batch_size},
+                        {"seed", f.common.seed},   {"cores", cores}};
     for (const Row& r : rows)
       j["runs"].push_back({{"strategy", r.strategy},
                            {"replicas", r.replicas},
@@ -190,14 +202,19 @@ void run_compare(const CompareFlags& f) {
 
 void add_compare(CLI::App& app) {
   auto flags = std::make_shared<CompareFlags>();
-  CLI::App* cmd = app.add_subcommand("compare", "train the same model under several strategies and compare speed and accuracy");
+  CLI::App* cmd =
+      app.add_subcommand("compare", "train the same model under several strategies and compare speed and accuracy");
   flags->common.add_to(*cmd);
-  cmd->add_option("--epochs", flags->epochs, "epochs to train under each strategy")->capture_default_str()->check(CLI::Range(1, 1000000));
+  cmd->add_option("--epochs", flags->epochs, "epochs to train under each strategy")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000000));
   cmd->add_option("--strategies", flags->strategies,
                   "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]]")
       ->capture_default_str();
-  cmd->add_option("--report", flags->report, "write the table as JSON to this file (default: none)")->capture_default_str();
-  cmd->add_option("--chart", flags->chart, "SVG chart of samples/s and test accuracy per strategy (\"\": none)")->capture_default_str();
+  cmd->add_option("--report", flags->report, "write the table as JSON to this file (default: none)")
+      ->capture_default_str();
+  cmd->add_option("--chart", flags->chart, "SVG chart of samples/s and test accuracy per strategy (\"\": none)")
+      ->capture_default_str();
   cmd->callback([flags] { run_compare(*flags); });
 }
 

@@ -1,11 +1,11 @@
 // tandem fit: trains a preset or JSON model on a dataset, with checkpoints, a resumable backup,
 // TensorBoard logs and an optional JSON report; then evaluates on the test split.
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
@@ -49,14 +49,16 @@ void check_checkpoint_dir(const std::string& dir, bool overwrite) {
   if (fs::exists(dir + "/backup/backup.safetensors", ec)) return;
   std::vector<std::string> earlier;
   for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.is_regular_file(ec) && (entry.path().extension() == ".safetensors" || entry.path().filename() == "checkpoint"))
+    if (entry.is_regular_file(ec) &&
+        (entry.path().extension() == ".safetensors" || entry.path().filename() == "checkpoint"))
       earlier.push_back(entry.path().filename().string());
   if (earlier.empty()) return;
   std::sort(earlier.begin(), earlier.end());
   if (!overwrite)
-    fail("--checkpoint-dir \"{}\" holds the checkpoints of an earlier, finished run ({}); train into another "
-         "--checkpoint-dir, remove them, or pass --overwrite to replace them",
-         dir, fmt::join(earlier, ", "));
+    fail(
+        "--checkpoint-dir \"{}\" holds the checkpoints of an earlier, finished run ({}); train into another "
+        "--checkpoint-dir, remove them, or pass --overwrite to replace them",
+        dir, fmt::join(earlier, ", "));
   for (const std::string& name : earlier) fs::remove(dir + "/" + name, ec);
 }
 
@@ -75,10 +77,11 @@ void choose_run_directory(FitFlags& f) {
   if (!f.checkpoint_dir_given) f.checkpoint_dir = run + "/checkpoints";
   if (!f.log_dir_given) f.log_dir = run + "/logs";
   if (f.verbose > 0)
-    std::printf("Run directory: %s (checkpoints: %s, logs: %s). If this run is interrupted, the same command with "
-                "--run-dir %s resumes it.\n",
-                run.c_str(), f.checkpoint_dir.empty() ? "none" : f.checkpoint_dir.c_str(), f.log_dir.empty() ? "none" : f.log_dir.c_str(),
-                run.c_str());
+    std::printf(
+        "Run directory: %s (checkpoints: %s, logs: %s). If this run is interrupted, the same command with "
+        "--run-dir %s resumes it.\n",
+        run.c_str(), f.checkpoint_dir.empty() ? "none" : f.checkpoint_dir.c_str(),
+        f.log_dir.empty() ? "none" : f.log_dir.c_str(), run.c_str());
 }
 
 void run_fit(FitFlags f) {
@@ -98,28 +101,34 @@ void run_fit(FitFlags f) {
   int64_t train_rows = data.train.x.dim(0) - static_cast<int64_t>(std::floor(data.train.x.dim(0) * f.validation_split));
   int64_t steps_per_epoch = (train_rows + f.common.batch_size - 1) / f.common.batch_size;
   if (f.lr_decay < 1.0f)
-    optimizer->set_learning_rate(std::make_shared<ExponentialDecay>(optimizer->current_learning_rate(), steps_per_epoch, f.lr_decay));
+    optimizer->set_learning_rate(
+        std::make_shared<ExponentialDecay>(optimizer->current_learning_rate(), steps_per_epoch, f.lr_decay));
   std::string optimizer_name = optimizer->name();
   float initial_learning_rate = optimizer->current_learning_rate();
   model.compile(std::move(optimizer), spec.loss, {"accuracy"});
   if (f.verbose > 0) model.print_summary();
 
-  FitOptions options{.epochs = f.epochs, .batch_size = f.common.batch_size, .validation_split = f.validation_split,
+  FitOptions options{.epochs = f.epochs,
+                     .batch_size = f.common.batch_size,
+                     .validation_split = f.validation_split,
                      .verbose = f.verbose};
   check_checkpoint_dir(f.checkpoint_dir, f.overwrite);
   // The strategy's kind, not its replica count: "mirrored:2:deterministic" -> "mirrored:deterministic".
   std::string strategy_kind;
   for (const std::string& part : split(strategy ? strategy->name() : "default", ':'))
-    if (part.find_first_not_of("0123456789") != std::string::npos) strategy_kind += (strategy_kind.empty() ? "" : ":") + part;
-  std::string run_config_optimizer = fmt::format("--optimizer \"{}\" --learning-rate {} --momentum {} --lr-decay {}", f.optimizer,
-                                                 f.learning_rate, f.momentum, f.lr_decay);
-  options.run_config = {{"dataset", f.common.dataset}, {"strategy", strategy_kind}, {"optimizer flags", run_config_optimizer}};
+    if (part.find_first_not_of("0123456789") != std::string::npos)
+      strategy_kind += (strategy_kind.empty() ? "" : ":") + part;
+  std::string run_config_optimizer = fmt::format("--optimizer \"{}\" --learning-rate {} --momentum {} --lr-decay {}",
+                                                 f.optimizer, f.learning_rate, f.momentum, f.lr_decay);
+  options.run_config = {
+      {"dataset", f.common.dataset}, {"strategy", strategy_kind}, {"optimizer flags", run_config_optimizer}};
   if (!f.checkpoint_dir.empty()) {
-    options.callbacks.push_back(std::make_shared<BackupAndRestore>(f.checkpoint_dir + "/backup",
-                                                                    BackupAndRestoreOptions{.save_freq = f.backup_every}));
+    options.callbacks.push_back(std::make_shared<BackupAndRestore>(
+        f.checkpoint_dir + "/backup", BackupAndRestoreOptions{.save_freq = f.backup_every}));
     options.callbacks.push_back(std::make_shared<ModelCheckpoint>(f.checkpoint_dir + "/ckpt-{epoch:02d}"));
   }
-  if (!f.log_dir.empty()) options.callbacks.push_back(std::make_shared<TensorBoard>(f.log_dir, TensorBoardOptions{f.log_every}));
+  if (!f.log_dir.empty())
+    options.callbacks.push_back(std::make_shared<TensorBoard>(f.log_dir, TensorBoardOptions{f.log_every}));
   if (!f.csv_log.empty()) options.callbacks.push_back(std::make_shared<CSVLogger>(f.csv_log));
   if (f.early_stopping > 0)
     options.callbacks.push_back(std::make_shared<EarlyStopping>(
@@ -132,9 +141,11 @@ void run_fit(FitFlags f) {
   double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
   if (nan_guard->terminated()) {
     std::string last = f.checkpoint_dir.empty() ? std::string() : latest_checkpoint(f.checkpoint_dir);
-    fail("training diverged: the loss is not finite at {}; no final checkpoint was written{}. Try a smaller "
-         "--learning-rate (it was {})",
-         nan_guard->where(), last.empty() ? "" : fmt::format(" (the last good one is {})", last), model.optimizer().current_learning_rate());
+    fail(
+        "training diverged: the loss is not finite at {}; no final checkpoint was written{}. Try a smaller "
+        "--learning-rate (it was {})",
+        nan_guard->where(), last.empty() ? "" : fmt::format(" (the last good one is {})", last),
+        model.optimizer().current_learning_rate());
   }
   int epochs_run = static_cast<int>(history.epochs.size());
   Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});
@@ -161,7 +172,8 @@ void run_fit(FitFlags f) {
         {"global_batch", f.common.batch_size},
         {"wall_seconds", wall},
         {"training_seconds", train_seconds},
-        {"training_samples_per_second", epochs_run > 0 && train_seconds > 0 ? train_rows * epochs_run / train_seconds : 0.0},
+        {"training_samples_per_second",
+         epochs_run > 0 && train_seconds > 0 ? train_rows * epochs_run / train_seconds : 0.0},
         {"final_training_loss", history.history.count("loss") ? history["loss"].back() : NAN},
         {"test_loss", log_value(test, "loss")},
         {"test_accuracy", log_value(test, "accuracy")},
@@ -178,38 +190,53 @@ void add_fit(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("fit", "train a model and evaluate it on the test split");
   flags->common.add_to(*cmd);
   cmd->add_option("--epochs", flags->epochs, "epochs to train")->capture_default_str()->check(CLI::Range(1, 1000000));
-  cmd->add_option("--optimizer", flags->optimizer, "sgd, adam, rmsprop or adagrad (default: the model's: adam; sgd for mlp5)")
+  cmd->add_option("--optimizer", flags->optimizer,
+                  "sgd, adam, rmsprop or adagrad (default: the model's: adam; sgd for mlp5)")
       ->check(CLI::IsMember({"sgd", "adam", "rmsprop", "adagrad"}));
   cmd->add_option("--learning-rate", flags->learning_rate, "learning rate (0: the optimizer's default)")
-      ->capture_default_str()->check(finite_number & CLI::Range(0.0f, 100.0f));
+      ->capture_default_str()
+      ->check(finite_number & CLI::Range(0.0f, 100.0f));
   cmd->add_option("--momentum", flags->momentum, "momentum for sgd and rmsprop (-1: the model's default)")
-      ->capture_default_str()->check(finite_number & CLI::Range(-1.0f, 0.999f));
+      ->capture_default_str()
+      ->check(finite_number & CLI::Range(-1.0f, 0.999f));
   cmd->add_option("--lr-decay", flags->lr_decay, "multiply the learning rate by this every epoch (exponential decay)")
-      ->capture_default_str()->check(finite_number & CLI::Range(0.01f, 1.0f));
-  cmd->add_option("--validation-split", flags->validation_split, "fraction of the training data held out for validation")
-      ->capture_default_str()->check(finite_number & CLI::Range(0.0, 0.99));
+      ->capture_default_str()
+      ->check(finite_number & CLI::Range(0.01f, 1.0f));
+  cmd->add_option("--validation-split", flags->validation_split,
+                  "fraction of the training data held out for validation")
+      ->capture_default_str()
+      ->check(finite_number & CLI::Range(0.0, 0.99));
   cmd->add_option("--run-dir", flags->run_dir,
                   "the run's directory: its checkpoints and logs; naming an interrupted run's directory resumes it "
                   "(default: a new runs/<model>-N)");
-  cmd->add_option("--checkpoint-dir", flags->checkpoint_dir,
-                  "checkpoints per epoch, the backup an interrupted run resumes from, and final.safetensors (\"\": none; "
-                  "default: <run-dir>/checkpoints)");
+  cmd->add_option(
+      "--checkpoint-dir", flags->checkpoint_dir,
+      "checkpoints per epoch, the backup an interrupted run resumes from, and final.safetensors (\"\": none; "
+      "default: <run-dir>/checkpoints)");
   cmd->add_option("--backup-every", flags->backup_every, "steps between backups (0: at epoch ends only)")
-      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_option("--log-dir", flags->log_dir, "TensorBoard log directory (\"\": none; default: <run-dir>/logs)");
   cmd->add_option("--log-every", flags->log_every, "steps between batch scalars in TensorBoard (0: per epoch only)")
-      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  cmd->add_option("--csv-log", flags->csv_log, "CSV file with one row per epoch (default: none)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--csv-log", flags->csv_log, "CSV file with one row per epoch (default: none)")
+      ->capture_default_str();
   cmd->add_option("--early-stopping", flags->early_stopping, "stop after this many epochs without improvement (0: off)")
-      ->capture_default_str()->check(CLI::Range(0, 1000000));
-  cmd->add_option("--report", flags->report, "write a JSON summary of the run to this file (default: none)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  cmd->add_option("--report", flags->report, "write a JSON summary of the run to this file (default: none)")
+      ->capture_default_str();
   cmd->add_option("--strategy", flags->strategy,
-                  "default, one_device, mirrored[:N[:deterministic]] or central[:N[:deterministic]] (N replicas, default one per core; "
+                  "default, one_device, mirrored[:N[:deterministic]] or central[:N[:deterministic]] (N replicas, "
+                  "default one per core; "
                   "--threads is then per replica)")
       ->capture_default_str();
-  cmd->add_flag("--overwrite", flags->overwrite, "replace the checkpoints of an earlier, finished run in --checkpoint-dir");
+  cmd->add_flag("--overwrite", flags->overwrite,
+                "replace the checkpoints of an earlier, finished run in --checkpoint-dir");
   cmd->add_option("--verbose", flags->verbose, "0 silent, 1 progress bar, 2 one line per epoch and the thread choice")
-      ->capture_default_str()->check(CLI::Range(0, 2));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 2));
   cmd->callback([flags, cmd] {
     flags->checkpoint_dir_given = cmd->get_option("--checkpoint-dir")->count() > 0;
     flags->log_dir_given = cmd->get_option("--log-dir")->count() > 0;

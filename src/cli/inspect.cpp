@@ -42,7 +42,8 @@ void add_evaluate(CLI::App& app) {
     spec.model->compile(make_optimizer("", 0.0f, -1.0f, spec), spec.loss, {"accuracy"});
     spec.model->load_weights(resolve_weights(f->weights));
     Logs test = spec.model->evaluate(data.test.x, data.test.y, {.batch_size = f->common.batch_size});
-    std::printf("Test loss: %.4f - test accuracy: %.2f%%\n", log_value(test, "loss"), 100.0 * log_value(test, "accuracy"));
+    std::printf("Test loss: %.4f - test accuracy: %.2f%%\n", log_value(test, "loss"),
+                100.0 * log_value(test, "accuracy"));
   });
 }
 
@@ -51,7 +52,9 @@ void add_predict(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("predict", "print the predicted class of the first test samples");
   f->common.add_to(*cmd);
   add_weights_flag(cmd, *f);
-  cmd->add_option("--count", f->count, "how many test samples")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--count", f->count, "how many test samples")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->callback([f] {
     f->common.apply_threads();
     ModelSpec spec = make_model(f->common.model, f->common.seed);
@@ -64,7 +67,8 @@ void add_predict(CLI::App& app) {
     for (int64_t i = 0; i < n; ++i) {
       const float* row = out.data<float>() + i * classes;
       int64_t best = std::max_element(row, row + classes) - row;
-      std::printf("%5lld %9lld %5d\n", static_cast<long long>(i), static_cast<long long>(best), data.test.y.data<int32_t>()[i]);
+      std::printf("%5lld %9lld %5d\n", static_cast<long long>(i), static_cast<long long>(best),
+                  data.test.y.data<int32_t>()[i]);
     }
   });
 }

@@ -52,8 +52,12 @@ void sum_to_all(double* const* buffers, int count, int64_t n) {
 class InProcessCommunicator : public Communicator {
  public:
   InProcessCommunicator(int replicas, std::chrono::milliseconds timeout)
-      : size_(replicas), timeout_(timeout), buffers_(static_cast<size_t>(replicas)), sizes_(static_cast<size_t>(replicas)),
-        float_inputs_(static_cast<size_t>(replicas)), double_inputs_(static_cast<size_t>(replicas)),
+      : size_(replicas),
+        timeout_(timeout),
+        buffers_(static_cast<size_t>(replicas)),
+        sizes_(static_cast<size_t>(replicas)),
+        float_inputs_(static_cast<size_t>(replicas)),
+        double_inputs_(static_cast<size_t>(replicas)),
         groups_(static_cast<size_t>(replicas)) {
     for (auto& v : float_inputs_) v.reserve(static_cast<size_t>(replicas));
     for (auto& v : double_inputs_) v.reserve(static_cast<size_t>(replicas));
@@ -81,8 +85,10 @@ class InProcessCommunicator : public Communicator {
       // Every replica finds a mismatch; none leaves (freeing its buffers) before all have looked.
       size_t theirs = other.size();
       wait(rank, "all_reduce_sum");
-      fail("all_reduce_sum: mismatched buffers: replica {} passed {} buffers and replica {} passed {}, or of other sizes", rank,
-           buffers.size(), q, theirs);
+      fail(
+          "all_reduce_sum: mismatched buffers: replica {} passed {} buffers and replica {} passed {}, or of other "
+          "sizes",
+          rank, buffers.size(), q, theirs);
     }
     int64_t per = ((n + size_ - 1) / size_ + 15) / 16 * 16;  // whole cache lines each
     // Calls fn(buffer, offset, count) for the pieces of the concatenation's [begin, end).
@@ -192,7 +198,8 @@ class InProcessCommunicator : public Communicator {
         return;
       }
     }
-    if (core::spin_until(core::spin_allowance(size_), [&] { return generation_.load(std::memory_order_acquire) != generation; }))
+    if (core::spin_until(core::spin_allowance(size_),
+                         [&] { return generation_.load(std::memory_order_acquire) != generation; }))
       return;
     std::unique_lock lock(mutex_);
     ++sleepers_;

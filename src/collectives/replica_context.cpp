@@ -17,7 +17,8 @@ AsReplica::~AsReplica() { running_replica = saved_; }
 std::vector<Tensor> ReplicaContext::all_reduce(ReduceOp op, std::span<const Tensor> values) const {
   int64_t total = 0;
   for (const Tensor& t : values) {
-    if (t.dtype() != DType::Float32) fail("all_reduce: tensor of dtype {} (only float32 is reduced)", dtype_name(t.dtype()));
+    if (t.dtype() != DType::Float32)
+      fail("all_reduce: tensor of dtype {} (only float32 is reduced)", dtype_name(t.dtype()));
     total += t.numel();
   }
   Tensor fused = Tensor::empty({total});

@@ -116,7 +116,8 @@ void deallocate(void* pointer, size_t bytes) {
 
 AllocatorStats stats() {
   Pool& p = pool();
-  return AllocatorStats{p.system_allocations.load(), p.pool_allocations.load(), p.bytes_in_use.load(), p.bytes_reserved.load()};
+  return AllocatorStats{p.system_allocations.load(), p.pool_allocations.load(), p.bytes_in_use.load(),
+                        p.bytes_reserved.load()};
 }
 
 void release_cached() {

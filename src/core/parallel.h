@@ -37,7 +37,8 @@ void run_chunks(int64_t chunks, double work, ChunkFn fn, const void* context);
 
 template <class F>
 void parallel_for(int64_t chunks, double work, const F& f) {
-  run_chunks(chunks, work, [](const void* context, int64_t c) { (*static_cast<const F*>(context))(c); }, &f);
+  run_chunks(
+      chunks, work, [](const void* context, int64_t c) { (*static_cast<const F*>(context))(c); }, &f);
 }
 
 // Sets the calling thread's OpenMP (and so oneDNN) to one thread, once: parallelism is the

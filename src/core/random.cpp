@@ -26,7 +26,10 @@ std::array<uint32_t, 4> Philox::block(uint64_t counter) const {
     mulhilo(kMul0, c0, hi0, lo0);
     mulhilo(kMul1, c2, hi1, lo1);
     uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += kWeyl0;
     k1 += kWeyl1;
   }
@@ -62,7 +65,10 @@ void blocks16(uint64_t first_block, uint64_t stream, uint64_t seed, float* out) 
       uint64_t p0 = uint64_t{kMul0} * c0[l], p1 = uint64_t{kMul1} * c2[l];
       uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0, n1 = static_cast<uint32_t>(p1);
       uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[l] ^ k1, n3 = static_cast<uint32_t>(p0);
-      c0[l] = n0; c1[l] = n1; c2[l] = n2; c3[l] = n3;
+      c0[l] = n0;
+      c1[l] = n1;
+      c2[l] = n2;
+      c3[l] = n3;
     }
     k0 += kWeyl0;
     k1 += kWeyl1;

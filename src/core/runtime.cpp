@@ -50,13 +50,14 @@ int free_cores() { return core::free_cores(); }
 std::string describe_threads() {
   const core::CoreBudget& b = core::core_budget();
   int ceiling = num_threads();
-  std::string source = thread_setting > 0       ? fmt::format("set to {} (--threads or set_num_threads)", thread_setting)
+  std::string source = thread_setting > 0 ? fmt::format("set to {} (--threads or set_num_threads)", thread_setting)
                        : omp_num_threads_env() > 0 ? fmt::format("{} from OMP_NUM_THREADS", ceiling)
                                                    : fmt::format("automatic: {}, one per usable core", ceiling);
-  std::string cores = fmt::format("{} usable core{} ({} online, {} in the affinity mask{})", b.usable, b.usable == 1 ? "" : "s",
-                                  b.online, b.affinity,
-                                  b.quota > 0 ? fmt::format(", cgroup CPU quota {} core{}", b.quota, b.quota == 1 ? "" : "s")
-                                              : std::string(", no cgroup CPU quota"));
+  std::string cores =
+      fmt::format("{} usable core{} ({} online, {} in the affinity mask{})", b.usable, b.usable == 1 ? "" : "s",
+                  b.online, b.affinity,
+                  b.quota > 0 ? fmt::format(", cgroup CPU quota {} core{}", b.quota, b.quota == 1 ? "" : "s")
+                              : std::string(", no cgroup CPU quota"));
   int free = core::free_cores();
   std::string text = fmt::format(
       "threads: ceiling {}; {}; {} free of other processes now. An op runs on min(ceiling, free cores) threads when "

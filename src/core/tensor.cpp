@@ -49,7 +49,10 @@ void for_each_offset(const TensorImpl* impl, Fn&& fn) {
     fn(k, off);
     for (int d = s.rank() - 1; d >= 0; --d) {
       auto du = static_cast<size_t>(d);
-      if (++index[du] < s[d]) { off += impl->strides[du]; break; }
+      if (++index[du] < s[d]) {
+        off += impl->strides[du];
+        break;
+      }
       off -= impl->strides[du] * (s[d] - 1);
       index[du] = 0;
     }
@@ -76,9 +79,7 @@ size_t dtype_size(DType dtype) {
   return 0;
 }
 
-std::string Device::name() const {
-  return kind == Kind::CPU ? std::string("cpu") : fmt::format("cuda:{}", index);
-}
+std::string Device::name() const { return kind == Kind::CPU ? std::string("cpu") : fmt::format("cuda:{}", index); }
 
 Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
 
@@ -263,8 +264,8 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
   const TensorImpl* impl = checked(impl_);
   if (!is_contiguous()) return contiguous().reshape(new_shape);
   if (new_shape.numel() != impl->shape.numel())
-    fail("reshape: cannot view shape {} ({} elements) as {} ({} elements)", impl->shape.str(),
-         impl->shape.numel(), new_shape.str(), new_shape.numel());
+    fail("reshape: cannot view shape {} ({} elements) as {} ({} elements)", impl->shape.str(), impl->shape.numel(),
+         new_shape.str(), new_shape.numel());
   return Tensor(make_view(impl, new_shape, impl->offset));
 }
 
@@ -287,7 +288,8 @@ Tensor Tensor::row(int64_t i) const {
   if (i < 0 || i >= impl->shape[0]) fail("row: index {} out of range for dimension 0 of size {}", i, impl->shape[0]);
   Shape s(std::span<const int64_t>(impl->shape.begin() + 1, impl->shape.end()));
   auto* view = make_view(impl, s, impl->offset + i * impl->strides[0]);
-  for (int d = 1; d < impl->shape.rank(); ++d) view->strides[static_cast<size_t>(d - 1)] = impl->strides[static_cast<size_t>(d)];
+  for (int d = 1; d < impl->shape.rank(); ++d)
+    view->strides[static_cast<size_t>(d - 1)] = impl->strides[static_cast<size_t>(d)];
   return Tensor(view);
 }
 
@@ -308,8 +310,8 @@ void Tensor::copy_from(const Tensor& src) {
   const TensorImpl* s = checked(src.impl_);
   checked(d);
   if (!(d->shape == s->shape) || d->dtype != s->dtype)
-    fail("copy_from: destination is {} {}, source is {} {}", d->shape.str(), dtype_name(d->dtype),
-         s->shape.str(), dtype_name(s->dtype));
+    fail("copy_from: destination is {} {}, source is {} {}", d->shape.str(), dtype_name(d->dtype), s->shape.str(),
+         dtype_name(s->dtype));
   size_t elem = dtype_size(d->dtype);
   auto* dst = static_cast<char*>(d->storage->data);
   const auto* from = static_cast<const char*>(s->storage->data);
@@ -326,7 +328,8 @@ void Tensor::copy_from(const Tensor& src) {
 }
 
 void Tensor::fill(float value) {
-  if (dtype() != DType::Float32 || !is_contiguous()) fail("fill: needs a contiguous float32 tensor, got {}", to_string(*this));
+  if (dtype() != DType::Float32 || !is_contiguous())
+    fail("fill: needs a contiguous float32 tensor, got {}", to_string(*this));
   float* p = data<float>();
   for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = value;
 }
@@ -338,9 +341,21 @@ Tensor Tensor::astype(DType dtype) const {
   auto convert = [&](auto* dst) {
     using D = std::remove_pointer_t<decltype(dst)>;
     switch (src.dtype()) {
-      case DType::Float32: { const float* p = src.data<float>(); for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(p[i]); break; }
-      case DType::Int32: { const int32_t* p = src.data<int32_t>(); for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(p[i]); break; }
-      case DType::UInt8: { const uint8_t* p = src.data<uint8_t>(); for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(p[i]); break; }
+      case DType::Float32: {
+        const float* p = src.data<float>();
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(p[i]);
+        break;
+      }
+      case DType::Int32: {
+        const int32_t* p = src.data<int32_t>();
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(p[i]);
+        break;
+      }
+      case DType::UInt8: {
+        const uint8_t* p = src.data<uint8_t>();
+        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(p[i]);
+        break;
+      }
     }
   };
   switch (dtype) {

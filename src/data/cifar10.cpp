@@ -20,10 +20,14 @@ Split parse_cifar10(std::string_view bytes, const std::string& name) {
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* r = p + static_cast<size_t>(i) * kRecord;
-    if (r[0] > 9) fail("cifar10: \"{}\" byte offset {}: label {} of record {} is out of range [0, 9]", name, static_cast<size_t>(i) * kRecord, r[0], i);
+    if (r[0] > 9)
+      fail("cifar10: \"{}\" byte offset {}: label {} of record {} is out of range [0, 9]", name,
+           static_cast<size_t>(i) * kRecord, r[0], i);
     y[i] = r[0];
     for (int c = 0; c < 3; ++c)
-      for (int k = 0; k < 1024; ++k) x[static_cast<size_t>(i) * kPixels + static_cast<size_t>(k) * 3 + static_cast<size_t>(c)] = r[1 + c * 1024 + k] / 255.0f;
+      for (int k = 0; k < 1024; ++k)
+        x[static_cast<size_t>(i) * kPixels + static_cast<size_t>(k) * 3 + static_cast<size_t>(c)] =
+            r[1 + c * 1024 + k] / 255.0f;
   }
   return s;
 }
@@ -54,7 +58,7 @@ ImageDataset load_cifar10(const std::string& data_dir) {
       std::string dir = root + "/" + sub;
       std::vector<std::string> train;
       bool all = true;
-      struct stat st{};
+      struct stat st {};
       for (int i = 1; i <= 5; ++i) {
         train.push_back(fmt::format("{}/data_batch_{}.bin", dir, i));
         all = all && ::stat(train.back().c_str(), &st) == 0;
@@ -65,8 +69,10 @@ ImageDataset load_cifar10(const std::string& data_dir) {
       searched += (searched.empty() ? "" : ", ") + dir;
     }
   }
-  fail("load_cifar10: CIFAR-10 not found; searched {} for data_batch_1.bin … data_batch_5.bin and test_batch.bin "
-       "(the binary version of the dataset)", searched);
+  fail(
+      "load_cifar10: CIFAR-10 not found; searched {} for data_batch_1.bin … data_batch_5.bin and test_batch.bin "
+      "(the binary version of the dataset)",
+      searched);
 }
 
 }  // namespace tandem::data

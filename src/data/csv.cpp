@@ -1,7 +1,7 @@
 // Numeric CSV: a header row (optional), then rows of numbers. Quoted fields may hold the delimiter.
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <algorithm>
 #include <cstdlib>
 
 #include "tandem/data/loaders.h"
@@ -16,7 +16,8 @@ struct Field {
 };
 
 // Splits one line into fields; returns the offset just past the line.
-size_t split_line(std::string_view text, size_t at, char delimiter, std::vector<Field>& fields, const std::string& name) {
+size_t split_line(std::string_view text, size_t at, char delimiter, std::vector<Field>& fields,
+                  const std::string& name) {
   fields.clear();
   Field f{"", at};
   bool quoted = false;
@@ -73,13 +74,16 @@ CsvTable parse_csv(std::string_view text, const std::string& name, const CsvOpti
       first = false;
       columns = fields.size();
       float ignored;
-      bool numeric = std::all_of(fields.begin(), fields.end(), [&](const Field& f) { return parse_number(f.text, ignored); });
-      bool header = options.header == CsvOptions::Header::Yes || (options.header == CsvOptions::Header::Auto && !numeric);
+      bool numeric =
+          std::all_of(fields.begin(), fields.end(), [&](const Field& f) { return parse_number(f.text, ignored); });
+      bool header =
+          options.header == CsvOptions::Header::Yes || (options.header == CsvOptions::Header::Auto && !numeric);
       for (size_t c = 0; c < columns; ++c) table.columns.push_back(header ? fields[c].text : std::to_string(c));
       if (header) continue;
     }
     if (fields.size() != columns)
-      fail("csv: \"{}\" line {} (byte offset {}) has {} fields, expected {}", name, line, line_start, fields.size(), columns);
+      fail("csv: \"{}\" line {} (byte offset {}) has {} fields, expected {}", name, line, line_start, fields.size(),
+           columns);
     for (const Field& f : fields) {
       float v;
       if (!parse_number(f.text, v))
@@ -94,6 +98,8 @@ CsvTable parse_csv(std::string_view text, const std::string& name, const CsvOpti
   return table;
 }
 
-CsvTable read_csv(const std::string& path, const CsvOptions& options) { return parse_csv(io::read_file(path), path, options); }
+CsvTable read_csv(const std::string& path, const CsvOptions& options) {
+  return parse_csv(io::read_file(path), path, options);
+}
 
 }  // namespace tandem::data

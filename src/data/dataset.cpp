@@ -49,10 +49,12 @@ Dataset Dataset::from_tensor_slices(std::vector<Tensor> components) {
   if (components.empty()) fail("from_tensor_slices: no tensors given");
   for (size_t c = 0; c < components.size(); ++c) {
     if (!components[c].defined()) fail("from_tensor_slices: component {} is undefined", c);
-    if (components[c].rank() < 1) fail("from_tensor_slices: component {} is a scalar; it needs a first axis to slice", c);
+    if (components[c].rank() < 1)
+      fail("from_tensor_slices: component {} is a scalar; it needs a first axis to slice", c);
     components[c] = components[c].contiguous();
     if (components[c].dim(0) != components[0].dim(0))
-      fail("from_tensor_slices: component {} has {} rows, component 0 has {}", c, components[c].dim(0), components[0].dim(0));
+      fail("from_tensor_slices: component {} has {} rows, component 0 has {}", c, components[c].dim(0),
+           components[0].dim(0));
   }
   int64_t n = components[0].dim(0);
   return make_dataset(
@@ -199,7 +201,8 @@ Dataset Dataset::take(int64_t count) const {
   auto up = node_;
   return make_dataset(
       [up, count](int epoch) {
-        return make_iterator([it = std::shared_ptr<Iterator>(up->iterate(epoch)), count, i = int64_t{0}]() mutable -> std::optional<Element> {
+        return make_iterator([it = std::shared_ptr<Iterator>(up->iterate(epoch)), count,
+                              i = int64_t{0}]() mutable -> std::optional<Element> {
           if (i >= count) return std::nullopt;
           ++i;
           return it->next();
@@ -216,7 +219,8 @@ Dataset Dataset::skip(int64_t count) const {
   auto up = node_;
   return make_dataset(
       [up, count](int epoch) {
-        return make_iterator([it = std::shared_ptr<Iterator>(up->iterate(epoch)), count, skipped = false]() mutable -> std::optional<Element> {
+        return make_iterator([it = std::shared_ptr<Iterator>(up->iterate(epoch)), count,
+                              skipped = false]() mutable -> std::optional<Element> {
           if (!skipped) {
             skipped = true;
             for (int64_t i = 0; i < count; ++i)

@@ -27,16 +27,19 @@ std::shared_ptr<const std::vector<Element>> read_cache_file(const std::string& p
   long long count = number("elements"), components = number("components");
   if (count < 0 || components < 1 && count > 0) fail("cache: \"{}\" has invalid metadata", path);
   if (static_cast<int64_t>(f.tensors.size()) != count * components)
-    fail("cache: \"{}\" holds {} tensors, its metadata promises {} elements of {}", path, f.tensors.size(), count, components);
+    fail("cache: \"{}\" holds {} tensors, its metadata promises {} elements of {}", path, f.tensors.size(), count,
+         components);
   auto out = std::make_shared<std::vector<Element>>(static_cast<size_t>(count));
-  for (size_t i = 0; i < f.tensors.size(); ++i) (*out)[i / static_cast<size_t>(components)].push_back(std::move(f.tensors[i].second));
+  for (size_t i = 0; i < f.tensors.size(); ++i)
+    (*out)[i / static_cast<size_t>(components)].push_back(std::move(f.tensors[i].second));
   return out;
 }
 
 void write_cache_file(const std::string& path, const std::vector<Element>& elements) {
   io::TensorFile f;
   for (size_t i = 0; i < elements.size(); ++i)
-    for (size_t c = 0; c < elements[i].size(); ++c) f.tensors.emplace_back(fmt::format("e{}/c{}", i, c), elements[i][c]);
+    for (size_t c = 0; c < elements[i].size(); ++c)
+      f.tensors.emplace_back(fmt::format("e{}/c{}", i, c), elements[i][c]);
   f.metadata["elements"] = std::to_string(elements.size());
   f.metadata["components"] = std::to_string(elements.empty() ? 0 : elements[0].size());
   io::save_safetensors(path, f);
@@ -86,7 +89,8 @@ class CacheNode : public DatasetNode {
   std::unique_ptr<Iterator> iterate(int epoch) const override {
     {
       std::lock_guard lock(state_->mutex);
-      if (!state_->elements && !path_.empty() && std::filesystem::exists(path_)) state_->elements = read_cache_file(path_);
+      if (!state_->elements && !path_.empty() && std::filesystem::exists(path_))
+        state_->elements = read_cache_file(path_);
       if (state_->elements) return std::make_unique<ReplayIterator>(state_->elements);
     }
     return std::make_unique<FillingIterator>(up_->iterate(epoch), state_, path_);

@@ -69,7 +69,8 @@ class ParallelMapIterator : public Iterator {
         done_ = true;
         break;
       }
-      auto task = std::make_shared<std::packaged_task<Element()>>([this, el = std::move(*e)]() mutable { return fn_(std::move(el)); });
+      auto task = std::make_shared<std::packaged_task<Element()>>(
+          [this, el = std::move(*e)]() mutable { return fn_(std::move(el)); });
       pending_.push_back(task->get_future());
       pool_.submit([task] { (*task)(); });
     }
@@ -90,7 +91,8 @@ class ParallelMapIterator : public Iterator {
 
 class SequentialMapIterator : public Iterator {
  public:
-  SequentialMapIterator(std::unique_ptr<Iterator> up, std::function<Element(Element)> fn) : up_(std::move(up)), fn_(std::move(fn)) {}
+  SequentialMapIterator(std::unique_ptr<Iterator> up, std::function<Element(Element)> fn)
+      : up_(std::move(up)), fn_(std::move(fn)) {}
   std::optional<Element> next() override {
     auto e = up_->next();
     if (!e) return std::nullopt;

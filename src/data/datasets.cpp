@@ -12,7 +12,7 @@ constexpr const char* kFiles[4] = {"train-images-idx3-ubyte", "train-labels-idx1
                                    "t10k-labels-idx1-ubyte"};
 
 bool exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
@@ -76,9 +76,10 @@ ImageDataset load_dataset(const std::string& name, const DatasetOptions& options
     }
     searched += (searched.empty() ? "" : ", ") + dir;
   }
-  fail("load_dataset: \"{}\" not found; searched {} (from --data-dir, $TANDEM_DATA, ./data) for {}, {}, {}, {} "
-       "(optionally .gz); run scripts/setup to fetch it",
-       name, searched, kFiles[0], kFiles[1], kFiles[2], kFiles[3]);
+  fail(
+      "load_dataset: \"{}\" not found; searched {} (from --data-dir, $TANDEM_DATA, ./data) for {}, {}, {}, {} "
+      "(optionally .gz); run scripts/setup to fetch it",
+      name, searched, kFiles[0], kFiles[1], kFiles[2], kFiles[3]);
 }
 
 }  // namespace tandem::data

@@ -17,7 +17,9 @@ class GzReader {
     if (file_ == nullptr) fail("read_idx: cannot open \"{}\": {}", path, std::strerror(errno));
     gzbuffer(file_, 1 << 17);
   }
-  ~GzReader() { if (file_) gzclose(file_); }
+  ~GzReader() {
+    if (file_) gzclose(file_);
+  }
   GzReader(const GzReader&) = delete;
   GzReader& operator=(const GzReader&) = delete;
 

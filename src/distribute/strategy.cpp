@@ -28,7 +28,8 @@ thread_local Strategy* scope_strategy = nullptr;
 class RunningAs {
  public:
   RunningAs(Strategy* s, int r)
-      : context_{s, &s->communicator(), r, s->num_replicas_in_sync(), s->mirrors_variables()}, as_(context_) {}
+      : context_{s, &s->communicator(), r, s->num_replicas_in_sync(), s->mirrors_variables(), s->first_row(r)},
+        as_(context_) {}
 
  private:
   ReplicaContext context_;
@@ -96,10 +97,9 @@ std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
   for (int r = 0; r < replicas_; ++r) {
     data::Element part;
     for (const Tensor& t : *batch) {
-      if (t.rank() < 1) fail("distribute_dataset: element component of shape {} has no batch axis to split", t.shape().str());
+      if (t.rank() < 1)
+        fail("distribute_dataset: element component of shape {} has no batch axis to split", t.shape().str());
       int64_t rows = t.dim(0);
-      if (rows < replicas_)
-        fail("distribute_dataset: a global batch of {} rows cannot be split over {} replicas", rows, replicas_);
       part.push_back(t.slice(rows * r / replicas_, rows * (r + 1) / replicas_));
     }
     out.values.push_back(std::move(part));
@@ -159,8 +159,8 @@ std::unique_ptr<CrossDeviceOps> MirroredStrategy::make_cross_device_ops() const 
   if (!options_.cross_device_ops) return make_in_process_communicator(replicas_);
   std::unique_ptr<CrossDeviceOps> ops = options_.cross_device_ops(replicas_);
   if (!ops || ops->size() != replicas_)
-    fail("MirroredStrategy: cross_device_ops made {} for {} replicas", ops ? fmt::format("one of size {}", ops->size()) : "nothing",
-         replicas_);
+    fail("MirroredStrategy: cross_device_ops made {} for {} replicas",
+         ops ? fmt::format("one of size {}", ops->size()) : "nothing", replicas_);
   return ops;
 }
 
@@ -174,10 +174,13 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move
     fail("MirroredStrategy: threads_per_replica must be from 1 to {} (or 0 for the usable cores shared out), got {}",
          kMaxThreads, threads_per_replica);
   replicas_ = num_replicas > 0 ? num_replicas : cores;
-  if (options_.bucket_bytes < 0) fail("MirroredStrategy: bucket_bytes must be 0 or positive, got {}", options_.bucket_bytes);
+  if (options_.bucket_bytes < 0)
+    fail("MirroredStrategy: bucket_bytes must be 0 or positive, got {}", options_.bucket_bytes);
   if (options_.deterministic && (options_.micro_batches < replicas_))
-    fail("MirroredStrategy: deterministic mode needs at least one micro-batch per replica: micro_batches {} < {} replicas",
-         options_.micro_batches, replicas_);
+    fail(
+        "MirroredStrategy: deterministic mode needs at least one micro-batch per replica: micro_batches {} < {} "
+        "replicas",
+        options_.micro_batches, replicas_);
   threads_per_replica_ = threads_per_replica > 0 ? threads_per_replica : std::max(1, cores / replicas_);
   comm_ = make_cross_device_ops();
   workers_ = std::make_unique<Workers>();
@@ -190,7 +193,8 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move
   if (sched_getaffinity(0, sizeof mask, &mask) == 0)
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &mask)) cpus.push_back(c);
-  bool pin = !cpus.empty() && workers_->busy_threads <= static_cast<int>(cpus.size()) && workers_->busy_threads <= cores;
+  bool pin =
+      !cpus.empty() && workers_->busy_threads <= static_cast<int>(cpus.size()) && workers_->busy_threads <= cores;
   for (int r = 1; r < replicas_; ++r) {
     try {
       start_replica_thread(r, pin, cpus);
@@ -207,14 +211,17 @@ void MirroredStrategy::start_replica_thread(int r, bool pin, const std::vector<i
       if (pin) {  // replica r on its own cores of the mask
         cpu_set_t set;
         CPU_ZERO(&set);
-        for (int c = 0; c < threads_per_replica_; ++c) CPU_SET(cpus[static_cast<size_t>(r * threads_per_replica_ + c)], &set);
+        for (int c = 0; c < threads_per_replica_; ++c)
+          CPU_SET(cpus[static_cast<size_t>(r * threads_per_replica_ + c)], &set);
         pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
       }
       set_num_threads(threads_per_replica_);
       Workers& w = *workers_;
       uint64_t seen = 0;
       for (;;) {
-        auto started = [&] { return w.stopping.load(std::memory_order_acquire) || w.generation.load(std::memory_order_acquire) != seen; };
+        auto started = [&] {
+          return w.stopping.load(std::memory_order_acquire) || w.generation.load(std::memory_order_acquire) != seen;
+        };
         if (!w.spin_until(started)) {
           std::unique_lock lock(w.mutex);
           w.wake.wait(lock, started);
@@ -283,8 +290,10 @@ void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& 
 
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica) {
   auto bad = [&](const std::string& why) -> std::unique_ptr<Strategy> {
-    fail("strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]] or central[:N[:deterministic]]", spec,
-         why);
+    fail(
+        "strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]] or "
+        "central[:N[:deterministic]]",
+        spec, why);
   };
   if (spec == "default") return nullptr;
   if (spec == "one_device") return std::make_unique<OneDeviceStrategy>();
@@ -295,7 +304,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per
     if (colon == std::string::npos) break;
     at = colon + 1;
   }
-  if (parts[0] == "one_device" || parts[0] == "default") return bad("\"" + parts[0] + "\" takes no replica count or options");
+  if (parts[0] == "one_device" || parts[0] == "default")
+    return bad("\"" + parts[0] + "\" takes no replica count or options");
   if (parts[0] != "mirrored" && parts[0] != "central") return bad("unknown strategy \"" + parts[0] + "\"");
   if (parts.size() > 3) return bad("too many parts");
   MirroredOptions options{.threads_per_replica = threads_per_replica};

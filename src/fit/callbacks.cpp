@@ -33,13 +33,16 @@ const std::vector<double>& History::operator[](const std::string& name) const {
 
 namespace tandem {
 
-Monitor::Monitor(std::string name, MonitorMode mode, double min_delta) : name_(std::move(name)), min_delta_(std::fabs(min_delta)) {
+Monitor::Monitor(std::string name, MonitorMode mode, double min_delta)
+    : name_(std::move(name)), min_delta_(std::fabs(min_delta)) {
   bool accuracy_like = name_.find("acc") != std::string::npos || name_.find("auc") != std::string::npos;
   maximize_ = mode == MonitorMode::Max || (mode == MonitorMode::Auto && accuracy_like);
   reset();
 }
 
-void Monitor::reset() { best_ = maximize_ ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity(); }
+void Monitor::reset() {
+  best_ = maximize_ ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity();
+}
 
 std::optional<bool> Monitor::improved(const Logs& logs, const char* who) {
   for (const auto& [n, value] : logs) {

@@ -73,7 +73,8 @@ TrainingPosition Sequential::load_checkpoint(const std::string& path) {
   checked_load(path, &meta);
   auto number = [&](const char* key) -> uint64_t {
     auto it = meta.find(key);
-    if (it == meta.end()) fail("load_checkpoint: \"{}\" has no \"{}\" in its metadata (a weights file, not a checkpoint?)", path, key);
+    if (it == meta.end())
+      fail("load_checkpoint: \"{}\" has no \"{}\" in its metadata (a weights file, not a checkpoint?)", path, key);
     try {
       return std::stoull(it->second);
     } catch (const std::exception&) {

@@ -1,9 +1,9 @@
 // ModelCheckpoint, BackupAndRestore and latest_checkpoint.
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
-#include <fstream>
 #include <regex>
 
 #include "tandem/model.h"
@@ -60,7 +60,8 @@ void record_latest(const std::string& path) {
 ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions options)
     : filepath_(std::move(filepath)), options_(std::move(options)), monitor_(options_.monitor, options_.mode) {
   if (filepath_.empty()) fail("ModelCheckpoint: filepath is empty");
-  if (options_.save_freq < 0) fail("ModelCheckpoint: save_freq must be 0 (per epoch) or positive, got {}", options_.save_freq);
+  if (options_.save_freq < 0)
+    fail("ModelCheckpoint: save_freq must be 0 (per epoch) or positive, got {}", options_.save_freq);
   // Rejects malformed fields now; unknown log names are caught when saving.
   expand_pattern(filepath_, 1, 1, [](const std::string&) { return 0.0; });
 }
@@ -71,7 +72,8 @@ void ModelCheckpoint::save(int epoch, const Logs& logs) {
     auto better = monitor_.improved(logs, "ModelCheckpoint");
     if (!better || !*better) return;
   }
-  std::string path = expand_pattern(filepath_, epoch + 1, steps_, [&](const std::string& n) { return log_value(logs, n); });
+  std::string path =
+      expand_pattern(filepath_, epoch + 1, steps_, [&](const std::string& n) { return log_value(logs, n); });
   if (!path.ends_with(".safetensors")) path += ".safetensors";
   fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
@@ -113,7 +115,8 @@ std::string latest_checkpoint(const std::string& directory) {
 BackupAndRestore::BackupAndRestore(std::string backup_dir, BackupAndRestoreOptions options)
     : dir_(std::move(backup_dir)), options_(options) {
   if (dir_.empty()) fail("BackupAndRestore: backup_dir is empty");
-  if (options_.save_freq < 0) fail("BackupAndRestore: save_freq must be 0 (per epoch) or positive, got {}", options_.save_freq);
+  if (options_.save_freq < 0)
+    fail("BackupAndRestore: save_freq must be 0 (per epoch) or positive, got {}", options_.save_freq);
 }
 
 void BackupAndRestore::on_train_begin(const Logs&) {
@@ -130,12 +133,14 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   for (const auto& [key, value] : model->run_signature()) {
     auto it = saved.find("run." + key);
     if (it == saved.end() || it->second == value) continue;  // a backup from before runs were recorded: unchecked
-    differences += fmt::format("{}\n  {}: \"{}\" in the backup, \"{}\" now", differences.empty() ? "" : ";", key, it->second, value);
+    differences += fmt::format("{}\n  {}: \"{}\" in the backup, \"{}\" now", differences.empty() ? "" : ";", key,
+                               it->second, value);
   }
   if (!differences.empty())
-    fail("BackupAndRestore: the backup in \"{}\" is of another run, so it is not resumed:{}\nTo start this run fresh, "
-         "remove \"{}\" or train into another directory; to resume that run, start it again with its own settings",
-         dir_, differences, dir_);
+    fail(
+        "BackupAndRestore: the backup in \"{}\" is of another run, so it is not resumed:{}\nTo start this run fresh, "
+        "remove \"{}\" or train into another directory; to resume that run, start it again with its own settings",
+        dir_, differences, dir_);
   TrainingPosition p = model->load_checkpoint(backup_path());
   model->resume_from = p;
   std::printf("Restored the backup in %s: resuming at epoch %d, batch %lld\n", dir_.c_str(), p.epoch + 1,

@@ -5,9 +5,9 @@
 #include <cstring>
 #include <numeric>
 
+#include "fit/progress.h"
 #include "tandem/model.h"
 #include "tandem/random.h"
-#include "fit/progress.h"
 
 namespace tandem {
 namespace {
@@ -21,8 +21,8 @@ Tensor gather_rows(const Tensor& src, const std::vector<int64_t>& index, int64_t
   const auto* from = static_cast<const char*>(src.raw());
   auto* to = static_cast<char*>(out.raw());
   for (int64_t i = begin; i < end; ++i)
-    std::memcpy(to + static_cast<size_t>(i - begin) * row_bytes, from + static_cast<size_t>(index[static_cast<size_t>(i)]) * row_bytes,
-                row_bytes);
+    std::memcpy(to + static_cast<size_t>(i - begin) * row_bytes,
+                from + static_cast<size_t>(index[static_cast<size_t>(i)]) * row_bytes, row_bytes);
   // Shuffled rows come from anywhere in the dataset, so they miss the caches: ask for the next
   // batch's rows now, and they arrive while this step computes.
   int64_t next_end = std::min<int64_t>(static_cast<int64_t>(index.size()), end + (end - begin));
@@ -75,7 +75,8 @@ void Sequential::check_compiled(const char* what) const {
 void Sequential::check_data(const Tensor& x, const Tensor& y, const char* what) {
   if (!x.defined()) fail("{}: x is undefined", what);
   if (x.dtype() != DType::Float32)
-    fail("{}: x must be float32, got {} (convert with astype(DType::Float32) and scale it)", what, dtype_name(x.dtype()));
+    fail("{}: x must be float32, got {} (convert with astype(DType::Float32) and scale it)", what,
+         dtype_name(x.dtype()));
   if (x.rank() < 2) fail("{}: x must have a sample axis and features, got shape {}", what, x.shape().str());
   if (x.dim(0) == 0) fail("{}: x is empty (0 samples)", what);
   if (y.defined() && y.rank() >= 1 && y.dim(0) != x.dim(0))
@@ -114,8 +115,8 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
   } else if (options.validation_split > 0.0) {
     auto held = static_cast<int64_t>(std::floor(static_cast<double>(n) * options.validation_split));
     if (held == 0 || held == n)
-      fail("fit: validation_split {} of {} samples leaves {} for validation and {} for training", options.validation_split, n,
-           held, n - held);
+      fail("fit: validation_split {} of {} samples leaves {} for validation and {} for training",
+           options.validation_split, n, held, n - held);
     x = x_c.slice(0, n - held);
     y = y_cast.slice(0, n - held);
     x_val = x_c.slice(n - held, n);
@@ -127,7 +128,8 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
   std::vector<int64_t> index(static_cast<size_t>(rows));
   std::iota(index.begin(), index.end(), 0);
   int64_t first_row = 0;  // of the current batch, in `index`
-  const std::function<void(int64_t, int64_t, Tensor&, Tensor&)> gather = [&](int64_t b, int64_t e, Tensor& xs, Tensor& ys) {
+  const std::function<void(int64_t, int64_t, Tensor&, Tensor&)> gather = [&](int64_t b, int64_t e, Tensor& xs,
+                                                                             Tensor& ys) {
     xs = gather_rows(x, index, first_row + b, first_row + e);
     ys = gather_rows(y, index, first_row + b, first_row + e);
   };
@@ -159,7 +161,8 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
   for (const auto& layer : layers_) architecture += (architecture.empty() ? "" : " ") + layer->type();
   for (Variable* v : variables()) architecture += " " + v->name + v->value.shape().str();
   run_signature_["architecture"] = architecture;
-  run_signature_["optimizer"] = fmt::format("{} (learning rate {})", optimizer_->name(), optimizer_->current_learning_rate());
+  run_signature_["optimizer"] =
+      fmt::format("{} (learning rate {})", optimizer_->name(), optimizer_->current_learning_rate());
   run_signature_["batch_size"] = std::to_string(options.batch_size);
   run_signature_["seed"] = std::to_string(seed_);
   std::vector<Variable*> trainable = trainable_variables();
@@ -190,7 +193,8 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
   Batch batch;
   Tensor& xb = batch.x;
   Tensor& yb = batch.y;
-  bool replicated = strategy_ != nullptr && (strategy_->num_replicas_in_sync() > 1 || strategy_->deterministic_micro_batches() > 0);
+  bool replicated =
+      strategy_ != nullptr && (strategy_->num_replicas_in_sync() > 1 || strategy_->deterministic_micro_batches() > 0);
   if (replicated) make_replicas();  // from the current weights and optimizer state
   std::vector<Tensor> predictions, labels;
   for (int epoch = start.epoch; epoch < options.epochs && !stop_training; ++epoch) {
@@ -221,7 +225,8 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
             for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(labels[p], predictions[p]);
       } else {
         tape.reset();
-        Tensor y_pred = call(xb, CallContext{true, RandomKey{seed_, static_cast<uint64_t>(optimizer_->iterations()), 0}});
+        Tensor y_pred =
+            call(xb, CallContext{true, RandomKey{seed_, static_cast<uint64_t>(optimizer_->iterations()), 0}});
         Tensor loss = ops::mean(loss_->per_sample(yb, y_pred));
         tape.gradient(loss, sources, grads);
         optimizer_->apply(trainable, grads);

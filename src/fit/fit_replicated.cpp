@@ -16,9 +16,9 @@ struct Sequential::Replica {
   std::vector<std::shared_ptr<layers::Layer>> layers;  // replica 0: the model's own
   std::vector<Variable*> variables, trainable;
   std::vector<Tensor> sources, grads;
-  Tensor bucket;                // every gradient, back to back (deterministic: one set per micro-batch; else only with bucket_bytes)
-  std::vector<Tensor> reduced;  // views of the bucket's first set: the summed gradients
-  std::vector<float> gathered;  // deterministic: every replica's bucket
+  Tensor bucket;  // every gradient, back to back (deterministic: one set per micro-batch; else only with bucket_bytes)
+  std::vector<Tensor> reduced;   // views of the bucket's first set: the summed gradients
+  std::vector<float> gathered;   // deterministic: every replica's bucket
   std::vector<int64_t> offsets;  // of each gradient in the bucket
   std::vector<bool> done;
   std::vector<std::span<float>> buffers;  // the gradients, for the grouped all-reduce
@@ -62,7 +62,8 @@ void Sequential::make_replicas() {
     int64_t at = 0;
     for (const Tensor& source : rep->sources) {
       rep->offsets.push_back(at);
-      if (rep->bucket.defined()) rep->reduced.push_back(rep->bucket.slice(at, at + source.numel()).reshape(source.shape()));
+      if (rep->bucket.defined())
+        rep->reduced.push_back(rep->bucket.slice(at, at + source.numel()).reshape(source.shape()));
       at += source.numel();
     }
     replicas_.push_back(rep);
@@ -74,9 +75,10 @@ Sequential::Replica* Sequential::running_replica(const Tensor* first_input) {
   const distribute::ReplicaContext* context = distribute::replica_context();
   if (context == nullptr || context->num_replicas_in_sync() == 1) return nullptr;
   if (context->strategy != strategy_)
-    fail("Sequential \"{}\": used inside {}.run but made outside its scope; make the model inside "
-         "`auto scope = strategy.scope();` so that its variables are distributed",
-         name_, context->strategy->name());
+    fail(
+        "Sequential \"{}\": used inside {}.run but made outside its scope; make the model inside "
+        "`auto scope = strategy.scope();` so that its variables are distributed",
+        name_, context->strategy->name());
   std::lock_guard lock(replicas_mutex_);
   if (!built()) {
     if (first_input == nullptr)
@@ -93,9 +95,11 @@ Tensor Sequential::operator()(const Tensor& x, bool training) {
   Replica* rep = running_replica(&x);
   if (rep == nullptr) return call(x, CallContext{training, {seed_, training ? training_calls_++ : 0, 0}});
   if (!x.defined()) fail("Sequential \"{}\": input is undefined", name_);
-  // Replicas see consecutive slices of the global batch, so with even splits each sample gets
-  // the dropout mask it would get on one device.
-  int64_t offset = x.dim(0) * distribute::replica_context()->replica_id;
+  // Replicas see consecutive slices of the global batch: each sample gets the dropout mask it
+  // would get on one device (from the slice's first row when run was given a split batch, else
+  // assuming even splits).
+  const distribute::ReplicaContext* context = distribute::replica_context();
+  int64_t offset = context->first_row >= 0 ? context->first_row : x.dim(0) * context->replica_id;
   CallContext ctx{training, {seed_, training ? rep->training_calls++ : 0, offset}};
   Tensor h = x;
   for (auto& layer : rep->layers) h = layer->call(h, ctx);
@@ -279,13 +283,15 @@ void Sequential::compute_parts(Replica& rep, int r, const Batch& batch, uint64_t
     std::vector<double> all(static_cast<size_t>(parts) * per_part);
     for (int q = 0; q < n; ++q)
       for (int p = parts * q / n; p < parts * (q + 1) / n; ++p)
-        std::copy_n(received.begin() + static_cast<std::ptrdiff_t>((static_cast<size_t>(q * per_replica + p - parts * q / n)) * per_part),
+        std::copy_n(received.begin() + static_cast<std::ptrdiff_t>(
+                                           (static_cast<size_t>(q * per_replica + p - parts * q / n)) * per_part),
                     per_part, all.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(p) * per_part));
     return all;
   };
   // A layer that needs the parts together (BatchNormalization) gets them all, on one tape;
   // otherwise each part runs forward and backward on its own, so that only its activations live.
-  bool together = std::any_of(rep.layers.begin(), rep.layers.end(), [](const auto& l) { return l->needs_parts_together(); });
+  bool together =
+      std::any_of(rep.layers.begin(), rep.layers.end(), [](const auto& l) { return l->needs_parts_together(); });
   size_t k = rep.trainable.size();
   std::vector<Tensor> originals(k), aliases, grads;
   for (size_t j = 0; j < k; ++j) originals[j] = rep.trainable[j]->value;
@@ -299,7 +305,8 @@ void Sequential::compute_parts(Replica& rep, int r, const Batch& batch, uint64_t
   size_t groups = together ? 1 : live.size();  // together: even with no parts here, for the collectives
   for (size_t g = 0; g < groups; ++g) {
     size_t from = together ? 0 : g, count = together ? live.size() : 1;
-    std::vector<Tensor> gh(h.begin() + static_cast<std::ptrdiff_t>(from), h.begin() + static_cast<std::ptrdiff_t>(from + count));
+    std::vector<Tensor> gh(h.begin() + static_cast<std::ptrdiff_t>(from),
+                           h.begin() + static_cast<std::ptrdiff_t>(from + count));
     std::vector<CallContext> gc(contexts.begin() + static_cast<std::ptrdiff_t>(from),
                                 contexts.begin() + static_cast<std::ptrdiff_t>(from + count));
     GradientTape tape;
@@ -310,7 +317,8 @@ void Sequential::compute_parts(Replica& rep, int r, const Batch& batch, uint64_t
       aliases[a] = v.reshape(v.shape());
       tape.watch(aliases[a]);
     }
-    layers::BatchParts step{gh, gc, [&](size_t i) {
+    layers::BatchParts step{gh, gc,
+                            [&](size_t i) {
                               for (size_t j = 0; j < k; ++j) rep.trainable[j]->value = aliases[i * k + j];
                             },
                             gather};

@@ -1,8 +1,8 @@
 #include "fit/progress.h"
 
-#include <algorithm>
 #include <fmt/format.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <string>
 

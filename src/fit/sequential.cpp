@@ -12,8 +12,8 @@ void Sequential::add(std::shared_ptr<layers::Layer> layer) {
   if (!layer) fail("Sequential \"{}\": add() got a null layer", name_);
   if (layer->name().empty()) {
     std::string base = layer->default_name();
-    int same = static_cast<int>(std::count_if(layers_.begin(), layers_.end(),
-                                              [&](const auto& l) { return l->default_name() == base; }));
+    int same = static_cast<int>(
+        std::count_if(layers_.begin(), layers_.end(), [&](const auto& l) { return l->default_name() == base; }));
     layer->set_name(same == 0 ? base : fmt::format("{}_{}", base, same));
   }
   for (const auto& l : layers_)

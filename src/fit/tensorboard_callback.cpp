@@ -2,9 +2,11 @@
 
 namespace tandem {
 
-TensorBoard::TensorBoard(std::string log_dir, TensorBoardOptions options) : log_dir_(std::move(log_dir)), options_(options) {
+TensorBoard::TensorBoard(std::string log_dir, TensorBoardOptions options)
+    : log_dir_(std::move(log_dir)), options_(options) {
   if (log_dir_.empty()) fail("TensorBoard: log_dir is empty");
-  if (options_.update_freq < 0) fail("TensorBoard: update_freq must be 0 (per epoch) or positive, got {}", options_.update_freq);
+  if (options_.update_freq < 0)
+    fail("TensorBoard: update_freq must be 0 (per epoch) or positive, got {}", options_.update_freq);
 }
 
 TensorBoard::~TensorBoard() = default;
@@ -27,8 +29,7 @@ void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
     else if (name.starts_with("val_")) {
       if (!validation_) validation_ = std::make_unique<io::EventWriter>(log_dir_ + "/validation");
       validation_->add_scalar("epoch_" + name.substr(4), static_cast<float>(value), epoch);
-    }
-    else train_->add_scalar("epoch_" + name, static_cast<float>(value), epoch);
+    } else train_->add_scalar("epoch_" + name, static_cast<float>(value), epoch);
   }
   train_->flush();
   if (validation_) validation_->flush();

@@ -13,7 +13,9 @@ namespace {
 
 struct Fd {
   int fd;
-  ~Fd() { if (fd >= 0) ::close(fd); }
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
 };
 
 std::string directory_of(const std::string& path) {

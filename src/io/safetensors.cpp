@@ -32,7 +32,8 @@ std::string encode_safetensors(const TensorFile& file) {
   std::vector<Tensor> contiguous;
   size_t offset = 0;
   for (const auto& [name, tensor] : file.tensors) {
-    if (name == "__metadata__" || header.contains(name)) fail("safetensors: duplicate or reserved tensor name \"{}\"", name);
+    if (name == "__metadata__" || header.contains(name))
+      fail("safetensors: duplicate or reserved tensor name \"{}\"", name);
     Tensor t = tensor.contiguous();
     size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
     header[name] = {{"dtype", dtype_tag(t.dtype())},
@@ -120,10 +121,11 @@ TensorFile load_safetensors(const std::string& path) {
     uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     uint64_t expected = static_cast<uint64_t>(shape.numel()) * dtype_size(dt);
     if (end < begin || end > data_size)
-      bad(fmt::format("data_offsets [{}, {}] fall outside the {} data bytes (file byte offset {})", begin, end, data_size,
-                      data_start + std::min<uint64_t>(end, data_size)));
+      bad(fmt::format("data_offsets [{}, {}] fall outside the {} data bytes (file byte offset {})", begin, end,
+                      data_size, data_start + std::min<uint64_t>(end, data_size)));
     if (end - begin != expected)
-      bad(fmt::format("data_offsets span {} bytes, shape {} of {} needs {}", end - begin, shape.str(), dtype, expected));
+      bad(fmt::format("data_offsets span {} bytes, shape {} of {} needs {}", end - begin, shape.str(), dtype,
+                      expected));
     ranges.emplace_back(begin, end);
     Tensor t = Tensor::empty(shape, dt);
     std::memcpy(t.raw(), bytes.data() + data_start + begin, expected);
@@ -131,9 +133,10 @@ TensorFile load_safetensors(const std::string& path) {
     if (sum != file.metadata.end()) {
       std::string actual = fmt::format("{:08x}", crc32c(t.raw(), expected));
       if (actual != sum->second)
-        fail("safetensors: \"{}\": tensor \"{}\" is corrupt (file byte offsets {}-{}): CRC-32C {} but the header "
-             "records {}",
-             path, name, data_start + begin, data_start + end, actual, sum->second);
+        fail(
+            "safetensors: \"{}\": tensor \"{}\" is corrupt (file byte offsets {}-{}): CRC-32C {} but the header "
+            "records {}",
+            path, name, data_start + begin, data_start + end, actual, sum->second);
     } else if (file.metadata.count("format") && file.metadata["format"] == "tandem") {
       bad("has no checksum in a Tandem checkpoint");
     }

@@ -22,7 +22,9 @@ void put_varint(std::string& out, uint64_t v) {
   out += static_cast<char>(v);
 }
 
-void put_tag(std::string& out, int field, int wire_type) { put_varint(out, static_cast<uint64_t>(field << 3 | wire_type)); }
+void put_tag(std::string& out, int field, int wire_type) {
+  put_varint(out, static_cast<uint64_t>(field << 3 | wire_type));
+}
 
 template <typename T>
 void put_fixed(std::string& out, T value) {
@@ -65,7 +67,8 @@ EventWriter::EventWriter(const std::string& directory) {
   if (ec) fail("TensorBoard: cannot create log directory \"{}\": {}", directory, ec.message());
   char host[256] = "localhost";
   ::gethostname(host, sizeof(host) - 1);
-  auto seconds = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   path_ = fmt::format("{}/events.out.tfevents.{}.{}.{}", directory, seconds, host, ::getpid());
   file_ = std::fopen(path_.c_str(), "ab");
   if (!file_) fail("TensorBoard: cannot create \"{}\": {}", path_, std::strerror(errno));

@@ -21,8 +21,7 @@ Conv2D::Conv2D(int64_t filters, Size2 kernel_size, Conv2DOptions options)
 
 Shape Conv2D::do_build(const Shape& input_shape, uint64_t seed) {
   if (input_shape.rank() != 3)
-    fail("{}: expects inputs of shape (None, height, width, channels), got {}", label(),
-         input_shape.str_with_batch());
+    fail("{}: expects inputs of shape (None, height, width, channels), got {}", label(), input_shape.str_with_batch());
   int64_t c = input_shape[2];
   int64_t fan_in = kernel_size_.h * kernel_size_.w * c, fan_out = kernel_size_.h * kernel_size_.w * filters_;
   auto [oh, ow] = ops::window_output_size(input_shape[0], input_shape[1], kernel_size_.h, kernel_size_.w,

@@ -71,9 +71,9 @@ Initializer Initializer::parse(const InitializerSpec& spec, const std::string& o
     else if (init.kind == Kind::VarianceScaling && key == "mode")
       init.mode = static_cast<Mode>(choice({"fan_in", "fan_out", "fan_avg"}));
     else if (init.kind == Kind::VarianceScaling && key == "distribution")  // "normal": Keras 2's name for truncated
-      init.distribution = static_cast<Distribution>(choice({"truncated_normal", "untruncated_normal", "uniform", "normal"}) % 3);
-    else
-      fail("{}: initializer {} takes no argument \"{}\" (given \"{}\")", owner, spec.name, key, text);
+      init.distribution =
+          static_cast<Distribution>(choice({"truncated_normal", "untruncated_normal", "uniform", "normal"}) % 3);
+    else fail("{}: initializer {} takes no argument \"{}\" (given \"{}\")", owner, spec.name, key, text);
   }
   if (init.kind == Kind::VarianceScaling && !(init.scale > 0))
     fail("{}: initializer variance_scaling needs a positive scale, got {}", owner, init.scale);
@@ -84,9 +84,11 @@ Initializer Initializer::parse(const InitializerSpec& spec, const std::string& o
 void Initializer::fill(Tensor& t, int64_t fan_in, int64_t fan_out, const Philox& rng) const {
   float* p = t.data<float>();
   int64_t n = t.numel();
-  double in = static_cast<double>(std::max<int64_t>(fan_in, 1)), out = static_cast<double>(std::max<int64_t>(fan_out, 1));
+  double in = static_cast<double>(std::max<int64_t>(fan_in, 1)),
+         out = static_cast<double>(std::max<int64_t>(fan_out, 1));
   auto uniform = [&](double limit) {
-    for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>((2.0 * rng.uniform(static_cast<uint64_t>(i)) - 1.0) * limit);
+    for (int64_t i = 0; i < n; ++i)
+      p[i] = static_cast<float>((2.0 * rng.uniform(static_cast<uint64_t>(i)) - 1.0) * limit);
   };
   auto truncated = [&](double stddev) {
     // Keras scales the truncated normal so that its standard deviation is `stddev`.
@@ -94,8 +96,12 @@ void Initializer::fill(Tensor& t, int64_t fan_in, int64_t fan_out, const Philox&
     for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(truncated_normal(rng, static_cast<uint64_t>(i)) * s);
   };
   switch (kind) {
-    case Kind::Zeros: for (int64_t i = 0; i < n; ++i) p[i] = 0.0f; break;
-    case Kind::Ones: for (int64_t i = 0; i < n; ++i) p[i] = 1.0f; break;
+    case Kind::Zeros:
+      for (int64_t i = 0; i < n; ++i) p[i] = 0.0f;
+      break;
+    case Kind::Ones:
+      for (int64_t i = 0; i < n; ++i) p[i] = 1.0f;
+      break;
     case Kind::GlorotUniform: uniform(std::sqrt(6.0 / (in + out))); break;
     case Kind::GlorotNormal: truncated(std::sqrt(2.0 / (in + out))); break;
     case Kind::HeNormal: truncated(std::sqrt(2.0 / in)); break;
@@ -112,14 +118,17 @@ void Initializer::fill(Tensor& t, int64_t fan_in, int64_t fan_out, const Philox&
       for (int64_t i = 0; i < n; ++i)
         p[i] = static_cast<float>(minval + (maxval - minval) * rng.uniform(static_cast<uint64_t>(i)));
       break;
-    case Kind::Constant: for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(value); break;
+    case Kind::Constant:
+      for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(value);
+      break;
     case Kind::VarianceScaling: {
       double fan = mode == Mode::FanIn ? in : mode == Mode::FanOut ? out : (in + out) / 2.0;
       double variance = scale / std::max(1.0, fan);
       if (distribution == Distribution::Uniform) uniform(std::sqrt(3.0 * variance));
       else if (distribution == Distribution::TruncatedNormal) truncated(std::sqrt(variance));
       else
-        for (int64_t i = 0; i < n; ++i) p[i] = static_cast<float>(std::sqrt(variance) * rng.normal(static_cast<uint64_t>(i)));
+        for (int64_t i = 0; i < n; ++i)
+          p[i] = static_cast<float>(std::sqrt(variance) * rng.normal(static_cast<uint64_t>(i)));
       break;
     }
   }

@@ -43,8 +43,8 @@ void Layer::call_parts(BatchParts& parts) {
   }
 }
 
-Tensor& Layer::add_variable(const std::string& short_name, const Shape& shape, const Initializer& init,
-                            int64_t fan_in, int64_t fan_out, uint64_t seed, bool trainable) {
+Tensor& Layer::add_variable(const std::string& short_name, const Shape& shape, const Initializer& init, int64_t fan_in,
+                            int64_t fan_out, uint64_t seed, bool trainable) {
   Tensor t = Tensor::empty(shape);
   init.fill(t, fan_in, fan_out, Philox(seed, variables_.size()));
   mark_trainable(t, trainable);

@@ -15,8 +15,7 @@ Pooling2D::Pooling2D(bool max, Size2 pool_size, Pooling2DOptions options)
 
 Shape Pooling2D::do_build(const Shape& input_shape, uint64_t) {
   if (input_shape.rank() != 3)
-    fail("{}: expects inputs of shape (None, height, width, channels), got {}", label(),
-         input_shape.str_with_batch());
+    fail("{}: expects inputs of shape (None, height, width, channels), got {}", label(), input_shape.str_with_batch());
   auto [oh, ow] = ops::window_output_size(input_shape[0], input_shape[1], pool_size_.h, pool_size_.w, strides_.h,
                                           strides_.w, padding_);
   if (oh < 1 || ow < 1)

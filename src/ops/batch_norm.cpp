@@ -39,7 +39,8 @@ Tensor input_gradient(const Tensor& dy, const Tensor& x_hat, const Tensor& gamma
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < c; ++j) {
       float scale = ga[j] * rs[j];
-      d[i * c + j] = scale * (g[i * c + j] - static_cast<float>(sums[j] / n) - xh[i * c + j] * static_cast<float>(sums[c + j] / n));
+      d[i * c + j] = scale * (g[i * c + j] - static_cast<float>(sums[j] / n) -
+                              xh[i * c + j] * static_cast<float>(sums[c + j] / n));
     }
   return dx;
 }
@@ -133,7 +134,7 @@ struct BatchNormNode : autograd::Node {
 // every part's sums and gives each part its input gradient.
 struct PartsBackward : BatchNormPartsBackward {
   GatherParts gather;
-  size_t per_part = 0;     // 2c: Σdy, Σdy·x̂
+  size_t per_part = 0;  // 2c: Σdy, Σdy·x̂
   double global_rows = 0;
   size_t recorded = 0, arrived = 0;
   bool exchanged = false;
@@ -152,7 +153,8 @@ struct PartsBackward : BatchNormPartsBackward {
       for (size_t j = 0; j < per_part; ++j) total[j] += all[p * per_part + j];
     for (Part& part : parts) {
       if (tape != nullptr && part.input_slot >= 0)
-        tape->accumulate(part.input_slot, input_gradient(part.dy, part.x_hat, part.gamma, part.rstd, total.data(), global_rows));
+        tape->accumulate(part.input_slot,
+                         input_gradient(part.dy, part.x_hat, part.gamma, part.rstd, total.data(), global_rows));
       part.dy = Tensor();
     }
   }
@@ -237,7 +239,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
       for (size_t j = 0; j < cu; ++j) both[j] = mu[j], both[cu + j] = var[j];
       double replicas = cross_replica(both);
       for (size_t j = 0; j < cu; ++j)
-        toward_mean[j] = static_cast<float>(both[j] / replicas), toward_var[j] = static_cast<float>(both[cu + j] / replicas);
+        toward_mean[j] = static_cast<float>(both[j] / replicas),
+        toward_var[j] = static_cast<float>(both[cu + j] / replicas);
     }
     move_toward(moving_mean, toward_mean.data(), momentum);
     move_toward(moving_variance, toward_var.data(), momentum);

@@ -9,7 +9,9 @@ namespace {
 
 struct DropoutNode : autograd::Node {
   Tensor scaled_mask;
-  void backward(GradientTape& tape, const Tensor& dy) override { tape.accumulate(input_slots[0], mul(dy, scaled_mask)); }
+  void backward(GradientTape& tape, const Tensor& dy) override {
+    tape.accumulate(input_slots[0], mul(dy, scaled_mask));
+  }
 };
 
 }  // namespace

@@ -15,19 +15,23 @@ struct MatmulNode : autograd::Node {
     if (needs(0)) {
       Tensor da = Tensor::empty(a.shape());
       // ta: da(K,M) = b·dyᵀ ; else da(M,K) = dy·bᵀ
-      if (ta) kernels::cpu::gemm(tb, true, k, m, n, 1.0f, b.data<float>(), b.dim(1), g.data<float>(), n, 0.0f,
-                                 da.data<float>(), m);
-      else kernels::cpu::gemm(false, !tb, m, k, n, 1.0f, g.data<float>(), n, b.data<float>(), b.dim(1), 0.0f,
-                              da.data<float>(), k);
+      if (ta)
+        kernels::cpu::gemm(tb, true, k, m, n, 1.0f, b.data<float>(), b.dim(1), g.data<float>(), n, 0.0f,
+                           da.data<float>(), m);
+      else
+        kernels::cpu::gemm(false, !tb, m, k, n, 1.0f, g.data<float>(), n, b.data<float>(), b.dim(1), 0.0f,
+                           da.data<float>(), k);
       tape.accumulate(input_slots[0], da);
     }
     if (needs(1)) {
       Tensor db = Tensor::empty(b.shape());
       // tb: db(N,K) = dyᵀ·a ; else db(K,N) = aᵀ·dy
-      if (tb) kernels::cpu::gemm(true, ta, n, k, m, 1.0f, g.data<float>(), n, a.data<float>(), a.dim(1), 0.0f,
-                                 db.data<float>(), k);
-      else kernels::cpu::gemm(!ta, false, k, n, m, 1.0f, a.data<float>(), a.dim(1), g.data<float>(), n, 0.0f,
-                              db.data<float>(), n);
+      if (tb)
+        kernels::cpu::gemm(true, ta, n, k, m, 1.0f, g.data<float>(), n, a.data<float>(), a.dim(1), 0.0f,
+                           db.data<float>(), k);
+      else
+        kernels::cpu::gemm(!ta, false, k, n, m, 1.0f, a.data<float>(), a.dim(1), g.data<float>(), n, 0.0f,
+                           db.data<float>(), n);
       tape.accumulate(input_slots[1], db);
     }
   }
@@ -43,7 +47,9 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
   Tensor a = a_in.contiguous(), b = b_in.contiguous();
   int64_t m = transpose_a ? a.dim(1) : a.dim(0), k = transpose_a ? a.dim(0) : a.dim(1);
   int64_t kb = transpose_b ? b.dim(1) : b.dim(0), n = transpose_b ? b.dim(0) : b.dim(1);
-  if (k != kb) fail("matmul: inner dimensions differ: a gives {} (shape {}), b gives {} (shape {})", k, a.shape().str(), kb, b.shape().str());
+  if (k != kb)
+    fail("matmul: inner dimensions differ: a gives {} (shape {}), b gives {} (shape {})", k, a.shape().str(), kb,
+         b.shape().str());
   Tensor y = Tensor::empty({m, n});
   kernels::cpu::gemm(transpose_a, transpose_b, m, n, k, 1.0f, a.data<float>(), a.dim(1), b.data<float>(), b.dim(1),
                      0.0f, y.data<float>(), n);

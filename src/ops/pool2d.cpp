@@ -24,7 +24,8 @@ Tensor pool2d(const Tensor& x_in, kernels::cpu::PoolKind kind, int64_t ph, int64
   require_rank(x_in, 4, op, "x");
   if (ph < 1 || pw < 1 || sh < 1 || sw < 1)
     fail("{}: pool size ({}, {}) and strides ({}, {}) must be positive", op, ph, pw, sh, sw);
-  auto s = kernels::cpu::pool2d_shape(kind, x_in.dim(0), x_in.dim(1), x_in.dim(2), x_in.dim(3), ph, pw, sh, sw, padding);
+  auto s =
+      kernels::cpu::pool2d_shape(kind, x_in.dim(0), x_in.dim(1), x_in.dim(2), x_in.dim(3), ph, pw, sh, sw, padding);
   if (s.oh < 1 || s.ow < 1) fail("{}: a {}x{} window does not fit the {}x{} input", op, ph, pw, s.h, s.w);
   Tensor x = x_in.contiguous();
   Tensor y = Tensor::empty({s.n, s.oh, s.ow, s.c});

@@ -1,7 +1,7 @@
 #include "tandem/losses.h"
 
-#include "tandem/ops.h"
 #include "tandem/collectives/replica_context.h"
+#include "tandem/ops.h"
 
 namespace tandem {
 namespace {
@@ -14,9 +14,10 @@ Loss::Loss(const std::string& name) : from_logits_(false) {
   else if (name == "binary_crossentropy") kind_ = Kind::BinaryCrossentropy;
   else if (name == "mse" || name == "mean_squared_error") kind_ = Kind::MeanSquaredError;
   else
-    fail("loss: unknown loss \"{}\"; expected one of: sparse_categorical_crossentropy, categorical_crossentropy, "
-         "binary_crossentropy, mse",
-         name);
+    fail(
+        "loss: unknown loss \"{}\"; expected one of: sparse_categorical_crossentropy, categorical_crossentropy, "
+        "binary_crossentropy, mse",
+        name);
 }
 
 std::string Loss::name() const {
@@ -31,8 +32,7 @@ std::string Loss::name() const {
 
 void Loss::check_targets(const Tensor& y_true, const Shape& out) const {
   if (kind_ == Kind::SparseCategoricalCrossentropy) {
-    if (out.rank() != 1)
-      fail("{}: model output per sample has shape {}, expected (classes,)", name(), out.str());
+    if (out.rank() != 1) fail("{}: model output per sample has shape {}, expected (classes,)", name(), out.str());
     if (!(y_true.rank() == 1 || (y_true.rank() == 2 && y_true.dim(1) == 1)))
       fail("{}: labels must have shape (samples,), got {}", name(), y_true.shape().str());
     return;
@@ -60,10 +60,8 @@ Tensor Loss::per_sample(const Tensor& y_true, const Tensor& y_pred) const {
       if (logits.defined()) return ops::softmax_cross_entropy(logits, y_true);
       if (from_logits_) return ops::softmax_cross_entropy(y_pred, y_true);
       return ops::softmax_cross_entropy(ops::log(ops::clip(y_pred, kEpsilon, 1.0f - kEpsilon)), y_true);
-    case Kind::BinaryCrossentropy:
-      return ops::binary_cross_entropy(y_pred, y_true, from_logits_);
-    case Kind::MeanSquaredError:
-      return ops::mean_squared_error(y_pred, y_true);
+    case Kind::BinaryCrossentropy: return ops::binary_cross_entropy(y_pred, y_true, from_logits_);
+    case Kind::MeanSquaredError: return ops::mean_squared_error(y_pred, y_true);
   }
   return Tensor();
 }
@@ -71,12 +69,19 @@ Tensor Loss::per_sample(const Tensor& y_true, const Tensor& y_pred) const {
 Tensor compute_average_loss(const Tensor& per_sample_loss, int64_t global_batch_size) {
   if (per_sample_loss.rank() != 1)
     fail("compute_average_loss: per-sample losses must have shape (batch,), got {}", per_sample_loss.shape().str());
-  if (global_batch_size < 0) fail("compute_average_loss: global_batch_size must be positive, got {}", global_batch_size);
+  if (global_batch_size < 0)
+    fail("compute_average_loss: global_batch_size must be positive, got {}", global_batch_size);
   if (global_batch_size == 0) {
+    // The rows of every replica, summed: right also when the global batch does not split evenly
+    // (a replica may have none and contributes zeros). Every replica of the step calls this.
+    global_batch_size = per_sample_loss.dim(0);
     const distribute::ReplicaContext* replica = distribute::replica_context();
-    global_batch_size = per_sample_loss.dim(0) * (replica ? replica->num_replicas_in_sync() : 1);
+    if (replica != nullptr && replica->num_replicas > 1) {
+      double rows = static_cast<double>(global_batch_size);
+      replica->communicator->all_reduce_sum(replica->replica_id, &rows, 1);
+      global_batch_size = static_cast<int64_t>(rows);
+    }
   }
-  if (global_batch_size == 0) fail("compute_average_loss: empty batch");
   return ops::scale(ops::sum(per_sample_loss), 1.0f / static_cast<float>(global_batch_size));
 }
 

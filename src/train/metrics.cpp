@@ -23,9 +23,10 @@ Metric Metric::parse(const std::string& name, const Loss& loss) {
   if (name == "sparse_categorical_accuracy") return {Kind::SparseCategoricalAccuracy, name};
   if (name == "categorical_accuracy") return {Kind::CategoricalAccuracy, name};
   if (name == "binary_accuracy") return {Kind::BinaryAccuracy, name};
-  fail("metrics: unknown metric \"{}\"; expected one of: accuracy, sparse_categorical_accuracy, "
-       "categorical_accuracy, binary_accuracy",
-       name);
+  fail(
+      "metrics: unknown metric \"{}\"; expected one of: accuracy, sparse_categorical_accuracy, "
+      "categorical_accuracy, binary_accuracy",
+      name);
 }
 
 void Metric::update(const Tensor& y_true_in, const Tensor& y_pred_in) {
@@ -36,8 +37,7 @@ void Metric::update(const Tensor& y_true_in, const Tensor& y_pred_in) {
   int64_t correct = 0;
   switch (kind_) {
     case Kind::SparseCategoricalAccuracy: {
-      if (y_true_in.numel() != rows)
-        fail("{}: {} labels for {} predictions", name_, y_true_in.numel(), rows);
+      if (y_true_in.numel() != rows) fail("{}: {} labels for {} predictions", name_, y_true_in.numel(), rows);
       if (y_true_in.dtype() == DType::Int32) {
         const int32_t* l = y_true_in.contiguous().data<int32_t>();
         for (int64_t i = 0; i < rows; ++i) correct += argmax(p + i * cols, cols) == l[i];

@@ -149,8 +149,10 @@ void SGD::update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr
 }
 
 Adam::Adam(float learning_rate, AdamOptions options) : Optimizer(learning_rate), options_(options) {
-  if (!(options.beta_1 >= 0.0f && options.beta_1 < 1.0f)) fail("Adam: beta_1 must be in [0, 1), got {}", options.beta_1);
-  if (!(options.beta_2 >= 0.0f && options.beta_2 < 1.0f)) fail("Adam: beta_2 must be in [0, 1), got {}", options.beta_2);
+  if (!(options.beta_1 >= 0.0f && options.beta_1 < 1.0f))
+    fail("Adam: beta_1 must be in [0, 1), got {}", options.beta_1);
+  if (!(options.beta_2 >= 0.0f && options.beta_2 < 1.0f))
+    fail("Adam: beta_2 must be in [0, 1), got {}", options.beta_2);
   if (!(options.epsilon > 0.0f)) fail("Adam: epsilon must be positive, got {}", options.epsilon);
 }
 

@@ -73,7 +73,8 @@ void make_mnist(const std::string& dir, uint32_t train, uint32_t test) {
     for (uint32_t i = 0; i < n; ++i) {
       labels[i] = static_cast<uint8_t>(i % 10);
       for (uint32_t p = 0; p < 784; ++p)
-        images[i * 784 + p] = static_cast<uint8_t>(rng.bits(uint64_t{i} * 784 + p) % 64 + (p / 78 == labels[i] ? 160 : 0));
+        images[i * 784 + p] =
+            static_cast<uint8_t>(rng.bits(uint64_t{i} * 784 + p) % 64 + (p / 78 == labels[i] ? 160 : 0));
     }
     write_idx(dir + "/" + prefix + "-images-idx3-ubyte", {n, 28, 28}, images);
     write_idx(dir + "/" + prefix + "-labels-idx1-ubyte", {n}, labels);
@@ -84,9 +85,11 @@ TEST(Cli, HelpListsEveryFlagWithItsDefault) {
   testing::TempDir dir;
   Outcome r = run({"fit", "--help"}, dir);
   EXPECT_EQ(r.code, 0);
-  for (const char* flag : {"--model TEXT:PRESET|FILE=mlp", "--dataset TEXT:{mnist,fashion-mnist,cifar10}=mnist", "--epochs INT:INT in [1 - 1000000]=10",
-                           "--batch-size", "=32", "--run-dir", "default: a new runs/<model>-N", "--checkpoint-dir", "default: <run-dir>/checkpoints", "--log-dir", "default: <run-dir>/logs", "--report",
-                           "--threads", "--seed UINT=0", "--learning-rate", "--optimizer"})
+  for (const char* flag :
+       {"--model TEXT:PRESET|FILE=mlp", "--dataset TEXT:{mnist,fashion-mnist,cifar10}=mnist",
+        "--epochs INT:INT in [1 - 1000000]=10", "--batch-size", "=32", "--run-dir", "default: a new runs/<model>-N",
+        "--checkpoint-dir", "default: <run-dir>/checkpoints", "--log-dir", "default: <run-dir>/logs", "--report",
+        "--threads", "--seed UINT=0", "--learning-rate", "--optimizer"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag << "\n" << r.output;
 }
 
@@ -105,7 +108,10 @@ TEST(Cli, BadFlagsAndValuesAreRejected) {
   EXPECT_NE(r.code, 0);
   r = run({"fit", "--data-dir", dir.path(), "--dataset", "fashion-mnist"}, dir);
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.output.find("error: load_dataset: \"fashion-mnist\" not found; searched " + dir.path() + "/fashion-mnist, ./data/fashion-mnist"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("error: load_dataset: \"fashion-mnist\" not found; searched " + dir.path() +
+                          "/fashion-mnist, ./data/fashion-mnist"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(Cli, SummaryAndJsonModels) {
@@ -119,7 +125,8 @@ TEST(Cli, SummaryAndJsonModels) {
   r = run({"summary", "--model", dir.file("m.json")}, dir);
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.output.find("Total params: 12,730"), std::string::npos) << r.output;
-  std::ofstream(dir.file("bad.json")) << R"({"layers": [{"class_name": "Dense", "config": {"units": 4, "activation": "relu6"}}]})";
+  std::ofstream(dir.file("bad.json"))
+      << R"({"layers": [{"class_name": "Dense", "config": {"units": 4, "activation": "relu6"}}]})";
   r = run({"summary", "--model", dir.file("bad.json")}, dir);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("unknown activation \"relu6\""), std::string::npos) << r.output;
@@ -137,18 +144,21 @@ TEST(Cli, ModelFileAttributesAreHonouredOrRefused) {
          "kernel_initializer": {"class_name": "VarianceScaling", "config": {"scale": 2.0, "mode": "fan_in", "distribution": "truncated_normal", "seed": null}},
          "bias_initializer": {"class_name": "Constant", "config": {"value": 0.1}},
          "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null, "kernel_constraint": null,
-         "bias_constraint": null)" + conv_extra + R"(}},
+         "bias_constraint": null)" + conv_extra +
+                                             R"(}},
         {"class_name": "Flatten", "config": {"name": "flat", "data_format": "channels_last"}},
         {"class_name": "Activation", "config": {"name": "act", "activation": {"module": "keras.src.activations.activations",
          "class_name": "function", "config": "relu", "registered_name": "function"}}},
-        {"class_name": "Dense", "config": {"name": "out", "units": 10, "activation": "softmax")" + dense_extra + R"(}}]}})";
+        {"class_name": "Dense", "config": {"name": "out", "units": 10, "activation": "softmax")" +
+                                             dense_extra + R"(}}]}})";
     return run({"summary", "--model", dir.file("m.json")}, dir);
   };
   Outcome r = model(R"(, "dilation_rate": [1, 1])", "");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("(None, 26, 26, 4)"), std::string::npos) << r.output;
   // Keras 3 writes the input shape on an InputLayer, and dtypes as DTypePolicy objects.
-  std::ofstream(dir.file("k3.json")) << R"({"module": "keras", "class_name": "Sequential", "config": {"name": "k3", "layers": [
+  std::ofstream(dir.file("k3.json"))
+      << R"({"module": "keras", "class_name": "Sequential", "config": {"name": "k3", "layers": [
       {"module": "keras.layers", "class_name": "InputLayer", "config": {"batch_shape": [null, 784], "dtype": "float32", "sparse": false,
        "name": "input_layer"}, "registered_name": null},
       {"module": "keras.layers", "class_name": "Dense", "config": {"name": "dense", "trainable": true,
@@ -164,15 +174,18 @@ TEST(Cli, ModelFileAttributesAreHonouredOrRefused) {
   struct Bad {
     std::string conv, dense, message;
   };
-  for (const Bad& bad : {Bad{R"(, "dilation_rate": [2, 2])", "", R"(layer 0 ("conv", Conv2D): "dilation_rate" is [2,2]; Tandem implements only 1)"},
-                         Bad{R"(, "strides": 1, "kernel_initializer": "bogus")", "", "bogus"},
-                         Bad{"", R"(, "kernel_regularizer": {"class_name": "L2", "config": {"l2": 0.01}})",
-                             R"(layer 3 ("out", Dense): "kernel_regularizer" is {"class_name":"L2","config":{"l2":0.01}}; Tandem implements only null)"},
-                         Bad{"", R"(, "kernel_initializer": {"class_name": "RandomNormal", "config": {"stdev": 0.5}})",
-                             R"(initializer random_normal takes no argument "stdev" (given "0.5"))"},
-                         Bad{"", R"(, "kernel_initializer": {"class_name": "HeNormal", "config": {"seed": 42}})",
-                             R"("kernel_initializer" sets a seed (42); Tandem draws every weight from the model's seed)"},
-                         Bad{"", R"(, "units_typo": 3)", R"(layer 3 ("out", Dense): unknown attribute "units_typo" (3))"}}) {
+  for (
+      const Bad& bad :
+      {Bad{R"(, "dilation_rate": [2, 2])", "",
+           R"(layer 0 ("conv", Conv2D): "dilation_rate" is [2,2]; Tandem implements only 1)"},
+       Bad{R"(, "strides": 1, "kernel_initializer": "bogus")", "", "bogus"},
+       Bad{"", R"(, "kernel_regularizer": {"class_name": "L2", "config": {"l2": 0.01}})",
+           R"(layer 3 ("out", Dense): "kernel_regularizer" is {"class_name":"L2","config":{"l2":0.01}}; Tandem implements only null)"},
+       Bad{"", R"(, "kernel_initializer": {"class_name": "RandomNormal", "config": {"stdev": 0.5}})",
+           R"(initializer random_normal takes no argument "stdev" (given "0.5"))"},
+       Bad{"", R"(, "kernel_initializer": {"class_name": "HeNormal", "config": {"seed": 42}})",
+           R"("kernel_initializer" sets a seed (42); Tandem draws every weight from the model's seed)"},
+       Bad{"", R"(, "units_typo": 3)", R"(layer 3 ("out", Dense): unknown attribute "units_typo" (3))"}}) {
     r = model(bad.conv, bad.dense);  // a key given twice: the JSON reader keeps the later value
     EXPECT_EQ(r.code, 1) << bad.message << "\n" << r.output;
     EXPECT_NE(r.output.find(bad.message), std::string::npos) << r.output;
@@ -194,8 +207,8 @@ TEST(Cli, ASoftmaxLayerOfItsOwnIsAppliedOnce) {
       {"class_name": "Activation", "config": {"activation": "softmax"}}]}})";
   std::vector<double> losses;
   for (const char* model : {"inside.json", "own.json"}) {
-    Outcome r = run({"fit", "--model", dir.file(model), "--data-dir", dir.path(), "--epochs", "2", "--threads", "1", "--checkpoint-dir",
-                     "", "--log-dir", "", "--report", dir.file("r.json"), "--verbose", "0"},
+    Outcome r = run({"fit", "--model", dir.file(model), "--data-dir", dir.path(), "--epochs", "2", "--threads", "1",
+                     "--checkpoint-dir", "", "--log-dir", "", "--report", dir.file("r.json"), "--verbose", "0"},
                     dir);
     ASSERT_EQ(r.code, 0) << r.output;
     losses.push_back(nlohmann::json::parse(io::read_file(dir.file("r.json")))["final_training_loss"].get<double>());
@@ -214,8 +227,9 @@ TEST(Cli, EachRunGetsADirectoryOfItsOwn) {
     Outcome r = run(fit, dir);
     ASSERT_EQ(r.code, 0) << r.output;
     std::string run_dir = "runs/mlp-" + std::to_string(n);
-    EXPECT_NE(r.output.find("Run directory: " + run_dir + " (checkpoints: " + run_dir + "/checkpoints, logs: " + run_dir +
-                            "/logs). If this run is interrupted, the same command with --run-dir " + run_dir + " resumes it."),
+    EXPECT_NE(r.output.find(
+                  "Run directory: " + run_dir + " (checkpoints: " + run_dir + "/checkpoints, logs: " + run_dir +
+                  "/logs). If this run is interrupted, the same command with --run-dir " + run_dir + " resumes it."),
               std::string::npos)
         << r.output;
     EXPECT_TRUE(std::filesystem::exists(dir.file(run_dir + "/checkpoints/final.safetensors")));
@@ -226,8 +240,9 @@ TEST(Cli, EachRunGetsADirectoryOfItsOwn) {
   fit.insert(fit.end(), {"--run-dir", "runs/mlp-1"});
   Outcome r = run(fit, dir);
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.output.find("--checkpoint-dir \"runs/mlp-1/checkpoints\" holds the checkpoints of an earlier, finished run"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("--checkpoint-dir \"runs/mlp-1/checkpoints\" holds the checkpoints of an earlier, finished run"),
+      std::string::npos)
       << r.output;
 }
 
@@ -238,8 +253,8 @@ TEST(Cli, AFinishedRunsCheckpointsAreNotMixedWithANewRun) {
   testing::TempDir dir;
   make_mnist(dir.file("mnist"), 300, 100);
   auto fit = [&](const std::string& epochs, bool overwrite) {
-    std::vector<std::string> args{"fit", "--data-dir", dir.path(), "--epochs", epochs, "--checkpoint-dir", dir.file("ck"), "--log-dir", "",
-                                  "--verbose", "0"};
+    std::vector<std::string> args{"fit",          "--data-dir", dir.path(), "--epochs",  epochs, "--checkpoint-dir",
+                                  dir.file("ck"), "--log-dir",  "",         "--verbose", "0"};
     if (overwrite) args.push_back("--overwrite");
     return run(args, dir);
   };
@@ -248,15 +263,18 @@ TEST(Cli, AFinishedRunsCheckpointsAreNotMixedWithANewRun) {
   ASSERT_TRUE(std::filesystem::exists(dir.file("ck/ckpt-03.safetensors")));
   r = fit("1", false);
   EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find("holds the checkpoints of an earlier, finished run (checkpoint, ckpt-01.safetensors, ckpt-02.safetensors, "
-                          "ckpt-03.safetensors, final.safetensors); train into another --checkpoint-dir, remove them, or pass "
-                          "--overwrite"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find(
+          "holds the checkpoints of an earlier, finished run (checkpoint, ckpt-01.safetensors, ckpt-02.safetensors, "
+          "ckpt-03.safetensors, final.safetensors); train into another --checkpoint-dir, remove them, or pass "
+          "--overwrite"),
+      std::string::npos)
       << r.output;
   r = fit("1", true);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_TRUE(std::filesystem::exists(dir.file("ck/ckpt-01.safetensors")));
-  EXPECT_FALSE(std::filesystem::exists(dir.file("ck/ckpt-03.safetensors"))) << "the earlier run's checkpoint left beside this one";
+  EXPECT_FALSE(std::filesystem::exists(dir.file("ck/ckpt-03.safetensors")))
+      << "the earlier run's checkpoint left beside this one";
 }
 
 // Issue 11, item 7: the small things a user met.
@@ -268,8 +286,8 @@ TEST(Cli, SaysWhatItUsedAndFailsEarly) {
   EXPECT_NE(r.output.find("\"one_device\" takes no replica count or options"), std::string::npos) << r.output;
   r = run({"fit", "--help"}, dir);
   EXPECT_NE(r.output.find("central[:N[:deterministic]]"), std::string::npos) << r.output;
-  r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--checkpoint-dir", dir.file("ck"), "--log-dir", dir.file("logs"),
-           "--report", dir.file("r.json"), "--seed", "5", "--verbose", "1"},
+  r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--checkpoint-dir", dir.file("ck"), "--log-dir",
+           dir.file("logs"), "--report", dir.file("r.json"), "--seed", "5", "--verbose", "1"},
           dir);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("Data: " + dir.path() + "/mnist"), std::string::npos) << r.output;
@@ -283,7 +301,9 @@ TEST(Cli, SaysWhatItUsedAndFailsEarly) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("Weights: " + dir.file("ck") + "/final.safetensors"), std::string::npos) << r.output;
   std::ofstream(dir.file("afile")) << "not a directory";
-  r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--checkpoint-dir", dir.file("afile/ck"), "--log-dir", "", "--verbose", "1"}, dir);
+  r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--checkpoint-dir", dir.file("afile/ck"), "--log-dir", "",
+           "--verbose", "1"},
+          dir);
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_EQ(r.output.find("Epoch 1/1"), std::string::npos) << "failed only after training: " << r.output;
 }
@@ -293,11 +313,12 @@ TEST(Cli, SaysWhatItUsedAndFailsEarly) {
 TEST(Cli, ADivergingRunStopsOnceWritesNoFinalAndFails) {
   testing::TempDir dir;
   make_mnist(dir.file("mnist"), 600, 100);
-  Outcome r = run({"fit", "--model", "mlp5", "--optimizer", "sgd", "--learning-rate", "100", "--epochs", "2", "--data-dir", dir.path(),
-                   "--checkpoint-dir", dir.file("ck"), "--log-dir", "", "--verbose", "0"},
+  Outcome r = run({"fit", "--model", "mlp5", "--optimizer", "sgd", "--learning-rate", "100", "--epochs", "2",
+                   "--data-dir", dir.path(), "--checkpoint-dir", dir.file("ck"), "--log-dir", "", "--verbose", "0"},
                   dir);
   EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find("training diverged: the loss is not finite at epoch 1, batch"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("training diverged: the loss is not finite at epoch 1, batch"), std::string::npos)
+      << r.output;
   size_t first = r.output.find("TerminateOnNaN:");
   EXPECT_NE(first, std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("TerminateOnNaN:", first + 1), std::string::npos) << "said more than once: " << r.output;
@@ -313,7 +334,8 @@ TEST(Cli, ADivergingRunStopsOnceWritesNoFinalAndFails) {
 
 std::vector<std::pair<std::string, std::vector<float>>> final_state(const std::string& path) {
   std::vector<std::pair<std::string, std::vector<float>>> out;
-  for (auto& [name, t] : io::load_safetensors(path).tensors) out.emplace_back(name, t.astype(DType::Float32).to_vector());
+  for (auto& [name, t] : io::load_safetensors(path).tensors)
+    out.emplace_back(name, t.astype(DType::Float32).to_vector());
   return out;
 }
 
@@ -321,9 +343,10 @@ TEST(Cli, SigkillMidEpochThenRerunEndsWithTheSameWeightsBitwise) {
   testing::TempDir dir;
   make_mnist(dir.file("data/mnist"), 20000, 200);
   auto args = [&](const std::string& ckpt) {
-    return std::vector<std::string>{"fit", "--data-dir", dir.file("data"), "--epochs", "3", "--batch-size", "10",
-                                    "--backup-every", "50", "--checkpoint-dir", ckpt, "--log-dir", dir.file("logs"),
-                                    "--threads", "1", "--seed", "5", "--verbose", "0"};
+    return std::vector<std::string>{"fit",          "--data-dir", dir.file("data"), "--epochs",  "3",
+                                    "--batch-size", "10",         "--backup-every", "50",        "--checkpoint-dir",
+                                    ckpt,           "--log-dir",  dir.file("logs"), "--threads", "1",
+                                    "--seed",       "5",          "--verbose",      "0"};
   };
   ASSERT_EQ(run(args(dir.file("reference")), dir).code, 0) << io::read_file(dir.file("out.log"));
 
@@ -373,8 +396,8 @@ TEST(Cli, CompareTrainsUnderEachStrategyAndWritesTableJsonAndChart) {
                    dir.file("c.svg")},
                   dir);
   ASSERT_EQ(r.code, 0) << r.output;
-  for (const char* s : {"strategy", "replicas", "samples/s", "speed-up", "final loss", "test acc", "mirrored:2 ", "central:2 ",
-                        "mirrored:2:deterministic"})
+  for (const char* s : {"strategy", "replicas", "samples/s", "speed-up", "final loss", "test acc", "mirrored:2 ",
+                        "central:2 ", "mirrored:2:deterministic"})
     EXPECT_NE(r.output.find(s), std::string::npos) << s << "\n" << r.output;
   auto report = nlohmann::json::parse(io::read_file(dir.file("r.json")));
   ASSERT_EQ(report["runs"].size(), 4u);
@@ -400,15 +423,17 @@ TEST(Cli, CompareTrainsUnderEachStrategyAndWritesTableJsonAndChart) {
   EXPECT_GE(height, 50 + 260 + static_cast<int>(24 * 7 * 0.57)) << svg.substr(0, 200);
   // Per-replica batches of 4 rows: a slower strategy is explained (timing decides which, so
   // only the form of the warning is checked when one appears).
-  if (r.output.find("warning:") != std::string::npos) EXPECT_NE(r.output.find("is slower than default"), std::string::npos);
+  if (r.output.find("warning:") != std::string::npos)
+    EXPECT_NE(r.output.find("is slower than default"), std::string::npos);
 }
 
 TEST(Cli, BadStrategiesAreNamed) {
   testing::TempDir dir;
   Outcome r = run({"compare", "--strategies", "default,mirored:2"}, dir);
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.output.find("strategy \"mirored:2\": unknown strategy \"mirored\"; expected default, one_device, mirrored"),
-            std::string::npos)
+  EXPECT_NE(
+      r.output.find("strategy \"mirored:2\": unknown strategy \"mirored\"; expected default, one_device, mirrored"),
+      std::string::npos)
       << r.output;
   r = run({"fit", "--strategy", "mirrored:x"}, dir);
   EXPECT_EQ(r.code, 1);
@@ -425,7 +450,8 @@ TEST(Cli, BadStrategiesAreNamed) {
 TEST(Cli, TheAffinityMaskAndOmpNumThreadsAreRespected) {
   testing::TempDir dir;
   make_mnist(dir.file("mnist"), 300, 100);
-  std::vector<std::string> fit = {"fit", "--data-dir", dir.path(), "--epochs", "1", "--checkpoint-dir", "", "--log-dir", "", "--verbose", "2"};
+  std::vector<std::string> fit = {"fit", "--data-dir", dir.path(), "--epochs",  "1", "--checkpoint-dir",
+                                  "",    "--log-dir",  "",         "--verbose", "2"};
   Outcome r = run(fit, dir, [] {
     cpu_set_t mask;
     sched_getaffinity(0, sizeof mask, &mask);
@@ -436,7 +462,8 @@ TEST(Cli, TheAffinityMaskAndOmpNumThreadsAreRespected) {
     sched_setaffinity(0, sizeof mask, &mask);
   });
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("threads: ceiling automatic: 1, one per usable core; 1 usable core ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("threads: ceiling automatic: 1, one per usable core; 1 usable core ("), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("1 in the affinity mask"), std::string::npos) << r.output;
   r = run(fit, dir, [] { setenv("OMP_NUM_THREADS", "3", 1); });
   ASSERT_EQ(r.code, 0) << r.output;
@@ -448,16 +475,16 @@ TEST(Cli, TheAffinityMaskAndOmpNumThreadsAreRespected) {
 TEST(Cli, VerboseTwoPrintsTheThreadChoiceAndTooManyThreadsStillTrain) {
   testing::TempDir dir;
   make_mnist(dir.file("mnist"), 300, 100);
-  Outcome r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--threads", "64", "--checkpoint-dir", "", "--log-dir", "",
-                   "--verbose", "2"},
+  Outcome r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--threads", "64", "--checkpoint-dir", "",
+                   "--log-dir", "", "--verbose", "2"},
                   dir);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("threads: ceiling set to 64"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("usable core"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("free of other processes now"), std::string::npos) << r.output;
   if (usable_cores() < 64) EXPECT_NE(r.output.find("note: --threads 64 exceeds the"), std::string::npos) << r.output;
-  r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--batch-size", "32", "--strategy", "mirrored:64", "--checkpoint-dir",
-           "", "--log-dir", "", "--verbose", "2"},
+  r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--batch-size", "32", "--strategy", "mirrored:64",
+           "--checkpoint-dir", "", "--log-dir", "", "--verbose", "2"},
           dir);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("strategy mirrored:64: 64 replicas × 1 intra-op thread"), std::string::npos) << r.output;
@@ -467,8 +494,8 @@ TEST(Cli, VerboseTwoPrintsTheThreadChoiceAndTooManyThreadsStillTrain) {
 TEST(Cli, FitUnderMirroredStrategyReportsIt) {
   testing::TempDir dir;
   make_mnist(dir.file("mnist"), 1000, 200);
-  Outcome r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--strategy", "mirrored:2", "--checkpoint-dir", "", "--log-dir",
-                   "", "--report", dir.file("r.json"), "--verbose", "0"},
+  Outcome r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--strategy", "mirrored:2", "--checkpoint-dir", "",
+                   "--log-dir", "", "--report", dir.file("r.json"), "--verbose", "0"},
                   dir);
   ASSERT_EQ(r.code, 0) << r.output;
   auto report = nlohmann::json::parse(io::read_file(dir.file("r.json")));

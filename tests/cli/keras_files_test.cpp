@@ -13,7 +13,8 @@ namespace {
 
 std::string summary_of(const testing::TempDir& dir, const std::string& json) {
   std::ofstream(dir.file("model.json")) << json;
-  std::string command = std::string(TANDEM_CLI) + " summary --model " + dir.file("model.json") + " > " + dir.file("out.txt") + " 2>&1";
+  std::string command =
+      std::string(TANDEM_CLI) + " summary --model " + dir.file("model.json") + " > " + dir.file("out.txt") + " 2>&1";
   int status = std::system(command.c_str());
   return (status == 0 ? "" : "exit " + std::to_string(status) + ": ") + io::read_file(dir.file("out.txt"));
 }
@@ -50,12 +51,16 @@ TEST(KerasFiles, Keras2AndKeras3ModelsOfTheTutorialCnnRead) {
   EXPECT_NE(out.find("Total params: 347,146"), std::string::npos) << out;
   EXPECT_NE(out.find("(None, 26, 26, 32)"), std::string::npos) << out;
 
-  const std::string policy = R"({"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null})";
-  const std::string keras3 = R"({"module": "keras", "class_name": "Sequential", "config": {"name": "sequential", "trainable": true,
-    "dtype": )" + policy + R"(, "layers": [
+  const std::string policy =
+      R"({"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"}, "registered_name": null})";
+  const std::string keras3 =
+      R"({"module": "keras", "class_name": "Sequential", "config": {"name": "sequential", "trainable": true,
+    "dtype": )" +
+      policy + R"(, "layers": [
     {"module": "keras.layers", "class_name": "InputLayer", "config": {"batch_shape": [null, 28, 28, 1], "dtype": "float32",
      "sparse": false, "name": "input_layer"}, "registered_name": null},
-    {"module": "keras.layers", "class_name": "Conv2D", "config": {"name": "conv2d", "trainable": true, "dtype": )" + policy + R"(,
+    {"module": "keras.layers", "class_name": "Conv2D", "config": {"name": "conv2d", "trainable": true, "dtype": )" +
+      policy + R"(,
      "filters": 32, "kernel_size": [3, 3], "strides": [1, 1], "padding": "valid", "data_format": "channels_last",
      "dilation_rate": [1, 1], "groups": 1, "activation": "relu", "use_bias": true,
      "kernel_initializer": {"module": "keras.initializers", "class_name": "GlorotUniform", "config": {"seed": null}, "registered_name": null},
@@ -63,16 +68,20 @@ TEST(KerasFiles, Keras2AndKeras3ModelsOfTheTutorialCnnRead) {
      "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null, "kernel_constraint": null,
      "bias_constraint": null}, "registered_name": null, "build_config": {"input_shape": [null, 28, 28, 1]}},
     {"module": "keras.layers", "class_name": "MaxPooling2D", "config": {"name": "max_pooling2d", "trainable": true,
-     "dtype": )" + policy + R"(, "pool_size": [2, 2], "padding": "valid", "strides": [2, 2], "data_format": "channels_last"},
+     "dtype": )" +
+      policy + R"(, "pool_size": [2, 2], "padding": "valid", "strides": [2, 2], "data_format": "channels_last"},
      "registered_name": null},
-    {"module": "keras.layers", "class_name": "Flatten", "config": {"name": "flatten", "trainable": true, "dtype": )" + policy + R"(,
+    {"module": "keras.layers", "class_name": "Flatten", "config": {"name": "flatten", "trainable": true, "dtype": )" +
+      policy + R"(,
      "data_format": "channels_last"}, "registered_name": null},
-    {"module": "keras.layers", "class_name": "Dense", "config": {"name": "dense", "trainable": true, "dtype": )" + policy + R"(,
+    {"module": "keras.layers", "class_name": "Dense", "config": {"name": "dense", "trainable": true, "dtype": )" +
+      policy + R"(,
      "units": 64, "activation": "relu", "use_bias": true,
      "kernel_initializer": {"module": "keras.initializers", "class_name": "HeNormal", "config": {"seed": null}, "registered_name": null},
      "bias_initializer": {"module": "keras.initializers", "class_name": "Zeros", "config": {}, "registered_name": null},
      "kernel_regularizer": null, "bias_regularizer": null, "kernel_constraint": null, "bias_constraint": null}, "registered_name": null},
-    {"module": "keras.layers", "class_name": "Dense", "config": {"name": "dense_1", "trainable": true, "dtype": )" + policy + R"(,
+    {"module": "keras.layers", "class_name": "Dense", "config": {"name": "dense_1", "trainable": true, "dtype": )" +
+      policy + R"(,
      "units": 10, "activation": "softmax", "use_bias": true,
      "kernel_initializer": {"module": "keras.initializers", "class_name": "GlorotUniform", "config": {"seed": null}, "registered_name": null},
      "bias_initializer": {"module": "keras.initializers", "class_name": "Zeros", "config": {}, "registered_name": null},

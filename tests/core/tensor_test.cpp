@@ -1,6 +1,6 @@
+#include "tandem/tensor.h"
 #include "tandem/allocator.h"
 #include "tandem/random.h"
-#include "tandem/tensor.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -25,10 +25,16 @@ TEST(Tensor, FactoriesCarryDTypeAndDevice) {
   for (float v : t.to_vector()) EXPECT_EQ(v, 0.0f);
   Tensor f = Tensor::full({4}, 2.5f);
   EXPECT_EQ(f.to_vector(), std::vector<float>(4, 2.5f));
-  EXPECT_TRUE(testing::throws_error([] { Tensor::empty({2}, DType::Float32, Device{Device::Kind::CUDA, 0}); },
-                                    {"cuda:0", "not available"}));
-  EXPECT_TRUE(testing::throws_error([] { Tensor::from_vector({2, 2}, std::vector<float>{1, 2, 3}); },
-                                    {"holds 4 values, got 3"}));
+  EXPECT_TRUE(testing::throws_error(
+      [] {
+        Tensor::empty({2}, DType::Float32, Device{Device::Kind::CUDA, 0});
+      },
+      {"cuda:0", "not available"}));
+  EXPECT_TRUE(testing::throws_error(
+      [] {
+        Tensor::from_vector({2, 2}, std::vector<float>{1, 2, 3});
+      },
+      {"holds 4 values, got 3"}));
 }
 
 TEST(Tensor, SliceAndReshapeAreViews) {

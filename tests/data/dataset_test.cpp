@@ -33,7 +33,11 @@ TEST(Dataset, SlicesAreViewsAndPair) {
   EXPECT_EQ(elements[2][0].shape(), (Shape{3}));
   EXPECT_EQ(elements[2][0].data<float>(), x.data<float>() + 6);  // zero copy
   EXPECT_EQ(elements[4][1].data<int32_t>()[0], 4);
-  EXPECT_TRUE(testing::throws_error([&] { Dataset::from_tensor_slices({x, Tensor::zeros({4})}); }, {"component 1 has 4 rows, component 0 has 5"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] {
+        Dataset::from_tensor_slices({x, Tensor::zeros({4})});
+      },
+      {"component 1 has 4 rows, component 0 has 5"}));
 }
 
 TEST(Dataset, BatchTakeSkipRepeatShardAndCardinality) {
@@ -85,7 +89,8 @@ TEST(Dataset, ParallelMapKeepsOrderAndUsesThreads) {
   auto square = [&](Element e) {
     int now = ++in_flight;
     int seen = most.load();
-    while (now > seen && !most.compare_exchange_weak(seen, now)) {}
+    while (now > seen && !most.compare_exchange_weak(seen, now)) {
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     --in_flight;
     return Element{ops::square(e[0])};
@@ -93,10 +98,12 @@ TEST(Dataset, ParallelMapKeepsOrderAndUsesThreads) {
   std::vector<float> out = values(range(40).map(square, 4));
   for (int i = 0; i < 40; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], static_cast<float>(i * i));
   EXPECT_GT(most.load(), 1);
-  Dataset failing = range(10).map([](Element e) -> Element {
-    if (e[0].item() == 6) fail("map: element 6 is bad");
-    return e;
-  }, 3);
+  Dataset failing = range(10).map(
+      [](Element e) -> Element {
+        if (e[0].item() == 6) fail("map: element 6 is bad");
+        return e;
+      },
+      3);
   EXPECT_TRUE(testing::throws_error([&] { failing.collect(); }, {"element 6 is bad"}));
 }
 
@@ -121,7 +128,10 @@ TEST(Dataset, PrefetchDeliversEverythingAndForwardsErrors) {
 TEST(Dataset, CacheRunsUpstreamOnceInMemoryAndInAFile) {
   testing::TempDir dir;
   int calls = 0;
-  auto counted = [&](Element e) { ++calls; return e; };
+  auto counted = [&](Element e) {
+    ++calls;
+    return e;
+  };
   Dataset mem = range(6).map(counted).cache();
   EXPECT_EQ(values(mem), values(range(6)));
   EXPECT_EQ(values(mem), values(range(6)));
@@ -147,7 +157,8 @@ TEST(Dataset, BatchRejectsMismatchedElements) {
       return Element{Tensor::zeros({i++ == 2 ? int64_t{4} : int64_t{3}})};
     });
   });
-  EXPECT_TRUE(testing::throws_error([&] { gen.batch(3).collect(); }, {"component 0 of element 2 is float32 (4,)", "element 0 has float32 (3,)"}));
+  EXPECT_TRUE(testing::throws_error([&] { gen.batch(3).collect(); },
+                                    {"component 0 of element 2 is float32 (4,)", "element 0 has float32 (3,)"}));
 }
 
 TEST(Dataset, FitOnAPipelineEqualsFitOnTensors) {

@@ -26,7 +26,8 @@ Bytes idx_bytes(std::vector<uint32_t> dims, const Bytes& payload, uint8_t type =
 }
 
 void write(const std::string& path, const Bytes& b) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
 void write_gz(const std::string& path, const Bytes& b) {
@@ -65,7 +66,8 @@ TEST(Idx, BrokenFilesNameTheFileAndOffset) {
   write(p, Bytes{0, 0, 8, 0});
   EXPECT_TRUE(testing::throws_error([&] { data::read_idx(p); }, {p, "byte offset 3", "rank 0"}));
   write(p, Bytes{0, 0, 8, 2, 0, 0});
-  EXPECT_TRUE(testing::throws_error([&] { data::read_idx(p); }, {p, "truncated at byte offset 6", "a dimension needs 4 bytes"}));
+  EXPECT_TRUE(testing::throws_error([&] { data::read_idx(p); },
+                                    {p, "truncated at byte offset 6", "a dimension needs 4 bytes"}));
   write(p, idx_bytes({3, 2, 2}, Bytes(10, 1)));
   EXPECT_TRUE(testing::throws_error([&] { data::read_idx(p); }, {p, "truncated at byte offset 26", "needs 12 bytes"}));
   write(p, idx_bytes({2}, Bytes{1, 2, 3}));
@@ -113,8 +115,8 @@ TEST(Datasets, LoadsFromDataDirAndScales) {
 TEST(Datasets, CountMismatchAndBadLabelsAreErrors) {
   testing::TempDir dir;
   write_dataset(dir.file("mnist"), {0, 5}, 3);
-  EXPECT_TRUE(testing::throws_error([&] { data::load_dataset("mnist", {.data_dir = dir.path()}); },
-                                    {"3 images", "2 labels"}));
+  EXPECT_TRUE(
+      testing::throws_error([&] { data::load_dataset("mnist", {.data_dir = dir.path()}); }, {"3 images", "2 labels"}));
   write_dataset(dir.file("mnist"), {0, 12, 3}, 3);
   EXPECT_TRUE(testing::throws_error([&] { data::load_dataset("mnist", {.data_dir = dir.path()}); },
                                     {"train-labels-idx1-ubyte", "byte offset 9", "label 12"}));
@@ -127,8 +129,8 @@ TEST(Datasets, MissingDatasetNamesDirectoriesAndFiles) {
   std::filesystem::current_path(dir.path());
   setenv("TANDEM_DATA", (dir.path() + "/env").c_str(), 1);
   EXPECT_TRUE(testing::throws_error([&] { data::load_dataset("fashion-mnist", {.data_dir = dir.path()}); },
-                                    {dir.path() + "/fashion-mnist", dir.path() + "/env/fashion-mnist", "./data/fashion-mnist",
-                                     "train-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}));
+                                    {dir.path() + "/fashion-mnist", dir.path() + "/env/fashion-mnist",
+                                     "./data/fashion-mnist", "train-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}));
   unsetenv("TANDEM_DATA");
   std::filesystem::current_path(cwd);
   EXPECT_TRUE(testing::throws_error([] { data::load_dataset("cifar"); }, {"unknown dataset \"cifar\""}));

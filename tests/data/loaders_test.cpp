@@ -11,7 +11,8 @@ namespace {
 std::string cifar_record(uint8_t label, uint8_t base) {
   std::string r(1 + 3072, '\0');
   r[0] = static_cast<char>(label);
-  for (int i = 0; i < 3072; ++i) r[static_cast<size_t>(1 + i)] = static_cast<char>((base + i / 1024 * 100 + i % 7) & 0xFF);
+  for (int i = 0; i < 3072; ++i)
+    r[static_cast<size_t>(1 + i)] = static_cast<char>((base + i / 1024 * 100 + i % 7) & 0xFF);
   return r;
 }
 
@@ -33,9 +34,12 @@ TEST(Cifar10, BrokenFilesAndLookup) {
                                     {"f.bin", "byte offset 3073", "label 10"}));
   EXPECT_TRUE(testing::throws_error([] { data::parse_cifar10("", "f.bin"); }, {"empty"}));
   testing::TempDir dir;
-  EXPECT_TRUE(testing::throws_error([&] { data::load_cifar10(dir.path()); }, {dir.path() + "/cifar10", "data_batch_1.bin"}));
+  EXPECT_TRUE(
+      testing::throws_error([&] { data::load_cifar10(dir.path()); }, {dir.path() + "/cifar10", "data_batch_1.bin"}));
   std::filesystem::create_directories(dir.file("cifar10"));
-  for (int i = 1; i <= 5; ++i) io::write_file_atomically(dir.file(fmt::format("cifar10/data_batch_{}.bin", i)), cifar_record(static_cast<uint8_t>(i), 0));
+  for (int i = 1; i <= 5; ++i)
+    io::write_file_atomically(dir.file(fmt::format("cifar10/data_batch_{}.bin", i)),
+                              cifar_record(static_cast<uint8_t>(i), 0));
   io::write_file_atomically(dir.file("cifar10/test_batch.bin"), cifar_record(0, 0));
   auto d = data::load_cifar10(dir.path());
   EXPECT_EQ(d.train.x.dim(0), 5);
@@ -54,12 +58,16 @@ TEST(Csv, HeaderDetectionQuotesAndValues) {
 }
 
 TEST(Csv, BrokenFilesNameLineAndOffset) {
-  EXPECT_TRUE(testing::throws_error([] { data::parse_csv("a,b\n1,2\n3\n", "t.csv"); }, {"t.csv", "line 3", "byte offset 8", "1 fields, expected 2"}));
-  EXPECT_TRUE(testing::throws_error([] { data::parse_csv("a,b\n1,x2\n", "t.csv"); }, {"line 2", "byte offset 6", "column \"b\"", "\"x2\" is not a number"}));
-  EXPECT_TRUE(testing::throws_error([] { data::parse_csv("a,b\n1,\"2\n", "t.csv"); }, {"quoted field is never closed"}));
+  EXPECT_TRUE(testing::throws_error([] { data::parse_csv("a,b\n1,2\n3\n", "t.csv"); },
+                                    {"t.csv", "line 3", "byte offset 8", "1 fields, expected 2"}));
+  EXPECT_TRUE(testing::throws_error([] { data::parse_csv("a,b\n1,x2\n", "t.csv"); },
+                                    {"line 2", "byte offset 6", "column \"b\"", "\"x2\" is not a number"}));
+  EXPECT_TRUE(
+      testing::throws_error([] { data::parse_csv("a,b\n1,\"2\n", "t.csv"); }, {"quoted field is never closed"}));
   EXPECT_TRUE(testing::throws_error([] { data::parse_csv("", "t.csv"); }, {"holds no rows"}));
   EXPECT_TRUE(testing::throws_error([] { data::parse_csv("a,b\n1,1e999\n", "t.csv"); }, {"\"1e999\" is not a number"}));
-  EXPECT_TRUE(testing::throws_error([] { data::read_csv("/nonexistent/x.csv"); }, {"cannot open", "/nonexistent/x.csv"}));
+  EXPECT_TRUE(
+      testing::throws_error([] { data::read_csv("/nonexistent/x.csv"); }, {"cannot open", "/nonexistent/x.csv"}));
 }
 
 std::string npy(const std::string& descr, const std::string& shape, const std::string& data, int version = 1) {
@@ -82,7 +90,8 @@ TEST(Npy, AllSupportedDtypes) {
   Tensor f = data::parse_npy(npy("<f4", "(2, 2)", raw<float>({1, 2, 3, 4})), "f.npy");
   EXPECT_EQ(f.shape(), (Shape{2, 2}));
   EXPECT_EQ(f.to_vector(), (std::vector<float>{1, 2, 3, 4}));
-  EXPECT_EQ(data::parse_npy(npy("<f8", "(3,)", raw<double>({0.5, -1, 2})), "d.npy").to_vector(), (std::vector<float>{0.5f, -1, 2}));
+  EXPECT_EQ(data::parse_npy(npy("<f8", "(3,)", raw<double>({0.5, -1, 2})), "d.npy").to_vector(),
+            (std::vector<float>{0.5f, -1, 2}));
   Tensor u = data::parse_npy(npy("|u1", "(3,)", "\x01\x02\xff"), "u.npy");
   EXPECT_EQ(u.dtype(), DType::UInt8);
   EXPECT_EQ(u.data<uint8_t>()[2], 255);
@@ -93,10 +102,17 @@ TEST(Npy, AllSupportedDtypes) {
 }
 
 TEST(Npy, BrokenFilesAreNamedErrors) {
-  EXPECT_TRUE(testing::throws_error([] { data::parse_npy("NUMPY?", "a.npy"); }, {"a.npy", "byte offset 0", "not a .npy file"}));
-  EXPECT_TRUE(testing::throws_error([] { data::parse_npy(npy(">f4", "(1,)", "abcd"), "a.npy"); }, {"dtype '>f4' is not supported"}));
-  EXPECT_TRUE(testing::throws_error([] { data::parse_npy(npy("<f4", "(3,)", raw<float>({1, 2})), "a.npy"); }, {"needs 12 data bytes, the file has 8"}));
-  EXPECT_TRUE(testing::throws_error([] { data::parse_npy(npy("<i8", "(1,)", raw<int64_t>({int64_t{1} << 40})), "a.npy"); }, {"does not fit int32"}));
+  EXPECT_TRUE(
+      testing::throws_error([] { data::parse_npy("NUMPY?", "a.npy"); }, {"a.npy", "byte offset 0", "not a .npy file"}));
+  EXPECT_TRUE(testing::throws_error([] { data::parse_npy(npy(">f4", "(1,)", "abcd"), "a.npy"); },
+                                    {"dtype '>f4' is not supported"}));
+  EXPECT_TRUE(testing::throws_error(
+      [] {
+        data::parse_npy(npy("<f4", "(3,)", raw<float>({1, 2})), "a.npy");
+      },
+      {"needs 12 data bytes, the file has 8"}));
+  EXPECT_TRUE(testing::throws_error(
+      [] { data::parse_npy(npy("<i8", "(1,)", raw<int64_t>({int64_t{1} << 40})), "a.npy"); }, {"does not fit int32"}));
   std::string fortran = npy("<f4", "(1,)", raw<float>({1}));
   fortran.replace(fortran.find("False"), 5, "True ");
   EXPECT_TRUE(testing::throws_error([&] { data::parse_npy(fortran, "a.npy"); }, {"fortran_order is True"}));
@@ -104,7 +120,8 @@ TEST(Npy, BrokenFilesAreNamedErrors) {
   huge[8] = '\xff';
   huge[9] = '\xff';
   EXPECT_TRUE(testing::throws_error([&] { data::parse_npy(huge, "a.npy"); }, {"runs past the end"}));
-  EXPECT_TRUE(testing::throws_error([] { data::parse_npy(npy("<f4", "(a,)", ""), "a.npy"); }, {"something other than sizes"}));
+  EXPECT_TRUE(
+      testing::throws_error([] { data::parse_npy(npy("<f4", "(a,)", ""), "a.npy"); }, {"something other than sizes"}));
 }
 
 }  // namespace

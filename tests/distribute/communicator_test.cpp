@@ -40,7 +40,8 @@ TEST(InProcessCommunicator, AllReduceOfRanksIsTheClosedForm) {
       });
       for (int r = 0; r < n; ++r)
         for (int64_t i = 0; i < len; ++i)
-          ASSERT_EQ(data[static_cast<size_t>(r)][static_cast<size_t>(i)], static_cast<float>(n * (n - 1) / 2 + n * (i % 5)))
+          ASSERT_EQ(data[static_cast<size_t>(r)][static_cast<size_t>(i)],
+                    static_cast<float>(n * (n - 1) / 2 + n * (i % 5)))
               << "replicas " << n << " length " << len << " rank " << r << " index " << i;
     }
   }
@@ -56,8 +57,12 @@ TEST(InProcessCommunicator, GroupedAllReduceEqualsTheConcatenatedOne) {
     using Communicator::all_reduce_sum;
     void all_reduce_sum(int rank, float* data, int64_t n) override { inner->all_reduce_sum(rank, data, n); }
     void all_reduce_sum(int rank, double* data, int64_t n) override { inner->all_reduce_sum(rank, data, n); }
-    void all_gather(int rank, const float* send, int64_t n, float* recv) override { inner->all_gather(rank, send, n, recv); }
-    void all_gather(int rank, const double* send, int64_t n, double* recv) override { inner->all_gather(rank, send, n, recv); }
+    void all_gather(int rank, const float* send, int64_t n, float* recv) override {
+      inner->all_gather(rank, send, n, recv);
+    }
+    void all_gather(int rank, const double* send, int64_t n, double* recv) override {
+      inner->all_gather(rank, send, n, recv);
+    }
     void broadcast(int rank, float* data, int64_t n, int root) override { inner->broadcast(rank, data, n, root); }
     void barrier(int rank) override { inner->barrier(rank); }
     void abort(int rank, const std::string& reason) override { inner->abort(rank, reason); }
@@ -66,7 +71,8 @@ TEST(InProcessCommunicator, GroupedAllReduceEqualsTheConcatenatedOne) {
   const std::vector<size_t> sizes = {5, 0, 1, 1000, 3, 77};
   for (int n : {1, 2, 3, 4}) {
     for (bool packing : {false, true}) {
-      std::unique_ptr<Communicator> grouped = packing ? std::make_unique<Packing>(n) : distribute::make_in_process_communicator(n);
+      std::unique_ptr<Communicator> grouped =
+          packing ? std::make_unique<Packing>(n) : distribute::make_in_process_communicator(n);
       auto flat = distribute::make_in_process_communicator(n);
       std::vector<std::vector<float>> concatenated(static_cast<size_t>(n)), regrouped(static_cast<size_t>(n));
       on_replicas(n, [&](int r) {
@@ -74,17 +80,20 @@ TEST(InProcessCommunicator, GroupedAllReduceEqualsTheConcatenatedOne) {
         std::vector<std::vector<float>> parts;
         size_t at = 0;
         for (size_t size : sizes) {
-          parts.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + size));
+          parts.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(at),
+                             all.begin() + static_cast<std::ptrdiff_t>(at + size));
           at += size;
         }
         std::vector<std::span<float>> buffers(parts.begin(), parts.end());
         grouped->all_reduce_sum(r, buffers);
         flat->all_reduce_sum(r, all.data(), static_cast<int64_t>(all.size()));
         concatenated[static_cast<size_t>(r)] = all;
-        for (const auto& p : parts) regrouped[static_cast<size_t>(r)].insert(regrouped[static_cast<size_t>(r)].end(), p.begin(), p.end());
+        for (const auto& p : parts)
+          regrouped[static_cast<size_t>(r)].insert(regrouped[static_cast<size_t>(r)].end(), p.begin(), p.end());
       });
       for (int r = 0; r < n; ++r)
-        EXPECT_EQ(regrouped[static_cast<size_t>(r)], concatenated[0]) << n << " replicas, rank " << r << (packing ? ", packing" : "");
+        EXPECT_EQ(regrouped[static_cast<size_t>(r)], concatenated[0])
+            << n << " replicas, rank " << r << (packing ? ", packing" : "");
     }
   }
 }
@@ -130,7 +139,8 @@ TEST(InProcessCommunicator, MismatchedSizesNameBothSides) {
     std::vector<float> d(static_cast<size_t>(r == 0 ? 10 : 12));
     comm->all_reduce_sum(r, d.data(), static_cast<int64_t>(d.size()));
   });
-  EXPECT_NE(errors[0].find("mismatched sizes: replica 0 passed 10 floats, but replica 1 passed 12"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("mismatched sizes: replica 0 passed 10 floats, but replica 1 passed 12"), std::string::npos)
+      << errors[0];
 }
 
 TEST(InProcessCommunicator, AFailingReplicaStopsTheOthers) {
@@ -150,7 +160,8 @@ TEST(InProcessCommunicator, AFailingReplicaStopsTheOthers) {
 TEST(InProcessCommunicator, AMissingReplicaTimesOut) {
   auto comm = distribute::make_in_process_communicator(2, std::chrono::milliseconds(200));
   std::vector<float> d(4, 1.0f);
-  EXPECT_TRUE(testing::throws_error([&] { comm->all_reduce_sum(0, d.data(), 4); }, {"timed out", "replica 0 waited 200 ms", "1 of 2 arrived"}));
+  EXPECT_TRUE(testing::throws_error([&] { comm->all_reduce_sum(0, d.data(), 4); },
+                                    {"timed out", "replica 0 waited 200 ms", "1 of 2 arrived"}));
   EXPECT_TRUE(testing::throws_error([&] { comm->barrier(5); }, {"rank 5 out of range [0, 2)"}));
 }
 

@@ -18,7 +18,7 @@ std::unique_ptr<Sequential> make_model() {
   return m;
 }
 
-data::Dataset blobs(int64_t n) {
+data::Dataset blobs(int64_t n) {  // batches of 24
   Tensor x = testing::random_tensor({n, 5}, 2);
   std::vector<int32_t> l(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) l[static_cast<size_t>(i)] = static_cast<int32_t>(i % 3);
@@ -26,7 +26,8 @@ data::Dataset blobs(int64_t n) {
 }
 
 // The custom loop of the docs, written once; `strategy` null runs it on one device.
-std::vector<double> train(Sequential& model, Optimizer& optimizer, distribute::Strategy* strategy, int epochs) {
+std::vector<double> train(Sequential& model, Optimizer& optimizer, distribute::Strategy* strategy, int epochs,
+                          int64_t rows) {
   Loss loss_fn = Loss::sparse_categorical_crossentropy(true);
   auto step = [&](const data::Element& batch) {
     GradientTape tape;
@@ -36,7 +37,7 @@ std::vector<double> train(Sequential& model, Optimizer& optimizer, distribute::S
     return loss;
   };
   std::vector<double> losses;
-  data::Dataset dataset = blobs(96);
+  data::Dataset dataset = blobs(rows);
   for (int epoch = 0; epoch < epochs; ++epoch) {
     double total = 0.0;
     if (strategy == nullptr) {
@@ -44,17 +45,18 @@ std::vector<double> train(Sequential& model, Optimizer& optimizer, distribute::S
       while (auto batch = it->next()) total += step(*batch).item();
     } else {
       auto it = strategy->distribute_dataset(dataset).iterate(epoch);
-      while (auto batch = it.next()) total += strategy->reduce(distribute::ReduceOp::Sum, strategy->run(step, *batch)).item();
+      while (auto batch = it.next())
+        total += strategy->reduce(distribute::ReduceOp::Sum, strategy->run(step, *batch)).item();
     }
     losses.push_back(total);
   }
   return losses;
 }
 
-void expect_same_as_one_device(distribute::MirroredStrategy& strategy) {
+void expect_same_as_one_device(distribute::MirroredStrategy& strategy, int64_t rows = 96) {
   auto reference = make_model();
   optimizers::Adam adam0(0.02f);
-  std::vector<double> expected = train(*reference, adam0, nullptr, 3);
+  std::vector<double> expected = train(*reference, adam0, nullptr, 3, rows);
 
   std::unique_ptr<Sequential> model;
   {
@@ -62,7 +64,7 @@ void expect_same_as_one_device(distribute::MirroredStrategy& strategy) {
     model = make_model();
   }
   optimizers::Adam adam(0.02f);
-  std::vector<double> got = train(*model, adam, &strategy, 3);
+  std::vector<double> got = train(*model, adam, &strategy, 3, rows);
   for (size_t e = 0; e < expected.size(); ++e) EXPECT_NEAR(got[e], expected[e], 1e-5 * (1 + std::abs(expected[e])));
   auto a = reference->variables(), b = model->variables();
   ASSERT_EQ(a.size(), b.size());
@@ -72,7 +74,8 @@ void expect_same_as_one_device(distribute::MirroredStrategy& strategy) {
   }
   for (int r = 1; r < strategy.num_replicas_in_sync(); ++r) {
     auto mine = model->replica_variables(r);
-    for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(mine[i]->value.to_vector(), b[i]->value.to_vector()) << "replica " << r;
+    for (size_t i = 0; i < b.size(); ++i)
+      EXPECT_EQ(mine[i]->value.to_vector(), b[i]->value.to_vector()) << "replica " << r;
   }
   EXPECT_EQ(adam.iterations(), adam0.iterations());
 }
@@ -89,6 +92,17 @@ TEST(CustomLoop, CentralStorageTapeLoopMatchesOneDevice) {
   expect_same_as_one_device(central);
 }
 
+// 97 rows: the last global batch has one row, so all replicas but the last have none. They
+// contribute zero gradients, and compute_average_loss divides by the one row, as one device does.
+TEST(CustomLoop, ABatchWithFewerRowsThanReplicasMatchesOneDevice) {
+  for (int replicas : {2, 3}) {
+    distribute::MirroredStrategy mirrored(replicas, 1);
+    expect_same_as_one_device(mirrored, 97);
+  }
+  distribute::CentralStorageStrategy central(2, 1);
+  expect_same_as_one_device(central, 97);
+}
+
 TEST(CustomLoop, AModelMadeOutsideTheScopeIsRefusedInsideRun) {
   distribute::MirroredStrategy mirrored(2, 1);
   auto model = make_model();
@@ -99,14 +113,18 @@ TEST(CustomLoop, AModelMadeOutsideTheScopeIsRefusedInsideRun) {
 
 TEST(StrategyApi, ReduceGatherAndValuesFromFunction) {
   distribute::MirroredStrategy mirrored(3, 1);
-  auto values = mirrored.distribute_values_from_function([](int r) { return Tensor::full({2, 2}, static_cast<float>(r + 1)); });
+  auto values = mirrored.distribute_values_from_function([](int r) {
+    return Tensor::full({2, 2}, static_cast<float>(r + 1));
+  });
   ASSERT_EQ(values.size(), 3);
   // run hands each replica its own value and returns one result per replica, from its thread.
-  auto doubled = mirrored.run([](const Tensor& t) {
-    const auto* context = distribute::replica_context();
-    EXPECT_NE(context, nullptr);
-    return ops::scale(t, 2.0f * static_cast<float>(context->num_replicas_in_sync()) / 3.0f);
-  }, values);
+  auto doubled = mirrored.run(
+      [](const Tensor& t) {
+        const auto* context = distribute::replica_context();
+        EXPECT_NE(context, nullptr);
+        return ops::scale(t, 2.0f * static_cast<float>(context->num_replicas_in_sync()) / 3.0f);
+      },
+      values);
   EXPECT_EQ(mirrored.reduce(distribute::ReduceOp::Sum, doubled).to_vector(), std::vector<float>(4, 12.0f));
   EXPECT_EQ(mirrored.reduce(distribute::ReduceOp::Mean, values).to_vector(), std::vector<float>(4, 2.0f));
   Tensor g0 = mirrored.gather(values, 0), g1 = mirrored.gather(values, 1);
@@ -115,7 +133,11 @@ TEST(StrategyApi, ReduceGatherAndValuesFromFunction) {
   EXPECT_EQ(g1.shape(), (Shape{2, 6}));
   EXPECT_EQ(g1.to_vector(), (std::vector<float>{1, 1, 2, 2, 3, 3, 1, 1, 2, 2, 3, 3}));
   // Inside run, a replica context sums across replicas.
-  auto sums = mirrored.run([](const Tensor& t) { return distribute::replica_context()->all_reduce(distribute::ReduceOp::Sum, {&t, 1})[0]; }, values);
+  auto sums = mirrored.run(
+      [](const Tensor& t) {
+        return distribute::replica_context()->all_reduce(distribute::ReduceOp::Sum, {&t, 1})[0];
+      },
+      values);
   for (int r = 0; r < 3; ++r) EXPECT_EQ(sums[r].to_vector(), std::vector<float>(4, 6.0f));
   EXPECT_EQ(distribute::replica_context(), nullptr);
 }
@@ -133,17 +155,26 @@ TEST(StrategyApi, DistributeDatasetSplitsEachGlobalBatch) {
   EXPECT_EQ(parts[0], (std::vector<float>{0, 1}));
   EXPECT_EQ(parts[1], (std::vector<float>{2, 3}));
   EXPECT_EQ(parts[5], (std::vector<float>{9}));
-  auto odd = mirrored.distribute_dataset(ds.take(1).map([](data::Element e) { return data::Element{e[0].slice(0, 1)}; })).iterate();
-  EXPECT_TRUE(testing::throws_error([&] { odd.next(); }, {"1 rows", "2 replicas"}));
+  // A global batch of fewer rows than replicas: the first replicas get none (they contribute zeros).
+  auto odd =
+      mirrored.distribute_dataset(ds.take(1).map([](data::Element e) { return data::Element{e[0].slice(0, 1)}; }))
+          .iterate();
+  auto one = odd.next();
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ((*one)[0][0].shape(), (Shape{0}));
+  EXPECT_EQ((*one)[1][0].to_vector(), (std::vector<float>{0}));
 }
 
 TEST(StrategyApi, PerReplicaArgumentsMustMatchTheReplicas) {
   distribute::MirroredStrategy mirrored(2, 1);
   distribute::PerReplica<Tensor> three{{Tensor::zeros({1}), Tensor::zeros({1}), Tensor::zeros({1})}};
-  EXPECT_TRUE(testing::throws_error([&] { mirrored.run([](const Tensor& t) { return t; }, three); }, {"3 values", "2 replicas"}));
-  EXPECT_TRUE(testing::throws_error([&] { mirrored.reduce(distribute::ReduceOp::Sum, three); }, {"3 values", "2 replicas"}));
+  EXPECT_TRUE(testing::throws_error([&] { mirrored.run([](const Tensor& t) { return t; }, three); },
+                                    {"3 values", "2 replicas"}));
+  EXPECT_TRUE(
+      testing::throws_error([&] { mirrored.reduce(distribute::ReduceOp::Sum, three); }, {"3 values", "2 replicas"}));
   distribute::PerReplica<Tensor> mismatched{{Tensor::zeros({2}), Tensor::zeros({3})}};
-  EXPECT_TRUE(testing::throws_error([&] { mirrored.reduce(distribute::ReduceOp::Sum, mismatched); }, {"replica 1", "(3,)", "(2,)"}));
+  EXPECT_TRUE(testing::throws_error([&] { mirrored.reduce(distribute::ReduceOp::Sum, mismatched); },
+                                    {"replica 1", "(3,)", "(2,)"}));
 }
 
 }  // namespace

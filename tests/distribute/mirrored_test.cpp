@@ -64,7 +64,8 @@ void expect_same_training(const std::function<std::unique_ptr<Sequential>()>& ma
   auto reference = make();
   History h0 = reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
   std::unique_ptr<distribute::MirroredStrategy> owned =
-      central ? std::make_unique<distribute::CentralStorageStrategy>(replicas, 1) : std::make_unique<distribute::MirroredStrategy>(replicas, 1);
+      central ? std::make_unique<distribute::CentralStorageStrategy>(replicas, 1)
+              : std::make_unique<distribute::MirroredStrategy>(replicas, 1);
   distribute::MirroredStrategy& mirrored = *owned;
   std::unique_ptr<Sequential> model;
   {
@@ -123,7 +124,8 @@ class CheckMirrored : public Callback {
     auto primary = model->variables();
     for (int r = 1; r < replicas; ++r) {
       auto mine = model->replica_variables(r);
-      for (size_t i = 0; i < primary.size(); ++i) identical = identical && mine[i]->value.to_vector() == primary[i]->value.to_vector();
+      for (size_t i = 0; i < primary.size(); ++i)
+        identical = identical && mine[i]->value.to_vector() == primary[i]->value.to_vector();
     }
     ++checked;
   }
@@ -133,7 +135,8 @@ class CheckMirrored : public Callback {
 
 TEST(MirroredStrategy, AllReduceDuringBackwardMatchesTheDefaultStrategy) {
   for (bool conv : {false, true}) {
-    auto make = conv ? std::function<std::unique_ptr<Sequential>()>(conv_model) : std::function<std::unique_ptr<Sequential>()>(dense_model);
+    auto make = conv ? std::function<std::unique_ptr<Sequential>()>(conv_model)
+                     : std::function<std::unique_ptr<Sequential>()>(dense_model);
     Data d = conv ? blobs(50, Shape{6, 6, 1}) : blobs(98, Shape{6});  // the last batch has 2 rows: 1 per replica
     auto reference = make();
     reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
@@ -187,8 +190,9 @@ TEST(MirroredStrategy, AFailingReplicaStopsTheStepWithOneError) {
   auto model = dense_model();
   Data d = blobs(40, Shape{6});
   d.y.data<int32_t>()[30] = 9;  // a bad label in replica 1's shard of the first batch
-  EXPECT_TRUE(testing::throws_error([&] { model->fit(d.x, d.y, {.epochs = 1, .batch_size = 40, .shuffle = false, .verbose = 0}); },
-                                    {"label 9", "out of range [0, 4)"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] { model->fit(d.x, d.y, {.epochs = 1, .batch_size = 40, .shuffle = false, .verbose = 0}); },
+      {"label 9", "out of range [0, 4)"}));
   // The strategy recovers for the next fit.
   d.y.data<int32_t>()[30] = 1;
   EXPECT_NO_THROW(model->fit(d.x, d.y, {.epochs = 1, .batch_size = 40, .verbose = 0}));
@@ -236,11 +240,13 @@ namespace {
 using namespace layers;
 
 // Deterministic mode: the same bits whatever the number of replicas, for the same global batch.
-std::vector<std::vector<float>> train_deterministic(const std::function<std::unique_ptr<Sequential>()>& make, const Data& d,
-                                                    distribute::MirroredOptions options, bool central = false) {
+std::vector<std::vector<float>> train_deterministic(const std::function<std::unique_ptr<Sequential>()>& make,
+                                                    const Data& d, distribute::MirroredOptions options,
+                                                    bool central = false) {
   options.deterministic = true;
   std::unique_ptr<distribute::MirroredStrategy> strategy =
-      central ? std::make_unique<distribute::CentralStorageStrategy>(options) : std::make_unique<distribute::MirroredStrategy>(options);
+      central ? std::make_unique<distribute::CentralStorageStrategy>(options)
+              : std::make_unique<distribute::MirroredStrategy>(options);
   std::unique_ptr<Sequential> model;
   {
     auto scope = strategy->scope();
@@ -273,7 +279,8 @@ TEST(Deterministic, BitwiseIdenticalWhateverTheNumberOfReplicas) {
       auto got = train_deterministic(c.make, d, {.num_replicas = replicas, .threads_per_replica = 1});
       EXPECT_EQ(got, one) << c.name << ", " << replicas << " replicas";
     }
-    EXPECT_EQ(train_deterministic(c.make, d, {.num_replicas = 2, .threads_per_replica = 1}, true), one) << c.name << ", central storage";
+    EXPECT_EQ(train_deterministic(c.make, d, {.num_replicas = 2, .threads_per_replica = 1}, true), one)
+        << c.name << ", central storage";
     // Deterministic mode runs one intra-op thread per replica unless told otherwise.
     EXPECT_EQ(train_deterministic(c.make, d, {.num_replicas = 1}), one) << c.name << ", 1 replica, default threads";
     auto reference = c.make();
@@ -284,14 +291,16 @@ TEST(Deterministic, BitwiseIdenticalWhateverTheNumberOfReplicas) {
       bool close = testing::all_close(vars[i]->value, std::vector<double>(one[i].begin(), one[i].end()), 1e-5, 1e-4);
       // Ghost batch norm normalizes each micro-batch with its own statistics: not what one device does.
       if (c.like_default) EXPECT_TRUE(close) << c.name << ": " << vars[i]->name;
-      else if (vars[i]->name.find("moving") != std::string::npos) EXPECT_FALSE(close) << c.name << ": " << vars[i]->name;
+      else if (vars[i]->name.find("moving") != std::string::npos)
+        EXPECT_FALSE(close) << c.name << ": " << vars[i]->name;
     }
   }
 }
 
 TEST(Deterministic, NeedsAMicroBatchPerReplica) {
-  EXPECT_TRUE(testing::throws_error([] { distribute::MirroredStrategy s({.num_replicas = 4, .deterministic = true, .micro_batches = 2}); },
-                                    {"micro_batches 2 < 4 replicas"}));
+  EXPECT_TRUE(testing::throws_error(
+      [] { distribute::MirroredStrategy s({.num_replicas = 4, .deterministic = true, .micro_batches = 2}); },
+      {"micro_batches 2 < 4 replicas"}));
   distribute::MirroredStrategy s({.num_replicas = 2, .threads_per_replica = 1, .deterministic = true});
   EXPECT_EQ(s.name(), "mirrored:2:deterministic");
 }

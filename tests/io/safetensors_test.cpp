@@ -45,7 +45,8 @@ TEST(Safetensors, LayoutFollowsTheFormat) {
   EXPECT_EQ(n % 8, 0u);
   EXPECT_EQ(bytes.size(), 8 + n + 12 * 4 + 4);
   std::string header = bytes.substr(8, n);
-  EXPECT_NE(header.find("\"w\":{\"data_offsets\":[0,48],\"dtype\":\"F32\",\"shape\":[3,4]}"), std::string::npos) << header;
+  EXPECT_NE(header.find("\"w\":{\"data_offsets\":[0,48],\"dtype\":\"F32\",\"shape\":[3,4]}"), std::string::npos)
+      << header;
   EXPECT_NE(header.find("\"step\":{\"data_offsets\":[48,52],\"dtype\":\"I32\""), std::string::npos) << header;
 }
 
@@ -61,7 +62,8 @@ TEST(Safetensors, CorruptFilesAreNamedErrors) {
   flipped[flipped.size() - 10] ^= 0x40;  // inside tensor "w"
   std::string p = write(flipped);
   EXPECT_TRUE(testing::throws_error([&] { io::load_safetensors(p); }, {p, "\"w\" is corrupt", "CRC-32C"}));
-  EXPECT_TRUE(testing::throws_error([&] { io::load_safetensors(write(good.substr(0, 5))); }, {"truncated at byte offset 5"}));
+  EXPECT_TRUE(
+      testing::throws_error([&] { io::load_safetensors(write(good.substr(0, 5))); }, {"truncated at byte offset 5"}));
   EXPECT_TRUE(testing::throws_error([&] { io::load_safetensors(write(good.substr(0, good.size() - 4))); },
                                     {"\"step\"", "fall outside"}));
   std::string huge = good;
@@ -75,21 +77,31 @@ TEST(Safetensors, CorruptFilesAreNamedErrors) {
     for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((json.size() >> (8 * i)) & 0xFF);
     return write(out + json + std::string(16, '\0'));
   };
-  EXPECT_TRUE(testing::throws_error([&] { io::load_safetensors(with_header(R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})")); },
-                                    {"\"a\"", "dtype F64 is not supported"}));
-  EXPECT_TRUE(testing::throws_error([&] { io::load_safetensors(with_header(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})")); },
-                                    {"\"a\"", "span 8 bytes", "needs 12"}));
   EXPECT_TRUE(testing::throws_error(
-      [&] { io::load_safetensors(with_header(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})")); },
+      [&] { io::load_safetensors(with_header(R"({"a":{"dtype":"F64","shape":[2],"data_offsets":[0,16]}})")); },
+      {"\"a\"", "dtype F64 is not supported"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] { io::load_safetensors(with_header(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})")); },
+      {"\"a\"", "span 8 bytes", "needs 12"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] {
+        io::load_safetensors(with_header(
+            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})"));
+      },
       {"overlap"}));
-  EXPECT_TRUE(testing::throws_error([&] { io::load_safetensors(with_header(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})")); },
-                                    {"invalid size"}));
   EXPECT_TRUE(testing::throws_error(
-      [&] { io::load_safetensors(with_header(R"({"__metadata__":{"format":"tandem"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})")); },
+      [&] { io::load_safetensors(with_header(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})")); },
+      {"invalid size"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] {
+        io::load_safetensors(with_header(
+            R"({"__metadata__":{"format":"tandem"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})"));
+      },
       {"no checksum"}));
   // Found by the fuzzer: a number too large for JSON's integer types.
-  EXPECT_TRUE(testing::throws_error([&] { io::load_safetensors(with_header(R"({"a":{"dtype":"F32","shape":[5777777e777],"data_offsets":[0,8]}})")); },
-                                    {"malformed JSON header", "number overflow"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] { io::load_safetensors(with_header(R"({"a":{"dtype":"F32","shape":[5777777e777],"data_offsets":[0,8]}})")); },
+      {"malformed JSON header", "number overflow"}));
   // A file written by another tool (no checksums, no Tandem format tag) loads.
   EXPECT_NO_THROW(io::load_safetensors(with_header(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})")));
 }
@@ -103,7 +115,8 @@ TEST(AtomicWrite, ReplacesAndLeavesNoTemporaryFiles) {
   int files = 0;
   for (auto& e : std::filesystem::directory_iterator(dir.path())) files += e.is_regular_file();
   EXPECT_EQ(files, 1);
-  EXPECT_TRUE(testing::throws_error([&] { io::write_file_atomically(dir.file("no/such/dir/f"), "x"); }, {"cannot create"}));
+  EXPECT_TRUE(
+      testing::throws_error([&] { io::write_file_atomically(dir.file("no/such/dir/f"), "x"); }, {"cannot create"}));
 }
 
 }  // namespace

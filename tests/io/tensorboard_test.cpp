@@ -141,7 +141,9 @@ TEST(TensorBoardCallback, WritesTrainAndValidationScalarsPerEpoch) {
   std::vector<int32_t> labels(40);
   for (int i = 0; i < 40; ++i) labels[static_cast<size_t>(i)] = i % 4;
   History h = model.fit(x, Tensor::from_vector({40}, std::span<const int32_t>(labels)),
-                        {.epochs = 2, .batch_size = 10, .validation_split = 0.25,
+                        {.epochs = 2,
+                         .batch_size = 10,
+                         .validation_split = 0.25,
                          .callbacks = {std::make_shared<TensorBoard>(dir.path(), TensorBoardOptions{.update_freq = 1})},
                          .verbose = 0});
   auto files_in = [&](const std::string& sub) {
@@ -165,7 +167,8 @@ TEST(TensorBoardCallback, WritesTrainAndValidationScalarsPerEpoch) {
     EXPECT_FLOAT_EQ(find(t, "epoch_loss", epoch)->value, static_cast<float>(h["loss"][static_cast<size_t>(epoch)]));
     EXPECT_FLOAT_EQ(find(t, "epoch_learning_rate", epoch)->value, 0.1f);
     ASSERT_TRUE(find(v, "epoch_accuracy", epoch));
-    EXPECT_FLOAT_EQ(find(v, "epoch_accuracy", epoch)->value, static_cast<float>(h["val_accuracy"][static_cast<size_t>(epoch)]));
+    EXPECT_FLOAT_EQ(find(v, "epoch_accuracy", epoch)->value,
+                    static_cast<float>(h["val_accuracy"][static_cast<size_t>(epoch)]));
   }
   EXPECT_TRUE(find(t, "batch_loss", 6));  // 3 steps per epoch, update_freq 1
 }

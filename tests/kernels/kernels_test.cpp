@@ -15,14 +15,16 @@ namespace {
 
 // One product cut into no chunks, and two cut into several (by rows, by columns).
 TEST(Gemm, AllTransposesMatchNaive) {
-  for (auto [m, k, n] : {std::array<int64_t, 3>{37, 129, 65}, std::array<int64_t, 3>{301, 171, 67}, std::array<int64_t, 3>{23, 171, 389}})
+  for (auto [m, k, n] : {std::array<int64_t, 3>{37, 129, 65}, std::array<int64_t, 3>{301, 171, 67},
+                         std::array<int64_t, 3>{23, 171, 389}})
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         Tensor a = testing::random_tensor(ta ? Shape{k, m} : Shape{m, k}, 1);
         Tensor b = testing::random_tensor(tb ? Shape{n, k} : Shape{k, n}, 2);
         Tensor c = ops::matmul(a, b, ta, tb);
         auto ref = reference::matmul(testing::to_double(a), testing::to_double(b), m, k, n, ta, tb);
-        EXPECT_TRUE(testing::all_close(c, ref, 1e-4, 1e-4)) << m << "x" << k << "x" << n << " ta=" << ta << " tb=" << tb;
+        EXPECT_TRUE(testing::all_close(c, ref, 1e-4, 1e-4))
+            << m << "x" << k << "x" << n << " ta=" << ta << " tb=" << tb;
       }
 }
 
@@ -34,15 +36,18 @@ TEST(Conv2d, LargerShapesMatchNaive) {
     Tensor y = ops::conv2d(x, k, b, 1, 1, p);
     auto g = reference::conv_geometry(4, 28, 28, 3, 3, 3, 32, 1, 1, p);
     auto bd = testing::to_double(b);
-    EXPECT_TRUE(testing::all_close(y, reference::conv2d(testing::to_double(x), testing::to_double(k), &bd, g), 1e-4, 1e-4));
+    EXPECT_TRUE(
+        testing::all_close(y, reference::conv2d(testing::to_double(x), testing::to_double(k), &bd, g), 1e-4, 1e-4));
   }
 }
 
 TEST(Pool2d, LargerShapesMatchNaive) {
   Tensor x = testing::random_tensor({4, 26, 26, 32}, 6);
   auto g = reference::conv_geometry(4, 26, 26, 32, 2, 2, 32, 2, 2, Padding::Valid);
-  EXPECT_TRUE(testing::all_close(ops::max_pool2d(x, 2, 2, 2, 2, Padding::Valid), reference::pool2d(testing::to_double(x), g, true), 0, 0));
-  EXPECT_TRUE(testing::all_close(ops::avg_pool2d(x, 2, 2, 2, 2, Padding::Valid), reference::pool2d(testing::to_double(x), g, false), 1e-6, 1e-6));
+  EXPECT_TRUE(testing::all_close(ops::max_pool2d(x, 2, 2, 2, 2, Padding::Valid),
+                                 reference::pool2d(testing::to_double(x), g, true), 0, 0));
+  EXPECT_TRUE(testing::all_close(ops::avg_pool2d(x, 2, 2, 2, 2, Padding::Valid),
+                                 reference::pool2d(testing::to_double(x), g, false), 1e-6, 1e-6));
 }
 
 TEST(Activations, WideRowsMatchNaiveAcrossTheRange) {
@@ -50,7 +55,8 @@ TEST(Activations, WideRowsMatchNaiveAcrossTheRange) {
   Tensor x = testing::random_tensor({10, 100}, 7, -20.0f, 20.0f);
   for (Activation a : {Activation::ELU, Activation::SELU, Activation::Sigmoid, Activation::Tanh, Activation::Softmax,
                        Activation::GELU, Activation::ReLU})
-    EXPECT_TRUE(testing::all_close(ops::activation(x, a), reference::activation(testing::to_double(x), 100, a), 1e-6, 2e-6))
+    EXPECT_TRUE(
+        testing::all_close(ops::activation(x, a), reference::activation(testing::to_double(x), 100, a), 1e-6, 2e-6))
         << activation_name(a);
 }
 
@@ -97,8 +103,10 @@ TEST(Conv2d, ChunkedBatchMatchesImageByImage) {
   auto s = kernels::cpu::conv2d_shape(n, h, w, c, 3, 3, f, 1, 1, Padding::Same);
   auto one = kernels::cpu::conv2d_shape(1, h, w, c, 3, 3, f, 1, 1, Padding::Same);
   ASSERT_GT(2.0 * n * s.oh * s.ow * f * 9 * c, 2.0e6) << "too small to be chunked";
-  std::vector<float> x = testing::random_tensor({n, h, w, c}, 1).to_vector(), k = testing::random_tensor({3, 3, c, f}, 2).to_vector(),
-                     bias = testing::random_tensor({f}, 3).to_vector(), dy = testing::random_tensor({n, s.oh, s.ow, f}, 4).to_vector();
+  std::vector<float> x = testing::random_tensor({n, h, w, c}, 1).to_vector(),
+                     k = testing::random_tensor({3, 3, c, f}, 2).to_vector(),
+                     bias = testing::random_tensor({f}, 3).to_vector(),
+                     dy = testing::random_tensor({n, s.oh, s.ow, f}, 4).to_vector();
   int64_t in_image = h * w * c, out_image = s.oh * s.ow * f;
   std::vector<float> y(static_cast<size_t>(n * out_image)), dx(x.size()), dk(k.size()), db(bias.size());
   kernels::cpu::conv2d_forward(s, x.data(), k.data(), bias.data(), y.data());
@@ -106,12 +114,16 @@ TEST(Conv2d, ChunkedBatchMatchesImageByImage) {
   kernels::cpu::conv2d_backward_weights(s, x.data(), dy.data(), dk.data(), db.data());
   std::vector<double> dk_sum(k.size()), db_sum(bias.size());
   for (int64_t i = 0; i < n; ++i) {
-    std::vector<float> yi(static_cast<size_t>(out_image)), dxi(static_cast<size_t>(in_image)), dki(k.size()), dbi(bias.size());
+    std::vector<float> yi(static_cast<size_t>(out_image)), dxi(static_cast<size_t>(in_image)), dki(k.size()),
+        dbi(bias.size());
     kernels::cpu::conv2d_forward(one, x.data() + i * in_image, k.data(), bias.data(), yi.data());
     kernels::cpu::conv2d_backward_data(one, dy.data() + i * out_image, k.data(), dxi.data());
-    kernels::cpu::conv2d_backward_weights(one, x.data() + i * in_image, dy.data() + i * out_image, dki.data(), dbi.data());
-    for (int64_t j = 0; j < out_image; ++j) ASSERT_EQ(y[static_cast<size_t>(i * out_image + j)], yi[static_cast<size_t>(j)]) << "image " << i;
-    for (int64_t j = 0; j < in_image; ++j) ASSERT_EQ(dx[static_cast<size_t>(i * in_image + j)], dxi[static_cast<size_t>(j)]) << "image " << i;
+    kernels::cpu::conv2d_backward_weights(one, x.data() + i * in_image, dy.data() + i * out_image, dki.data(),
+                                          dbi.data());
+    for (int64_t j = 0; j < out_image; ++j)
+      ASSERT_EQ(y[static_cast<size_t>(i * out_image + j)], yi[static_cast<size_t>(j)]) << "image " << i;
+    for (int64_t j = 0; j < in_image; ++j)
+      ASSERT_EQ(dx[static_cast<size_t>(i * in_image + j)], dxi[static_cast<size_t>(j)]) << "image " << i;
     for (size_t j = 0; j < dk.size(); ++j) dk_sum[j] += dki[j];
     for (size_t j = 0; j < db.size(); ++j) db_sum[j] += dbi[j];
   }
@@ -125,7 +137,8 @@ TEST(Pool2d, ChunkedBatchMatchesImageByImage) {
     auto s = kernels::cpu::pool2d_shape(kind, n, h, w, c, 2, 2, 2, 2, Padding::Valid);
     auto one = kernels::cpu::pool2d_shape(kind, 1, h, w, c, 2, 2, 2, 2, Padding::Valid);
     ASSERT_GT(32.0 * static_cast<double>(n * s.oh * s.ow * c * 4), 2.0e6) << "too small to be chunked";
-    std::vector<float> x = testing::random_tensor({n, h, w, c}, 5).to_vector(), dy = testing::random_tensor({n, s.oh, s.ow, c}, 6).to_vector();
+    std::vector<float> x = testing::random_tensor({n, h, w, c}, 5).to_vector(),
+                       dy = testing::random_tensor({n, s.oh, s.ow, c}, 6).to_vector();
     int64_t in_image = h * w * c, out_image = s.oh * s.ow * c;
     std::vector<float> y(dy.size()), dx(x.size());
     std::vector<char> workspace(kernels::cpu::pool2d_workspace_bytes(s));
@@ -136,8 +149,10 @@ TEST(Pool2d, ChunkedBatchMatchesImageByImage) {
       std::vector<char> wi(kernels::cpu::pool2d_workspace_bytes(one));
       kernels::cpu::pool2d_forward(one, x.data() + i * in_image, yi.data(), wi.data());
       kernels::cpu::pool2d_backward(one, dy.data() + i * out_image, wi.data(), dxi.data());
-      for (int64_t j = 0; j < out_image; ++j) ASSERT_EQ(y[static_cast<size_t>(i * out_image + j)], yi[static_cast<size_t>(j)]) << "image " << i;
-      for (int64_t j = 0; j < in_image; ++j) ASSERT_EQ(dx[static_cast<size_t>(i * in_image + j)], dxi[static_cast<size_t>(j)]) << "image " << i;
+      for (int64_t j = 0; j < out_image; ++j)
+        ASSERT_EQ(y[static_cast<size_t>(i * out_image + j)], yi[static_cast<size_t>(j)]) << "image " << i;
+      for (int64_t j = 0; j < in_image; ++j)
+        ASSERT_EQ(dx[static_cast<size_t>(i * in_image + j)], dxi[static_cast<size_t>(j)]) << "image " << i;
     }
   }
 }

@@ -32,7 +32,8 @@ TEST(Initializers, KerasArgumentsGiveKerasDistributions) {
   const int64_t in = 300, out = 200;
   for (auto [mode, fan] : {std::pair{"fan_in", 300.0}, std::pair{"fan_out", 200.0}, std::pair{"fan_avg", 250.0}})
     for (const char* distribution : {"truncated_normal", "untruncated_normal", "uniform"}) {
-      Moments m = moments({"variance_scaling", {{"scale", "2.0"}, {"mode", mode}, {"distribution", distribution}}}, in, out);
+      Moments m =
+          moments({"variance_scaling", {{"scale", "2.0"}, {"mode", mode}, {"distribution", distribution}}}, in, out);
       EXPECT_NEAR(m.mean, 0.0, 0.003) << mode << " " << distribution;
       EXPECT_NEAR(m.variance, 2.0 / fan, 0.04 * 2.0 / fan) << mode << " " << distribution;
       if (std::string(distribution) == "uniform") EXPECT_LE(m.max, std::sqrt(3.0 * 2.0 / fan) + 1e-6);
@@ -53,20 +54,39 @@ TEST(Initializers, KerasArgumentsGiveKerasDistributions) {
   EXPECT_EQ(constant.min, 0.25);
   EXPECT_EQ(constant.max, 0.25);
   // VarianceScaling(1, fan_avg, uniform) is Glorot's uniform.
-  Moments glorot = moments("glorot_uniform", in, out), same = moments({"variance_scaling", {{"mode", "fan_avg"}, {"distribution", "uniform"}}}, in, out);
+  Moments glorot = moments("glorot_uniform", in, out),
+          same = moments({"variance_scaling", {{"mode", "fan_avg"}, {"distribution", "uniform"}}}, in, out);
   EXPECT_NEAR(glorot.variance, same.variance, 1e-9);
 }
 
 TEST(Initializers, BadNamesArgumentsAndValuesNameTheLayer) {
-  EXPECT_TRUE(testing::throws_error([] { Initializer::parse("bogus", "Dense \"d\""); }, {"Dense \"d\": unknown initializer \"bogus\""}));
-  EXPECT_TRUE(testing::throws_error([] { Initializer::parse({"random_normal", {{"stdev", "1"}}}, "Dense \"d\""); },
-                                    {"Dense \"d\": initializer random_normal takes no argument \"stdev\""}));
-  EXPECT_TRUE(testing::throws_error([] { Initializer::parse({"variance_scaling", {{"mode", "fan_max"}}}, "Conv2D \"c\""); },
-                                    {"argument \"mode\" is \"fan_max\""}));
-  EXPECT_TRUE(testing::throws_error([] { Initializer::parse({"variance_scaling", {{"scale", "-1"}}}, "Conv2D \"c\""); },
-                                    {"needs a positive scale"}));
-  EXPECT_TRUE(testing::throws_error([] { Initializer::parse({"random_uniform", {{"minval", "nan"}}}, "x"); }, {"finite number"}));
-  EXPECT_TRUE(testing::throws_error([] { Initializer::parse({"he_normal", {{"scale", "2"}}}, "x"); }, {"takes no argument \"scale\""}));
+  EXPECT_TRUE(testing::throws_error([] { Initializer::parse("bogus", "Dense \"d\""); },
+                                    {"Dense \"d\": unknown initializer \"bogus\""}));
+  EXPECT_TRUE(testing::throws_error(
+      [] {
+        Initializer::parse({"random_normal", {{"stdev", "1"}}}, "Dense \"d\"");
+      },
+      {"Dense \"d\": initializer random_normal takes no argument \"stdev\""}));
+  EXPECT_TRUE(testing::throws_error(
+      [] {
+        Initializer::parse({"variance_scaling", {{"mode", "fan_max"}}}, "Conv2D \"c\"");
+      },
+      {"argument \"mode\" is \"fan_max\""}));
+  EXPECT_TRUE(testing::throws_error(
+      [] {
+        Initializer::parse({"variance_scaling", {{"scale", "-1"}}}, "Conv2D \"c\"");
+      },
+      {"needs a positive scale"}));
+  EXPECT_TRUE(testing::throws_error(
+      [] {
+        Initializer::parse({"random_uniform", {{"minval", "nan"}}}, "x");
+      },
+      {"finite number"}));
+  EXPECT_TRUE(testing::throws_error(
+      [] {
+        Initializer::parse({"he_normal", {{"scale", "2"}}}, "x");
+      },
+      {"takes no argument \"scale\""}));
 }
 
 }  // namespace

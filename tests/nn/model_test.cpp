@@ -71,27 +71,41 @@ TEST(Sequential, InitializersAreSeededAndDistinct) {
 }
 
 TEST(Errors, LayerArguments) {
-  EXPECT_TRUE(testing::throws_error([] { Dense(10, "relux"); }, {"Dense \"dense\"", "unknown activation \"relux\"", "relu, elu"}));
+  EXPECT_TRUE(testing::throws_error([] { Dense(10, "relux"); },
+                                    {"Dense \"dense\"", "unknown activation \"relux\"", "relu, elu"}));
   EXPECT_TRUE(testing::throws_error([] { Dense(0); }, {"Dense", "units must be positive, got 0"}));
-  EXPECT_TRUE(testing::throws_error([] { Dense(4, "", {.kernel_initializer = "glorot"}); }, {"unknown initializer \"glorot\""}));
+  EXPECT_TRUE(testing::throws_error([] { Dense(4, "", {.kernel_initializer = "glorot"}); },
+                                    {"unknown initializer \"glorot\""}));
   EXPECT_TRUE(testing::throws_error([] { Dropout(1.5f); }, {"Dropout", "rate must be in [0, 1), got 1.5"}));
   EXPECT_TRUE(testing::throws_error([] { Conv2D(8, 3, {.padding = "full"}); }, {"Conv2D", "unknown padding \"full\""}));
   EXPECT_TRUE(testing::throws_error([] { Conv2D(8, 0); }, {"Conv2D", "kernel_size must be positive"}));
-  EXPECT_TRUE(testing::throws_error([] { MaxPooling2D(2, {.strides = Size2(0)}); }, {"MaxPooling2D", "must be positive"}));
-  EXPECT_TRUE(testing::throws_error([] { layers::Activation("swishy"); }, {"Activation", "unknown activation \"swishy\""}));
+  EXPECT_TRUE(
+      testing::throws_error([] { MaxPooling2D(2, {.strides = Size2(0)}); }, {"MaxPooling2D", "must be positive"}));
+  EXPECT_TRUE(
+      testing::throws_error([] { layers::Activation("swishy"); }, {"Activation", "unknown activation \"swishy\""}));
 }
 
 TEST(Errors, ShapeMismatches) {
   Sequential model;
   model.add(Dense(16, "relu", {.input_shape = Shape{784}}));
   model.add(Dense(10));
-  EXPECT_TRUE(testing::throws_error([&] { model(Tensor::zeros({2, 780})); }, {"Dense \"dense\"", "780 features", "expected 784"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] {
+        model(Tensor::zeros({2, 780}));
+      },
+      {"Dense \"dense\"", "780 features", "expected 784"}));
   Sequential image;
   EXPECT_TRUE(testing::throws_error(
-      [&] { image.add(Dense(4, "", {.input_shape = Shape{28, 28}})); }, {"Dense \"dense\"", "add a Flatten layer"}));
+      [&] {
+        image.add(Dense(4, "", {.input_shape = Shape{28, 28}}));
+      },
+      {"Dense \"dense\"", "add a Flatten layer"}));
   Sequential conv;
-  EXPECT_TRUE(testing::throws_error([&] { conv.add(Conv2D(4, 5, {.input_shape = Shape{3, 3, 1}})); },
-                                    {"Conv2D \"conv2d\"", "kernel 5x5 does not fit inputs of 3x3"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] {
+        conv.add(Conv2D(4, 5, {.input_shape = Shape{3, 3, 1}}));
+      },
+      {"Conv2D \"conv2d\"", "kernel 5x5 does not fit inputs of 3x3"}));
   Sequential twice;
   twice.add(Dense(4, "", {.name = "same"}));
   EXPECT_TRUE(testing::throws_error([&] { twice.add(Dense(4, "", {.name = "same"})); }, {"\"same\" already exists"}));
@@ -106,16 +120,32 @@ TEST(Errors, CompileAndFitArguments) {
   EXPECT_TRUE(testing::throws_error([&] { model.compile("adamw", "mse"); }, {"unknown optimizer \"adamw\"", "adam"}));
   EXPECT_TRUE(testing::throws_error([&] { model.compile("adam", "hinge"); }, {"unknown loss \"hinge\""}));
   EXPECT_TRUE(testing::throws_error([&] { model.compile("adam", "mse", {"f1"}); }, {"unknown metric \"f1\""}));
-  EXPECT_TRUE(testing::throws_error([] { optimizers::Adam(-1.0f); }, {"learning_rate must be a positive number, got -1"}));
+  EXPECT_TRUE(
+      testing::throws_error([] { optimizers::Adam(-1.0f); }, {"learning_rate must be a positive number, got -1"}));
   EXPECT_TRUE(testing::throws_error([] { optimizers::SGD(0.1f, {.momentum = 1.5f}); }, {"SGD", "momentum", "1.5"}));
   model.compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
-  EXPECT_TRUE(testing::throws_error([&] { model.fit(x, y, {.batch_size = 0}); }, {"batch_size must be positive, got 0"}));
-  EXPECT_TRUE(testing::throws_error([&] { model.fit(Tensor::zeros({0, 3}), labels(0, 4)); }, {"x is empty (0 samples)"}));
+  EXPECT_TRUE(
+      testing::throws_error([&] { model.fit(x, y, {.batch_size = 0}); }, {"batch_size must be positive, got 0"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] {
+        model.fit(Tensor::zeros({0, 3}), labels(0, 4));
+      },
+      {"x is empty (0 samples)"}));
   EXPECT_TRUE(testing::throws_error([&] { model.fit(x, labels(9, 4)); }, {"x has 10 samples but y has 9"}));
-  EXPECT_TRUE(testing::throws_error([&] { model.fit(Tensor::zeros({10, 5}), y); }, {"samples of shape (5,)", "expects (3,)"}));
-  EXPECT_TRUE(testing::throws_error([&] { model.fit(x, labels(10, 7), {.verbose = 0}); }, {"sparse_categorical_crossentropy: label", "out of range [0, 4)"}));
-  EXPECT_TRUE(testing::throws_error([&] { model.fit(x, y, {.validation_split = 1.0}); }, {"validation_split must be in [0, 1), got 1"}));
-  EXPECT_TRUE(testing::throws_error([&] { model.fit(x, Tensor::zeros({10, 4})); }, {"labels must have shape (samples,), got (10, 4)"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] {
+        model.fit(Tensor::zeros({10, 5}), y);
+      },
+      {"samples of shape (5,)", "expects (3,)"}));
+  EXPECT_TRUE(testing::throws_error([&] { model.fit(x, labels(10, 7), {.verbose = 0}); },
+                                    {"sparse_categorical_crossentropy: label", "out of range [0, 4)"}));
+  EXPECT_TRUE(testing::throws_error([&] { model.fit(x, y, {.validation_split = 1.0}); },
+                                    {"validation_split must be in [0, 1), got 1"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] {
+        model.fit(x, Tensor::zeros({10, 4}));
+      },
+      {"labels must have shape (samples,), got (10, 4)"}));
   EXPECT_TRUE(testing::throws_error([&] { model.fit(x.astype(DType::UInt8), y); }, {"x must be float32, got uint8"}));
   EXPECT_TRUE(testing::throws_error([&] { model.predict(x, 0); }, {"predict: batch_size must be positive, got 0"}));
 }

@@ -101,49 +101,130 @@ std::vector<OpCase> op_cases() {
   for (Activation a : {Activation::Linear, Activation::ReLU, Activation::ELU, Activation::SELU, Activation::Tanh,
                        Activation::Sigmoid, Activation::GELU, Activation::Softmax}) {
     std::string an(activation_name(a));
-    cases.push_back({"dense_" + an, {{4, 6}, {6, 5}, {5}},
+    cases.push_back({"dense_" + an,
+                     {{4, 6}, {6, 5}, {5}},
                      [=](const Inputs& in) { return ops::dense(in[0], in[1], in[2], a); },
                      [=](const RefInputs& in) { return ref_dense(in, 4, 6, 5, a); }});
-    cases.push_back({"activation_" + an, {{3, 7}},
+    cases.push_back({"activation_" + an,
+                     {{3, 7}},
                      [=](const Inputs& in) { return ops::activation(in[0], a); },
-                     [=](const RefInputs& in) { return reference::activation(in[0], 7, a); }, -3.0f, 3.0f});
+                     [=](const RefInputs& in) { return reference::activation(in[0], 7, a); },
+                     -3.0f,
+                     3.0f});
   }
-  cases.push_back({"add", {{3, 4}, {3, 4}}, [](const Inputs& in) { return ops::add(in[0], in[1]); },
-                   [](const RefInputs& in) { Vec y(12); for (int i = 0; i < 12; ++i) y[i] = in[0][i] + in[1][i]; return y; }});
-  cases.push_back({"add_bias", {{3, 4}, {4}}, [](const Inputs& in) { return ops::add(in[0], in[1]); },
-                   [](const RefInputs& in) { Vec y(12); for (int i = 0; i < 12; ++i) y[i] = in[0][i] + in[1][i % 4]; return y; }});
-  cases.push_back({"sub_bias", {{3, 4}, {4}}, [](const Inputs& in) { return ops::sub(in[0], in[1]); },
-                   [](const RefInputs& in) { Vec y(12); for (int i = 0; i < 12; ++i) y[i] = in[0][i] - in[1][i % 4]; return y; }});
-  cases.push_back({"mul", {{3, 4}, {3, 4}}, [](const Inputs& in) { return ops::mul(in[0], in[1]); },
-                   [](const RefInputs& in) { Vec y(12); for (int i = 0; i < 12; ++i) y[i] = in[0][i] * in[1][i]; return y; }});
-  cases.push_back({"mul_bias", {{3, 4}, {4}}, [](const Inputs& in) { return ops::mul(in[0], in[1]); },
-                   [](const RefInputs& in) { Vec y(12); for (int i = 0; i < 12; ++i) y[i] = in[0][i] * in[1][i % 4]; return y; }});
-  cases.push_back({"scale", {{5}}, [](const Inputs& in) { return ops::scale(in[0], -2.5f); },
-                   [](const RefInputs& in) { Vec y(5); for (int i = 0; i < 5; ++i) y[i] = -2.5 * in[0][i]; return y; }});
-  cases.push_back({"square", {{5}}, [](const Inputs& in) { return ops::square(in[0]); },
-                   [](const RefInputs& in) { Vec y(5); for (int i = 0; i < 5; ++i) y[i] = in[0][i] * in[0][i]; return y; }});
-  cases.push_back({"log", {{6}}, [](const Inputs& in) { return ops::log(in[0]); },
-                   [](const RefInputs& in) { Vec y(6); for (int i = 0; i < 6; ++i) y[i] = std::log(in[0][i]); return y; }, 0.5f, 2.0f});
-  cases.push_back({"clip", {{8}}, [](const Inputs& in) { return ops::clip(in[0], -0.5f, 0.5f); },
-                   [](const RefInputs& in) { Vec y(8); for (int i = 0; i < 8; ++i) y[i] = std::clamp(in[0][i], -0.5, 0.5); return y; }});
-  cases.push_back({"sum", {{3, 4}}, [](const Inputs& in) { return ops::sum(in[0]); },
-                   [](const RefInputs& in) { double s = 0; for (double v : in[0]) s += v; return Vec{s}; }});
-  cases.push_back({"mean", {{3, 4}}, [](const Inputs& in) { return ops::mean(in[0]); },
-                   [](const RefInputs& in) { double s = 0; for (double v : in[0]) s += v; return Vec{s / 12}; }});
-  cases.push_back({"reshape", {{2, 6}}, [](const Inputs& in) { return ops::reshape(in[0], {3, 4}); },
+  cases.push_back({"add",
+                   {{3, 4}, {3, 4}},
+                   [](const Inputs& in) { return ops::add(in[0], in[1]); },
+                   [](const RefInputs& in) {
+                     Vec y(12);
+                     for (int i = 0; i < 12; ++i) y[i] = in[0][i] + in[1][i];
+                     return y;
+                   }});
+  cases.push_back({"add_bias",
+                   {{3, 4}, {4}},
+                   [](const Inputs& in) { return ops::add(in[0], in[1]); },
+                   [](const RefInputs& in) {
+                     Vec y(12);
+                     for (int i = 0; i < 12; ++i) y[i] = in[0][i] + in[1][i % 4];
+                     return y;
+                   }});
+  cases.push_back({"sub_bias",
+                   {{3, 4}, {4}},
+                   [](const Inputs& in) { return ops::sub(in[0], in[1]); },
+                   [](const RefInputs& in) {
+                     Vec y(12);
+                     for (int i = 0; i < 12; ++i) y[i] = in[0][i] - in[1][i % 4];
+                     return y;
+                   }});
+  cases.push_back({"mul",
+                   {{3, 4}, {3, 4}},
+                   [](const Inputs& in) { return ops::mul(in[0], in[1]); },
+                   [](const RefInputs& in) {
+                     Vec y(12);
+                     for (int i = 0; i < 12; ++i) y[i] = in[0][i] * in[1][i];
+                     return y;
+                   }});
+  cases.push_back({"mul_bias",
+                   {{3, 4}, {4}},
+                   [](const Inputs& in) { return ops::mul(in[0], in[1]); },
+                   [](const RefInputs& in) {
+                     Vec y(12);
+                     for (int i = 0; i < 12; ++i) y[i] = in[0][i] * in[1][i % 4];
+                     return y;
+                   }});
+  cases.push_back({"scale",
+                   {{5}},
+                   [](const Inputs& in) { return ops::scale(in[0], -2.5f); },
+                   [](const RefInputs& in) {
+                     Vec y(5);
+                     for (int i = 0; i < 5; ++i) y[i] = -2.5 * in[0][i];
+                     return y;
+                   }});
+  cases.push_back({"square",
+                   {{5}},
+                   [](const Inputs& in) { return ops::square(in[0]); },
+                   [](const RefInputs& in) {
+                     Vec y(5);
+                     for (int i = 0; i < 5; ++i) y[i] = in[0][i] * in[0][i];
+                     return y;
+                   }});
+  cases.push_back({"log",
+                   {{6}},
+                   [](const Inputs& in) { return ops::log(in[0]); },
+                   [](const RefInputs& in) {
+                     Vec y(6);
+                     for (int i = 0; i < 6; ++i) y[i] = std::log(in[0][i]);
+                     return y;
+                   },
+                   0.5f,
+                   2.0f});
+  cases.push_back({"clip",
+                   {{8}},
+                   [](const Inputs& in) { return ops::clip(in[0], -0.5f, 0.5f); },
+                   [](const RefInputs& in) {
+                     Vec y(8);
+                     for (int i = 0; i < 8; ++i) y[i] = std::clamp(in[0][i], -0.5, 0.5);
+                     return y;
+                   }});
+  cases.push_back({"sum",
+                   {{3, 4}},
+                   [](const Inputs& in) { return ops::sum(in[0]); },
+                   [](const RefInputs& in) {
+                     double s = 0;
+                     for (double v : in[0]) s += v;
+                     return Vec{s};
+                   }});
+  cases.push_back({"mean",
+                   {{3, 4}},
+                   [](const Inputs& in) { return ops::mean(in[0]); },
+                   [](const RefInputs& in) {
+                     double s = 0;
+                     for (double v : in[0]) s += v;
+                     return Vec{s / 12};
+                   }});
+  cases.push_back({"reshape",
+                   {{2, 6}},
+                   [](const Inputs& in) {
+                     return ops::reshape(in[0], {3, 4});
+                   },
                    [](const RefInputs& in) { return in[0]; }});
 
   static const std::vector<int32_t> labels{2, 0, 4, 1};
-  cases.push_back({"sparse_softmax_cross_entropy", {{4, 5}},
+  cases.push_back({"sparse_softmax_cross_entropy",
+                   {{4, 5}},
                    [](const Inputs& in) {
-                     return ops::sparse_softmax_cross_entropy(in[0], Tensor::from_vector({4}, std::span<const int32_t>(labels)));
+                     return ops::sparse_softmax_cross_entropy(
+                         in[0], Tensor::from_vector({4}, std::span<const int32_t>(labels)));
                    },
                    [](const RefInputs& in) {
                      Vec y(4);
                      for (int r = 0; r < 4; ++r) y[r] = -reference::log_softmax_row(&in[0][r * 5], 5)[labels[r]];
                      return y;
-                   }, -3.0f, 3.0f});
-  cases.push_back({"softmax_cross_entropy", {{4, 5}, {4, 5}},
+                   },
+                   -3.0f,
+                   3.0f});
+  cases.push_back({"softmax_cross_entropy",
+                   {{4, 5}, {4, 5}},
                    [](const Inputs& in) { return ops::softmax_cross_entropy(in[0], in[1]); },
                    [](const RefInputs& in) {
                      Vec y(4, 0.0);
@@ -152,8 +233,11 @@ std::vector<OpCase> op_cases() {
                        for (int j = 0; j < 5; ++j) y[r] -= in[1][r * 5 + j] * ls[j];
                      }
                      return y;
-                   }, 0.0f, 1.0f});
-  cases.push_back({"binary_cross_entropy_logits", {{3, 4}, {3, 4}},
+                   },
+                   0.0f,
+                   1.0f});
+  cases.push_back({"binary_cross_entropy_logits",
+                   {{3, 4}, {3, 4}},
                    [](const Inputs& in) { return ops::binary_cross_entropy(in[0], in[1], true); },
                    [](const RefInputs& in) {
                      Vec y(3, 0.0);
@@ -162,41 +246,63 @@ std::vector<OpCase> op_cases() {
                        y[i / 4] -= (in[1][i] * std::log(p) + (1 - in[1][i]) * std::log(1 - p)) / 4;
                      }
                      return y;
-                   }, 0.05f, 0.95f});
-  cases.push_back({"binary_cross_entropy_probabilities", {{3, 4}, {3, 4}},
+                   },
+                   0.05f,
+                   0.95f});
+  cases.push_back({"binary_cross_entropy_probabilities",
+                   {{3, 4}, {3, 4}},
                    [](const Inputs& in) { return ops::binary_cross_entropy(in[0], in[1], false); },
                    [](const RefInputs& in) {
                      Vec y(3, 0.0);
-                     for (int i = 0; i < 12; ++i) y[i / 4] -= (in[1][i] * std::log(in[0][i]) + (1 - in[1][i]) * std::log(1 - in[0][i])) / 4;
+                     for (int i = 0; i < 12; ++i)
+                       y[i / 4] -= (in[1][i] * std::log(in[0][i]) + (1 - in[1][i]) * std::log(1 - in[0][i])) / 4;
                      return y;
-                   }, 0.05f, 0.95f});
-  cases.push_back({"mean_squared_error", {{3, 4}, {3, 4}},
+                   },
+                   0.05f,
+                   0.95f});
+  cases.push_back({"mean_squared_error",
+                   {{3, 4}, {3, 4}},
                    [](const Inputs& in) { return ops::mean_squared_error(in[0], in[1]); },
                    [](const RefInputs& in) {
                      Vec y(3, 0.0);
                      for (int i = 0; i < 12; ++i) y[i / 4] += (in[0][i] - in[1][i]) * (in[0][i] - in[1][i]) / 4;
                      return y;
                    }});
-  struct ConvCase { const char* name; int64_t h, w, kh, kw, sh, sw; Padding pad; };
+  struct ConvCase {
+    const char* name;
+    int64_t h, w, kh, kw, sh, sw;
+    Padding pad;
+  };
   for (ConvCase cc : {ConvCase{"conv2d_valid", 6, 5, 3, 3, 1, 1, Padding::Valid},
                       ConvCase{"conv2d_same_stride2", 6, 5, 3, 2, 2, 2, Padding::Same},
                       ConvCase{"conv2d_same", 5, 5, 3, 3, 1, 1, Padding::Same}}) {
     auto g = reference::conv_geometry(2, cc.h, cc.w, 3, cc.kh, cc.kw, 4, cc.sh, cc.sw, cc.pad);
-    cases.push_back({cc.name, {{2, cc.h, cc.w, 3}, {cc.kh, cc.kw, 3, 4}, {4}},
+    cases.push_back({cc.name,
+                     {{2, cc.h, cc.w, 3}, {cc.kh, cc.kw, 3, 4}, {4}},
                      [=](const Inputs& in) { return ops::conv2d(in[0], in[1], in[2], cc.sh, cc.sw, cc.pad); },
                      [=](const RefInputs& in) { return reference::conv2d(in[0], in[1], &in[2], g); }});
   }
   for (Activation a : {Activation::ReLU, Activation::ELU, Activation::GELU}) {
     auto g = reference::conv_geometry(2, 5, 5, 3, 3, 3, 4, 1, 1, Padding::Same);
-    cases.push_back({"conv2d_" + std::string(activation_name(a)), {{2, 5, 5, 3}, {3, 3, 3, 4}, {4}},
-                     [=](const Inputs& in) { return ops::conv2d(in[0], in[1], in[2], 1, 1, Padding::Same, a); },
-                     [=](const RefInputs& in) { return reference::activation(reference::conv2d(in[0], in[1], &in[2], g), 4, a); }});
+    cases.push_back(
+        {"conv2d_" + std::string(activation_name(a)),
+         {{2, 5, 5, 3}, {3, 3, 3, 4}, {4}},
+         [=](const Inputs& in) { return ops::conv2d(in[0], in[1], in[2], 1, 1, Padding::Same, a); },
+         [=](const RefInputs& in) { return reference::activation(reference::conv2d(in[0], in[1], &in[2], g), 4, a); }});
   }
-  struct PoolCase { const char* name; bool max; int64_t p, s; Padding pad; };
-  for (PoolCase pc : {PoolCase{"max_pool_valid", true, 2, 2, Padding::Valid}, PoolCase{"max_pool_same_s1", true, 3, 1, Padding::Same},
-                      PoolCase{"avg_pool_valid", false, 2, 2, Padding::Valid}, PoolCase{"avg_pool_same", false, 3, 2, Padding::Same}}) {
+  struct PoolCase {
+    const char* name;
+    bool max;
+    int64_t p, s;
+    Padding pad;
+  };
+  for (PoolCase pc :
+       {PoolCase{"max_pool_valid", true, 2, 2, Padding::Valid}, PoolCase{"max_pool_same_s1", true, 3, 1, Padding::Same},
+        PoolCase{"avg_pool_valid", false, 2, 2, Padding::Valid},
+        PoolCase{"avg_pool_same", false, 3, 2, Padding::Same}}) {
     auto g = reference::conv_geometry(2, 5, 6, 3, pc.p, pc.p, 3, pc.s, pc.s, pc.pad);
-    cases.push_back({pc.name, {{2, 5, 6, 3}},
+    cases.push_back({pc.name,
+                     {{2, 5, 6, 3}},
                      [=](const Inputs& in) {
                        return pc.max ? ops::max_pool2d(in[0], pc.p, pc.p, pc.s, pc.s, pc.pad)
                                      : ops::avg_pool2d(in[0], pc.p, pc.p, pc.s, pc.s, pc.pad);
@@ -204,7 +310,8 @@ std::vector<OpCase> op_cases() {
                      [=](const RefInputs& in) { return reference::pool2d(in[0], g, pc.max); }});
   }
   for (bool training : {true, false}) {
-    cases.push_back({training ? "batch_norm_training" : "batch_norm_inference", {{6, 4}, {4}, {4}},
+    cases.push_back({training ? "batch_norm_training" : "batch_norm_inference",
+                     {{6, 4}, {4}, {4}},
                      [=](const Inputs& in) {
                        Tensor mm = Tensor::full({4}, 0.1f), mv = Tensor::full({4}, 0.8f);
                        return ops::batch_norm(in[0], in[1], in[2], mm, mv, 0.9f, 1e-3f, training);
@@ -213,8 +320,11 @@ std::vector<OpCase> op_cases() {
                        return reference::batch_norm(in[0], in[1], in[2], 4, 1e-3, training, Vec(4, 0.1f), Vec(4, 0.8f));
                      }});
   }
-  cases.push_back({"dropout", {{4, 16}},
-                   [](const Inputs& in) { return ops::dropout(in[0], 0.3f, RandomKey{11, 3, 5}); },
+  cases.push_back({"dropout",
+                   {{4, 16}},
+                   [](const Inputs& in) {
+                     return ops::dropout(in[0], 0.3f, RandomKey{11, 3, 5});
+                   },
                    [](const RefInputs& in) {
                      // The mask is part of the op's contract: Philox(11, 3) at (5 + row)·16 + column.
                      Philox rng(11, 3);

@@ -43,8 +43,9 @@ TEST(ModelCheckpoint, PatternsBestOnlyAndLatest) {
   Data d = data();
   auto m = small_model();
   auto every = std::make_shared<ModelCheckpoint>(dir.file("all/ckpt_{epoch:02d}_{loss:.3f}"));
-  auto best = std::make_shared<ModelCheckpoint>(dir.file("best/w"), ModelCheckpointOptions{
-      .monitor = "val_accuracy", .save_best_only = true, .save_weights_only = true});
+  auto best = std::make_shared<ModelCheckpoint>(
+      dir.file("best/w"),
+      ModelCheckpointOptions{.monitor = "val_accuracy", .save_best_only = true, .save_weights_only = true});
   m->fit(d.x, d.y, {.epochs = 3, .batch_size = 10, .validation_split = 0.2, .callbacks = {every, best}, .verbose = 0});
   int n = 0;
   for (auto& e : std::filesystem::directory_iterator(dir.file("all"))) n += e.path().extension() == ".safetensors";
@@ -57,7 +58,8 @@ TEST(ModelCheckpoint, PatternsBestOnlyAndLatest) {
   other->load_checkpoint(every->last_saved());
   EXPECT_EQ(weights(*other), weights(*m));
   EXPECT_EQ(other->position().epoch, 3);
-  EXPECT_TRUE(testing::throws_error([&] { other->load_checkpoint(dir.file("best/w.safetensors")); }, {"no \"seed\"", "not a checkpoint"}));
+  EXPECT_TRUE(testing::throws_error([&] { other->load_checkpoint(dir.file("best/w.safetensors")); },
+                                    {"no \"seed\"", "not a checkpoint"}));
   EXPECT_TRUE(testing::throws_error([] { ModelCheckpoint("x_{epoch:q}"); }, {"bad format"}));
 }
 
@@ -117,10 +119,11 @@ TEST(BackupAndRestore, ABackupOfAnotherRunIsRefusedNamingEachDifference) {
   other->compile(optimizers::SGD(0.1f), "sparse_categorical_crossentropy", {"accuracy"});
   FitOptions second{.epochs = 4, .batch_size = 16, .verbose = 0};
   second.callbacks = {std::make_shared<BackupAndRestore>(dir.path(), BackupAndRestoreOptions{.save_freq = 5})};
-  EXPECT_TRUE(testing::throws_error([&] { other->fit(d.x, d.y, second); },
-                                    {"is of another run, so it is not resumed", "batch_size: \"8\" in the backup, \"16\" now",
-                                     "optimizer: \"Adam (learning rate 0.1)\" in the backup, \"SGD (learning rate 0.1)\" now",
-                                     "seed: \"9\" in the backup, \"7\" now", "To start this run fresh, remove"}));
+  EXPECT_TRUE(
+      testing::throws_error([&] { other->fit(d.x, d.y, second); },
+                            {"is of another run, so it is not resumed", "batch_size: \"8\" in the backup, \"16\" now",
+                             "optimizer: \"Adam (learning rate 0.1)\" in the backup, \"SGD (learning rate 0.1)\" now",
+                             "seed: \"9\" in the backup, \"7\" now", "To start this run fresh, remove"}));
   EXPECT_FALSE(std::filesystem::exists(dir.file("backup.safetensors.tmp-99999")));
   EXPECT_TRUE(std::filesystem::exists(dir.file("backup.safetensors"))) << "the other run's backup is kept";
 
@@ -136,7 +139,9 @@ TEST(CSVLogger, OneRowPerEpoch) {
   testing::TempDir dir;
   Data d = data();
   auto m = small_model();
-  m->fit(d.x, d.y, {.epochs = 2, .batch_size = 20, .callbacks = {std::make_shared<CSVLogger>(dir.file("log.csv"))}, .verbose = 0});
+  m->fit(
+      d.x, d.y,
+      {.epochs = 2, .batch_size = 20, .callbacks = {std::make_shared<CSVLogger>(dir.file("log.csv"))}, .verbose = 0});
   std::ifstream in(dir.file("log.csv"));
   std::string header, row1, row2, extra;
   std::getline(in, header);
@@ -151,7 +156,8 @@ TEST(CSVLogger, OneRowPerEpoch) {
 TEST(EarlyStopping, StopsAfterPatienceAndRestoresBest) {
   Data d = data();
   auto m = small_model(1e-9f, false);  // a learning rate too small for the loss to improve
-  auto stop = std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "loss", .min_delta = 0.01, .patience = 2});
+  auto stop =
+      std::make_shared<EarlyStopping>(EarlyStoppingOptions{.monitor = "loss", .min_delta = 0.01, .patience = 2});
   History h = m->fit(d.x, d.y, {.epochs = 20, .batch_size = 20, .callbacks = {stop}, .verbose = 0});
   EXPECT_EQ(h["loss"].size(), 3u);  // epoch 0 sets the best; epochs 1 and 2 bring nothing: stop
   EXPECT_EQ(stop->stopped_epoch(), 2);
@@ -160,12 +166,14 @@ TEST(EarlyStopping, StopsAfterPatienceAndRestoresBest) {
 TEST(LearningRate, SchedulerAndPlateau) {
   Data d = data();
   auto m = small_model();
-  auto sched = std::make_shared<LearningRateScheduler>([](int epoch, float lr) { return epoch == 0 ? 0.05f : lr * 0.5f; });
+  auto sched =
+      std::make_shared<LearningRateScheduler>([](int epoch, float lr) { return epoch == 0 ? 0.05f : lr * 0.5f; });
   History h = m->fit(d.x, d.y, {.epochs = 3, .batch_size = 20, .callbacks = {sched}, .verbose = 0});
   EXPECT_FLOAT_EQ(static_cast<float>(h["lr"][0]), 0.05f);
   EXPECT_FLOAT_EQ(static_cast<float>(h["lr"][2]), 0.0125f);
   auto plateau = small_model(1e-9f, false);
-  auto reduce = std::make_shared<ReduceLROnPlateau>(ReduceLROnPlateauOptions{.monitor = "loss", .factor = 0.5, .patience = 1, .min_delta = 0.01});
+  auto reduce = std::make_shared<ReduceLROnPlateau>(
+      ReduceLROnPlateauOptions{.monitor = "loss", .factor = 0.5, .patience = 1, .min_delta = 0.01});
   History p = plateau->fit(d.x, d.y, {.epochs = 4, .batch_size = 20, .callbacks = {reduce}, .verbose = 0});
   // Reduced at the end of epochs 1, 2 and 3; an epoch logs the rate it trained with.
   EXPECT_NEAR(p["lr"].back(), 1e-9 * 0.25, 1e-13);
@@ -177,8 +185,12 @@ TEST(TerminateOnNaN, StopsAtTheFirstBadBatch) {
   Data d = data();
   d.x.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
   auto m = small_model();
-  History h = m->fit(d.x, d.y, {.epochs = 5, .batch_size = 60, .shuffle = false,
-                                .callbacks = {std::make_shared<TerminateOnNaN>()}, .verbose = 0});
+  History h = m->fit(d.x, d.y,
+                     {.epochs = 5,
+                      .batch_size = 60,
+                      .shuffle = false,
+                      .callbacks = {std::make_shared<TerminateOnNaN>()},
+                      .verbose = 0});
   EXPECT_EQ(h["loss"].size(), 1u);
 }
 
@@ -190,7 +202,8 @@ class PoisonWeights : public Callback {
   void on_epoch_begin(int epoch, const Logs&) override { current_ = epoch; }
   void on_batch_end(int64_t batch, const Logs&) override {
     ++batches[current_];
-    if (current_ == epoch_ && batch == batch_) model->variables()[0]->value.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+    if (current_ == epoch_ && batch == batch_)
+      model->variables()[0]->value.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
   }
   std::map<int, int64_t> batches;
 
@@ -209,7 +222,8 @@ TEST(TerminateOnNaN, StopsMidEpochAndKeepsTheLastGoodCheckpoint) {
   auto guard = std::make_shared<TerminateOnNaN>();
   auto checkpoints = std::make_shared<ModelCheckpoint>(dir.file("ckpt-{epoch:02d}"));
   auto backup = std::make_shared<BackupAndRestore>(dir.file("backup"), BackupAndRestoreOptions{.save_freq = 1});
-  History h = m->fit(d.x, d.y, {.epochs = 4, .batch_size = 6, .callbacks = {poison, checkpoints, backup, guard}, .verbose = 0});
+  History h =
+      m->fit(d.x, d.y, {.epochs = 4, .batch_size = 6, .callbacks = {poison, checkpoints, backup, guard}, .verbose = 0});
   ASSERT_TRUE(guard->terminated());
   EXPECT_EQ(guard->where().substr(0, 16), "epoch 2, batch 4");
   EXPECT_EQ(poison->batches[0], 10);
@@ -217,7 +231,8 @@ TEST(TerminateOnNaN, StopsMidEpochAndKeepsTheLastGoodCheckpoint) {
   EXPECT_EQ(poison->batches.count(2), 0u);
   EXPECT_EQ(latest_checkpoint(dir.path()), dir.file("ckpt-01.safetensors"));
   EXPECT_FALSE(std::filesystem::exists(dir.file("ckpt-02.safetensors")));
-  ASSERT_TRUE(std::filesystem::exists(dir.file("backup/backup.safetensors"))) << "the diverged run's backup was deleted";
+  ASSERT_TRUE(std::filesystem::exists(dir.file("backup/backup.safetensors")))
+      << "the diverged run's backup was deleted";
   auto restored = small_model(0.01f);
   restored->load_checkpoint(dir.file("backup/backup.safetensors"));
   for (const auto& w : weights(*restored))

@@ -114,11 +114,17 @@ TEST(Training, EveryOptimizerAndLossReducesTheLoss) {
   Blobs train = make_blobs(400, 16, 3);
   Tensor onehot = Tensor::zeros({400, 10});
   for (int64_t i = 0; i < 400; ++i) onehot.data<float>()[i * 10 + train.y.data<int32_t>()[i]] = 1.0f;
-  struct Case { std::unique_ptr<Optimizer> opt; Loss loss; std::string last; bool sparse; };
+  struct Case {
+    std::unique_ptr<Optimizer> opt;
+    Loss loss;
+    std::string last;
+    bool sparse;
+  };
   std::vector<Case> cases;
   cases.push_back({std::make_unique<optimizers::SGD>(0.05f, optimizers::SGDOptions{.momentum = 0.9f, .nesterov = true}),
                    "categorical_crossentropy", "softmax", false});
-  cases.push_back({std::make_unique<optimizers::RMSprop>(0.01f), Loss::sparse_categorical_crossentropy(true), "", true});
+  cases.push_back(
+      {std::make_unique<optimizers::RMSprop>(0.01f), Loss::sparse_categorical_crossentropy(true), "", true});
   cases.push_back({std::make_unique<optimizers::Adagrad>(0.1f), "binary_crossentropy", "sigmoid", false});
   cases.push_back({std::make_unique<optimizers::Adam>(), "mse", "", false});
   for (auto& c : cases) {
@@ -183,13 +189,16 @@ TEST(Training, BrokenWeightFilesAreErrors) {
   std::ifstream in(dir.file("w.bin"), std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream(dir.file("short.bin"), std::ios::binary) << bytes.substr(0, bytes.size() - 10);
-  EXPECT_TRUE(testing::throws_error([&] { a->load_weights(dir.file("short.bin")); }, {"short.bin", "optimizer/dense_1/bias/v", "fall outside the"}));
+  EXPECT_TRUE(testing::throws_error([&] { a->load_weights(dir.file("short.bin")); },
+                                    {"short.bin", "optimizer/dense_1/bias/v", "fall outside the"}));
   std::ofstream(dir.file("junk.bin"), std::ios::binary) << "hello world, not weights";
-  EXPECT_TRUE(testing::throws_error([&] { a->load_weights(dir.file("junk.bin")); }, {"junk.bin", "byte offset 0", "header length"}));
+  EXPECT_TRUE(testing::throws_error([&] { a->load_weights(dir.file("junk.bin")); },
+                                    {"junk.bin", "byte offset 0", "header length"}));
   auto other = std::make_unique<Sequential>();
   other->add(Dense(64, "relu", {.input_shape = Shape{16}}));
   other->add(Dense(10));
-  EXPECT_TRUE(testing::throws_error([&] { other->load_weights(dir.file("w.bin")); }, {"dense/kernel", "(16, 128)", "expects float32 (16, 64)"}));
+  EXPECT_TRUE(testing::throws_error([&] { other->load_weights(dir.file("w.bin")); },
+                                    {"dense/kernel", "(16, 128)", "expects float32 (16, 64)"}));
   EXPECT_TRUE(testing::throws_error([&] { a->load_weights(dir.file("nope.bin")); }, {"cannot open", "nope.bin"}));
 }
 
@@ -197,7 +206,10 @@ class Recorder : public Callback {
  public:
   void on_train_begin(const Logs&) override { events.push_back("train_begin"); }
   void on_epoch_begin(int e, const Logs&) override { events.push_back("epoch_begin " + std::to_string(e)); }
-  void on_batch_end(int64_t, const Logs& logs) override { ++batches; last_loss = log_value(logs, "loss"); }
+  void on_batch_end(int64_t, const Logs& logs) override {
+    ++batches;
+    last_loss = log_value(logs, "loss");
+  }
   void on_epoch_end(int e, const Logs& logs) override {
     events.push_back("epoch_end " + std::to_string(e));
     if (log_value(logs, "accuracy") >= 0.0 && e == 1) model->stop_training = true;
@@ -230,9 +242,14 @@ TEST(Schedules, ExponentialAndPiecewise) {
   EXPECT_EQ(p(100), 1.0f);
   EXPECT_EQ(p(101), 0.5f);
   EXPECT_EQ(p(1000), 0.1f);
-  EXPECT_TRUE(testing::throws_error([] { PiecewiseConstantDecay({1, 2}, {1.0f}); }, {"2 boundaries need 3 values, got 1"}));
+  EXPECT_TRUE(testing::throws_error(
+      [] {
+        PiecewiseConstantDecay({1, 2}, {1.0f});
+      },
+      {"2 boundaries need 3 values, got 1"}));
   optimizers::SGD sgd(1.0f);
-  sgd.set_learning_rate(std::make_shared<PiecewiseConstantDecay>(std::vector<int64_t>{0}, std::vector<float>{0.5f, 0.25f}));
+  sgd.set_learning_rate(
+      std::make_shared<PiecewiseConstantDecay>(std::vector<int64_t>{0}, std::vector<float>{0.5f, 0.25f}));
   Variable v{"v", Tensor::full({1}, 1.0f)};
   Variable* vars[] = {&v};
   Tensor g[] = {Tensor::full({1}, 1.0f)};

@@ -49,7 +49,7 @@ using CrossDeviceOps = Communicator;
 // Replicas as threads of this process: shared memory; in an all-reduce each thread sums its own
 // slice of every replica's buffer and writes the sum into all of them (no single thread sums
 // everything).
-std::unique_ptr<Communicator> make_in_process_communicator(
-    int replicas, std::chrono::milliseconds timeout = std::chrono::minutes(5));
+std::unique_ptr<Communicator> make_in_process_communicator(int replicas,
+                                                           std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
 }  // namespace tandem::distribute

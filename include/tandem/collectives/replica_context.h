@@ -2,6 +2,7 @@
 // The replica this thread runs as (tf.distribute.get_replica_context()). A strategy sets it while
 // a replica's step runs; what acts across replicas below the strategies reads it: optimizers sum
 // gradients, synchronized batch normalization sums its statistics.
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -15,12 +16,15 @@ class Strategy;  // carried for the layers above; never used below the strategie
 enum class ReduceOp { Sum, Mean };
 
 struct ReplicaContext {
-  Strategy* strategy = nullptr;  // the strategy running this replica
+  Strategy* strategy = nullptr;          // the strategy running this replica
   Communicator* communicator = nullptr;  // among the replicas in sync
   int replica_id = 0;
   int num_replicas = 1;
   // False when the replicas share one copy of the variables, updated once (central storage).
   bool mirrored_variables = true;
+  // This replica's first row in the global batch, when the strategy was given the batch split
+  // (Strategy::run with a distributed dataset's batch); -1 when unknown.
+  int64_t first_row = -1;
 
   int num_replicas_in_sync() const { return num_replicas; }
   // Each tensor summed (or averaged) over the replicas, fused into one collective; every

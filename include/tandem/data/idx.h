@@ -21,9 +21,9 @@ struct ImageDataset {
 };
 
 struct DatasetOptions {
-  std::string data_dir;  // searched first when set
-  bool flatten = false;  // (samples, 784) instead of (samples, 28, 28)
-  bool channels = false; // (samples, 28, 28, 1), for convolutions
+  std::string data_dir;   // searched first when set
+  bool flatten = false;   // (samples, 784) instead of (samples, 28, 28)
+  bool channels = false;  // (samples, 28, 28, 1), for convolutions
 };
 
 // "mnist" or "fashion-mnist", looked up in options.data_dir, then $TANDEM_DATA, then ./data

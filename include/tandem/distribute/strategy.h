@@ -6,10 +6,11 @@
 //   Sequential model;  ...  model.fit(x, y, {.batch_size = 256});   // 256 = the global batch
 //
 // A custom training loop runs a step function on every replica, as tf.distribute does:
-//   auto batches = mirrored.distribute_dataset(dataset);          // global batches, split
-//   while (auto batch = batches.next())
+//   auto batches = mirrored.distribute_dataset(dataset).iterate(epoch);  // global batches, split
+//   while (auto batch = batches.next()) {
 //     auto losses = mirrored.run([&](const data::Element& b) { ... return loss; }, *batch);
-//   float loss = mirrored.reduce(ReduceOp::Sum, losses).item();
+//     float loss = mirrored.reduce(ReduceOp::Sum, losses).item();
+//   }
 // Inside the step function the model and its optimizer act for the replica running it: the
 // model computes with that replica's variables, and Optimizer::apply sums the gradients across
 // replicas before updating (see replica_context()).
@@ -20,9 +21,9 @@
 #include <type_traits>
 #include <vector>
 
-#include "tandem/data/dataset.h"
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/replica_context.h"
+#include "tandem/data/dataset.h"
 #include "tandem/error.h"
 #include "tandem/tensor.h"
 
@@ -48,7 +49,7 @@ class DistributedDataset {
    public:
     Iterator(std::unique_ptr<data::Iterator> it, int replicas) : it_(std::move(it)), replicas_(replicas) {}
     // The next global batch split per replica; nullopt at the end of the pass. A batch with
-    // fewer rows than replicas is an error (a replica would get nothing to compute).
+    // fewer rows than replicas leaves some with none (0 rows): they contribute zeros, as in fit.
     std::optional<PerReplica<data::Element>> next();
 
    private:
@@ -78,6 +79,9 @@ class Strategy {
   template <class F, class A>
   auto run(F&& fn, const PerReplica<A>& args) {
     check_per_replica(args.size(), "run: per-replica arguments");
+    std::vector<int64_t> first_rows;
+    if constexpr (std::is_same_v<A, data::Element>) first_rows = first_rows_of(args);
+    FirstRows during(first_rows_, std::move(first_rows));
     return collect([&](int r) -> decltype(auto) { return fn(args[r]); });
   }
   template <class F>
@@ -104,6 +108,8 @@ class Strategy {
   virtual int deterministic_micro_batches() const { return 0; }
   // Bytes of gradients all-reduced together during backward; 0: one all-reduce after it.
   virtual int64_t bucket_bytes() const { return 0; }
+  // Replica r's first row in the global batch that run() is running, split; -1 when unknown.
+  int64_t first_row(int r) const { return first_rows_.empty() ? -1 : first_rows_[static_cast<size_t>(r)]; }
 
   // While alive, models constructed on this thread train under the strategy (which must then
   // outlive them: a model keeps a pointer to it, as a Keras model keeps its strategy).
@@ -120,6 +126,22 @@ class Strategy {
   Scope scope() { return Scope(this); }
 
  private:
+  // The running split batch's first rows, for the time of one run().
+  struct FirstRows {
+    FirstRows(std::vector<int64_t>& slot, std::vector<int64_t> rows) : slot_(slot) { slot_ = std::move(rows); }
+    ~FirstRows() { slot_.clear(); }
+    std::vector<int64_t>& slot_;
+  };
+  static std::vector<int64_t> first_rows_of(const PerReplica<data::Element>& parts) {
+    std::vector<int64_t> first;
+    int64_t at = 0;
+    for (const data::Element& part : parts.values) {
+      first.push_back(at);
+      at += part.empty() || part[0].rank() == 0 ? 0 : part[0].dim(0);
+    }
+    return first;
+  }
+  std::vector<int64_t> first_rows_;
   void check_per_replica(int size, const char* what) const {
     if (size != num_replicas_in_sync())
       fail("{}: {} values for {} replicas of {}", what, size, num_replicas_in_sync(), name());

@@ -68,8 +68,8 @@ void make_conv(ConvPrimitives& p, const Conv2dShape& s) {
   }
   dnnl::convolution_forward::primitive_desc fpd(
       {dnnl::prop_kind::forward_training, algo, src, any_weights, bias, dst, strides, pad_l, pad_r}, attr, ctx.engine);
-  dnnl::convolution_backward_data::primitive_desc bdpd({algo, src, any_weights, dst, strides, pad_l, pad_r},
-                                                       ctx.engine, fpd);
+  dnnl::convolution_backward_data::primitive_desc bdpd({algo, src, any_weights, dst, strides, pad_l, pad_r}, ctx.engine,
+                                                       fpd);
   dnnl::convolution_backward_weights::primitive_desc bwpd({algo, src, any_weights, bias, dst, strides, pad_l, pad_r},
                                                           ctx.engine, fpd);
   p.forward = dnnl::convolution_forward(fpd);
@@ -104,7 +104,8 @@ const float* to_primitive_layout(WeightsLayout& layout, const float* kernel, uin
   if (!layout.needed) return kernel;
   if (layout.filled_for == call) return layout.buffer.data();
   layout.filled_for = call;
-  dnnl_execute(layout.reorder, {{DNNL_ARG_FROM, &layout.from, kernel}, {DNNL_ARG_TO, &layout.to, layout.buffer.data()}});
+  dnnl_execute(layout.reorder,
+               {{DNNL_ARG_FROM, &layout.from, kernel}, {DNNL_ARG_TO, &layout.to, layout.buffer.data()}});
   return layout.buffer.data();
 }
 
@@ -204,7 +205,8 @@ void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* 
   // Each chunk's gradients go to a slot of the calling thread's scratch, then are summed in chunk order.
   int64_t weights = s.kh * s.kw * s.c * s.f, slot = weights + s.f;
   thread_local std::vector<float> scratch;
-  if (scratch.size() < static_cast<size_t>(slot * chunks.count)) scratch.resize(static_cast<size_t>(slot * chunks.count));
+  if (scratch.size() < static_cast<size_t>(slot * chunks.count))
+    scratch.resize(static_cast<size_t>(slot * chunks.count));
   float* parts = scratch.data();
   int64_t in_image = s.h * s.w * s.c, out_image = s.oh * s.ow * s.f;
   core::parallel_for(chunks.count, chunks.work, [&](int64_t c) {

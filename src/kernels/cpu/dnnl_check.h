@@ -4,10 +4,10 @@
 
 #include "tandem/error.h"
 
-#define DNNL_CHECK(call)                                                                      \
-  do {                                                                                        \
-    dnnl_status_t status_ = (call);                                                           \
-    if (status_ != dnnl_success)                                                              \
-      ::tandem::fail("oneDNN: {} failed with status {} at {}:{}", #call, static_cast<int>(status_), \
-                     __FILE__, __LINE__);                                                     \
+#define DNNL_CHECK(call)                                                                                      \
+  do {                                                                                                        \
+    dnnl_status_t status_ = (call);                                                                           \
+    if (status_ != dnnl_success)                                                                              \
+      ::tandem::fail("oneDNN: {} failed with status {} at {}:{}", #call, static_cast<int>(status_), __FILE__, \
+                     __LINE__);                                                                               \
   } while (0)

@@ -14,8 +14,10 @@ constexpr float kSeluAlpha = 1.6732632423543772848f;
 TANDEM_VECTORIZE void relu_rows(float* y, const float* b, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < rows; ++i) {
     float* r = y + i * cols;
-    if (b) for (int64_t j = 0; j < cols; ++j) r[j] = std::max(r[j] + b[j], 0.0f);
-    else for (int64_t j = 0; j < cols; ++j) r[j] = std::max(r[j], 0.0f);
+    if (b)
+      for (int64_t j = 0; j < cols; ++j) r[j] = std::max(r[j] + b[j], 0.0f);
+    else
+      for (int64_t j = 0; j < cols; ++j) r[j] = std::max(r[j], 0.0f);
   }
 }
 
@@ -68,8 +70,7 @@ TANDEM_VECTORIZE void backward_from_output(const float* dy, const float* y, floa
     case Activation::Linear:
       for (int64_t i = 0; i < n; ++i) dz[i] = dy[i];
       break;
-    default:
-      break;
+    default: break;
   }
 }
 

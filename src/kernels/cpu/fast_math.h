@@ -2,8 +2,8 @@
 // exp that the compiler can vectorize (glibc's expf is a scalar call): Cephes' range reduction
 // and polynomial, accurate to about 2 ulp over the float range.
 #include <bit>
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 
 namespace tandem::kernels::cpu {
 

@@ -8,8 +8,8 @@
 namespace tandem::kernels::cpu {
 
 // C(M,N) = alpha·op(A)·op(B) + beta·C through oneDNN's sgemm.
-void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // y(rows,cols) = act(y + bias) in place; bias may be null. Softmax acts per row.
 void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act);
@@ -25,8 +25,8 @@ void column_sums(const float* dy, int64_t rows, int64_t cols, float* db);
 float softmax_row(const float* row, int64_t cols, float* p);
 
 // Fused softmax + cross-entropy. loss(rows) per row; dlogits (may be null) = (softmax - target)·grad_scale.
-void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
-                                  float* loss, float* probabilities);
+void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols, float* loss,
+                                  float* probabilities);
 void softmax_cross_entropy(const float* logits, const float* targets, int64_t rows, int64_t cols, float* loss,
                            float* probabilities);
 
@@ -39,9 +39,9 @@ void rmsprop_update(float* w, const float* g, float* mean_square, float* velocit
 void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon);
 
 struct Conv2dShape {
-  int64_t n, h, w, c;       // input NHWC
-  int64_t kh, kw, f;        // kernel HWIO (KH, KW, C, F)
-  int64_t sh, sw;           // strides
+  int64_t n, h, w, c;  // input NHWC
+  int64_t kh, kw, f;   // kernel HWIO (KH, KW, C, F)
+  int64_t sh, sw;      // strides
   int64_t pad_top, pad_left, pad_bottom, pad_right;
   int64_t oh, ow;           // output spatial size
   bool fused_relu = false;  // forward applies ReLU as a oneDNN post-op
@@ -61,8 +61,8 @@ struct Pool2dShape {
   int64_t oh, ow;
   bool operator==(const Pool2dShape&) const = default;
 };
-Pool2dShape pool2d_shape(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t c, int64_t ph, int64_t pw,
-                         int64_t sh, int64_t sw, Padding padding);
+Pool2dShape pool2d_shape(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t c, int64_t ph, int64_t pw, int64_t sh,
+                         int64_t sw, Padding padding);
 // workspace: for max pooling, oneDNN's argmax record (pool2d_workspace_bytes); unused for average.
 size_t pool2d_workspace_bytes(const Pool2dShape& s);
 void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* workspace);

@@ -43,8 +43,8 @@ TANDEM_VECTORIZE void adam_update(float* w, const float* g, float* m, float* v, 
   }
 }
 
-TANDEM_VECTORIZE void rmsprop_update(float* w, const float* g, float* mean_square, float* velocity, int64_t n,
-                                     float lr, float rho, float momentum, float epsilon) {
+TANDEM_VECTORIZE void rmsprop_update(float* w, const float* g, float* mean_square, float* velocity, int64_t n, float lr,
+                                     float rho, float momentum, float epsilon) {
   for (int64_t i = 0; i < n; ++i) {
     float ms = rho * mean_square[i] + (1.0f - rho) * g[i] * g[i];
     mean_square[i] = ms;
@@ -59,8 +59,7 @@ TANDEM_VECTORIZE void rmsprop_update(float* w, const float* g, float* mean_squar
   }
 }
 
-TANDEM_VECTORIZE void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr,
-                                     float epsilon) {
+TANDEM_VECTORIZE void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon) {
   for (int64_t i = 0; i < n; ++i) {
     float a = accumulator[i] + g[i] * g[i];
     accumulator[i] = a;

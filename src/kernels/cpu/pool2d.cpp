@@ -75,19 +75,32 @@ void for_image_chunks(const Pool2dShape& s, const F& fn) {
     if (r.begin == r.end) return;
     PoolPrimitives& p = pool_primitives(images(s, r.end - r.begin));
     if (chunks > 1 && p.workspace_bytes != per_image * static_cast<size_t>(r.end - r.begin))
-      fail("pooling: oneDNN's workspace for {} images is {} bytes, not {} per image", r.end - r.begin, p.workspace_bytes,
-           per_image);
+      fail("pooling: oneDNN's workspace for {} images is {} bytes, not {} per image", r.end - r.begin,
+           p.workspace_bytes, per_image);
     fn(p, r.begin, per_image * static_cast<size_t>(r.begin));
   });
 }
 
 }  // namespace
 
-Pool2dShape pool2d_shape(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t c, int64_t ph, int64_t pw,
-                         int64_t sh, int64_t sw, Padding padding) {
+Pool2dShape pool2d_shape(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t c, int64_t ph, int64_t pw, int64_t sh,
+                         int64_t sw, Padding padding) {
   Conv2dShape geometry = conv2d_shape(n, h, w, c, ph, pw, c, sh, sw, padding);
-  return Pool2dShape{kind, n, h, w, c, ph, pw, sh, sw, geometry.pad_top, geometry.pad_left, geometry.pad_bottom,
-                     geometry.pad_right, geometry.oh, geometry.ow};
+  return Pool2dShape{kind,
+                     n,
+                     h,
+                     w,
+                     c,
+                     ph,
+                     pw,
+                     sh,
+                     sw,
+                     geometry.pad_top,
+                     geometry.pad_left,
+                     geometry.pad_bottom,
+                     geometry.pad_right,
+                     geometry.oh,
+                     geometry.ow};
 }
 
 // Room for the whole batch's primitive and for its chunks' image-by-image parts.
@@ -100,10 +113,10 @@ void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* worksp
     const float* xs = x + first * s.h * s.w * s.c;
     float* ys = y + first * s.oh * s.ow * s.c;
     if (p.workspace_bytes > 0)
-      dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, xs}, {DNNL_ARG_DST, &p.dst_m, ys},
+      dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, xs},
+                               {DNNL_ARG_DST, &p.dst_m, ys},
                                {DNNL_ARG_WORKSPACE, &p.workspace_m, static_cast<char*>(workspace) + workspace_at}});
-    else
-      dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, xs}, {DNNL_ARG_DST, &p.dst_m, ys}});
+    else dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, xs}, {DNNL_ARG_DST, &p.dst_m, ys}});
   });
 }
 
@@ -112,10 +125,11 @@ void pool2d_backward(const Pool2dShape& s, const float* dy, const void* workspac
     const float* dys = dy + first * s.oh * s.ow * s.c;
     float* dxs = dx + first * s.h * s.w * s.c;
     if (p.workspace_bytes > 0)
-      dnnl_execute(p.backward, {{DNNL_ARG_DIFF_DST, &p.dst_m, dys}, {DNNL_ARG_DIFF_SRC, &p.src_m, dxs},
-                                {DNNL_ARG_WORKSPACE, &p.workspace_m, static_cast<const char*>(workspace) + workspace_at}});
-    else
-      dnnl_execute(p.backward, {{DNNL_ARG_DIFF_DST, &p.dst_m, dys}, {DNNL_ARG_DIFF_SRC, &p.src_m, dxs}});
+      dnnl_execute(p.backward,
+                   {{DNNL_ARG_DIFF_DST, &p.dst_m, dys},
+                    {DNNL_ARG_DIFF_SRC, &p.src_m, dxs},
+                    {DNNL_ARG_WORKSPACE, &p.workspace_m, static_cast<const char*>(workspace) + workspace_at}});
+    else dnnl_execute(p.backward, {{DNNL_ARG_DIFF_DST, &p.dst_m, dys}, {DNNL_ARG_DIFF_SRC, &p.src_m, dxs}});
   });
 }
 

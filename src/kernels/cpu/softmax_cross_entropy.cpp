@@ -20,8 +20,8 @@ TANDEM_VECTORIZE float softmax_row(const float* row, int64_t cols, float* p) {
   return std::log(s) + m;
 }
 
-void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
-                                  float* loss, float* probabilities) {
+void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols, float* loss,
+                                  float* probabilities) {
   for (int64_t i = 0; i < rows; ++i) {
     const float* row = logits + i * cols;
     float log_z = softmax_row(row, cols, probabilities + i * cols);
