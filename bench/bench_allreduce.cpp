@@ -32,7 +32,7 @@ int main(int argc, char** argv) try {
     best_copy = std::min(best_copy, std::chrono::duration<double>(Clock::now() - t0).count());
   }
 
-  auto comm = tandem::distribute::make_in_process_communicator(replicas);
+  auto comm = tandem::distribute::make_in_process_communicators(replicas);
   std::vector<std::vector<float>> grads(static_cast<size_t>(replicas),
                                         std::vector<float>(static_cast<size_t>(n), 0.5f));
   std::vector<double> best(static_cast<size_t>(replicas), 1e9);
@@ -49,9 +49,9 @@ int main(int argc, char** argv) try {
         // Fresh gradients each time, written by their replica as backward would (so the buffers
         // start in their owners' caches, not where the last all-reduce left them).
         std::fill(mine.begin(), mine.end(), 0.5f + static_cast<float>(r));
-        comm->barrier(r);
+        comm[static_cast<size_t>(r)]->barrier();
         auto t0 = Clock::now();
-        comm->all_reduce_sum(r, grads[static_cast<size_t>(r)].data(), n);
+        comm[static_cast<size_t>(r)]->all_reduce(std::span<float>(grads[static_cast<size_t>(r)]));
         best[static_cast<size_t>(r)] =
             std::min(best[static_cast<size_t>(r)], std::chrono::duration<double>(Clock::now() - t0).count());
       }

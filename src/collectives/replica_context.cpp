@@ -28,7 +28,8 @@ std::vector<Tensor> ReplicaContext::all_reduce(ReduceOp op, std::span<const Tens
     std::copy_n(c.data<float>(), c.numel(), at);
     at += c.numel();
   }
-  communicator->all_reduce_sum(replica_id, fused.data<float>(), total);
+  // A mean is a sum scaled once here, the same bits as summing then scaling by hand.
+  communicator->all_reduce(fused.data<float>(), total, DataType::Float32, op == ReduceOp::Mean ? ReduceOp::Sum : op);
   float scale = op == ReduceOp::Mean ? 1.0f / static_cast<float>(num_replicas) : 1.0f;
   std::vector<Tensor> out;
   int64_t offset = 0;

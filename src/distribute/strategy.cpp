@@ -28,7 +28,14 @@ thread_local Strategy* scope_strategy = nullptr;
 class RunningAs {
  public:
   RunningAs(Strategy* s, int r)
-      : context_{s, &s->communicator(), r, s->num_replicas_in_sync(), s->mirrors_variables(), s->first_row(r)},
+      : context_{s,
+                 &s->communicator(r),
+                 r,
+                 s->num_replicas_in_sync(),
+                 s->mirrors_variables(),
+                 s->first_row(r),
+                 s->communicator(r).local_rank(),
+                 s->communicator(r).local_size()},
         as_(context_) {}
 
  private:
@@ -43,14 +50,19 @@ Strategy* current_strategy() { return scope_strategy; }
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& values) {
   check_per_replica(values.size(), "reduce");
   const Shape& shape = values[0].shape();
-  Tensor out = Tensor::zeros(shape);
+  Tensor out = Tensor::empty(shape);
   float* o = out.data<float>();
   for (int r = 0; r < values.size(); ++r) {
     if (!(values[r].shape() == shape) || values[r].dtype() != DType::Float32)
       fail("reduce: replica {} has a {} tensor of shape {}, replica 0 float32 of shape {}", r,
            dtype_name(values[r].dtype()), values[r].shape().str(), shape.str());
     Tensor c = values[r].contiguous();
-    for (int64_t i = 0; i < c.numel(); ++i) o[i] += c.data<float>()[i];
+    const float* v = c.data<float>();
+    for (int64_t i = 0; i < c.numel(); ++i)
+      o[i] = r == 0                ? v[i]
+             : op == ReduceOp::Min ? std::min(o[i], v[i])
+             : op == ReduceOp::Max ? std::max(o[i], v[i])
+                                   : o[i] + v[i];
   }
   if (op == ReduceOp::Mean)
     for (int64_t i = 0; i < out.numel(); ++i) o[i] /= static_cast<float>(values.size());
@@ -107,7 +119,7 @@ std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
   return out;
 }
 
-OneDeviceStrategy::OneDeviceStrategy() : comm_(make_in_process_communicator(1)) {}
+OneDeviceStrategy::OneDeviceStrategy() : comm_(make_in_process_communicators(1)) {}
 
 void OneDeviceStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
   RunningAs as(this, 0);
@@ -151,17 +163,22 @@ void MirroredStrategy::run_replica(int r, const std::function<void(int)>& job) {
       what = e.what();
     } catch (...) {
     }
-    comm_->abort(r, what);
+    comm_[static_cast<size_t>(r)]->abort(what);
   }
 }
 
-std::unique_ptr<CrossDeviceOps> MirroredStrategy::make_cross_device_ops() const {
-  if (!options_.cross_device_ops) return make_in_process_communicator(replicas_);
-  std::unique_ptr<CrossDeviceOps> ops = options_.cross_device_ops(replicas_);
-  if (!ops || ops->size() != replicas_)
-    fail("MirroredStrategy: cross_device_ops made {} for {} replicas",
-         ops ? fmt::format("one of size {}", ops->size()) : "nothing", replicas_);
-  return ops;
+std::vector<std::unique_ptr<Communicator>> MirroredStrategy::make_cross_device_ops() const {
+  if (!options_.cross_device_ops) return make_in_process_communicators(replicas_);
+  std::vector<std::unique_ptr<Communicator>> handles = options_.cross_device_ops(replicas_);
+  if (static_cast<int>(handles.size()) != replicas_)
+    fail("MirroredStrategy: cross_device_ops made {} handles for {} replicas", handles.size(), replicas_);
+  for (int r = 0; r < replicas_; ++r) {
+    const Communicator* c = handles[static_cast<size_t>(r)].get();
+    if (c == nullptr || c->size() != replicas_ || c->rank() != r)
+      fail("MirroredStrategy: cross_device_ops handle {} is {}, expected rank {} of {}", r,
+           c ? fmt::format("rank {} of {}", c->rank(), c->size()) : "null", r, replicas_);
+  }
+  return handles;
 }
 
 MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move(options)) {

@@ -167,11 +167,11 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
     Replica& rep = *replicas_[static_cast<size_t>(r)];
     float* bucket = rep.bucket.defined() ? rep.bucket.data<float>() : nullptr;
     int64_t total = rep.bucket.defined() ? rep.bucket.numel() / (micro > 0 ? per_replica : 1) : 0;  // floats of one set
-    distribute::CrossDeviceOps& comm = strategy_->communicator();
+    distribute::Communicator& comm = strategy_->communicator(r);
     if (micro > 0) {
       compute_parts(rep, r, batch, step_key, predictions, labels);
       // Every replica gets every micro-batch's gradient and sums them in micro-batch order.
-      comm.all_gather(r, bucket, per_replica * total, rep.gathered.data());
+      comm.all_gather(bucket, per_replica * total, rep.gathered.data(), distribute::DataType::Float32);
       bool started = false;
       for (int q = 0; q < n; ++q)
         for (int p = parts * q / n; p < parts * (q + 1) / n; ++p) {
@@ -210,7 +210,8 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
           while (frontier > 0 && rep.done[frontier - 1]) --frontier;
           int64_t from = frontier < rep.sources.size() ? rep.offsets[frontier] : total;
           if (reduced_from - from >= bucket_floats || (frontier == 0 && reduced_from > 0)) {
-            comm.all_reduce_sum(r, bucket + from, reduced_from - from);
+            comm.all_reduce(bucket + from, reduced_from - from, distribute::DataType::Float32,
+                            distribute::ReduceOp::Sum);
             reduced_from = from;
           }
         };
@@ -234,7 +235,7 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
       else if (!owns_memory(rep.grads, i)) g = g.clone();
       rep.buffers.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
     }
-    comm.all_reduce_sum(r, rep.buffers);
+    comm.all_reduce(rep.buffers, distribute::ReduceOp::Sum);
     optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.grads);
   });
   double loss_sum = 0.0;  // in part order, so the figure does not depend on timing
@@ -269,7 +270,7 @@ void Sequential::compute_parts(Replica& rep, int r, const Batch& batch, uint64_t
     contexts.push_back(CallContext{true, RandomKey{seed_, step_key, begin}});
   }
   // Every part's values for a layer that needs the whole global batch, in part order.
-  distribute::CrossDeviceOps& comm = strategy_->communicator();
+  distribute::Communicator& comm = strategy_->communicator(r);
   std::vector<double> send, received;
   ops::GatherParts gather = [&](std::span<const double> values, size_t per_part) {
     if (!values.empty() && values.size() != live.size() * per_part)
@@ -279,7 +280,7 @@ void Sequential::compute_parts(Replica& rep, int r, const Batch& batch, uint64_t
       std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(i * per_part), per_part,
                   send.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(live[i] - first) * per_part));
     received.resize(send.size() * static_cast<size_t>(n));
-    comm.all_gather(r, send.data(), static_cast<int64_t>(send.size()), received.data());
+    comm.all_gather(send.data(), static_cast<int64_t>(send.size()), received.data(), distribute::DataType::Float64);
     std::vector<double> all(static_cast<size_t>(parts) * per_part);
     for (int q = 0; q < n; ++q)
       for (int p = parts * q / n; p < parts * (q + 1) / n; ++p)

@@ -202,7 +202,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
   CrossReplicaSum cross_replica;
   if (training && replicas != nullptr && replicas->num_replicas > 1)
     cross_replica = [replicas](std::span<double> values) {
-      replicas->communicator->all_reduce_sum(replicas->replica_id, values.data(), static_cast<int64_t>(values.size()));
+      replicas->communicator->all_reduce(values);
       return replicas->num_replicas;
     };
   check_parameters(op, x_in, gamma, beta, moving_mean, moving_variance);

@@ -78,7 +78,7 @@ Tensor compute_average_loss(const Tensor& per_sample_loss, int64_t global_batch_
     const distribute::ReplicaContext* replica = distribute::replica_context();
     if (replica != nullptr && replica->num_replicas > 1) {
       double rows = static_cast<double>(global_batch_size);
-      replica->communicator->all_reduce_sum(replica->replica_id, &rows, 1);
+      replica->communicator->all_reduce(std::span<double>(&rows, 1));
       global_batch_size = static_cast<int64_t>(rows);
     }
   }

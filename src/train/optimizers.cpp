@@ -59,7 +59,7 @@ void Optimizer::apply_reduced(const distribute::ReplicaContext& replica, std::sp
     // replica of this step saw it false.
     distribute::Communicator& comm = *replica.communicator;
     if (r == 0) build(variables);
-    comm.barrier(r);
+    comm.barrier();
     if (r > 0) {
       std::unique_ptr<Optimizer> copy = replicate(variables);
       mine = copy.get();
@@ -67,7 +67,7 @@ void Optimizer::apply_reduced(const distribute::ReplicaContext& replica, std::sp
       replicas_.copies.resize(static_cast<size_t>(replica.num_replicas_in_sync()));
       replicas_.copies[static_cast<size_t>(r)] = std::move(copy);
     }
-    comm.barrier(r);
+    comm.barrier();
     if (r == 0) replicas_.ready.store(true, std::memory_order_release);
   }
   mine->apply_here(variables, gradients);

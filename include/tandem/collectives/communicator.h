@@ -1,8 +1,18 @@
 #pragma once
-// Collectives among the replicas of one training job, called by every replica (SPMD, as NCCL
-// and MPI are): each replica passes its own buffer and gets the same result. A replica that
-// fails calls abort(), and every replica waiting in a collective gets a tandem::Error naming it
-// instead of hanging; a replica that never arrives is reported after the timeout.
+// Collectives among the ranks of one training job (MPI's and NCCL's model). A Communicator is one
+// rank's handle on its group: it knows its rank() among size() ranks, and its local_rank() among
+// the local_size() ranks of its machine. Every rank of the group calls each collective, in the
+// same order, with buffers of the same sizes (checked where the implementation can: both sides
+// are named); each gets the same result, bit for bit.
+//
+// Failure and time. A rank that fails calls abort(reason): every rank of the group waiting in a
+// collective or a recv, or entering one later, gets a tandem::Error naming the failed rank and the
+// reason, instead of hanging. A rank that does not arrive within the group's timeout makes the
+// ranks waiting for it fail with an Error naming the operation, the timeout and how many ranks
+// arrived; the group is then aborted. An implementation whose ranks live in other processes or on
+// other machines keeps the same promises: a peer that dies (its connection closes, it stops
+// answering) is an abort naming that peer, and no wait is longer than the timeout. A group made by
+// split() is a group of its own: aborting it leaves its parent's other groups alone.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -13,43 +23,99 @@
 
 namespace tandem::distribute {
 
+enum class DataType { Float32, Float64, Int64 };
+enum class ReduceOp { Sum, Mean, Min, Max };  // Mean: the sum ÷ size(); not for Int64
+
+template <class T>
+constexpr DataType data_type_of();
+template <>
+constexpr DataType data_type_of<float>() {
+  return DataType::Float32;
+}
+template <>
+constexpr DataType data_type_of<double>() {
+  return DataType::Float64;
+}
+template <>
+constexpr DataType data_type_of<int64_t>() {
+  return DataType::Int64;
+}
+size_t data_type_size(DataType dtype);
+const char* data_type_name(DataType dtype);
+
+// The handle of an asynchronous operation: wait() returns once it is complete (its output
+// buffers written, its input buffers free to reuse) and rethrows its error.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+  virtual bool done() const = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
+  virtual int rank() const = 0;
   virtual int size() const = 0;
-  // data (n floats) becomes the elementwise sum over replicas, identical bits on every replica
-  // (the sum runs in replica order whoever computes it).
-  virtual void all_reduce_sum(int rank, float* data, int64_t n) = 0;
-  virtual void all_reduce_sum(int rank, double* data, int64_t n) = 0;
-  // The same over several buffers as one collective, as if they lay back to back (every replica
-  // passes buffers of the same sizes). This default packs them into one; in-process reduces in place.
-  virtual void all_reduce_sum(int rank, std::span<const std::span<float>> buffers) {
-    std::vector<float> packed;
-    for (std::span<float> b : buffers) packed.insert(packed.end(), b.begin(), b.end());
-    all_reduce_sum(rank, packed.data(), static_cast<int64_t>(packed.size()));
-    size_t at = 0;
-    for (std::span<float> b : buffers) {
-      std::copy_n(packed.begin() + static_cast<std::ptrdiff_t>(at), b.size(), b.begin());
-      at += b.size();
-    }
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
+
+  // data (count values) becomes their reduction over the ranks, the same bits on every rank
+  // (a sum runs in rank order whoever computes it).
+  virtual void all_reduce(void* data, int64_t count, DataType dtype, ReduceOp op) = 0;
+  // Several float buffers reduced as one collective, as if back to back (every rank passes
+  // buffers of the same sizes). This default packs them; in-process reduces them in place.
+  virtual void all_reduce(std::span<const std::span<float>> buffers, ReduceOp op);
+  // send holds size() blocks of recv_count values; recv gets the reduction of block rank().
+  virtual void reduce_scatter(const void* send, void* recv, int64_t recv_count, DataType dtype, ReduceOp op) = 0;
+  // recv (size() × count values) gets every rank's count values of send, in rank order.
+  virtual void all_gather(const void* send, int64_t count, void* recv, DataType dtype) = 0;
+  // data (count values on `root`) is copied to every rank.
+  virtual void broadcast(void* data, int64_t count, DataType dtype, int root) = 0;
+  // Point to point: messages from one rank to another with one tag arrive in the order sent;
+  // recv names the count and dtype it expects, and a message of another is an error naming both.
+  virtual void send(const void* data, int64_t count, DataType dtype, int peer, int tag = 0) = 0;
+  virtual void recv(void* data, int64_t count, DataType dtype, int peer, int tag = 0) = 0;
+  virtual void barrier() = 0;
+  // Collective: the ranks passing the same color form a new group, ranked by (key, rank).
+  // A negative color joins no group (returns null).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // Makes every current and future operation of the group throw, naming this rank and `reason`.
+  virtual void abort(const std::string& reason) = 0;
+
+  // Asynchronous forms. These defaults run the operation before returning (what an in-process
+  // group may do), except recv, which waits in Work::wait(): buffers must stay alive until then.
+  virtual std::unique_ptr<Work> all_reduce_async(void* data, int64_t count, DataType dtype, ReduceOp op);
+  virtual std::unique_ptr<Work> reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DataType dtype,
+                                                     ReduceOp op);
+  virtual std::unique_ptr<Work> all_gather_async(const void* send, int64_t count, void* recv, DataType dtype);
+  virtual std::unique_ptr<Work> broadcast_async(void* data, int64_t count, DataType dtype, int root);
+  virtual std::unique_ptr<Work> send_async(const void* data, int64_t count, DataType dtype, int peer, int tag = 0);
+  virtual std::unique_ptr<Work> recv_async(void* data, int64_t count, DataType dtype, int peer, int tag = 0);
+  virtual std::unique_ptr<Work> barrier_async();
+
+  // Typed forms.
+  template <class T>
+  void all_reduce(std::span<T> data, ReduceOp op = ReduceOp::Sum) {
+    all_reduce(data.data(), static_cast<int64_t>(data.size()), data_type_of<T>(), op);
   }
-  // recv (size() × n values) gets every replica's n values of send, in replica order.
-  virtual void all_gather(int rank, const float* send, int64_t n, float* recv) = 0;
-  virtual void all_gather(int rank, const double* send, int64_t n, double* recv) = 0;
-  // data (n floats on `root`) is copied to every replica.
-  virtual void broadcast(int rank, float* data, int64_t n, int root) = 0;
-  virtual void barrier(int rank) = 0;
-  // Makes every current and future collective throw, with `reason`.
-  virtual void abort(int rank, const std::string& reason) = 0;
+  template <class T>
+  void all_gather(std::span<const T> send, std::span<T> recv) {
+    all_gather(send.data(), static_cast<int64_t>(send.size()), recv.data(), data_type_of<T>());
+  }
+  template <class T>
+  void broadcast(std::span<T> data, int root) {
+    broadcast(data.data(), static_cast<int64_t>(data.size()), data_type_of<T>(), root);
+  }
 };
 
 // What tf.distribute calls the cross-device ops: the pluggable reduction under a strategy.
 using CrossDeviceOps = Communicator;
 
-// Replicas as threads of this process: shared memory; in an all-reduce each thread sums its own
-// slice of every replica's buffer and writes the sum into all of them (no single thread sums
-// everything).
-std::unique_ptr<Communicator> make_in_process_communicator(int replicas,
-                                                           std::chrono::milliseconds timeout = std::chrono::minutes(5));
+// A group of `ranks` ranks as threads of this process (local_rank = rank), one handle per rank:
+// handle r is rank r and must be used by one thread at a time. Shared memory: in an all-reduce
+// each rank sums its own slice of every rank's buffer and writes the sum into all of them.
+std::vector<std::unique_ptr<Communicator>> make_in_process_communicators(
+    int ranks, std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
 }  // namespace tandem::distribute

@@ -13,22 +13,22 @@ namespace tandem::distribute {
 
 class Strategy;  // carried for the layers above; never used below the strategies
 
-enum class ReduceOp { Sum, Mean };
-
 struct ReplicaContext {
   Strategy* strategy = nullptr;          // the strategy running this replica
   Communicator* communicator = nullptr;  // among the replicas in sync
-  int replica_id = 0;
+  int replica_id = 0;                    // among all replicas in sync
   int num_replicas = 1;
   // False when the replicas share one copy of the variables, updated once (central storage).
   bool mirrored_variables = true;
   // This replica's first row in the global batch, when the strategy was given the batch split
   // (Strategy::run with a distributed dataset's batch); -1 when unknown.
   int64_t first_row = -1;
+  int local_replica_id = 0;  // among the replicas of this machine
+  int num_local_replicas = 1;
 
   int num_replicas_in_sync() const { return num_replicas; }
-  // Each tensor summed (or averaged) over the replicas, fused into one collective; every
-  // replica calls it with the same shapes and gets the same bits.
+  // Each tensor reduced over the replicas, fused into one collective; every replica calls it
+  // with the same shapes and gets the same bits.
   std::vector<Tensor> all_reduce(ReduceOp op, std::span<const Tensor> values) const;
 };
 

@@ -72,8 +72,8 @@ class Strategy {
   // the calling one) with its replica context set, and waits. If any replica throws, the others' collectives fail too and the first error is
   // rethrown here.
   virtual void for_each_replica(const std::function<void(int replica)>& fn) = 0;
-  // The cross-device reduction the replicas use (pluggable: in-process now).
-  virtual CrossDeviceOps& communicator() = 0;
+  // Replica r's handle on the group the replicas reduce in (pluggable: in-process now).
+  virtual Communicator& communicator(int replica) = 0;
 
   // fn(args[r]) on every replica r (or fn() with no args): the per-replica results.
   template <class F, class A>
@@ -88,7 +88,7 @@ class Strategy {
   auto run(F&& fn) {
     return collect([&](int) -> decltype(auto) { return fn(); });
   }
-  // Elementwise over the replicas' tensors (same shapes), summed in replica order.
+  // Elementwise over the replicas' tensors (same shapes), in replica order: summed, averaged, min or max.
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& values);
   // The replicas' tensors concatenated along `axis`, in replica order.
   Tensor gather(const PerReplica<Tensor>& values, int axis = 0);
@@ -171,10 +171,10 @@ class OneDeviceStrategy : public Strategy {
   std::string name() const override { return "one_device"; }
   int num_replicas_in_sync() const override { return 1; }
   void for_each_replica(const std::function<void(int replica)>& fn) override;
-  CrossDeviceOps& communicator() override { return *comm_; }
+  Communicator& communicator(int replica) override { return *comm_.at(static_cast<size_t>(replica)); }
 
  private:
-  std::unique_ptr<Communicator> comm_;
+  std::vector<std::unique_ptr<Communicator>> comm_;
 };
 
 struct MirroredOptions {
@@ -194,8 +194,9 @@ struct MirroredOptions {
   // default: with one replica per core the reduction runs on the cores backward needs, and on
   // the 2-core development machine 256 KiB buckets measured ~2% slower than one fused bucket.
   int64_t bucket_bytes = 0;
-  // The cross-device reduction for `replicas` replicas; null: in-process.
-  std::function<std::unique_ptr<CrossDeviceOps>(int replicas)> cross_device_ops = nullptr;
+  // The cross-device reduction for `replicas` replicas: one handle per replica, handle r of rank r;
+  // null: in-process.
+  std::function<std::vector<std::unique_ptr<Communicator>>(int replicas)> cross_device_ops = nullptr;
 };
 
 // One replica per group of cores, variables mirrored, gradients all-reduced every step.
@@ -211,20 +212,20 @@ class MirroredStrategy : public Strategy {
   std::string name() const override;
   int num_replicas_in_sync() const override { return replicas_; }
   void for_each_replica(const std::function<void(int replica)>& fn) override;
-  CrossDeviceOps& communicator() override { return *comm_; }
+  Communicator& communicator(int replica) override { return *comm_.at(static_cast<size_t>(replica)); }
   int threads_per_replica() const { return threads_per_replica_; }
   int deterministic_micro_batches() const override { return options_.deterministic ? options_.micro_batches : 0; }
   int64_t bucket_bytes() const override { return options_.bucket_bytes; }
 
  private:
-  std::unique_ptr<CrossDeviceOps> make_cross_device_ops() const;
+  std::vector<std::unique_ptr<Communicator>> make_cross_device_ops() const;
   void run_replica(int r, const std::function<void(int)>& job);  // errors kept, the others told
   struct Workers;
   MirroredOptions options_;
   void start_replica_thread(int r, bool pin, const std::vector<int>& cpus);
   void stop_workers();
   int replicas_, threads_per_replica_;
-  std::unique_ptr<Communicator> comm_;
+  std::vector<std::unique_ptr<Communicator>> comm_;
   std::unique_ptr<Workers> workers_;
 };
 
