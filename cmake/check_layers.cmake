@@ -1,6 +1,7 @@
 # Refuses an #include that runs against the layer order of cmake/layers.cmake: a file of one
-# layer including a file of a layer it may not use, a file in no layer, or a quoted include that
-# names no file of the project. Run by the configure step and by ctest (Layers.NoUpwardIncludes):
+# layer including a file of a layer it may not use (quoted or in angle brackets, by a path from
+# include/ or src/ or relative to the file), a file in no layer, or a quoted include that names no
+# file of the project. Run by the configure step and by ctest (Layers.NoUpwardIncludes):
 #   cmake -DROOT=<project root> -P cmake/check_layers.cmake
 # Prints every violation, then fails.
 if(NOT ROOT)
@@ -34,13 +35,22 @@ foreach(file IN LISTS files)
     string(APPEND problems "  ${file} is in no layer: add its folder to cmake/layers.cmake and ARCHITECTURE.md\n")
     continue()
   endif()
-  file(STRINGS ${ROOT}/${file} lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+  get_filename_component(dir ${file} DIRECTORY)
+  file(STRINGS ${ROOT}/${file} lines REGEX "^[ \t]*#[ \t]*include[ \t]*[\"<]")
   foreach(line IN LISTS lines)
-    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*\"([^\"]*)\".*" "\\1" included "${line}")
-    if(EXISTS ${ROOT}/include/${included})
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*([\"<])([^\">]*)[\">].*" "\\1" quote "${line}")
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*([\"<])([^\">]*)[\">].*" "\\2" included "${line}")
+    # Where the compiler finds it: beside the file (quoted only), then include/, then src/.
+    set(target "")
+    if(quote STREQUAL "\"" AND EXISTS ${ROOT}/${dir}/${included})
+      get_filename_component(target ${ROOT}/${dir}/${included} ABSOLUTE)
+      file(RELATIVE_PATH target ${ROOT} ${target})
+    elseif(EXISTS ${ROOT}/include/${included})
       set(target include/${included})
     elseif(EXISTS ${ROOT}/src/${included})
       set(target src/${included})
+    elseif(quote STREQUAL "<")
+      continue()  # a system or third-party header
     else()
       string(APPEND problems "  ${file} includes \"${included}\", which is no file of include/ or src/\n")
       continue()

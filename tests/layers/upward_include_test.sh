@@ -52,6 +52,13 @@ fresh_copy
 printf '#include "kernels/cpu/kernels.h"\n' >>"$work/tree/src/nn/pooling.cpp"
 expect_refusal skip "src/nn/pooling.cpp (layer nn) includes kernels/cpu/kernels.h (layer kernels)"
 
+# The same in angle brackets, and by a path relative to the file.
+fresh_copy
+printf '#include <tandem/model.h>\n' >>"$work/tree/src/nn/dense.cpp"
+printf '#include "../fit/progress.h"\n' >>"$work/tree/src/nn/layer.cpp"
+expect_refusal "angle brackets" "src/nn/dense.cpp (layer nn) includes tandem/model.h (layer fit)"
+expect_refusal "relative path" "src/nn/layer.cpp (layer nn) includes ../fit/progress.h (layer fit)"
+
 # A folder no layer owns, and an include of a file that does not exist.
 fresh_copy
 mkdir -p "$work/tree/src/elsewhere"
