@@ -49,14 +49,18 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
-  // Applies one update to each variable from its gradient (same order, same shapes). Inside
-  // Strategy::run the gradients are first summed over the replicas (losses are scaled by the
-  // global batch), then every replica updates its own copy of the variables with its own copy
-  // of the slots (mirrored), or replica 0 updates the one shared copy (central storage).
+  // Applies one update to each variable from its gradient (same order, same shapes). Inside a
+  // strategy's replica, the strategy's UpdateRule decides: with MirroredStrategy the gradients
+  // are first summed over the replicas (losses are scaled by the global batch), then every
+  // replica updates its own copy of the variables with its own copy of the slots; with central
+  // storage replica 0 updates the one shared copy.
   void apply(std::span<Variable* const> variables, std::span<const Tensor> gradients);
-  // The replica's part of apply() for gradients already summed over the replicas.
-  void apply_reduced(const distribute::ReplicaContext& replica, std::span<Variable* const> variables,
-                     std::span<const Tensor> gradients);
+  // The update itself, here, on these variables with this optimizer's slots.
+  void apply_here(std::span<Variable* const> variables, std::span<const Tensor> gradients);
+  // The optimizer replica `replica` updates its copy of the variables with: this one for
+  // replica 0, else a copy of its slots made on the first call after forget_replicas(). Every
+  // replica of the step calls it (the copies are made between two barriers of `replica`'s group).
+  Optimizer& for_replica(const distribute::ReplicaContext& replica, std::span<Variable* const> variables);
   // Drops the replicas' copies of the slots; the next replicated apply copies this one's again.
   void forget_replicas();
   int64_t iterations() const { return iterations_; }
@@ -81,7 +85,6 @@ class Optimizer {
   virtual void update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) = 0;
 
  private:
-  void apply_here(std::span<Variable* const> variables, std::span<const Tensor> gradients);
   // Replica r's optimizer (r > 0) under a mirroring strategy; a copy of an optimizer has none.
   struct ReplicaCopies {
     ReplicaCopies() = default;
@@ -97,6 +100,34 @@ class Optimizer {
   int64_t iterations_ = 0;
   std::vector<std::string> slot_owners_;  // variable names, one per slot group
   std::vector<Tensor> slots_;             // slots_per_variable() per variable
+};
+
+// How gradients become an update inside a strategy's replica. The strategy running the replica
+// installs its rule (UsingUpdateRule), so that optimizers need not know where the variables live
+// or who applies the update.
+class UpdateRule {
+ public:
+  virtual ~UpdateRule() = default;
+  // This replica's gradients: reduced over the replicas as the strategy does, then applied.
+  virtual void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> gradients) = 0;
+  // Gradients already reduced over the replicas: only the update.
+  virtual void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
+                             std::span<const Tensor> reduced) = 0;
+};
+
+// This thread's rule (null outside a replica: Optimizer::apply updates here).
+UpdateRule* update_rule();
+
+// While alive, `rule` is this thread's; the previous one comes back after.
+class UsingUpdateRule {
+ public:
+  explicit UsingUpdateRule(UpdateRule* rule);
+  ~UsingUpdateRule();
+  UsingUpdateRule(const UsingUpdateRule&) = delete;
+  UsingUpdateRule& operator=(const UsingUpdateRule&) = delete;
+
+ private:
+  UpdateRule* saved_;
 };
 
 namespace optimizers {

@@ -32,17 +32,67 @@ class RunningAs {
                  &s->communicator(r),
                  r,
                  s->num_replicas_in_sync(),
-                 s->mirrors_variables(),
                  s->first_row(r),
                  s->communicator(r).local_rank(),
                  s->communicator(r).local_size()},
-        as_(context_) {}
+        as_(context_),
+        rule_(&s->update_rule()) {}
 
  private:
   ReplicaContext context_;
   AsReplica as_;
+  UsingUpdateRule rule_;
 };
+// Mirrored variables: the gradients summed over the replicas in one fused collective, then every
+// replica updates its own copy of the variables with its own copy of the slots.
+class MirroredUpdate : public UpdateRule {
+ public:
+  void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> gradients) override {
+    const ReplicaContext* replica = replica_context();
+    if (replica->num_replicas == 1) return optimizer.apply_here(variables, gradients);
+    std::vector<Tensor> summed = replica->all_reduce(ReduceOp::Sum, gradients);
+    apply_reduced(optimizer, variables, summed);
+  }
+  void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
+                     std::span<const Tensor> reduced) override {
+    optimizer.for_replica(*replica_context(), variables).apply_here(variables, reduced);
+  }
+};
+
+// Central storage: one shared copy, updated once by replica 0 (every replica is past its
+// backward pass: the reduction waited for all).
+class CentralUpdate : public MirroredUpdate {
+ public:
+  void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
+                     std::span<const Tensor> reduced) override {
+    if (replica_context()->replica_id == 0) optimizer.apply_here(variables, reduced);
+  }
+};
+
 }  // namespace
+
+std::shared_ptr<layers::Layer> Strategy::replica_layer(const layers::Layer& layer, int) const {
+  return layer.replicate();
+}
+
+UpdateRule& Strategy::update_rule() const {
+  static MirroredUpdate rule;
+  return rule;
+}
+
+// The trainable variables shared; each replica updates its own copy of the moving statistics
+// (to the same values, from the replicas' common statistics).
+std::shared_ptr<layers::Layer> CentralStorageStrategy::replica_layer(const layers::Layer& layer, int) const {
+  std::shared_ptr<layers::Layer> copy = layer.clone();
+  for (Variable& v : copy->variables())
+    if (!v.trainable) v.value = v.value.clone();
+  return copy;
+}
+
+UpdateRule& CentralStorageStrategy::update_rule() const {
+  static CentralUpdate rule;
+  return rule;
+}
 
 Strategy::Scope::Scope(Strategy* s) : previous_(scope_strategy) { scope_strategy = s; }
 Strategy::Scope::~Scope() { scope_strategy = previous_; }

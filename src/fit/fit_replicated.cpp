@@ -27,19 +27,11 @@ struct Sequential::Replica {
 
 void Sequential::make_replicas() {
   int n = strategy_->num_replicas_in_sync();
-  bool mirrored = strategy_->mirrors_variables();
   int micro = strategy_->deterministic_micro_batches();
   replicas_.clear();
   for (int r = 0; r < n; ++r) {
     auto rep = std::make_shared<Replica>();
-    for (const auto& l : layers_) {
-      rep->layers.push_back(r == 0 ? l : mirrored ? l->replicate() : l->clone());
-      // Central storage shares the trainable variables only: each replica updates its own copy
-      // of the moving statistics (to the same values, from the replicas' common statistics).
-      if (r > 0 && !mirrored)
-        for (auto& v : rep->layers.back()->variables())
-          if (!v.trainable) v.value = v.value.clone();
-    }
+    for (const auto& l : layers_) rep->layers.push_back(r == 0 ? l : strategy_->replica_layer(*l, r));
     int64_t total = 0;
     for (auto& l : rep->layers)
       for (auto& v : l->variables()) {
@@ -181,7 +173,7 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
           else add_in_place(bucket, g, total);
           started = true;
         }
-      optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.reduced);
+      strategy_->update_rule().apply_reduced(*optimizer_, rep.trainable, rep.reduced);
       return;
     }
     int64_t begin = part_begin(global, r, n), end = part_begin(global, r + 1, n);
@@ -224,7 +216,7 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
       labels[static_cast<size_t>(r)] = yp;
     }
     if (overlap) {
-      optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.reduced);
+      strategy_->update_rule().apply_reduced(*optimizer_, rep.trainable, rep.reduced);
       return;
     }
     // One collective over the gradients where backward left them.
@@ -236,7 +228,7 @@ double Sequential::replicated_step(const Batch& batch, uint64_t step_key, std::v
       rep.buffers.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
     }
     comm.all_reduce(rep.buffers, distribute::ReduceOp::Sum);
-    optimizer_->apply_reduced(*distribute::replica_context(), rep.trainable, rep.grads);
+    strategy_->update_rule().apply_reduced(*optimizer_, rep.trainable, rep.grads);
   });
   double loss_sum = 0.0;  // in part order, so the figure does not depend on timing
   for (double l : part_losses_) loss_sum += l;

@@ -33,44 +33,42 @@ void Optimizer::build(std::span<Variable* const> variables) {
   }
 }
 
+namespace {
+thread_local UpdateRule* running_rule = nullptr;
+}  // namespace
+
+UpdateRule* update_rule() { return running_rule; }
+UsingUpdateRule::UsingUpdateRule(UpdateRule* rule) : saved_(running_rule) { running_rule = rule; }
+UsingUpdateRule::~UsingUpdateRule() { running_rule = saved_; }
+
 void Optimizer::apply(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
-  const distribute::ReplicaContext* replica = distribute::replica_context();
-  if (replica == nullptr || replica->num_replicas_in_sync() == 1) return apply_here(variables, gradients);
   if (variables.size() != gradients.size())
     fail("{}: {} variables but {} gradients", name(), variables.size(), gradients.size());
-  std::vector<Tensor> summed = replica->all_reduce(distribute::ReduceOp::Sum, gradients);
-  apply_reduced(*replica, variables, summed);
+  if (UpdateRule* rule = running_rule) return rule->apply(*this, variables, gradients);
+  apply_here(variables, gradients);
 }
 
-void Optimizer::apply_reduced(const distribute::ReplicaContext& replica, std::span<Variable* const> variables,
-                              std::span<const Tensor> gradients) {
+Optimizer& Optimizer::for_replica(const distribute::ReplicaContext& replica, std::span<Variable* const> variables) {
   int r = replica.replica_id;
-  if (!replica.mirrored_variables) {
-    // One shared copy: every replica is past its backward pass (the all-reduce waited for all).
-    if (r == 0) apply_here(variables, gradients);
-    return;
-  }
+  if (replicas_.ready.load(std::memory_order_acquire))
+    return r == 0 ? *this : *replicas_.copies[static_cast<size_t>(r)];  // unchanged until forget_replicas()
+  // First replicated step: replica 0's slots exist before the others copy them, and nobody
+  // updates until every copy is made. `ready` is set after the second barrier, so every
+  // replica of this step saw it false.
+  distribute::Communicator& comm = *replica.communicator;
+  if (r == 0) build(variables);
+  comm.barrier();
   Optimizer* mine = this;
-  if (replicas_.ready.load(std::memory_order_acquire)) {
-    if (r > 0) mine = replicas_.copies[static_cast<size_t>(r)].get();  // unchanged until forget_replicas()
-  } else {
-    // First replicated step: replica 0's slots exist before the others copy them, and nobody
-    // updates until every copy is made. `ready` is set after the second barrier, so every
-    // replica of this step saw it false.
-    distribute::Communicator& comm = *replica.communicator;
-    if (r == 0) build(variables);
-    comm.barrier();
-    if (r > 0) {
-      std::unique_ptr<Optimizer> copy = replicate(variables);
-      mine = copy.get();
-      std::lock_guard lock(replicas_.mutex);
-      replicas_.copies.resize(static_cast<size_t>(replica.num_replicas_in_sync()));
-      replicas_.copies[static_cast<size_t>(r)] = std::move(copy);
-    }
-    comm.barrier();
-    if (r == 0) replicas_.ready.store(true, std::memory_order_release);
+  if (r > 0) {
+    std::unique_ptr<Optimizer> copy = replicate(variables);
+    mine = copy.get();
+    std::lock_guard lock(replicas_.mutex);
+    replicas_.copies.resize(static_cast<size_t>(replica.num_replicas_in_sync()));
+    replicas_.copies[static_cast<size_t>(r)] = std::move(copy);
   }
-  mine->apply_here(variables, gradients);
+  comm.barrier();
+  if (r == 0) replicas_.ready.store(true, std::memory_order_release);
+  return *mine;
 }
 
 void Optimizer::forget_replicas() {

@@ -18,8 +18,6 @@ struct ReplicaContext {
   Communicator* communicator = nullptr;  // among the replicas in sync
   int replica_id = 0;                    // among all replicas in sync
   int num_replicas = 1;
-  // False when the replicas share one copy of the variables, updated once (central storage).
-  bool mirrored_variables = true;
   // This replica's first row in the global batch, when the strategy was given the batch split
   // (Strategy::run with a distributed dataset's batch); -1 when unknown.
   int64_t first_row = -1;

@@ -25,6 +25,8 @@
 #include "tandem/collectives/replica_context.h"
 #include "tandem/data/dataset.h"
 #include "tandem/error.h"
+#include "tandem/layers.h"
+#include "tandem/optimizers.h"
 #include "tandem/tensor.h"
 
 namespace tandem::distribute {
@@ -100,9 +102,13 @@ class Strategy {
     for (int r = 0; r < num_replicas_in_sync(); ++r) out.values.push_back(fn(r));
     return out;
   }
-  // True when each replica keeps its own copy of the variables (mirrored); false when they
-  // live once and the reduced gradient is applied once (central storage).
-  virtual bool mirrors_variables() const { return true; }
+  // Where replica r's variables live (r > 0; replica 0 uses the model's own layers): by default
+  // a copy of its own (mirrored); central storage shares the trainable ones.
+  virtual std::shared_ptr<layers::Layer> replica_layer(const layers::Layer& layer, int replica) const;
+  // Who applies the update, after which reduction: installed on every replica's thread, so that
+  // Optimizer::apply follows it. By default the gradients are summed over the replicas and every
+  // replica updates its own copy with its own slots; central storage updates once.
+  virtual UpdateRule& update_rule() const;
   // Deterministic mode: each global batch is split into this many micro-batches whose gradients
   // are summed in micro-batch order, whichever replica computed them. 0: off.
   virtual int deterministic_micro_batches() const { return 0; }
@@ -237,7 +243,8 @@ class CentralStorageStrategy : public MirroredStrategy {
       : MirroredStrategy(num_replicas, threads_per_replica) {}
   explicit CentralStorageStrategy(MirroredOptions options) : MirroredStrategy(std::move(options)) {}
   std::string name() const override;
-  bool mirrors_variables() const override { return false; }
+  std::shared_ptr<layers::Layer> replica_layer(const layers::Layer& layer, int replica) const override;
+  UpdateRule& update_rule() const override;
 };
 
 // A strategy from its name as `tandem --strategy` takes it: "default" (null), "one_device",
