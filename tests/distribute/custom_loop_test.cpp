@@ -179,3 +179,85 @@ TEST(StrategyApi, PerReplicaArgumentsMustMatchTheReplicas) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A strategy written against the hooks alone, touching neither fit nor the optimizers: each
+// replica trains on its own share of every global batch with no reduction (LocalSGD between
+// two averagings). Replica r must end where one device ends after training on those rows alone.
+class IndependentReplicas : public distribute::MirroredStrategy {
+ public:
+  using MirroredStrategy::MirroredStrategy;
+  std::string name() const override { return "independent"; }
+  UpdateRule& update_rule() const override {
+    static Local rule;
+    return rule;
+  }
+
+ private:
+  struct Local : UpdateRule {
+    void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> grads) override {
+      apply_reduced(optimizer, variables, grads);
+    }
+    void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
+                       std::span<const Tensor> grads) override {
+      optimizer.for_replica(*distribute::replica_context(), variables).apply_here(variables, grads);
+    }
+  };
+};
+
+std::unique_ptr<Sequential> small_model() {
+  auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 5});
+  m->add(Dense(6, "tanh", {.input_shape = Shape{5}}));
+  m->add(Dense(3));
+  return m;
+}
+
+TEST(StrategyHooks, AnUpdateRuleDecidesHowOptimizerApplyActs) {
+  const int64_t rows = 48, per_replica = 8;  // global batches of 16: rows [16k, 16k+8) to replica 0
+  Tensor x = testing::random_tensor({rows, 5}, 2);
+  std::vector<int32_t> l(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) l[static_cast<size_t>(i)] = static_cast<int32_t>(i % 3);
+  auto global = data::Dataset::from_tensor_slices({x, Tensor::from_vector({rows}, std::span<const int32_t>(l))})
+                    .batch(2 * per_replica);
+  Loss loss_fn = Loss::sparse_categorical_crossentropy(true);
+  auto step_on = [&](Sequential& model, Optimizer& optimizer, const data::Element& batch) {
+    GradientTape tape;
+    Tensor loss = compute_average_loss(loss_fn.per_sample(batch[1], model(batch[0], true)), batch[0].dim(0));
+    std::vector<Variable*> variables = model.trainable_variables();
+    optimizer.apply(variables, tape.gradient(loss, variables));
+  };
+  IndependentReplicas strategy(2, 1);
+  std::unique_ptr<Sequential> model;
+  {
+    auto scope = strategy.scope();
+    model = small_model();
+  }
+  optimizers::SGD sgd(0.1f, {.momentum = 0.9f});
+  auto it = strategy.distribute_dataset(global).iterate();
+  while (auto batch = it.next()) strategy.run([&](const data::Element& b) { step_on(*model, sgd, b); }, *batch);
+
+  for (int r = 0; r < 2; ++r) {
+    auto reference = small_model();
+    optimizers::SGD sgd0(0.1f, {.momentum = 0.9f});
+    auto shard = global.map([&](data::Element e) {
+      return data::Element{e[0].slice(r * per_replica, (r + 1) * per_replica),
+                           e[1].slice(r * per_replica, (r + 1) * per_replica)};
+    });
+    auto shard_it = shard.iterate();
+    while (auto b = shard_it->next()) step_on(*reference, sgd0, *b);
+    auto expected = reference->variables(), got = model->replica_variables(r);
+    ASSERT_EQ(expected.size(), got.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      auto v = expected[i]->value.to_vector();
+      EXPECT_TRUE(testing::all_close(got[i]->value, std::vector<double>(v.begin(), v.end()), 1e-6, 1e-5))
+          << "replica " << r << " " << got[i]->name;
+    }
+  }
+  // The replicas really differ: nothing was reduced.
+  EXPECT_NE(model->replica_variables(0)[0]->value.to_vector(), model->replica_variables(1)[0]->value.to_vector());
+}
+
+}  // namespace
+}  // namespace tandem
