@@ -20,6 +20,16 @@ inline Tensor random_tensor(const Shape& shape, uint64_t seed, float low = -1.0f
   return t;
 }
 
+// An IDX file's bytes (big-endian dims after the magic 0, 0, type, rank), as MNIST ships them.
+inline std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& payload,
+                                      uint8_t type = 0x08) {
+  std::vector<uint8_t> b{0, 0, type, static_cast<uint8_t>(dims.size())};
+  for (uint32_t d : dims)
+    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(d >> s));
+  b.insert(b.end(), payload.begin(), payload.end());
+  return b;
+}
+
 inline std::vector<double> to_double(const Tensor& t) {
   std::vector<float> f = t.to_vector();
   return std::vector<double>(f.begin(), f.end());

@@ -13,17 +13,7 @@ namespace {
 
 using Bytes = std::vector<uint8_t>;
 
-Bytes idx_bytes(std::vector<uint32_t> dims, const Bytes& payload, uint8_t type = 0x08) {
-  Bytes b{0, 0, type, static_cast<uint8_t>(dims.size())};
-  for (uint32_t d : dims) {
-    b.push_back(static_cast<uint8_t>(d >> 24));
-    b.push_back(static_cast<uint8_t>(d >> 16));
-    b.push_back(static_cast<uint8_t>(d >> 8));
-    b.push_back(static_cast<uint8_t>(d));
-  }
-  b.insert(b.end(), payload.begin(), payload.end());
-  return b;
-}
+using testing::idx_bytes;
 
 void write(const std::string& path, const Bytes& b) {
   std::ofstream(path, std::ios::binary)

@@ -1,0 +1,84 @@
+#pragma once
+// Running the real `tandem` binary from a test: a child process in the directory of its log, its
+// output captured; and the small MNIST-layout datasets those runs train on.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tandem/io.h"
+#include "tandem/random.h"
+#include "test_util.h"
+
+namespace tandem::testing {
+
+// Runs the CLI with `args` in the directory of `log` (so that defaults such as ./data and
+// ./checkpoints resolve there), without $TANDEM_DATA; returns the child's pid.
+inline pid_t spawn(const std::vector<std::string>& args, const std::string& log, void (*in_child)() = nullptr) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (in_child) in_child();  // what a launcher would set: an affinity mask, an environment
+    if (chdir(std::filesystem::path(log).parent_path().c_str()) != 0) _exit(126);
+    unsetenv("TANDEM_DATA");
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv{const_cast<char*>(TANDEM_CLI)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(TANDEM_CLI, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+inline int wait_exit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct Outcome {
+  int code;
+  std::string output;
+};
+inline Outcome run(const std::vector<std::string>& args, const TempDir& dir, void (*in_child)() = nullptr) {
+  std::string log = dir.file("out.log");
+  int code = wait_exit(spawn(args, log, in_child));
+  return {code, io::read_file(log)};
+}
+
+inline void write_idx(const std::string& path, const std::vector<uint32_t>& dims, const std::vector<uint8_t>& payload) {
+  std::vector<uint8_t> b = idx_bytes(dims, payload);
+  io::write_file_atomically(path, std::string(b.begin(), b.end()));
+}
+
+// An MNIST-layout dataset whose class is written into the image, so that it can be learned.
+inline void make_mnist(const std::string& dir, uint32_t train, uint32_t test) {
+  std::filesystem::create_directories(dir);
+  Philox rng(17);
+  for (auto [prefix, n] : {std::pair{"train", train}, std::pair{"t10k", test}}) {
+    std::vector<uint8_t> images(n * 784), labels(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      labels[i] = static_cast<uint8_t>(i % 10);
+      for (uint32_t p = 0; p < 784; ++p)
+        images[i * 784 + p] =
+            static_cast<uint8_t>(rng.bits(uint64_t{i} * 784 + p) % 64 + (p / 78 == labels[i] ? 160 : 0));
+    }
+    write_idx(dir + "/" + prefix + "-images-idx3-ubyte", {n, 28, 28}, images);
+    write_idx(dir + "/" + prefix + "-labels-idx1-ubyte", {n}, labels);
+  }
+}
+
+// Every tensor of a safetensors file, as floats, in the file's order.
+inline std::vector<std::pair<std::string, std::vector<float>>> final_state(const std::string& path) {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  for (auto& [name, t] : io::load_safetensors(path).tensors)
+    out.emplace_back(name, t.astype(DType::Float32).to_vector());
+  return out;
+}
+
+}  // namespace tandem::testing
