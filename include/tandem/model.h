@@ -1,5 +1,7 @@
 #pragma once
-// Sequential: a stack of layers with Keras' compile / fit / evaluate / predict.
+// Sequential: a stack of layers with Keras' compile / fit / evaluate / predict. The model is
+// layers, call, variables, summary and its files; fit runs the training step the strategy runs
+// (distribute::TrainStep).
 #include <concepts>
 #include <cstdio>
 #include <functional>
@@ -14,6 +16,7 @@
 #include "tandem/callbacks.h"
 #include "tandem/data/dataset.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/distribute/train_step.h"
 #include "tandem/io.h"
 #include "tandem/layers.h"
 #include "tandem/losses.h"
@@ -133,43 +136,22 @@ class Sequential {
   io::NamedTensors checked_load(const std::string& path, std::map<std::string, std::string>* metadata);
   void check_data(const Tensor& x, const Tensor& y, const char* what);
   Logs run_evaluation(const Tensor& x, const Tensor& y, int64_t batch_size);
-  // One training batch: x and y, or (under a multi-replica strategy, from tensors) only its
-  // row count and a way to copy rows [begin, end) of it, so that each replica gathers its own.
-  struct Batch {
-    Tensor x, y;
-    int64_t rows = 0;
-    const std::function<void(int64_t begin, int64_t end, Tensor& x, Tensor& y)>* gather = nullptr;
-    void slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) const;
-  };
   // Fills the batch with batch `step` of epoch `epoch` (called for every step in order); false
-  // when the epoch has no more batches. `lazy`: rows may be left to Batch::gather.
-  using BatchSource = std::function<bool(int epoch, int64_t step, bool lazy, Batch& batch)>;
+  // when the epoch has no more batches. `lazy`: rows may be left to GlobalBatch::gather.
+  using BatchSource = std::function<bool(int epoch, int64_t step, bool lazy, distribute::GlobalBatch& batch)>;
   History train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch, const Tensor& x_val,
                      const Tensor& y_val);
-
-  // One training step under a multi-replica strategy: the global batch split by rows, each
-  // replica's gradients (of its loss summed over its rows ÷ the global batch) all-reduced, the
-  // same update applied by every replica. Fills each part's predictions and labels; returns
-  // the summed per-sample loss.
-  double replicated_step(const Batch& batch, uint64_t step_key, std::vector<Tensor>& predictions,
-                         std::vector<Tensor>& labels);
-  struct Replica;
-  // Deterministic mode: replica r's micro-batches forward (layer by layer across them) and
-  // backward, each micro-batch's gradients into its own set of the replica's bucket.
-  void compute_parts(Replica& rep, int r, const Batch& batch, uint64_t step_key, std::vector<Tensor>& predictions,
-                     std::vector<Tensor>& labels);
-  // Copies of the layers for every replica (replica 0 uses the model's own), from the current
-  // weights; the optimizer's replica slots are copied again on the next step.
+  // The model's replicas under its strategy (replica 0: its own layers), from the current weights;
+  // the optimizer's replica slots are copied again on the next step.
   void make_replicas();
   // The replica this thread runs as inside Strategy::run (made on first use), or null outside.
-  Replica* running_replica(const Tensor* first_input);
+  distribute::ModelReplicas::Replica* running_replica(const Tensor* first_input);
 
   std::string name_;
   uint64_t seed_;
   distribute::Strategy* strategy_ = nullptr;
-  std::vector<std::shared_ptr<Replica>> replicas_;  // index 0: this model
+  std::shared_ptr<distribute::ModelReplicas> replicas_;
   std::mutex replicas_mutex_;
-  std::vector<double> part_losses_;  // per part of the global batch, summed in order
   std::vector<std::shared_ptr<layers::Layer>> layers_;
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Loss> loss_;

@@ -94,6 +94,28 @@ UpdateRule& CentralStorageStrategy::update_rule() const {
   return rule;
 }
 
+void BatchSplit::even(int64_t rows, int parts, int replicas) {
+  row.resize(static_cast<size_t>(parts) + 1);
+  for (int p = 0; p <= parts; ++p) row[static_cast<size_t>(p)] = rows * p / parts;
+  first_part.resize(static_cast<size_t>(replicas) + 1);
+  for (int r = 0; r <= replicas; ++r) first_part[static_cast<size_t>(r)] = parts * r / replicas;
+}
+
+void Strategy::split_batch(int64_t rows, BatchSplit& split) const {
+  split.even(rows, num_replicas_in_sync(), num_replicas_in_sync());
+}
+
+void MirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const {
+  split.even(rows, options_.deterministic ? options_.micro_batches : replicas_, replicas_);
+}
+
+GradientReduction MirroredStrategy::gradient_reduction() const {
+  using Kind = GradientReduction::Kind;
+  if (options_.deterministic) return {Kind::Ordered};
+  if (options_.bucket_bytes > 0) return {Kind::Bucketed, options_.bucket_bytes};
+  return {Kind::Grouped};
+}
+
 Strategy::Scope::Scope(Strategy* s) : previous_(scope_strategy) { scope_strategy = s; }
 Strategy::Scope::~Scope() { scope_strategy = previous_; }
 Strategy* current_strategy() { return scope_strategy; }
@@ -321,7 +343,7 @@ std::string MirroredStrategy::name() const {
   return fmt::format("mirrored:{}{}", replicas_, options_.deterministic ? ":deterministic" : "");
 }
 std::string CentralStorageStrategy::name() const {
-  return fmt::format("central:{}{}", num_replicas_in_sync(), deterministic_micro_batches() > 0 ? ":deterministic" : "");
+  return fmt::format("central:{}{}", num_replicas_in_sync(), options().deterministic ? ":deterministic" : "");
 }
 
 void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& fn) {

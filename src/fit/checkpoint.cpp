@@ -43,7 +43,7 @@ io::NamedTensors Sequential::checked_load(const std::string& path, std::map<std:
            dtype_name(t->dtype()), t->shape().str(), v->value.shape().str());
   }
   for (Variable* v : variables()) v->value.copy_from(*find(v->name));
-  replicas_.clear();  // remade from the loaded weights when next needed
+  replicas_.reset();  // remade from the loaded weights when next needed
   if (optimizer_ && find("optimizer/iterations")) optimizer_->load_state(file.tensors, trainable_variables());
   if (metadata) *metadata = std::move(file.metadata);
   return std::move(file.tensors);

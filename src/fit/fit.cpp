@@ -1,5 +1,5 @@
-// compile / fit / evaluate / predict. The training step reuses one tape, one gradient list and
-// pooled tensors, so that in steady state it asks the system for no memory.
+// compile / fit / evaluate / predict. fit's loop feeds each global batch to the training step
+// (distribute::TrainStep, the one every strategy runs) and keeps the metrics and callbacks.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -133,7 +133,7 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
     xs = gather_rows(x, index, first_row + b, first_row + e);
     ys = gather_rows(y, index, first_row + b, first_row + e);
   };
-  auto batches = [&](int epoch, int64_t step, bool lazy, Batch& out) {
+  auto batches = [&](int epoch, int64_t step, bool lazy, distribute::GlobalBatch& out) {
     if (step == 0 && options.shuffle) shuffle(index, seed_, epoch);
     if (step == 0 && !options.shuffle) std::iota(index.begin(), index.end(), 0);
     first_row = step * batch;
@@ -143,15 +143,6 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
     return true;
   };
   return train_loop(options, steps, batches, x_val, y_val);
-}
-
-void Sequential::Batch::slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) const {
-  if (x.defined()) {
-    xs = x.slice(begin, end);
-    ys = y.slice(begin, end);
-  } else {
-    (*gather)(begin, end, xs, ys);
-  }
 }
 
 History Sequential::train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch,
@@ -165,9 +156,6 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
       fmt::format("{} (learning rate {})", optimizer_->name(), optimizer_->current_learning_rate());
   run_signature_["batch_size"] = std::to_string(options.batch_size);
   run_signature_["seed"] = std::to_string(seed_);
-  std::vector<Variable*> trainable = trainable_variables();
-  std::vector<Tensor> sources, grads(trainable.size());
-  for (Variable* v : trainable) sources.push_back(v->value);
   running_metrics_.clear();
   running_metrics_.emplace_back(Metric::Kind::Mean, "loss");
   for (const std::string& m : metric_names_) running_metrics_.push_back(Metric::parse(m, *loss_));
@@ -189,14 +177,10 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
     resume_from.reset();
   }
 
-  GradientTape tape;
-  Batch batch;
-  Tensor& xb = batch.x;
-  Tensor& yb = batch.y;
-  bool replicated =
-      strategy_ != nullptr && (strategy_->num_replicas_in_sync() > 1 || strategy_->deterministic_micro_batches() > 0);
-  if (replicated) make_replicas();  // from the current weights and optimizer state
-  std::vector<Tensor> predictions, labels;
+  make_replicas();                                                  // from the current weights and optimizer state
+  std::shared_ptr<distribute::ModelReplicas> replicas = replicas_;  // kept while this fit steps
+  distribute::TrainStep train_step(strategy_, *replicas, *loss_, *optimizer_, seed_);
+  distribute::GlobalBatch batch;
   for (int epoch = start.epoch; epoch < options.epochs && !stop_training; ++epoch) {
     if (options.verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
     for (auto& cb : options.callbacks) cb->on_epoch_begin(epoch, {});
@@ -212,27 +196,16 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
     }
     int64_t step = 0;
     for (; steps < 0 || step < steps; ++step) {
-      if (!next_batch(epoch, step, replicated, batch)) break;
+      if (!next_batch(epoch, step, train_step.splits(), batch)) break;
       if (step < first_step) continue;
       if (!options.callbacks.empty())
         for (auto& cb : options.callbacks) cb->on_batch_begin(step, {});
-      if (replicated) {
-        StopRecording not_here;  // each replica records on its own thread's tape
-        double loss_sum = replicated_step(batch, static_cast<uint64_t>(optimizer_->iterations()), predictions, labels);
-        running_metrics_[0].update_mean(loss_sum / static_cast<double>(batch.rows), batch.rows);
-        for (size_t p = 0; p < predictions.size(); ++p)
-          if (labels[p].defined())
-            for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(labels[p], predictions[p]);
-      } else {
-        tape.reset();
-        Tensor y_pred =
-            call(xb, CallContext{true, RandomKey{seed_, static_cast<uint64_t>(optimizer_->iterations()), 0}});
-        Tensor loss = ops::mean(loss_->per_sample(yb, y_pred));
-        tape.gradient(loss, sources, grads);
-        optimizer_->apply(trainable, grads);
-        running_metrics_[0].update_mean(loss.item(), xb.dim(0));
-        for (size_t i = 1; i < running_metrics_.size(); ++i) running_metrics_[i].update(yb, y_pred);
-      }
+      const distribute::StepResult& result = train_step.run(batch, static_cast<uint64_t>(optimizer_->iterations()));
+      running_metrics_[0].update_mean(result.loss, batch.rows);
+      for (size_t p = 0; p < result.predictions.size(); ++p)
+        if (result.labels[p].defined())
+          for (size_t i = 1; i < running_metrics_.size(); ++i)
+            running_metrics_[i].update(result.labels[p], result.predictions[p]);
       position_ = TrainingPosition{epoch, step + 1};
       if (bar.due(step + 1)) bar.update(step + 1, current_logs());
       if (!options.callbacks.empty()) {
@@ -244,7 +217,6 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
         break;
       }
     }
-    tape.reset();
     position_ = TrainingPosition{epoch + 1, 0};
     current_logs();
     if (x_val.defined()) {
@@ -279,7 +251,7 @@ History Sequential::fit(const data::Dataset& dataset, const FitOptions& options)
   }
   std::unique_ptr<data::Iterator> it;
   int it_epoch = -1;
-  auto batches = [&](int epoch, int64_t step, bool, Batch& out) {
+  auto batches = [&](int epoch, int64_t step, bool, distribute::GlobalBatch& out) {
     Tensor& xb = out.x;
     Tensor& yb = out.y;
     if (it_epoch != epoch || step == 0) {

@@ -1,4 +1,5 @@
-// Sequential: layer stacking, building, the forward pass and summary().
+// Sequential: layer stacking, building, the forward pass (on the running replica's variables
+// inside Strategy::run), variables and summary().
 #include <algorithm>
 
 #include "tandem/model.h"
@@ -45,6 +46,61 @@ Tensor Sequential::call(const Tensor& x, const CallContext& ctx) {
   Tensor h = x;
   for (auto& layer : layers_) h = layer->call(h, ctx);
   return h;
+}
+
+void Sequential::make_replicas() {
+  replicas_ = std::make_shared<distribute::ModelReplicas>(strategy_, layers_);
+  if (optimizer_) optimizer_->forget_replicas();
+}
+
+distribute::ModelReplicas::Replica* Sequential::running_replica(const Tensor* first_input) {
+  const distribute::ReplicaContext* context = distribute::replica_context();
+  if (context == nullptr || context->num_replicas_in_sync() == 1) return nullptr;
+  if (context->strategy != strategy_)
+    fail(
+        "Sequential \"{}\": used inside {}.run but made outside its scope; make the model inside "
+        "`auto scope = strategy.scope();` so that its variables are distributed",
+        name_, context->strategy->name());
+  std::lock_guard lock(replicas_mutex_);
+  if (!built()) {
+    if (first_input == nullptr)
+      fail("Sequential \"{}\": not built yet; call it on a batch (or build()) before asking for its variables", name_);
+    if (first_input->rank() < 2)
+      fail("Sequential \"{}\": input needs a batch axis, got shape {}", name_, first_input->shape().str());
+    build(Shape(std::span<const int64_t>(first_input->shape().begin() + 1, first_input->shape().end())));
+  }
+  if (!replicas_ || replicas_->size() != context->num_replicas_in_sync()) make_replicas();
+  return &(*replicas_)[context->replica_id];
+}
+
+Tensor Sequential::operator()(const Tensor& x, bool training) {
+  distribute::ModelReplicas::Replica* rep = running_replica(&x);
+  if (rep == nullptr) return call(x, CallContext{training, {seed_, training ? training_calls_++ : 0, 0}});
+  if (!x.defined()) fail("Sequential \"{}\": input is undefined", name_);
+  // Replicas see consecutive slices of the global batch: each sample gets the dropout mask it
+  // would get on one device (from the slice's first row when run was given a split batch, else
+  // assuming even splits).
+  const distribute::ReplicaContext* context = distribute::replica_context();
+  int64_t offset = context->first_row >= 0 ? context->first_row : x.dim(0) * context->replica_id;
+  CallContext ctx{training, {seed_, training ? rep->training_calls++ : 0, offset}};
+  Tensor h = x;
+  for (auto& layer : rep->layers) h = layer->call(h, ctx);
+  return h;
+}
+
+std::vector<Variable*> Sequential::variables() {
+  if (distribute::ModelReplicas::Replica* rep = running_replica(nullptr)) return rep->variables;
+  std::vector<Variable*> out;
+  for (auto& l : layers_)
+    for (auto& v : l->variables()) out.push_back(&v);
+  return out;
+}
+
+std::vector<Variable*> Sequential::replica_variables(int replica) {
+  if (replica == 0) return variables();
+  if (!replicas_ || replica < 0 || replica >= replicas_->size())
+    fail("replica_variables: replica {} does not exist ({} replicas made)", replica, replicas_ ? replicas_->size() : 0);
+  return (*replicas_)[replica].variables;
 }
 
 std::vector<Variable*> Sequential::trainable_variables() {

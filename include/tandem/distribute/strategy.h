@@ -65,6 +65,33 @@ class DistributedDataset {
   int replicas_;
 };
 
+// A global batch cut into parts: part p is rows [row[p], row[p + 1]); replica r computes parts
+// [first_part[r], first_part[r + 1]) (none: it contributes zero gradients).
+struct BatchSplit {
+  std::vector<int64_t> row;
+  std::vector<int> first_part;
+  int parts() const { return static_cast<int>(row.size()) - 1; }
+  int64_t begin(int p) const { return row[static_cast<size_t>(p)]; }
+  int64_t end(int p) const { return row[static_cast<size_t>(p) + 1]; }
+  // `parts` even parts of `rows` rows (part p: [B·p/P, B·(p+1)/P)), replica r computing parts
+  // [P·r/N, P·(r+1)/N); reuses the vectors' memory.
+  void even(int64_t rows, int parts, int replicas);
+};
+
+// How a step's gradients meet across the replicas (Strategy::gradient_reduction): one mechanism,
+// the reducer of src/distribute/gradient_reducer.cpp, with these policies.
+struct GradientReduction {
+  enum class Kind {
+    Grouped,   // one all-reduce over every gradient after backward, where backward left them
+    Bucketed,  // packed as backward finishes them and all-reduced bucket_bytes at a time while it goes on
+    Ordered,   // every part's gradients gathered and summed in part order, whichever replica computed
+               // which: with fixed parts, the same bits for any number of replicas
+    None,      // not reduced: each replica hands its own to the update rule (replicas that step alone)
+  };
+  Kind kind = Kind::Grouped;
+  int64_t bucket_bytes = 0;  // Bucketed
+};
+
 class Strategy {
  public:
   virtual ~Strategy() = default;
@@ -109,11 +136,11 @@ class Strategy {
   // Optimizer::apply follows it. By default the gradients are summed over the replicas and every
   // replica updates its own copy with its own slots; central storage updates once.
   virtual UpdateRule& update_rule() const;
-  // Deterministic mode: each global batch is split into this many micro-batches whose gradients
-  // are summed in micro-batch order, whichever replica computed them. 0: off.
-  virtual int deterministic_micro_batches() const { return 0; }
-  // Bytes of gradients all-reduced together during backward; 0: one all-reduce after it.
-  virtual int64_t bucket_bytes() const { return 0; }
+  // How fit's global batch of `rows` rows is cut into parts and which replica computes which.
+  // By default one part per replica, rows [B·r/N, B·(r+1)/N) to replica r.
+  virtual void split_batch(int64_t rows, BatchSplit& split) const;
+  // How the step reduces the replicas' gradients before the update rule applies them.
+  virtual GradientReduction gradient_reduction() const { return {}; }
   // Replica r's first row in the global batch that run() is running, split; -1 when unknown.
   int64_t first_row(int r) const { return first_rows_.empty() ? -1 : first_rows_[static_cast<size_t>(r)]; }
 
@@ -220,8 +247,11 @@ class MirroredStrategy : public Strategy {
   void for_each_replica(const std::function<void(int replica)>& fn) override;
   Communicator& communicator(int replica) override { return *comm_.at(static_cast<size_t>(replica)); }
   int threads_per_replica() const { return threads_per_replica_; }
-  int deterministic_micro_batches() const override { return options_.deterministic ? options_.micro_batches : 0; }
-  int64_t bucket_bytes() const override { return options_.bucket_bytes; }
+  const MirroredOptions& options() const { return options_; }
+  // Deterministic: micro_batches fixed parts, reduced in order; else one part per replica,
+  // grouped or bucketed.
+  void split_batch(int64_t rows, BatchSplit& split) const override;
+  GradientReduction gradient_reduction() const override;
 
  private:
   std::vector<std::unique_ptr<Communicator>> make_cross_device_ops() const;

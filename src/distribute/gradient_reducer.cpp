@@ -1,0 +1,166 @@
+// The gradient reducer: grouped (one in-place all-reduce after backward), bucketed (during
+// backward), ordered (an all-gather of every part's gradients, summed in part order) or none.
+#include "distribute/gradient_reducer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/vectorize.h"
+
+namespace tandem::distribute {
+namespace {
+
+TANDEM_VECTORIZE void add_in_place(float* out, const float* g, int64_t n) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) out[i] += g[i];
+}
+
+// Whether gradient i is contiguous and shares no memory with the others (backward may hand one
+// tensor to two sources), so that it can be reduced in place.
+bool owns_memory(const std::vector<Tensor>& grads, size_t i) {
+  if (!grads[i].is_contiguous()) return false;
+  const float* b = grads[i].data<float>();
+  const float* e = b + grads[i].numel();
+  for (size_t j = 0; j < grads.size(); ++j) {
+    if (j == i) continue;
+    const float* ob = grads[j].data<float>();
+    if (b < ob + grads[j].numel() && ob < e) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+GradientReducer::GradientReducer(GradientReduction policy, std::vector<Tensor> sources)
+    : policy_(policy), sources_(std::move(sources)), sums_(sources_.size()) {
+  for (const Tensor& s : sources_) {
+    offsets_.push_back(total_);
+    total_ += s.numel();
+  }
+  on_ready_ = [this](size_t i) { bucket_ready(i); };
+}
+
+void GradientReducer::reserve_sets(int sets) {
+  if (sets == sets_) return;
+  sets_ = sets;
+  bucket_ = Tensor::empty({total_ * sets});
+  reduced_.clear();
+  for (size_t i = 0; i < sources_.size(); ++i)
+    reduced_.push_back(bucket_.slice(offsets_[i], offsets_[i] + sources_[i].numel()).reshape(sources_[i].shape()));
+}
+
+void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int replica) {
+  comm_ = comm;
+  split_ = &split;
+  replica_ = replica;
+  added_ = 0;
+  auto replicas = static_cast<int>(split.first_part.size()) - 1;
+  if (policy_.kind == GradientReduction::Kind::Ordered) {
+    int most = 1;
+    for (int q = 0; q < replicas; ++q)
+      most = std::max(most, split.first_part[static_cast<size_t>(q) + 1] - split.first_part[static_cast<size_t>(q)]);
+    reserve_sets(most);
+    gathered_.resize(static_cast<size_t>(total_ * sets_ * replicas));
+  }
+  // Reducing during backward needs every replica to run backward on one part with rows; the
+  // collectives then come in the same order on all of them.
+  overlap_ = policy_.kind == GradientReduction::Kind::Bucketed && comm_ != nullptr && comm_->size() > 1 &&
+             split.parts() == replicas;
+  for (int p = 0; overlap_ && p < split.parts(); ++p)
+    overlap_ = split.begin(p) < split.end(p) && split.first_part[static_cast<size_t>(p)] == p;
+  if (overlap_) {
+    reserve_sets(1);
+    done_.assign(sources_.size(), false);
+    frontier_ = sources_.size();
+    reduced_from_ = total_;
+  }
+}
+
+const std::function<void(size_t)>* GradientReducer::ready(std::span<Tensor> out) {
+  out_ = out;
+  return overlap_ ? &on_ready_ : nullptr;
+}
+
+void GradientReducer::pack(int k, size_t i, const Tensor& gradient) {
+  Tensor c = gradient.contiguous();
+  std::memcpy(bucket_.data<float>() + k * total_ + offsets_[i], c.data<float>(),
+              static_cast<size_t>(c.numel()) * sizeof(float));
+}
+
+// Gradient i is final: into the bucket; every bucket_bytes completed from the end (the last
+// layers finish first) are all-reduced while backward goes on with the earlier layers.
+void GradientReducer::bucket_ready(size_t i) {
+  pack(0, i, out_[i]);
+  done_[i] = true;
+  while (frontier_ > 0 && done_[frontier_ - 1]) --frontier_;
+  int64_t from = frontier_ < sources_.size() ? offsets_[frontier_] : total_;
+  int64_t bucket_floats = policy_.bucket_bytes / static_cast<int64_t>(sizeof(float));
+  if (reduced_from_ - from >= bucket_floats || (frontier_ == 0 && reduced_from_ > 0)) {
+    comm_->all_reduce(bucket_.data<float>() + from, reduced_from_ - from, DataType::Float32, ReduceOp::Sum);
+    reduced_from_ = from;
+  }
+}
+
+void GradientReducer::add(int k, std::span<Tensor> grads) {
+  ++added_;
+  if (policy_.kind == GradientReduction::Kind::Ordered) {
+    for (size_t i = 0; i < grads.size(); ++i) pack(k, i, grads[i]);
+    return;
+  }
+  if (overlap_) return;  // packed during backward
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (added_ == 1) {
+      sums_[i] = grads[i];
+      continue;
+    }
+    if (!owns_memory(sums_, i)) sums_[i] = sums_[i].clone();
+    Tensor g = grads[i].contiguous();
+    add_in_place(sums_[i].data<float>(), g.data<float>(), g.numel());
+  }
+}
+
+std::span<const Tensor> GradientReducer::finish() {
+  if (policy_.kind == GradientReduction::Kind::Ordered) {
+    ordered_finish();
+    return reduced_;
+  }
+  if (overlap_) return reduced_;
+  grouped_finish();
+  return sums_;
+}
+
+// One collective over the gradients where backward left them (a replica with no rows: zeros).
+void GradientReducer::grouped_finish() {
+  if (added_ == 0)
+    for (size_t i = 0; i < sources_.size(); ++i) sums_[i] = Tensor::zeros(sources_[i].shape());
+  if (policy_.kind == GradientReduction::Kind::None || comm_ == nullptr || comm_->size() == 1) return;
+  buffers_.clear();
+  for (size_t i = 0; i < sums_.size(); ++i) {
+    if (!owns_memory(sums_, i)) sums_[i] = sums_[i].clone();
+    buffers_.emplace_back(sums_[i].data<float>(), static_cast<size_t>(sums_[i].numel()));
+  }
+  comm_->all_reduce(buffers_, ReduceOp::Sum);
+}
+
+// Every replica gets every part's gradients and sums them in part order into its first set.
+void GradientReducer::ordered_finish() {
+  const BatchSplit& split = *split_;
+  float* bucket = bucket_.data<float>();
+  auto replicas = static_cast<int>(split.first_part.size()) - 1;
+  if (comm_ != nullptr) comm_->all_gather(bucket, sets_ * total_, gathered_.data(), DataType::Float32);
+  else std::copy_n(bucket, sets_ * total_, gathered_.data());
+  bool started = false;
+  for (int q = 0; q < replicas; ++q) {
+    int first = split.first_part[static_cast<size_t>(q)];
+    for (int p = first; p < split.first_part[static_cast<size_t>(q) + 1]; ++p) {
+      if (split.begin(p) == split.end(p)) continue;
+      const float* g = gathered_.data() + (static_cast<int64_t>(q) * sets_ + (p - first)) * total_;
+      if (!started) std::memcpy(bucket, g, static_cast<size_t>(total_) * sizeof(float));
+      else add_in_place(bucket, g, total_);
+      started = true;
+    }
+  }
+  if (!started) std::fill_n(bucket, total_, 0.0f);
+}
+
+}  // namespace tandem::distribute

@@ -1,0 +1,68 @@
+#pragma once
+// One replica's gradients through a training step, reduced over the replicas by the strategy's
+// policy (GradientReduction): the step hands it each of the replica's parts' gradients (and, for
+// the bucketed policy, each gradient as backward finishes it); finish() gives the reduced sums.
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "tandem/autograd.h"
+#include "tandem/distribute/strategy.h"
+#include "tandem/distribute/train_step.h"
+
+namespace tandem::distribute {
+
+class GradientReducer {
+ public:
+  // `sources`: the replica's trainable variables' tensors, in order.
+  GradientReducer(GradientReduction policy, std::vector<Tensor> sources);
+  // A step starts: this replica (of `comm`'s group; null: the only one) computes its parts of `split`.
+  void begin(Communicator* comm, const BatchSplit& split, int replica);
+  // For backward (GradientTape::gradient's `ready`, writing into `out`): packs and reduces
+  // gradients as they are finished while backward goes on; null when the policy waits for
+  // backward to end.
+  const std::function<void(size_t)>* ready(std::span<Tensor> out);
+  // The gradients of the replica's k-th part (one per source; the reducer may keep the tensors).
+  void add(int k, std::span<Tensor> grads);
+  // Every part added: the gradients summed over every part of every replica (None: this
+  // replica's own), one per source.
+  std::span<const Tensor> finish();
+
+ private:
+  void reserve_sets(int sets);
+  void pack(int k, size_t i, const Tensor& gradient);
+  void bucket_ready(size_t i);
+  void grouped_finish();
+  void ordered_finish();
+  GradientReduction policy_;
+  std::vector<Tensor> sources_;
+  std::vector<int64_t> offsets_;  // of each gradient in a set
+  int64_t total_ = 0;             // floats of one set
+  Communicator* comm_ = nullptr;
+  const BatchSplit* split_ = nullptr;
+  int replica_ = 0, sets_ = 0;
+  bool overlap_ = false;         // bucketed this step
+  int added_ = 0;                // parts with rows added this step
+  Tensor bucket_;                // sets_ sets of every gradient back to back (ordered, bucketed)
+  std::vector<Tensor> reduced_;  // views of the bucket's first set
+  std::vector<Tensor> sums_;     // grouped, none: the gradients where backward left them
+  std::vector<float> gathered_;  // ordered: every replica's sets
+  std::vector<std::span<float>> buffers_;
+  // Bucketed: sources [frontier_, n) packed; bucket [reduced_from_, total_) all-reduced.
+  std::vector<bool> done_;
+  size_t frontier_ = 0;
+  int64_t reduced_from_ = 0;
+  std::span<Tensor> out_;
+  std::function<void(size_t)> on_ready_;
+};
+
+// What one replica keeps from step to step: its tape, reducer and gradient list.
+struct TrainStep::Work {
+  Work(GradientReduction policy, std::vector<Tensor> sources_in)
+      : reducer(policy, sources_in), sources(std::move(sources_in)), grads(sources.size()) {}
+  GradientTape tape;
+  GradientReducer reducer;
+  std::vector<Tensor> sources, grads;
+};
+
+}  // namespace tandem::distribute
