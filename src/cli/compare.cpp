@@ -209,7 +209,8 @@ void add_compare(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--strategies", flags->strategies,
-                  "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]]")
+                  "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]], "
+                  "local_sgd[:N[:K]]")
       ->capture_default_str();
   cmd->add_option("--report", flags->report, "write the table as JSON to this file (default: none)")
       ->capture_default_str();

@@ -228,8 +228,8 @@ void add_fit(CLI::App& app) {
   cmd->add_option("--report", flags->report, "write a JSON summary of the run to this file (default: none)")
       ->capture_default_str();
   cmd->add_option("--strategy", flags->strategy,
-                  "default, one_device, mirrored[:N[:deterministic]] or central[:N[:deterministic]] (N replicas, "
-                  "default one per core; "
+                  "default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]] or "
+                  "local_sgd[:N[:K]] (N replicas, default one per core; K steps between weight averages, default 4; "
                   "--threads is then per replica)")
       ->capture_default_str();
   cmd->add_flag("--overwrite", flags->overwrite,

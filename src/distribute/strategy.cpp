@@ -12,12 +12,14 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <vector>
 
 #include "core/cpu_budget.h"
 #include "tandem/autograd.h"
+#include "tandem/distribute/local_sgd.h"
 #include "tandem/error.h"
 #include "tandem/runtime.h"
 
@@ -377,11 +379,21 @@ void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& 
     }
 }
 
+namespace {
+// "N" of a strategy name: a replica count from 1 to kMaxThreads, else nullopt.
+std::optional<int> replica_count(const std::string& n) {
+  if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1 ||
+      std::stoi(n) > kMaxThreads)
+    return std::nullopt;
+  return std::stoi(n);
+}
+}  // namespace
+
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica) {
   auto bad = [&](const std::string& why) -> std::unique_ptr<Strategy> {
     fail(
-        "strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]] or "
-        "central[:N[:deterministic]]",
+        "strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]], "
+        "central[:N[:deterministic]] or local_sgd[:N[:K]]",
         spec, why);
   };
   if (spec == "default") return nullptr;
@@ -395,16 +407,26 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per
   }
   if (parts[0] == "one_device" || parts[0] == "default")
     return bad("\"" + parts[0] + "\" takes no replica count or options");
-  if (parts[0] != "mirrored" && parts[0] != "central") return bad("unknown strategy \"" + parts[0] + "\"");
+  if (parts[0] != "mirrored" && parts[0] != "central" && parts[0] != "local_sgd")
+    return bad("unknown strategy \"" + parts[0] + "\"");
   if (parts.size() > 3) return bad("too many parts");
-  MirroredOptions options{.threads_per_replica = threads_per_replica};
+  int replicas = 0;
   if (parts.size() > 1) {
-    const std::string& n = parts[1];
-    if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1 ||
-        std::stoi(n) > kMaxThreads)
-      return bad(fmt::format("the replica count \"{}\" is not a number from 1 to {}", n, kMaxThreads));
-    options.num_replicas = std::stoi(n);
+    std::optional<int> n = replica_count(parts[1]);
+    if (!n) return bad(fmt::format("the replica count \"{}\" is not a number from 1 to {}", parts[1], kMaxThreads));
+    replicas = *n;
   }
+  if (parts[0] == "local_sgd") {
+    LocalSgdOptions options{.num_replicas = replicas, .threads_per_replica = threads_per_replica};
+    if (parts.size() > 2) {
+      const std::string& k = parts[2];
+      if (k.empty() || k.size() > 6 || k.find_first_not_of("0123456789") != std::string::npos || std::stoi(k) < 1)
+        return bad(fmt::format("the steps between averages \"{}\" is not a number from 1 to 999999", k));
+      options.sync_every = std::stoi(k);
+    }
+    return std::make_unique<LocalSgdStrategy>(options);
+  }
+  MirroredOptions options{.num_replicas = replicas, .threads_per_replica = threads_per_replica};
   if (parts.size() > 2) {
     if (parts[2] != "deterministic") return bad("unknown option \"" + parts[2] + "\"");
     options.deterministic = true;

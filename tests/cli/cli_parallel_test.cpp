@@ -54,6 +54,21 @@ TEST(Cli, CompareTrainsUnderEachStrategyAndWritesTableJsonAndChart) {
     EXPECT_NE(r.output.find("is slower than default"), std::string::npos);
 }
 
+// LocalSgdStrategy goes through compare (and fit) by name like the built-in strategies.
+TEST(Cli, CompareTrainsUnderLocalSgd) {
+  testing::TempDir dir;
+  make_mnist(dir.file("mnist"), 2000, 500);
+  Outcome r = run({"compare", "--data-dir", dir.path(), "--epochs", "2", "--batch-size", "16", "--strategies",
+                   "default,local_sgd:2:4", "--report", dir.file("r.json"), "--chart", dir.file("c.svg")},
+                  dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto report = nlohmann::json::parse(io::read_file(dir.file("r.json")));
+  ASSERT_EQ(report["runs"].size(), 2u);
+  EXPECT_EQ(report["runs"][1]["strategy"], "local_sgd:2:4");
+  EXPECT_EQ(report["runs"][1]["replicas"], 2);
+  EXPECT_GT(report["runs"][1]["test_accuracy"].get<double>(), 0.9) << report.dump();
+}
+
 TEST(Cli, BadStrategiesAreNamed) {
   testing::TempDir dir;
   Outcome r = run({"compare", "--strategies", "default,mirored:2"}, dir);

@@ -279,7 +279,8 @@ class CentralStorageStrategy : public MirroredStrategy {
 
 // A strategy from its name as `tandem --strategy` takes it: "default" (null), "one_device",
 // "mirrored", "mirrored:N", "mirrored:N:deterministic", "central", "central:N" (N replicas;
-// without N one per core).
+// without N one per core), "local_sgd", "local_sgd:N", "local_sgd:N:K" (weights averaged every K
+// steps; 4 without K).
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);
 
 }  // namespace tandem::distribute
