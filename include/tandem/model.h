@@ -141,6 +141,14 @@ class Sequential {
   using BatchSource = std::function<bool(int epoch, int64_t step, bool lazy, distribute::GlobalBatch& batch)>;
   History train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch, const Tensor& x_val,
                      const Tensor& y_val);
+  struct TrainingRun;  // fit's state while it trains (fit.cpp)
+  // The run's signature, the metrics, on_train_begin; where training starts (a restored backup's position).
+  TrainingPosition begin_training(const FitOptions& options);
+  // Epoch `epoch` from batch first_step on: the batches it ended after.
+  int64_t train_epoch(TrainingRun& run, int epoch, int64_t first_step);
+  // Validation, the epoch's logs into the history, on_epoch_end.
+  void end_epoch(TrainingRun& run, int epoch, int64_t steps_done);
+  const Logs& current_logs(Logs& logs) const;  // the running metrics
   // The model's replicas under its strategy (replica 0: its own layers), from the current weights;
   // the optimizer's replica slots are copied again on the next step.
   void make_replicas();

@@ -163,4 +163,23 @@ void GradientReducer::ordered_finish() {
   if (!started) std::fill_n(bucket, total_, 0.0f);
 }
 
+std::vector<Tensor> reduce_replica_gradients(const ReplicaContext& replica, GradientReduction policy,
+                                             std::span<const Tensor> gradients) {
+  if (policy.kind == GradientReduction::Kind::Bucketed) policy = {};  // backward is over: nothing to overlap
+  std::vector<Tensor> copies;
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    if (gradients[i].dtype() != DType::Float32)
+      fail("Optimizer::apply: gradient {} is {}; only float32 gradients are reduced over replicas", i,
+           dtype_name(gradients[i].dtype()));
+    copies.push_back(gradients[i].clone());
+  }
+  GradientReducer reducer(policy, copies);
+  BatchSplit split;
+  split.even(replica.num_replicas, replica.num_replicas, replica.num_replicas);
+  reducer.begin(replica.communicator, split, replica.replica_id);
+  reducer.add(0, copies);
+  std::span<const Tensor> reduced = reducer.finish();
+  return {reduced.begin(), reduced.end()};
+}
+
 }  // namespace tandem::distribute

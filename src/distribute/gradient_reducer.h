@@ -56,6 +56,11 @@ class GradientReducer {
   std::function<void(size_t)> on_ready_;
 };
 
+// The gradients a custom loop hands to Optimizer::apply on one replica (the caller's tensors:
+// reduced on copies), reduced over the replicas by `policy` as a step of one part per replica.
+std::vector<Tensor> reduce_replica_gradients(const ReplicaContext& replica, GradientReduction policy,
+                                             std::span<const Tensor> gradients);
+
 // What one replica keeps from step to step: its tape, reducer and gradient list.
 struct TrainStep::Work {
   Work(GradientReduction policy, std::vector<Tensor> sources_in)

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/cpu_budget.h"
+#include "distribute/gradient_reducer.h"
 #include "tandem/autograd.h"
 #include "tandem/distribute/local_sgd.h"
 #include "tandem/error.h"
@@ -45,15 +46,16 @@ class RunningAs {
   AsReplica as_;
   UsingUpdateRule rule_;
 };
-// Mirrored variables: the gradients summed over the replicas in one fused collective, then every
-// replica updates its own copy of the variables with its own copy of the slots.
+// Mirrored variables: the gradients reduced over the replicas by the strategy's policy (custom
+// loops; fit's step reduces them itself), then every replica updates its own copy of the
+// variables with its own copy of the slots.
 class MirroredUpdate : public UpdateRule {
  public:
   void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> gradients) override {
     const ReplicaContext* replica = replica_context();
     if (replica->num_replicas == 1) return optimizer.apply_here(variables, gradients);
-    std::vector<Tensor> summed = replica->all_reduce(ReduceOp::Sum, gradients);
-    apply_reduced(optimizer, variables, summed);
+    apply_reduced(optimizer, variables,
+                  reduce_replica_gradients(*replica, replica->strategy->gradient_reduction(), gradients));
   }
   void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
                      std::span<const Tensor> reduced) override {

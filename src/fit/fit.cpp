@@ -128,8 +128,7 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
   std::vector<int64_t> index(static_cast<size_t>(rows));
   std::iota(index.begin(), index.end(), 0);
   int64_t first_row = 0;  // of the current batch, in `index`
-  const std::function<void(int64_t, int64_t, Tensor&, Tensor&)> gather = [&](int64_t b, int64_t e, Tensor& xs,
-                                                                             Tensor& ys) {
+  auto gather = [&](int64_t b, int64_t e, Tensor& xs, Tensor& ys) {
     xs = gather_rows(x, index, first_row + b, first_row + e);
     ys = gather_rows(y, index, first_row + b, first_row + e);
   };
@@ -138,15 +137,55 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
     if (step == 0 && !options.shuffle) std::iota(index.begin(), index.end(), 0);
     first_row = step * batch;
     out.rows = std::min(rows, first_row + batch) - first_row;
-    out.gather = &gather;
+    if (!out.gather) out.gather = gather;
     if (!lazy) gather(0, out.rows, out.x, out.y);  // else each replica gathers its rows
     return true;
   };
   return train_loop(options, steps, batches, x_val, y_val);
 }
 
+// What fit keeps while it trains: its arguments, the step, the batch and the epoch's logs.
+struct Sequential::TrainingRun {
+  const FitOptions& options;
+  int64_t steps;  // per epoch; -1: until the source runs out
+  const BatchSource& next_batch;
+  const Tensor &x_val, &y_val;
+  distribute::TrainStep& step;
+  distribute::GlobalBatch batch;
+  std::optional<train::ProgressBar> bar;
+  Logs logs;
+  History history;
+};
+
 History Sequential::train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch,
                                const Tensor& x_val, const Tensor& y_val) {
+  TrainingPosition start = begin_training(options);
+  make_replicas();                                                  // from the current weights and optimizer state
+  std::shared_ptr<distribute::ModelReplicas> replicas = replicas_;  // kept while this fit steps
+  distribute::TrainStep step(strategy_, *replicas, *loss_, *optimizer_, seed_);
+  TrainingRun run{options, steps, next_batch, x_val, y_val, step, {}, {}, {}, {}};
+  for (int epoch = start.epoch; epoch < options.epochs && !stop_training; ++epoch) {
+    if (options.verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
+    for (auto& cb : options.callbacks) cb->on_epoch_begin(epoch, {});
+    run.bar.emplace(steps, options.verbose, stdout);
+    for (Metric& m : running_metrics_) m.reset();
+    int64_t first_step = 0;
+    if (epoch == start.epoch && start.step > 0) {
+      // Resuming mid-epoch: the same permutation (keyed by seed and epoch), the batches already
+      // trained skipped, the epoch's running metrics as they were saved.
+      first_step = start.step;
+      for (size_t i = 0; i < running_metrics_.size() && i < restored_metrics_.size(); ++i)
+        running_metrics_[i].restore(restored_metrics_[i]);
+    }
+    end_epoch(run, epoch, train_epoch(run, epoch, first_step));
+  }
+  for (auto& cb : options.callbacks) cb->on_train_end(run.logs);
+  for (auto& cb : options.callbacks) cb->model = nullptr;
+  running_metrics_.clear();
+  return std::move(run.history);
+}
+
+TrainingPosition Sequential::begin_training(const FitOptions& options) {
   run_signature_ = options.run_config;
   std::string architecture;
   for (const auto& layer : layers_) architecture += (architecture.empty() ? "" : " ") + layer->type();
@@ -159,80 +198,59 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
   running_metrics_.clear();
   running_metrics_.emplace_back(Metric::Kind::Mean, "loss");
   for (const std::string& m : metric_names_) running_metrics_.push_back(Metric::parse(m, *loss_));
-
-  History history;
-  Logs logs;
-  auto current_logs = [&]() -> const Logs& {
-    logs.clear();
-    for (const Metric& m : running_metrics_) logs.emplace_back(m.name(), m.result());
-    return logs;
-  };
   for (auto& cb : options.callbacks) cb->model = this;
   stop_training = false;
   resume_from.reset();
   for (auto& cb : options.callbacks) cb->on_train_begin({});
   TrainingPosition start{options.initial_epoch, 0};
-  if (resume_from) {
-    start = *resume_from;
-    resume_from.reset();
-  }
+  if (resume_from) start = *resume_from;  // a callback restored a backup
+  resume_from.reset();
+  return start;
+}
 
-  make_replicas();                                                  // from the current weights and optimizer state
-  std::shared_ptr<distribute::ModelReplicas> replicas = replicas_;  // kept while this fit steps
-  distribute::TrainStep train_step(strategy_, *replicas, *loss_, *optimizer_, seed_);
-  distribute::GlobalBatch batch;
-  for (int epoch = start.epoch; epoch < options.epochs && !stop_training; ++epoch) {
-    if (options.verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
-    for (auto& cb : options.callbacks) cb->on_epoch_begin(epoch, {});
-    train::ProgressBar bar(steps, options.verbose, stdout);
-    for (Metric& m : running_metrics_) m.reset();
-    int64_t first_step = 0;
-    if (epoch == start.epoch && start.step > 0) {
-      // Resuming mid-epoch: the same permutation (keyed by seed and epoch), the batches already
-      // trained skipped, the epoch's running metrics as they were saved.
-      first_step = start.step;
-      for (size_t i = 0; i < running_metrics_.size() && i < restored_metrics_.size(); ++i)
-        running_metrics_[i].restore(restored_metrics_[i]);
+const Logs& Sequential::current_logs(Logs& logs) const {
+  logs.clear();
+  for (const Metric& m : running_metrics_) logs.emplace_back(m.name(), m.result());
+  return logs;
+}
+
+int64_t Sequential::train_epoch(TrainingRun& run, int epoch, int64_t first_step) {
+  const auto& callbacks = run.options.callbacks;
+  int64_t step = 0;
+  for (; run.steps < 0 || step < run.steps; ++step) {
+    if (!run.next_batch(epoch, step, run.step.splits(), run.batch)) break;
+    if (step < first_step) continue;
+    for (auto& cb : callbacks) cb->on_batch_begin(step, {});
+    const distribute::StepResult& result = run.step.run(run.batch, static_cast<uint64_t>(optimizer_->iterations()));
+    running_metrics_[0].update_mean(result.loss, run.batch.rows);
+    for (size_t p = 0; p < result.predictions.size(); ++p)
+      if (result.labels[p].defined())
+        for (size_t i = 1; i < running_metrics_.size(); ++i)
+          running_metrics_[i].update(result.labels[p], result.predictions[p]);
+    position_ = TrainingPosition{epoch, step + 1};
+    if (run.bar->due(step + 1)) run.bar->update(step + 1, current_logs(run.logs));
+    if (!callbacks.empty()) {
+      current_logs(run.logs);
+      for (auto& cb : callbacks) cb->on_batch_end(step, run.logs);
     }
-    int64_t step = 0;
-    for (; steps < 0 || step < steps; ++step) {
-      if (!next_batch(epoch, step, train_step.splits(), batch)) break;
-      if (step < first_step) continue;
-      if (!options.callbacks.empty())
-        for (auto& cb : options.callbacks) cb->on_batch_begin(step, {});
-      const distribute::StepResult& result = train_step.run(batch, static_cast<uint64_t>(optimizer_->iterations()));
-      running_metrics_[0].update_mean(result.loss, batch.rows);
-      for (size_t p = 0; p < result.predictions.size(); ++p)
-        if (result.labels[p].defined())
-          for (size_t i = 1; i < running_metrics_.size(); ++i)
-            running_metrics_[i].update(result.labels[p], result.predictions[p]);
-      position_ = TrainingPosition{epoch, step + 1};
-      if (bar.due(step + 1)) bar.update(step + 1, current_logs());
-      if (!options.callbacks.empty()) {
-        current_logs();
-        for (auto& cb : options.callbacks) cb->on_batch_end(step, logs);
-      }
-      if (stop_training) {  // as Keras: a callback's stop takes effect after the batch
-        ++step;
-        break;
-      }
-    }
-    position_ = TrainingPosition{epoch + 1, 0};
-    current_logs();
-    if (x_val.defined()) {
-      Logs val = run_evaluation(x_val, y_val, options.batch_size);
-      for (const auto& [name, value] : val) logs.emplace_back("val_" + name, value);
-    }
-    bar.finish(step, logs);
-    logs.emplace_back("lr", optimizer_->current_learning_rate());
-    for (const auto& [name, value] : logs) history.history[name].push_back(value);
-    history.epochs.push_back(epoch);
-    for (auto& cb : options.callbacks) cb->on_epoch_end(epoch, logs);
+    if (stop_training) return step + 1;  // as Keras: a callback's stop takes effect after the batch
   }
-  for (auto& cb : options.callbacks) cb->on_train_end(logs);
-  for (auto& cb : options.callbacks) cb->model = nullptr;
-  running_metrics_.clear();
-  return history;
+  return step;
+}
+
+void Sequential::end_epoch(TrainingRun& run, int epoch, int64_t steps_done) {
+  position_ = TrainingPosition{epoch + 1, 0};
+  Logs& logs = run.logs;
+  current_logs(logs);
+  if (run.x_val.defined()) {
+    Logs val = run_evaluation(run.x_val, run.y_val, run.options.batch_size);
+    for (const auto& [name, value] : val) logs.emplace_back("val_" + name, value);
+  }
+  run.bar->finish(steps_done, logs);
+  logs.emplace_back("lr", optimizer_->current_learning_rate());
+  for (const auto& [name, value] : logs) run.history.history[name].push_back(value);
+  run.history.epochs.push_back(epoch);
+  for (auto& cb : run.options.callbacks) cb->on_epoch_end(epoch, logs);
 }
 
 History Sequential::fit(const data::Dataset& dataset, const FitOptions& options) {

@@ -24,7 +24,7 @@ struct GlobalBatch {
   using Gather = std::function<void(int64_t begin, int64_t end, Tensor& x, Tensor& y)>;
   Tensor x, y;
   int64_t rows = 0;
-  const Gather* gather = nullptr;  // used when x is undefined
+  Gather gather;  // used when x is undefined
   void slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) const;
 };
 
