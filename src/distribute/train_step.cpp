@@ -52,9 +52,9 @@ TrainStep::TrainStep(Strategy* strategy, ModelReplicas& replicas, const Loss& lo
 
 TrainStep::~TrainStep() = default;
 
-bool TrainStep::splits() const {
-  return strategy_ != nullptr &&
-         (strategy_->num_replicas_in_sync() > 1 || reduction_.kind == GradientReduction::Kind::Ordered);
+bool TrainStep::splits(const Strategy* strategy) {
+  return strategy != nullptr && (strategy->num_replicas_in_sync() > 1 ||
+                                 strategy->gradient_reduction().kind == GradientReduction::Kind::Ordered);
 }
 
 // A strategy's split must cover the batch in order and give every replica a range of parts.

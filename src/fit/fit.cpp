@@ -150,7 +150,9 @@ struct Sequential::TrainingRun {
   int64_t steps;  // per epoch; -1: until the source runs out
   const BatchSource& next_batch;
   const Tensor &x_val, &y_val;
-  distribute::TrainStep& step;
+  // Made at the first batch (a model may learn its input shape from it), kept for the whole fit.
+  std::shared_ptr<distribute::ModelReplicas> replicas;
+  std::optional<distribute::TrainStep> step;
   distribute::GlobalBatch batch;
   std::optional<train::ProgressBar> bar;
   Logs logs;
@@ -160,10 +162,7 @@ struct Sequential::TrainingRun {
 History Sequential::train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch,
                                const Tensor& x_val, const Tensor& y_val) {
   TrainingPosition start = begin_training(options);
-  make_replicas();                                                  // from the current weights and optimizer state
-  std::shared_ptr<distribute::ModelReplicas> replicas = replicas_;  // kept while this fit steps
-  distribute::TrainStep step(strategy_, *replicas, *loss_, *optimizer_, seed_);
-  TrainingRun run{options, steps, next_batch, x_val, y_val, step, {}, {}, {}, {}};
+  TrainingRun run{options, steps, next_batch, x_val, y_val, {}, {}, {}, {}, {}, {}};
   for (int epoch = start.epoch; epoch < options.epochs && !stop_training; ++epoch) {
     if (options.verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
     for (auto& cb : options.callbacks) cb->on_epoch_begin(epoch, {});
@@ -218,10 +217,15 @@ int64_t Sequential::train_epoch(TrainingRun& run, int epoch, int64_t first_step)
   const auto& callbacks = run.options.callbacks;
   int64_t step = 0;
   for (; run.steps < 0 || step < run.steps; ++step) {
-    if (!run.next_batch(epoch, step, run.step.splits(), run.batch)) break;
+    if (!run.next_batch(epoch, step, distribute::TrainStep::splits(strategy_), run.batch)) break;
     if (step < first_step) continue;
+    if (!run.step) {
+      make_replicas();  // from the current weights and optimizer state
+      run.replicas = replicas_;
+      run.step.emplace(strategy_, *run.replicas, *loss_, *optimizer_, seed_);
+    }
     for (auto& cb : callbacks) cb->on_batch_begin(step, {});
-    const distribute::StepResult& result = run.step.run(run.batch, static_cast<uint64_t>(optimizer_->iterations()));
+    const distribute::StepResult& result = run.step->run(run.batch, static_cast<uint64_t>(optimizer_->iterations()));
     running_metrics_[0].update_mean(result.loss, run.batch.rows);
     for (size_t p = 0; p < result.predictions.size(); ++p)
       if (result.labels[p].defined())

@@ -180,6 +180,15 @@ TEST(Dataset, FitOnAPipelineEqualsFitOnTensors) {
   EXPECT_EQ(ha["loss"], hb["loss"]);
   for (size_t i = 0; i < a->variables().size(); ++i)
     EXPECT_EQ(a->variables()[i]->value.to_vector(), b->variables()[i]->value.to_vector());
+  // A model that learns its input shape from the first batch trains the same.
+  Sequential unbuilt(SequentialOptions{.seed = 4});
+  unbuilt.add(Dense(8, "relu"));
+  unbuilt.add(Dense(3, "softmax"));
+  unbuilt.compile(optimizers::Adam(), "sparse_categorical_crossentropy", {"accuracy"});
+  EXPECT_EQ(unbuilt.fit(Dataset::from_tensor_slices({x, y}).batch(16), {.epochs = 2, .verbose = 0})["loss"],
+            ha["loss"]);
+  for (size_t i = 0; i < a->variables().size(); ++i)
+    EXPECT_EQ(a->variables()[i]->value.to_vector(), unbuilt.variables()[i]->value.to_vector());
   History hc = make()->fit(Dataset::from_tensor_slices({x, y}).filter([](const Element&) { return true; }).batch(16),
                            {.epochs = 1, .verbose = 0});
   EXPECT_EQ(hc["loss"].size(), 1u);

@@ -61,8 +61,8 @@ class TrainStep {
   ~TrainStep();
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
-  // Whether the batch is split (more than one part): then each replica copies its own rows.
-  bool splits() const;
+  // Whether `strategy` splits batches (more than one part): then each replica copies its own rows.
+  static bool splits(const Strategy* strategy);
   // One step on `batch`; `key` keys the step's dropout masks (the optimizer's iteration).
   const StepResult& run(const GlobalBatch& batch, uint64_t key);
 
