@@ -12,8 +12,9 @@
 //     float loss = mirrored.reduce(ReduceOp::Sum, losses).item();
 //   }
 // Inside the step function the model and its optimizer act for the replica running it: the
-// model computes with that replica's variables, and Optimizer::apply sums the gradients across
-// replicas before updating (see replica_context()).
+// model computes with that replica's variables, and Optimizer::apply hands the gradients to the
+// strategy's update rule, which reduces them across replicas (the strategy's policy) and updates.
+// fit runs the same hooks through one training step (tandem/distribute/train_step.h).
 #include <functional>
 #include <memory>
 #include <span>
