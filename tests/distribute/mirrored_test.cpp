@@ -297,6 +297,58 @@ TEST(Deterministic, BitwiseIdenticalWhateverTheNumberOfReplicas) {
   }
 }
 
+// A strategy's own split (Strategy::split_batch): global batches of 24 in four parts, parts 0-1
+// to replica 0 and 2-3 to replica 1 (each replica adds its two parts' gradients, then the
+// all-reduce); or in five uneven parts, replica 0 computing none of them.
+class SplitOfItsOwn : public distribute::MirroredStrategy {
+ public:
+  SplitOfItsOwn(std::vector<int> first_part, int parts)
+      : MirroredStrategy(2, 1), first_part_(std::move(first_part)), parts_(parts) {}
+  void split_batch(int64_t rows, distribute::BatchSplit& split) const override {
+    split.even(rows, parts_, 2);
+    split.first_part = first_part_;
+  }
+
+ private:
+  std::vector<int> first_part_;
+  int parts_;
+};
+
+TEST(StrategyHooks, ASplitOfItsOwnTrainsAsTheDefault) {
+  Data d = blobs(96, Shape{6});
+  for (auto [first_part, parts] : {std::pair{std::vector<int>{0, 2, 4}, 4}, std::pair{std::vector<int>{0, 0, 5}, 5}}) {
+    auto reference = dense_model();
+    History h0 = reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+    SplitOfItsOwn strategy(first_part, parts);
+    std::unique_ptr<Sequential> model;
+    {
+      auto scope = strategy.scope();
+      model = dense_model();
+    }
+    History h1 = model->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+    EXPECT_NEAR(h1["loss"].back(), h0["loss"].back(), 1e-5) << parts << " parts";
+    EXPECT_NEAR(h1["accuracy"].back(), h0["accuracy"].back(), 1e-9) << parts << " parts";
+    auto a = reference->variables(), b = model->variables();
+    for (size_t i = 0; i < a.size(); ++i) {
+      auto va = a[i]->value.to_vector();
+      EXPECT_TRUE(testing::all_close(b[i]->value, std::vector<double>(va.begin(), va.end()), 1e-6, 1e-5))
+          << a[i]->name << ", " << parts << " parts";
+    }
+  }
+}
+
+TEST(StrategyHooks, ASplitThatDoesNotCoverTheBatchIsNamed) {
+  SplitOfItsOwn strategy({0, 2, 3}, 4);  // part 3 computed by nobody
+  std::unique_ptr<Sequential> model;
+  {
+    auto scope = strategy.scope();
+    model = dense_model();
+  }
+  Data d = blobs(48, Shape{6});
+  EXPECT_TRUE(testing::throws_error([&] { model->fit(d.x, d.y, {.batch_size = 24, .verbose = 0}); },
+                                    {"mirrored:2: split_batch cut a batch of 24 rows into 4 parts for 2 replicas"}));
+}
+
 TEST(Deterministic, NeedsAMicroBatchPerReplica) {
   EXPECT_TRUE(testing::throws_error(
       [] { distribute::MirroredStrategy s({.num_replicas = 4, .deterministic = true, .micro_batches = 2}); },
