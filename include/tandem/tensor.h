@@ -30,9 +30,10 @@ constexpr DType dtype_of<uint8_t>() {
   return DType::UInt8;
 }
 
-// Where a tensor's bytes live. Only the CPU exists today; kernels dispatch on it.
+// Where a tensor's bytes live; ops reach the kernels of the tensor's device. Emulated: kernels and
+// memory registered by a test, standing in for a device the host cannot read directly.
 struct Device {
-  enum class Kind : uint8_t { CPU, CUDA } kind = Kind::CPU;
+  enum class Kind : uint8_t { CPU, CUDA, Emulated } kind = Kind::CPU;
   int index = 0;
   static Device cpu() { return {}; }
   bool operator==(const Device&) const = default;
@@ -91,14 +92,20 @@ class Tensor {
   bool is_contiguous() const;
   uint64_t id() const;  // unique for the life of the process; used by the tape
 
+  // The first element on the host. A tensor on a device the host cannot read directly fails
+  // here: read it through to(Device::cpu()), to_vector() or item(), the one path to the host.
   template <typename T>
   T* data();
-  void* raw();  // the first element's bytes, whatever the dtype
+  void* raw();  // the first element's bytes, whatever the dtype (host, as data)
   const void* raw() const;
   template <typename T>
   const T* data() const;
-  std::vector<float> to_vector() const;  // float32 copy, any layout
-  float item() const;                    // a one-element float32 tensor's value
+  // The first element's address on the tensor's own device, unchecked: for that device's kernels.
+  template <typename T>
+  T* buffer() const;
+  std::vector<float> to_vector() const;  // float32 copy on the host, any layout
+  float item() const;                    // a one-element float32 tensor's value, on the host
+  Tensor to(Device device) const;        // a contiguous copy on `device` (itself when already there)
 
   // Views (share storage).
   Tensor reshape(const Shape& shape) const;        // -1 allowed once; needs a contiguous tensor

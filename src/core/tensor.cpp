@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/device_memory.h"
 #include "core/tensor_impl.h"
 
 namespace tandem {
@@ -9,11 +10,19 @@ namespace {
 
 std::atomic<uint64_t> next_tensor_id{1};
 
+std::array<core::DeviceMemory*, 3> device_memories{};
+
 void storage_release(Storage* s) {
   if (s != nullptr && s->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    memory::deallocate(s->data, s->bytes);
+    if (s->device.kind == Device::Kind::CPU) memory::deallocate(s->data, s->bytes);
+    else core::device_memory(s->device.kind)->deallocate(s->data, s->bytes);
     delete s;
   }
+}
+
+// Whether host code may touch the tensor's bytes directly.
+bool on_host(const TensorImpl* impl) {
+  return impl->device.kind == Device::Kind::CPU || core::device_memory(impl->device.kind)->host_accessible();
 }
 
 void contiguous_strides(TensorImpl* impl) {
@@ -79,7 +88,22 @@ size_t dtype_size(DType dtype) {
   return 0;
 }
 
-std::string Device::name() const { return kind == Kind::CPU ? std::string("cpu") : fmt::format("cuda:{}", index); }
+std::string Device::name() const {
+  switch (kind) {
+    case Kind::CPU: return "cpu";
+    case Kind::CUDA: return fmt::format("cuda:{}", index);
+    case Kind::Emulated: return fmt::format("emulated:{}", index);
+  }
+  return "?";
+}
+
+namespace core {
+void register_device_memory(Device::Kind kind, DeviceMemory* memory) {
+  if (kind == Device::Kind::CPU) fail("register_device_memory: the cpu's memory is the pooled allocator");
+  device_memories[static_cast<size_t>(kind)] = memory;
+}
+DeviceMemory* device_memory(Device::Kind kind) { return device_memories[static_cast<size_t>(kind)]; }
+}  // namespace core
 
 Shape::Shape(std::initializer_list<int64_t> dims) : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
 
@@ -151,12 +175,12 @@ Tensor::~Tensor() {
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  if (device.kind != Device::Kind::CPU)
+  core::DeviceMemory* memory = nullptr;
+  if (device.kind != Device::Kind::CPU && (memory = core::device_memory(device.kind)) == nullptr)
     fail("Tensor::empty: device {} is not available in this build (expected cpu)", device.name());
   auto* storage = new Storage();
-  storage->bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  storage->data = memory::allocate(storage->bytes == 0 ? 1 : storage->bytes);
-  if (storage->bytes == 0) storage->bytes = 1;
+  storage->bytes = std::max<size_t>(static_cast<size_t>(shape.numel()) * dtype_size(dtype), 1);
+  storage->data = memory == nullptr ? memory::allocate(storage->bytes) : memory->allocate(storage->bytes);
   storage->device = device;
   auto* impl = new TensorImpl();
   impl->storage = storage;
@@ -169,12 +193,14 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  if (device.kind != Device::Kind::CPU) return zeros(shape, dtype).to(device);
   Tensor t = empty(shape, dtype, device);
   std::memset(t.impl_->storage->data, 0, static_cast<size_t>(shape.numel()) * dtype_size(dtype));
   return t;
 }
 
 Tensor Tensor::full(const Shape& shape, float value, Device device) {
+  if (device.kind != Device::Kind::CPU) return full(shape, value).to(device);
   Tensor t = empty(shape, DType::Float32, device);
   t.fill(value);
   return t;
@@ -229,6 +255,18 @@ T* Tensor::data() {
   const TensorImpl* impl = checked(impl_);
   if (impl->dtype != dtype_of<T>())
     fail("Tensor::data: tensor is {}, requested {}", dtype_name(impl->dtype), dtype_name(dtype_of<T>()));
+  if (impl->device.kind != Device::Kind::CPU && !on_host(impl))
+    fail(
+        "Tensor::data: the {} tensor lives on {}, which the host cannot read directly; read it with "
+        "to(Device::cpu()), to_vector() or item()",
+        to_string(*this), impl->device.name());
+  return static_cast<T*>(impl->storage->data) + impl->offset;
+}
+template <typename T>
+T* Tensor::buffer() const {
+  const TensorImpl* impl = checked(impl_);
+  if (impl->dtype != dtype_of<T>())
+    fail("Tensor::buffer: tensor is {}, requested {}", dtype_name(impl->dtype), dtype_name(dtype_of<T>()));
   return static_cast<T*>(impl->storage->data) + impl->offset;
 }
 template <typename T>
@@ -237,6 +275,9 @@ const T* Tensor::data() const {
 }
 void* Tensor::raw() {
   const TensorImpl* impl = checked(impl_);
+  if (!on_host(impl))
+    fail("Tensor::raw: the {} tensor lives on {}; read it with to(Device::cpu())", to_string(*this),
+         impl->device.name());
   return static_cast<char*>(impl->storage->data) + impl->offset * static_cast<int64_t>(dtype_size(impl->dtype));
 }
 const void* Tensor::raw() const { return const_cast<Tensor*>(this)->raw(); }
@@ -247,8 +288,39 @@ template uint8_t* Tensor::data<uint8_t>();
 template const float* Tensor::data<float>() const;
 template const int32_t* Tensor::data<int32_t>() const;
 template const uint8_t* Tensor::data<uint8_t>() const;
+template float* Tensor::buffer<float>() const;
+template int32_t* Tensor::buffer<int32_t>() const;
+template uint8_t* Tensor::buffer<uint8_t>() const;
+
+// Through the host when either side is a device the host cannot read: the source's storage
+// comes to the host whole (views keep their strides), the copy goes out contiguous.
+Tensor Tensor::to(Device device) const {
+  const TensorImpl* impl = checked(impl_);
+  if (impl->device == device) return *this;
+  Tensor host = *this;
+  if (!on_host(impl)) {
+    Tensor whole = empty(Shape{static_cast<int64_t>(impl->storage->bytes)}, DType::UInt8);
+    core::device_memory(impl->device.kind)->to_host(whole.raw(), impl->storage->data, impl->storage->bytes);
+    auto* view = new TensorImpl();
+    view->storage = whole.impl_->storage;
+    view->storage->refs.fetch_add(1, std::memory_order_relaxed);
+    view->shape = impl->shape;
+    view->strides = impl->strides;
+    view->offset = impl->offset;
+    view->dtype = impl->dtype;
+    view->id = next_tensor_id.fetch_add(1, std::memory_order_relaxed);
+    host = Tensor(view);
+  }
+  host = host.device().kind == Device::Kind::CPU ? host.contiguous() : host.clone();
+  if (device.kind == Device::Kind::CPU) return host.device() == device ? host : host.clone();
+  Tensor out = empty(impl->shape, impl->dtype, device);
+  size_t bytes = static_cast<size_t>(out.numel()) * dtype_size(out.dtype());
+  if (bytes > 0) core::device_memory(device.kind)->from_host(out.impl_->storage->data, host.raw(), bytes);
+  return out;
+}
 
 std::vector<float> Tensor::to_vector() const {
+  if (!on_host(checked(impl_))) return to(Device::cpu()).to_vector();
   Tensor f = dtype() == DType::Float32 ? contiguous() : astype(DType::Float32);
   const float* p = f.data<float>();
   return std::vector<float>(p, p + f.numel());
@@ -256,6 +328,7 @@ std::vector<float> Tensor::to_vector() const {
 
 float Tensor::item() const {
   if (numel() != 1) fail("Tensor::item: tensor has shape {}, expected one element", shape().str());
+  if (!on_host(impl_)) return to(Device::cpu()).item();
   if (dtype() == DType::Float32) return *data<float>();
   return to_vector()[0];
 }
@@ -300,6 +373,7 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::clone() const {
   const TensorImpl* impl = checked(impl_);
+  if (!on_host(impl)) return to(Device::cpu()).to(impl->device);
   Tensor out = empty(impl->shape, impl->dtype, impl->device);
   out.copy_from(*this);
   return out;
@@ -312,6 +386,17 @@ void Tensor::copy_from(const Tensor& src) {
   if (!(d->shape == s->shape) || d->dtype != s->dtype)
     fail("copy_from: destination is {} {}, source is {} {}", d->shape.str(), dtype_name(d->dtype), s->shape.str(),
          dtype_name(s->dtype));
+  if (!on_host(d) || !on_host(s)) {  // through the host; a device destination must be contiguous
+    Tensor host = src.to(Device::cpu());
+    if (on_host(d)) return copy_from(host);
+    if (!is_contiguous()) fail("copy_from: the destination on {} must be contiguous", d->device.name());
+    size_t bytes = static_cast<size_t>(numel()) * dtype_size(d->dtype);
+    if (bytes > 0)
+      core::device_memory(d->device.kind)
+          ->from_host(static_cast<char*>(d->storage->data) + d->offset * static_cast<int64_t>(dtype_size(d->dtype)),
+                      host.raw(), bytes);
+    return;
+  }
   size_t elem = dtype_size(d->dtype);
   auto* dst = static_cast<char*>(d->storage->data);
   const auto* from = static_cast<const char*>(s->storage->data);
@@ -330,11 +415,13 @@ void Tensor::copy_from(const Tensor& src) {
 void Tensor::fill(float value) {
   if (dtype() != DType::Float32 || !is_contiguous())
     fail("fill: needs a contiguous float32 tensor, got {}", to_string(*this));
+  if (!on_host(impl_)) return copy_from(full(shape(), value));
   float* p = data<float>();
   for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = value;
 }
 
 Tensor Tensor::astype(DType dtype) const {
+  if (!on_host(checked(impl_))) return to(Device::cpu()).astype(dtype).to(device());
   Tensor src = contiguous();
   Tensor out = empty(src.shape(), dtype, src.device());
   int64_t n = src.numel();

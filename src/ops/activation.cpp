@@ -1,5 +1,5 @@
 // activation: x:(…) -> act(x):(…); Softmax over the last axis.
-// backward: from y (and x for GELU), see kernels::cpu::activation_backward.
+// backward: from y (and x for GELU), see kernels::Backend::activation_backward.
 #include <string>
 
 #include "core/tensor_impl.h"
@@ -45,10 +45,11 @@ struct ActivationNode : autograd::Node {
   Activation act;
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
-    Tensor dx = Tensor::empty(y.shape());
+    Tensor dx = Tensor::empty(y.shape(), DType::Float32, dy.device());
     int64_t cols = y.rank() == 0 ? 1 : y.dim(-1);
-    kernels::cpu::activation_backward(dy.data<float>(), x.defined() ? x.data<float>() : nullptr, y.data<float>(),
-                                      dx.data<float>(), y.numel() / std::max<int64_t>(cols, 1), cols, act);
+    kernels::backend(dy.device())
+        .activation_backward(dy.buffer<float>(), x.defined() ? x.buffer<float>() : nullptr, y.buffer<float>(),
+                             dx.buffer<float>(), y.numel() / std::max<int64_t>(cols, 1), cols, act);
     tape.accumulate(input_slots[0], dx);
   }
 };
@@ -71,7 +72,8 @@ Tensor activation(const Tensor& x_in, Activation act) {
   Tensor x = x_in.contiguous();
   Tensor y = x.clone();
   int64_t cols = y.rank() == 0 ? 1 : y.dim(-1);
-  if (y.numel() > 0) kernels::cpu::bias_activation(y.data<float>(), nullptr, y.numel() / cols, cols, act);
+  if (y.numel() > 0)
+    kernels::backend(y.device()).bias_activation(y.buffer<float>(), nullptr, y.numel() / cols, cols, act);
   // A cross-entropy loss on the probabilities uses the fused, numerically stable logits path (as Keras does).
   if (act == Activation::Softmax) y.impl()->note = std::make_unique<SoftmaxOf>(x_in);
   if (auto* tape = autograd::tracking_tape({&x_in})) {

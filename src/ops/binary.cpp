@@ -13,9 +13,9 @@ bool broadcasts(const Tensor& a, const Tensor& b) {
 
 Tensor reduce_to(const Tensor& g, const Shape& like) {
   if (g.shape() == like) return g;
-  Tensor out = Tensor::empty(like);
+  Tensor out = Tensor::empty(like, DType::Float32, g.device());
   int64_t cols = like[0];
-  kernels::cpu::column_sums(g.data<float>(), g.numel() / cols, cols, out.data<float>());
+  kernels::backend(g.device()).column_sums(g.buffer<float>(), g.numel() / cols, cols, out.buffer<float>());
   return out;
 }
 
@@ -36,6 +36,7 @@ struct BinaryNode : autograd::Node {
 Tensor binary(const Tensor& a_in, const Tensor& b_in, BinaryKind kind, const char* name) {
   require_float(a_in, name, "a");
   require_float(b_in, name, "b");
+  require_device(b_in, a_in, name, "b");
   bool bcast = broadcasts(a_in, b_in);
   if (!bcast && !(a_in.shape() == b_in.shape()))
     fail("{}: shapes {} and {} are neither equal nor (…, C) with (C,)", name, a_in.shape().str(), b_in.shape().str());

@@ -1,7 +1,7 @@
 #pragma once
 // Argument checks shared by the ops; each failure names the op, the argument, and both values.
 #include "autograd/node.h"
-#include "kernels/cpu/kernels.h"
+#include "kernels/backend.h"
 #include "tandem/ops.h"
 
 namespace tandem::ops {
@@ -9,7 +9,12 @@ namespace tandem::ops {
 inline void require_float(const Tensor& t, const char* op, const char* arg) {
   if (!t.defined()) fail("{}: argument '{}' is undefined", op, arg);
   if (t.dtype() != DType::Float32) fail("{}: argument '{}' must be float32, got {}", op, arg, dtype_name(t.dtype()));
-  if (t.device() != Device::cpu()) fail("{}: argument '{}' is on {}, expected cpu", op, arg, t.device().name());
+}
+
+// Every argument of an op lives on the first one's device, whose kernels it runs.
+inline void require_device(const Tensor& t, const Tensor& first, const char* op, const char* arg) {
+  if (t.defined() && t.device() != first.device())
+    fail("{}: argument '{}' is on {}, the op runs on {}", op, arg, t.device().name(), first.device().name());
 }
 
 inline void require_rank(const Tensor& t, int rank, const char* op, const char* arg) {

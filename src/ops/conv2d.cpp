@@ -10,25 +10,28 @@ namespace {
 struct Conv2dNode : autograd::Node {
   Tensor x, kernel, y, z;
   Activation act;
-  kernels::cpu::Conv2dShape shape;
+  kernels::Conv2dShape shape;
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
     if (act != Activation::Linear) {
-      Tensor dz = Tensor::empty(dy.shape());
-      kernels::cpu::activation_backward(dy.data<float>(), z.defined() ? z.data<float>() : nullptr, y.data<float>(),
-                                        dz.data<float>(), dy.numel() / shape.f, shape.f, act);
+      Tensor dz = Tensor::empty(dy.shape(), DType::Float32, dy.device());
+      kernels::backend(dy.device())
+          .activation_backward(dy.buffer<float>(), z.defined() ? z.buffer<float>() : nullptr, y.buffer<float>(),
+                               dz.buffer<float>(), dy.numel() / shape.f, shape.f, act);
       dy = dz;
     }
     if (needs(0)) {
-      Tensor dx = Tensor::empty(x.shape());
-      kernels::cpu::conv2d_backward_data(shape, dy.data<float>(), kernel.data<float>(), dx.data<float>());
+      Tensor dx = Tensor::empty(x.shape(), DType::Float32, dy.device());
+      kernels::backend(dy.device())
+          .conv2d_backward_data(shape, dy.buffer<float>(), kernel.buffer<float>(), dx.buffer<float>());
       tape.accumulate(input_slots[0], dx);
     }
     if (needs(1) || needs(2)) {
-      Tensor dk = Tensor::empty(kernel.shape());
-      Tensor db = Tensor::empty({shape.f});
-      kernels::cpu::conv2d_backward_weights(shape, x.data<float>(), dy.data<float>(), dk.data<float>(),
-                                            db.data<float>());
+      Tensor dk = Tensor::empty(kernel.shape(), DType::Float32, dy.device());
+      Tensor db = Tensor::empty({shape.f}, DType::Float32, dy.device());
+      kernels::backend(dy.device())
+          .conv2d_backward_weights(shape, x.buffer<float>(), dy.buffer<float>(), dk.buffer<float>(),
+                                   db.buffer<float>());
       tape.accumulate(input_slots[1], dk);
       tape.accumulate(input_slots[2], db);
     }
@@ -42,6 +45,8 @@ Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, i
   const char* op = "conv2d";
   require_float(x_in, op, "x");
   require_float(kernel_in, op, "kernel");
+  require_device(kernel_in, x_in, op, "kernel");
+  require_device(bias, x_in, op, "bias");
   require_rank(x_in, 4, op, "x");
   require_rank(kernel_in, 4, op, "kernel");
   if (x_in.dim(3) != kernel_in.dim(2))
@@ -60,14 +65,15 @@ Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, i
     fail("conv2d: a {}x{} kernel does not fit the {}x{} input with 'valid' padding", s.kh, s.kw, s.h, s.w);
   s.fused_relu = act == Activation::ReLU;
   Tensor x = x_in.contiguous(), kernel = kernel_in.contiguous();
-  Tensor y = Tensor::empty({s.n, s.oh, s.ow, s.f});
-  kernels::cpu::conv2d_forward(s, x.data<float>(), kernel.data<float>(),
-                               bias.defined() ? bias.contiguous().data<float>() : nullptr, y.data<float>());
+  Tensor y = Tensor::empty({s.n, s.oh, s.ow, s.f}, DType::Float32, x.device());
+  kernels::backend(x.device())
+      .conv2d_forward(s, x.buffer<float>(), kernel.buffer<float>(),
+                      bias.defined() ? bias.contiguous().buffer<float>() : nullptr, y.buffer<float>());
   GradientTape* tape = autograd::tracking_tape({&x_in, &kernel_in, &bias});
   Tensor z;
   if (!s.fused_relu && act != Activation::Linear) {
     if (tape && kernels::cpu::activation_backward_needs_input(act)) z = y.clone();
-    kernels::cpu::bias_activation(y.data<float>(), nullptr, y.numel() / s.f, s.f, act);
+    kernels::backend(x.device()).bias_activation(y.buffer<float>(), nullptr, y.numel() / s.f, s.f, act);
   }
   if (tape) {
     auto* node = new Conv2dNode();

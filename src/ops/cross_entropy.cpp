@@ -11,21 +11,11 @@ struct CrossEntropyNode : autograd::Node {
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
     int64_t rows = probabilities.dim(0), cols = probabilities.dim(1);
-    Tensor dx = Tensor::empty(probabilities.shape());
-    const float* p = probabilities.data<float>();
-    const float* g = dy.data<float>();
-    float* d = dx.data<float>();
-    for (int64_t i = 0; i < rows; ++i) {
-      if (labels.defined()) {
-        for (int64_t j = 0; j < cols; ++j) d[i * cols + j] = g[i] * p[i * cols + j];
-        d[i * cols + labels.data<int32_t>()[i]] -= g[i];
-      } else {
-        const float* t = targets.data<float>() + i * cols;
-        float total = 0.0f;
-        for (int64_t j = 0; j < cols; ++j) total += t[j];
-        for (int64_t j = 0; j < cols; ++j) d[i * cols + j] = g[i] * (p[i * cols + j] * total - t[j]);
-      }
-    }
+    Tensor dx = Tensor::empty(probabilities.shape(), DType::Float32, dy.device());
+    kernels::backend(dy.device())
+        .cross_entropy_backward(probabilities.buffer<float>(), labels.defined() ? labels.buffer<int32_t>() : nullptr,
+                                targets.defined() ? targets.buffer<float>() : nullptr, dy.buffer<float>(),
+                                dx.buffer<float>(), rows, cols);
     tape.accumulate(input_slots[0], dx);
   }
 };
@@ -58,14 +48,17 @@ Tensor sparse_softmax_cross_entropy(const Tensor& logits_in, const Tensor& label
     fail("{}: labels have shape {}, expected ({},) to match logits {}", op, labels_in.shape().str(), rows,
          logits_in.shape().str());
   Tensor labels = labels_in.dtype() == DType::Int32 ? labels_in.contiguous() : labels_in.astype(DType::Int32);
-  const int32_t* l = labels.data<int32_t>();
+  Tensor host_labels = labels.to(Device::cpu());  // checked on the host
+  const int32_t* l = host_labels.data<int32_t>();
   for (int64_t i = 0; i < rows; ++i)
     if (l[i] < 0 || l[i] >= cols) fail("{}: label {} at index {} is out of range [0, {})", op, l[i], i, cols);
+  labels = labels.to(logits_in.device());
   Tensor logits = logits_in.contiguous();
-  Tensor loss = Tensor::empty({rows});
-  Tensor probabilities = Tensor::empty(logits.shape());
-  kernels::cpu::sparse_softmax_cross_entropy(logits.data<float>(), l, rows, cols, loss.data<float>(),
-                                             probabilities.data<float>());
+  Tensor loss = Tensor::empty({rows}, DType::Float32, logits.device());
+  Tensor probabilities = Tensor::empty(logits.shape(), DType::Float32, logits.device());
+  kernels::backend(logits.device())
+      .sparse_softmax_cross_entropy(logits.buffer<float>(), labels.buffer<int32_t>(), rows, cols, loss.buffer<float>(),
+                                    probabilities.buffer<float>());
   return finish(logits_in, loss, probabilities, labels, Tensor());
 }
 
@@ -73,13 +66,15 @@ Tensor softmax_cross_entropy(const Tensor& logits_in, const Tensor& targets_in) 
   const char* op = "categorical_crossentropy";
   check_logits(logits_in, op);
   require_float(targets_in, op, "targets");
+  require_device(targets_in, logits_in, op, "targets");
   require_same_shape(logits_in, targets_in, op);
   Tensor logits = logits_in.contiguous(), targets = targets_in.contiguous();
   int64_t rows = logits.dim(0), cols = logits.dim(1);
-  Tensor loss = Tensor::empty({rows});
-  Tensor probabilities = Tensor::empty(logits.shape());
-  kernels::cpu::softmax_cross_entropy(logits.data<float>(), targets.data<float>(), rows, cols, loss.data<float>(),
-                                      probabilities.data<float>());
+  Tensor loss = Tensor::empty({rows}, DType::Float32, logits.device());
+  Tensor probabilities = Tensor::empty(logits.shape(), DType::Float32, logits.device());
+  kernels::backend(logits.device())
+      .softmax_cross_entropy(logits.buffer<float>(), targets.buffer<float>(), rows, cols, loss.buffer<float>(),
+                             probabilities.buffer<float>());
   return finish(logits_in, loss, probabilities, Tensor(), targets);
 }
 

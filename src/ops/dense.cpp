@@ -13,25 +13,28 @@ struct DenseNode : autograd::Node {
     int64_t b = x.dim(0), in = kernel.dim(0), units = kernel.dim(1);
     Tensor dz = dy;
     if (act != Activation::Linear) {
-      dz = Tensor::empty(dy.shape());
-      kernels::cpu::activation_backward(dy.data<float>(), z.defined() ? z.data<float>() : nullptr, y.data<float>(),
-                                        dz.data<float>(), b, units, act);
+      dz = Tensor::empty(dy.shape(), DType::Float32, dy.device());
+      kernels::backend(dy.device())
+          .activation_backward(dy.buffer<float>(), z.defined() ? z.buffer<float>() : nullptr, y.buffer<float>(),
+                               dz.buffer<float>(), b, units, act);
     }
     if (needs(0)) {
-      Tensor dx = Tensor::empty(x.shape());
-      kernels::cpu::gemm(false, true, b, in, units, 1.0f, dz.data<float>(), units, kernel.data<float>(), units, 0.0f,
-                         dx.data<float>(), in);
+      Tensor dx = Tensor::empty(x.shape(), DType::Float32, dy.device());
+      kernels::backend(dy.device())
+          .gemm(false, true, b, in, units, 1.0f, dz.buffer<float>(), units, kernel.buffer<float>(), units, 0.0f,
+                dx.buffer<float>(), in);
       tape.accumulate(input_slots[0], dx);
     }
     if (needs(1)) {
-      Tensor dk = Tensor::empty(kernel.shape());
-      kernels::cpu::gemm(true, false, in, units, b, 1.0f, x.data<float>(), in, dz.data<float>(), units, 0.0f,
-                         dk.data<float>(), units);
+      Tensor dk = Tensor::empty(kernel.shape(), DType::Float32, dy.device());
+      kernels::backend(dy.device())
+          .gemm(true, false, in, units, b, 1.0f, x.buffer<float>(), in, dz.buffer<float>(), units, 0.0f,
+                dk.buffer<float>(), units);
       tape.accumulate(input_slots[1], dk);
     }
     if (needs(2)) {
-      Tensor db = Tensor::empty({units});
-      kernels::cpu::column_sums(dz.data<float>(), b, units, db.data<float>());
+      Tensor db = Tensor::empty({units}, DType::Float32, dy.device());
+      kernels::backend(dy.device()).column_sums(dz.buffer<float>(), b, units, db.buffer<float>());
       tape.accumulate(input_slots[2], db);
     }
   }
@@ -42,6 +45,8 @@ struct DenseNode : autograd::Node {
 Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activation act) {
   require_float(x_in, "dense", "x");
   require_float(kernel, "dense", "kernel");
+  require_device(kernel, x_in, "dense", "kernel");
+  require_device(bias, x_in, "dense", "bias");
   require_rank(x_in, 2, "dense", "x");
   require_rank(kernel, 2, "dense", "kernel");
   if (x_in.dim(1) != kernel.dim(0))
@@ -56,18 +61,19 @@ Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activ
   if (act == Activation::Softmax) return activation(dense(x_in, kernel, bias, Activation::Linear), act);
   Tensor x = x_in.contiguous();
   int64_t b = x.dim(0), in = kernel.dim(0), units = kernel.dim(1);
-  Tensor y = Tensor::empty({b, units});
-  kernels::cpu::gemm(false, false, b, units, in, 1.0f, x.data<float>(), in, kernel.data<float>(), units, 0.0f,
-                     y.data<float>(), units);
+  Tensor y = Tensor::empty({b, units}, DType::Float32, x.device());
+  kernels::backend(x.device())
+      .gemm(false, false, b, units, in, 1.0f, x.buffer<float>(), in, kernel.buffer<float>(), units, 0.0f,
+            y.buffer<float>(), units);
   GradientTape* tape = autograd::tracking_tape({&x_in, &kernel, &bias});
-  const float* bias_data = bias.defined() ? bias.data<float>() : nullptr;
+  const float* bias_data = bias.defined() ? bias.buffer<float>() : nullptr;
   Tensor z;
   if (tape && kernels::cpu::activation_backward_needs_input(act)) {
-    kernels::cpu::bias_activation(y.data<float>(), bias_data, b, units, Activation::Linear);
+    kernels::backend(x.device()).bias_activation(y.buffer<float>(), bias_data, b, units, Activation::Linear);
     z = y.clone();
     bias_data = nullptr;
   }
-  kernels::cpu::bias_activation(y.data<float>(), bias_data, b, units, act);
+  kernels::backend(x.device()).bias_activation(y.buffer<float>(), bias_data, b, units, act);
   if (tape) {
     auto* node = new DenseNode();
     node->x = x;

@@ -13,25 +13,29 @@ struct MatmulNode : autograd::Node {
     int64_t m = g.dim(0), n = g.dim(1);
     int64_t k = ta ? a.dim(0) : a.dim(1);
     if (needs(0)) {
-      Tensor da = Tensor::empty(a.shape());
+      Tensor da = Tensor::empty(a.shape(), DType::Float32, g.device());
       // ta: da(K,M) = b·dyᵀ ; else da(M,K) = dy·bᵀ
       if (ta)
-        kernels::cpu::gemm(tb, true, k, m, n, 1.0f, b.data<float>(), b.dim(1), g.data<float>(), n, 0.0f,
-                           da.data<float>(), m);
+        kernels::backend(g.device())
+            .gemm(tb, true, k, m, n, 1.0f, b.buffer<float>(), b.dim(1), g.buffer<float>(), n, 0.0f, da.buffer<float>(),
+                  m);
       else
-        kernels::cpu::gemm(false, !tb, m, k, n, 1.0f, g.data<float>(), n, b.data<float>(), b.dim(1), 0.0f,
-                           da.data<float>(), k);
+        kernels::backend(g.device())
+            .gemm(false, !tb, m, k, n, 1.0f, g.buffer<float>(), n, b.buffer<float>(), b.dim(1), 0.0f,
+                  da.buffer<float>(), k);
       tape.accumulate(input_slots[0], da);
     }
     if (needs(1)) {
-      Tensor db = Tensor::empty(b.shape());
+      Tensor db = Tensor::empty(b.shape(), DType::Float32, g.device());
       // tb: db(N,K) = dyᵀ·a ; else db(K,N) = aᵀ·dy
       if (tb)
-        kernels::cpu::gemm(true, ta, n, k, m, 1.0f, g.data<float>(), n, a.data<float>(), a.dim(1), 0.0f,
-                           db.data<float>(), k);
+        kernels::backend(g.device())
+            .gemm(true, ta, n, k, m, 1.0f, g.buffer<float>(), n, a.buffer<float>(), a.dim(1), 0.0f, db.buffer<float>(),
+                  k);
       else
-        kernels::cpu::gemm(!ta, false, k, n, m, 1.0f, a.data<float>(), a.dim(1), g.data<float>(), n, 0.0f,
-                           db.data<float>(), n);
+        kernels::backend(g.device())
+            .gemm(!ta, false, k, n, m, 1.0f, a.buffer<float>(), a.dim(1), g.buffer<float>(), n, 0.0f,
+                  db.buffer<float>(), n);
       tape.accumulate(input_slots[1], db);
     }
   }
@@ -42,6 +46,7 @@ struct MatmulNode : autograd::Node {
 Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool transpose_b) {
   require_float(a_in, "matmul", "a");
   require_float(b_in, "matmul", "b");
+  require_device(b_in, a_in, "matmul", "b");
   require_rank(a_in, 2, "matmul", "a");
   require_rank(b_in, 2, "matmul", "b");
   Tensor a = a_in.contiguous(), b = b_in.contiguous();
@@ -50,9 +55,10 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
   if (k != kb)
     fail("matmul: inner dimensions differ: a gives {} (shape {}), b gives {} (shape {})", k, a.shape().str(), kb,
          b.shape().str());
-  Tensor y = Tensor::empty({m, n});
-  kernels::cpu::gemm(transpose_a, transpose_b, m, n, k, 1.0f, a.data<float>(), a.dim(1), b.data<float>(), b.dim(1),
-                     0.0f, y.data<float>(), n);
+  Tensor y = Tensor::empty({m, n}, DType::Float32, a.device());
+  kernels::backend(a.device())
+      .gemm(transpose_a, transpose_b, m, n, k, 1.0f, a.buffer<float>(), a.dim(1), b.buffer<float>(), b.dim(1), 0.0f,
+            y.buffer<float>(), n);
   if (auto* tape = autograd::tracking_tape({&a_in, &b_in})) {
     auto* node = new MatmulNode();
     node->a = a;

@@ -8,17 +8,18 @@ namespace {
 struct Pool2dNode : autograd::Node {
   Shape x_shape;
   Tensor workspace;
-  kernels::cpu::Pool2dShape shape;
+  kernels::Pool2dShape shape;
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
-    Tensor dx = Tensor::empty(x_shape);
-    kernels::cpu::pool2d_backward(shape, dy.data<float>(), workspace.defined() ? workspace.data<uint8_t>() : nullptr,
-                                  dx.data<float>());
+    Tensor dx = Tensor::empty(x_shape, DType::Float32, dy.device());
+    kernels::backend(dy.device())
+        .pool2d_backward(shape, dy.buffer<float>(), workspace.defined() ? workspace.buffer<uint8_t>() : nullptr,
+                         dx.buffer<float>());
     tape.accumulate(input_slots[0], dx);
   }
 };
 
-Tensor pool2d(const Tensor& x_in, kernels::cpu::PoolKind kind, int64_t ph, int64_t pw, int64_t sh, int64_t sw,
+Tensor pool2d(const Tensor& x_in, kernels::PoolKind kind, int64_t ph, int64_t pw, int64_t sh, int64_t sw,
               Padding padding, const char* op) {
   require_float(x_in, op, "x");
   require_rank(x_in, 4, op, "x");
@@ -28,12 +29,13 @@ Tensor pool2d(const Tensor& x_in, kernels::cpu::PoolKind kind, int64_t ph, int64
       kernels::cpu::pool2d_shape(kind, x_in.dim(0), x_in.dim(1), x_in.dim(2), x_in.dim(3), ph, pw, sh, sw, padding);
   if (s.oh < 1 || s.ow < 1) fail("{}: a {}x{} window does not fit the {}x{} input", op, ph, pw, s.h, s.w);
   Tensor x = x_in.contiguous();
-  Tensor y = Tensor::empty({s.n, s.oh, s.ow, s.c});
+  Tensor y = Tensor::empty({s.n, s.oh, s.ow, s.c}, DType::Float32, x.device());
   Tensor workspace;
-  size_t ws = kernels::cpu::pool2d_workspace_bytes(s);
-  if (ws > 0) workspace = Tensor::empty({static_cast<int64_t>(ws)}, DType::UInt8);
-  kernels::cpu::pool2d_forward(s, x.data<float>(), y.data<float>(),
-                               workspace.defined() ? workspace.data<uint8_t>() : nullptr);
+  size_t ws = kernels::backend(x.device()).pool2d_workspace_bytes(s);
+  if (ws > 0) workspace = Tensor::empty({static_cast<int64_t>(ws)}, DType::UInt8, x.device());
+  kernels::backend(x.device())
+      .pool2d_forward(s, x.buffer<float>(), y.buffer<float>(),
+                      workspace.defined() ? workspace.buffer<uint8_t>() : nullptr);
   if (auto* tape = autograd::tracking_tape({&x_in})) {
     auto* node = new Pool2dNode();
     node->x_shape = x.shape();
@@ -47,11 +49,11 @@ Tensor pool2d(const Tensor& x_in, kernels::cpu::PoolKind kind, int64_t ph, int64
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, int64_t ph, int64_t pw, int64_t sh, int64_t sw, Padding padding) {
-  return pool2d(x, kernels::cpu::PoolKind::Max, ph, pw, sh, sw, padding, "max_pool2d");
+  return pool2d(x, kernels::PoolKind::Max, ph, pw, sh, sw, padding, "max_pool2d");
 }
 
 Tensor avg_pool2d(const Tensor& x, int64_t ph, int64_t pw, int64_t sh, int64_t sw, Padding padding) {
-  return pool2d(x, kernels::cpu::PoolKind::Average, ph, pw, sh, sw, padding, "avg_pool2d");
+  return pool2d(x, kernels::PoolKind::Average, ph, pw, sh, sw, padding, "avg_pool2d");
 }
 
 }  // namespace tandem::ops

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/kernels.h"
+#include "kernels/backend.h"
 #include "tandem/collectives/replica_context.h"
 
 namespace tandem {
@@ -29,7 +29,8 @@ void Optimizer::build(std::span<Variable* const> variables) {
   slots_.clear();
   for (Variable* v : variables) {
     slot_owners_.push_back(v->name);
-    for (int i = 0; i < per; ++i) slots_.push_back(Tensor::full(v->value.shape(), slot_initial_value(i)));
+    for (int i = 0; i < per; ++i)
+      slots_.push_back(Tensor::full(v->value.shape(), slot_initial_value(i), v->value.device()));
   }
 }
 
@@ -90,6 +91,9 @@ void Optimizer::apply_here(std::span<Variable* const> variables, std::span<const
     if (!(g.shape() == v.value.shape()))
       fail("{}: gradient for \"{}\" has shape {}, variable has {}", name(), v.name, g.shape().str(),
            v.value.shape().str());
+    if (g.device() != v.value.device())
+      fail("{}: gradient for \"{}\" is on {}, the variable on {}", name(), v.name, g.device().name(),
+           v.value.device().name());
     update(v, g.contiguous(), std::span<Tensor>(slots_).subspan(i * static_cast<size_t>(per), static_cast<size_t>(per)),
            lr, iterations_);
   }
@@ -142,8 +146,9 @@ SGD::SGD(float learning_rate, SGDOptions options) : Optimizer(learning_rate), op
 }
 
 void SGD::update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t) {
-  kernels::cpu::sgd_update(v.value.data<float>(), g.data<float>(), slots.empty() ? nullptr : slots[0].data<float>(),
-                           v.value.numel(), lr, options_.momentum, options_.nesterov);
+  kernels::backend(v.value.device())
+      .sgd_update(v.value.buffer<float>(), g.buffer<float>(), slots.empty() ? nullptr : slots[0].buffer<float>(),
+                  v.value.numel(), lr, options_.momentum, options_.nesterov);
 }
 
 Adam::Adam(float learning_rate, AdamOptions options) : Optimizer(learning_rate), options_(options) {
@@ -155,8 +160,9 @@ Adam::Adam(float learning_rate, AdamOptions options) : Optimizer(learning_rate),
 }
 
 void Adam::update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) {
-  kernels::cpu::adam_update(v.value.data<float>(), g.data<float>(), slots[0].data<float>(), slots[1].data<float>(),
-                            v.value.numel(), lr, options_.beta_1, options_.beta_2, options_.epsilon, step);
+  kernels::backend(v.value.device())
+      .adam_update(v.value.buffer<float>(), g.buffer<float>(), slots[0].buffer<float>(), slots[1].buffer<float>(),
+                   v.value.numel(), lr, options_.beta_1, options_.beta_2, options_.epsilon, step);
 }
 
 RMSprop::RMSprop(float learning_rate, RMSpropOptions options) : Optimizer(learning_rate), options_(options) {
@@ -164,9 +170,10 @@ RMSprop::RMSprop(float learning_rate, RMSpropOptions options) : Optimizer(learni
 }
 
 void RMSprop::update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t) {
-  kernels::cpu::rmsprop_update(v.value.data<float>(), g.data<float>(), slots[0].data<float>(),
-                               slots.size() > 1 ? slots[1].data<float>() : nullptr, v.value.numel(), lr, options_.rho,
-                               options_.momentum, options_.epsilon);
+  kernels::backend(v.value.device())
+      .rmsprop_update(v.value.buffer<float>(), g.buffer<float>(), slots[0].buffer<float>(),
+                      slots.size() > 1 ? slots[1].buffer<float>() : nullptr, v.value.numel(), lr, options_.rho,
+                      options_.momentum, options_.epsilon);
 }
 
 Adagrad::Adagrad(float learning_rate, AdagradOptions options) : Optimizer(learning_rate), options_(options) {
@@ -175,8 +182,9 @@ Adagrad::Adagrad(float learning_rate, AdagradOptions options) : Optimizer(learni
 }
 
 void Adagrad::update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t) {
-  kernels::cpu::adagrad_update(v.value.data<float>(), g.data<float>(), slots[0].data<float>(), v.value.numel(), lr,
-                               options_.epsilon);
+  kernels::backend(v.value.device())
+      .adagrad_update(v.value.buffer<float>(), g.buffer<float>(), slots[0].buffer<float>(), v.value.numel(), lr,
+                      options_.epsilon);
 }
 
 std::unique_ptr<Optimizer> by_name(const std::string& name) {

@@ -29,6 +29,10 @@ void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, in
                                   float* probabilities);
 void softmax_cross_entropy(const float* logits, const float* targets, int64_t rows, int64_t cols, float* loss,
                            float* probabilities);
+// dlogits(rows,cols) = dy_i · (p · Σt - t) from the probabilities p, with t the one-hot of labels
+// (when labels is not null) or the targets.
+void cross_entropy_backward(const float* probabilities, const int32_t* labels, const float* targets, const float* dy,
+                            float* dlogits, int64_t rows, int64_t cols);
 
 // Optimizer updates, element by element over n parameters.
 void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum, bool nesterov);

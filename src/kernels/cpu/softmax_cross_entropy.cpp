@@ -41,4 +41,19 @@ void softmax_cross_entropy(const float* logits, const float* targets, int64_t ro
   }
 }
 
+void cross_entropy_backward(const float* p, const int32_t* labels, const float* targets, const float* g, float* d,
+                            int64_t rows, int64_t cols) {
+  for (int64_t i = 0; i < rows; ++i) {
+    if (labels != nullptr) {
+      for (int64_t j = 0; j < cols; ++j) d[i * cols + j] = g[i] * p[i * cols + j];
+      d[i * cols + labels[i]] -= g[i];
+    } else {
+      const float* t = targets + i * cols;
+      float total = 0.0f;
+      for (int64_t j = 0; j < cols; ++j) total += t[j];
+      for (int64_t j = 0; j < cols; ++j) d[i * cols + j] = g[i] * (p[i * cols + j] * total - t[j]);
+    }
+  }
+}
+
 }  // namespace tandem::kernels::cpu

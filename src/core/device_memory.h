@@ -1,0 +1,29 @@
+#pragma once
+// A device's memory, as core needs it to hold tensors there: allocate, free, and move bytes to
+// and from the host. The CPU's is the pooled allocator (memory::allocate) and needs no entry;
+// every other device kind registers one (a GPU runtime, the emulated test device). Kernels for
+// the device are registered one layer up (kernels/backend.h).
+#include <cstddef>
+
+#include "tandem/tensor.h"
+
+namespace tandem::core {
+
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
+  virtual void* allocate(size_t bytes) = 0;  // never null (throws)
+  virtual void deallocate(void* pointer, size_t bytes) = 0;
+  virtual void to_host(void* host, const void* device, size_t bytes) = 0;
+  virtual void from_host(void* device, const void* host, size_t bytes) = 0;
+  // Whether host code may read and write its addresses directly (Tensor::data). When not, core
+  // goes through to_host / from_host, and Tensor::data on such a tensor fails.
+  virtual bool host_accessible() const = 0;
+};
+
+// Registers (or with null, removes) the memory of a device kind other than the CPU.
+void register_device_memory(Device::Kind kind, DeviceMemory* memory);
+// The registered memory of a kind, or null.
+DeviceMemory* device_memory(Device::Kind kind);
+
+}  // namespace tandem::core

@@ -1,0 +1,92 @@
+// The backends by device kind, and the CPU's: each family forwards to kernels/cpu.
+#include "kernels/backend.h"
+
+#include <array>
+
+#include "tandem/error.h"
+
+namespace tandem::kernels {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+            int64_t ldb, float beta, float* c, int64_t ldc) override {
+    cpu::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act) override {
+    cpu::bias_activation(y, bias, rows, cols, act);
+  }
+  void activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows, int64_t cols,
+                           Activation act) override {
+    cpu::activation_backward(dy, z, y, dz, rows, cols, act);
+  }
+  void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) override {
+    cpu::column_sums(dy, rows, cols, db);
+  }
+  void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols, float* loss,
+                                    float* probabilities) override {
+    cpu::sparse_softmax_cross_entropy(logits, labels, rows, cols, loss, probabilities);
+  }
+  void softmax_cross_entropy(const float* logits, const float* targets, int64_t rows, int64_t cols, float* loss,
+                             float* probabilities) override {
+    cpu::softmax_cross_entropy(logits, targets, rows, cols, loss, probabilities);
+  }
+  void cross_entropy_backward(const float* p, const int32_t* labels, const float* targets, const float* dy, float* dx,
+                              int64_t rows, int64_t cols) override {
+    cpu::cross_entropy_backward(p, labels, targets, dy, dx, rows, cols);
+  }
+  void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y) override {
+    cpu::conv2d_forward(s, x, kernel, bias, y);
+  }
+  void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* kernel, float* dx) override {
+    cpu::conv2d_backward_data(s, dy, kernel, dx);
+  }
+  void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel,
+                               float* dbias) override {
+    cpu::conv2d_backward_weights(s, x, dy, dkernel, dbias);
+  }
+  size_t pool2d_workspace_bytes(const Pool2dShape& s) override { return cpu::pool2d_workspace_bytes(s); }
+  void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* workspace) override {
+    cpu::pool2d_forward(s, x, y, workspace);
+  }
+  void pool2d_backward(const Pool2dShape& s, const float* dy, const void* workspace, float* dx) override {
+    cpu::pool2d_backward(s, dy, workspace, dx);
+  }
+  void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum,
+                  bool nesterov) override {
+    cpu::sgd_update(w, g, velocity, n, lr, momentum, nesterov);
+  }
+  void adam_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                   float epsilon, int64_t step) override {
+    cpu::adam_update(w, g, m, v, n, lr, beta1, beta2, epsilon, step);
+  }
+  void rmsprop_update(float* w, const float* g, float* mean_square, float* velocity, int64_t n, float lr, float rho,
+                      float momentum, float epsilon) override {
+    cpu::rmsprop_update(w, g, mean_square, velocity, n, lr, rho, momentum, epsilon);
+  }
+  void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon) override {
+    cpu::adagrad_update(w, g, accumulator, n, lr, epsilon);
+  }
+};
+
+CpuBackend cpu_instance;
+std::array<Backend*, 3> registered{};
+
+}  // namespace
+
+Backend& cpu_backend() { return cpu_instance; }
+
+void register_backend(Device::Kind kind, Backend* backend) {
+  if (kind == Device::Kind::CPU) fail("register_backend: the cpu's backend is built in");
+  registered[static_cast<size_t>(kind)] = backend;
+}
+
+Backend& registered_backend(Device device) {
+  Backend* b = registered[static_cast<size_t>(device.kind)];
+  if (b == nullptr) fail("no kernels are registered for device {} (this build has cpu)", device.name());
+  return *b;
+}
+
+}  // namespace tandem::kernels

@@ -1,0 +1,68 @@
+#pragma once
+// The kernels of one device, on raw contiguous row-major buffers in that device's memory (the
+// addresses Tensor::buffer gives); contracts as in kernels/cpu/kernels.h. Ops reach them through
+// their tensors' device, backend(device), so a device is added by registering a backend here and
+// its memory in core (core/device_memory.h), without touching the ops. The CPU's backend is
+// oneDNN and the vectorized loops of kernels/cpu.
+#include <string>
+
+#include "kernels/cpu/kernels.h"
+#include "tandem/tensor.h"
+
+namespace tandem::kernels {
+
+using cpu::Conv2dShape;
+using cpu::Pool2dShape;
+using cpu::PoolKind;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // Matrix products, bias and activations.
+  virtual void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
+  virtual void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act) = 0;
+  virtual void activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows,
+                                   int64_t cols, Activation act) = 0;
+  virtual void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) = 0;
+
+  // Fused softmax and cross-entropy.
+  virtual void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols,
+                                            float* loss, float* probabilities) = 0;
+  virtual void softmax_cross_entropy(const float* logits, const float* targets, int64_t rows, int64_t cols, float* loss,
+                                     float* probabilities) = 0;
+  virtual void cross_entropy_backward(const float* probabilities, const int32_t* labels, const float* targets,
+                                      const float* dy, float* dlogits, int64_t rows, int64_t cols) = 0;
+
+  // Convolution and pooling.
+  virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias,
+                              float* y) = 0;
+  virtual void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* kernel, float* dx) = 0;
+  virtual void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel,
+                                       float* dbias) = 0;
+  virtual size_t pool2d_workspace_bytes(const Pool2dShape& s) = 0;
+  virtual void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* workspace) = 0;
+  virtual void pool2d_backward(const Pool2dShape& s, const float* dy, const void* workspace, float* dx) = 0;
+
+  // Optimizer updates, element by element.
+  virtual void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum,
+                          bool nesterov) = 0;
+  virtual void adam_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                           float epsilon, int64_t step) = 0;
+  virtual void rmsprop_update(float* w, const float* g, float* mean_square, float* velocity, int64_t n, float lr,
+                              float rho, float momentum, float epsilon) = 0;
+  virtual void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon) = 0;
+};
+
+Backend& cpu_backend();
+// Registers (or with null removes) the backend of a device kind other than the CPU.
+void register_backend(Device::Kind kind, Backend* backend);
+// The backend of a registered device kind; fails naming the device when there is none.
+Backend& registered_backend(Device device);
+inline Backend& backend(Device device) {
+  return device.kind == Device::Kind::CPU ? cpu_backend() : registered_backend(device);
+}
+
+}  // namespace tandem::kernels
