@@ -13,7 +13,7 @@ set(TANDEM_LAYER_kernels_FILES src/kernels)
 set(TANDEM_LAYER_kernels_USES core)
 
 set(TANDEM_LAYER_autograd_FILES src/autograd include/tandem/autograd.h)
-set(TANDEM_LAYER_autograd_USES core)
+set(TANDEM_LAYER_autograd_USES core kernels)
 
 set(TANDEM_LAYER_collectives_FILES src/collectives include/tandem/collectives)
 set(TANDEM_LAYER_collectives_USES core)

@@ -2,6 +2,7 @@
 
 #include "autograd/node.h"
 #include "core/tensor_impl.h"
+#include "kernels/backend.h"
 
 namespace tandem {
 namespace {
@@ -109,11 +110,12 @@ void GradientTape::accumulate(int32_t slot, Tensor grad) {
   // A tensor used twice: its gradients add up (into a new tensor, as g may be another's too).
   if (!(g.shape() == grad.shape()))
     fail("GradientTape: gradients of shapes {} and {} for one tensor", g.shape().str(), grad.shape().str());
-  Tensor a = g.contiguous(), b = grad.contiguous(), sum = Tensor::empty(g.shape());
-  const float* pa = a.data<float>();
-  const float* pb = b.data<float>();
-  float* ps = sum.data<float>();
-  for (int64_t i = 0, n = sum.numel(); i < n; ++i) ps[i] = pa[i] + pb[i];
+  if (g.device() != grad.device())
+    fail("GradientTape: gradients on {} and {} for one tensor", g.device().name(), grad.device().name());
+  Tensor a = g.contiguous(), b = grad.contiguous(), sum = Tensor::empty(g.shape(), DType::Float32, g.device());
+  kernels::backend(g.device())
+      .binary(kernels::BinaryKind::Add, a.buffer<float>(), b.buffer<float>(), sum.buffer<float>(), sum.numel(),
+              sum.numel());
   g = std::move(sum);
 }
 
@@ -127,7 +129,7 @@ void GradientTape::backward(const Tensor& target, const std::function<void(size_
   grads_.clear();
   grads_.resize(static_cast<size_t>(slots_));
   if (target_slot < 0) return;
-  grads_[static_cast<size_t>(target_slot)] = Tensor::full(target.shape(), 1.0f);
+  grads_[static_cast<size_t>(target_slot)] = Tensor::full(target.shape(), 1.0f, target.device());
   for (size_t k = nodes_.size(); k-- > 0;) {
     autograd::Node* node = nodes_[k];
     Tensor g = grads_[static_cast<size_t>(node->output_slot)];
@@ -155,7 +157,7 @@ void GradientTape::gradient(const Tensor& target, std::span<const Tensor> source
   if (grads_.size() < static_cast<size_t>(slots_)) grads_.resize(static_cast<size_t>(slots_));
   auto finish = [&](size_t i) {
     Tensor g = grads_[static_cast<size_t>(slot_of(sources[i]))];
-    out[i] = g.defined() ? std::move(g) : Tensor::zeros(sources[i].shape());
+    out[i] = g.defined() ? std::move(g) : Tensor::zeros(sources[i].shape(), DType::Float32, sources[i].device());
     if (ready) (*ready)(i);
   };
   if (ready == nullptr) {

@@ -11,6 +11,21 @@ namespace {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  void unary(UnaryKind kind, const float* x, float* y, int64_t n, float factor, float low, float high) override {
+    cpu::unary(kind, x, y, n, factor, low, high);
+  }
+  void unary_backward(UnaryKind kind, const float* x, const float* dy, float* dx, int64_t n, float factor, float low,
+                      float high) override {
+    cpu::unary_backward(kind, x, dy, dx, n, factor, low, high);
+  }
+  void binary(BinaryKind kind, const float* a, const float* b, float* y, int64_t n, int64_t b_n) override {
+    cpu::binary(kind, a, b, y, n, b_n);
+  }
+  double sum(const float* x, int64_t n) override { return cpu::sum(x, n); }
+  void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sample, float rate, uint64_t seed,
+               uint64_t step, int64_t sample_offset) override {
+    cpu::dropout(x, y, mask, rows, per_sample, rate, seed, step, sample_offset);
+  }
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
             int64_t ldb, float beta, float* c, int64_t ldc) override {
     cpu::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

@@ -11,14 +11,25 @@
 
 namespace tandem::kernels {
 
+using cpu::BinaryKind;
 using cpu::Conv2dShape;
 using cpu::Pool2dShape;
 using cpu::PoolKind;
+using cpu::UnaryKind;
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+
+  // Elementwise families, sums (the value comes back to the host) and dropout masks.
+  virtual void unary(UnaryKind kind, const float* x, float* y, int64_t n, float factor, float low, float high) = 0;
+  virtual void unary_backward(UnaryKind kind, const float* x, const float* dy, float* dx, int64_t n, float factor,
+                              float low, float high) = 0;
+  virtual void binary(BinaryKind kind, const float* a, const float* b, float* y, int64_t n, int64_t b_n) = 0;
+  virtual double sum(const float* x, int64_t n) = 0;
+  virtual void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sample, float rate,
+                       uint64_t seed, uint64_t step, int64_t sample_offset) = 0;
 
   // Matrix products, bias and activations.
   virtual void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

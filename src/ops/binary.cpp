@@ -5,7 +5,7 @@
 namespace tandem::ops {
 namespace {
 
-enum class BinaryKind { Add, Sub, Mul };
+using kernels::BinaryKind;
 
 bool broadcasts(const Tensor& a, const Tensor& b) {
   return !(a.shape() == b.shape()) && b.rank() == 1 && a.rank() >= 1 && a.dim(-1) == b.dim(0);
@@ -41,15 +41,9 @@ Tensor binary(const Tensor& a_in, const Tensor& b_in, BinaryKind kind, const cha
   if (!bcast && !(a_in.shape() == b_in.shape()))
     fail("{}: shapes {} and {} are neither equal nor (…, C) with (C,)", name, a_in.shape().str(), b_in.shape().str());
   Tensor a = a_in.contiguous(), b = b_in.contiguous();
-  Tensor y = Tensor::empty(a.shape());
-  const float* pa = a.data<float>();
-  const float* pb = b.data<float>();
-  float* py = y.data<float>();
-  int64_t n = a.numel(), cols = bcast ? b.numel() : n;
-  for (int64_t i = 0; i < n; ++i) {
-    float bv = pb[bcast ? i % cols : i];
-    py[i] = kind == BinaryKind::Add ? pa[i] + bv : kind == BinaryKind::Sub ? pa[i] - bv : pa[i] * bv;
-  }
+  Tensor y = Tensor::empty(a.shape(), DType::Float32, a.device());
+  kernels::backend(a.device())
+      .binary(kind, a.buffer<float>(), b.buffer<float>(), y.buffer<float>(), a.numel(), bcast ? b.numel() : a.numel());
   if (auto* tape = autograd::tracking_tape({&a_in, &b_in})) {
     auto* node = new BinaryNode();
     if (kind == BinaryKind::Mul) {

@@ -2,7 +2,6 @@
 // (sample_offset + b)·per_sample + i, so each sample's mask is the same however the batch is split.
 // backward: dy·mask/(1-rate).
 #include "ops/checks.h"
-#include "tandem/random.h"
 
 namespace tandem::ops {
 namespace {
@@ -21,22 +20,12 @@ Tensor dropout(const Tensor& x_in, float rate, const RandomKey& key) {
   if (!(rate >= 0.0f && rate < 1.0f)) fail("dropout: rate must be in [0, 1), got {}", rate);
   if (x_in.rank() < 1) fail("dropout: x needs a batch axis, got a scalar");
   Tensor x = x_in.contiguous();
-  Tensor mask = Tensor::empty(x.shape()), y = Tensor::empty(x.shape());
+  Tensor mask = Tensor::empty(x.shape(), DType::Float32, x.device());
+  Tensor y = Tensor::empty(x.shape(), DType::Float32, x.device());
   int64_t rows = x.dim(0), per_sample = x.numel() / std::max<int64_t>(rows, 1);
-  Philox rng(key.seed, key.step);
-  float keep_scale = 1.0f / (1.0f - rate);
-  float* m = mask.data<float>();
-  const float* px = x.data<float>();
-  float* py = y.data<float>();
-  for (int64_t i = 0; i < rows; ++i) {
-    // The row's uniforms go into its mask slots first, then become 0 or 1/(1-rate).
-    float* row = m + i * per_sample;
-    rng.uniforms(static_cast<uint64_t>((key.sample_offset + i) * per_sample), per_sample, row);
-    for (int64_t j = 0; j < per_sample; ++j) {
-      row[j] = row[j] < rate ? 0.0f : keep_scale;
-      py[i * per_sample + j] = px[i * per_sample + j] * row[j];
-    }
-  }
+  kernels::backend(x.device())
+      .dropout(x.buffer<float>(), y.buffer<float>(), mask.buffer<float>(), rows, per_sample, rate, key.seed, key.step,
+               key.sample_offset);
   if (auto* tape = autograd::tracking_tape({&x_in})) {
     auto* node = new DropoutNode();
     node->scaled_mask = mask;

@@ -8,7 +8,7 @@ struct ReduceNode : autograd::Node {
   Shape shape;
   float factor;
   void backward(GradientTape& tape, const Tensor& dy) override {
-    tape.accumulate(input_slots[0], Tensor::full(shape, dy.item() * factor));
+    tape.accumulate(input_slots[0], Tensor::full(shape, dy.item() * factor, dy.device()));
   }
 };
 
@@ -17,11 +17,10 @@ Tensor reduce(const Tensor& x_in, bool average, const char* name) {
   Tensor x = x_in.contiguous();
   int64_t n = x.numel();
   if (average && n == 0) fail("mean: tensor of shape {} has no elements", x.shape().str());
-  const float* p = x.data<float>();
-  double s = 0.0;  // double accumulation: a loss summed over a batch should not depend on order much
-  for (int64_t i = 0; i < n; ++i) s += p[i];
+  // Double accumulation: a loss summed over a batch should not depend on order much.
+  double s = kernels::backend(x.device()).sum(x.buffer<float>(), n);
   float factor = average ? 1.0f / static_cast<float>(n) : 1.0f;
-  Tensor y = Tensor::full(Shape{}, static_cast<float>(average ? s / static_cast<double>(n) : s));
+  Tensor y = Tensor::full(Shape{}, static_cast<float>(average ? s / static_cast<double>(n) : s), x.device());
   if (auto* tape = autograd::tracking_tape({&x_in})) {
     auto* node = new ReduceNode();
     node->shape = x.shape();

@@ -1,14 +1,11 @@
 // scale, square, log, clip: x:(…) -> (…) elementwise.
 // backward: factor·dy; 2x·dy; dy/x; dy inside [low, high] and 0 outside.
-#include <algorithm>
-#include <cmath>
-
 #include "ops/checks.h"
 
 namespace tandem::ops {
 namespace {
 
-enum class UnaryKind { Scale, Square, Log, Clip };
+using kernels::UnaryKind;
 
 struct UnaryNode : autograd::Node {
   Tensor x;
@@ -16,15 +13,10 @@ struct UnaryNode : autograd::Node {
   UnaryKind kind;
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
-    Tensor dx = Tensor::empty(dy.shape());
-    const float* g = dy.data<float>();
-    float* d = dx.data<float>();
-    const float* px = x.defined() ? x.data<float>() : nullptr;
-    for (int64_t i = 0, n = dy.numel(); i < n; ++i)
-      d[i] = kind == UnaryKind::Scale    ? factor * g[i]
-             : kind == UnaryKind::Square ? 2.0f * px[i] * g[i]
-             : kind == UnaryKind::Log    ? g[i] / px[i]
-                                         : (px[i] >= low && px[i] <= high ? g[i] : 0.0f);
+    Tensor dx = Tensor::empty(dy.shape(), DType::Float32, dy.device());
+    kernels::backend(dy.device())
+        .unary_backward(kind, x.defined() ? x.buffer<float>() : nullptr, dy.buffer<float>(), dx.buffer<float>(),
+                        dy.numel(), factor, low, high);
     tape.accumulate(input_slots[0], dx);
   }
 };
@@ -32,14 +24,8 @@ struct UnaryNode : autograd::Node {
 Tensor unary(const Tensor& x_in, UnaryKind kind, float factor, const char* name, float low = 0.0f, float high = 0.0f) {
   require_float(x_in, name, "x");
   Tensor x = x_in.contiguous();
-  Tensor y = Tensor::empty(x.shape());
-  const float* px = x.data<float>();
-  float* py = y.data<float>();
-  for (int64_t i = 0, n = x.numel(); i < n; ++i)
-    py[i] = kind == UnaryKind::Scale    ? factor * px[i]
-            : kind == UnaryKind::Square ? px[i] * px[i]
-            : kind == UnaryKind::Log    ? std::log(px[i])
-                                        : std::min(std::max(px[i], low), high);
+  Tensor y = Tensor::empty(x.shape(), DType::Float32, x.device());
+  kernels::backend(x.device()).unary(kind, x.buffer<float>(), y.buffer<float>(), x.numel(), factor, low, high);
   if (auto* tape = autograd::tracking_tape({&x_in})) {
     auto* node = new UnaryNode();
     if (kind != UnaryKind::Scale) node->x = x;

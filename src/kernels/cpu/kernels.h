@@ -7,6 +7,23 @@
 
 namespace tandem::kernels::cpu {
 
+enum class UnaryKind : uint8_t { Scale, Square, Log, Clip };
+enum class BinaryKind : uint8_t { Add, Sub, Mul };
+
+// y = factor·x, x², log x or x clipped to [low, high], element by element (y may be x).
+void unary(UnaryKind kind, const float* x, float* y, int64_t n, float factor, float low, float high);
+// dx = factor·dy, 2x·dy, dy/x, or dy inside [low, high] and 0 outside (x unused for Scale).
+void unary_backward(UnaryKind kind, const float* x, const float* dy, float* dx, int64_t n, float factor, float low,
+                    float high);
+// y(n) = a op b, with b(b_n) repeated along a's rows when b_n < n (b_n divides n).
+void binary(BinaryKind kind, const float* a, const float* b, float* y, int64_t n, int64_t b_n);
+// Σ x in double, in index order.
+double sum(const float* x, int64_t n);
+// mask = 0 or 1/(1-rate) from Philox(seed, step) uniforms at (sample_offset + row)·per_sample + j;
+// y = x·mask.
+void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sample, float rate, uint64_t seed,
+             uint64_t step, int64_t sample_offset);
+
 // C(M,N) = alpha·op(A)·op(B) + beta·C through oneDNN's sgemm.
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);

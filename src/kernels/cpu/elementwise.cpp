@@ -1,0 +1,57 @@
+// Elementwise families, sums and dropout masks, moved out of the ops so that every device
+// brings its own.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/kernels.h"
+#include "tandem/random.h"
+
+namespace tandem::kernels::cpu {
+
+void unary(UnaryKind kind, const float* x, float* y, int64_t n, float factor, float low, float high) {
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = kind == UnaryKind::Scale    ? factor * x[i]
+           : kind == UnaryKind::Square ? x[i] * x[i]
+           : kind == UnaryKind::Log    ? std::log(x[i])
+                                       : std::min(std::max(x[i], low), high);
+}
+
+void unary_backward(UnaryKind kind, const float* x, const float* g, float* d, int64_t n, float factor, float low,
+                    float high) {
+  for (int64_t i = 0; i < n; ++i)
+    d[i] = kind == UnaryKind::Scale    ? factor * g[i]
+           : kind == UnaryKind::Square ? 2.0f * x[i] * g[i]
+           : kind == UnaryKind::Log    ? g[i] / x[i]
+                                       : (x[i] >= low && x[i] <= high ? g[i] : 0.0f);
+}
+
+void binary(BinaryKind kind, const float* a, const float* b, float* y, int64_t n, int64_t b_n) {
+  bool bcast = b_n < n;
+  for (int64_t i = 0; i < n; ++i) {
+    float bv = b[bcast ? i % b_n : i];
+    y[i] = kind == BinaryKind::Add ? a[i] + bv : kind == BinaryKind::Sub ? a[i] - bv : a[i] * bv;
+  }
+}
+
+double sum(const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sample, float rate, uint64_t seed,
+             uint64_t step, int64_t sample_offset) {
+  Philox rng(seed, step);
+  float keep_scale = 1.0f / (1.0f - rate);
+  for (int64_t i = 0; i < rows; ++i) {
+    // The row's uniforms go into its mask slots first, then become 0 or 1/(1-rate).
+    float* row = mask + i * per_sample;
+    rng.uniforms(static_cast<uint64_t>((sample_offset + i) * per_sample), per_sample, row);
+    for (int64_t j = 0; j < per_sample; ++j) {
+      row[j] = row[j] < rate ? 0.0f : keep_scale;
+      y[i * per_sample + j] = x[i * per_sample + j] * row[j];
+    }
+  }
+}
+
+}  // namespace tandem::kernels::cpu
