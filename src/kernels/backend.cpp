@@ -52,6 +52,14 @@ class CpuBackend final : public Backend {
                               int64_t rows, int64_t cols) override {
     cpu::cross_entropy_backward(p, labels, targets, dy, dx, rows, cols);
   }
+  void pointwise_loss(PointwiseLoss kind, const float* pred, const float* target, float* loss, int64_t rows,
+                      int64_t per_row) override {
+    cpu::pointwise_loss(kind, pred, target, loss, rows, per_row);
+  }
+  void pointwise_loss_backward(PointwiseLoss kind, const float* pred, const float* target, const float* dy,
+                               float* dpred, int64_t rows, int64_t per_row) override {
+    cpu::pointwise_loss_backward(kind, pred, target, dy, dpred, rows, per_row);
+  }
   void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y) override {
     cpu::conv2d_forward(s, x, kernel, bias, y);
   }

@@ -13,6 +13,7 @@ namespace tandem::kernels {
 
 using cpu::BinaryKind;
 using cpu::Conv2dShape;
+using cpu::PointwiseLoss;
 using cpu::Pool2dShape;
 using cpu::PoolKind;
 using cpu::UnaryKind;
@@ -46,6 +47,12 @@ class Backend {
                                      float* probabilities) = 0;
   virtual void cross_entropy_backward(const float* probabilities, const int32_t* labels, const float* targets,
                                       const float* dy, float* dlogits, int64_t rows, int64_t cols) = 0;
+
+  // Per-row mean squared error and binary cross-entropy, and their gradients.
+  virtual void pointwise_loss(PointwiseLoss kind, const float* pred, const float* target, float* loss, int64_t rows,
+                              int64_t per_row) = 0;
+  virtual void pointwise_loss_backward(PointwiseLoss kind, const float* pred, const float* target, const float* dy,
+                                       float* dpred, int64_t rows, int64_t per_row) = 0;
 
   // Convolution and pooling.
   virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias,

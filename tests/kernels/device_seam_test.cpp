@@ -79,6 +79,14 @@ class CountingBackend : public kernels::Backend {
                               int64_t rows, int64_t cols) override {
     cpu().cross_entropy_backward(p, labels, targets, dy, dx, rows, cols);
   }
+  void pointwise_loss(kernels::PointwiseLoss k, const float* p, const float* t, float* loss, int64_t rows,
+                      int64_t per_row) override {
+    cpu().pointwise_loss(k, p, t, loss, rows, per_row);
+  }
+  void pointwise_loss_backward(kernels::PointwiseLoss k, const float* p, const float* t, const float* dy, float* dp,
+                               int64_t rows, int64_t per_row) override {
+    cpu().pointwise_loss_backward(k, p, t, dy, dp, rows, per_row);
+  }
   void conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* k, const float* b,
                       float* y) override {
     cpu().conv2d_forward(s, x, k, b, y);

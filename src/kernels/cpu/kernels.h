@@ -24,6 +24,15 @@ double sum(const float* x, int64_t n);
 void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sample, float rate, uint64_t seed,
              uint64_t step, int64_t sample_offset);
 
+// Per-row losses over rows of per_row values: loss(rows) = the row's mean of (p - t)² or of the
+// binary cross-entropy of logits or of probabilities (clipped to [ε, 1-ε]), summed in double.
+enum class PointwiseLoss : uint8_t { SquaredError, BinaryCrossEntropyLogits, BinaryCrossEntropy };
+void pointwise_loss(PointwiseLoss kind, const float* pred, const float* target, float* loss, int64_t rows,
+                    int64_t per_row);
+// dpred = d loss_i / d pred · dy_i.
+void pointwise_loss_backward(PointwiseLoss kind, const float* pred, const float* target, const float* dy, float* dpred,
+                             int64_t rows, int64_t per_row);
+
 // C(M,N) = alpha·op(A)·op(B) + beta·C through oneDNN's sgemm.
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
