@@ -1,138 +1,19 @@
-// The device seam: a second device, emulated in host memory that the host may not read directly
-// (Tensor::data fails on its tensors, as it would on a GPU's), with a backend that counts its
-// calls and runs the CPU's kernels. Tensors reach the host only through to(Device::cpu()),
-// to_vector() and item(); a training step of the mlp on it gives the CPU's bits, so no op on
-// that path bypasses its device's kernels.
-#include <cstdlib>
-#include <cstring>
-
-#include "core/device_memory.h"
-#include "kernels/backend.h"
+// The device seam, proved with the emulated device of emulated_device.h. Tensors reach the host only through to(Device::cpu()),
+// to_vector() and item(); training steps of the mlp and a cnn on it give the CPU's bits, so no op
+// on those paths bypasses its device's kernels.
+#include "emulated_device.h"
 #include "tandem/model.h"
 #include "test_util.h"
 
 namespace tandem {
 namespace {
 
-const Device kEmulated{Device::Kind::Emulated, 0};
-
-class EmulatedMemory : public core::DeviceMemory {
- public:
-  void* allocate(size_t bytes) override {
-    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (p == nullptr) throw std::bad_alloc();
-    return p;
-  }
-  void deallocate(void* pointer, size_t) override { std::free(pointer); }
-  void to_host(void* host, const void* device, size_t bytes) override { std::memcpy(host, device, bytes); }
-  void from_host(void* device, const void* host, size_t bytes) override { std::memcpy(device, host, bytes); }
-  bool host_accessible() const override { return false; }
-};
-
-// Every family forwards to the CPU's kernels and counts the call.
-class CountingBackend : public kernels::Backend {
- public:
-  int calls = 0;
-  std::string name() const override { return "emulated"; }
-  kernels::Backend& cpu() {
-    ++calls;
-    return kernels::cpu_backend();
-  }
-  void unary(kernels::UnaryKind k, const float* x, float* y, int64_t n, float f, float lo, float hi) override {
-    cpu().unary(k, x, y, n, f, lo, hi);
-  }
-  void unary_backward(kernels::UnaryKind k, const float* x, const float* dy, float* dx, int64_t n, float f, float lo,
-                      float hi) override {
-    cpu().unary_backward(k, x, dy, dx, n, f, lo, hi);
-  }
-  void binary(kernels::BinaryKind k, const float* a, const float* b, float* y, int64_t n, int64_t b_n) override {
-    cpu().binary(k, a, b, y, n, b_n);
-  }
-  double sum(const float* x, int64_t n) override { return cpu().sum(x, n); }
-  void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per, float rate, uint64_t seed,
-               uint64_t step, int64_t offset) override {
-    cpu().dropout(x, y, mask, rows, per, rate, seed, step, offset);
-  }
-  void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
-            int64_t ldb, float beta, float* c, int64_t ldc) override {
-    cpu().gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
-  void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act) override {
-    cpu().bias_activation(y, bias, rows, cols, act);
-  }
-  void activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows, int64_t cols,
-                           Activation act) override {
-    cpu().activation_backward(dy, z, y, dz, rows, cols, act);
-  }
-  void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) override {
-    cpu().column_sums(dy, rows, cols, db);
-  }
-  void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols, float* loss,
-                                    float* p) override {
-    cpu().sparse_softmax_cross_entropy(logits, labels, rows, cols, loss, p);
-  }
-  void softmax_cross_entropy(const float* logits, const float* targets, int64_t rows, int64_t cols, float* loss,
-                             float* p) override {
-    cpu().softmax_cross_entropy(logits, targets, rows, cols, loss, p);
-  }
-  void cross_entropy_backward(const float* p, const int32_t* labels, const float* targets, const float* dy, float* dx,
-                              int64_t rows, int64_t cols) override {
-    cpu().cross_entropy_backward(p, labels, targets, dy, dx, rows, cols);
-  }
-  void pointwise_loss(kernels::PointwiseLoss k, const float* p, const float* t, float* loss, int64_t rows,
-                      int64_t per_row) override {
-    cpu().pointwise_loss(k, p, t, loss, rows, per_row);
-  }
-  void pointwise_loss_backward(kernels::PointwiseLoss k, const float* p, const float* t, const float* dy, float* dp,
-                               int64_t rows, int64_t per_row) override {
-    cpu().pointwise_loss_backward(k, p, t, dy, dp, rows, per_row);
-  }
-  void conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* k, const float* b,
-                      float* y) override {
-    cpu().conv2d_forward(s, x, k, b, y);
-  }
-  void conv2d_backward_data(const kernels::Conv2dShape& s, const float* dy, const float* k, float* dx) override {
-    cpu().conv2d_backward_data(s, dy, k, dx);
-  }
-  void conv2d_backward_weights(const kernels::Conv2dShape& s, const float* x, const float* dy, float* dk,
-                               float* db) override {
-    cpu().conv2d_backward_weights(s, x, dy, dk, db);
-  }
-  size_t pool2d_workspace_bytes(const kernels::Pool2dShape& s) override { return cpu().pool2d_workspace_bytes(s); }
-  void pool2d_forward(const kernels::Pool2dShape& s, const float* x, float* y, void* ws) override {
-    cpu().pool2d_forward(s, x, y, ws);
-  }
-  void pool2d_backward(const kernels::Pool2dShape& s, const float* dy, const void* ws, float* dx) override {
-    cpu().pool2d_backward(s, dy, ws, dx);
-  }
-  void sgd_update(float* w, const float* g, float* v, int64_t n, float lr, float momentum, bool nesterov) override {
-    cpu().sgd_update(w, g, v, n, lr, momentum, nesterov);
-  }
-  void adam_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
-                   int64_t step) override {
-    cpu().adam_update(w, g, m, v, n, lr, b1, b2, eps, step);
-  }
-  void rmsprop_update(float* w, const float* g, float* ms, float* v, int64_t n, float lr, float rho, float momentum,
-                      float eps) override {
-    cpu().rmsprop_update(w, g, ms, v, n, lr, rho, momentum, eps);
-  }
-  void adagrad_update(float* w, const float* g, float* acc, int64_t n, float lr, float eps) override {
-    cpu().adagrad_update(w, g, acc, n, lr, eps);
-  }
-};
+using testing::kEmulated;
 
 class DeviceSeam : public ::testing::Test {
  protected:
-  void SetUp() override {
-    core::register_device_memory(Device::Kind::Emulated, &memory_);
-    kernels::register_backend(Device::Kind::Emulated, &backend_);
-  }
-  void TearDown() override {
-    kernels::register_backend(Device::Kind::Emulated, nullptr);
-    core::register_device_memory(Device::Kind::Emulated, nullptr);
-  }
-  EmulatedMemory memory_;
-  CountingBackend backend_;
+  testing::EmulatedDevice device_;
+  testing::CountingBackend& backend_ = device_.backend;
 };
 
 TEST_F(DeviceSeam, TheHostReadsADeviceTensorOnlyThroughTheCopyPath) {
@@ -164,18 +45,13 @@ TEST_F(DeviceSeam, AnOpOnTensorsOfTwoDevicesIsNamed) {
       testing::throws_error([&] { ops::matmul(a, b); }, {"matmul: argument 'b' is on cpu, the op runs on emulated:0"}));
 }
 
-// The tutorial's mlp (Dense relu, Dropout, Dense softmax), Adam, sparse cross-entropy: a few
-// steps on each device from the same weights and batches give the same bits.
-TEST_F(DeviceSeam, AnMlpTrainingStepGivesTheCpuBits) {
-  using namespace layers;
-  auto make = [] {
-    auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 9});
-    m->add(Dense(16, "relu", {.input_shape = Shape{12}}));
-    m->add(Dropout(0.25f));
-    m->add(Dense(4, "softmax"));
-    return m;
-  };
-  Tensor x = testing::random_tensor({10, 12}, 3);
+// A few training steps (Adam, sparse cross-entropy) on each device from the same weights and
+// batches: the same losses and weights, bit for bit, and the device's backend ran them.
+void expect_cpu_bits(const std::function<std::unique_ptr<Sequential>()>& make, const Shape& sample,
+                     testing::CountingBackend& backend) {
+  Shape shape{10};
+  for (int64_t d : sample) shape.push_back(d);
+  Tensor x = testing::random_tensor(shape, 3);
   std::vector<int32_t> l{0, 1, 2, 3, 0, 1, 2, 3, 1, 2};
   Tensor y = Tensor::from_vector({10}, std::span<const int32_t>(l));
   auto train = [&](Sequential& model, Device device) {
@@ -198,15 +74,44 @@ TEST_F(DeviceSeam, AnMlpTrainingStepGivesTheCpuBits) {
   };
   auto on_cpu = make(), on_device = make();
   std::vector<float> cpu_losses = train(*on_cpu, Device::cpu());
-  int before = backend_.calls;
+  int before = backend.calls;
   std::vector<float> device_losses = train(*on_device, kEmulated);
-  EXPECT_GT(backend_.calls, before + 20) << "the step ran its kernels through the emulated device's backend";
+  EXPECT_GT(backend.calls, before + 20) << "the step ran its kernels through the emulated device's backend";
   EXPECT_EQ(device_losses, cpu_losses);
   auto a = on_cpu->variables(), b = on_device->variables();
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(b[i]->value.device(), kEmulated) << b[i]->name;
     EXPECT_EQ(b[i]->value.to_vector(), a[i]->value.to_vector()) << b[i]->name;
   }
+}
+
+// The tutorial's mlp: Dense relu, Dropout, Dense softmax.
+TEST_F(DeviceSeam, AnMlpTrainingStepGivesTheCpuBits) {
+  using namespace layers;
+  expect_cpu_bits(
+      [] {
+        auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 9});
+        m->add(Dense(16, "relu", {.input_shape = Shape{12}}));
+        m->add(Dropout(0.25f));
+        m->add(Dense(4, "softmax"));
+        return m;
+      },
+      Shape{12}, backend_);
+}
+
+// A small cnn: Conv2D relu, max pooling, Flatten, Dense softmax.
+TEST_F(DeviceSeam, ACnnTrainingStepGivesTheCpuBits) {
+  using namespace layers;
+  expect_cpu_bits(
+      [] {
+        auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 9});
+        m->add(Conv2D(4, 3, {.padding = "same", .activation = "relu", .input_shape = Shape{6, 6, 1}}));
+        m->add(MaxPooling2D());
+        m->add(Flatten());
+        m->add(Dense(4, "softmax"));
+        return m;
+      },
+      Shape{6, 6, 1}, backend_);
 }
 
 }  // namespace
