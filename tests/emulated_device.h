@@ -84,6 +84,30 @@ class CountingBackend : public kernels::Backend {
                                int64_t rows, int64_t per_row) override {
     cpu().pointwise_loss_backward(k, p, t, dy, dp, rows, per_row);
   }
+  void channel_sums(const float* x, int64_t rows, int64_t c, double* sums) override {
+    cpu().channel_sums(x, rows, c, sums);
+  }
+  void squared_deviations(const float* x, const float* mean, int64_t rows, int64_t c, double* sums) override {
+    cpu().squared_deviations(x, mean, rows, c, sums);
+  }
+  void batch_norm_backward_sums(const float* dy, const float* x_hat, int64_t rows, int64_t c, double* sums) override {
+    cpu().batch_norm_backward_sums(dy, x_hat, rows, c, sums);
+  }
+  void batch_norm_normalize(const float* x, const float* mean, const float* rstd, const float* gamma, const float* beta,
+                            float* x_hat, float* y, int64_t rows, int64_t c) override {
+    cpu().batch_norm_normalize(x, mean, rstd, gamma, beta, x_hat, y, rows, c);
+  }
+  void batch_norm_input_gradient(const float* dy, const float* x_hat, const float* gamma, const float* rstd,
+                                 const double* sums, double n, float* dx, int64_t rows, int64_t c) override {
+    cpu().batch_norm_input_gradient(dy, x_hat, gamma, rstd, sums, n, dx, rows, c);
+  }
+  void scale_by_channels(const float* dy, const float* gamma, const float* rstd, float* dx, int64_t n,
+                         int64_t c) override {
+    cpu().scale_by_channels(dy, gamma, rstd, dx, n, c);
+  }
+  void moving_average(float* moving, const float* value, int64_t n, float momentum) override {
+    cpu().moving_average(moving, value, n, momentum);
+  }
   void conv2d_forward(const kernels::Conv2dShape& s, const float* x, const float* k, const float* b,
                       float* y) override {
     cpu().conv2d_forward(s, x, k, b, y);

@@ -54,6 +54,18 @@ class Backend {
   virtual void pointwise_loss_backward(PointwiseLoss kind, const float* pred, const float* target, const float* dy,
                                        float* dpred, int64_t rows, int64_t per_row) = 0;
 
+  // Batch normalization (contracts in kernels/cpu/kernels.h; the double sums go to host memory).
+  virtual void channel_sums(const float* x, int64_t rows, int64_t c, double* sums) = 0;
+  virtual void squared_deviations(const float* x, const float* mean, int64_t rows, int64_t c, double* sums) = 0;
+  virtual void batch_norm_backward_sums(const float* dy, const float* x_hat, int64_t rows, int64_t c, double* sums) = 0;
+  virtual void batch_norm_normalize(const float* x, const float* mean, const float* rstd, const float* gamma,
+                                    const float* beta, float* x_hat, float* y, int64_t rows, int64_t c) = 0;
+  virtual void batch_norm_input_gradient(const float* dy, const float* x_hat, const float* gamma, const float* rstd,
+                                         const double* sums, double n, float* dx, int64_t rows, int64_t c) = 0;
+  virtual void scale_by_channels(const float* dy, const float* gamma, const float* rstd, float* dx, int64_t n,
+                                 int64_t c) = 0;
+  virtual void moving_average(float* moving, const float* value, int64_t n, float momentum) = 0;
+
   // Convolution and pooling.
   virtual void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias,
                               float* y) = 0;

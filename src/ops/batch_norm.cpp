@@ -14,15 +14,12 @@
 namespace tandem::ops {
 namespace {
 
+kernels::Backend& on(const Tensor& t) { return kernels::backend(t.device()); }
+
 // Per channel: Σdy, then Σdy·x̂ (2c values), over the rows in order.
-std::vector<double> backward_sums(const float* dy, const float* xh, int64_t rows, int64_t c) {
-  auto cu = static_cast<size_t>(c);
-  std::vector<double> sums(2 * cu, 0.0);
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < c; ++j) {
-      sums[static_cast<size_t>(j)] += dy[i * c + j];
-      sums[cu + static_cast<size_t>(j)] += dy[i * c + j] * xh[i * c + j];
-    }
+std::vector<double> backward_sums(const Tensor& dy, const Tensor& x_hat, int64_t c) {
+  std::vector<double> sums(2 * static_cast<size_t>(c));
+  on(dy).batch_norm_backward_sums(dy.buffer<float>(), x_hat.buffer<float>(), x_hat.numel() / c, c, sums.data());
   return sums;
 }
 
@@ -30,68 +27,50 @@ std::vector<double> backward_sums(const float* dy, const float* xh, int64_t rows
 Tensor input_gradient(const Tensor& dy, const Tensor& x_hat, const Tensor& gamma, const Tensor& rstd,
                       const double* sums, double n) {
   int64_t c = gamma.dim(0), rows = x_hat.numel() / c;
-  Tensor dx = Tensor::empty(x_hat.shape());
-  float* d = dx.data<float>();
-  const float* g = dy.data<float>();
-  const float* xh = x_hat.data<float>();
-  const float* ga = gamma.data<float>();
-  const float* rs = rstd.data<float>();
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < c; ++j) {
-      float scale = ga[j] * rs[j];
-      d[i * c + j] = scale * (g[i * c + j] - static_cast<float>(sums[j] / n) -
-                              xh[i * c + j] * static_cast<float>(sums[c + j] / n));
-    }
+  Tensor dx = Tensor::empty(x_hat.shape(), DType::Float32, dy.device());
+  on(dy).batch_norm_input_gradient(dy.buffer<float>(), x_hat.buffer<float>(), gamma.buffer<float>(),
+                                   rstd.buffer<float>(), sums, n, dx.buffer<float>(), rows, c);
   return dx;
 }
 
-Tensor channel_tensor(const double* values, int64_t c) {
-  Tensor t = Tensor::empty({c});
-  for (int64_t j = 0; j < c; ++j) t.data<float>()[j] = static_cast<float>(values[j]);
-  return t;
+// c per-channel values, computed on the host, as a tensor on `device`.
+Tensor channel_tensor(std::span<const float> values, Device device) {
+  return Tensor::from_vector({static_cast<int64_t>(values.size())}, values).to(device);
+}
+Tensor channel_tensor(const double* values, int64_t c, Device device) {
+  std::vector<float> v(static_cast<size_t>(c));
+  for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<float>(values[j]);
+  return channel_tensor(v, device);
 }
 
 // Per channel Σx over the rows in order, then the row count (c + 1 values).
-std::vector<double> channel_sums(const float* x, int64_t rows, int64_t c) {
+std::vector<double> channel_sums(const Tensor& x, int64_t rows, int64_t c) {
   std::vector<double> s(static_cast<size_t>(c) + 1, 0.0);
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < c; ++j) s[static_cast<size_t>(j)] += x[i * c + j];
+  on(x).channel_sums(x.buffer<float>(), rows, c, s.data());
   s[static_cast<size_t>(c)] = static_cast<double>(rows);
   return s;
 }
 
 // Per channel Σ(x - μ)².
-std::vector<double> squared_deviations(const float* x, const float* mu, int64_t rows, int64_t c) {
+std::vector<double> squared_deviations(const Tensor& x, const Tensor& mean, int64_t rows, int64_t c) {
   std::vector<double> s(static_cast<size_t>(c), 0.0);
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < c; ++j) {
-      double e = x[i * c + j] - mu[j];
-      s[static_cast<size_t>(j)] += e * e;
-    }
+  on(x).squared_deviations(x.buffer<float>(), mean.buffer<float>(), rows, c, s.data());
   return s;
 }
 
-void move_toward(Tensor& moving, const float* value, float momentum) {
-  float* m = moving.data<float>();
-  for (int64_t j = 0; j < moving.numel(); ++j) m[j] = m[j] * momentum + value[j] * (1.0f - momentum);
+void move_toward(Tensor& moving, std::span<const float> value, float momentum) {
+  Tensor v = channel_tensor(value, moving.device());
+  on(moving).moving_average(moving.buffer<float>(), v.buffer<float>(), moving.numel(), momentum);
 }
 
 // x̂ = (x - μ)·rstd, y = γ·x̂ + β.
-void normalize(const Tensor& x, const float* mu, const float* rs, const Tensor& gamma, const Tensor& beta,
+void normalize(const Tensor& x, const Tensor& mean, const Tensor& rstd, const Tensor& gamma, const Tensor& beta,
                Tensor& x_hat, Tensor& y) {
   int64_t c = gamma.dim(0), rows = x.numel() / c;
-  x_hat = Tensor::empty(x.shape());
-  y = Tensor::empty(x.shape());
-  const float* px = x.data<float>();
-  float* xh = x_hat.data<float>();
-  float* py = y.data<float>();
-  const float* ga = gamma.data<float>();
-  const float* be = beta.data<float>();
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < c; ++j) {
-      xh[i * c + j] = (px[i * c + j] - mu[j]) * rs[j];
-      py[i * c + j] = ga[j] * xh[i * c + j] + be[j];
-    }
+  x_hat = Tensor::empty(x.shape(), DType::Float32, x.device());
+  y = Tensor::empty(x.shape(), DType::Float32, x.device());
+  on(x).batch_norm_normalize(x.buffer<float>(), mean.buffer<float>(), rstd.buffer<float>(), gamma.buffer<float>(),
+                             beta.buffer<float>(), x_hat.buffer<float>(), y.buffer<float>(), rows, c);
 }
 
 // Sums values elementwise over the replicas, in place; returns the number of replicas.
@@ -105,7 +84,7 @@ struct BatchNormNode : autograd::Node {
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
     int64_t c = gamma.dim(0);
-    std::vector<double> local = backward_sums(dy.data<float>(), x_hat.data<float>(), x_hat.numel() / c, c);
+    std::vector<double> local = backward_sums(dy, x_hat, c);
     if (needs(0)) {
       if (training) {
         std::vector<double> sums = local;
@@ -116,16 +95,14 @@ struct BatchNormNode : autograd::Node {
         }
         tape.accumulate(input_slots[0], input_gradient(dy, x_hat, gamma, rstd, sums.data(), n));
       } else {
-        Tensor dx = Tensor::empty(x_hat.shape());
-        const float* g = dy.data<float>();
-        const float* ga = gamma.data<float>();
-        const float* rs = rstd.data<float>();
-        for (int64_t i = 0; i < x_hat.numel(); ++i) dx.data<float>()[i] = ga[i % c] * rs[i % c] * g[i];
+        Tensor dx = Tensor::empty(x_hat.shape(), DType::Float32, dy.device());
+        on(dy).scale_by_channels(dy.buffer<float>(), gamma.buffer<float>(), rstd.buffer<float>(), dx.buffer<float>(),
+                                 x_hat.numel(), c);
         tape.accumulate(input_slots[0], dx);
       }
     }
-    if (needs(1)) tape.accumulate(input_slots[1], channel_tensor(local.data() + c, c));
-    if (needs(2)) tape.accumulate(input_slots[2], channel_tensor(local.data(), c));
+    if (needs(1)) tape.accumulate(input_slots[1], channel_tensor(local.data() + c, c, dy.device()));
+    if (needs(2)) tape.accumulate(input_slots[2], channel_tensor(local.data(), c, dy.device()));
   }
 };
 
@@ -174,10 +151,10 @@ struct BatchNormPartNode : autograd::Node {
     p.dy = dy_in.contiguous();
     p.input_slot = input_slots[0];
     int64_t c = p.gamma.dim(0);
-    std::vector<double> local = backward_sums(p.dy.data<float>(), p.x_hat.data<float>(), p.x_hat.numel() / c, c);
+    std::vector<double> local = backward_sums(p.dy, p.x_hat, c);
     std::copy(local.begin(), local.end(), shared->sums.begin() + static_cast<std::ptrdiff_t>(part * shared->per_part));
-    if (needs(1)) tape.accumulate(input_slots[1], channel_tensor(local.data() + c, c));
-    if (needs(2)) tape.accumulate(input_slots[2], channel_tensor(local.data(), c));
+    if (needs(1)) tape.accumulate(input_slots[1], channel_tensor(local.data() + c, c, p.dy.device()));
+    if (needs(2)) tape.accumulate(input_slots[2], channel_tensor(local.data(), c, p.dy.device()));
     if (++shared->arrived == shared->recorded) shared->exchange(&tape);
   }
 };
@@ -187,6 +164,10 @@ void check_parameters(const char* op, const Tensor& x, const Tensor& gamma, cons
   require_float(x, op, "x");
   require_float(gamma, op, "gamma");
   require_float(beta, op, "beta");
+  require_device(gamma, x, op, "gamma");
+  require_device(beta, x, op, "beta");
+  require_device(moving_mean, x, op, "moving_mean");
+  require_device(moving_variance, x, op, "moving_variance");
   if (x.rank() < 2) fail("{}: x needs a batch axis and a channel axis, got shape {}", op, x.shape().str());
   int64_t c = x.dim(-1);
   for (const Tensor* p : {&gamma, &beta, &moving_mean, &moving_variance})
@@ -210,30 +191,29 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
   Tensor x = x_in.contiguous();
   int64_t rows = x.numel() / c;
   if (training && rows < 1) fail("{}: empty batch", op);
-  const float* px = x.data<float>();
-  Tensor mean_t = Tensor::empty({c}), rstd = Tensor::empty({c});
-  float* mu = mean_t.data<float>();
-  float* rs = rstd.data<float>();
+  auto cu = static_cast<size_t>(c);
+  std::vector<float> mu(cu), rs(cu);  // per channel, on the host
+  Tensor mean_t, rstd;
   bool sync = training && cross_replica && synchronized;
   double global_rows = static_cast<double>(rows);
-  auto cu = static_cast<size_t>(c);
   if (training) {
-    std::vector<double> s = channel_sums(px, rows, c);
+    std::vector<double> s = channel_sums(x, rows, c);
     if (sync) {
       cross_replica(s);
       global_rows = s[cu];
     }
-    for (int64_t j = 0; j < c; ++j) mu[j] = static_cast<float>(s[static_cast<size_t>(j)] / global_rows);
-    std::vector<double> s2 = squared_deviations(px, mu, rows, c);
+    for (size_t j = 0; j < cu; ++j) mu[j] = static_cast<float>(s[j] / global_rows);
+    mean_t = channel_tensor(mu, x.device());
+    std::vector<double> s2 = squared_deviations(x, mean_t, rows, c);
     if (sync) cross_replica(s2);
     std::vector<float> var(cu);
-    for (int64_t j = 0; j < c; ++j) {
-      var[static_cast<size_t>(j)] = static_cast<float>(s2[static_cast<size_t>(j)] / global_rows);
-      rs[j] = 1.0f / std::sqrt(var[static_cast<size_t>(j)] + epsilon);
+    for (size_t j = 0; j < cu; ++j) {
+      var[j] = static_cast<float>(s2[j] / global_rows);
+      rs[j] = 1.0f / std::sqrt(var[j] + epsilon);
     }
     // The statistics the moving averages move toward: the batch's, or with local statistics
     // under a strategy the replicas' average, so every replica's moving statistics agree.
-    std::vector<float> toward_mean(mu, mu + c), toward_var = var;
+    std::vector<float> toward_mean = mu, toward_var = var;
     if (cross_replica && !synchronized) {
       std::vector<double> both(2 * cu);
       for (size_t j = 0; j < cu; ++j) both[j] = mu[j], both[cu + j] = var[j];
@@ -242,16 +222,19 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
         toward_mean[j] = static_cast<float>(both[j] / replicas),
         toward_var[j] = static_cast<float>(both[cu + j] / replicas);
     }
-    move_toward(moving_mean, toward_mean.data(), momentum);
-    move_toward(moving_variance, toward_var.data(), momentum);
+    move_toward(moving_mean, toward_mean, momentum);
+    move_toward(moving_variance, toward_var, momentum);
   } else {
-    for (int64_t j = 0; j < c; ++j) {
-      mu[j] = moving_mean.data<float>()[j];
-      rs[j] = 1.0f / std::sqrt(moving_variance.data<float>()[j] + epsilon);
+    Tensor mm = moving_mean.to(Device::cpu()), mv = moving_variance.to(Device::cpu());
+    for (size_t j = 0; j < cu; ++j) {
+      mu[j] = mm.data<float>()[j];
+      rs[j] = 1.0f / std::sqrt(mv.data<float>()[j] + epsilon);
     }
+    mean_t = channel_tensor(mu, x.device());
   }
+  rstd = channel_tensor(rs, x.device());
   Tensor x_hat, y;
-  normalize(x, mu, rs, gamma, beta, x_hat, y);
+  normalize(x, mean_t, rstd, gamma, beta, x_hat, y);
   if (auto* tape = autograd::tracking_tape({&x_in, &gamma, &beta})) {
     auto* node = new BatchNormNode();
     node->x_hat = x_hat;
@@ -287,7 +270,7 @@ std::vector<Tensor> batch_norm_parts(std::span<const Tensor> xs, std::span<const
   if (synchronized) {
     std::vector<double> mine;
     for (size_t i = 0; i < x.size(); ++i) {
-      std::vector<double> s = channel_sums(x[i].data<float>(), rows(i), c);
+      std::vector<double> s = channel_sums(x[i], rows(i), c);
       mine.insert(mine.end(), s.begin(), s.end());
     }
     std::vector<double> all = gather(mine, cu + 1), total(cu + 1, 0.0);
@@ -295,41 +278,42 @@ std::vector<Tensor> batch_norm_parts(std::span<const Tensor> xs, std::span<const
       for (size_t j = 0; j <= cu; ++j) total[j] += all[p * (cu + 1) + j];
     global_rows = total[cu];
     if (global_rows < 1) fail("{}: empty batch", op);
-    Tensor mu = Tensor::empty({c});
-    for (size_t j = 0; j < cu; ++j) toward_mean[j] = mu.data<float>()[j] = static_cast<float>(total[j] / global_rows);
+    for (size_t j = 0; j < cu; ++j) toward_mean[j] = static_cast<float>(total[j] / global_rows);
+    Tensor mu = channel_tensor(toward_mean, moving_mean.device());
     mine.clear();
     for (size_t i = 0; i < x.size(); ++i) {
-      std::vector<double> s2 = squared_deviations(x[i].data<float>(), mu.data<float>(), rows(i), c);
+      std::vector<double> s2 = squared_deviations(x[i], mu, rows(i), c);
       mine.insert(mine.end(), s2.begin(), s2.end());
     }
     all = gather(mine, cu);
     std::vector<double> deviations(cu, 0.0);
     for (size_t p = 0; p < all.size() / cu; ++p)
       for (size_t j = 0; j < cu; ++j) deviations[j] += all[p * cu + j];
-    Tensor rs = Tensor::empty({c});
+    std::vector<float> host_rs(cu);
     for (size_t j = 0; j < cu; ++j) {
       toward_var[j] = static_cast<float>(deviations[j] / global_rows);
-      rs.data<float>()[j] = 1.0f / std::sqrt(toward_var[j] + epsilon);
+      host_rs[j] = 1.0f / std::sqrt(toward_var[j] + epsilon);
     }
+    Tensor rs = channel_tensor(host_rs, moving_mean.device());
     for (size_t i = 0; i < x.size(); ++i) mean[i] = mu, rstd[i] = rs;
   } else {
     // Ghost batches: each part its own statistics; the moving ones follow the parts' average.
     std::vector<double> mine;
     for (size_t i = 0; i < x.size(); ++i) {
       if (rows(i) < 1) fail("{}: part {} is empty", op, i);
-      std::vector<double> s = channel_sums(x[i].data<float>(), rows(i), c);
-      mean[i] = Tensor::empty({c});
-      rstd[i] = Tensor::empty({c});
-      float* mu = mean[i].data<float>();
+      std::vector<double> s = channel_sums(x[i], rows(i), c);
+      std::vector<float> mu(cu), rs(cu);
       for (size_t j = 0; j < cu; ++j) mu[j] = static_cast<float>(s[j] / static_cast<double>(rows(i)));
-      std::vector<double> s2 = squared_deviations(x[i].data<float>(), mu, rows(i), c);
+      mean[i] = channel_tensor(mu, x[i].device());
+      std::vector<double> s2 = squared_deviations(x[i], mean[i], rows(i), c);
       mine.push_back(1.0);  // a part with rows
       for (size_t j = 0; j < cu; ++j) {
         float var = static_cast<float>(s2[j] / static_cast<double>(rows(i)));
-        rstd[i].data<float>()[j] = 1.0f / std::sqrt(var + epsilon);
+        rs[j] = 1.0f / std::sqrt(var + epsilon);
         mine.push_back(mu[j]);
         mine.push_back(var);
       }
+      rstd[i] = channel_tensor(rs, x[i].device());
     }
     std::vector<double> all = gather(mine, 2 * cu + 1), total(2 * cu + 1, 0.0);
     for (size_t p = 0; p < all.size() / (2 * cu + 1); ++p)
@@ -339,8 +323,8 @@ std::vector<Tensor> batch_norm_parts(std::span<const Tensor> xs, std::span<const
       toward_var[j] = static_cast<float>(total[2 + 2 * j] / total[0]);
     }
   }
-  move_toward(moving_mean, toward_mean.data(), momentum);
-  move_toward(moving_variance, toward_var.data(), momentum);
+  move_toward(moving_mean, toward_mean, momentum);
+  move_toward(moving_variance, toward_var, momentum);
 
   std::vector<Tensor> y(x.size());
   auto shared = std::make_shared<PartsBackward>();
@@ -349,7 +333,7 @@ std::vector<Tensor> batch_norm_parts(std::span<const Tensor> xs, std::span<const
   shared->global_rows = global_rows;
   for (size_t i = 0; i < x.size(); ++i) {
     Tensor x_hat;
-    normalize(x[i], mean[i].data<float>(), rstd[i].data<float>(), gammas[i], betas[i], x_hat, y[i]);
+    normalize(x[i], mean[i], rstd[i], gammas[i], betas[i], x_hat, y[i]);
     auto* tape = autograd::tracking_tape({&xs[i], &gammas[i], &betas[i]});
     if (tape == nullptr) continue;
     if (!synchronized) {  // a part on its own: plain batch norm backward

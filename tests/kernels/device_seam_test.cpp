@@ -1,6 +1,6 @@
 // The device seam, proved with the emulated device of emulated_device.h. Tensors reach the host only through to(Device::cpu()),
-// to_vector() and item(); training steps of the mlp and a cnn on it give the CPU's bits, so no op
-// on those paths bypasses its device's kernels.
+// to_vector() and item(); training steps of the mlp, a cnn and a BatchNormalization model on it
+// give the CPU's bits, so no op on those paths bypasses its device's kernels.
 #include "emulated_device.h"
 #include "tandem/model.h"
 #include "test_util.h"
@@ -112,6 +112,21 @@ TEST_F(DeviceSeam, ACnnTrainingStepGivesTheCpuBits) {
         return m;
       },
       Shape{6, 6, 1}, backend_);
+}
+
+// Dense, BatchNormalization (its moving statistics on the device too), relu, Dense softmax.
+TEST_F(DeviceSeam, ABatchNormalizationTrainingStepGivesTheCpuBits) {
+  using namespace layers;
+  expect_cpu_bits(
+      [] {
+        auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 9});
+        m->add(Dense(8, "", {.input_shape = Shape{12}}));
+        m->add(BatchNormalization({.momentum = 0.9f}));
+        m->add(layers::Activation("relu"));
+        m->add(Dense(4, "softmax"));
+        return m;
+      },
+      Shape{12}, backend_);
 }
 
 }  // namespace

@@ -349,7 +349,8 @@ std::vector<OpCase> op_cases() {
     cases.push_back({training ? "batch_norm_training" : "batch_norm_inference",
                      {{6, 4}, {4}, {4}},
                      [=](const Inputs& in) {
-                       Tensor mm = Tensor::full({4}, 0.1f), mv = Tensor::full({4}, 0.8f);
+                       Tensor mm = Tensor::full({4}, 0.1f, in[0].device()),
+                              mv = Tensor::full({4}, 0.8f, in[0].device());
                        return ops::batch_norm(in[0], in[1], in[2], mm, mv, 0.9f, 1e-3f, training);
                      },
                      [=](const RefInputs& in) {
@@ -374,8 +375,6 @@ std::vector<OpCase> op_cases() {
   for (OpCase& c : cases) {
     if (c.name.find("cross_entropy") != std::string::npos || c.name == "mean_squared_error") c.differentiable = 1;
     if (c.name == "reshape") c.runs_kernels = false;
-    if (c.name.starts_with("batch_norm"))
-      c.cpu_only = "its statistics are host loops in src/ops/batch_norm.cpp, not yet kernels of a backend (issue 14)";
   }
   return cases;
 }

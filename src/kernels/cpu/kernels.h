@@ -33,6 +33,22 @@ void pointwise_loss(PointwiseLoss kind, const float* pred, const float* target, 
 void pointwise_loss_backward(PointwiseLoss kind, const float* pred, const float* target, const float* dy, float* dpred,
                              int64_t rows, int64_t per_row);
 
+// Batch normalization over rows of c channels. The double sums go to host memory: per channel Σx,
+// Σ(x - mean)², and Σdy then Σdy·x̂ (2c values).
+void channel_sums(const float* x, int64_t rows, int64_t c, double* sums);
+void squared_deviations(const float* x, const float* mean, int64_t rows, int64_t c, double* sums);
+void batch_norm_backward_sums(const float* dy, const float* x_hat, int64_t rows, int64_t c, double* sums);
+// x̂ = (x - mean)·rstd, y = γ·x̂ + β.
+void batch_norm_normalize(const float* x, const float* mean, const float* rstd, const float* gamma, const float* beta,
+                          float* x_hat, float* y, int64_t rows, int64_t c);
+// dx = γ·rstd · (dy - Σdy/n - x̂·Σ(dy·x̂)/n), with the 2c sums (host memory) over n rows.
+void batch_norm_input_gradient(const float* dy, const float* x_hat, const float* gamma, const float* rstd,
+                               const double* sums, double n, float* dx, int64_t rows, int64_t c);
+// dx = γ·rstd·dy per channel (n values, c channels).
+void scale_by_channels(const float* dy, const float* gamma, const float* rstd, float* dx, int64_t n, int64_t c);
+// moving = moving·momentum + value·(1 - momentum).
+void moving_average(float* moving, const float* value, int64_t n, float momentum);
+
 // C(M,N) = alpha·op(A)·op(B) + beta·C through oneDNN's sgemm.
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
