@@ -132,7 +132,7 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& values) {
     if (!(values[r].shape() == shape) || values[r].dtype() != DType::Float32)
       fail("reduce: replica {} has a {} tensor of shape {}, replica 0 float32 of shape {}", r,
            dtype_name(values[r].dtype()), values[r].shape().str(), shape.str());
-    Tensor c = values[r].contiguous();
+    Tensor c = values[r].to(Device::cpu()).contiguous();  // reduced on the host
     const float* v = c.data<float>();
     for (int64_t i = 0; i < c.numel(); ++i)
       o[i] = r == 0                ? v[i]
@@ -169,7 +169,7 @@ Tensor Strategy::gather(const PerReplica<Tensor>& values, int axis) {
   auto* dst = static_cast<char*>(out.raw());
   int64_t row = shape[axis] * inner, offset = 0;
   for (int r = 0; r < values.size(); ++r) {
-    Tensor c = values[r].contiguous();
+    Tensor c = values[r].to(Device::cpu()).contiguous();
     int64_t block = c.dim(axis) * inner;
     for (int64_t o = 0; o < outer; ++o)
       std::memcpy(dst + o * row + offset, static_cast<const char*>(c.raw()) + o * block, static_cast<size_t>(block));

@@ -34,7 +34,7 @@ std::string encode_safetensors(const TensorFile& file) {
   for (const auto& [name, tensor] : file.tensors) {
     if (name == "__metadata__" || header.contains(name))
       fail("safetensors: duplicate or reserved tensor name \"{}\"", name);
-    Tensor t = tensor.contiguous();
+    Tensor t = tensor.to(Device::cpu()).contiguous();  // a device's tensors are written from a host copy
     size_t bytes = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
     header[name] = {{"dtype", dtype_tag(t.dtype())},
                     {"shape", std::vector<int64_t>(t.shape().begin(), t.shape().end())},

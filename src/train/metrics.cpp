@@ -29,8 +29,9 @@ Metric Metric::parse(const std::string& name, const Loss& loss) {
       name);
 }
 
-void Metric::update(const Tensor& y_true_in, const Tensor& y_pred_in) {
-  Tensor y_pred = y_pred_in.contiguous();
+void Metric::update(const Tensor& y_true_on_device, const Tensor& y_pred_on_device) {
+  // Metrics are counted on the host: a device's tensors come over through the copy path.
+  Tensor y_true_in = y_true_on_device.to(Device::cpu()), y_pred = y_pred_on_device.to(Device::cpu()).contiguous();
   int64_t rows = y_pred.dim(0);
   int64_t cols = rows == 0 ? 0 : y_pred.numel() / rows;
   const float* p = y_pred.data<float>();

@@ -83,6 +83,17 @@ void expect_cpu_bits(const std::function<std::unique_ptr<Sequential>()>& make, c
     EXPECT_EQ(b[i]->value.device(), kEmulated) << b[i]->name;
     EXPECT_EQ(b[i]->value.to_vector(), a[i]->value.to_vector()) << b[i]->name;
   }
+  // What reads values on the host takes the copy path: metrics, weight files.
+  Metric cpu_accuracy(Metric::Kind::SparseCategoricalAccuracy, "accuracy"), device_accuracy = cpu_accuracy;
+  cpu_accuracy.update(y, on_cpu->call(x, CallContext{false, {}}));
+  device_accuracy.update(y.to(kEmulated), on_device->call(x.to(kEmulated), CallContext{false, {}}));
+  EXPECT_EQ(device_accuracy.result(), cpu_accuracy.result());
+  testing::TempDir dir;
+  on_device->save_weights(dir.file("w.safetensors"));
+  auto reloaded = make();
+  reloaded->load_weights(dir.file("w.safetensors"));
+  auto c = reloaded->variables();
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(c[i]->value.to_vector(), a[i]->value.to_vector()) << c[i]->name;
 }
 
 // The tutorial's mlp: Dense relu, Dropout, Dense softmax.
