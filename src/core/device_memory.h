@@ -21,7 +21,8 @@ class DeviceMemory {
   virtual bool host_accessible() const = 0;
 };
 
-// Registers (or with null, removes) the memory of a device kind other than the CPU.
+// Registers (or with null, removes) the memory of a device kind other than the CPU; done before
+// any tensor lives there and not while another thread makes or frees tensors.
 void register_device_memory(Device::Kind kind, DeviceMemory* memory);
 // The registered memory of a kind, or null.
 DeviceMemory* device_memory(Device::Kind kind);

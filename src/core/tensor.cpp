@@ -293,11 +293,11 @@ template int32_t* Tensor::buffer<int32_t>() const;
 template uint8_t* Tensor::buffer<uint8_t>() const;
 
 // Through the host when either side is a device the host cannot read: the source's storage
-// comes to the host whole (views keep their strides), the copy goes out contiguous.
+// comes to the host whole (a view keeps its strides), the copy goes out contiguous.
 Tensor Tensor::to(Device device) const {
   const TensorImpl* impl = checked(impl_);
   if (impl->device == device) return *this;
-  Tensor host = *this;
+  Tensor host = *this;  // readable on the host
   if (!on_host(impl)) {
     Tensor whole = empty(Shape{static_cast<int64_t>(impl->storage->bytes)}, DType::UInt8);
     core::device_memory(impl->device.kind)->to_host(whole.raw(), impl->storage->data, impl->storage->bytes);
@@ -311,11 +311,15 @@ Tensor Tensor::to(Device device) const {
     view->id = next_tensor_id.fetch_add(1, std::memory_order_relaxed);
     host = Tensor(view);
   }
-  host = host.device().kind == Device::Kind::CPU ? host.contiguous() : host.clone();
-  if (device.kind == Device::Kind::CPU) return host.device() == device ? host : host.clone();
+  if (device.kind == Device::Kind::CPU && host.device().kind == Device::Kind::CPU) return host.contiguous();
   Tensor out = empty(impl->shape, impl->dtype, device);
+  if (on_host(out.impl_)) {
+    out.copy_from(host);
+    return out;
+  }
+  Tensor c = host.contiguous();
   size_t bytes = static_cast<size_t>(out.numel()) * dtype_size(out.dtype());
-  if (bytes > 0) core::device_memory(device.kind)->from_host(out.impl_->storage->data, host.raw(), bytes);
+  core::device_memory(device.kind)->from_host(out.impl_->storage->data, c.raw(), bytes);
   return out;
 }
 
