@@ -36,7 +36,8 @@ std::vector<Tensor> ReplicaContext::all_reduce(ReduceOp op, std::span<const Tens
   for (const Tensor& t : values) {
     Tensor r = Tensor::empty(t.shape());
     const float* from = fused.data<float>() + offset;
-    for (int64_t i = 0; i < t.numel(); ++i) r.data<float>()[i] = from[i] * scale;  // × 1 is exact for Sum
+    float* to = r.data<float>();
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) to[i] = from[i] * scale;  // × 1 is exact for Sum
     offset += t.numel();
     out.push_back(r);
   }

@@ -53,10 +53,11 @@ class LocalSgdStrategy : public MirroredStrategy {
                        std::span<const Tensor> gradients) override {
       const ReplicaContext& replica = *replica_context();
       std::vector<Tensor> own;  // the mean over this replica's rows
+      auto scale = static_cast<float>(replica.num_replicas);
       for (const Tensor& g : gradients) {
-        Tensor c = g.contiguous().clone();
+        Tensor c = g.clone();
         float* p = c.data<float>();
-        for (int64_t i = 0; i < c.numel(); ++i) p[i] *= static_cast<float>(replica.num_replicas);
+        for (int64_t i = 0, n = c.numel(); i < n; ++i) p[i] *= scale;
         own.push_back(c);
       }
       Optimizer& mine = optimizer.for_replica(replica, variables);
