@@ -134,14 +134,14 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& values) {
            dtype_name(values[r].dtype()), values[r].shape().str(), shape.str());
     Tensor c = values[r].to(Device::cpu()).contiguous();  // reduced on the host
     const float* v = c.data<float>();
-    for (int64_t i = 0; i < c.numel(); ++i)
+    for (int64_t i = 0, n = c.numel(); i < n; ++i)
       o[i] = r == 0                ? v[i]
              : op == ReduceOp::Min ? std::min(o[i], v[i])
              : op == ReduceOp::Max ? std::max(o[i], v[i])
                                    : o[i] + v[i];
   }
   if (op == ReduceOp::Mean)
-    for (int64_t i = 0; i < out.numel(); ++i) o[i] /= static_cast<float>(values.size());
+    for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] /= static_cast<float>(values.size());
   return out;
 }
 

@@ -43,7 +43,7 @@ bool weights_are_finite(Sequential& model) {
     Tensor t = v->value.to(Device::cpu()).contiguous();
     if (t.dtype() != DType::Float32) continue;
     const float* p = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); ++i)
+    for (int64_t i = 0, n = t.numel(); i < n; ++i)
       if (!std::isfinite(p[i])) return false;
   }
   return true;
