@@ -102,8 +102,11 @@ void TrainStep::run_replica(int r) {
   if (together_) {
     compute_parts_together(work, r);
   } else {
+    // A part with no rows (a batch shorter than the replicas) still runs, on 0 rows: its
+    // gradients are zeros, and layers that talk across replicas (batch normalization) find
+    // every replica in their collectives.
     for (int p = split_.first_part[static_cast<size_t>(r)]; p < split_.first_part[static_cast<size_t>(r) + 1]; ++p)
-      if (split_.begin(p) < split_.end(p)) compute_part(work, r, p);
+      compute_part(work, r, p);
   }
   std::span<const Tensor> reduced = work.reducer.finish();
   std::vector<Variable*>& trainable = replicas_[r].trainable;

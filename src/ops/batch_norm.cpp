@@ -190,7 +190,8 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
   int64_t c = x_in.dim(-1);
   Tensor x = x_in.contiguous();
   int64_t rows = x.numel() / c;
-  if (training && rows < 1) fail("{}: empty batch", op);
+  // A replica whose share of a short global batch is empty still takes part in the collectives.
+  if (training && rows < 1 && !cross_replica) fail("{}: empty batch", op);
   auto cu = static_cast<size_t>(c);
   std::vector<float> mu(cu), rs(cu);  // per channel, on the host
   Tensor mean_t, rstd;
@@ -201,26 +202,32 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
     if (sync) {
       cross_replica(s);
       global_rows = s[cu];
+      if (global_rows < 1) fail("{}: empty batch on every replica", op);
     }
-    for (size_t j = 0; j < cu; ++j) mu[j] = static_cast<float>(s[j] / global_rows);
+    bool none = rows < 1 && !sync;  // this replica's own statistics are of nothing: zeros, left out below
+    for (size_t j = 0; j < cu; ++j) mu[j] = none ? 0.0f : static_cast<float>(s[j] / global_rows);
     mean_t = channel_tensor(mu, x.device());
     std::vector<double> s2 = squared_deviations(x, mean_t, rows, c);
     if (sync) cross_replica(s2);
     std::vector<float> var(cu);
     for (size_t j = 0; j < cu; ++j) {
-      var[j] = static_cast<float>(s2[j] / global_rows);
+      var[j] = none ? 0.0f : static_cast<float>(s2[j] / global_rows);
       rs[j] = 1.0f / std::sqrt(var[j] + epsilon);
     }
     // The statistics the moving averages move toward: the batch's, or with local statistics
-    // under a strategy the replicas' average, so every replica's moving statistics agree.
+    // under a strategy the average over the replicas that had rows, so every replica's moving
+    // statistics agree.
     std::vector<float> toward_mean = mu, toward_var = var;
     if (cross_replica && !synchronized) {
-      std::vector<double> both(2 * cu);
+      std::vector<double> both(2 * cu + 1);
       for (size_t j = 0; j < cu; ++j) both[j] = mu[j], both[cu + j] = var[j];
-      double replicas = cross_replica(both);
+      both[2 * cu] = none ? 0.0 : 1.0;
+      cross_replica(both);
+      double with_rows = both[2 * cu];
+      if (with_rows < 1) fail("{}: empty batch on every replica", op);
       for (size_t j = 0; j < cu; ++j)
-        toward_mean[j] = static_cast<float>(both[j] / replicas),
-        toward_var[j] = static_cast<float>(both[cu + j] / replicas);
+        toward_mean[j] = static_cast<float>(both[j] / with_rows),
+        toward_var[j] = static_cast<float>(both[cu + j] / with_rows);
     }
     move_toward(moving_mean, toward_mean, momentum);
     move_toward(moving_variance, toward_var, momentum);
