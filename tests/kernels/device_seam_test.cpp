@@ -1,6 +1,7 @@
-// The device seam, proved with the emulated device of emulated_device.h. Tensors reach the host only through to(Device::cpu()),
-// to_vector() and item(); training steps of the mlp, a cnn and a BatchNormalization model on it
-// give the CPU's bits, so no op on those paths bypasses its device's kernels.
+// The device seam, proved with the emulated device of emulated_device.h. Tensors reach the host
+// only through to(Device::cpu()), to_vector() and item(); training steps of the mlp, a cnn and a
+// BatchNormalization model on it give the CPU's bits, so no op on those paths bypasses its
+// device's kernels.
 #include "emulated_device.h"
 #include "tandem/model.h"
 #include "test_util.h"

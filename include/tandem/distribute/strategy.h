@@ -99,8 +99,9 @@ class Strategy {
   virtual std::string name() const = 0;  // "mirrored:2"
   virtual int num_replicas_in_sync() const = 0;
   // Runs fn(replica) once per replica, each on its own thread (MirroredStrategy: replica 0 on
-  // the calling one) with its replica context set, and waits. If any replica throws, the others' collectives fail too and the first error is
-  // rethrown here.
+  // the calling one) with its replica context set, and waits: how the replicas run (all in
+  // every step here; a strategy whose workers run ahead would run them its way). If any replica
+  // throws, the others' collectives fail too and the first error is rethrown here.
   virtual void for_each_replica(const std::function<void(int replica)>& fn) = 0;
   // Replica r's handle on the group the replicas reduce in (pluggable: in-process now).
   virtual Communicator& communicator(int replica) = 0;
