@@ -382,10 +382,10 @@ void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& 
 }
 
 namespace {
-// "N" of a strategy name: a replica count from 1 to kMaxThreads, else nullopt.
-std::optional<int> replica_count(const std::string& n) {
+// A count in a strategy's name: a number from 1 to `most`, else nullopt.
+std::optional<int> count_in_name(const std::string& n, int most) {
   if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1 ||
-      std::stoi(n) > kMaxThreads)
+      std::stoi(n) > most)
     return std::nullopt;
   return std::stoi(n);
 }
@@ -414,17 +414,16 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per
   if (parts.size() > 3) return bad("too many parts");
   int replicas = 0;
   if (parts.size() > 1) {
-    std::optional<int> n = replica_count(parts[1]);
+    std::optional<int> n = count_in_name(parts[1], kMaxThreads);
     if (!n) return bad(fmt::format("the replica count \"{}\" is not a number from 1 to {}", parts[1], kMaxThreads));
     replicas = *n;
   }
   if (parts[0] == "local_sgd") {
     LocalSgdOptions options{.num_replicas = replicas, .threads_per_replica = threads_per_replica};
     if (parts.size() > 2) {
-      const std::string& k = parts[2];
-      if (k.empty() || k.size() > 6 || k.find_first_not_of("0123456789") != std::string::npos || std::stoi(k) < 1)
-        return bad(fmt::format("the steps between averages \"{}\" is not a number from 1 to 999999", k));
-      options.sync_every = std::stoi(k);
+      std::optional<int> k = count_in_name(parts[2], 999999);
+      if (!k) return bad(fmt::format("the steps between averages \"{}\" is not a number from 1 to 999999", parts[2]));
+      options.sync_every = *k;
     }
     return std::make_unique<LocalSgdStrategy>(options);
   }
