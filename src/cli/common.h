@@ -58,6 +58,8 @@ std::string describe_parallelism(const distribute::Strategy* strategy, int threa
 void warn_about_parallelism(const distribute::Strategy* strategy, int threads_flag);
 
 void add_fit(CLI::App& app);
+// `tandem launch ARGS`: mpirun with the settings a user would otherwise look up.
+int run_launch(const std::vector<std::string>& args);
 void add_evaluate(CLI::App& app);
 void add_predict(CLI::App& app);
 void add_summary(CLI::App& app);

@@ -1,0 +1,211 @@
+// `tandem launch`: starts a command on several processes (and machines) through Open MPI's
+// mpirun, with what a user would otherwise look up: root, oversubscription when there are more
+// processes than cores, no binding (Tandem places its own threads), the single-copy setting
+// containers need, the environment forwarded to other hosts. Also takes a TF_CONFIG cluster.
+#include <netdb.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/common.h"
+
+extern char** environ;
+
+namespace tandem::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: tandem launch [-np N] [-H host1:slots,host2:slots] [--tf-config JSON] [--rsh-agent PATH]\n"
+    "                     [--mpirun-arg ARG]... [--dry-run] -- COMMAND [ARGS...]\n"
+    "  e.g. tandem launch -np 2 -- tandem fit --strategy multiworker --batch-size 256\n"
+    "  TF_CONFIG (the flag or the environment variable): the cluster's workers become the hosts,\n"
+    "  one process each; worker 0 (or the chief) launches them all.";
+
+int parse_count(const std::string& text, const char* what) {
+  try {
+    size_t used = 0;
+    long n = std::stol(text, &used);
+    if (used == text.size() && n > 0 && n <= 4096) return static_cast<int>(n);
+  } catch (const std::exception&) {
+  }
+  fail("launch: {} must be a whole number from 1 to 4096, not \"{}\"", what, text);
+}
+
+struct Cluster {
+  std::vector<std::string> hosts;  // one per worker, in task order
+  bool launches = true;            // this task starts the processes (worker 0 or the chief)
+  std::string task;
+};
+
+// The form tf.distribute users write: {"cluster": {"worker": ["host:port", ...]}, "task":
+// {"type": "worker", "index": 0}}; a "chief" entry counts as worker 0.
+Cluster parse_tf_config(const std::string& text) {
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("launch: TF_CONFIG is not valid JSON: {}", e.what());
+  }
+  if (!config.is_object() || !config.contains("cluster") || !config["cluster"].is_object())
+    fail(
+        "launch: TF_CONFIG has no \"cluster\" object (expected {{\"cluster\": {{\"worker\": [\"host:port\", ...]}}, "
+        "\"task\": {{\"type\": \"worker\", \"index\": 0}}}})");
+  Cluster out;
+  std::vector<std::pair<std::string, std::string>> tasks;  // (type:index, address)
+  for (const char* type : {"chief", "worker"}) {
+    const auto& cluster = config["cluster"];
+    if (!cluster.contains(type)) continue;
+    if (!cluster[type].is_array()) fail("launch: TF_CONFIG cluster.{} must be a list of \"host:port\"", type);
+    int index = 0;
+    for (const auto& entry : cluster[type]) {
+      if (!entry.is_string() || entry.get<std::string>().empty())
+        fail("launch: TF_CONFIG cluster.{}[{}] must be a \"host:port\" string, not {}", type, index, entry.dump());
+      tasks.emplace_back(fmt::format("{}:{}", type, index++), entry.get<std::string>());
+    }
+  }
+  if (tasks.empty()) fail("launch: TF_CONFIG's cluster lists no worker (cluster.worker is missing or empty)");
+  for (const auto& item : config["cluster"].items())
+    if (const std::string& key = item.key(); key != "chief" && key != "worker")
+      fail(
+          "launch: TF_CONFIG cluster.{}: only \"chief\" and \"worker\" tasks train under MultiWorkerMirroredStrategy "
+          "(parameter servers and evaluators are not launched here)",
+          key);
+  std::string type = "worker";
+  int64_t index = 0;
+  if (config.contains("task")) {
+    const auto& task = config["task"];
+    if (!task.is_object() || !task.value("type", nlohmann::json("worker")).is_string() ||
+        !task.value("index", nlohmann::json(0)).is_number_integer())
+      fail("launch: TF_CONFIG task must be {{\"type\": \"worker\", \"index\": N}}, not {}", task.dump());
+    type = task.value("type", std::string("worker"));
+    index = task.value("index", int64_t{0});
+  }
+  int64_t of_type = 0;
+  for (const auto& t : tasks) of_type += t.first.starts_with(type + ":") ? 1 : 0;
+  if (of_type == 0)
+    fail("launch: TF_CONFIG task type \"{}\" is not in the cluster (it has chief and worker tasks)", type);
+  if (index < 0 || index >= of_type)
+    fail("launch: TF_CONFIG task index {} is out of range: the cluster lists {} {} task{} (0 to {})", index, of_type,
+         type, of_type == 1 ? "" : "s", of_type - 1);
+  out.task = fmt::format("{}:{}", type, index);
+  out.launches = out.task == tasks.front().first;
+  for (const auto& [name, address] : tasks) {
+    std::string host = address.substr(0, address.rfind(':'));
+    if (host.empty()) fail("launch: TF_CONFIG task {} (\"{}\") names no host", name, address);
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), nullptr, nullptr, &found) != 0)
+      fail("launch: TF_CONFIG task {} (\"{}\"): host \"{}\" does not resolve, so that worker cannot be started", name,
+           address, host);
+    freeaddrinfo(found);
+    out.hosts.push_back(host);
+  }
+  return out;
+}
+
+int usable_cores_here() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+}  // namespace
+
+int run_launch(const std::vector<std::string>& args) {
+  int np = 0;
+  std::string hosts, tf_config, rsh_agent;
+  std::vector<std::string> extra, command;
+  bool dry_run = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const char* name) -> std::string {
+      if (i + 1 >= args.size()) fail("launch: {} needs a value\n{}", name, kUsage);
+      return args[++i];
+    };
+    if (a == "--") {
+      command.assign(args.begin() + static_cast<std::ptrdiff_t>(i) + 1, args.end());
+      break;
+    } else if (a == "-np" || a == "-n" || a == "--np") {
+      np = parse_count(value("-np"), "-np");
+    } else if (a == "-H" || a == "--hosts") {
+      hosts = value("-H");
+    } else if (a == "--tf-config") {
+      tf_config = value("--tf-config");
+    } else if (a == "--rsh-agent") {
+      rsh_agent = value("--rsh-agent");
+    } else if (a == "--mpirun-arg") {
+      extra.push_back(value("--mpirun-arg"));
+    } else if (a == "--dry-run") {
+      dry_run = true;
+    } else if (a == "-h" || a == "--help") {
+      std::puts(kUsage);
+      return 0;
+    } else {
+      fail("launch: unknown flag \"{}\" (the command to start follows \"--\")\n{}", a, kUsage);
+    }
+  }
+  if (command.empty()) fail("launch: no command to start: put it after \"--\"\n{}", kUsage);
+  if (tf_config.empty() && std::getenv("TF_CONFIG") != nullptr) tf_config = std::getenv("TF_CONFIG");
+  int slots = 0;
+  if (!tf_config.empty()) {
+    if (!hosts.empty()) fail("launch: give the hosts either with -H or in TF_CONFIG, not both");
+    Cluster cluster = parse_tf_config(tf_config);
+    if (!cluster.launches) {
+      std::printf(
+          "launch: TF_CONFIG task %s: the first task of the cluster starts every worker through MPI; "
+          "nothing to start here\n",
+          cluster.task.c_str());
+      return 0;
+    }
+    std::map<std::string, int> per_host;
+    std::vector<std::string> order;
+    for (const std::string& h : cluster.hosts)
+      if (per_host[h]++ == 0) order.push_back(h);
+    for (const std::string& h : order) hosts += fmt::format("{}{}:{}", hosts.empty() ? "" : ",", h, per_host[h]);
+    if (np == 0) np = static_cast<int>(cluster.hosts.size());
+    if (np != static_cast<int>(cluster.hosts.size()))
+      fail("launch: -np {} differs from the {} workers TF_CONFIG lists", np, cluster.hosts.size());
+  }
+  if (!hosts.empty())
+    for (const std::string& h : split(hosts, ',')) {
+      auto colon = h.rfind(':');
+      if (h.empty() || colon == 0) fail("launch: -H \"{}\": expected host1:slots,host2:slots", hosts);
+      slots += colon == std::string::npos ? 1 : parse_count(h.substr(colon + 1), "a host's slots");
+    }
+  if (np == 0) np = slots > 0 ? slots : 0;
+  if (np == 0) fail("launch: say how many processes to start: -np N (or -H host:slots,..., or TF_CONFIG)");
+
+  std::vector<std::string> argv{"mpirun", "-np", std::to_string(np)};
+  if (geteuid() == 0) argv.push_back("--allow-run-as-root");
+  if (np > (slots > 0 ? slots : usable_cores_here())) argv.push_back("--oversubscribe");
+  if (!hosts.empty()) argv.insert(argv.end(), {"-H", hosts});
+  argv.insert(argv.end(),
+              {"--bind-to", "none", "--map-by", "slot", "--mca", "btl_vader_single_copy_mechanism", "none"});
+  if (!rsh_agent.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_agent", rsh_agent});
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string name(*e, std::strchr(*e, '=') != nullptr ? std::strchr(*e, '=') - *e : std::strlen(*e));
+    if (name.starts_with("TANDEM_") || name == "OMP_NUM_THREADS" || name == "PATH" || name == "LD_LIBRARY_PATH")
+      argv.insert(argv.end(), {"-x", name});
+  }
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), command.begin(), command.end());
+  if (dry_run) {
+    std::string line;
+    for (const std::string& a : argv) line += (line.empty() ? "" : " ") + a;
+    std::puts(line.c_str());
+    return 0;
+  }
+  std::vector<char*> raw;
+  for (std::string& a : argv) raw.push_back(a.data());
+  raw.push_back(nullptr);
+  std::fflush(stdout);
+  execvp("mpirun", raw.data());
+  fail("launch: cannot start mpirun ({}): install Open MPI (Debian: openmpi-bin)", std::strerror(errno));
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,325 @@
+// The control connections beside MPI (control_plane.h). Messages are a type, a length and a
+// payload; rank 0 relays what any rank reports. Nothing here blocks on a peer: sends that would
+// block are dropped (beats are repeated), and reads go through poll().
+#include "collectives/control_plane.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+
+#include "tandem/error.h"
+
+namespace tandem::distribute::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+enum : uint32_t { kHello = 1, kBeat = 2, kTable = 3, kFail = 4, kBye = 5 };
+
+double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+
+std::string encode(const std::vector<int64_t>& values) {
+  return {reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t)};
+}
+
+// The IPv4 addresses of this machine's interfaces that are up, loopback last.
+std::vector<std::string> local_addresses() {
+  std::vector<std::string> out, loopback;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+      char text[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
+      (std::string(text).starts_with("127.") ? loopback : out).push_back(text);
+    }
+    freeifaddrs(list);
+  }
+  out.insert(out.end(), loopback.begin(), loopback.end());
+  return out;
+}
+
+// A connected socket to address:port within `limit`, or -1.
+int connect_to(const std::string& address, int port, std::chrono::milliseconds limit) {
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, address.c_str(), &to.sin_addr) != 1) return -1;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0 && errno != EINPROGRESS) {
+    close(fd);
+    return -1;
+  }
+  pollfd p{fd, POLLOUT, 0};
+  int error = 0;
+  socklen_t length = sizeof error;
+  if (poll(&p, 1, static_cast<int>(limit.count())) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 ||
+      error != 0) {
+    close(fd);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return fd;
+}
+
+void write_all_blocking(int fd, const std::string& bytes) {
+  size_t at = 0;
+  while (at < bytes.size()) {
+    ssize_t n = ::send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      pollfd p{fd, POLLOUT, 0};
+      poll(&p, 1, 100);
+      continue;
+    }
+    if (n <= 0) fail("control connection: send failed: {}", std::strerror(errno));
+    at += static_cast<size_t>(n);
+  }
+}
+
+std::string frame(uint32_t type, const std::string& payload) {
+  std::string out(8, '\0');
+  auto length = static_cast<uint32_t>(payload.size());
+  std::memcpy(out.data(), &type, 4);
+  std::memcpy(out.data() + 4, &length, 4);
+  return out + payload;
+}
+
+}  // namespace
+
+ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono::milliseconds timeout,
+                           std::function<void(const std::string&)> on_failure, const Exchange& exchange)
+    : rank_(rank),
+      hosts_(std::move(hosts)),
+      timeout_(timeout),
+      interval_(std::clamp(timeout / 8, std::chrono::milliseconds(20), std::chrono::milliseconds(1000))),
+      on_failure_(std::move(on_failure)),
+      progress_(hosts_.size(), 0) {
+  std::string text;
+  if (rank_ == 0) {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in any{};
+    any.sin_family = AF_INET;
+    any.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t length = sizeof any;
+    if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0 ||
+        listen(listen_fd_, 128) != 0 || getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&any), &length) != 0)
+      fail("control connection: rank 0 cannot listen on a TCP port: {}", std::strerror(errno));
+    text = std::to_string(ntohs(any.sin_port));
+    for (const std::string& a : local_addresses()) text += " " + a;
+  }
+  exchange(text);
+  if (rank_ == 0) {
+    peers_.resize(hosts_.size());
+    auto deadline = Clock::now() + timeout_;
+    int joined = 1;
+    while (joined < size()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) != 1) {
+        std::string missing;
+        for (int r = 1; r < size(); ++r)
+          if (peers_[static_cast<size_t>(r)].fd < 0) missing += (missing.empty() ? "" : ", ") + who(r);
+        fail("control connections: {} did not connect to rank 0 within {} s", missing, seconds(timeout_));
+      }
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      int32_t from = -1;
+      pollfd q{fd, POLLIN, 0};
+      std::string hello(12, '\0');
+      if (poll(&q, 1, 2000) != 1 || recv(fd, hello.data(), hello.size(), MSG_WAITALL) != 12 ||
+          (std::memcpy(&from, hello.data() + 8, 4), from <= 0 || from >= size()) ||
+          peers_[static_cast<size_t>(from)].fd >= 0) {
+        close(fd);  // not one of ours
+        continue;
+      }
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+      peers_[static_cast<size_t>(from)].fd = fd;
+      ++joined;
+    }
+  } else {
+    std::istringstream in(text);
+    int port = 0;
+    in >> port;
+    std::vector<std::string> addresses, loopback;
+    for (std::string a; in >> a;) (a.starts_with("127.") ? loopback : addresses).push_back(a);
+    // On rank 0's machine, loopback first; elsewhere only its other addresses.
+    if (hosts_[static_cast<size_t>(rank_)] == hosts_[0])
+      addresses.insert(addresses.begin(), loopback.begin(), loopback.end());
+    peers_.resize(1);
+    for (const std::string& a : addresses) {
+      peers_[0].fd = connect_to(a, port, std::min(timeout_, std::chrono::milliseconds(3000)));
+      if (peers_[0].fd >= 0) break;
+    }
+    if (peers_[0].fd < 0)
+      fail("control connection: {} cannot reach rank 0 ({}) at port {} on any of its addresses ({})", who(rank_),
+           hosts_[0], port, text.substr(text.find(' ') + 1));
+    int32_t me = rank_;
+    write_all_blocking(peers_[0].fd, frame(kHello, std::string(reinterpret_cast<const char*>(&me), 4)));
+  }
+  for (Peer& p : peers_) p.heard = Clock::now();
+  thread_ = std::thread([this] { run(); });
+}
+
+ControlPlane::~ControlPlane() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  for (Peer& p : peers_)
+    if (p.fd >= 0) close(p.fd);
+  if (listen_fd_ >= 0) close(listen_fd_);
+}
+
+std::string ControlPlane::who(int rank) const { return fmt::format("rank {} (host {})", rank, host(rank)); }
+
+std::vector<int64_t> ControlPlane::progress() const {
+  std::lock_guard lock(mutex_);
+  std::vector<int64_t> out = progress_;
+  out[static_cast<size_t>(rank_)] = entered_.load(std::memory_order_relaxed);
+  return out;
+}
+
+std::string ControlPlane::failure() const {
+  std::lock_guard lock(mutex_);
+  return failure_;
+}
+
+void ControlPlane::report_failure(const std::string& message) { set_failure(message, true); }
+
+void ControlPlane::leave() {
+  leaving_ = true;
+  std::lock_guard lock(mutex_);
+  for (Peer& p : peers_)
+    if (p.fd >= 0) send_to(p, kBye, {});
+}
+
+void ControlPlane::set_failure(const std::string& message, bool tell_others) {
+  {
+    std::lock_guard lock(mutex_);
+    if (failed_) return;
+    failure_ = message;
+    failed_.store(true, std::memory_order_release);
+    // Rank 0 relays to every rank; another rank tells rank 0, which relays.
+    if (tell_others || rank_ == 0)
+      for (Peer& p : peers_)
+        if (p.fd >= 0 && !p.left) send_to(p, kFail, message);
+  }
+  if (on_failure_) on_failure_(message);
+}
+
+// Under mutex_. A send that would block is dropped (a beat or a table is sent again soon).
+void ControlPlane::send_to(Peer& peer, uint32_t type, const std::string& payload) {
+  std::string bytes = frame(type, payload);
+  ssize_t n = ::send(peer.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)n;
+}
+
+void ControlPlane::run() {
+  auto next_beat = Clock::now();
+  std::vector<pollfd> fds;
+  while (!stop_) {
+    if (Clock::now() >= next_beat) {
+      beat();
+      next_beat = Clock::now() + interval_;
+    }
+    fds.clear();
+    for (Peer& p : peers_) fds.push_back({p.fd, static_cast<short>(p.fd >= 0 && !p.left ? POLLIN : 0), 0});
+    int wait = static_cast<int>(
+        std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()).count()));
+    if (poll(fds.data(), fds.size(), std::min(wait, 50)) > 0) {
+      for (size_t i = 0; i < peers_.size(); ++i)
+        if (fds[i].revents != 0 && !read_from(rank_ == 0 ? static_cast<int>(i) : 0, peers_[i])) {
+          Peer& p = peers_[i];
+          int from = rank_ == 0 ? static_cast<int>(i) : 0;
+          close(p.fd);
+          p.fd = -1;
+          if (!p.left && !leaving_ && !stop_)
+            set_failure(
+                fmt::format("{} died: its control connection closed (the process exited or was killed)", who(from)),
+                true);
+        }
+    }
+    check_silence();
+  }
+}
+
+void ControlPlane::beat() {
+  std::lock_guard lock(mutex_);
+  if (rank_ == 0) {
+    progress_[0] = entered_.load(std::memory_order_relaxed);
+    std::string table = encode(progress_);
+    for (Peer& p : peers_)
+      if (p.fd >= 0 && !p.left) send_to(p, kTable, table);
+  } else if (peers_[0].fd >= 0) {
+    send_to(peers_[0], kBeat, encode({entered_.load(std::memory_order_relaxed)}));
+  }
+}
+
+void ControlPlane::check_silence() {
+  if (failed_ || leaving_) return;
+  auto now = Clock::now();
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    Peer& p = peers_[i];
+    if (p.fd < 0 || p.left || now - p.heard <= timeout_) continue;
+    int from = rank_ == 0 ? static_cast<int>(i) : 0;
+    set_failure(fmt::format("{} stopped answering: no beat on its control connection for {} s (the process is "
+                            "stopped, or its machine or network is down)",
+                            who(from), seconds(timeout_)),
+                true);
+    return;
+  }
+}
+
+// Reads what is there; false when the connection is closed.
+bool ControlPlane::read_from(int from, Peer& peer) {
+  char buffer[4096];
+  for (;;) {
+    ssize_t n = recv(peer.fd, buffer, sizeof buffer, MSG_DONTWAIT);
+    if (n == 0) return false;
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+      return false;
+    }
+    peer.in.append(buffer, static_cast<size_t>(n));
+  }
+  peer.heard = Clock::now();
+  while (peer.in.size() >= 8) {
+    uint32_t type = 0, length = 0;
+    std::memcpy(&type, peer.in.data(), 4);
+    std::memcpy(&length, peer.in.data() + 4, 4);
+    if (length > (1u << 20)) return false;  // not our protocol
+    if (peer.in.size() < 8 + length) break;
+    std::string payload = peer.in.substr(8, length);
+    peer.in.erase(0, 8 + length);
+    if (type == kBye) peer.left = true;
+    handle(from, type, payload);
+  }
+  return true;
+}
+
+void ControlPlane::handle(int from, uint32_t type, const std::string& payload) {
+  if (type == kFail) {
+    set_failure(payload, false);
+  } else if (type == kBeat && rank_ == 0 && payload.size() == sizeof(int64_t)) {
+    std::lock_guard lock(mutex_);
+    std::memcpy(&progress_[static_cast<size_t>(from)], payload.data(), sizeof(int64_t));
+  } else if (type == kTable && payload.size() == progress_.size() * sizeof(int64_t)) {
+    std::lock_guard lock(mutex_);
+    std::memcpy(progress_.data(), payload.data(), payload.size());
+  } else if (type == kBye && rank_ == 0) {
+    std::lock_guard lock(mutex_);
+    progress_[static_cast<size_t>(from)] = -1;
+  }
+}
+
+}  // namespace tandem::distribute::detail

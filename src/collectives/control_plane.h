@@ -1,0 +1,74 @@
+#pragma once
+// The MPI ranks' control connections (collectives/mpi.h): every rank keeps a TCP connection to
+// rank 0 and beats on it with how far it has come (the world's collectives it has entered); rank 0
+// answers with everyone's. A closed connection, a silent rank, or a failure reported by a rank
+// ends the job on every rank: failed() becomes true everywhere with one message naming the rank.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tandem::distribute::detail {
+
+class ControlPlane {
+ public:
+  using Exchange = std::function<void(std::string& rank0_text)>;  // broadcast rank 0's text to all
+  // Collective: rank 0 listens, `exchange` carries its port and addresses to the others, which
+  // connect; ranks missing after `timeout` are named in the Error.
+  ControlPlane(int rank, std::vector<std::string> hosts, std::chrono::milliseconds timeout,
+               std::function<void(const std::string&)> on_failure, const Exchange& exchange);
+  ~ControlPlane();
+  ControlPlane(const ControlPlane&) = delete;
+  ControlPlane& operator=(const ControlPlane&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(hosts_.size()); }
+  const std::string& host(int rank) const { return hosts_[static_cast<size_t>(rank)]; }
+  std::string who(int rank) const;  // "rank 2 (host node3)"
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // This rank has entered the world's collective number `seq` (1, 2, ...).
+  void entered(int64_t seq) { entered_.store(seq, std::memory_order_relaxed); }
+  // The latest collective each rank has entered, as last heard (-1: a rank that has left).
+  std::vector<int64_t> progress() const;
+
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  std::string failure() const;
+  // A failure seen here: every rank learns it (the first one wins on each rank).
+  void report_failure(const std::string& message);
+  // Clean end: the others stop expecting beats from this rank.
+  void leave();
+
+ private:
+  struct Peer {
+    int fd = -1;
+    std::string in;  // bytes received, not yet a whole message
+    std::chrono::steady_clock::time_point heard;
+    bool left = false;
+  };
+  void run();
+  void beat();
+  bool read_from(int rank, Peer& peer);
+  void handle(int from, uint32_t type, const std::string& payload);
+  void send_to(Peer& peer, uint32_t type, const std::string& payload);
+  void set_failure(const std::string& message, bool tell_others);
+  void check_silence();
+  int rank_;
+  std::vector<std::string> hosts_;
+  std::chrono::milliseconds timeout_, interval_;
+  std::function<void(const std::string&)> on_failure_;
+  int listen_fd_ = -1;
+  std::vector<Peer> peers_;  // rank 0: one per other rank; others: [0] is rank 0
+  std::atomic<int64_t> entered_{0};
+  mutable std::mutex mutex_;  // progress_, failure_, sends
+  std::vector<int64_t> progress_;
+  std::string failure_;
+  std::atomic<bool> failed_{false}, stop_{false}, leaving_{false};
+  std::thread thread_;
+};
+
+}  // namespace tandem::distribute::detail

@@ -1,0 +1,535 @@
+// The communicator over MPI (tandem/collectives/mpi.h). Collectives are queued to a thread of the
+// communicator that runs them with MPI's blocking calls (Open MPI's tuned algorithms) in the
+// order submitted; callers wait on the operation with the timeout, watching the control plane.
+// Point to point messages are posted by the caller (MPI_THREAD_MULTIPLE) and tested until done.
+#include "tandem/collectives/mpi.h"
+
+#include <cstdlib>
+
+#include "tandem/error.h"
+
+#ifdef TANDEM_WITH_MPI
+#include <mpi.h>
+
+#include <climits>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "collectives/control_plane.h"
+#endif
+
+namespace tandem::distribute {
+
+bool mpi_built() {
+#ifdef TANDEM_WITH_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool started_by_mpi_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
+    if (std::getenv(name) != nullptr) return true;
+  return false;
+}
+
+#ifndef TANDEM_WITH_MPI
+
+std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions&) {
+  fail("MPI: this Tandem was built without MPI (install libopenmpi-dev and build again)");
+}
+std::string mpi_host_of(int) { return ""; }
+
+#else
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using detail::ControlPlane;
+
+void check(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  fail("MPI: {} failed: {}", what, std::string(text, static_cast<size_t>(length)));
+}
+
+MPI_Datatype mpi_type(DataType dtype) {
+  switch (dtype) {
+    case DataType::Float32: return MPI_FLOAT;
+    case DataType::Float64: return MPI_DOUBLE;
+    case DataType::Int64: return MPI_INT64_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Mean: return MPI_SUM;
+    case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::Max: return MPI_MAX;
+  }
+  return MPI_OP_NULL;
+}
+
+const char* op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Mean: return "mean";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Max: return "max";
+  }
+  return "?";
+}
+
+void divide(void* data, int64_t count, DataType dtype, int by) {
+  if (dtype == DataType::Float32)
+    for (float* p = static_cast<float*>(data); count-- > 0; ++p) *p /= static_cast<float>(by);
+  else if (dtype == DataType::Float64)
+    for (double* p = static_cast<double*>(data); count-- > 0; ++p) *p /= static_cast<double>(by);
+}
+
+int to_int(int64_t count, const char* what) {
+  if (count < 0 || count > INT_MAX) fail("MPI {}: {} values is out of range (0 to {})", what, count, INT_MAX);
+  return static_cast<int>(count);
+}
+
+// What a rank passes to a collective: compared across ranks before it runs.
+enum class Kind : int64_t { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier, Split };
+const char* kind_name(Kind k) {
+  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier", "split"};
+  return names[static_cast<int>(k)];
+}
+struct Call {
+  int64_t kind, dtype, count, arg;  // arg: the reduce op, the root, or 0
+};
+std::string describe(const Call& c) {
+  auto kind = static_cast<Kind>(c.kind);
+  if (kind == Kind::Barrier || kind == Kind::Split) return kind_name(kind);
+  std::string what =
+      fmt::format("{} of {} {} values", kind_name(kind), c.count, data_type_name(static_cast<DataType>(c.dtype)));
+  if (kind == Kind::Broadcast) return what + fmt::format(" from rank {}", c.arg);
+  if (kind != Kind::AllGather) return what + fmt::format(" ({})", op_name(static_cast<ReduceOp>(c.arg)));
+  return what;
+}
+
+// Process-wide: MPI is initialized once, and finalized at exit when no rank has failed.
+struct World {
+  std::mutex mutex;
+  bool made = false;
+  std::vector<std::string> hosts;
+  std::shared_ptr<ControlPlane> control;
+};
+World& world() {
+  static World w;
+  return w;
+}
+
+struct Op {
+  Call call{};
+  int64_t seq = 0;
+  std::function<void()> run;
+  bool done = false;
+  std::exception_ptr error;
+  Clock::time_point start;
+};
+
+class MpiCommunicator : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, std::shared_ptr<ControlPlane> control, bool is_world)
+      : comm_(comm), control_(std::move(control)), is_world_(is_world) {
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    check(MPI_Comm_group(comm_, &group_), "MPI_Comm_group");
+    MPI_Comm local;
+    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &local_rank_);
+    MPI_Comm_size(local, &local_size_);
+    MPI_Comm_free(&local);
+    int found = 0;
+    void* upper = nullptr;
+    MPI_Comm_get_attr(comm_, MPI_TAG_UB, &upper, &found);
+    tag_limit_ = found != 0 ? *static_cast<int*>(upper) : 32767;
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~MpiCommunicator() override {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    // A thread still inside MPI after a failure never returns: leave it to the process's exit.
+    if (control_->failed()) thread_.detach();
+    else thread_.join();
+    if (!control_->failed()) {
+      MPI_Group_free(&group_);
+      MPI_Comm_free(&comm_);
+      if (is_world_) control_->leave();  // the others stop expecting this rank's beats
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+
+  void all_reduce(void* data, int64_t count, DataType dtype, ReduceOp op) override {
+    all_reduce_async(data, count, dtype, op)->wait();
+  }
+  void reduce_scatter(const void* send, void* recv, int64_t recv_count, DataType dtype, ReduceOp op) override {
+    reduce_scatter_async(send, recv, recv_count, dtype, op)->wait();
+  }
+  void all_gather(const void* send, int64_t count, void* recv, DataType dtype) override {
+    all_gather_async(send, count, recv, dtype)->wait();
+  }
+  void broadcast(void* data, int64_t count, DataType dtype, int root) override {
+    broadcast_async(data, count, dtype, root)->wait();
+  }
+  void barrier() override { barrier_async()->wait(); }
+  void send(const void* data, int64_t count, DataType dtype, int peer, int tag) override {
+    send_async(data, count, dtype, peer, tag)->wait();
+  }
+  void recv(void* data, int64_t count, DataType dtype, int peer, int tag) override {
+    recv_async(data, count, dtype, peer, tag)->wait();
+  }
+
+  std::unique_ptr<Work> all_reduce_async(void* data, int64_t count, DataType dtype, ReduceOp op) override {
+    if (dtype == DataType::Int64 && op == ReduceOp::Mean) fail("all_reduce: the mean of int64 values is not defined");
+    return submit({int64_t(Kind::AllReduce), int64_t(dtype), count, int64_t(op)}, [=, this] {
+      auto* bytes = static_cast<char*>(data);
+      for (int64_t at = 0; at < count;) {  // MPI counts are ints: large buffers go in pieces
+        int n = static_cast<int>(std::min<int64_t>(count - at, 1 << 30));
+        check(MPI_Allreduce(MPI_IN_PLACE, bytes + at * static_cast<int64_t>(data_type_size(dtype)), n, mpi_type(dtype),
+                            mpi_op(op), comm_),
+              "MPI_Allreduce");
+        at += n;
+      }
+      if (op == ReduceOp::Mean) divide(data, count, dtype, size_);
+    });
+  }
+  std::unique_ptr<Work> reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DataType dtype,
+                                             ReduceOp op) override {
+    if (dtype == DataType::Int64 && op == ReduceOp::Mean)
+      fail("reduce_scatter: the mean of int64 values is not defined");
+    to_int(recv_count * size_, "reduce_scatter");
+    return submit({int64_t(Kind::ReduceScatter), int64_t(dtype), recv_count, int64_t(op)}, [=, this] {
+      check(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_count), mpi_type(dtype), mpi_op(op), comm_),
+            "MPI_Reduce_scatter_block");
+      if (op == ReduceOp::Mean) divide(recv, recv_count, dtype, size_);
+    });
+  }
+  std::unique_ptr<Work> all_gather_async(const void* send, int64_t count, void* recv, DataType dtype) override {
+    to_int(count * size_, "all_gather");
+    return submit({int64_t(Kind::AllGather), int64_t(dtype), count, 0}, [=, this] {
+      check(MPI_Allgather(send, static_cast<int>(count), mpi_type(dtype), recv, static_cast<int>(count),
+                          mpi_type(dtype), comm_),
+            "MPI_Allgather");
+    });
+  }
+  std::unique_ptr<Work> broadcast_async(void* data, int64_t count, DataType dtype, int root) override {
+    if (root < 0 || root >= size_) fail("broadcast: root {} is not a rank of this group (0 to {})", root, size_ - 1);
+    return submit({int64_t(Kind::Broadcast), int64_t(dtype), count, root}, [=, this] {
+      auto* bytes = static_cast<char*>(data);
+      for (int64_t at = 0; at < count;) {
+        int n = static_cast<int>(std::min<int64_t>(count - at, 1 << 30));
+        check(MPI_Bcast(bytes + at * static_cast<int64_t>(data_type_size(dtype)), n, mpi_type(dtype), root, comm_),
+              "MPI_Bcast");
+        at += n;
+      }
+    });
+  }
+  std::unique_ptr<Work> barrier_async() override {
+    return submit({int64_t(Kind::Barrier), 0, 0, 0}, [this] { check(MPI_Barrier(comm_), "MPI_Barrier"); });
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm out = MPI_COMM_NULL;
+    submit({int64_t(Kind::Split), 0, 0, 0}, [&, this] {
+      check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out), "MPI_Comm_split");
+    })->wait();
+    if (out == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiCommunicator>(out, control_, false);
+  }
+
+  void abort(const std::string& reason) override {
+    control_->report_failure(fmt::format("{} failed: {}", control_->who(world_rank(rank_)), reason));
+  }
+
+  std::unique_ptr<Work> send_async(const void* data, int64_t count, DataType dtype, int peer, int tag) override {
+    check_peer(peer, tag, "send");
+    auto work = std::make_unique<PointToPoint>(*this, peer, fmt::format("send to rank {} (tag {})", peer, tag));
+    work->header[0] = static_cast<int64_t>(dtype);
+    work->header[1] = count;
+    check(MPI_Isend(work->header, 2, MPI_INT64_T, peer, 2 * tag, comm_, &work->requests[0]), "MPI_Isend");
+    check(MPI_Isend(data, to_int(count, "send"), mpi_type(dtype), peer, 2 * tag + 1, comm_, &work->requests[1]),
+          "MPI_Isend");
+    return work;
+  }
+  std::unique_ptr<Work> recv_async(void* data, int64_t count, DataType dtype, int peer, int tag) override {
+    check_peer(peer, tag, "recv");
+    auto work = std::make_unique<PointToPoint>(*this, peer, fmt::format("recv from rank {} (tag {})", peer, tag));
+    work->expect[0] = static_cast<int64_t>(dtype);
+    work->expect[1] = count;
+    check(MPI_Irecv(work->header, 2, MPI_INT64_T, peer, 2 * tag, comm_, &work->requests[0]), "MPI_Irecv");
+    check(MPI_Irecv(data, to_int(count, "recv"), mpi_type(dtype), peer, 2 * tag + 1, comm_, &work->requests[1]),
+          "MPI_Irecv");
+    return work;
+  }
+
+ private:
+  // A queued collective's handle.
+  class Queued : public Work {
+   public:
+    Queued(MpiCommunicator& comm, std::shared_ptr<Op> op) : comm_(comm), op_(std::move(op)) {}
+    void wait() override { comm_.wait(*op_); }
+    bool done() const override {
+      std::lock_guard lock(comm_.mutex_);
+      return op_->done;
+    }
+
+   private:
+    MpiCommunicator& comm_;
+    std::shared_ptr<Op> op_;
+  };
+
+  // A posted send or receive: its header and payload requests, tested until both are done.
+  class PointToPoint : public Work {
+   public:
+    PointToPoint(MpiCommunicator& comm, int peer, std::string what)
+        : comm_(comm), peer_(peer), what_(std::move(what)) {}
+    ~PointToPoint() override {
+      if (!finished_ && !comm_.control_->failed())
+        for (MPI_Request& r : requests)
+          if (r != MPI_REQUEST_NULL) {
+            MPI_Cancel(&r);
+            MPI_Request_free(&r);
+          }
+    }
+    void wait() override {
+      if (finished_) return;
+      auto deadline = Clock::now() + comm_.control_->timeout();
+      int complete = 0;
+      for (int spins = 0;; ++spins) {
+        MPI_Status statuses[2];
+        int code = MPI_Testall(2, requests, &complete, statuses);
+        if (code != MPI_SUCCESS || complete != 0) break;
+        if (comm_.control_->failed()) fail("{}: {}", what_, comm_.control_->failure());
+        if (Clock::now() > deadline) comm_.timed_out(what_, -1);
+        if (spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      finished_ = true;
+      if (expect[0] >= 0 && (header[0] != expect[0] || header[1] != expect[1])) {
+        std::string message =
+            fmt::format("{}: expected {} {} values, rank {} sent {} {} values", what_, expect[1],
+                        data_type_name(static_cast<DataType>(expect[0])), peer_, header[1],
+                        header[0] >= 0 && header[0] <= 2 ? data_type_name(static_cast<DataType>(header[0])) : "?");
+        comm_.control_->report_failure(message);
+        fail("{}", message);
+      }
+      if (complete == 0) fail("{}: MPI reported an error", what_);
+    }
+    bool done() const override { return finished_; }
+    int64_t header[2] = {0, 0};
+    int64_t expect[2] = {-1, -1};
+    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+
+   private:
+    MpiCommunicator& comm_;
+    int peer_;
+    std::string what_;
+    bool finished_ = false;
+  };
+
+  void check_peer(int peer, int tag, const char* what) const {
+    if (peer < 0 || peer >= size_ || peer == rank_)
+      fail("{}: peer {} is not another rank of this group (0 to {}, this is {})", what, peer, size_ - 1, rank_);
+    if (tag < 0 || 2 * int64_t{tag} + 1 > tag_limit_)
+      fail("{}: tag {} is out of range (0 to {})", what, tag, (tag_limit_ - 1) / 2);
+  }
+
+  int world_rank(int rank) const {
+    if (is_world_) return rank;
+    MPI_Group world_group;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    int out = rank;
+    MPI_Group_translate_ranks(group_, 1, &rank, world_group, &out);
+    MPI_Group_free(&world_group);
+    return out;
+  }
+
+  std::unique_ptr<Work> submit(Call call, std::function<void()> run) {
+    if (control_->failed()) fail("{}: {}", kind_name(static_cast<Kind>(call.kind)), control_->failure());
+    auto op = std::make_shared<Op>();
+    op->call = call;
+    op->run = std::move(run);
+    op->start = Clock::now();
+    {
+      std::lock_guard lock(mutex_);
+      op->seq = ++submitted_;
+      queue_.push_back(op);
+    }
+    if (is_world_) control_->entered(op->seq);
+    changed_.notify_all();
+    return std::make_unique<Queued>(*this, std::move(op));
+  }
+
+  // The communication thread: each collective after the exchange of what every rank passes.
+  void serve() {
+    for (;;) {
+      std::shared_ptr<Op> op;
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        op = queue_.front();
+        queue_.pop_front();
+      }
+      std::exception_ptr error;
+      try {
+        agree(*op);
+        op->run();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard lock(mutex_);
+        op->done = true;
+        op->error = error;
+        op->run = nullptr;
+      }
+      changed_.notify_all();
+    }
+  }
+
+  void agree(const Op& op) {
+    std::vector<Call> calls(static_cast<size_t>(size_));
+    check(MPI_Allgather(&op.call, 4, MPI_INT64_T, calls.data(), 4, MPI_INT64_T, comm_), "MPI_Allgather");
+    for (int r = 0; r < size_; ++r) {
+      const Call& c = calls[static_cast<size_t>(r)];
+      if (c.kind == op.call.kind && c.dtype == op.call.dtype && c.count == op.call.count && c.arg == op.call.arg)
+        continue;
+      int low = std::min(r, rank_), high = std::max(r, rank_);
+      std::string message = fmt::format("ranks disagree at collective #{}: {} calls {}, {} calls {}", op.seq,
+                                        control_->who(world_rank(low)), describe(calls[static_cast<size_t>(low)]),
+                                        control_->who(world_rank(high)), describe(calls[static_cast<size_t>(high)]));
+      control_->report_failure(message);
+      fail("{}", message);
+    }
+  }
+
+  void wait(Op& op) {
+    std::unique_lock lock(mutex_);
+    auto deadline = op.start + control_->timeout();
+    while (!op.done) {
+      if (control_->failed()) {
+        lock.unlock();
+        fail("{} #{}: {}", kind_name(static_cast<Kind>(op.call.kind)), op.seq, control_->failure());
+      }
+      if (Clock::now() > deadline) {
+        lock.unlock();
+        timed_out(describe(op.call), op.seq);
+      }
+      changed_.wait_for(lock, std::chrono::milliseconds(10));
+    }
+    if (op.error) std::rethrow_exception(op.error);
+  }
+
+  // Names the ranks that have not entered collective `seq` (the world's; -1: a message).
+  [[noreturn]] void timed_out(const std::string& what, int64_t seq) {
+    std::string late;
+    if (is_world_ && seq > 0) {
+      std::vector<int64_t> progress = control_->progress();
+      for (int r = 0; r < size_; ++r) {
+        int64_t at = progress[static_cast<size_t>(r)];
+        if (at >= seq) continue;
+        late +=
+            fmt::format("{}{} {}", late.empty() ? "" : "; ", control_->who(r),
+                        at < 0 ? std::string("has finished") : fmt::format("has not entered it (its last: #{})", at));
+      }
+    }
+    if (late.empty() && seq > 0) late = "every rank has entered it; MPI has not completed it";
+    std::string message = fmt::format("{} waited {} s in {}{}: {}", control_->who(world_rank(rank_)),
+                                      static_cast<double>(control_->timeout().count()) / 1000.0, what,
+                                      seq > 0 ? fmt::format(" (collective #{})", seq) : "",
+                                      late.empty() ? "the peer did not answer" : late);
+    control_->report_failure(message);
+    fail("{}", message);
+  }
+
+  MPI_Comm comm_;
+  MPI_Group group_;
+  std::shared_ptr<ControlPlane> control_;
+  bool is_world_;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1, tag_limit_ = 32767;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::shared_ptr<Op> > queue_;
+  int64_t submitted_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& options) {
+  World& w = world();
+  std::lock_guard lock(w.mutex);
+  if (w.made) fail("MPI: the world communicator is made once per process (MPI cannot start again)");
+  if (options.timeout.count() <= 0) fail("MPI: the timeout must be positive, not {} ms", options.timeout.count());
+  int provided = 0, initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized == 0) check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  else MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE)
+    fail("MPI: this MPI library gives thread level {}, and Tandem needs MPI_THREAD_MULTIPLE ({})", provided,
+         MPI_THREAD_MULTIPLE);
+  w.made = true;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  std::vector<char> names(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  check(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                      MPI_COMM_WORLD),
+        "MPI_Allgather");
+  for (int r = 0; r < size; ++r) w.hosts.emplace_back(names.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  auto exchange = [](std::string& text) {
+    std::vector<char> buffer(4096, '\0');
+    std::copy_n(text.begin(), std::min(text.size(), buffer.size() - 1), buffer.begin());
+    check(MPI_Bcast(buffer.data(), static_cast<int>(buffer.size()), MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    text = buffer.data();
+  };
+  w.control = std::make_shared<ControlPlane>(rank, w.hosts, options.timeout, options.on_failure, exchange);
+  MPI_Comm comm;
+  check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
+  static bool finalize_registered = [] {
+    std::atexit([] {
+      World& w = world();
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (finalized == 0 && w.control && !w.control->failed()) MPI_Finalize();
+    });
+    return true;
+  }();
+  (void)finalize_registered;
+  return std::make_unique<MpiCommunicator>(comm, w.control, true);
+}
+
+std::string mpi_host_of(int rank) {
+  World& w = world();
+  std::lock_guard lock(w.mutex);
+  return rank >= 0 && rank < static_cast<int>(w.hosts.size()) ? w.hosts[static_cast<size_t>(rank)] : "";
+}
+
+#endif
+
+}  // namespace tandem::distribute
