@@ -2,10 +2,13 @@
 // Running the real `tandem` binary from a test: a child process in the directory of its log, its
 // output captured; and the small MNIST-layout datasets those runs train on.
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -71,6 +74,51 @@ inline void make_mnist(const std::string& dir, uint32_t train, uint32_t test) {
     write_idx(dir + "/" + prefix + "-images-idx3-ubyte", {n, 28, 28}, images);
     write_idx(dir + "/" + prefix + "-labels-idx1-ubyte", {n}, labels);
   }
+}
+
+// A command (argv[0] found on PATH) in a process group of its own, in `dir`, its output captured,
+// under a watchdog: past `limit_s` seconds the whole group is killed. The group is killed at the
+// end in any case, so that no child (an MPI rank that hangs) outlives the test.
+struct Watched {
+  int code = -1;
+  std::string output;
+  double seconds = 0;
+  bool killed = false;  // by the watchdog
+};
+inline Watched run_watched(const std::vector<std::string>& args, const TempDir& dir, double limit_s,
+                           const std::string& log_name = "watched.log") {
+  std::string log = dir.file(log_name);
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    if (chdir(dir.path().c_str()) != 0) _exit(126);
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  Watched out;
+  int status = 0;
+  for (;;) {
+    if (waitpid(pid, &status, WNOHANG) == pid) break;
+    std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    if (took.count() > limit_s && !out.killed) {
+      out.killed = true;
+      kill(-pid, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  kill(-pid, SIGKILL);
+  out.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  out.output = io::read_file(log);
+  return out;
 }
 
 // Every tensor of a safetensors file, as floats, in the file's order.

@@ -4,7 +4,7 @@
 // collectives: every collective of the interface against values computed here ("rank R: ok").
 // mismatch: rank 1 passes one value fewer to an all-reduce. p2p-mismatch: a receive expecting
 // another count. stuck: the last rank hangs before a collective, its beats going on. die: rank 1
-// kills itself (SIGKILL) after the first collective.
+// kills itself (SIGKILL) after the first collective; stop: rank 1 stops itself (SIGSTOP) there.
 #include <signal.h>
 #include <unistd.h>
 
@@ -118,12 +118,13 @@ int main(int argc, char** argv) {
       if (r == 0) comm->send(v.data(), 8, DataType::Float32, 1);
       if (r == 1) comm->recv(v.data(), 7, DataType::Float32, 0);
       comm->barrier();
-    } else if (scenario == "stuck" || scenario == "die") {
+    } else if (scenario == "stuck" || scenario == "die" || scenario == "stop") {
       std::vector<float> v(100, 1.0f);
       comm->all_reduce(std::span<float>(v));
       if (scenario == "stuck" && r == n - 1)
         for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // alive, beating, never arriving
       if (scenario == "die" && r == 1) raise(SIGKILL);
+      if (scenario == "stop" && r == 1) raise(SIGSTOP);
       comm->all_reduce(std::span<float>(v));
     } else {
       std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
