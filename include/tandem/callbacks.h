@@ -23,6 +23,11 @@ class Callback {
   virtual void on_batch_begin(int64_t /*batch*/, const Logs&) {}
   virtual void on_batch_end(int64_t /*batch*/, const Logs&) {}
   Sequential* model = nullptr;  // set by fit for the duration of training
+
+ protected:
+  // Whether this process writes files: the chief of a multi-worker strategy, or the only process.
+  // Callbacks that write (checkpoints, backups, logs) write on the chief only; every worker reads.
+  bool writes_files() const;
 };
 
 struct History {

@@ -146,6 +146,7 @@ class Sequential {
   TrainingPosition begin_training(const FitOptions& options);
   // Epoch `epoch` from batch first_step on: the batches it ended after.
   int64_t train_epoch(TrainingRun& run, int epoch, int64_t first_step);
+  void update_metrics(const distribute::StepResult& result);
   // Validation, the epoch's logs into the history, on_epoch_end.
   void end_epoch(TrainingRun& run, int epoch, int64_t steps_done);
   const Logs& current_logs(Logs& logs) const;  // the running metrics
@@ -169,6 +170,7 @@ class Sequential {
   std::map<std::string, std::string> run_signature_;
   // The running metrics of the epoch in progress (loss first), saved in checkpoints.
   std::vector<Metric> running_metrics_;
+  std::vector<double> metric_sums_;  // the metrics' accumulators before a step, summed over workers
   std::vector<std::pair<double, int64_t>> restored_metrics_;
 };
 

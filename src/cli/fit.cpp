@@ -1,9 +1,11 @@
 // tandem fit: trains a preset or JSON model on a dataset, with checkpoints, a resumable backup,
 // TensorBoard logs and an optional JSON report; then evaluates on the test split.
 #include <fmt/ranges.h>
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -32,6 +34,7 @@ struct FitFlags {
   int early_stopping = 0;
   std::string report;
   std::string strategy = "default";
+  double timeout = 30.0;  // seconds a worker waits for the others
   bool overwrite = false;
   int verbose = 1;
 };
@@ -84,11 +87,41 @@ void choose_run_directory(FitFlags& f) {
         f.log_dir.empty() ? "none" : f.log_dir.c_str(), run.c_str());
 }
 
+// A failure of another worker (or of this one's collectives): said once, then this process ends,
+// whatever its threads are doing, so that no worker outlives the job waiting.
+void end_on_worker_failure(const std::string& message) {
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(1);
+}
+
+// The chief's choice of `text` on every worker (the run directory, chosen where it is created).
+void from_chief(distribute::Strategy* strategy, std::string& text) {
+  distribute::Communicator* workers = strategy != nullptr ? strategy->worker_communicator() : nullptr;
+  if (workers == nullptr || workers->size() == 1) return;
+  std::vector<int64_t> buffer(1 + (text.size() + 7) / 8, 0);
+  buffer[0] = static_cast<int64_t>(text.size());
+  int64_t words = static_cast<int64_t>(buffer.size());
+  workers->broadcast(&words, 1, distribute::DataType::Int64, 0);
+  buffer.resize(static_cast<size_t>(words));
+  std::memcpy(buffer.data() + 1, text.data(), std::min(text.size(), (buffer.size() - 1) * 8));
+  workers->broadcast(buffer.data(), words, distribute::DataType::Int64, 0);
+  text.assign(reinterpret_cast<const char*>(buffer.data() + 1), static_cast<size_t>(buffer[0]));
+}
+
 void run_fit(FitFlags f) {
-  choose_run_directory(f);
   auto start = std::chrono::steady_clock::now();
   f.common.apply_threads();
-  std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, f.common.threads);
+  std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(
+      f.strategy, {.threads_per_replica = f.common.threads,
+                   .timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout * 1000)),
+                   .on_failure = end_on_worker_failure});
+  bool chief = strategy == nullptr || strategy->is_chief();
+  if (!chief) f.verbose = 0;  // the chief speaks for every worker
+  if (chief) choose_run_directory(f);
+  from_chief(strategy.get(), f.checkpoint_dir);
+  from_chief(strategy.get(), f.log_dir);
   if (f.verbose > 0) warn_about_parallelism(strategy.get(), f.common.threads);
   if (f.verbose > 1) std::printf("%s\n", describe_parallelism(strategy.get(), f.common.threads).c_str());
   ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
@@ -112,7 +145,7 @@ void run_fit(FitFlags f) {
                      .batch_size = f.common.batch_size,
                      .validation_split = f.validation_split,
                      .verbose = f.verbose};
-  check_checkpoint_dir(f.checkpoint_dir, f.overwrite);
+  if (chief) check_checkpoint_dir(f.checkpoint_dir, f.overwrite);
   // The strategy's kind, not its replica count: "mirrored:2:deterministic" -> "mirrored:deterministic".
   std::string strategy_kind;
   for (const std::string& part : split(strategy ? strategy->name() : "default", ':'))
@@ -150,6 +183,7 @@ void run_fit(FitFlags f) {
   int epochs_run = static_cast<int>(history.epochs.size());
   Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!chief) return;  // the chief writes the final checkpoint and the report
   std::printf("Test loss: %.4f - test accuracy: %.2f%% (%.1f s wall)\n", log_value(test, "loss"),
               100.0 * log_value(test, "accuracy"), wall);
   if (!f.checkpoint_dir.empty()) {
@@ -230,8 +264,14 @@ void add_fit(CLI::App& app) {
   cmd->add_option("--strategy", flags->strategy,
                   "default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]] or "
                   "local_sgd[:N[:K]] (N replicas, default one per core; K steps between weight averages, default 4; "
-                  "--threads is then per replica)")
+                  "--threads is then per replica), or multiworker[:W[:L]][:deterministic] under `tandem launch` "
+                  "(W workers, L replicas each; --batch-size is the global batch)")
       ->capture_default_str();
+  cmd->add_option("--timeout", flags->timeout,
+                  "seconds a worker of multiworker waits for the others (a dead, stopped or stuck one) before "
+                  "every worker stops, naming it")
+      ->capture_default_str()
+      ->check(finite_number & CLI::Range(0.1, 86400.0));
   cmd->add_flag("--overwrite", flags->overwrite,
                 "replace the checkpoints of an earlier, finished run in --checkpoint-dir");
   cmd->add_option("--verbose", flags->verbose, "0 silent, 1 progress bar, 2 one line per epoch and the thread choice")

@@ -21,13 +21,13 @@ struct RestoreValues {
 std::vector<double> TrainStep::gather_part_values(int r, std::span<const double> values, size_t per_part,
                                                   const std::vector<int>& live) {
   const std::vector<int>& first = split_.first_part;
-  int replicas = replicas_.size(), most = 1;
+  int replicas = strategy_->num_replicas_in_sync(), most = 1;
   for (int q = 0; q < replicas; ++q)
     most = std::max(most, first[static_cast<size_t>(q) + 1] - first[static_cast<size_t>(q)]);
   if (!values.empty() && values.size() != live.size() * per_part)
     fail("deterministic step: a layer gathered {} values for {} parts of {}", values.size(), live.size(), per_part);
   std::vector<double> send(static_cast<size_t>(most) * per_part, 0.0);
-  int mine = first[static_cast<size_t>(r)];
+  int mine = first[static_cast<size_t>(global_replica(r))];
   for (size_t i = 0; i < live.size() && !values.empty(); ++i)
     std::copy_n(values.begin() + static_cast<std::ptrdiff_t>(i * per_part), per_part,
                 send.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(live[i] - mine) * per_part));
@@ -46,7 +46,8 @@ std::vector<double> TrainStep::gather_part_values(int r, std::span<const double>
 
 void TrainStep::compute_parts_together(Work& work, int r) {
   ModelReplicas::Replica& rep = replicas_[r];
-  int first = split_.first_part[static_cast<size_t>(r)], last = split_.first_part[static_cast<size_t>(r) + 1];
+  int g = global_replica(r);
+  int first = split_.first_part[static_cast<size_t>(g)], last = split_.first_part[static_cast<size_t>(g) + 1];
   std::vector<int> live;  // this replica's parts with rows; even with none it runs, for the collectives
   std::vector<Tensor> h, y;
   std::vector<CallContext> contexts;

@@ -20,7 +20,9 @@
 #include "core/cpu_budget.h"
 #include "distribute/gradient_reducer.h"
 #include "tandem/autograd.h"
+#include "tandem/collectives/mpi.h"
 #include "tandem/distribute/local_sgd.h"
+#include "tandem/distribute/multi_worker.h"
 #include "tandem/error.h"
 #include "tandem/runtime.h"
 
@@ -31,13 +33,8 @@ thread_local Strategy* scope_strategy = nullptr;
 class RunningAs {
  public:
   RunningAs(Strategy* s, int r)
-      : context_{s,
-                 &s->communicator(r),
-                 r,
-                 s->num_replicas_in_sync(),
-                 s->first_row(r),
-                 s->communicator(r).local_rank(),
-                 s->communicator(r).local_size()},
+      : context_{s, &s->communicator(r),    s->first_local_replica() + r, s->num_replicas_in_sync(), s->first_row(r),
+                 r, s->num_local_replicas()},
         as_(context_),
         rule_(&s->update_rule()) {}
 
@@ -182,7 +179,8 @@ std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
   std::optional<data::Element> batch = it_->next();
   if (!batch) return std::nullopt;
   PerReplica<data::Element> out;
-  for (int r = 0; r < replicas_; ++r) {
+  if (!batch->empty() && (*batch)[0].rank() >= 1) out.first_row = (*batch)[0].dim(0) * first_ / replicas_;
+  for (int r = first_; r < first_ + local_; ++r) {
     data::Element part;
     for (const Tensor& t : *batch) {
       if (t.rank() < 1)
@@ -248,11 +246,15 @@ std::vector<std::unique_ptr<Communicator>> MirroredStrategy::make_cross_device_o
   std::vector<std::unique_ptr<Communicator>> handles = options_.cross_device_ops(replicas_);
   if (static_cast<int>(handles.size()) != replicas_)
     fail("MirroredStrategy: cross_device_ops made {} handles for {} replicas", handles.size(), replicas_);
+  // Handle r is rank first + r of the group; a group over several processes (multiworker) has
+  // every process's replicas, this one's from `first`.
+  int first = handles[0] ? handles[0]->rank() : 0, size = handles[0] ? handles[0]->size() : replicas_;
+  if (size % replicas_ != 0 || first % replicas_ != 0) first = 0, size = replicas_;
   for (int r = 0; r < replicas_; ++r) {
     const Communicator* c = handles[static_cast<size_t>(r)].get();
-    if (c == nullptr || c->size() != replicas_ || c->rank() != r)
+    if (c == nullptr || c->size() != size || c->rank() != first + r)
       fail("MirroredStrategy: cross_device_ops handle {} is {}, expected rank {} of {}", r,
-           c ? fmt::format("rank {} of {}", c->rank(), c->size()) : "null", r, replicas_);
+           c ? fmt::format("rank {} of {}", c->rank(), c->size()) : "null", first + r, size);
   }
   return handles;
 }
@@ -286,8 +288,8 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move
   if (sched_getaffinity(0, sizeof mask, &mask) == 0)
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &mask)) cpus.push_back(c);
-  bool pin =
-      !cpus.empty() && workers_->busy_threads <= static_cast<int>(cpus.size()) && workers_->busy_threads <= cores;
+  bool pin = options_.pin_threads && !cpus.empty() && workers_->busy_threads <= static_cast<int>(cpus.size()) &&
+             workers_->busy_threads <= cores;
   for (int r = 1; r < replicas_; ++r) {
     try {
       start_replica_thread(r, pin, cpus);
@@ -391,11 +393,36 @@ std::optional<int> count_in_name(const std::string& n, int most) {
 }
 }  // namespace
 
+void check_workers_agree(Strategy& strategy, const std::string& what, const std::string& text) {
+  Communicator* workers = strategy.worker_communicator();
+  if (workers == nullptr || workers->size() == 1) return;
+  auto n = static_cast<size_t>(workers->size());
+  std::vector<int64_t> lengths(n);
+  auto length = static_cast<int64_t>(text.size());
+  workers->all_gather(&length, 1, lengths.data(), DataType::Int64);
+  int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  std::vector<int64_t> mine(static_cast<size_t>(longest + 7) / 8, 0), all(mine.size() * n);
+  std::memcpy(mine.data(), text.data(), text.size());
+  workers->all_gather(mine.data(), static_cast<int64_t>(mine.size()), all.data(), DataType::Int64);
+  auto text_of = [&](size_t w) {
+    return std::string(reinterpret_cast<const char*>(all.data() + w * mine.size()), static_cast<size_t>(lengths[w]));
+  };
+  for (size_t w = 1; w < n; ++w)
+    if (text_of(w) != text_of(0))
+      fail("{}: workers disagree on {}: worker 0 (host {}) has {}, worker {} (host {}) has {}", strategy.name(), what,
+           mpi_host_of(0), text_of(0), w, mpi_host_of(static_cast<int>(w)), text_of(w));
+}
+
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica) {
+  return make_strategy(spec, StrategySettings{.threads_per_replica = threads_per_replica});
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings) {
+  int threads_per_replica = settings.threads_per_replica;
   auto bad = [&](const std::string& why) -> std::unique_ptr<Strategy> {
     fail(
         "strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]], "
-        "central[:N[:deterministic]] or local_sgd[:N[:K]]",
+        "central[:N[:deterministic]], local_sgd[:N[:K]] or multiworker[:W[:L]][:deterministic]",
         spec, why);
   };
   if (spec == "default") return nullptr;
@@ -409,6 +436,23 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per
   }
   if (parts[0] == "one_device" || parts[0] == "default")
     return bad("\"" + parts[0] + "\" takes no replica count or options");
+  if (parts[0] == "multiworker") {
+    MultiWorkerOptions options{
+        .threads_per_replica = threads_per_replica, .timeout = settings.timeout, .on_failure = settings.on_failure};
+    if (parts.size() > 1 && parts.back() == "deterministic") {
+      options.deterministic = true;
+      parts.pop_back();
+    }
+    if (parts.size() > 3) return bad("too many parts");
+    for (size_t i = 1; i < parts.size(); ++i) {
+      std::optional<int> n = count_in_name(parts[i], kMaxThreads);
+      if (!n)
+        return bad(fmt::format("the {} count \"{}\" is not a number from 1 to {}", i == 1 ? "worker" : "local replica",
+                               parts[i], kMaxThreads));
+      (i == 1 ? options.num_workers : options.local_replicas) = *n;
+    }
+    return std::make_unique<MultiWorkerMirroredStrategy>(options);
+  }
   if (parts[0] != "mirrored" && parts[0] != "central" && parts[0] != "local_sgd")
     return bad("unknown strategy \"" + parts[0] + "\"");
   if (parts.size() > 3) return bad("too many parts");

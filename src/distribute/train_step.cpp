@@ -23,7 +23,7 @@ void GlobalBatch::slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) cons
 }
 
 ModelReplicas::ModelReplicas(Strategy* strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers)
-    : replicas_(static_cast<size_t>(strategy != nullptr ? strategy->num_replicas_in_sync() : 1)) {
+    : replicas_(static_cast<size_t>(strategy != nullptr ? strategy->num_local_replicas() : 1)) {
   for (int r = 0; r < size(); ++r) {
     Replica& rep = replicas_[static_cast<size_t>(r)];
     for (const auto& l : layers) rep.layers.push_back(r == 0 ? l : strategy->replica_layer(*l, r));
@@ -60,14 +60,15 @@ bool TrainStep::splits(const Strategy* strategy) {
 // A strategy's split must cover the batch in order and give every replica a range of parts.
 void TrainStep::check_split(int64_t rows) const {
   const BatchSplit& s = split_;
+  int replicas = strategy_->num_replicas_in_sync();  // over every process
   bool ok = s.row.size() >= 2 && s.row.front() == 0 && s.row.back() == rows &&
-            static_cast<int>(s.first_part.size()) == replicas_.size() + 1 && s.first_part.front() == 0 &&
+            static_cast<int>(s.first_part.size()) == replicas + 1 && s.first_part.front() == 0 &&
             s.first_part.back() == s.parts();
   for (size_t i = 1; ok && i < s.row.size(); ++i) ok = s.row[i - 1] <= s.row[i];
   for (size_t i = 1; ok && i < s.first_part.size(); ++i) ok = s.first_part[i - 1] <= s.first_part[i];
   if (!ok)
     fail("{}: split_batch cut a batch of {} rows into {} parts for {} replicas that do not cover it in order",
-         strategy_->name(), rows, s.parts(), replicas_.size());
+         strategy_->name(), rows, s.parts(), replicas);
 }
 
 const StepResult& TrainStep::run(const GlobalBatch& batch, uint64_t key) {
@@ -86,6 +87,10 @@ const StepResult& TrainStep::run(const GlobalBatch& batch, uint64_t key) {
   if (strategy_ != nullptr) {
     StopRecording not_here;  // each replica records on its own tape
     strategy_->for_each_replica(replica_job_);
+    // Other processes computed the other parts: their losses (0 here) summed in, exact.
+    Communicator* workers = strategy_->worker_communicator();
+    if (workers != nullptr && workers->size() > 1)
+      workers->all_reduce(part_losses_.data(), static_cast<int64_t>(parts), DataType::Float64, ReduceOp::Sum);
   } else {
     run_replica(0);
   }
@@ -95,17 +100,20 @@ const StepResult& TrainStep::run(const GlobalBatch& batch, uint64_t key) {
   return result_;
 }
 
+int TrainStep::global_replica(int r) const { return strategy_ != nullptr ? strategy_->first_local_replica() + r : r; }
+
 void TrainStep::run_replica(int r) {
   Work& work = *work_[static_cast<size_t>(r)];
   StopRecording own_tape;  // the replica's tape records only while it steps
-  work.reducer.begin(strategy_ != nullptr ? &strategy_->communicator(r) : nullptr, split_, r);
+  int g = global_replica(r);
+  work.reducer.begin(strategy_ != nullptr ? &strategy_->communicator(r) : nullptr, split_, g);
   if (together_) {
     compute_parts_together(work, r);
   } else {
     // A part with no rows (a batch shorter than the replicas) still runs, on 0 rows: its
     // gradients are zeros, and layers that talk across replicas (batch normalization) find
     // every replica in their collectives.
-    for (int p = split_.first_part[static_cast<size_t>(r)]; p < split_.first_part[static_cast<size_t>(r) + 1]; ++p)
+    for (int p = split_.first_part[static_cast<size_t>(g)]; p < split_.first_part[static_cast<size_t>(g) + 1]; ++p)
       compute_part(work, r, p);
   }
   std::span<const Tensor> reduced = work.reducer.finish();
@@ -129,7 +137,7 @@ void TrainStep::compute_part(Work& work, int r, int p) {
       whole ? static_cast<double>(loss.item()) * static_cast<double>(global) : ops::sum(per_sample).item();
   result_.predictions[static_cast<size_t>(p)] = h;
   result_.labels[static_cast<size_t>(p)] = y;
-  work.reducer.add(p - split_.first_part[static_cast<size_t>(r)], work.grads);
+  work.reducer.add(p - split_.first_part[static_cast<size_t>(global_replica(r))], work.grads);
 }
 
 }  // namespace tandem::distribute

@@ -19,6 +19,10 @@ double log_value(const Logs& logs, const std::string& name) {
   fail("logs: no value named \"{}\"; have: {}", name, have);
 }
 
+bool Callback::writes_files() const {
+  return model == nullptr || model->strategy() == nullptr || model->strategy()->is_chief();
+}
+
 const std::vector<double>& History::operator[](const std::string& name) const {
   auto it = history.find(name);
   if (it == history.end()) {
@@ -66,13 +70,14 @@ CSVLogger::CSVLogger(std::string filename, char separator, bool append)
 
 void CSVLogger::on_train_begin(const Logs&) {
   columns_.clear();
-  if (!append_) {
+  if (!append_ && writes_files()) {
     std::ofstream out(filename_, std::ios::trunc);
     if (!out) fail("CSVLogger: cannot write \"{}\"", filename_);
   }
 }
 
 void CSVLogger::on_epoch_end(int epoch, const Logs& logs) {
+  if (!writes_files()) return;
   bool header = columns_.empty();
   if (header)
     for (const auto& [n, v] : logs) columns_.push_back(n);

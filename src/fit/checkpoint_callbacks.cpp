@@ -67,6 +67,7 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions op
 }
 
 void ModelCheckpoint::save(int epoch, const Logs& logs) {
+  if (!writes_files()) return;
   if (!weights_are_finite(*model)) return;
   if (options_.save_best_only) {
     auto better = monitor_.improved(logs, "ModelCheckpoint");
@@ -125,7 +126,8 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   // A write cut short by a kill leaves its temporary file; the backup itself is whole or absent.
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir_, ec))
-    if (entry.path().filename().string().starts_with("backup.safetensors.tmp")) fs::remove(entry.path(), ec);
+    if (writes_files())
+      if (entry.path().filename().string().starts_with("backup.safetensors.tmp")) fs::remove(entry.path(), ec);
   if (!fs::exists(backup_path())) return;
   // Only a backup of this same run is resumed (the replica count may differ).
   std::map<std::string, std::string> saved = io::load_safetensors(backup_path()).metadata;
@@ -149,18 +151,18 @@ void BackupAndRestore::on_train_begin(const Logs&) {
 
 void BackupAndRestore::on_batch_end(int64_t, const Logs&) {
   ++steps_;
-  if (options_.save_freq > 0 && steps_ % options_.save_freq == 0 && weights_are_finite(*model))
+  if (options_.save_freq > 0 && steps_ % options_.save_freq == 0 && writes_files() && weights_are_finite(*model))
     model->save_checkpoint(backup_path());
 }
 
 void BackupAndRestore::on_epoch_end(int, const Logs&) {
-  if (weights_are_finite(*model)) model->save_checkpoint(backup_path());
+  if (writes_files() && weights_are_finite(*model)) model->save_checkpoint(backup_path());
 }
 
 void BackupAndRestore::on_train_end(const Logs&) {
   // Reached only when fit returns normally (early stopping included): the run is complete,
   // unless it diverged, when the backup holds its last good state.
-  if (options_.delete_checkpoint && weights_are_finite(*model)) fs::remove(backup_path());
+  if (options_.delete_checkpoint && writes_files() && weights_are_finite(*model)) fs::remove(backup_path());
 }
 
 }  // namespace tandem

@@ -161,12 +161,26 @@ struct Sequential::TrainingRun {
 
 History Sequential::train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch,
                                const Tensor& x_val, const Tensor& y_val) {
+  if (strategy_ != nullptr && strategy_->worker_communicator() != nullptr) {
+    // Workers that differ would deadlock or silently train different things: compare first.
+    std::string run_text = fmt::format("steps per epoch {}, epochs {}, validation rows {}", steps, options.epochs,
+                                       x_val.defined() ? x_val.dim(0) : 0);
+    for (const auto& [key, value] : options.run_config) run_text += fmt::format(", {} {}", key, value);
+    distribute::check_workers_agree(*strategy_, "the data and settings", run_text);
+  }
   TrainingPosition start = begin_training(options);
+  if (strategy_ != nullptr && strategy_->worker_communicator() != nullptr) {
+    std::string model_text;
+    for (const auto& [key, value] : run_signature_) model_text += fmt::format("{}: {}; ", key, value);
+    distribute::check_workers_agree(*strategy_, "the model, optimizer and batch size", model_text);
+  }
+  // Only the chief prints progress (the others train the same steps).
+  int verbose = strategy_ == nullptr || strategy_->is_chief() ? options.verbose : 0;
   TrainingRun run{options, steps, next_batch, x_val, y_val, {}, {}, {}, {}, {}, {}};
   for (int epoch = start.epoch; epoch < options.epochs && !stop_training; ++epoch) {
-    if (options.verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
+    if (verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
     for (auto& cb : options.callbacks) cb->on_epoch_begin(epoch, {});
-    run.bar.emplace(steps, options.verbose, stdout);
+    run.bar.emplace(steps, verbose, stdout);
     for (Metric& m : running_metrics_) m.reset();
     int64_t first_step = 0;
     if (epoch == start.epoch && start.step > 0) {
@@ -213,6 +227,36 @@ const Logs& Sequential::current_logs(Logs& logs) const {
   return logs;
 }
 
+// The metrics from each part this process computed; with several processes, what each added is
+// summed over them (counts and sums, exact), so every worker holds the global batch's metrics.
+void Sequential::update_metrics(const distribute::StepResult& result) {
+  distribute::Communicator* workers = strategy_ != nullptr ? strategy_->worker_communicator() : nullptr;
+  bool across = workers != nullptr && workers->size() > 1;
+  size_t n = running_metrics_.size();
+  if (across) {
+    metric_sums_.resize(2 * n);
+    for (size_t i = 1; i < n; ++i) {
+      auto [total, count] = running_metrics_[i].accumulators();
+      metric_sums_[2 * i] = total;
+      metric_sums_[2 * i + 1] = static_cast<double>(count);
+    }
+  }
+  for (size_t p = 0; p < result.predictions.size(); ++p)
+    if (result.labels[p].defined())
+      for (size_t i = 1; i < n; ++i) running_metrics_[i].update(result.labels[p], result.predictions[p]);
+  if (!across) return;
+  std::vector<double> added(2 * n, 0.0);
+  for (size_t i = 1; i < n; ++i) {
+    auto [total, count] = running_metrics_[i].accumulators();
+    added[2 * i] = total - metric_sums_[2 * i];
+    added[2 * i + 1] = static_cast<double>(count) - metric_sums_[2 * i + 1];
+  }
+  workers->all_reduce(std::span<double>(added), distribute::ReduceOp::Sum);
+  for (size_t i = 1; i < n; ++i)
+    running_metrics_[i].restore(
+        {metric_sums_[2 * i] + added[2 * i], static_cast<int64_t>(metric_sums_[2 * i + 1] + added[2 * i + 1])});
+}
+
 int64_t Sequential::train_epoch(TrainingRun& run, int epoch, int64_t first_step) {
   const auto& callbacks = run.options.callbacks;
   int64_t step = 0;
@@ -226,11 +270,8 @@ int64_t Sequential::train_epoch(TrainingRun& run, int epoch, int64_t first_step)
     }
     for (auto& cb : callbacks) cb->on_batch_begin(step, {});
     const distribute::StepResult& result = run.step->run(run.batch, static_cast<uint64_t>(optimizer_->iterations()));
-    running_metrics_[0].update_mean(result.loss, run.batch.rows);
-    for (size_t p = 0; p < result.predictions.size(); ++p)
-      if (result.labels[p].defined())
-        for (size_t i = 1; i < running_metrics_.size(); ++i)
-          running_metrics_[i].update(result.labels[p], result.predictions[p]);
+    running_metrics_[0].update_mean(result.loss, run.batch.rows);  // the global batch's loss
+    update_metrics(result);
     position_ = TrainingPosition{epoch, step + 1};
     if (run.bar->due(step + 1)) run.bar->update(step + 1, current_logs(run.logs));
     if (!callbacks.empty()) {

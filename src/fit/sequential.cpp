@@ -69,8 +69,8 @@ distribute::ModelReplicas::Replica* Sequential::running_replica(const Tensor* fi
       fail("Sequential \"{}\": input needs a batch axis, got shape {}", name_, first_input->shape().str());
     build(Shape(std::span<const int64_t>(first_input->shape().begin() + 1, first_input->shape().end())));
   }
-  if (!replicas_ || replicas_->size() != context->num_replicas_in_sync()) make_replicas();
-  return &(*replicas_)[context->replica_id];
+  if (!replicas_ || replicas_->size() != context->num_local_replicas) make_replicas();
+  return &(*replicas_)[context->local_replica_id];
 }
 
 Tensor Sequential::operator()(const Tensor& x, bool training) {

@@ -12,6 +12,7 @@ TensorBoard::TensorBoard(std::string log_dir, TensorBoardOptions options)
 TensorBoard::~TensorBoard() = default;
 
 void TensorBoard::on_train_begin(const Logs&) {
+  if (!writes_files()) return;  // the chief logs for every worker
   train_ = std::make_unique<io::EventWriter>(log_dir_ + "/train");
   validation_.reset();  // made at the first validation value: no empty file for a run without validation
   global_step_ = model->optimizer().iterations();
@@ -19,11 +20,12 @@ void TensorBoard::on_train_begin(const Logs&) {
 
 void TensorBoard::on_batch_end(int64_t, const Logs& logs) {
   ++global_step_;
-  if (options_.update_freq > 0 && global_step_ % options_.update_freq == 0)
+  if (train_ && options_.update_freq > 0 && global_step_ % options_.update_freq == 0)
     for (const auto& [name, value] : logs) train_->add_scalar("batch_" + name, static_cast<float>(value), global_step_);
 }
 
 void TensorBoard::on_epoch_end(int epoch, const Logs& logs) {
+  if (!train_) return;
   for (const auto& [name, value] : logs) {
     if (name == "lr") train_->add_scalar("epoch_learning_rate", static_cast<float>(value), epoch);
     else if (name.starts_with("val_")) {

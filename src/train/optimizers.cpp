@@ -50,7 +50,7 @@ void Optimizer::apply(std::span<Variable* const> variables, std::span<const Tens
 }
 
 Optimizer& Optimizer::for_replica(const distribute::ReplicaContext& replica, std::span<Variable* const> variables) {
-  int r = replica.replica_id;
+  int r = replica.local_replica_id;  // the copies are this process's
   if (replicas_.ready.load(std::memory_order_acquire))
     return r == 0 ? *this : *replicas_.copies[static_cast<size_t>(r)];  // unchanged until forget_replicas()
   // First replicated step: replica 0's slots exist before the others copy them, and nobody
@@ -64,7 +64,7 @@ Optimizer& Optimizer::for_replica(const distribute::ReplicaContext& replica, std
     std::unique_ptr<Optimizer> copy = replicate(variables);
     mine = copy.get();
     std::lock_guard lock(replicas_.mutex);
-    replicas_.copies.resize(static_cast<size_t>(replica.num_replicas_in_sync()));
+    replicas_.copies.resize(static_cast<size_t>(replica.num_local_replicas));
     replicas_.copies[static_cast<size_t>(r)] = std::move(copy);
   }
   comm.barrier();

@@ -12,11 +12,11 @@
 namespace tandem::testing {
 namespace {
 
-#define SKIP_WITHOUT_MPI()                                                                        \
-  do {                                                                                            \
+#define SKIP_WITHOUT_MPI()                                                                           \
+  do {                                                                                               \
     if (!distribute::mpi_built()) GTEST_SKIP() << "skipped: this build has no MPI (libopenmpi-dev)"; \
-    if (std::system("command -v mpirun > /dev/null 2>&1") != 0)                                   \
-      GTEST_SKIP() << "skipped: mpirun is not installed (openmpi-bin)";                           \
+    if (std::system("command -v mpirun > /dev/null 2>&1") != 0)                                      \
+      GTEST_SKIP() << "skipped: mpirun is not installed (openmpi-bin)";                              \
   } while (0)
 
 Watched launch(const TempDir& dir, int ranks, const std::string& scenario, int timeout_ms, double limit_s = 60) {
@@ -31,7 +31,8 @@ TEST(MpiCommunicator, EveryCollectiveOnTwoAndThreeRanks) {
     TempDir dir;
     Watched w = launch(dir, ranks, "collectives", 20000);
     ASSERT_EQ(w.code, 0) << w.output;
-    for (int r = 0; r < ranks; ++r) EXPECT_NE(w.output.find(fmt::format("rank {}: ok", r)), std::string::npos) << w.output;
+    for (int r = 0; r < ranks; ++r)
+      EXPECT_NE(w.output.find(fmt::format("rank {}: ok", r)), std::string::npos) << w.output;
   }
 }
 
@@ -42,7 +43,8 @@ TEST(MpiFailures, MismatchedSizesNameBothRanksAndValues) {
   EXPECT_NE(w.code, 0);
   EXPECT_FALSE(w.killed) << w.output;
   EXPECT_NE(w.output.find("ranks disagree at collective #1: rank 0 (host "), std::string::npos) << w.output;
-  EXPECT_NE(w.output.find("calls all_reduce of 100 float32 values (sum), rank 1 (host "), std::string::npos) << w.output;
+  EXPECT_NE(w.output.find("calls all_reduce of 100 float32 values (sum), rank 1 (host "), std::string::npos)
+      << w.output;
   EXPECT_NE(w.output.find("calls all_reduce of 99 float32 values"), std::string::npos) << w.output;
 }
 

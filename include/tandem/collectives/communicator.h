@@ -118,4 +118,13 @@ using CrossDeviceOps = Communicator;
 std::vector<std::unique_ptr<Communicator>> make_in_process_communicators(
     int ranks, std::chrono::milliseconds timeout = std::chrono::minutes(5));
 
+// Replicas in several processes: `local` handles over this process's replicas (threads), handle
+// r being rank workers.rank() × local + r of a group of workers.size() × local, over `workers`
+// (one handle per process, which only local replica 0's thread uses). A collective runs among
+// the local replicas, then across the processes, then back: every process has `local` replicas.
+// Sums are taken within each process first (not in rank order). Point to point messages stay
+// within a process.
+std::vector<std::unique_ptr<Communicator>> make_hierarchical_communicators(
+    std::shared_ptr<Communicator> workers, int local, std::chrono::milliseconds timeout = std::chrono::minutes(5));
+
 }  // namespace tandem::distribute

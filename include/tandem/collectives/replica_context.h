@@ -21,7 +21,7 @@ struct ReplicaContext {
   // This replica's first row in the global batch, when the strategy was given the batch split
   // (Strategy::run with a distributed dataset's batch); -1 when unknown.
   int64_t first_row = -1;
-  int local_replica_id = 0;  // among the replicas of this machine
+  int local_replica_id = 0;  // among the replicas of this process
   int num_local_replicas = 1;
 
   int num_replicas_in_sync() const { return num_replicas; }

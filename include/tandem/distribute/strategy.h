@@ -15,6 +15,7 @@
 // model computes with that replica's variables, and Optimizer::apply hands the gradients to the
 // strategy's update rule, which reduces them across replicas (the strategy's policy) and updates.
 // fit runs the same hooks through one training step (tandem/distribute/train_step.h).
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <span>
@@ -38,6 +39,7 @@ class Strategy;
 template <class T>
 struct PerReplica {
   std::vector<T> values;
+  int64_t first_row = 0;  // of values[0] in the global batch (a split batch)
   int size() const { return static_cast<int>(values.size()); }
   T& operator[](int replica) { return values.at(static_cast<size_t>(replica)); }
   const T& operator[](int replica) const { return values.at(static_cast<size_t>(replica)); }
@@ -45,25 +47,29 @@ struct PerReplica {
 
 // The global batches of a dataset, each split along its first axis into one per replica
 // (rows [B·r/N, B·(r+1)/N) to replica r): the global batch is the per-replica batch × N.
+// Across processes, each gets the parts of its replicas [first, first + local).
 class DistributedDataset {
  public:
-  DistributedDataset(data::Dataset dataset, int replicas) : dataset_(std::move(dataset)), replicas_(replicas) {}
+  DistributedDataset(data::Dataset dataset, int replicas, int first = 0, int local = -1)
+      : dataset_(std::move(dataset)), replicas_(replicas), first_(first), local_(local < 0 ? replicas : local) {}
   class Iterator {
    public:
-    Iterator(std::unique_ptr<data::Iterator> it, int replicas) : it_(std::move(it)), replicas_(replicas) {}
-    // The next global batch split per replica; nullopt at the end of the pass. A batch with
-    // fewer rows than replicas leaves some with none (0 rows): they contribute zeros, as in fit.
+    Iterator(std::unique_ptr<data::Iterator> it, int replicas, int first, int local)
+        : it_(std::move(it)), replicas_(replicas), first_(first), local_(local) {}
+    // The next global batch split per replica (this process's replicas); nullopt at the end of
+    // the pass. A batch with fewer rows than replicas leaves some with none (0 rows): they
+    // contribute zeros, as in fit.
     std::optional<PerReplica<data::Element>> next();
 
    private:
     std::unique_ptr<data::Iterator> it_;
-    int replicas_;
+    int replicas_, first_, local_;
   };
-  Iterator iterate(int epoch = 0) const { return Iterator(dataset_.iterate(epoch), replicas_); }
+  Iterator iterate(int epoch = 0) const { return Iterator(dataset_.iterate(epoch), replicas_, first_, local_); }
 
  private:
   data::Dataset dataset_;
-  int replicas_;
+  int replicas_, first_, local_;
 };
 
 // A global batch cut into parts: part p is rows [row[p], row[p + 1]); replica r computes parts
@@ -96,8 +102,18 @@ struct GradientReduction {
 class Strategy {
  public:
   virtual ~Strategy() = default;
-  virtual std::string name() const = 0;  // "mirrored:2"
-  virtual int num_replicas_in_sync() const = 0;
+  virtual std::string name() const = 0;          // "mirrored:2"
+  virtual int num_replicas_in_sync() const = 0;  // over every process
+  // Processes (MultiWorkerMirroredStrategy): this one runs num_local_replicas() of the replicas,
+  // numbered from first_local_replica() among all; one process has them all. Replica indices
+  // given to the hooks below (for_each_replica, communicator, replica_layer) are local.
+  virtual int num_local_replicas() const { return num_replicas_in_sync(); }
+  virtual int first_local_replica() const { return 0; }
+  // One handle per process over the processes (null: this is the only one): what each process
+  // computes for its own rows (the step's loss, the metrics) is summed over it.
+  virtual Communicator* worker_communicator() { return nullptr; }
+  // Whether this process writes checkpoints, logs and reports (the chief, worker 0).
+  virtual bool is_chief() const { return true; }
   // Runs fn(replica) once per replica, each on its own thread (MirroredStrategy: replica 0 on
   // the calling one) with its replica context set, and waits: how the replicas run (all in
   // every step here; a strategy whose workers run ahead would run them its way). If any replica
@@ -123,12 +139,14 @@ class Strategy {
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& values);
   // The replicas' tensors concatenated along `axis`, in replica order.
   Tensor gather(const PerReplica<Tensor>& values, int axis = 0);
-  DistributedDataset distribute_dataset(const data::Dataset& dataset) { return {dataset, num_replicas_in_sync()}; }
+  DistributedDataset distribute_dataset(const data::Dataset& dataset) {
+    return {dataset, num_replicas_in_sync(), first_local_replica(), num_local_replicas()};
+  }
   // fn(replica) for every replica, on this thread: per-replica inputs made by the caller.
   template <class F>
   auto distribute_values_from_function(F&& fn) {
     PerReplica<std::invoke_result_t<F&, int>> out;
-    for (int r = 0; r < num_replicas_in_sync(); ++r) out.values.push_back(fn(r));
+    for (int r = 0; r < num_local_replicas(); ++r) out.values.push_back(fn(r));
     return out;
   }
   // Where replica r's variables live (r > 0; replica 0 uses the model's own layers): by default
@@ -169,7 +187,7 @@ class Strategy {
   };
   static std::vector<int64_t> first_rows_of(const PerReplica<data::Element>& parts) {
     std::vector<int64_t> first;
-    int64_t at = 0;
+    int64_t at = parts.first_row;
     for (const data::Element& part : parts.values) {
       first.push_back(at);
       at += part.empty() || part[0].rank() == 0 ? 0 : part[0].dim(0);
@@ -178,8 +196,9 @@ class Strategy {
   }
   std::vector<int64_t> first_rows_;
   void check_per_replica(int size, const char* what) const {
-    if (size != num_replicas_in_sync())
-      fail("{}: {} values for {} replicas of {}", what, size, num_replicas_in_sync(), name());
+    if (size != num_local_replicas())
+      fail("{}: {} values for {} replicas of {}{}", what, size, num_local_replicas(), name(),
+           num_local_replicas() == num_replicas_in_sync() ? "" : " in this process");
   }
   template <class G>
   auto collect(G&& g) {
@@ -188,7 +207,7 @@ class Strategy {
       for_each_replica([&](int r) { g(r); });
     } else {
       PerReplica<std::decay_t<R>> out;
-      out.values.resize(static_cast<size_t>(num_replicas_in_sync()));
+      out.values.resize(static_cast<size_t>(num_local_replicas()));
       for_each_replica([&](int r) { out.values[static_cast<size_t>(r)] = g(r); });
       return out;
     }
@@ -229,6 +248,9 @@ struct MirroredOptions {
   // default: with one replica per core the reduction runs on the cores backward needs, and on
   // the 2-core development machine 256 KiB buckets measured ~2% slower than one fused bucket.
   int64_t bucket_bytes = 0;
+  // Pin replica threads to cores of the affinity mask when there are enough (off where other
+  // processes share the machine's cores).
+  bool pin_threads = true;
   // The cross-device reduction for `replicas` replicas: one handle per replica, handle r of rank r;
   // null: in-process.
   std::function<std::vector<std::unique_ptr<Communicator>>(int replicas)> cross_device_ops = nullptr;
@@ -283,6 +305,20 @@ class CentralStorageStrategy : public MirroredStrategy {
 // "mirrored", "mirrored:N", "mirrored:N:deterministic", "central", "central:N" (N replicas;
 // without N one per core), "local_sgd", "local_sgd:N", "local_sgd:N:K" (weights averaged every K
 // steps; 4 without K).
+// "multiworker" (one replica per worker, as many workers as launched), "multiworker:W" (W workers
+// expected), "multiworker:W:L" (L replicas per worker), each with ":deterministic" allowed last:
+// MultiWorkerMirroredStrategy, whose collectives give up after `timeout` (on_failure runs first).
+struct StrategySettings {
+  int threads_per_replica = 0;
+  std::chrono::milliseconds timeout = std::chrono::seconds(30);
+  std::function<void(const std::string&)> on_failure;
+};
+std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);
+
+// Across the workers of `strategy` (nothing with one process): every worker passes its `text`
+// for `what` (the model, the optimizer, the batch size...); where they differ, an Error names
+// the first two workers that disagree and both texts. Collective over the workers.
+void check_workers_agree(Strategy& strategy, const std::string& what, const std::string& text);
 
 }  // namespace tandem::distribute

@@ -69,6 +69,7 @@ class TrainStep {
  private:
   struct Work;
   void check_split(int64_t rows) const;
+  int global_replica(int r) const;  // local replica r's index among every process's
   void run_replica(int r);
   // Part p on its own tape: forward, loss (summed over its rows ÷ the global batch), backward.
   void compute_part(Work& work, int r, int p);

@@ -1,0 +1,62 @@
+#pragma once
+// MultiWorkerMirroredStrategy (tf.distribute's): one worker per process, on one machine or many,
+// started together by an MPI launcher (`tandem launch -np N -- ...`, mpirun, srun). Each worker
+// holds local_replicas replicas (threads, as MirroredStrategy); a step's gradients are summed
+// among them, all-reduced across the workers over MPI, and handed back (hierarchical). The batch
+// given to fit is the global batch: worker w's replicas compute rows [B·g/R, B·(g+1)/R) for their
+// replica numbers g = w·local + r of R = workers × local (DATA sharding: every worker runs the
+// same input pipeline and takes its rows). Worker 0 is the chief: it alone writes checkpoints,
+// logs and reports; every worker restores.
+//
+// deterministic = true: the global batch is cut into micro_batches fixed parts whose gradients
+// are gathered and summed in part order, so the weights' bits do not depend on the number of
+// workers or replicas (up to micro_batches of them).
+//
+// Failures end every worker within `timeout` with an Error naming the rank and host (a process
+// that died, stopped, is stuck, or disagrees: see tandem/collectives/mpi.h); on_failure runs first.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "tandem/distribute/strategy.h"
+
+namespace tandem::distribute {
+
+struct MultiWorkerOptions {
+  int num_workers = 0;          // expected workers (0: as many as were launched); checked
+  int local_replicas = 1;       // replicas (threads) per worker
+  int threads_per_replica = 0;  // 0: the machine's usable cores ÷ (its workers × local replicas), at least 1
+  bool deterministic = false;
+  int micro_batches = 8;
+  std::chrono::milliseconds timeout = std::chrono::seconds(30);
+  std::function<void(const std::string&)> on_failure;
+  // The workers' group, one handle per process; null: the MPI world (this process must have been
+  // started by a launcher).
+  std::shared_ptr<Communicator> workers;
+};
+
+class MultiWorkerMirroredStrategy : public MirroredStrategy {
+ public:
+  explicit MultiWorkerMirroredStrategy(MultiWorkerOptions options = {});
+  std::string name() const override;
+  int num_replicas_in_sync() const override { return workers_->size() * local_; }
+  int num_local_replicas() const override { return local_; }
+  int first_local_replica() const override { return workers_->rank() * local_; }
+  Communicator* worker_communicator() override { return workers_.get(); }
+  bool is_chief() const override { return workers_->rank() == 0; }
+  void for_each_replica(const std::function<void(int replica)>& fn) override;
+  void split_batch(int64_t rows, BatchSplit& split) const override;
+  int worker() const { return workers_->rank(); }
+  int num_workers() const { return workers_->size(); }
+
+ private:
+  MultiWorkerMirroredStrategy(MultiWorkerOptions options, std::shared_ptr<Communicator> workers);
+  std::shared_ptr<Communicator> workers_;
+  MultiWorkerOptions mw_;
+  int local_;
+  int64_t steps_ = 0;
+  int64_t hang_at_ = -1;  // test hook (TANDEM_TEST_HANG=rank:step): this worker hangs there
+};
+
+}  // namespace tandem::distribute

@@ -1,0 +1,91 @@
+// MultiWorkerMirroredStrategy (tandem/distribute/multi_worker.h): a MirroredStrategy over this
+// process's replicas whose communicators reach every process's (make_hierarchical_communicators).
+#include "tandem/distribute/multi_worker.h"
+
+#include <cstdlib>
+#include <thread>
+
+#include "tandem/collectives/mpi.h"
+#include "tandem/error.h"
+#include "tandem/runtime.h"
+
+namespace tandem::distribute {
+namespace {
+
+std::shared_ptr<Communicator> world(const MultiWorkerOptions& o) {
+  if (o.workers) return o.workers;
+  if (!mpi_built()) fail("MultiWorkerMirroredStrategy: this Tandem was built without MPI (install libopenmpi-dev)");
+  if (!started_by_mpi_launcher())
+    fail(
+        "MultiWorkerMirroredStrategy: this process was not started by a launcher, so it has no other workers. Start "
+        "every worker at once: `tandem launch -np 2 -- <this command>` on one machine, `tandem launch -np 4 -H "
+        "host1:2,host2:2 -- <this command>` on several, or with TF_CONFIG set (`tandem launch -- <this command>`); "
+        "mpirun and srun work too");
+  return make_mpi_world_communicator({.timeout = o.timeout, .on_failure = o.on_failure});
+}
+
+MirroredOptions mirrored_options(const MultiWorkerOptions& o, const std::shared_ptr<Communicator>& workers) {
+  if (o.local_replicas < 1)
+    fail("MultiWorkerMirroredStrategy: local_replicas must be at least 1, got {}", o.local_replicas);
+  int per_machine = std::max(1, workers->local_size()) * o.local_replicas;
+  MirroredOptions m;
+  m.num_replicas = o.local_replicas;
+  m.threads_per_replica = o.threads_per_replica > 0 ? o.threads_per_replica : std::max(1, usable_cores() / per_machine);
+  m.deterministic = o.deterministic;
+  m.micro_batches = o.micro_batches;
+  m.pin_threads = workers->local_size() <= 1;  // other workers share this machine's cores
+  m.cross_device_ops = [workers, timeout = o.timeout](int local) {
+    return make_hierarchical_communicators(workers, local, timeout);
+  };
+  return m;
+}
+
+}  // namespace
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions options)
+    : MultiWorkerMirroredStrategy(options, world(options)) {}
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions options,
+                                                         std::shared_ptr<Communicator> workers)
+    : MirroredStrategy(mirrored_options(options, workers)),
+      workers_(std::move(workers)),
+      mw_(std::move(options)),
+      local_(mw_.local_replicas) {
+  if (mw_.num_workers > 0 && mw_.num_workers != workers_->size())
+    fail("MultiWorkerMirroredStrategy: {} workers were asked for, and {} were launched", mw_.num_workers,
+         workers_->size());
+  if (mw_.deterministic && mw_.micro_batches < num_replicas_in_sync())
+    fail(
+        "MultiWorkerMirroredStrategy: deterministic mode needs at least one micro-batch per replica: micro_batches {} "
+        "< {} replicas ({} workers × {})",
+        mw_.micro_batches, num_replicas_in_sync(), workers_->size(), local_);
+  // Every worker the same replicas per worker (the hierarchical reduction needs it).
+  int64_t mine = local_, least = local_, most = local_;
+  workers_->all_reduce(&least, 1, DataType::Int64, ReduceOp::Min);
+  workers_->all_reduce(&most, 1, DataType::Int64, ReduceOp::Max);
+  if (least != mine || most != mine)
+    fail("MultiWorkerMirroredStrategy: workers disagree on the local replicas ({} to {}; this worker has {})", least,
+         most, mine);
+  if (const char* hang = std::getenv("TANDEM_TEST_HANG")) {
+    int rank = -1;
+    long long step = -1;
+    if (std::sscanf(hang, "%d:%lld", &rank, &step) == 2 && rank == workers_->rank()) hang_at_ = step;
+  }
+}
+
+std::string MultiWorkerMirroredStrategy::name() const {
+  return fmt::format("multiworker:{}{}{}", workers_->size(), local_ > 1 ? fmt::format(":{}", local_) : "",
+                     options().deterministic ? ":deterministic" : "");
+}
+
+void MultiWorkerMirroredStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
+  if (steps_++ == hang_at_)  // the test hook: alive (the control thread beats) but never arriving
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  MirroredStrategy::for_each_replica(fn);
+}
+
+void MultiWorkerMirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const {
+  split.even(rows, options().deterministic ? options().micro_batches : num_replicas_in_sync(), num_replicas_in_sync());
+}
+
+}  // namespace tandem::distribute
