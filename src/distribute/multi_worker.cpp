@@ -2,6 +2,7 @@
 // process's replicas whose communicators reach every process's (make_hierarchical_communicators).
 #include "tandem/distribute/multi_worker.h"
 
+#include <csignal>
 #include <cstdlib>
 #include <thread>
 
@@ -66,10 +67,14 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions opti
   if (least != mine || most != mine)
     fail("MultiWorkerMirroredStrategy: workers disagree on the local replicas ({} to {}; this worker has {})", least,
          most, mine);
-  if (const char* hang = std::getenv("TANDEM_TEST_HANG")) {
+  if (const char* fault = std::getenv("TANDEM_TEST_FAULT")) {
+    char kind[8] = {};
     int rank = -1;
     long long step = -1;
-    if (std::sscanf(hang, "%d:%lld", &rank, &step) == 2 && rank == workers_->rank()) hang_at_ = step;
+    if (std::sscanf(fault, "%7[a-z]:%d:%lld", kind, &rank, &step) == 3 && rank == workers_->rank()) {
+      fault_at_ = step;
+      fault_kill_ = std::string(kind) == "kill";
+    }
   }
 }
 
@@ -79,8 +84,10 @@ std::string MultiWorkerMirroredStrategy::name() const {
 }
 
 void MultiWorkerMirroredStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
-  if (steps_++ == hang_at_)  // the test hook: alive (the control thread beats) but never arriving
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  if (steps_++ == fault_at_) {  // the test hook
+    if (fault_kill_) raise(SIGKILL);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // alive (the control thread beats), never arriving
+  }
   MirroredStrategy::for_each_replica(fn);
 }
 

@@ -145,8 +145,9 @@ void BackupAndRestore::on_train_begin(const Logs&) {
         dir_, differences, dir_);
   TrainingPosition p = model->load_checkpoint(backup_path());
   model->resume_from = p;
-  std::printf("Restored the backup in %s: resuming at epoch %d, batch %lld\n", dir_.c_str(), p.epoch + 1,
-              static_cast<long long>(p.step));
+  if (writes_files())  // the chief speaks for every worker
+    std::printf("Restored the backup in %s: resuming at epoch %d, batch %lld\n", dir_.c_str(), p.epoch + 1,
+                static_cast<long long>(p.step));
 }
 
 void BackupAndRestore::on_batch_end(int64_t, const Logs&) {

@@ -86,12 +86,14 @@ struct Watched {
   bool killed = false;  // by the watchdog
 };
 inline Watched run_watched(const std::vector<std::string>& args, const TempDir& dir, double limit_s,
-                           const std::string& log_name = "watched.log") {
+                           const std::string& log_name = "watched.log", const std::vector<std::string>& env = {}) {
   std::string log = dir.file(log_name);
   auto start = std::chrono::steady_clock::now();
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
+    for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
+    unsetenv("TANDEM_DATA");
     if (chdir(dir.path().c_str()) != 0) _exit(126);
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);

@@ -5,18 +5,28 @@
 // mismatch: rank 1 passes one value fewer to an all-reduce. p2p-mismatch: a receive expecting
 // another count. stuck: the last rank hangs before a collective, its beats going on. die: rank 1
 // kills itself (SIGKILL) after the first collective; stop: rank 1 stops itself (SIGSTOP) there.
+// train LOCAL MODE: MultiWorkerMirroredStrategy (LOCAL replicas per worker) trains a dropout
+// MLP and a synchronized batch-normalization CNN for two epochs; each rank compares its weights
+// with the same model trained in this process alone on the same global batches (MODE "fast":
+// the default strategy, within 1e-6 + 1e-5 × |value|; "deterministic": MirroredStrategy with one replica in
+// deterministic mode, bit for bit) and prints "rank R: weights match".
 #include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "tandem/collectives/mpi.h"
+#include "tandem/distribute/multi_worker.h"
 #include "tandem/error.h"
+#include "tandem/model.h"
+#include "test_util.h"
 
 using namespace tandem;
 using namespace tandem::distribute;
@@ -91,6 +101,69 @@ void collectives(Communicator& c) {
   std::printf("rank %d: %s\n", r, failures == 0 ? "ok" : "FAILED");
 }
 
+using Make = std::function<std::unique_ptr<Sequential>()>;
+
+std::unique_ptr<Sequential> dropout_mlp() {
+  auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
+  m->add(layers::Dense(16, "relu", {.input_shape = Shape{6}}));
+  m->add(layers::Dropout(0.3f));
+  m->add(layers::Dense(4, "softmax"));
+  m->compile(optimizers::Adam(0.01f), "sparse_categorical_crossentropy", {"accuracy"});
+  return m;
+}
+
+std::unique_ptr<Sequential> batch_norm_cnn() {
+  auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
+  m->add(layers::Conv2D(4, 3, {.padding = "same", .input_shape = Shape{6, 6, 1}}));
+  m->add(layers::BatchNormalization({.momentum = 0.9f, .synchronized = true}));
+  m->add(layers::Activation("relu"));
+  m->add(layers::Flatten());
+  m->add(layers::Dense(4));
+  m->compile(optimizers::SGD(0.05f, {.momentum = 0.9f}), Loss::sparse_categorical_crossentropy(true), {"accuracy"});
+  return m;
+}
+
+std::vector<std::vector<float>> train(const Make& make, distribute::Strategy* strategy, Shape per_sample) {
+  int64_t n = 90;  // global batches of 24: the last one short (18 rows)
+  Shape shape{n};
+  for (int64_t d : per_sample) shape.push_back(d);
+  Tensor x = tandem::testing::random_tensor(shape, 5);
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 4);
+  Tensor y = Tensor::from_vector({n}, std::span<const int32_t>(labels));
+  std::unique_ptr<Sequential> model;
+  {
+    std::optional<distribute::Strategy::Scope> scope;
+    if (strategy != nullptr) scope.emplace(strategy);
+    model = make();
+  }
+  model->fit(x, y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+  std::vector<std::vector<float>> out;
+  for (Variable* v : model->variables()) out.push_back(v->value.to_vector());
+  return out;
+}
+
+void train_and_compare(std::shared_ptr<Communicator> world, int local, bool deterministic) {
+  distribute::MultiWorkerMirroredStrategy strategy(
+      {.local_replicas = local, .threads_per_replica = 1, .deterministic = deterministic, .workers = world});
+  distribute::MirroredStrategy one({.num_replicas = 1, .threads_per_replica = 1, .deterministic = true});
+  for (auto [name, make, per_sample] : {std::tuple{"dropout mlp", Make(dropout_mlp), Shape{6}},
+                                        std::tuple{"batch norm cnn", Make(batch_norm_cnn), Shape{6, 6, 1}}}) {
+    auto got = train(make, &strategy, per_sample);
+    auto want = train(make, deterministic ? &one : nullptr, per_sample);
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      for (size_t j = 0; j < got[i].size(); ++j) {
+        double a = got[i][j], b = want[i][j];
+        worst = std::max(worst, std::fabs(a - b) / (1e-6 + 1e-5 * std::fabs(b)));  // ≤ 1: within tolerance
+        if (deterministic) expect(a == b, fmt::format("{}: variable {} value {}: {} != {}", name, i, j, a, b));
+      }
+    expect(worst <= 1.0, fmt::format("{}: a weight differs by {} × (1e-6 + 1e-5 × |value|)", name, worst));
+    std::printf("rank %d: %s: largest difference %g × (1e-6 + 1e-5 × |value|)\n", world->rank(), name, worst);
+  }
+  std::printf("rank %d: %s\n", world->rank(), failures == 0 ? "weights match" : "weights DIFFER");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -106,9 +179,11 @@ int main(int argc, char** argv) {
     std::fflush(stderr);
   };
   try {
-    auto comm = make_mpi_world_communicator(options);
+    std::shared_ptr<Communicator> comm = make_mpi_world_communicator(options);
     int r = comm->rank(), n = comm->size();
-    if (scenario == "collectives") {
+    if (scenario == "train" && argc >= 5) {
+      train_and_compare(comm, std::atoi(argv[3]), std::string(argv[4]) == "deterministic");
+    } else if (scenario == "collectives") {
       collectives(*comm);
     } else if (scenario == "mismatch") {
       std::vector<float> v(r == 1 ? 99 : 100, 1.0f);

@@ -56,7 +56,10 @@ class MultiWorkerMirroredStrategy : public MirroredStrategy {
   MultiWorkerOptions mw_;
   int local_;
   int64_t steps_ = 0;
-  int64_t hang_at_ = -1;  // test hook (TANDEM_TEST_HANG=rank:step): this worker hangs there
+  // Test hook, TANDEM_TEST_FAULT=hang:RANK:STEP or kill:RANK:STEP: worker RANK hangs (its control
+  // connection beating) or kills itself with SIGKILL as it starts step STEP (0-based, this run's).
+  int64_t fault_at_ = -1;
+  bool fault_kill_ = false;
 };
 
 }  // namespace tandem::distribute

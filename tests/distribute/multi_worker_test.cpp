@@ -1,0 +1,186 @@
+// MultiWorkerMirroredStrategy across processes started by `tandem launch` on loopback: the weights
+// after training equal one process's on the same global batches (bitwise in deterministic mode),
+// on 2 and 3 workers and with 2 replicas per worker; `tandem fit --strategy multiworker` under the
+// launcher, alone (it says how to launch), with a stuck worker (named within the timeout), and
+// killed mid-epoch then resumed from its backup on 2 and on 3 workers to the uninterrupted bits.
+// Every run is under a watchdog that kills its process group. Skipped without MPI.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "cli/cli_util.h"
+#include "tandem/collectives/mpi.h"
+
+namespace tandem::testing {
+namespace {
+
+bool have_mpi(std::string& why) {
+  if (!distribute::mpi_built()) why = "skipped: this build has no MPI (libopenmpi-dev)";
+  else if (std::system("command -v mpirun > /dev/null 2>&1") != 0)
+    why = "skipped: mpirun is not installed (openmpi-bin)";
+  return why.empty();
+}
+#define SKIP_WITHOUT_MPI()                   \
+  do {                                       \
+    std::string why;                         \
+    if (!have_mpi(why)) GTEST_SKIP() << why; \
+  } while (0)
+
+TEST(MultiWorker, TrainsAsOneProcessOnTheSameGlobalBatches) {
+  SKIP_WITHOUT_MPI();
+  struct Case {
+    int workers, local;
+    const char* mode;
+  };
+  for (Case c : {Case{2, 1, "fast"}, Case{3, 1, "fast"}, Case{2, 2, "fast"}, Case{2, 1, "deterministic"},
+                 Case{3, 1, "deterministic"}, Case{2, 2, "deterministic"}}) {
+    TempDir dir;
+    Watched w = run_watched({TANDEM_CLI, "launch", "-np", std::to_string(c.workers), "--", TANDEM_MPI_CHECK, "train",
+                             "20000", std::to_string(c.local), c.mode},
+                            dir, 120);
+    std::string which = fmt::format("{} workers × {} replicas, {}", c.workers, c.local, c.mode);
+    ASSERT_EQ(w.code, 0) << which << "\n" << w.output;
+    for (int r = 0; r < c.workers; ++r)
+      EXPECT_NE(w.output.find(fmt::format("rank {}: weights match", r)), std::string::npos) << which << "\n"
+                                                                                            << w.output;
+  }
+}
+
+TEST(MultiWorker, StartedWithoutALauncherSaysHowToLaunch) {
+  TempDir dir;
+  Watched w = run_watched({TANDEM_CLI, "fit", "--strategy", "multiworker", "--epochs", "1"}, dir, 60);
+  EXPECT_NE(w.code, 0);
+  if (distribute::mpi_built()) EXPECT_NE(w.output.find("was not started by a launcher"), std::string::npos) << w.output;
+  EXPECT_NE(w.output.find("tandem launch -np 2 -- <this command>"), std::string::npos) << w.output;
+}
+
+std::vector<std::string> fit_args(const TempDir& dir, const std::string& strategy, const std::string& checkpoints,
+                                  double timeout = 20) {
+  return {"fit",
+          "--data-dir",
+          dir.file("data"),
+          "--epochs",
+          "2",
+          "--batch-size",
+          "60",
+          "--strategy",
+          strategy,
+          "--backup-every",
+          "3",
+          "--checkpoint-dir",
+          checkpoints,
+          "--log-dir",
+          "",
+          "--threads",
+          "1",
+          "--seed",
+          "5",
+          "--timeout",
+          fmt::format("{}", timeout),
+          "--verbose",
+          "0"};
+}
+
+std::vector<std::string> launched(int workers, std::vector<std::string> fit) {
+  std::vector<std::string> argv{TANDEM_CLI, "launch", "-np", std::to_string(workers), "--", TANDEM_CLI};
+  argv.insert(argv.end(), fit.begin(), fit.end());
+  return argv;
+}
+
+void expect_same_final_weights(const std::string& a_path, const std::string& b_path, const std::string& what) {
+  auto a = final_state(a_path), b = final_state(b_path);
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second, b[i].second) << what << ": " << a[i].first << " differs";
+}
+
+// `tandem fit` on 2 and 3 workers: the chief's final weights are one process's, bit for bit.
+TEST(MultiWorker, FitUnderTheLauncherEndsWithOneProcesssWeights) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> one{TANDEM_CLI};
+  for (const std::string& a : fit_args(dir, "mirrored:1:deterministic", dir.file("one"))) one.push_back(a);
+  Watched reference = run_watched(one, dir, 120, "one.log");
+  ASSERT_EQ(reference.code, 0) << reference.output;
+  for (int workers : {2, 3}) {
+    std::string ck = dir.file(fmt::format("w{}", workers));
+    Watched w = run_watched(launched(workers, fit_args(dir, "multiworker:deterministic", ck)), dir, 120);
+    ASSERT_EQ(w.code, 0) << w.output;
+    EXPECT_NE(w.output.find("Test loss:"), std::string::npos) << w.output;  // the chief reports, once
+    EXPECT_EQ(w.output.find("Test loss:"), w.output.rfind("Test loss:")) << w.output;
+    expect_same_final_weights(dir.file("one/final.safetensors"), ck + "/final.safetensors",
+                              fmt::format("{} workers", workers));
+  }
+}
+
+TEST(MultiWorker, AStuckWorkerIsNamedWithinTheTimeout) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  Watched w = run_watched(launched(3, fit_args(dir, "multiworker", dir.file("ck"), 2)), dir, 60, "stuck.log",
+                          {"TANDEM_TEST_FAULT=hang:1:4"});
+  EXPECT_NE(w.code, 0);
+  EXPECT_FALSE(w.killed) << "the watchdog had to end it\n" << w.output;
+  EXPECT_LT(w.seconds, 30.0);
+  EXPECT_NE(w.output.find("rank 1 (host "), std::string::npos) << w.output;
+  EXPECT_NE(w.output.find("has not entered it"), std::string::npos) << w.output;
+}
+
+// Worker 1 killed (SIGKILL) mid-epoch: the others stop, naming it; the same command resumes the
+// run from the chief's backup on 2 workers, and on 3, to the uninterrupted run's bits.
+TEST(MultiWorker, KilledMidEpochResumesOnTwoOrThreeWorkersToTheSameBits) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  Watched reference =
+      run_watched(launched(2, fit_args(dir, "multiworker:deterministic", dir.file("reference"))), dir, 120, "ref.log");
+  ASSERT_EQ(reference.code, 0) << reference.output;
+  for (int resume_on : {2, 3}) {
+    std::string ck = dir.file(fmt::format("killed{}", resume_on));
+    Watched killed = run_watched(launched(2, fit_args(dir, "multiworker:deterministic", ck)), dir, 120, "killed.log",
+                                 {"TANDEM_TEST_FAULT=kill:1:14"});  // step 14: epoch 2 (10 steps each), after a backup
+    EXPECT_NE(killed.code, 0);
+    EXPECT_FALSE(killed.killed) << killed.output;
+    EXPECT_NE(killed.output.find("rank 1 (host "), std::string::npos) << killed.output;
+    ASSERT_TRUE(std::filesystem::exists(ck + "/backup/backup.safetensors")) << killed.output;
+    ASSERT_FALSE(std::filesystem::exists(ck + "/final.safetensors"));
+    auto meta = io::load_safetensors(ck + "/backup/backup.safetensors").metadata;
+    EXPECT_EQ(meta["epoch"], "1");
+    EXPECT_NE(meta["step"], "0");
+    Watched resumed =
+        run_watched(launched(resume_on, fit_args(dir, "multiworker:deterministic", ck)), dir, 120, "resumed.log");
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    expect_same_final_weights(dir.file("reference/final.safetensors"), ck + "/final.safetensors",
+                              fmt::format("resumed on {} workers", resume_on));
+  }
+}
+
+TEST(Launch, TfConfigMistakesAreNamed) {
+  TempDir dir;
+  auto launch = [&](const std::string& config) {
+    return run_watched({TANDEM_CLI, "launch", "--tf-config", config, "--", "true"}, dir, 60);
+  };
+  Watched bad_json = launch("{\"cluster\": ");
+  EXPECT_NE(bad_json.code, 0);
+  EXPECT_NE(bad_json.output.find("TF_CONFIG is not valid JSON"), std::string::npos) << bad_json.output;
+  Watched out_of_range =
+      launch(R"({"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 2}})");
+  EXPECT_NE(out_of_range.code, 0);
+  EXPECT_NE(out_of_range.output.find("task index 2 is out of range: the cluster lists 2 worker tasks"),
+            std::string::npos)
+      << out_of_range.output;
+  Watched missing =
+      launch(R"({"cluster": {"worker": ["localhost:1", "no-such-host.invalid:2"]}, "task": {"index": 0}})");
+  EXPECT_NE(missing.code, 0);
+  EXPECT_NE(missing.output.find("task worker:1 (\"no-such-host.invalid:2\")"), std::string::npos) << missing.output;
+  Watched other_task = launch(R"({"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"index": 1}})");
+  EXPECT_EQ(other_task.code, 0);
+  EXPECT_NE(other_task.output.find("nothing to start here"), std::string::npos) << other_task.output;
+  Watched dry = run_watched({TANDEM_CLI, "launch", "--dry-run", "--tf-config",
+                             R"({"cluster": {"chief": ["hosta:1"], "worker": ["hostb:2", "hostb:3"]}})", "--", "x"},
+                            dir, 60);
+  EXPECT_NE(dry.output.find("does not resolve"), std::string::npos) << dry.output;  // hosta is no host here
+}
+
+}  // namespace
+}  // namespace tandem::testing
