@@ -150,6 +150,9 @@ int main(int argc, char** argv) try {
   int64_t rows =
       std::min<int64_t>(n, std::max<int64_t>(it->batch, static_cast<int64_t>(per_run * (seconds / 3) / one)));
   rows -= rows % it->batch;
+  // Workers of a multi-worker strategy train the same rows (the fewest any of them chose).
+  distribute::Communicator* workers = strategy ? strategy->worker_communicator() : nullptr;
+  if (workers != nullptr) workers->all_reduce(std::span<int64_t>(&rows, 1), distribute::ReduceOp::Min);
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     auto start = Clock::now();
@@ -159,6 +162,7 @@ int main(int argc, char** argv) try {
   double rss = peak_rss_mb();
   // A fourth argument "nofloor" skips the floor, for profiling the framework alone.
   double floor = argc > 4 && std::strcmp(argv[4], "nofloor") == 0 ? 1.0 : gemm_floor(it->model, it->batch, 3.0);
+  if (strategy && !strategy->is_chief()) return 0;  // the chief reports for every worker
   std::printf(
       "{\"workload\": \"%s\", \"strategy\": \"%s\", \"threads\": %d, \"samples_per_s\": %.0f, \"peak_rss_mb\": %.1f, "
       "\"data_mb\": %.1f, \"gemm_floor_samples_per_s\": %.0f, \"fraction_of_floor\": %.3f}\n",

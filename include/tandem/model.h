@@ -146,7 +146,9 @@ class Sequential {
   TrainingPosition begin_training(const FitOptions& options);
   // Epoch `epoch` from batch first_step on: the batches it ended after.
   int64_t train_epoch(TrainingRun& run, int epoch, int64_t first_step);
-  void update_metrics(const distribute::StepResult& result);
+  void add_metrics(const distribute::StepResult& result);
+  void add_metrics_across_workers(const distribute::StepResult& result, std::vector<double>& values);
+  void take_summed_metrics(const distribute::StepResult& result);
   // Validation, the epoch's logs into the history, on_epoch_end.
   void end_epoch(TrainingRun& run, int epoch, int64_t steps_done);
   const Logs& current_logs(Logs& logs) const;  // the running metrics

@@ -13,9 +13,11 @@
 
 #include <climits>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "collectives/control_plane.h"
 #endif
@@ -134,9 +136,16 @@ struct Op {
   Call call{};
   int64_t seq = 0;
   std::function<void()> run;
-  bool done = false;
+  bool done = false, reported = false;
   std::exception_ptr error;
   Clock::time_point start;
+};
+
+// Set by the synchronous forms: the operation may run on the calling thread.
+thread_local bool run_here = false;
+struct Here {
+  Here() { run_here = true; }
+  ~Here() { run_here = false; }
 };
 
 class MpiCommunicator : public Communicator {
@@ -179,19 +188,42 @@ class MpiCommunicator : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
 
+  // The synchronous forms run on the calling thread when the communication thread has nothing
+  // to do (no hand-off to wait for); else they queue behind its work.
   void all_reduce(void* data, int64_t count, DataType dtype, ReduceOp op) override {
+    Here here;
     all_reduce_async(data, count, dtype, op)->wait();
   }
+  // Packed into a buffer kept from call to call (a fresh one each step would fault its pages in).
+  void all_reduce(std::span<const std::span<float> > buffers, ReduceOp op) override {
+    size_t total = 0;
+    for (std::span<float> b : buffers) total += b.size();
+    packed_.resize(total);
+    float* at = packed_.data();
+    for (std::span<float> b : buffers) at = std::copy(b.begin(), b.end(), at);
+    all_reduce(packed_.data(), static_cast<int64_t>(total), DataType::Float32, op);
+    at = packed_.data();
+    for (std::span<float> b : buffers) {
+      std::copy_n(at, b.size(), b.begin());
+      at += b.size();
+    }
+  }
   void reduce_scatter(const void* send, void* recv, int64_t recv_count, DataType dtype, ReduceOp op) override {
+    Here here;
     reduce_scatter_async(send, recv, recv_count, dtype, op)->wait();
   }
   void all_gather(const void* send, int64_t count, void* recv, DataType dtype) override {
+    Here here;
     all_gather_async(send, count, recv, dtype)->wait();
   }
   void broadcast(void* data, int64_t count, DataType dtype, int root) override {
+    Here here;
     broadcast_async(data, count, dtype, root)->wait();
   }
-  void barrier() override { barrier_async()->wait(); }
+  void barrier() override {
+    Here here;
+    barrier_async()->wait();
+  }
   void send(const void* data, int64_t count, DataType dtype, int peer, int tag) override {
     send_async(data, count, dtype, peer, tag)->wait();
   }
@@ -364,17 +396,37 @@ class MpiCommunicator : public Communicator {
   }
 
   std::unique_ptr<Work> submit(Call call, std::function<void()> run) {
+    bool here = std::exchange(run_here, false);
     if (control_->failed()) fail("{}: {}", kind_name(static_cast<Kind>(call.kind)), control_->failure());
     auto op = std::make_shared<Op>();
     op->call = call;
     op->run = std::move(run);
     op->start = Clock::now();
-    {
-      std::lock_guard lock(mutex_);
-      op->seq = ++submitted_;
-      queue_.push_back(op);
-    }
+    std::unique_lock lock(mutex_);
+    op->seq = ++submitted_;
     if (is_world_) control_->entered(op->seq);
+    if (!here || !queue_.empty() || serving_) {
+      queue_.push_back(op);
+      lock.unlock();
+      changed_.notify_all();
+      return std::make_unique<Queued>(*this, std::move(op));
+    }
+    // On this thread, blocking in MPI: the communication thread watches the time meanwhile.
+    caller_op_ = op;
+    lock.unlock();
+    changed_.notify_all();
+    std::exception_ptr error;
+    try {
+      agree(*op);
+      op->run();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    caller_op_ = nullptr;
+    op->done = true;
+    op->error = error;
+    lock.unlock();
     changed_.notify_all();
     return std::make_unique<Queued>(*this, std::move(op));
   }
@@ -385,10 +437,17 @@ class MpiCommunicator : public Communicator {
       std::shared_ptr<Op> op;
       {
         std::unique_lock lock(mutex_);
-        changed_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        for (;;) {
+          if (caller_op_ == nullptr && (stop_ || !queue_.empty())) break;
+          // While a caller blocks in MPI, watch its time: a collective that cannot complete is
+          // reported to every rank, and a caller still inside MPI then can only be ended.
+          if (caller_op_ != nullptr && Clock::now() > caller_op_->start + control_->timeout()) watch_caller(lock);
+          changed_.wait_for(lock, std::chrono::milliseconds(caller_op_ != nullptr ? 20 : 1000));
+        }
         if (queue_.empty()) return;
         op = queue_.front();
         queue_.pop_front();
+        serving_ = true;
       }
       std::exception_ptr error;
       try {
@@ -402,9 +461,29 @@ class MpiCommunicator : public Communicator {
         op->done = true;
         op->error = error;
         op->run = nullptr;
+        serving_ = false;
       }
       changed_.notify_all();
     }
+  }
+
+  // Under mutex_ (released meanwhile): the caller's collective has run past the timeout.
+  void watch_caller(std::unique_lock<std::mutex>& lock) {
+    std::shared_ptr<Op> op = caller_op_;
+    if (op->reported) {
+      // Told everyone; give on_failure (which may end the process) its time, then end it: MPI
+      // cannot return from the call, and waiting would be the hang this promises against.
+      if (Clock::now() > op->start + 2 * control_->timeout() + std::chrono::seconds(1)) {
+        lock.unlock();
+        std::fprintf(stderr, "error: %s\n", control_->failure().c_str());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+      return;
+    }
+    op->reported = true;
+    lock.unlock();
+    if (!control_->failed()) control_->report_failure(late_message(describe(op->call), op->seq));
+    lock.lock();
   }
 
   void agree(const Op& op) {
@@ -442,6 +521,11 @@ class MpiCommunicator : public Communicator {
 
   // Names the ranks that have not entered collective `seq` (the world's; -1: a message).
   [[noreturn]] void timed_out(const std::string& what, int64_t seq) {
+    std::string message = late_message(what, seq);
+    control_->report_failure(message);
+    fail("{}", message);
+  }
+  std::string late_message(const std::string& what, int64_t seq) const {
     std::string late;
     if (is_world_ && seq > 0) {
       std::vector<int64_t> progress = control_->progress();
@@ -454,12 +538,10 @@ class MpiCommunicator : public Communicator {
       }
     }
     if (late.empty() && seq > 0) late = "every rank has entered it; MPI has not completed it";
-    std::string message = fmt::format("{} waited {} s in {}{}: {}", control_->who(world_rank(rank_)),
-                                      static_cast<double>(control_->timeout().count()) / 1000.0, what,
-                                      seq > 0 ? fmt::format(" (collective #{})", seq) : "",
-                                      late.empty() ? "the peer did not answer" : late);
-    control_->report_failure(message);
-    fail("{}", message);
+    return fmt::format("{} waited {} s in {}{}: {}", control_->who(world_rank(rank_)),
+                       static_cast<double>(control_->timeout().count()) / 1000.0, what,
+                       seq > 0 ? fmt::format(" (collective #{})", seq) : "",
+                       late.empty() ? "the peer did not answer" : late);
   }
 
   MPI_Comm comm_;
@@ -471,7 +553,9 @@ class MpiCommunicator : public Communicator {
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Op> > queue_;
   int64_t submitted_ = 0;
-  bool stop_ = false;
+  bool stop_ = false, serving_ = false;  // serving_: the communication thread is in an operation
+  std::shared_ptr<Op> caller_op_;        // a synchronous one running on its caller's thread
+  std::vector<float> packed_;            // grouped all-reduces
   std::thread thread_;
 };
 

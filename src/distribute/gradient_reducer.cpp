@@ -96,7 +96,9 @@ void GradientReducer::bucket_ready(size_t i) {
   int64_t from = frontier_ < sources_.size() ? offsets_[frontier_] : total_;
   int64_t bucket_floats = policy_.bucket_bytes / static_cast<int64_t>(sizeof(float));
   if (reduced_from_ - from >= bucket_floats || (frontier_ == 0 && reduced_from_ > 0)) {
-    comm_->all_reduce(bucket_.data<float>() + from, reduced_from_ - from, DataType::Float32, ReduceOp::Sum);
+    // Asynchronous where the communicator has a thread of its own (MPI): backward goes on.
+    in_flight_.push_back(
+        comm_->all_reduce_async(bucket_.data<float>() + from, reduced_from_ - from, DataType::Float32, ReduceOp::Sum));
     reduced_from_ = from;
   }
 }
@@ -124,7 +126,11 @@ std::span<const Tensor> GradientReducer::finish() {
     ordered_finish();
     return reduced_;
   }
-  if (overlap_) return reduced_;
+  if (overlap_) {
+    for (auto& work : in_flight_) work->wait();
+    in_flight_.clear();
+    return reduced_;
+  }
   grouped_finish();
   return sums_;
 }

@@ -52,6 +52,7 @@ class GradientReducer {
   std::vector<bool> done_;
   size_t frontier_ = 0;
   int64_t reduced_from_ = 0;
+  std::vector<std::unique_ptr<Work>> in_flight_;  // bucket all-reduces not yet waited for
   std::span<Tensor> out_;
   std::function<void(size_t)> on_ready_;
 };

@@ -34,7 +34,8 @@ MirroredOptions mirrored_options(const MultiWorkerOptions& o, const std::shared_
   m.threads_per_replica = o.threads_per_replica > 0 ? o.threads_per_replica : std::max(1, usable_cores() / per_machine);
   m.deterministic = o.deterministic;
   m.micro_batches = o.micro_batches;
-  m.pin_threads = workers->local_size() <= 1;  // other workers share this machine's cores
+  m.pin_threads = workers->local_size() <= 1;
+  m.bucket_bytes = o.bucket_bytes;  // other workers share this machine's cores
   m.cross_device_ops = [workers, timeout = o.timeout](int local) {
     return make_hierarchical_communicators(workers, local, timeout);
   };

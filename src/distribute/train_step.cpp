@@ -87,10 +87,16 @@ const StepResult& TrainStep::run(const GlobalBatch& batch, uint64_t key) {
   if (strategy_ != nullptr) {
     StopRecording not_here;  // each replica records on its own tape
     strategy_->for_each_replica(replica_job_);
-    // Other processes computed the other parts: their losses (0 here) summed in, exact.
+    // Other processes computed the other parts: their losses (0 here) summed in, exact, with
+    // what the caller sums over the processes (one collective).
     Communicator* workers = strategy_->worker_communicator();
-    if (workers != nullptr && workers->size() > 1)
-      workers->all_reduce(part_losses_.data(), static_cast<int64_t>(parts), DataType::Float64, ReduceOp::Sum);
+    if (workers != nullptr && workers->size() > 1) {
+      exchange_.assign(part_losses_.begin(), part_losses_.end());
+      if (add_local_sums) add_local_sums(result_, exchange_);
+      workers->all_reduce(std::span<double>(exchange_), ReduceOp::Sum);
+      std::copy_n(exchange_.begin(), parts, part_losses_.begin());
+      result_.summed.assign(exchange_.begin() + static_cast<std::ptrdiff_t>(parts), exchange_.end());
+    }
   } else {
     run_replica(0);
   }

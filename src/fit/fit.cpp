@@ -227,34 +227,36 @@ const Logs& Sequential::current_logs(Logs& logs) const {
   return logs;
 }
 
-// The metrics from each part this process computed; with several processes, what each added is
-// summed over them (counts and sums, exact), so every worker holds the global batch's metrics.
-void Sequential::update_metrics(const distribute::StepResult& result) {
-  distribute::Communicator* workers = strategy_ != nullptr ? strategy_->worker_communicator() : nullptr;
-  bool across = workers != nullptr && workers->size() > 1;
-  size_t n = running_metrics_.size();
-  if (across) {
-    metric_sums_.resize(2 * n);
-    for (size_t i = 1; i < n; ++i) {
-      auto [total, count] = running_metrics_[i].accumulators();
-      metric_sums_[2 * i] = total;
-      metric_sums_[2 * i + 1] = static_cast<double>(count);
-    }
-  }
+// The metrics from the parts this process computed. With several processes, what each added
+// (counts and sums, exact) is summed over them in the step's exchange (TrainStep::add_local_sums),
+// so that every worker holds the global batch's metrics.
+void Sequential::add_metrics(const distribute::StepResult& result) {
   for (size_t p = 0; p < result.predictions.size(); ++p)
     if (result.labels[p].defined())
-      for (size_t i = 1; i < n; ++i) running_metrics_[i].update(result.labels[p], result.predictions[p]);
-  if (!across) return;
-  std::vector<double> added(2 * n, 0.0);
+      for (size_t i = 1; i < running_metrics_.size(); ++i)
+        running_metrics_[i].update(result.labels[p], result.predictions[p]);
+}
+
+void Sequential::add_metrics_across_workers(const distribute::StepResult& result, std::vector<double>& values) {
+  size_t n = running_metrics_.size();
+  metric_sums_.resize(2 * n);
   for (size_t i = 1; i < n; ++i) {
     auto [total, count] = running_metrics_[i].accumulators();
-    added[2 * i] = total - metric_sums_[2 * i];
-    added[2 * i + 1] = static_cast<double>(count) - metric_sums_[2 * i + 1];
+    metric_sums_[2 * i] = total;
+    metric_sums_[2 * i + 1] = static_cast<double>(count);
   }
-  workers->all_reduce(std::span<double>(added), distribute::ReduceOp::Sum);
-  for (size_t i = 1; i < n; ++i)
-    running_metrics_[i].restore(
-        {metric_sums_[2 * i] + added[2 * i], static_cast<int64_t>(metric_sums_[2 * i + 1] + added[2 * i + 1])});
+  add_metrics(result);
+  for (size_t i = 1; i < n; ++i) {
+    auto [total, count] = running_metrics_[i].accumulators();
+    values.push_back(total - metric_sums_[2 * i]);
+    values.push_back(static_cast<double>(count) - metric_sums_[2 * i + 1]);
+  }
+}
+
+void Sequential::take_summed_metrics(const distribute::StepResult& result) {
+  for (size_t i = 1; i < running_metrics_.size(); ++i)
+    running_metrics_[i].restore({metric_sums_[2 * i] + result.summed[2 * i - 2],
+                                 static_cast<int64_t>(metric_sums_[2 * i + 1] + result.summed[2 * i - 1])});
 }
 
 int64_t Sequential::train_epoch(TrainingRun& run, int epoch, int64_t first_step) {
@@ -267,11 +269,17 @@ int64_t Sequential::train_epoch(TrainingRun& run, int epoch, int64_t first_step)
       make_replicas();  // from the current weights and optimizer state
       run.replicas = replicas_;
       run.step.emplace(strategy_, *run.replicas, *loss_, *optimizer_, seed_);
+      distribute::Communicator* workers = strategy_ != nullptr ? strategy_->worker_communicator() : nullptr;
+      if (workers != nullptr && workers->size() > 1)
+        run.step->add_local_sums = [this](const distribute::StepResult& r, std::vector<double>& values) {
+          add_metrics_across_workers(r, values);
+        };
     }
     for (auto& cb : callbacks) cb->on_batch_begin(step, {});
     const distribute::StepResult& result = run.step->run(run.batch, static_cast<uint64_t>(optimizer_->iterations()));
     running_metrics_[0].update_mean(result.loss, run.batch.rows);  // the global batch's loss
-    update_metrics(result);
+    if (run.step->add_local_sums) take_summed_metrics(result);
+    else add_metrics(result);
     position_ = TrainingPosition{epoch, step + 1};
     if (run.bar->due(step + 1)) run.bar->update(step + 1, current_logs(run.logs));
     if (!callbacks.empty()) {

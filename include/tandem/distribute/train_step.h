@@ -51,6 +51,7 @@ class ModelReplicas {
 struct StepResult {
   double loss = 0.0;
   std::vector<Tensor> predictions, labels;
+  std::vector<double> summed;  // what add_local_sums appended, summed over the processes
 };
 
 // The step for one model under one strategy (null: the default strategy, one replica on this
@@ -65,6 +66,11 @@ class TrainStep {
   static bool splits(const Strategy* strategy);
   // One step on `batch`; `key` keys the step's dropout masks (the optimizer's iteration).
   const StepResult& run(const GlobalBatch& batch, uint64_t key);
+  // With several processes (Strategy::worker_communicator), each process has the predictions of
+  // its own parts only. This appends values of its own (fit's metric counts) to be summed over
+  // the processes in the step's one exchange, with the parts' losses; the sums land in
+  // StepResult::summed.
+  std::function<void(const StepResult& local, std::vector<double>& values)> add_local_sums;
 
  private:
   struct Work;
@@ -92,6 +98,7 @@ class TrainStep {
   std::function<void(int)> replica_job_;
   std::vector<std::unique_ptr<Work>> work_;  // per replica
   std::vector<double> part_losses_;          // per part, summed in part order
+  std::vector<double> exchange_;             // part losses and add_local_sums's values
   StepResult result_;
 };
 
