@@ -22,8 +22,9 @@ namespace tandem::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: tandem launch [-np N] [-H host1:slots,host2:slots] [--tf-config JSON] [--rsh-agent PATH]\n"
-    "                     [--mpirun-arg ARG]... [--dry-run] -- COMMAND [ARGS...]\n"
+    "usage: tandem launch [-np N] [-H host1:slots,host2:slots] [--tf-config JSON] [--network SUBNET|IFACE]\n"
+    "                     [--rsh-agent PATH] [--mpirun-arg ARG]... [--dry-run] -- COMMAND [ARGS...]\n"
+    "  --network: the machines' network (10.0.0.0/24, or an interface name) for MPI's traffic\n"
     "  e.g. tandem launch -np 2 -- tandem fit --strategy multiworker --batch-size 256\n"
     "  TF_CONFIG (the flag or the environment variable): the cluster's workers become the hosts,\n"
     "  one process each; worker 0 (or the chief) launches them all.";
@@ -118,7 +119,7 @@ int usable_cores_here() {
 
 int run_launch(const std::vector<std::string>& args) {
   int np = 0;
-  std::string hosts, tf_config, rsh_agent;
+  std::string hosts, tf_config, rsh_agent, network;
   std::vector<std::string> extra, command;
   bool dry_run = false;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -136,6 +137,8 @@ int run_launch(const std::vector<std::string>& args) {
       hosts = value("-H");
     } else if (a == "--tf-config") {
       tf_config = value("--tf-config");
+    } else if (a == "--network") {
+      network = value("--network");
     } else if (a == "--rsh-agent") {
       rsh_agent = value("--rsh-agent");
     } else if (a == "--mpirun-arg") {
@@ -187,6 +190,9 @@ int run_launch(const std::vector<std::string>& args) {
   argv.insert(argv.end(),
               {"--bind-to", "none", "--map-by", "slot", "--mca", "btl_vader_single_copy_mechanism", "none"});
   if (!rsh_agent.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_agent", rsh_agent});
+  if (!network.empty())  // launch daemons and ranks talk over that network only
+    argv.insert(argv.end(), {"--mca", "oob_tcp_if_include", network, "--mca", "btl_tcp_if_include", network, "--mca",
+                             "btl", "self,vader,tcp"});
   for (char** e = environ; *e != nullptr; ++e) {
     std::string name(*e, std::strchr(*e, '=') != nullptr ? std::strchr(*e, '=') - *e : std::strlen(*e));
     if (name.starts_with("TANDEM_") || name == "OMP_NUM_THREADS" || name == "PATH" || name == "LD_LIBRARY_PATH")

@@ -155,6 +155,60 @@ TEST(MultiWorker, KilledMidEpochResumesOnTwoOrThreeWorkersToTheSameBits) {
   }
 }
 
+// Three hosts as network namespaces on a bridge (tests/distribute/netns.sh; mpirun in the
+// bridge's namespace reaches them through an rsh agent): training agrees bit for bit with one
+// process, and a stuck worker is named with its host. Skipped, with the reason, where namespaces
+// cannot be made.
+class Namespaces {
+ public:
+  explicit Namespaces(const TempDir& dir)
+      : prefix_(fmt::format("tdm{}", getpid() % 100000)),
+        script_(std::filesystem::path(__FILE__).parent_path() / "netns.sh") {
+    std::string log = dir.file("netns.log");
+    ok_ = std::system(fmt::format("bash {} up {} 3 {} > {} 2>&1", script_, prefix_, dir.path(), log).c_str()) == 0;
+    if (!ok_) why_ = io::read_file(log);
+    else hosts_ = io::read_file(dir.file("hosts")), subnet_ = io::read_file(dir.file("subnet"));
+    while (!hosts_.empty() && hosts_.back() == '\n') hosts_.pop_back();
+    while (!subnet_.empty() && subnet_.back() == '\n') subnet_.pop_back();
+  }
+  ~Namespaces() { std::system(fmt::format("bash {} down {} > /dev/null 2>&1", script_, prefix_).c_str()); }
+  bool ok() const { return ok_; }
+  const std::string& why() const { return why_; }
+  std::string host(int i) const { return fmt::format("{}-{}", prefix_, i); }
+  // `tandem launch` across the three hosts, from the bridge's namespace.
+  std::vector<std::string> launch(const TempDir& dir, const std::vector<std::string>& fit) const {
+    std::vector<std::string> argv{"bash",      script_, "hub",  prefix_,       TANDEM_CLI,
+                                  "launch",    "-H",    hosts_, "--rsh-agent", dir.file("agent"),
+                                  "--network", subnet_, "--",   TANDEM_CLI};
+    argv.insert(argv.end(), fit.begin(), fit.end());
+    return argv;
+  }
+
+ private:
+  std::string prefix_, script_, hosts_, subnet_, why_;
+  bool ok_ = false;
+};
+
+TEST(MultiWorker, ThreeHostsAsNetworkNamespacesTrainAsOneProcess) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  Namespaces hosts(dir);
+  if (!hosts.ok()) GTEST_SKIP() << "skipped: network namespaces are not available here: " << hosts.why();
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> one{TANDEM_CLI};
+  for (const std::string& a : fit_args(dir, "mirrored:1:deterministic", dir.file("one"))) one.push_back(a);
+  ASSERT_EQ(run_watched(one, dir, 120, "one.log").code, 0);
+  Watched w = run_watched(hosts.launch(dir, fit_args(dir, "multiworker:3:deterministic", dir.file("three"))), dir, 180);
+  ASSERT_EQ(w.code, 0) << w.output;
+  expect_same_final_weights(dir.file("one/final.safetensors"), dir.file("three/final.safetensors"), "3 hosts");
+
+  Watched stuck = run_watched(hosts.launch(dir, fit_args(dir, "multiworker", dir.file("stuck"), 3)), dir, 120,
+                              "stuck.log", {"TANDEM_TEST_FAULT=hang:2:3"});
+  EXPECT_NE(stuck.code, 0);
+  EXPECT_FALSE(stuck.killed) << stuck.output;
+  EXPECT_NE(stuck.output.find(fmt::format("rank 2 (host {})", hosts.host(3))), std::string::npos) << stuck.output;
+}
+
 TEST(Launch, TfConfigMistakesAreNamed) {
   TempDir dir;
   auto launch = [&](const std::string& config) {

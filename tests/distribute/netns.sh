@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Hosts as network namespaces on one machine, for the multi-machine tests (mpirun through an rsh
+# agent). Nothing outside the namespaces made here is touched: the bridge lives in a hub
+# namespace of its own, where mpirun runs too, and the hosts are addressed by IP.
+#   netns.sh up PREFIX N DIR    makes PREFIX-hub and PREFIX-1..N on 10.231.K.0/24 (K from PREFIX),
+#                               writes DIR/agent (the rsh agent), DIR/hosts (ip:1,...) and
+#                               DIR/subnet; prints the reason and exits 1 where namespaces are not allowed
+#   netns.sh down PREFIX N      removes them (safe to run twice)
+#   netns.sh hub PREFIX CMD...  runs CMD in the hub namespace
+set -uo pipefail
+action=$1
+prefix=$2
+down() {
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$prefix-"); do ip netns delete "$ns" 2>/dev/null; done
+}
+case "$action" in
+  down)
+    down
+    exit 0
+    ;;
+  hub)
+    shift 2
+    exec ip netns exec "$prefix-hub" "$@"
+    ;;
+  up) ;;
+  *)
+    echo "netns.sh: unknown action $action" >&2
+    exit 2
+    ;;
+esac
+n=$3
+dir=$4
+if [ "$(id -u)" != 0 ]; then
+  echo "network namespaces need root (this is uid $(id -u))"
+  exit 1
+fi
+if ! command -v ip > /dev/null; then
+  echo "the ip command (iproute2) is not installed"
+  exit 1
+fi
+k=$(( $(echo "$prefix" | cksum | cut -d' ' -f1) % 200 + 20 ))
+subnet="10.231.$k.0/24"
+fail() {
+  echo "$1"
+  down
+  exit 1
+}
+ip netns add "$prefix-hub" 2> "$dir/netns.err" || fail "cannot make a network namespace: $(cat "$dir/netns.err")"
+ip -n "$prefix-hub" link set lo up || fail "cannot bring up loopback in $prefix-hub"
+ip -n "$prefix-hub" link add br0 type bridge || fail "cannot make a bridge"
+ip -n "$prefix-hub" addr add "10.231.$k.254/24" dev br0 || fail "cannot address the bridge"
+ip -n "$prefix-hub" link set br0 up || fail "cannot bring up the bridge"
+hosts=""
+: > "$dir/map"
+for i in $(seq "$n"); do
+  ns="$prefix-$i"
+  ip netns add "$ns" || fail "cannot make $ns"
+  ip -n "$ns" link set lo up
+  ip link add "tv$k-$i" netns "$ns" type veth peer name "p$i" netns "$prefix-hub" || fail "cannot make a veth pair"
+  ip -n "$ns" link set "tv$k-$i" name eth0
+  ip -n "$ns" addr add "10.231.$k.$i/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$prefix-hub" link set "p$i" master br0
+  ip -n "$prefix-hub" link set "p$i" up
+  hosts="$hosts${hosts:+,}10.231.$k.$i:1"
+  echo "10.231.$k.$i $ns" >> "$dir/map"
+done
+# The rsh agent: `agent [ssh options] HOST COMMAND...` runs COMMAND in HOST's namespace, with
+# the namespace's name as its host name (its own UTS namespace).
+cat > "$dir/agent" <<AGENT
+#!/usr/bin/env bash
+while [ "\${1#-}" != "\$1" ]; do shift; done
+host=\$1
+shift
+ns=\$(awk -v h="\$host" '\$1 == h {print \$2}' "$dir/map")
+[ -n "\$ns" ] || { echo "agent: no namespace for host \$host" >&2; exit 255; }
+exec ip netns exec "\$ns" unshare --uts sh -c 'hostname "\$0"; eval "\$*"' "\$ns" "\$*"
+AGENT
+chmod +x "$dir/agent"
+echo "$hosts" > "$dir/hosts"
+echo "$subnet" > "$dir/subnet"
+# Reachable? (a closed port answers "refused" once the links are up)
+for try in $(seq 50); do
+  answer=$(ip netns exec "$prefix-1" bash -c "exec 3<>/dev/tcp/10.231.$k.254/9" 2>&1)
+  [[ $answer == *refused* ]] && exit 0
+  sleep 0.1
+done
+fail "the namespaces cannot reach each other over the bridge"
