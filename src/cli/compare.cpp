@@ -7,6 +7,11 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include "cli/common.h"
 
 namespace tandem::cli {
@@ -34,7 +39,83 @@ std::vector<std::string> split_list(const std::string& list) {
   return out;
 }
 
+// multiworker:N: N processes of `tandem fit` under `tandem launch`, whose chief's report is the row.
+Row train_on_workers(const std::string& name, const CompareFlags& f) {
+  std::vector<std::string> parts = split(name, ':');
+  if (parts.size() < 2 || parts[1].empty() || parts[1].find_first_not_of("0123456789") != std::string::npos)
+    fail("--strategies: \"{}\": name the workers to launch, e.g. multiworker:2", name);
+  char self[4096] = {};
+  ssize_t length = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (length <= 0) fail("compare: cannot find the tandem executable to launch ({})", std::strerror(errno));
+  char report_template[] = "/tmp/tandem-compare-XXXXXX";
+  int fd = mkstemp(report_template);
+  if (fd < 0) fail("compare: cannot make a temporary file: {}", std::strerror(errno));
+  close(fd);
+  std::string report = report_template;
+  std::vector<std::string> args{self,
+                                "launch",
+                                "-np",
+                                parts[1],
+                                "--",
+                                self,
+                                "fit",
+                                "--model",
+                                f.common.model,
+                                "--dataset",
+                                f.common.dataset,
+                                "--epochs",
+                                std::to_string(f.epochs),
+                                "--batch-size",
+                                std::to_string(f.common.batch_size),
+                                "--seed",
+                                std::to_string(f.common.seed),
+                                "--threads",
+                                std::to_string(f.common.threads),
+                                "--strategy",
+                                name,
+                                "--checkpoint-dir",
+                                "",
+                                "--log-dir",
+                                "",
+                                "--report",
+                                report,
+                                "--verbose",
+                                "2"};
+  if (!f.common.data_dir.empty()) args.insert(args.end(), {"--data-dir", f.common.data_dir});
+  std::printf("%s (tandem launch -np %s):\n", name.c_str(), parts[1].c_str());
+  std::fflush(stdout);
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(self, argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::string text;
+  try {
+    text = io::read_file(report);
+  } catch (const Error&) {
+  }
+  std::remove(report.c_str());
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty())
+    fail("compare: {} failed (its output is above)", name);
+  nlohmann::json j = nlohmann::json::parse(text);
+  Row row;
+  row.strategy = j["strategy"].get<std::string>();
+  row.replicas = j["replicas"].get<int>();
+  row.wall = j["training_seconds"].get<double>();
+  row.samples_per_second = j["training_samples_per_second"].get<double>();
+  row.final_loss = j["final_training_loss"].get<double>();
+  row.test_loss = j["test_loss"].get<double>();
+  row.test_accuracy = j["test_accuracy"].get<double>();
+  return row;
+}
+
 Row train_under(const std::string& name, const CompareFlags& f) {
+  if (name.starts_with("multiworker")) return train_on_workers(name, f);
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(name, f.common.threads);
   ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
   Sequential& model = *spec.model;
@@ -132,8 +213,8 @@ std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
 void run_compare(const CompareFlags& f) {
   f.common.apply_threads();
   std::vector<std::string> names = split_list(f.strategies);
-  for (const std::string& n : names)
-    distribute::make_strategy(n, f.common.threads);  // every name is valid before training
+  for (const std::string& n : names)  // every name is valid before training
+    if (!n.starts_with("multiworker")) distribute::make_strategy(n, f.common.threads);
   std::vector<Row> rows;
   for (const std::string& n : names) rows.push_back(train_under(n, f));
   const Row* base = nullptr;
@@ -210,7 +291,7 @@ void add_compare(CLI::App& app) {
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--strategies", flags->strategies,
                   "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]], "
-                  "local_sgd[:N[:K]]")
+                  "local_sgd[:N[:K]], multiworker:N[:L][:deterministic] (N processes under tandem launch)")
       ->capture_default_str();
   cmd->add_option("--report", flags->report, "write the table as JSON to this file (default: none)")
       ->capture_default_str();

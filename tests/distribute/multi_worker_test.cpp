@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 #include "cli/cli_util.h"
 #include "tandem/collectives/mpi.h"
@@ -111,6 +112,25 @@ TEST(MultiWorker, FitUnderTheLauncherEndsWithOneProcesssWeights) {
     expect_same_final_weights(dir.file("one/final.safetensors"), ck + "/final.safetensors",
                               fmt::format("{} workers", workers));
   }
+}
+
+TEST(MultiWorker, CompareLaunchesTheWorkers) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  Watched w = run_watched(
+      {TANDEM_CLI, "compare", "--strategies", "default,multiworker:2", "--epochs", "1", "--data-dir", dir.file("data"),
+       "--batch-size", "60", "--threads", "1", "--chart", "", "--report", dir.file("compare.json")},
+      dir, 120);
+  ASSERT_EQ(w.code, 0) << w.output;
+  auto report = nlohmann::json::parse(io::read_file(dir.file("compare.json")));
+  ASSERT_EQ(report["runs"].size(), 2u);
+  EXPECT_EQ(report["runs"][1]["strategy"], "multiworker:2");
+  EXPECT_EQ(report["runs"][1]["replicas"], 2);
+  // The same data, model and seed: one process and two workers end at the same loss (to float
+  // summation order).
+  EXPECT_NEAR(report["runs"][1]["final_training_loss"].get<double>(),
+              report["runs"][0]["final_training_loss"].get<double>(), 1e-5);
 }
 
 TEST(MultiWorker, AStuckWorkerIsNamedWithinTheTimeout) {
