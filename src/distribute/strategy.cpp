@@ -137,8 +137,12 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& values) {
              : op == ReduceOp::Max ? std::max(o[i], v[i])
                                    : o[i] + v[i];
   }
+  // Over several processes, every worker's replicas (each worker passes the same shape).
+  Communicator* workers = worker_communicator();
+  if (workers != nullptr && workers->size() > 1)
+    workers->all_reduce(o, out.numel(), DataType::Float32, op == ReduceOp::Mean ? ReduceOp::Sum : op);
   if (op == ReduceOp::Mean)
-    for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] /= static_cast<float>(values.size());
+    for (int64_t i = 0, n = out.numel(); i < n; ++i) o[i] /= static_cast<float>(num_replicas_in_sync());
   return out;
 }
 

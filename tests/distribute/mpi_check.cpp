@@ -9,7 +9,8 @@
 // MLP and a synchronized batch-normalization CNN for two epochs; each rank compares its weights
 // with the same model trained in this process alone on the same global batches (MODE "fast":
 // the default strategy, within 1e-6 + 1e-5 × |value|; "deterministic": MirroredStrategy with one replica in
-// deterministic mode, bit for bit) and prints "rank R: weights match".
+// deterministic mode, bit for bit) and prints "rank R: weights match". custom LOCAL: a custom
+// training loop (distribute_dataset, run, reduce) against one process's ("rank R: custom loop matches").
 #include <signal.h>
 #include <unistd.h>
 
@@ -26,6 +27,7 @@
 #include "tandem/distribute/multi_worker.h"
 #include "tandem/error.h"
 #include "tandem/model.h"
+#include "tandem/tandem.h"
 #include "test_util.h"
 
 using namespace tandem;
@@ -164,6 +166,59 @@ void train_and_compare(std::shared_ptr<Communicator> world, int local, bool dete
   std::printf("rank %d: %s\n", world->rank(), failures == 0 ? "weights match" : "weights DIFFER");
 }
 
+// A custom training loop (distribute_dataset, run, reduce) under MultiWorkerMirroredStrategy:
+// the summed losses and the weights equal one process's loop over the same global batches.
+std::pair<std::vector<double>, std::vector<float>> custom_loop(distribute::Strategy* strategy) {
+  int64_t n = 96, global_batch = 24;
+  Tensor x = tandem::testing::random_tensor({n, 6}, 5);
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 4);
+  Tensor y = Tensor::from_vector({n}, std::span<const int32_t>(labels));
+  std::optional<distribute::Strategy::Scope> scope;
+  if (strategy != nullptr) scope.emplace(strategy);
+  Sequential model(SequentialOptions{.seed = 3});
+  model.add(layers::Dense(16, "relu", {.input_shape = Shape{6}}));
+  model.add(layers::Dense(4));
+  optimizers::SGD optimizer(0.1f);
+  Loss loss_fn = Loss::sparse_categorical_crossentropy(true);
+  auto step = [&](const data::Element& batch) {
+    GradientTape tape;
+    Tensor loss = compute_average_loss(loss_fn.per_sample(batch[1], model(batch[0], true)), global_batch);
+    std::vector<Variable*> variables = model.trainable_variables();
+    optimizer.apply(variables, tape.gradient(loss, variables));
+    return loss;
+  };
+  auto dataset = data::Dataset::from_tensor_slices({x, y}).batch(global_batch);
+  std::vector<double> losses;
+  if (strategy != nullptr) {
+    auto batches = strategy->distribute_dataset(dataset).iterate(0);
+    while (auto batch = batches.next())
+      losses.push_back(strategy->reduce(distribute::ReduceOp::Sum, strategy->run(step, *batch)).item());
+  } else {
+    auto batches = dataset.iterate(0);
+    while (auto batch = batches->next()) losses.push_back(step(*batch).item());
+  }
+  std::vector<float> weights;
+  for (Variable* v : model.trainable_variables())
+    for (float w : v->value.to_vector()) weights.push_back(w);
+  return {losses, weights};
+}
+
+void custom_loop_matches(std::shared_ptr<Communicator> world, int local) {
+  distribute::MultiWorkerMirroredStrategy strategy(
+      {.local_replicas = local, .threads_per_replica = 1, .workers = world});
+  auto [losses, weights] = custom_loop(&strategy);
+  auto [want_losses, want_weights] = custom_loop(nullptr);
+  expect(losses.size() == want_losses.size(), "custom loop: step count");
+  for (size_t i = 0; i < losses.size() && i < want_losses.size(); ++i)
+    expect(std::fabs(losses[i] - want_losses[i]) <= 1e-5 * std::fabs(want_losses[i]) + 1e-6,
+           fmt::format("custom loop: loss of step {}: {} != {}", i, losses[i], want_losses[i]));
+  for (size_t i = 0; i < weights.size(); ++i)
+    expect(std::fabs(weights[i] - want_weights[i]) <= 1e-5 * std::fabs(want_weights[i]) + 1e-6,
+           fmt::format("custom loop: weight {}: {} != {}", i, weights[i], want_weights[i]));
+  std::printf("rank %d: custom loop %s\n", world->rank(), failures == 0 ? "matches" : "DIFFERS");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,7 +236,9 @@ int main(int argc, char** argv) {
   try {
     std::shared_ptr<Communicator> comm = make_mpi_world_communicator(options);
     int r = comm->rank(), n = comm->size();
-    if (scenario == "train" && argc >= 5) {
+    if (scenario == "custom" && argc >= 4) {
+      custom_loop_matches(comm, std::atoi(argv[3]));
+    } else if (scenario == "train" && argc >= 5) {
       train_and_compare(comm, std::atoi(argv[3]), std::string(argv[4]) == "deterministic");
     } else if (scenario == "collectives") {
       collectives(*comm);

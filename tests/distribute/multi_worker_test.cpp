@@ -47,6 +47,21 @@ TEST(MultiWorker, TrainsAsOneProcessOnTheSameGlobalBatches) {
   }
 }
 
+// distribute_dataset, run and reduce in a custom loop: each worker's replicas take their rows of
+// every global batch, and reduce sums over every worker's replicas.
+TEST(MultiWorker, ACustomLoopMatchesOneProcess) {
+  SKIP_WITHOUT_MPI();
+  for (auto [workers, local] : {std::pair{2, 1}, std::pair{3, 1}, std::pair{2, 2}}) {
+    TempDir dir;
+    Watched w = run_watched({TANDEM_CLI, "launch", "-np", std::to_string(workers), "--", TANDEM_MPI_CHECK, "custom",
+                             "20000", std::to_string(local)},
+                            dir, 120);
+    ASSERT_EQ(w.code, 0) << w.output;
+    for (int r = 0; r < workers; ++r)
+      EXPECT_NE(w.output.find(fmt::format("rank {}: custom loop matches", r)), std::string::npos) << w.output;
+  }
+}
+
 TEST(MultiWorker, StartedWithoutALauncherSaysHowToLaunch) {
   TempDir dir;
   Watched w = run_watched({TANDEM_CLI, "fit", "--strategy", "multiworker", "--epochs", "1"}, dir, 60);

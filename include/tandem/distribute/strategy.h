@@ -135,9 +135,10 @@ class Strategy {
   auto run(F&& fn) {
     return collect([&](int) -> decltype(auto) { return fn(); });
   }
-  // Elementwise over the replicas' tensors (same shapes), in replica order: summed, averaged, min or max.
+  // Elementwise over the replicas' tensors (same shapes), in replica order: summed, averaged, min or
+  // max; over several processes, every process's replicas (collective over the workers).
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& values);
-  // The replicas' tensors concatenated along `axis`, in replica order.
+  // This process's replicas' tensors concatenated along `axis`, in replica order.
   Tensor gather(const PerReplica<Tensor>& values, int axis = 0);
   DistributedDataset distribute_dataset(const data::Dataset& dataset) {
     return {dataset, num_replicas_in_sync(), first_local_replica(), num_local_replicas()};
