@@ -146,6 +146,7 @@ class Sequential {
   TrainingPosition begin_training(const FitOptions& options);
   // Epoch `epoch` from batch first_step on: the batches it ended after.
   int64_t train_epoch(TrainingRun& run, int epoch, int64_t first_step);
+  void check_same_batch(distribute::Communicator& workers, bool have, int64_t rows, int epoch, int64_t step);
   void add_metrics(const distribute::StepResult& result);
   void add_metrics_across_workers(const distribute::StepResult& result, std::vector<double>& values);
   void take_summed_metrics(const distribute::StepResult& result);

@@ -259,11 +259,31 @@ void Sequential::take_summed_metrics(const distribute::StepResult& result) {
                                  static_cast<int64_t>(metric_sums_[2 * i + 1] + result.summed[2 * i - 1])});
 }
 
+// Every worker takes its rows of the same global batches: a worker whose data ran out, or whose
+// batch has another size, would leave the others waiting or train on something else. Named.
+void Sequential::check_same_batch(distribute::Communicator& workers, bool have, int64_t rows, int epoch, int64_t step) {
+  int64_t mine[2] = {have ? 1 : 0, have ? rows : 0};
+  std::vector<int64_t> all(2 * static_cast<size_t>(workers.size()));
+  workers.all_gather(mine, 2, all.data(), distribute::DataType::Int64);
+  auto describe = [&](size_t w) {
+    return all[2 * w] == 0 ? std::string("has no batch left") : fmt::format("has one of {} rows", all[2 * w + 1]);
+  };
+  for (size_t w = 1; w < all.size() / 2; ++w)
+    if (all[2 * w] != all[0] || all[2 * w + 1] != all[1])
+      fail(
+          "{}: at batch {} of epoch {} worker 0 {} and worker {} {}: every worker must read the same data (each takes "
+          "its rows of every global batch)",
+          strategy_->name(), step + 1, epoch + 1, describe(0), w, describe(w));
+}
+
 int64_t Sequential::train_epoch(TrainingRun& run, int epoch, int64_t first_step) {
   const auto& callbacks = run.options.callbacks;
   int64_t step = 0;
+  distribute::Communicator* workers = strategy_ != nullptr ? strategy_->worker_communicator() : nullptr;
   for (; run.steps < 0 || step < run.steps; ++step) {
-    if (!run.next_batch(epoch, step, distribute::TrainStep::splits(strategy_), run.batch)) break;
+    bool have = run.next_batch(epoch, step, distribute::TrainStep::splits(strategy_), run.batch);
+    if (workers != nullptr && workers->size() > 1) check_same_batch(*workers, have, run.batch.rows, epoch, step);
+    if (!have) break;
     if (step < first_step) continue;
     if (!run.step) {
       make_replicas();  // from the current weights and optimizer state

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -121,6 +122,13 @@ inline Watched run_watched(const std::vector<std::string>& args, const TempDir& 
   out.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   out.output = io::read_file(log);
   return out;
+}
+
+// Why the MPI tests cannot run here ("" when they can): no MPI in the build, or no mpirun.
+inline std::string why_no_mpi(bool built_with_mpi) {
+  if (!built_with_mpi) return "skipped: this build has no MPI (libopenmpi-dev)";
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) return "skipped: mpirun is not installed (openmpi-bin)";
+  return "";
 }
 
 // Every tensor of a safetensors file, as floats, in the file's order.

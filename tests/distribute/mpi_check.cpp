@@ -11,6 +11,7 @@
 // the default strategy, within 1e-6 + 1e-5 × |value|; "deterministic": MirroredStrategy with one replica in
 // deterministic mode, bit for bit) and prints "rank R: weights match". custom LOCAL: a custom
 // training loop (distribute_dataset, run, reduce) against one process's ("rank R: custom loop matches").
+// uneven ROWS: rank 1 trains on ROWS rows, rank 0 on 73 (an error naming the workers and what differs).
 #include <signal.h>
 #include <unistd.h>
 
@@ -125,8 +126,9 @@ std::unique_ptr<Sequential> batch_norm_cnn() {
   return m;
 }
 
-std::vector<std::vector<float>> train(const Make& make, distribute::Strategy* strategy, Shape per_sample) {
-  int64_t n = 90;  // global batches of 24: the last one short (18 rows)
+// n = 73: global batches of 24, the last one of 1 row (most replicas' shares empty).
+std::vector<std::vector<float>> train(const Make& make, distribute::Strategy* strategy, Shape per_sample,
+                                      int64_t n = 73) {
   Shape shape{n};
   for (int64_t d : per_sample) shape.push_back(d);
   Tensor x = tandem::testing::random_tensor(shape, 5);
@@ -236,7 +238,10 @@ int main(int argc, char** argv) {
   try {
     std::shared_ptr<Communicator> comm = make_mpi_world_communicator(options);
     int r = comm->rank(), n = comm->size();
-    if (scenario == "custom" && argc >= 4) {
+    if (scenario == "uneven" && argc >= 4) {  // rank 1 has other data than rank 0's 73 rows
+      distribute::MultiWorkerMirroredStrategy strategy({.threads_per_replica = 1, .workers = comm});
+      train(dropout_mlp, &strategy, Shape{6}, r == 1 ? std::atoi(argv[3]) : 73);
+    } else if (scenario == "custom" && argc >= 4) {
       custom_loop_matches(comm, std::atoi(argv[3]));
     } else if (scenario == "train" && argc >= 5) {
       train_and_compare(comm, std::atoi(argv[3]), std::string(argv[4]) == "deterministic");

@@ -12,11 +12,9 @@
 namespace tandem::testing {
 namespace {
 
-#define SKIP_WITHOUT_MPI()                                                                           \
-  do {                                                                                               \
-    if (!distribute::mpi_built()) GTEST_SKIP() << "skipped: this build has no MPI (libopenmpi-dev)"; \
-    if (std::system("command -v mpirun > /dev/null 2>&1") != 0)                                      \
-      GTEST_SKIP() << "skipped: mpirun is not installed (openmpi-bin)";                              \
+#define SKIP_WITHOUT_MPI()                                                                        \
+  do {                                                                                            \
+    if (std::string why = why_no_mpi(distribute::mpi_built()); !why.empty()) GTEST_SKIP() << why; \
   } while (0)
 
 Watched launch(const TempDir& dir, int ranks, const std::string& scenario, int timeout_ms, double limit_s = 60) {

@@ -15,16 +15,9 @@
 namespace tandem::testing {
 namespace {
 
-bool have_mpi(std::string& why) {
-  if (!distribute::mpi_built()) why = "skipped: this build has no MPI (libopenmpi-dev)";
-  else if (std::system("command -v mpirun > /dev/null 2>&1") != 0)
-    why = "skipped: mpirun is not installed (openmpi-bin)";
-  return why.empty();
-}
-#define SKIP_WITHOUT_MPI()                   \
-  do {                                       \
-    std::string why;                         \
-    if (!have_mpi(why)) GTEST_SKIP() << why; \
+#define SKIP_WITHOUT_MPI()                                                                        \
+  do {                                                                                            \
+    if (std::string why = why_no_mpi(distribute::mpi_built()); !why.empty()) GTEST_SKIP() << why; \
   } while (0)
 
 TEST(MultiWorker, TrainsAsOneProcessOnTheSameGlobalBatches) {
@@ -60,6 +53,24 @@ TEST(MultiWorker, ACustomLoopMatchesOneProcess) {
     for (int r = 0; r < workers; ++r)
       EXPECT_NE(w.output.find(fmt::format("rank {}: custom loop matches", r)), std::string::npos) << w.output;
   }
+}
+
+TEST(MultiWorker, WorkersWithDifferentDataAreNamed) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  // 75 rows against 73: the same 4 batches of 24, but the last has 3 rows on one, 1 on the other.
+  Watched w = run_watched({TANDEM_CLI, "launch", "-np", "2", "--", TANDEM_MPI_CHECK, "uneven", "20000", "75"}, dir, 60);
+  EXPECT_NE(w.code, 0);
+  EXPECT_FALSE(w.killed) << w.output;
+  EXPECT_NE(w.output.find("at batch 4 of epoch 1 worker 0 has one of 1 rows and worker 1 has one of 3 rows"),
+            std::string::npos)
+      << w.output;
+  // 70 rows: 3 batches, not 4; the workers compare their settings before training.
+  w = run_watched({TANDEM_CLI, "launch", "-np", "2", "--", TANDEM_MPI_CHECK, "uneven", "20000", "70"}, dir, 60);
+  EXPECT_NE(w.code, 0);
+  EXPECT_NE(w.output.find("workers disagree on the data and settings: worker 0 (host "), std::string::npos) << w.output;
+  EXPECT_NE(w.output.find("steps per epoch 4"), std::string::npos) << w.output;
+  EXPECT_NE(w.output.find("steps per epoch 3"), std::string::npos) << w.output;
 }
 
 TEST(MultiWorker, StartedWithoutALauncherSaysHowToLaunch) {
