@@ -136,9 +136,9 @@ struct Op {
   Call call{};
   int64_t seq = 0;
   std::function<void()> run;
-  bool done = false, reported = false;
+  bool done = false;
   std::exception_ptr error;
-  Clock::time_point start;
+  Clock::time_point start, failure_seen;  // failure_seen: when a caller blocked in it saw the job fail
 };
 
 // Set by the synchronous forms: the operation may run on the calling thread.
@@ -441,7 +441,7 @@ class MpiCommunicator : public Communicator {
           if (caller_op_ == nullptr && (stop_ || !queue_.empty())) break;
           // While a caller blocks in MPI, watch its time: a collective that cannot complete is
           // reported to every rank, and a caller still inside MPI then can only be ended.
-          if (caller_op_ != nullptr && Clock::now() > caller_op_->start + control_->timeout()) watch_caller(lock);
+          if (caller_op_ != nullptr) watch_caller(lock);
           changed_.wait_for(lock, std::chrono::milliseconds(caller_op_ != nullptr ? 20 : 1000));
         }
         if (queue_.empty()) return;
@@ -467,23 +467,27 @@ class MpiCommunicator : public Communicator {
     }
   }
 
-  // Under mutex_ (released meanwhile): the caller's collective has run past the timeout.
+  // Under mutex_ (released meanwhile), while a caller blocks in MPI: past the timeout its
+  // collective is reported to every rank (naming who has not entered it). Once the job has failed
+  // (this or any cause) MPI cannot return from the call: after on_failure has had a second (the
+  // CLI's ends the process), the job is ended with the message, rather than hang.
   void watch_caller(std::unique_lock<std::mutex>& lock) {
     std::shared_ptr<Op> op = caller_op_;
-    if (op->reported) {
-      // Told everyone; give on_failure (which may end the process) its time, then end it: MPI
-      // cannot return from the call, and waiting would be the hang this promises against.
-      if (Clock::now() > op->start + 2 * control_->timeout() + std::chrono::seconds(1)) {
-        lock.unlock();
-        std::fprintf(stderr, "error: %s\n", control_->failure().c_str());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
+    auto now = Clock::now();
+    if (!control_->failed()) {
+      if (now <= op->start + control_->timeout()) return;
+      lock.unlock();
+      control_->report_failure(late_message(describe(op->call), op->seq));
+      lock.lock();
       return;
     }
-    op->reported = true;
-    lock.unlock();
-    if (!control_->failed()) control_->report_failure(late_message(describe(op->call), op->seq));
-    lock.lock();
+    if (op->failure_seen == Clock::time_point{}) {
+      op->failure_seen = now;
+    } else if (now > op->failure_seen + std::chrono::seconds(1)) {
+      lock.unlock();
+      std::fprintf(stderr, "error: %s\n", control_->failure().c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
   }
 
   void agree(const Op& op) {

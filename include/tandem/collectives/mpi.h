@@ -11,10 +11,13 @@
 // Failures. Beside MPI, the ranks keep a control connection to rank 0 (TCP, to rank 0's
 // addresses; loopback on one machine) and beat on it. A rank whose connection closes (it died),
 // or that has not beaten within the timeout (stopped), or that aborts (an error of its own, a
-// collective that timed out) is reported to every rank: their waiting operations throw an Error
-// naming the rank and its host, and options.on_failure runs (the CLI prints and exits). A
-// collective that does not complete within the timeout names the ranks that have not entered it
-// (from their beats: a rank that is alive but stuck elsewhere).
+// collective that timed out) is reported to every rank: options.on_failure runs with a message
+// naming the rank and its host (the CLI prints it and exits), and operations waiting on the
+// communication thread throw an Error with it. A collective that does not complete within the
+// timeout names the ranks that have not entered it (from their beats: a rank that is alive but
+// stuck elsewhere). A synchronous collective runs on its caller's thread when the communication
+// thread is idle; blocked inside MPI, that caller cannot be woken: a second after the job fails
+// the process prints the message and ends the job (MPI_Abort), so that nothing hangs.
 #include <chrono>
 #include <functional>
 #include <memory>
