@@ -19,6 +19,12 @@ class Hierarchical : public Communicator {
   int size() const override { return workers_->size() * local_->size(); }
   int local_rank() const override { return workers_->local_rank() * local_->size() + local_->rank(); }
   int local_size() const override { return workers_->local_size() * local_->size(); }
+  // One process's replicas go through the workers' group in order, synchronously.
+  bool runs_in_background() const override { return local_->size() == 1 && workers_->runs_in_background(); }
+  std::unique_ptr<Work> all_reduce_async(void* data, int64_t count, DataType dtype, ReduceOp op) override {
+    if (local_->size() == 1) return workers_->all_reduce_async(data, count, dtype, op);
+    return Communicator::all_reduce_async(data, count, dtype, op);
+  }
 
   void all_reduce(void* data, int64_t count, DataType dtype, ReduceOp op) override {
     if (local_->size() == 1) return workers_->all_reduce(data, count, dtype, op);

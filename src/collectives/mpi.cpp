@@ -187,6 +187,7 @@ class MpiCommunicator : public Communicator {
   int size() const override { return size_; }
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
+  bool runs_in_background() const override { return true; }
 
   // The synchronous forms run on the calling thread when the communication thread has nothing
   // to do (no hand-off to wait for); else they queue behind its work.

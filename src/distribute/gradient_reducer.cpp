@@ -97,8 +97,10 @@ void GradientReducer::bucket_ready(size_t i) {
   int64_t bucket_floats = policy_.bucket_bytes / static_cast<int64_t>(sizeof(float));
   if (reduced_from_ - from >= bucket_floats || (frontier_ == 0 && reduced_from_ > 0)) {
     // Asynchronous where the communicator has a thread of its own (MPI): backward goes on.
-    in_flight_.push_back(
-        comm_->all_reduce_async(bucket_.data<float>() + from, reduced_from_ - from, DataType::Float32, ReduceOp::Sum));
+    float* bucket = bucket_.data<float>() + from;
+    if (comm_->runs_in_background())
+      in_flight_.push_back(comm_->all_reduce_async(bucket, reduced_from_ - from, DataType::Float32, ReduceOp::Sum));
+    else comm_->all_reduce(bucket, reduced_from_ - from, DataType::Float32, ReduceOp::Sum);
     reduced_from_ = from;
   }
 }

@@ -7,7 +7,8 @@
 // kills itself (SIGKILL) after the first collective; stop: rank 1 stops itself (SIGSTOP) there.
 // train LOCAL MODE: MultiWorkerMirroredStrategy (LOCAL replicas per worker) trains a dropout
 // MLP and a synchronized batch-normalization CNN for two epochs; each rank compares its weights
-// with the same model trained in this process alone on the same global batches (MODE "fast":
+// with the same model trained in this process alone on the same global batches (MODE "fast", or
+// "bucketed" with gradients all-reduced in 256-byte buckets on the MPI thread during backward:
 // the default strategy, within 1e-6 + 1e-5 × |value|; "deterministic": MirroredStrategy with one replica in
 // deterministic mode, bit for bit) and prints "rank R: weights match". custom LOCAL: a custom
 // training loop (distribute_dataset, run, reduce) against one process's ("rank R: custom loop matches").
@@ -147,9 +148,13 @@ std::vector<std::vector<float>> train(const Make& make, distribute::Strategy* st
   return out;
 }
 
-void train_and_compare(std::shared_ptr<Communicator> world, int local, bool deterministic) {
-  distribute::MultiWorkerMirroredStrategy strategy(
-      {.local_replicas = local, .threads_per_replica = 1, .deterministic = deterministic, .workers = world});
+void train_and_compare(std::shared_ptr<Communicator> world, int local, const std::string& mode) {
+  bool deterministic = mode == "deterministic";
+  distribute::MultiWorkerMirroredStrategy strategy({.local_replicas = local,
+                                                    .threads_per_replica = 1,
+                                                    .deterministic = deterministic,
+                                                    .bucket_bytes = mode == "bucketed" ? 256 : 0,
+                                                    .workers = world});
   distribute::MirroredStrategy one({.num_replicas = 1, .threads_per_replica = 1, .deterministic = true});
   for (auto [name, make, per_sample] : {std::tuple{"dropout mlp", Make(dropout_mlp), Shape{6}},
                                         std::tuple{"batch norm cnn", Make(batch_norm_cnn), Shape{6, 6, 1}}}) {
@@ -244,7 +249,7 @@ int main(int argc, char** argv) {
     } else if (scenario == "custom" && argc >= 4) {
       custom_loop_matches(comm, std::atoi(argv[3]));
     } else if (scenario == "train" && argc >= 5) {
-      train_and_compare(comm, std::atoi(argv[3]), std::string(argv[4]) == "deterministic");
+      train_and_compare(comm, std::atoi(argv[3]), argv[4]);
     } else if (scenario == "collectives") {
       collectives(*comm);
     } else if (scenario == "mismatch") {

@@ -26,7 +26,8 @@ TEST(MultiWorker, TrainsAsOneProcessOnTheSameGlobalBatches) {
     int workers, local;
     const char* mode;
   };
-  for (Case c : {Case{2, 1, "fast"}, Case{3, 1, "fast"}, Case{2, 2, "fast"}, Case{2, 1, "deterministic"},
+  for (Case c : {Case{2, 1, "fast"}, Case{3, 1, "fast"}, Case{2, 2, "fast"}, Case{2, 1, "bucketed"},
+                 Case{3, 1, "bucketed"}, Case{2, 2, "bucketed"}, Case{2, 1, "deterministic"},
                  Case{3, 1, "deterministic"}, Case{2, 2, "deterministic"}}) {
     TempDir dir;
     Watched w = run_watched({TANDEM_CLI, "launch", "-np", std::to_string(c.workers), "--", TANDEM_MPI_CHECK, "train",

@@ -83,6 +83,10 @@ class Communicator {
   // Makes every current and future operation of the group throw, naming this rank and `reason`.
   virtual void abort(const std::string& reason) = 0;
 
+  // Whether the asynchronous forms run in the background (a thread of the communicator's), so
+  // that work submitted early overlaps the caller's; else they cost what the synchronous ones do.
+  virtual bool runs_in_background() const { return false; }
+
   // Asynchronous forms. These defaults run the operation before returning (what an in-process
   // group may do), except recv, which waits in Work::wait(): buffers must stay alive until then.
   virtual std::unique_ptr<Work> all_reduce_async(void* data, int64_t count, DataType dtype, ReduceOp op);
