@@ -265,16 +265,16 @@ TEST(Launch, TfConfigMistakesAreNamed) {
   EXPECT_NE(bad_json.code, 0);
   EXPECT_NE(bad_json.output.find("TF_CONFIG is not valid JSON"), std::string::npos) << bad_json.output;
   Watched out_of_range =
-      launch(R"({"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 2}})");
+      launch(R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker", "index": 2}})");
   EXPECT_NE(out_of_range.code, 0);
   EXPECT_NE(out_of_range.output.find("task index 2 is out of range: the cluster lists 2 worker tasks"),
             std::string::npos)
       << out_of_range.output;
   Watched missing =
-      launch(R"({"cluster": {"worker": ["localhost:1", "no-such-host.invalid:2"]}, "task": {"index": 0}})");
+      launch(R"({"cluster": {"worker": ["127.0.0.1:1", "no-such-host.invalid:2"]}, "task": {"index": 0}})");
   EXPECT_NE(missing.code, 0);
   EXPECT_NE(missing.output.find("task worker:1 (\"no-such-host.invalid:2\")"), std::string::npos) << missing.output;
-  Watched other_task = launch(R"({"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"index": 1}})");
+  Watched other_task = launch(R"({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"index": 1}})");
   EXPECT_EQ(other_task.code, 0);
   EXPECT_NE(other_task.output.find("nothing to start here"), std::string::npos) << other_task.output;
   Watched dry = run_watched({TANDEM_CLI, "launch", "--dry-run", "--tf-config",
