@@ -2,9 +2,15 @@
 // mpirun, with what a user would otherwise look up: root, oversubscription when there are more
 // processes than cores, no binding (Tandem places its own threads), the single-copy setting
 // containers need, the environment forwarded to other hosts. Also takes a TF_CONFIG cluster.
+#include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,6 +31,7 @@ constexpr const char* kUsage =
     "usage: tandem launch [-np N] [-H host1:slots,host2:slots] [--tf-config JSON] [--network SUBNET|IFACE]\n"
     "                     [--rsh-agent PATH] [--mpirun-arg ARG]... [--dry-run] -- COMMAND [ARGS...]\n"
     "  --network: the machines' network (10.0.0.0/24, or an interface name) for MPI's traffic\n"
+    "  --timeout: seconds a TF_CONFIG worker's machine has to start a process (checked first; 30)\n"
     "  e.g. tandem launch -np 2 -- tandem fit --strategy multiworker --batch-size 256\n"
     "  TF_CONFIG (the flag or the environment variable): the cluster's workers become the hosts,\n"
     "  one process each; worker 0 (or the chief) launches them all.";
@@ -40,8 +47,9 @@ int parse_count(const std::string& text, const char* what) {
 }
 
 struct Cluster {
-  std::vector<std::string> hosts;  // one per worker, in task order
-  bool launches = true;            // this task starts the processes (worker 0 or the chief)
+  std::vector<std::string> hosts;             // one per worker, in task order
+  std::vector<std::string> names, addresses;  // each worker's task ("worker:1") and its "host:port"
+  bool launches = true;                       // this task starts the processes (worker 0 or the chief)
   std::string task;
 };
 
@@ -106,8 +114,90 @@ Cluster parse_tf_config(const std::string& text) {
            address, host);
     freeaddrinfo(found);
     out.hosts.push_back(host);
+    out.names.push_back(name);
+    out.addresses.push_back(address);
   }
   return out;
+}
+
+// Whether `host` names this machine (mpirun starts its processes without the agent).
+bool is_this_machine(const std::string& host) {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  if (host == "localhost" || host.starts_with("127.") || host == name) return true;
+  ifaddrs* list = nullptr;
+  bool found = false;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* a = list; a != nullptr && !found; a = a->ifa_next) {
+      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+      char text[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
+      found = host == text;
+    }
+    freeifaddrs(list);
+  }
+  return found;
+}
+
+// Before mpirun: every other machine of the cluster runs a process through the agent (ssh, or
+// --rsh-agent) within the timeout, else the task that cannot start is named (mpirun would say
+// only that a daemon did not start).
+void check_workers_start(const Cluster& cluster, const std::string& agent, double timeout) {
+  std::map<std::string, bool> checked;
+  for (size_t i = 0; i < cluster.hosts.size(); ++i) {
+    const std::string& host = cluster.hosts[i];
+    if (checked[host] || is_this_machine(host)) continue;
+    checked[host] = true;
+    std::vector<std::string> args;
+    if (agent.empty()) {
+      args = {"ssh", "-o", "BatchMode=yes", "-o", fmt::format("ConnectTimeout={}", static_cast<int>(timeout) + 1)};
+    } else {
+      args.push_back(agent);
+    }
+    args.insert(args.end(), {host, "true"});
+    int out[2];
+    if (pipe(out) != 0) fail("launch: pipe: {}", std::strerror(errno));
+    pid_t pid = fork();
+    if (pid == 0) {
+      dup2(out[1], 1);
+      dup2(out[1], 2);
+      close(out[0]);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execvp(argv[0], argv.data());
+      std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+      _exit(127);
+    }
+    close(out[1]);
+    std::string said;
+    int status = 0;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+    bool ended = false;
+    while (!ended) {
+      pollfd p{out[0], POLLIN, 0};
+      if (poll(&p, 1, 50) > 0) {
+        char buffer[512];
+        ssize_t n = read(out[0], buffer, sizeof buffer);
+        if (n > 0 && said.size() < 2000) said.append(buffer, static_cast<size_t>(n));
+      }
+      ended = waitpid(pid, &status, WNOHANG) == pid;
+      if (!ended && std::chrono::steady_clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        close(out[0]);
+        fail(
+            "launch: TF_CONFIG task {} (\"{}\"): no process started on host \"{}\" within {} s through `{}`; is that "
+            "machine up, reachable and running an ssh server (or give --rsh-agent)?",
+            cluster.names[i], cluster.addresses[i], host, timeout, args[0]);
+      }
+    }
+    close(out[0]);
+    while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      fail("launch: TF_CONFIG task {} (\"{}\"): no process could be started on host \"{}\" through `{}`{}",
+           cluster.names[i], cluster.addresses[i], host, args[0], said.empty() ? std::string() : ": " + said);
+  }
 }
 
 int usable_cores_here() {
@@ -122,6 +212,7 @@ int run_launch(const std::vector<std::string>& args) {
   std::string hosts, tf_config, rsh_agent, network;
   std::vector<std::string> extra, command;
   bool dry_run = false;
+  double timeout = 30.0;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](const char* name) -> std::string {
@@ -143,6 +234,12 @@ int run_launch(const std::vector<std::string>& args) {
       rsh_agent = value("--rsh-agent");
     } else if (a == "--mpirun-arg") {
       extra.push_back(value("--mpirun-arg"));
+    } else if (a == "--timeout") {
+      std::string t = value("--timeout");
+      char* end = nullptr;
+      timeout = std::strtod(t.c_str(), &end);
+      if (end == t.c_str() || *end != '\0' || !(timeout > 0 && timeout <= 86400))
+        fail("launch: --timeout must be seconds from 0 to 86400, not \"{}\"", t);
     } else if (a == "--dry-run") {
       dry_run = true;
     } else if (a == "-h" || a == "--help") {
@@ -165,6 +262,7 @@ int run_launch(const std::vector<std::string>& args) {
           cluster.task.c_str());
       return 0;
     }
+    if (!dry_run) check_workers_start(cluster, rsh_agent, timeout);
     std::map<std::string, int> per_host;
     std::vector<std::string> order;
     for (const std::string& h : cluster.hosts)

@@ -206,6 +206,15 @@ TEST(MultiWorker, KilledMidEpochResumesOnTwoOrThreeWorkersToTheSameBits) {
 // bridge's namespace reaches them through an rsh agent): training agrees bit for bit with one
 // process, and a stuck worker is named with its host. Skipped, with the reason, where namespaces
 // cannot be made.
+std::vector<std::string> split_text(const std::string& text, char separator) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (size_t next; (next = text.find(separator, at)) != std::string::npos; at = next + 1)
+    out.push_back(text.substr(at, next - at));
+  out.push_back(text.substr(at));
+  return out;
+}
+
 class Namespaces {
  public:
   explicit Namespaces(const TempDir& dir)
@@ -222,13 +231,26 @@ class Namespaces {
   bool ok() const { return ok_; }
   const std::string& why() const { return why_; }
   std::string host(int i) const { return fmt::format("{}-{}", prefix_, i); }
-  // `tandem launch` across the three hosts, from the bridge's namespace.
-  std::vector<std::string> launch(const TempDir& dir, const std::vector<std::string>& fit) const {
-    std::vector<std::string> argv{"bash",      script_, "hub",  prefix_,       TANDEM_CLI,
-                                  "launch",    "-H",    hosts_, "--rsh-agent", dir.file("agent"),
-                                  "--network", subnet_, "--",   TANDEM_CLI};
+  // `tandem launch` across the three hosts (-H, or a TF_CONFIG naming `workers`), from the
+  // bridge's namespace.
+  std::vector<std::string> launch(const TempDir& dir, const std::vector<std::string>& fit,
+                                  const std::vector<std::string>& workers = {}) const {
+    std::vector<std::string> argv{"bash", script_, "hub", prefix_, TANDEM_CLI, "launch"};
+    if (workers.empty()) {
+      argv.insert(argv.end(), {"-H", hosts_});
+    } else {
+      nlohmann::json config = {{"cluster", {{"worker", workers}}}, {"task", {{"type", "worker"}, {"index", 0}}}};
+      argv.insert(argv.end(), {"--tf-config", config.dump(), "--timeout", "5"});
+    }
+    argv.insert(argv.end(), {"--rsh-agent", dir.file("agent"), "--network", subnet_, "--", TANDEM_CLI});
     argv.insert(argv.end(), fit.begin(), fit.end());
     return argv;
+  }
+  // The hosts' addresses, as TF_CONFIG's "address:port".
+  std::vector<std::string> workers() const {
+    std::vector<std::string> out;
+    for (const std::string& h : split_text(hosts_, ',')) out.push_back(h.substr(0, h.find(':')) + ":2222");
+    return out;
   }
 
  private:
@@ -248,6 +270,19 @@ TEST(MultiWorker, ThreeHostsAsNetworkNamespacesTrainAsOneProcess) {
   Watched w = run_watched(hosts.launch(dir, fit_args(dir, "multiworker:3:deterministic", dir.file("three"))), dir, 180);
   ASSERT_EQ(w.code, 0) << w.output;
   expect_same_final_weights(dir.file("one/final.safetensors"), dir.file("three/final.safetensors"), "3 hosts");
+
+  // The same cluster as a TF_CONFIG; then with a fourth worker whose address no host answers.
+  Watched tf = run_watched(
+      hosts.launch(dir, fit_args(dir, "multiworker:3:deterministic", dir.file("tf")), hosts.workers()), dir, 180);
+  ASSERT_EQ(tf.code, 0) << tf.output;
+  expect_same_final_weights(dir.file("one/final.safetensors"), dir.file("tf/final.safetensors"), "TF_CONFIG");
+  std::vector<std::string> four = hosts.workers();
+  four.push_back(four[0].substr(0, four[0].rfind('.')) + ".9:2222");
+  Watched missing = run_watched(hosts.launch(dir, fit_args(dir, "multiworker", dir.file("four")), four), dir, 60);
+  EXPECT_NE(missing.code, 0);
+  EXPECT_NE(missing.output.find(fmt::format("TF_CONFIG task worker:3 (\"{}\"): no process could be started", four[3])),
+            std::string::npos)
+      << missing.output;
 
   Watched stuck = run_watched(hosts.launch(dir, fit_args(dir, "multiworker", dir.file("stuck"), 3)), dir, 120,
                               "stuck.log", {"TANDEM_TEST_FAULT=hang:2:3"});
