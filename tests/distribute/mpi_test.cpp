@@ -6,28 +6,16 @@
 
 #include <cstdlib>
 
-#include "cli/cli_util.h"
-#include "tandem/collectives/mpi.h"
+#include "distribute/launch_util.h"
 
 namespace tandem::testing {
 namespace {
-
-#define SKIP_WITHOUT_MPI()                                                                        \
-  do {                                                                                            \
-    if (std::string why = why_no_mpi(distribute::mpi_built()); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
-
-Watched launch(const TempDir& dir, int ranks, const std::string& scenario, int timeout_ms, double limit_s = 60) {
-  return run_watched({TANDEM_CLI, "launch", "-np", std::to_string(ranks), "--", TANDEM_MPI_CHECK, scenario,
-                      std::to_string(timeout_ms)},
-                     dir, limit_s);
-}
 
 TEST(MpiCommunicator, EveryCollectiveOnTwoAndThreeRanks) {
   SKIP_WITHOUT_MPI();
   for (int ranks : {2, 3}) {
     TempDir dir;
-    Watched w = launch(dir, ranks, "collectives", 20000);
+    Watched w = launch_check(dir, ranks, "collectives", 20000);
     ASSERT_EQ(w.code, 0) << w.output;
     for (int r = 0; r < ranks; ++r)
       EXPECT_NE(w.output.find(fmt::format("rank {}: ok", r)), std::string::npos) << w.output;
@@ -37,7 +25,7 @@ TEST(MpiCommunicator, EveryCollectiveOnTwoAndThreeRanks) {
 TEST(MpiFailures, MismatchedSizesNameBothRanksAndValues) {
   SKIP_WITHOUT_MPI();
   TempDir dir;
-  Watched w = launch(dir, 2, "mismatch", 20000);
+  Watched w = launch_check(dir, 2, "mismatch", 20000);
   EXPECT_NE(w.code, 0);
   EXPECT_FALSE(w.killed) << w.output;
   EXPECT_NE(w.output.find("ranks disagree at collective #1: rank 0 (host "), std::string::npos) << w.output;
@@ -49,7 +37,7 @@ TEST(MpiFailures, MismatchedSizesNameBothRanksAndValues) {
 TEST(MpiFailures, ReceiveOfAnotherSizeNamesBoth) {
   SKIP_WITHOUT_MPI();
   TempDir dir;
-  Watched w = launch(dir, 2, "p2p-mismatch", 20000);
+  Watched w = launch_check(dir, 2, "p2p-mismatch", 20000);
   EXPECT_NE(w.code, 0);
   EXPECT_NE(w.output.find("recv from rank 0 (tag 0): expected 7 float32 values, rank 0 sent 8 float32 values"),
             std::string::npos)
@@ -60,7 +48,7 @@ TEST(MpiFailures, ReceiveOfAnotherSizeNamesBoth) {
 TEST(MpiFailures, StuckRankIsNamedWithinTheTimeout) {
   SKIP_WITHOUT_MPI();
   TempDir dir;
-  Watched w = launch(dir, 3, "stuck", 2000);
+  Watched w = launch_check(dir, 3, "stuck", 2000);
   EXPECT_NE(w.code, 0);
   EXPECT_FALSE(w.killed) << w.output;
   EXPECT_LT(w.seconds, 20.0);
@@ -71,7 +59,7 @@ TEST(MpiFailures, StuckRankIsNamedWithinTheTimeout) {
 TEST(MpiFailures, KilledRankIsNamed) {
   SKIP_WITHOUT_MPI();
   TempDir dir;
-  Watched w = launch(dir, 3, "die", 20000);
+  Watched w = launch_check(dir, 3, "die", 20000);
   EXPECT_NE(w.code, 0);
   EXPECT_FALSE(w.killed) << w.output;
   EXPECT_NE(w.output.find("rank 1 (host "), std::string::npos) << w.output;
@@ -81,7 +69,7 @@ TEST(MpiFailures, KilledRankIsNamed) {
 TEST(MpiFailures, StoppedRankIsNamedWithinTheTimeout) {
   SKIP_WITHOUT_MPI();
   TempDir dir;
-  Watched w = launch(dir, 3, "stop", 2000);
+  Watched w = launch_check(dir, 3, "stop", 2000);
   EXPECT_NE(w.code, 0);
   EXPECT_FALSE(w.killed) << w.output;
   EXPECT_LT(w.seconds, 20.0);

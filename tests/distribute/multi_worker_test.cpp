@@ -9,16 +9,10 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
-#include "cli/cli_util.h"
-#include "tandem/collectives/mpi.h"
+#include "distribute/launch_util.h"
 
 namespace tandem::testing {
 namespace {
-
-#define SKIP_WITHOUT_MPI()                                                                        \
-  do {                                                                                            \
-    if (std::string why = why_no_mpi(distribute::mpi_built()); !why.empty()) GTEST_SKIP() << why; \
-  } while (0)
 
 TEST(MultiWorker, TrainsAsOneProcessOnTheSameGlobalBatches) {
   SKIP_WITHOUT_MPI();
@@ -30,14 +24,9 @@ TEST(MultiWorker, TrainsAsOneProcessOnTheSameGlobalBatches) {
                  Case{3, 1, "bucketed"}, Case{2, 2, "bucketed"}, Case{2, 1, "deterministic"},
                  Case{3, 1, "deterministic"}, Case{2, 2, "deterministic"}}) {
     TempDir dir;
-    Watched w = run_watched({TANDEM_CLI, "launch", "-np", std::to_string(c.workers), "--", TANDEM_MPI_CHECK, "train",
-                             "20000", std::to_string(c.local), c.mode},
-                            dir, 120);
-    std::string which = fmt::format("{} workers × {} replicas, {}", c.workers, c.local, c.mode);
-    ASSERT_EQ(w.code, 0) << which << "\n" << w.output;
-    for (int r = 0; r < c.workers; ++r)
-      EXPECT_NE(w.output.find(fmt::format("rank {}: weights match", r)), std::string::npos) << which << "\n"
-                                                                                            << w.output;
+    Watched w = launch_check(dir, c.workers, "train", 20000, {std::to_string(c.local), c.mode});
+    ASSERT_EQ(w.code, 0) << c.workers << " workers x " << c.local << " replicas, " << c.mode << "\n" << w.output;
+    expect_every_rank(w, c.workers, "weights match");
   }
 }
 
@@ -47,12 +36,9 @@ TEST(MultiWorker, ACustomLoopMatchesOneProcess) {
   SKIP_WITHOUT_MPI();
   for (auto [workers, local] : {std::pair{2, 1}, std::pair{3, 1}, std::pair{2, 2}}) {
     TempDir dir;
-    Watched w = run_watched({TANDEM_CLI, "launch", "-np", std::to_string(workers), "--", TANDEM_MPI_CHECK, "custom",
-                             "20000", std::to_string(local)},
-                            dir, 120);
+    Watched w = launch_check(dir, workers, "custom", 20000, {std::to_string(local)});
     ASSERT_EQ(w.code, 0) << w.output;
-    for (int r = 0; r < workers; ++r)
-      EXPECT_NE(w.output.find(fmt::format("rank {}: custom loop matches", r)), std::string::npos) << w.output;
+    expect_every_rank(w, workers, "custom loop matches");
   }
 }
 
@@ -60,14 +46,14 @@ TEST(MultiWorker, WorkersWithDifferentDataAreNamed) {
   SKIP_WITHOUT_MPI();
   TempDir dir;
   // 75 rows against 73: the same 4 batches of 24, but the last has 3 rows on one, 1 on the other.
-  Watched w = run_watched({TANDEM_CLI, "launch", "-np", "2", "--", TANDEM_MPI_CHECK, "uneven", "20000", "75"}, dir, 60);
+  Watched w = launch_check(dir, 2, "uneven", 20000, {"75"});
   EXPECT_NE(w.code, 0);
   EXPECT_FALSE(w.killed) << w.output;
   EXPECT_NE(w.output.find("at batch 4 of epoch 1 worker 0 has one of 1 rows and worker 1 has one of 3 rows"),
             std::string::npos)
       << w.output;
   // 70 rows: 3 batches, not 4; the workers compare their settings before training.
-  w = run_watched({TANDEM_CLI, "launch", "-np", "2", "--", TANDEM_MPI_CHECK, "uneven", "20000", "70"}, dir, 60);
+  w = launch_check(dir, 2, "uneven", 20000, {"70"});
   EXPECT_NE(w.code, 0);
   EXPECT_NE(w.output.find("workers disagree on the data and settings: worker 0 (host "), std::string::npos) << w.output;
   EXPECT_NE(w.output.find("steps per epoch 4"), std::string::npos) << w.output;
