@@ -2,6 +2,7 @@
 // The MPI tests' shared pieces: the skip where MPI is missing, and tests/distribute/mpi_check.cpp
 // started under `tandem launch` on loopback, under a watchdog.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <string>
 #include <vector>
@@ -23,6 +24,19 @@ inline Watched launch_check(const TempDir& dir, int ranks, const std::string& sc
                                 "--",       TANDEM_MPI_CHECK, scenario, std::to_string(timeout_ms)};
   argv.insert(argv.end(), args.begin(), args.end());
   return run_watched(argv, dir, limit_s);
+}
+
+// A rank killed with SIGKILL is named with its host, by the other ranks ("rank 1 (host vm) died:
+// its control connection closed …") or, when mpirun ends them first, by mpirun ("process rank 1
+// with PID … on node vm exited on signal 9").
+inline bool names_killed_rank(const std::string& output, int rank) {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  bool ours = output.find(fmt::format("rank {} (host {}) died", rank, host)) != std::string::npos;
+  size_t at = output.find(fmt::format("process rank {} with PID", rank));
+  bool mpirun = at != std::string::npos &&
+                output.find(fmt::format("on node {} exited on signal 9", host), at) != std::string::npos;
+  return ours || mpirun;
 }
 
 // Every rank printed "rank R: <what>".
