@@ -201,7 +201,10 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
 TrainingPosition Sequential::begin_training(const FitOptions& options) {
   run_signature_ = options.run_config;
   std::string architecture;
-  for (const auto& layer : layers_) architecture += (architecture.empty() ? "" : " ") + layer->type();
+  for (const auto& layer : layers_) {
+    if (!architecture.empty()) architecture += ' ';
+    architecture += layer->type();
+  }
   for (Variable* v : variables()) architecture += " " + v->name + v->value.shape().str();
   run_signature_["architecture"] = architecture;
   run_signature_["optimizer"] =
@@ -289,7 +292,6 @@ int64_t Sequential::train_epoch(TrainingRun& run, int epoch, int64_t first_step)
       make_replicas();  // from the current weights and optimizer state
       run.replicas = replicas_;
       run.step.emplace(strategy_, *run.replicas, *loss_, *optimizer_, seed_);
-      distribute::Communicator* workers = strategy_ != nullptr ? strategy_->worker_communicator() : nullptr;
       if (workers != nullptr && workers->size() > 1)
         run.step->add_local_sums = [this](const distribute::StepResult& r, std::vector<double>& values) {
           add_metrics_across_workers(r, values);
