@@ -173,7 +173,8 @@ class Sequential {
   std::map<std::string, std::string> run_signature_;
   // The running metrics of the epoch in progress (loss first), saved in checkpoints.
   std::vector<Metric> running_metrics_;
-  std::vector<double> metric_sums_;  // the metrics' accumulators before a step, summed over workers
+  std::vector<double> metric_sums_;   // the metrics' accumulators before a step, summed over workers
+  std::vector<int64_t> batch_sizes_;  // every worker's (has a batch, rows), compared each step
   std::vector<std::pair<double, int64_t>> restored_metrics_;
 };
 

@@ -1,15 +1,10 @@
-// The communicator over MPI (tandem/collectives/mpi.h). Collectives are queued to a thread of the
-// communicator that runs them with MPI's blocking calls (Open MPI's tuned algorithms) in the
-// order submitted; callers wait on the operation with the timeout, watching the control plane.
-// Point to point messages are posted by the caller (MPI_THREAD_MULTIPLE) and tested until done.
-#include "tandem/collectives/mpi.h"
-
-#include <cstdlib>
-
-#include "tandem/error.h"
-
+// The communicator over MPI (tandem/collectives/mpi.h; the process's world and MPI's start and
+// end are in mpi_world.cpp). Collectives run with MPI's blocking calls (Open MPI's tuned
+// algorithms) in the order submitted: on a thread of the communicator, or on the caller while
+// that thread is idle; callers wait with the timeout, watching the control plane. Point to point
+// messages are posted by the caller (MPI_THREAD_MULTIPLE) and tested until done.
 #ifdef TANDEM_WITH_MPI
-#include <mpi.h>
+#include "collectives/mpi_communicator.h"
 
 #include <climits>
 #include <condition_variable>
@@ -19,46 +14,13 @@
 #include <thread>
 #include <utility>
 
-#include "collectives/control_plane.h"
-#endif
+#include "tandem/error.h"
 
-namespace tandem::distribute {
-
-bool mpi_built() {
-#ifdef TANDEM_WITH_MPI
-  return true;
-#else
-  return false;
-#endif
-}
-
-bool started_by_mpi_launcher() {
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
-    if (std::getenv(name) != nullptr) return true;
-  return false;
-}
-
-#ifndef TANDEM_WITH_MPI
-
-std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions&) {
-  fail("MPI: this Tandem was built without MPI (install libopenmpi-dev and build again)");
-}
-std::string mpi_host_of(int) { return ""; }
-
-#else
+namespace tandem::distribute::detail {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using detail::ControlPlane;
-
-void check(int code, const char* what) {
-  if (code == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  fail("MPI: {} failed: {}", what, std::string(text, static_cast<size_t>(length)));
-}
 
 MPI_Datatype mpi_type(DataType dtype) {
   switch (dtype) {
@@ -120,18 +82,6 @@ std::string describe(const Call& c) {
   return what;
 }
 
-// Process-wide: MPI is initialized once, and finalized at exit when no rank has failed.
-struct World {
-  std::mutex mutex;
-  bool made = false;
-  std::vector<std::string> hosts;
-  std::shared_ptr<ControlPlane> control;
-};
-World& world() {
-  static World w;
-  return w;
-}
-
 struct Op {
   Call call{};
   int64_t seq = 0;
@@ -152,12 +102,12 @@ class MpiCommunicator : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, std::shared_ptr<ControlPlane> control, bool is_world)
       : comm_(comm), control_(std::move(control)), is_world_(is_world) {
-    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
-    check(MPI_Comm_group(comm_, &group_), "MPI_Comm_group");
+    check_mpi(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    check_mpi(MPI_Comm_group(comm_, &group_), "MPI_Comm_group");
     MPI_Comm local;
-    check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
+    check_mpi(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "MPI_Comm_split_type");
     MPI_Comm_rank(local, &local_rank_);
     MPI_Comm_size(local, &local_size_);
     MPI_Comm_free(&local);
@@ -238,9 +188,9 @@ class MpiCommunicator : public Communicator {
       auto* bytes = static_cast<char*>(data);
       for (int64_t at = 0; at < count;) {  // MPI counts are ints: large buffers go in pieces
         int n = static_cast<int>(std::min<int64_t>(count - at, 1 << 30));
-        check(MPI_Allreduce(MPI_IN_PLACE, bytes + at * static_cast<int64_t>(data_type_size(dtype)), n, mpi_type(dtype),
-                            mpi_op(op), comm_),
-              "MPI_Allreduce");
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, bytes + at * static_cast<int64_t>(data_type_size(dtype)), n,
+                                mpi_type(dtype), mpi_op(op), comm_),
+                  "MPI_Allreduce");
         at += n;
       }
       if (op == ReduceOp::Mean) divide(data, count, dtype, size_);
@@ -252,17 +202,17 @@ class MpiCommunicator : public Communicator {
       fail("reduce_scatter: the mean of int64 values is not defined");
     to_int(recv_count * size_, "reduce_scatter");
     return submit({int64_t(Kind::ReduceScatter), int64_t(dtype), recv_count, int64_t(op)}, [=, this] {
-      check(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_count), mpi_type(dtype), mpi_op(op), comm_),
-            "MPI_Reduce_scatter_block");
+      check_mpi(MPI_Reduce_scatter_block(send, recv, static_cast<int>(recv_count), mpi_type(dtype), mpi_op(op), comm_),
+                "MPI_Reduce_scatter_block");
       if (op == ReduceOp::Mean) divide(recv, recv_count, dtype, size_);
     });
   }
   std::unique_ptr<Work> all_gather_async(const void* send, int64_t count, void* recv, DataType dtype) override {
     to_int(count * size_, "all_gather");
     return submit({int64_t(Kind::AllGather), int64_t(dtype), count, 0}, [=, this] {
-      check(MPI_Allgather(send, static_cast<int>(count), mpi_type(dtype), recv, static_cast<int>(count),
-                          mpi_type(dtype), comm_),
-            "MPI_Allgather");
+      check_mpi(MPI_Allgather(send, static_cast<int>(count), mpi_type(dtype), recv, static_cast<int>(count),
+                              mpi_type(dtype), comm_),
+                "MPI_Allgather");
     });
   }
   std::unique_ptr<Work> broadcast_async(void* data, int64_t count, DataType dtype, int root) override {
@@ -271,20 +221,20 @@ class MpiCommunicator : public Communicator {
       auto* bytes = static_cast<char*>(data);
       for (int64_t at = 0; at < count;) {
         int n = static_cast<int>(std::min<int64_t>(count - at, 1 << 30));
-        check(MPI_Bcast(bytes + at * static_cast<int64_t>(data_type_size(dtype)), n, mpi_type(dtype), root, comm_),
-              "MPI_Bcast");
+        check_mpi(MPI_Bcast(bytes + at * static_cast<int64_t>(data_type_size(dtype)), n, mpi_type(dtype), root, comm_),
+                  "MPI_Bcast");
         at += n;
       }
     });
   }
   std::unique_ptr<Work> barrier_async() override {
-    return submit({int64_t(Kind::Barrier), 0, 0, 0}, [this] { check(MPI_Barrier(comm_), "MPI_Barrier"); });
+    return submit({int64_t(Kind::Barrier), 0, 0, 0}, [this] { check_mpi(MPI_Barrier(comm_), "MPI_Barrier"); });
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm out = MPI_COMM_NULL;
     submit({int64_t(Kind::Split), 0, 0, 0}, [&, this] {
-      check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out), "MPI_Comm_split");
+      check_mpi(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &out), "MPI_Comm_split");
     })->wait();
     if (out == MPI_COMM_NULL) return nullptr;
     return std::make_unique<MpiCommunicator>(out, control_, false);
@@ -299,9 +249,9 @@ class MpiCommunicator : public Communicator {
     auto work = std::make_unique<PointToPoint>(*this, peer, fmt::format("send to rank {} (tag {})", peer, tag));
     work->header[0] = static_cast<int64_t>(dtype);
     work->header[1] = count;
-    check(MPI_Isend(work->header, 2, MPI_INT64_T, peer, 2 * tag, comm_, &work->requests[0]), "MPI_Isend");
-    check(MPI_Isend(data, to_int(count, "send"), mpi_type(dtype), peer, 2 * tag + 1, comm_, &work->requests[1]),
-          "MPI_Isend");
+    check_mpi(MPI_Isend(work->header, 2, MPI_INT64_T, peer, 2 * tag, comm_, &work->requests[0]), "MPI_Isend");
+    check_mpi(MPI_Isend(data, to_int(count, "send"), mpi_type(dtype), peer, 2 * tag + 1, comm_, &work->requests[1]),
+              "MPI_Isend");
     return work;
   }
   std::unique_ptr<Work> recv_async(void* data, int64_t count, DataType dtype, int peer, int tag) override {
@@ -309,9 +259,9 @@ class MpiCommunicator : public Communicator {
     auto work = std::make_unique<PointToPoint>(*this, peer, fmt::format("recv from rank {} (tag {})", peer, tag));
     work->expect[0] = static_cast<int64_t>(dtype);
     work->expect[1] = count;
-    check(MPI_Irecv(work->header, 2, MPI_INT64_T, peer, 2 * tag, comm_, &work->requests[0]), "MPI_Irecv");
-    check(MPI_Irecv(data, to_int(count, "recv"), mpi_type(dtype), peer, 2 * tag + 1, comm_, &work->requests[1]),
-          "MPI_Irecv");
+    check_mpi(MPI_Irecv(work->header, 2, MPI_INT64_T, peer, 2 * tag, comm_, &work->requests[0]), "MPI_Irecv");
+    check_mpi(MPI_Irecv(data, to_int(count, "recv"), mpi_type(dtype), peer, 2 * tag + 1, comm_, &work->requests[1]),
+              "MPI_Irecv");
     return work;
   }
 
@@ -492,8 +442,9 @@ class MpiCommunicator : public Communicator {
   }
 
   void agree(const Op& op) {
-    std::vector<Call> calls(static_cast<size_t>(size_));
-    check(MPI_Allgather(&op.call, 4, MPI_INT64_T, calls.data(), 4, MPI_INT64_T, comm_), "MPI_Allgather");
+    std::vector<Call>& calls = calls_;  // one operation runs at a time (caller or thread)
+    calls.resize(static_cast<size_t>(size_));
+    check_mpi(MPI_Allgather(&op.call, 4, MPI_INT64_T, calls.data(), 4, MPI_INT64_T, comm_), "MPI_Allgather");
     for (int r = 0; r < size_; ++r) {
       const Call& c = calls[static_cast<size_t>(r)];
       if (c.kind == op.call.kind && c.dtype == op.call.dtype && c.count == op.call.count && c.arg == op.call.arg)
@@ -561,64 +512,24 @@ class MpiCommunicator : public Communicator {
   bool stop_ = false, serving_ = false;  // serving_: the communication thread is in an operation
   std::shared_ptr<Op> caller_op_;        // a synchronous one running on its caller's thread
   std::vector<float> packed_;            // grouped all-reduces
+  std::vector<Call> calls_;              // every rank's call, exchanged before each collective
   std::thread thread_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& options) {
-  World& w = world();
-  std::lock_guard lock(w.mutex);
-  if (w.made) fail("MPI: the world communicator is made once per process (MPI cannot start again)");
-  if (options.timeout.count() <= 0) fail("MPI: the timeout must be positive, not {} ms", options.timeout.count());
-  int provided = 0, initialized = 0;
-  MPI_Initialized(&initialized);
-  if (initialized == 0) check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
-  else MPI_Query_thread(&provided);
-  if (provided < MPI_THREAD_MULTIPLE)
-    fail("MPI: this MPI library gives thread level {}, and Tandem needs MPI_THREAD_MULTIPLE ({})", provided,
-         MPI_THREAD_MULTIPLE);
-  w.made = true;
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  MPI_Get_processor_name(name, &length);
-  std::vector<char> names(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
-  check(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
-                      MPI_COMM_WORLD),
-        "MPI_Allgather");
-  for (int r = 0; r < size; ++r) w.hosts.emplace_back(names.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
-  auto exchange = [](std::string& text) {
-    std::vector<char> buffer(4096, '\0');
-    std::copy_n(text.begin(), std::min(text.size(), buffer.size() - 1), buffer.begin());
-    check(MPI_Bcast(buffer.data(), static_cast<int>(buffer.size()), MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast");
-    text = buffer.data();
-  };
-  w.control = std::make_shared<ControlPlane>(rank, w.hosts, options.timeout, options.on_failure, exchange);
-  MPI_Comm comm;
-  check(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
-  static bool finalize_registered = [] {
-    std::atexit([] {
-      World& w = world();
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (finalized == 0 && w.control && !w.control->failed()) MPI_Finalize();
-    });
-    return true;
-  }();
-  (void)finalize_registered;
-  return std::make_unique<MpiCommunicator>(comm, w.control, true);
+std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::shared_ptr<ControlPlane> control, bool world) {
+  return std::make_unique<MpiCommunicator>(comm, std::move(control), world);
 }
 
-std::string mpi_host_of(int rank) {
-  World& w = world();
-  std::lock_guard lock(w.mutex);
-  return rank >= 0 && rank < static_cast<int>(w.hosts.size()) ? w.hosts[static_cast<size_t>(rank)] : "";
+void check_mpi(int code, const char* what) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  fail("MPI: {} failed: {}", what, std::string(text, static_cast<size_t>(length)));
 }
+
+}  // namespace tandem::distribute::detail
 
 #endif
-
-}  // namespace tandem::distribute

@@ -266,7 +266,8 @@ void Sequential::take_summed_metrics(const distribute::StepResult& result) {
 // batch has another size, would leave the others waiting or train on something else. Named.
 void Sequential::check_same_batch(distribute::Communicator& workers, bool have, int64_t rows, int epoch, int64_t step) {
   int64_t mine[2] = {have ? 1 : 0, have ? rows : 0};
-  std::vector<int64_t> all(2 * static_cast<size_t>(workers.size()));
+  std::vector<int64_t>& all = batch_sizes_;  // kept: this runs every step
+  all.resize(2 * static_cast<size_t>(workers.size()));
   workers.all_gather(mine, 2, all.data(), distribute::DataType::Int64);
   auto describe = [&](size_t w) {
     return all[2 * w] == 0 ? std::string("has no batch left") : fmt::format("has one of {} rows", all[2 * w + 1]);
