@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tandem/data/loaders.h"
@@ -48,6 +49,11 @@ std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learnin
                                           const ModelSpec& spec);
 
 double peak_rss_mb();
+
+// Runs `args` (args[0] looked up on PATH) and waits: its exit status (128 + the signal that ended
+// it). With `output`, its stdout and stderr are captured there (the first 4 KB), else they are
+// this process's. Past `timeout_s` (when positive) it is killed and nullopt returned.
+std::optional<int> run_command(std::vector<std::string> args, std::string* output = nullptr, double timeout_s = 0);
 
 // "a,b,,c" split at `separator`: {"a", "b", "", "c"}.
 std::vector<std::string> split(const std::string& text, char separator);

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -84,24 +83,14 @@ Row train_on_workers(const std::string& name, const CompareFlags& f) {
   if (!f.common.data_dir.empty()) args.insert(args.end(), {"--data-dir", f.common.data_dir});
   std::printf("%s (tandem launch -np %s):\n", name.c_str(), parts[1].c_str());
   std::fflush(stdout);
-  pid_t pid = fork();
-  if (pid == 0) {
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(self, argv.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
+  std::optional<int> code = run_command(args);
   std::string text;
   try {
     text = io::read_file(report);
   } catch (const Error&) {
   }
   std::remove(report.c_str());
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty())
-    fail("compare: {} failed (its output is above)", name);
+  if (code != 0 || text.empty()) fail("compare: {} failed (its output is above)", name);
   nlohmann::json j = nlohmann::json::parse(text);
   Row row;
   row.strategy = j["strategy"].get<std::string>();

@@ -2,25 +2,23 @@
 // mpirun, with what a user would otherwise look up: root, oversubscription when there are more
 // processes than cores, no binding (Tandem places its own threads), the single-copy setting
 // containers need, the environment forwarded to other hosts. Also takes a TF_CONFIG cluster.
-#include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netdb.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli/common.h"
+#include "collectives/control_plane.h"
 
 extern char** environ;
 
@@ -124,19 +122,9 @@ Cluster parse_tf_config(const std::string& text) {
 bool is_this_machine(const std::string& host) {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
-  if (host == "localhost" || host.starts_with("127.") || host == name) return true;
-  ifaddrs* list = nullptr;
-  bool found = false;
-  if (getifaddrs(&list) == 0) {
-    for (ifaddrs* a = list; a != nullptr && !found; a = a->ifa_next) {
-      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-      char text[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
-      found = host == text;
-    }
-    freeifaddrs(list);
-  }
-  return found;
+  std::vector<std::string> mine = distribute::detail::local_addresses();
+  return host == "localhost" || host.starts_with("127.") || host == name ||
+         std::find(mine.begin(), mine.end(), host) != mine.end();
 }
 
 // Before mpirun: every other machine of the cluster runs a process through the agent (ssh, or
@@ -155,46 +143,14 @@ void check_workers_start(const Cluster& cluster, const std::string& agent, doubl
       args.push_back(agent);
     }
     args.insert(args.end(), {host, "true"});
-    int out[2];
-    if (pipe(out) != 0) fail("launch: pipe: {}", std::strerror(errno));
-    pid_t pid = fork();
-    if (pid == 0) {
-      dup2(out[1], 1);
-      dup2(out[1], 2);
-      close(out[0]);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execvp(argv[0], argv.data());
-      std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-      _exit(127);
-    }
-    close(out[1]);
     std::string said;
-    int status = 0;
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-    bool ended = false;
-    while (!ended) {
-      pollfd p{out[0], POLLIN, 0};
-      if (poll(&p, 1, 50) > 0) {
-        char buffer[512];
-        ssize_t n = read(out[0], buffer, sizeof buffer);
-        if (n > 0 && said.size() < 2000) said.append(buffer, static_cast<size_t>(n));
-      }
-      ended = waitpid(pid, &status, WNOHANG) == pid;
-      if (!ended && std::chrono::steady_clock::now() > deadline) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        close(out[0]);
-        fail(
-            "launch: TF_CONFIG task {} (\"{}\"): no process started on host \"{}\" within {} s through `{}`; is that "
-            "machine up, reachable and running an ssh server (or give --rsh-agent)?",
-            cluster.names[i], cluster.addresses[i], host, timeout, args[0]);
-      }
-    }
-    close(out[0]);
-    while (!said.empty() && (said.back() == '\n' || said.back() == '\r')) said.pop_back();
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    std::optional<int> code = run_command(args, &said, timeout);
+    if (!code)
+      fail(
+          "launch: TF_CONFIG task {} (\"{}\"): no process started on host \"{}\" within {} s through `{}`; is that "
+          "machine up, reachable and running an ssh server (or give --rsh-agent)?",
+          cluster.names[i], cluster.addresses[i], host, timeout, args[0]);
+    if (*code != 0)
       fail("launch: TF_CONFIG task {} (\"{}\"): no process could be started on host \"{}\" through `{}`{}",
            cluster.names[i], cluster.addresses[i], host, args[0], said.empty() ? std::string() : ": " + said);
   }

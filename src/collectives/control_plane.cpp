@@ -30,7 +30,8 @@ std::string encode(const std::vector<int64_t>& values) {
   return {reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t)};
 }
 
-// The IPv4 addresses of this machine's interfaces that are up, loopback last.
+}  // namespace
+
 std::vector<std::string> local_addresses() {
   std::vector<std::string> out, loopback;
   ifaddrs* list = nullptr;
@@ -46,6 +47,8 @@ std::vector<std::string> local_addresses() {
   out.insert(out.end(), loopback.begin(), loopback.end());
   return out;
 }
+
+namespace {
 
 // A connected socket to address:port within `limit`, or -1.
 int connect_to(const std::string& address, int port, std::chrono::milliseconds limit) {

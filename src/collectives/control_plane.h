@@ -14,6 +14,9 @@
 
 namespace tandem::distribute::detail {
 
+// The IPv4 addresses of this machine's interfaces that are up, loopback last.
+std::vector<std::string> local_addresses();
+
 class ControlPlane {
  public:
   using Exchange = std::function<void(std::string& rank0_text)>;  // broadcast rank 0's text to all
