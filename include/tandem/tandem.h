@@ -9,3 +9,4 @@
 #include "tandem/optimizers.h"
 #include "tandem/runtime.h"
 #include "tandem/tensor.h"
+#include "tandem/timeline.h"

@@ -35,6 +35,10 @@ struct FitFlags {
   std::string report;
   std::string strategy = "default";
   double timeout = 30.0;  // seconds a worker waits for the others
+  double fusion_mb = 0.0;   // tensor fusion buckets (0: one all-reduce after backward)
+  double cycle_time_ms = 0.0;
+  std::string compression = "none";
+  std::string timeline;  // Chrome trace file ("": none)
   bool overwrite = false;
   int verbose = 1;
 };
@@ -110,13 +114,66 @@ void from_chief(distribute::Strategy* strategy, std::string& text) {
   text.assign(reinterpret_cast<const char*>(buffer.data() + 1), static_cast<size_t>(buffer[0]));
 }
 
+distribute::Compression compression_named(const std::string& name) {
+  for (auto c : {distribute::Compression::None, distribute::Compression::Float16, distribute::Compression::BFloat16})
+    if (name == distribute::compression_name(c)) return c;
+  fail("--compression \"{}\": expected none, fp16 or bf16", name);
+}
+
+// Each worker's timeline file: `path` itself with one process, else with ".rank<R>" before its extension.
+std::string timeline_file(const distribute::Strategy& strategy, const std::string& path) {
+  const distribute::Communicator* workers = const_cast<distribute::Strategy&>(strategy).worker_communicator();
+  if (workers == nullptr || workers->size() == 1) return path;
+  std::filesystem::path p(path);
+  return (p.parent_path() / fmt::format("{}.rank{}{}", p.stem().string(), workers->rank(), p.extension().string()))
+      .string();
+}
+
+std::unique_ptr<Timeline> start_timeline(distribute::Strategy& strategy, const std::string& path) {
+  distribute::Communicator* workers = strategy.worker_communicator();
+  int rank = workers != nullptr ? workers->rank() : 0;
+  auto timeline = std::make_unique<Timeline>(rank, fmt::format("rank {}", rank));
+  io::write_file_atomically(timeline_file(strategy, path), "");  // writable now, not after training
+  strategy.set_timeline(timeline.get());
+  return timeline;
+}
+
+// Writes the trace and says where it went and how much of the all-reduce the backward pass hid:
+// the time the step waited for reductions against the time they took on the communication thread.
+void finish_timeline(distribute::Strategy& strategy, Timeline& timeline, const std::string& path, int verbose) {
+  strategy.set_timeline(nullptr);
+  std::string file = timeline_file(strategy, path);
+  timeline.write(file);
+  if (verbose == 0) return;
+  auto totals = timeline.totals();
+  auto seconds = [&](const char* name) { return totals.count(name) ? totals[name].seconds : 0.0; };
+  int64_t steps = totals.count("update") ? totals["update"].count : 0;
+  std::printf("Timeline: %s (open it in chrome://tracing or https://ui.perfetto.dev)%s\n", file.c_str(),
+              file == path ? "" : "; one file per worker");
+  double reduce = seconds("all_reduce"), wait = seconds("wait");
+  if (steps > 0 && reduce > 0)
+    std::printf(
+        "  per step: forward %.2f ms, backward %.2f ms, all-reduce %.2f ms (%.0f%% hidden behind backward), "
+        "update %.2f ms\n",
+        1e3 * seconds("forward") / static_cast<double>(steps), 1e3 * seconds("backward") / static_cast<double>(steps),
+        1e3 * reduce / static_cast<double>(steps), 100.0 * hidden_fraction(totals), 1e3 * seconds("update") / static_cast<double>(steps));
+}
+
 void run_fit(FitFlags f) {
   auto start = std::chrono::steady_clock::now();
   f.common.apply_threads();
-  std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(
-      f.strategy, {.threads_per_replica = f.common.threads,
-                   .timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout * 1000)),
-                   .on_failure = end_on_worker_failure});
+  distribute::StrategySettings settings;
+  settings.threads_per_replica = f.common.threads;
+  settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout * 1000));
+  settings.on_failure = end_on_worker_failure;
+  settings.bucket_bytes = static_cast<int64_t>(f.fusion_mb * 1024 * 1024);
+  settings.cycle_time = std::chrono::microseconds(static_cast<int64_t>(f.cycle_time_ms * 1000));
+  settings.compression = compression_named(f.compression);
+  // A timeline records the steps through a strategy: the default one made explicit.
+  std::string strategy_name = f.strategy == "default" && !f.timeline.empty() ? "one_device" : f.strategy;
+  std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(strategy_name, settings);
+  std::unique_ptr<Timeline> timeline;
+  if (!f.timeline.empty()) timeline = start_timeline(*strategy, f.timeline);
   bool chief = strategy == nullptr || strategy->is_chief();
   if (!chief) f.verbose = 0;  // the chief speaks for every worker
   if (chief) choose_run_directory(f);
@@ -180,6 +237,7 @@ void run_fit(FitFlags f) {
         nan_guard->where(), last.empty() ? "" : fmt::format(" (the last good one is {})", last),
         model.optimizer().current_learning_rate());
   }
+  if (timeline) finish_timeline(*strategy, *timeline, f.timeline, f.verbose);
   int epochs_run = static_cast<int>(history.epochs.size());
   Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -272,6 +330,22 @@ void add_fit(CLI::App& app) {
                   "every worker stops, naming it")
       ->capture_default_str()
       ->check(finite_number & CLI::Range(0.1, 86400.0));
+  cmd->add_option("--fusion-mb", flags->fusion_mb,
+                  "tensor fusion: all-reduce gradients in buckets of this many MiB while backward goes on (0: one "
+                  "all-reduce after backward)")
+      ->capture_default_str()
+      ->check(finite_number & CLI::Range(0.0, 4096.0));
+  cmd->add_option("--cycle-time-ms", flags->cycle_time_ms,
+                  "with --fusion-mb: also send a bucket once its first gradient has waited this long (timed on the "
+                  "first step; 0: off)")
+      ->capture_default_str()
+      ->check(finite_number & CLI::Range(0.0, 10000.0));
+  cmd->add_option("--compression", flags->compression, "gradients on the wire: none, fp16 or bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "fp16", "bf16"}));
+  cmd->add_option("--timeline", flags->timeline,
+                  "write a Chrome trace of every step (forward, backward, all-reduce, wait, update) to this file "
+                  "(one per worker: NAME.rankR.json)");
   cmd->add_flag("--overwrite", flags->overwrite,
                 "replace the checkpoints of an earlier, finished run in --checkpoint-dir");
   cmd->add_option("--verbose", flags->verbose, "0 silent, 1 progress bar, 2 one line per epoch and the thread choice")

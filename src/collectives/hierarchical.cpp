@@ -25,6 +25,12 @@ class Hierarchical : public Communicator {
     if (local_->size() == 1) return workers_->all_reduce_async(data, count, dtype, op);
     return Communicator::all_reduce_async(data, count, dtype, op);
   }
+  void set_timeline(Timeline* timeline) override { workers_->set_timeline(timeline); }
+  std::unique_ptr<Work> all_reduce_compressed_async(float* data, int64_t count, ReduceOp op,
+                                                    Compression wire) override {
+    if (local_->size() == 1) return workers_->all_reduce_compressed_async(data, count, op, wire);
+    return Communicator::all_reduce_compressed_async(data, count, op, wire);
+  }
 
   void all_reduce(void* data, int64_t count, DataType dtype, ReduceOp op) override {
     if (local_->size() == 1) return workers_->all_reduce(data, count, dtype, op);

@@ -1,6 +1,7 @@
 // The communicator over MPI (tandem/collectives/mpi.h; the process's world and MPI's start and
 // end are in mpi_world.cpp). Collectives run with MPI's blocking calls (Open MPI's tuned
-// algorithms) in the order submitted: on a thread of the communicator, or on the caller while
+// algorithms; float sums over 3 ranks or more, and compressed ones, with the rank-ordered
+// all-reduce below) in the order submitted: on a thread of the communicator, or on the caller while
 // that thread is idle; callers wait with the timeout, watching the control plane. Point to point
 // messages are posted by the caller (MPI_THREAD_MULTIPLE) and tested until done.
 #ifdef TANDEM_WITH_MPI
@@ -12,9 +13,11 @@
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <utility>
 
 #include "tandem/error.h"
+#include "tandem/timeline.h"
 
 namespace tandem::distribute::detail {
 
@@ -70,7 +73,7 @@ const char* kind_name(Kind k) {
   return names[static_cast<int>(k)];
 }
 struct Call {
-  int64_t kind, dtype, count, arg;  // arg: the reduce op, the root, or 0
+  int64_t kind, dtype, count, arg;  // arg: the reduce op (+ 4 × the compression), the root, or 0
 };
 std::string describe(const Call& c) {
   auto kind = static_cast<Kind>(c.kind);
@@ -78,8 +81,18 @@ std::string describe(const Call& c) {
   std::string what =
       fmt::format("{} of {} {} values", kind_name(kind), c.count, data_type_name(static_cast<DataType>(c.dtype)));
   if (kind == Kind::Broadcast) return what + fmt::format(" from rank {}", c.arg);
+  if (kind == Kind::AllReduce && c.arg >= 4)
+    return what + fmt::format(" ({}, {} on the wire)", op_name(static_cast<ReduceOp>(c.arg % 4)),
+                              compression_name(static_cast<Compression>(c.arg / 4)));
   if (kind != Kind::AllGather) return what + fmt::format(" ({})", op_name(static_cast<ReduceOp>(c.arg)));
   return what;
+}
+
+// The bytes a rank's call sends (its values; compressed: 2 bytes each).
+int64_t bytes_of(const Call& c) {
+  return c.count * (c.arg >= 4 && static_cast<Kind>(c.kind) == Kind::AllReduce
+                        ? 2
+                        : static_cast<int64_t>(data_type_size(static_cast<DataType>(c.dtype))));
 }
 
 struct Op {
@@ -138,6 +151,10 @@ class MpiCommunicator : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   bool runs_in_background() const override { return true; }
+  void set_timeline(Timeline* timeline) override {
+    std::lock_guard lock(mutex_);
+    timeline_ = timeline;
+  }
 
   // The synchronous forms run on the calling thread when the communication thread has nothing
   // to do (no hand-off to wait for); else they queue behind its work.
@@ -184,6 +201,14 @@ class MpiCommunicator : public Communicator {
 
   std::unique_ptr<Work> all_reduce_async(void* data, int64_t count, DataType dtype, ReduceOp op) override {
     if (dtype == DataType::Int64 && op == ReduceOp::Mean) fail("all_reduce: the mean of int64 values is not defined");
+    bool float_sum = dtype != DataType::Int64 && (op == ReduceOp::Sum || op == ReduceOp::Mean);
+    if (float_sum && size_ > 2)
+      return submit({int64_t(Kind::AllReduce), int64_t(dtype), count, int64_t(op)}, [=, this] {
+        if (dtype == DataType::Float32) ordered_sum(static_cast<float*>(data), count, Compression::None);
+        else ordered_sum(static_cast<double*>(data), count, Compression::None);
+        if (op == ReduceOp::Mean) divide(data, count, dtype, size_);
+      });
+    // Two ranks (or min, max, int64): every order gives the same bits (x0 + x1 = x1 + x0).
     return submit({int64_t(Kind::AllReduce), int64_t(dtype), count, int64_t(op)}, [=, this] {
       auto* bytes = static_cast<char*>(data);
       for (int64_t at = 0; at < count;) {  // MPI counts are ints: large buffers go in pieces
@@ -195,6 +220,20 @@ class MpiCommunicator : public Communicator {
       }
       if (op == ReduceOp::Mean) divide(data, count, dtype, size_);
     });
+  }
+  std::unique_ptr<Work> all_reduce_compressed_async(float* data, int64_t count, ReduceOp op,
+                                                    Compression wire) override {
+    if (wire == Compression::None) return all_reduce_async(data, count, DataType::Float32, op);
+    if (op != ReduceOp::Sum && op != ReduceOp::Mean)
+      fail("all_reduce with {} compression: only sum and mean are reduced compressed", compression_name(wire));
+    return submit({int64_t(Kind::AllReduce), int64_t(DataType::Float32), count, int64_t(op) + 4 * int64_t(wire)},
+                  [=, this] {
+                    ordered_sum(data, count, wire);
+                    if (op == ReduceOp::Mean) {
+                      divide(data, count, DataType::Float32, size_);
+                      round_to_wire(data, count, wire);
+                    }
+                  });
   }
   std::unique_ptr<Work> reduce_scatter_async(const void* send, void* recv, int64_t recv_count, DataType dtype,
                                              ReduceOp op) override {
@@ -266,6 +305,74 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
+  // The sum of every rank's `count` values, each element's taken in rank order ((x0 + x1) + x2
+  // ...) whatever the buffer holds: rank b sums block b of the buffer from every rank's copy
+  // (all-to-all), then the sums are gathered. So packing tensors into one buffer (fusion), or
+  // cutting it anywhere, changes no bit. Each rank sends 2(n-1)/n of the buffer, as a ring does.
+  // With compression, the values and the sums travel as 16-bit codes (sums taken in float32).
+  template <class T>
+  void ordered_sum(T* data, int64_t count, Compression wire) {
+    constexpr int64_t piece = int64_t{1} << 28;  // MPI counts and displacements are ints
+    for (int64_t at = 0; at < count; at += piece) ordered_piece(data + at, std::min(piece, count - at), wire);
+  }
+  template <class T>
+  void ordered_piece(T* data, int64_t count, Compression wire) {
+    auto n = static_cast<size_t>(size_);
+    auto block_begin = [&](size_t b) { return static_cast<int>(count * static_cast<int64_t>(b) / size_); };
+    std::vector<int>& at = ints_[0];
+    std::vector<int>& len = ints_[1];
+    std::vector<int>& mine_at = ints_[2];
+    std::vector<int>& mine_len = ints_[3];
+    at.resize(n);
+    len.resize(n);
+    for (size_t b = 0; b < n; ++b) {
+      at[b] = block_begin(b);
+      len[b] = block_begin(b + 1) - at[b];
+    }
+    auto me = static_cast<size_t>(rank_);
+    int mine = len[me];
+    mine_len.assign(n, mine);
+    mine_at.resize(n);
+    for (size_t b = 0; b < n; ++b) mine_at[b] = static_cast<int>(b) * mine;
+    T* sum = data + at[me];
+    bool compressed = wire != Compression::None;
+    MPI_Datatype type = compressed ? MPI_UINT16_T : mpi_type(data_type_of<T>());
+    size_t item = compressed ? sizeof(uint16_t) : sizeof(T);
+    scratch_.resize(n * static_cast<size_t>(mine) * item + (compressed ? static_cast<size_t>(count) * item : 0));
+    void* blocks = scratch_.data();  // every rank's block `me`, in rank order
+    const void* send = data;
+    uint16_t* codes = nullptr;  // compressed: this rank's values, then the gathered sums
+    if constexpr (std::is_same_v<T, float>) {
+      if (compressed) {
+        codes = reinterpret_cast<uint16_t*>(scratch_.data() + n * static_cast<size_t>(mine) * item);
+        to_wire(data, count, wire, codes);
+        send = codes;
+      }
+    }
+    check_mpi(MPI_Alltoallv(send, len.data(), at.data(), type, blocks, mine_len.data(), mine_at.data(), type, comm_),
+              "MPI_Alltoallv");
+    if constexpr (std::is_same_v<T, float>) {
+      if (compressed) {
+        auto* from = static_cast<uint16_t*>(blocks);
+        from_wire(from, mine, wire, sum);
+        sums_.resize(static_cast<size_t>(mine));
+        for (size_t b = 1; b < n; ++b) {
+          from_wire(from + b * static_cast<size_t>(mine), mine, wire, sums_.data());
+          for (int i = 0; i < mine; ++i) sum[i] += sums_[static_cast<size_t>(i)];
+        }
+        to_wire(sum, mine, wire, codes + at[me]);
+        check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, type, codes, len.data(), at.data(), type, comm_), "MPI_Allgatherv");
+        from_wire(codes, count, wire, data);
+        return;
+      }
+    }
+    const T* from = static_cast<const T*>(blocks);
+    std::copy_n(from, mine, sum);
+    for (size_t b = 1; b < n; ++b)
+      for (int i = 0; i < mine; ++i) sum[i] += from[b * static_cast<size_t>(mine) + static_cast<size_t>(i)];
+    check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, type, data, len.data(), at.data(), type, comm_), "MPI_Allgatherv");
+  }
+
   // A queued collective's handle.
   class Queued : public Work {
    public:
@@ -364,10 +471,12 @@ class MpiCommunicator : public Communicator {
     }
     // On this thread, blocking in MPI: the communication thread watches the time meanwhile.
     caller_op_ = op;
+    Timeline* timeline = timeline_;
     lock.unlock();
     changed_.notify_all();
     std::exception_ptr error;
     try {
+      Timeline::Span span(timeline, kind_name(static_cast<Kind>(call.kind)), nullptr, bytes_of(call));
       agree(*op);
       op->run();
     } catch (...) {
@@ -386,6 +495,7 @@ class MpiCommunicator : public Communicator {
   void serve() {
     for (;;) {
       std::shared_ptr<Op> op;
+      Timeline* timeline = nullptr;
       {
         std::unique_lock lock(mutex_);
         for (;;) {
@@ -399,9 +509,12 @@ class MpiCommunicator : public Communicator {
         op = queue_.front();
         queue_.pop_front();
         serving_ = true;
+        timeline = timeline_;
       }
       std::exception_ptr error;
       try {
+        Timeline::Span span(timeline, kind_name(static_cast<Kind>(op->call.kind)), "communication",
+                            bytes_of(op->call));
         agree(*op);
         op->run();
       } catch (...) {
@@ -512,7 +625,11 @@ class MpiCommunicator : public Communicator {
   bool stop_ = false, serving_ = false;  // serving_: the communication thread is in an operation
   std::shared_ptr<Op> caller_op_;        // a synchronous one running on its caller's thread
   std::vector<float> packed_;            // grouped all-reduces
+  std::vector<char> scratch_;            // ordered sums: every rank's block, the 16-bit codes
+  std::vector<float> sums_;              // a block decoded
+  std::vector<int> ints_[4];             // ordered sums' counts and displacements
   std::vector<Call> calls_;              // every rank's call, exchanged before each collective
+  Timeline* timeline_ = nullptr;         // under mutex_
   std::thread thread_;
 };
 

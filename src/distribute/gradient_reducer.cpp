@@ -49,8 +49,9 @@ void GradientReducer::reserve_sets(int sets) {
     reduced_.push_back(bucket_.slice(offsets_[i], offsets_[i] + sources_[i].numel()).reshape(sources_[i].shape()));
 }
 
-void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int replica) {
+void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int replica, Timeline* timeline) {
   comm_ = comm;
+  timeline_ = timeline;
   split_ = &split;
   replica_ = replica;
   added_ = 0;
@@ -73,6 +74,11 @@ void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int rep
     done_.assign(sources_.size(), false);
     frontier_ = sources_.size();
     reduced_from_ = total_;
+    if (policy_.cycle_time.count() > 0 && cuts_.empty()) {  // the first step: times taken for the cuts
+      calibrating_ = true;
+      cuts_.assign(sources_.size(), 0);
+      ready_at_.resize(sources_.size());
+    }
   }
 }
 
@@ -95,14 +101,43 @@ void GradientReducer::bucket_ready(size_t i) {
   while (frontier_ > 0 && done_[frontier_ - 1]) --frontier_;
   int64_t from = frontier_ < sources_.size() ? offsets_[frontier_] : total_;
   int64_t bucket_floats = policy_.bucket_bytes / static_cast<int64_t>(sizeof(float));
-  if (reduced_from_ - from >= bucket_floats || (frontier_ == 0 && reduced_from_ > 0)) {
+  if (calibrating_) ready_at_[i] = std::chrono::steady_clock::now();
+  if (reduced_from_ == from) return;  // nothing final next to what was sent
+  bool cut = reduced_from_ - from >= bucket_floats || frontier_ == 0;
+  for (size_t k = frontier_; !cut && k < cuts_.size() && offsets_[k] < reduced_from_; ++k) cut = cuts_[k] != 0;
+  if (cut) {
     // Asynchronous where the communicator has a thread of its own (MPI): backward goes on.
-    float* bucket = bucket_.data<float>() + from;
-    if (comm_->runs_in_background())
-      in_flight_.push_back(comm_->all_reduce_async(bucket, reduced_from_ - from, DataType::Float32, ReduceOp::Sum));
-    else comm_->all_reduce(bucket, reduced_from_ - from, DataType::Float32, ReduceOp::Sum);
+    std::unique_ptr<Work> work = reduce_async(bucket_.data<float>() + from, reduced_from_ - from);
+    if (comm_->runs_in_background()) in_flight_.push_back(std::move(work));
+    else work->wait();
     reduced_from_ = from;
   }
+}
+
+// The cycle time's cuts, from the first step's times (rank 0's, so that every rank cuts the same
+// buckets): walking the gradients in the order backward finished them, a bucket ends where it is
+// full or where the next gradient came cycle_time or more after the bucket's first.
+void GradientReducer::calibrate() {
+  calibrating_ = false;
+  std::vector<int64_t> cuts(sources_.size(), 0);
+  int64_t bucket_floats = policy_.bucket_bytes / static_cast<int64_t>(sizeof(float)), filled = 0;
+  auto opened = ready_at_.back();
+  for (size_t k = sources_.size(); k-- > 0;) {
+    if (filled == 0) opened = ready_at_[k];
+    filled += sources_[k].numel();
+    if (filled >= bucket_floats || (k > 0 && ready_at_[k - 1] - opened >= policy_.cycle_time)) {
+      cuts[k] = 1;
+      filled = 0;
+    }
+  }
+  comm_->broadcast(std::span<int64_t>(cuts), 0);
+  cuts_.assign(cuts.begin(), cuts.end());
+}
+
+std::unique_ptr<Work> GradientReducer::reduce_async(float* data, int64_t count) {
+  if (policy_.compression != Compression::None)
+    return comm_->all_reduce_compressed_async(data, count, ReduceOp::Sum, policy_.compression);
+  return comm_->all_reduce_async(data, count, DataType::Float32, ReduceOp::Sum);
 }
 
 void GradientReducer::add(int k, std::span<Tensor> grads) {
@@ -129,8 +164,12 @@ std::span<const Tensor> GradientReducer::finish() {
     return reduced_;
   }
   if (overlap_) {
-    for (auto& work : in_flight_) work->wait();
-    in_flight_.clear();
+    {
+      Timeline::Span span(in_flight_.empty() ? nullptr : timeline_, "wait");
+      for (auto& work : in_flight_) work->wait();
+      in_flight_.clear();
+    }
+    if (calibrating_) calibrate();
     return reduced_;
   }
   grouped_finish();
@@ -147,7 +186,17 @@ void GradientReducer::grouped_finish() {
     if (!owns_memory(sums_, i)) sums_[i] = sums_[i].clone();
     buffers_.emplace_back(sums_[i].data<float>(), static_cast<size_t>(sums_[i].numel()));
   }
-  comm_->all_reduce(buffers_, ReduceOp::Sum);
+  Timeline::Span span(timeline_, "wait");  // the training thread waits through the whole reduction
+  if (policy_.compression == Compression::None) return comm_->all_reduce(buffers_, ReduceOp::Sum);
+  packed_.resize(static_cast<size_t>(total_));
+  float* at = packed_.data();
+  for (std::span<float> b : buffers_) at = std::copy(b.begin(), b.end(), at);
+  reduce_async(packed_.data(), total_)->wait();
+  at = packed_.data();
+  for (std::span<float> b : buffers_) {
+    std::copy_n(at, b.size(), b.begin());
+    at += b.size();
+  }
 }
 
 // Every replica gets every part's gradients and sums them in part order into its first set.

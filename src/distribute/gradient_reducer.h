@@ -2,6 +2,7 @@
 // One replica's gradients through a training step, reduced over the replicas by the strategy's
 // policy (GradientReduction): the step hands it each of the replica's parts' gradients (and, for
 // the bucketed policy, each gradient as backward finishes it); finish() gives the reduced sums.
+#include <chrono>
 #include <functional>
 #include <span>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "tandem/autograd.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/distribute/train_step.h"
+#include "tandem/timeline.h"
 
 namespace tandem::distribute {
 
@@ -16,8 +18,9 @@ class GradientReducer {
  public:
   // `sources`: the replica's trainable variables' tensors, in order.
   GradientReducer(GradientReduction policy, std::vector<Tensor> sources);
-  // A step starts: this replica (of `comm`'s group; null: the only one) computes its parts of `split`.
-  void begin(Communicator* comm, const BatchSplit& split, int replica);
+  // A step starts: this replica (of `comm`'s group; null: the only one) computes its parts of
+  // `split`; time spent waiting for reductions is recorded in `timeline` (null: nowhere).
+  void begin(Communicator* comm, const BatchSplit& split, int replica, Timeline* timeline = nullptr);
   // For backward (GradientTape::gradient's `ready`, writing into `out`): packs and reduces
   // gradients as they are finished while backward goes on; null when the policy waits for
   // backward to end.
@@ -30,6 +33,8 @@ class GradientReducer {
 
  private:
   void reserve_sets(int sets);
+  std::unique_ptr<Work> reduce_async(float* data, int64_t count);
+  void calibrate();
   void pack(int k, size_t i, const Tensor& gradient);
   void bucket_ready(size_t i);
   void grouped_finish();
@@ -53,6 +58,13 @@ class GradientReducer {
   size_t frontier_ = 0;
   int64_t reduced_from_ = 0;
   std::vector<std::unique_ptr<Work>> in_flight_;  // bucket all-reduces not yet waited for
+  // The cycle time: cuts_[k] = 1 ends a bucket at source k (set after the first step, which
+  // times when backward finished each gradient, ready_at_).
+  std::vector<char> cuts_;
+  std::vector<std::chrono::steady_clock::time_point> ready_at_;
+  bool calibrating_ = false;  // when the bucket being filled got its first gradient
+  std::vector<float> packed_;                            // grouped, compressed: every gradient
+  Timeline* timeline_ = nullptr;
   std::span<Tensor> out_;
   std::function<void(size_t)> on_ready_;
 };
@@ -69,6 +81,7 @@ struct TrainStep::Work {
   GradientTape tape;
   GradientReducer reducer;
   std::vector<Tensor> sources, grads;
+  std::string thread_name;  // the replica's row in a timeline
 };
 
 }  // namespace tandem::distribute

@@ -35,7 +35,9 @@ MirroredOptions mirrored_options(const MultiWorkerOptions& o, const std::shared_
   m.deterministic = o.deterministic;
   m.micro_batches = o.micro_batches;
   m.pin_threads = workers->local_size() <= 1;
-  m.bucket_bytes = o.bucket_bytes;  // other workers share this machine's cores
+  m.bucket_bytes = o.bucket_bytes;
+  m.cycle_time = o.cycle_time;
+  m.compression = o.compression;
   m.cross_device_ops = [workers, timeout = o.timeout](int local) {
     return make_hierarchical_communicators(workers, local, timeout);
   };
@@ -90,6 +92,11 @@ void MultiWorkerMirroredStrategy::for_each_replica(const std::function<void(int 
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // alive (the control thread beats), never arriving
   }
   MirroredStrategy::for_each_replica(fn);
+}
+
+void MultiWorkerMirroredStrategy::set_timeline(Timeline* timeline) {
+  MirroredStrategy::set_timeline(timeline);
+  workers_->set_timeline(timeline);
 }
 
 void MultiWorkerMirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const {

@@ -113,8 +113,9 @@ void MirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const {
 GradientReduction MirroredStrategy::gradient_reduction() const {
   using Kind = GradientReduction::Kind;
   if (options_.deterministic) return {Kind::Ordered};
-  if (options_.bucket_bytes > 0) return {Kind::Bucketed, options_.bucket_bytes};
-  return {Kind::Grouped};
+  if (options_.bucket_bytes > 0)
+    return {Kind::Bucketed, options_.bucket_bytes, options_.cycle_time, options_.compression};
+  return {.kind = Kind::Grouped, .compression = options_.compression};
 }
 
 Strategy::Scope::Scope(Strategy* s) : previous_(scope_strategy) { scope_strategy = s; }
@@ -273,6 +274,12 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move
     fail("MirroredStrategy: threads_per_replica must be from 1 to {} (or 0 for the usable cores shared out), got {}",
          kMaxThreads, threads_per_replica);
   replicas_ = num_replicas > 0 ? num_replicas : cores;
+  if (options_.deterministic && options_.compression != Compression::None)
+    fail("MirroredStrategy: deterministic mode gathers every part's gradients in float32; compression ({}) is not "
+         "available with it",
+         compression_name(options_.compression));
+  if (options_.cycle_time.count() < 0)
+    fail("MirroredStrategy: cycle_time must be 0 or positive, got {} us", options_.cycle_time.count());
   if (options_.bucket_bytes < 0)
     fail("MirroredStrategy: bucket_bytes must be 0 or positive, got {}", options_.bucket_bytes);
   if (options_.deterministic && (options_.micro_batches < replicas_))
@@ -418,7 +425,9 @@ void check_workers_agree(Strategy& strategy, const std::string& what, const std:
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica) {
-  return make_strategy(spec, StrategySettings{.threads_per_replica = threads_per_replica});
+  StrategySettings settings;
+  settings.threads_per_replica = threads_per_replica;
+  return make_strategy(spec, settings);
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings) {
@@ -441,8 +450,13 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
   if (parts[0] == "one_device" || parts[0] == "default")
     return bad("\"" + parts[0] + "\" takes no replica count or options");
   if (parts[0] == "multiworker") {
-    MultiWorkerOptions options{
-        .threads_per_replica = threads_per_replica, .timeout = settings.timeout, .on_failure = settings.on_failure};
+    MultiWorkerOptions options;
+    options.threads_per_replica = threads_per_replica;
+    options.bucket_bytes = settings.bucket_bytes;
+    options.cycle_time = settings.cycle_time;
+    options.compression = settings.compression;
+    options.timeout = settings.timeout;
+    options.on_failure = settings.on_failure;
     if (parts.size() > 1 && parts.back() == "deterministic") {
       options.deterministic = true;
       parts.pop_back();
@@ -476,6 +490,9 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
     return std::make_unique<LocalSgdStrategy>(options);
   }
   MirroredOptions options{.num_replicas = replicas, .threads_per_replica = threads_per_replica};
+  options.bucket_bytes = settings.bucket_bytes;
+  options.cycle_time = settings.cycle_time;
+  options.compression = settings.compression;
   if (parts.size() > 2) {
     if (parts[2] != "deterministic") return bad("unknown option \"" + parts[2] + "\"");
     options.deterministic = true;

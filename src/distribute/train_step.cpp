@@ -4,6 +4,7 @@
 #include "tandem/distribute/train_step.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "distribute/gradient_reducer.h"
 #include "tandem/ops.h"
@@ -93,6 +94,7 @@ const StepResult& TrainStep::run(const GlobalBatch& batch, uint64_t key) {
     if (workers != nullptr && workers->size() > 1) {
       exchange_.assign(part_losses_.begin(), part_losses_.end());
       if (add_local_sums) add_local_sums(result_, exchange_);
+      Timeline::Span span(strategy_->timeline(), "wait");
       workers->all_reduce(std::span<double>(exchange_), ReduceOp::Sum);
       std::copy_n(exchange_.begin(), parts, part_losses_.begin());
       result_.summed.assign(exchange_.begin() + static_cast<std::ptrdiff_t>(parts), exchange_.end());
@@ -112,7 +114,9 @@ void TrainStep::run_replica(int r) {
   Work& work = *work_[static_cast<size_t>(r)];
   StopRecording own_tape;  // the replica's tape records only while it steps
   int g = global_replica(r);
-  work.reducer.begin(strategy_ != nullptr ? &strategy_->communicator(r) : nullptr, split_, g);
+  Timeline* timeline = strategy_ != nullptr ? strategy_->timeline() : nullptr;
+  if (work.thread_name.empty()) work.thread_name = fmt::format("replica {}", g);
+  work.reducer.begin(strategy_ != nullptr ? &strategy_->communicator(r) : nullptr, split_, g, timeline);
   if (together_) {
     compute_parts_together(work, r);
   } else {
@@ -123,6 +127,7 @@ void TrainStep::run_replica(int r) {
       compute_part(work, r, p);
   }
   std::span<const Tensor> reduced = work.reducer.finish();
+  Timeline::Span update(timeline, "update", work.thread_name.c_str());
   std::vector<Variable*>& trainable = replicas_[r].trainable;
   if (strategy_ != nullptr) strategy_->update_rule().apply_reduced(optimizer_, trainable, reduced);
   else optimizer_.apply_here(trainable, reduced);
@@ -133,12 +138,18 @@ void TrainStep::compute_part(Work& work, int r, int p) {
   Tensor h, y;
   batch_->slice(begin, end, h, y);
   CallContext ctx{true, RandomKey{seed_, key_, begin}};
+  Timeline* timeline = strategy_ != nullptr ? strategy_->timeline() : nullptr;
+  std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", work.thread_name.c_str());
   work.tape.reset();
   for (auto& layer : replicas_[r].layers) h = layer->call(h, ctx);
   Tensor per_sample = loss_.per_sample(y, h);
   bool whole = end - begin == global;  // one device's step: the batch mean
   Tensor loss = whole ? ops::mean(per_sample) : ops::scale(ops::sum(per_sample), 1.0f / static_cast<float>(global));
-  work.tape.gradient(loss, work.sources, work.grads, work.reducer.ready(work.grads));
+  forward.reset();
+  {
+    Timeline::Span backward(timeline, "backward", work.thread_name.c_str());
+    work.tape.gradient(loss, work.sources, work.grads, work.reducer.ready(work.grads));
+  }
   part_losses_[static_cast<size_t>(p)] =
       whole ? static_cast<double>(loss.item()) * static_cast<double>(global) : ops::sum(per_sample).item();
   result_.predictions[static_cast<size_t>(p)] = h;

@@ -21,10 +21,25 @@
 #include <string>
 #include <vector>
 
+namespace tandem {
+class Timeline;
+}
+
 namespace tandem::distribute {
 
 enum class DataType { Float32, Float64, Int64 };
 enum class ReduceOp { Sum, Mean, Min, Max };  // Mean: the sum ÷ size(); not for Int64
+
+// How float32 values travel in a compressed all-reduce (Horovod's Compression): as they are, or as
+// 16-bit floats (IEEE half: 11 significant bits, up to 65504; bfloat16: 8 bits, float32's range).
+enum class Compression { None, Float16, BFloat16 };
+const char* compression_name(Compression wire);  // "none", "fp16", "bf16"
+// n values rounded to the nearest `wire` value (ties to even; beyond fp16's range: ±inf), in
+// place; what a value is after a trip over the wire.
+void round_to_wire(float* data, int64_t n, Compression wire);
+// Their 16-bit codes and back: to_wire writes n codes, from_wire n floats.
+void to_wire(const float* data, int64_t n, Compression wire, uint16_t* codes);
+void from_wire(const uint16_t* codes, int64_t n, Compression wire, float* data);
 
 template <class T>
 constexpr DataType data_type_of();
@@ -86,6 +101,18 @@ class Communicator {
   // Whether the asynchronous forms run in the background (a thread of the communicator's), so
   // that work submitted early overlaps the caller's; else they cost what the synchronous ones do.
   virtual bool runs_in_background() const { return false; }
+  // Where the communicator records its collectives' spans (null: nowhere); the timeline must
+  // outlive its use. Only communicators that talk to other processes record (MPI).
+  virtual void set_timeline(Timeline* timeline) { (void)timeline; }
+
+  // float32 values summed (or averaged) with `wire` on the wire: each rank's values and the
+  // results are rounded to that format, the sums taken in float32 in rank order. This default
+  // rounds and runs all_reduce; the MPI communicator sends the 16-bit codes (half the bytes).
+  virtual std::unique_ptr<Work> all_reduce_compressed_async(float* data, int64_t count, ReduceOp op,
+                                                            Compression wire);
+  void all_reduce_compressed(float* data, int64_t count, ReduceOp op, Compression wire) {
+    all_reduce_compressed_async(data, count, op, wire)->wait();
+  }
 
   // Asynchronous forms. These defaults run the operation before returning (what an in-process
   // group may do), except recv, which waits in Work::wait(): buffers must stay alive until then.

@@ -34,6 +34,8 @@ struct MultiWorkerOptions {
   // workers on one 2-core machine, where the cores are all busy computing, the two measured
   // alike; across machines the overlap hides the network's time.
   int64_t bucket_bytes = 0;
+  std::chrono::microseconds cycle_time{0};        // see MirroredOptions
+  Compression compression = Compression::None;  // gradients on the wire
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
   std::function<void(const std::string&)> on_failure;
   // The workers' group, one handle per process; null: the MPI world (this process must have been
@@ -52,6 +54,7 @@ class MultiWorkerMirroredStrategy : public MirroredStrategy {
   bool is_chief() const override { return workers_->rank() == 0; }
   void for_each_replica(const std::function<void(int replica)>& fn) override;
   void split_batch(int64_t rows, BatchSplit& split) const override;
+  void set_timeline(Timeline* timeline) override;
   int worker() const { return workers_->rank(); }
   int num_workers() const { return workers_->size(); }
 

@@ -96,7 +96,13 @@ struct GradientReduction {
     None,      // not reduced: each replica hands its own to the update rule (replicas that step alone)
   };
   Kind kind = Kind::Grouped;
-  int64_t bucket_bytes = 0;  // Bucketed
+  // Bucketed (Horovod's tensor fusion): a bucket is all-reduced once it holds bucket_bytes, or
+  // once its first gradient has waited cycle_time (0: no limit), or when backward ends. Sums
+  // run in rank order whatever the buckets hold, so neither setting changes any bit.
+  int64_t bucket_bytes = 0;
+  std::chrono::microseconds cycle_time{0};
+  // Grouped and Bucketed: gradients (and their sums) rounded to 16 bits on the wire.
+  Compression compression = Compression::None;
 };
 
 class Strategy {
@@ -162,6 +168,10 @@ class Strategy {
   virtual void split_batch(int64_t rows, BatchSplit& split) const;
   // How the step reduces the replicas' gradients before the update rule applies them.
   virtual GradientReduction gradient_reduction() const { return {}; }
+  // Where the training step, its reducer and the communicators record what they do (null:
+  // nowhere); the timeline must outlive the training.
+  virtual void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+  Timeline* timeline() const { return timeline_; }
   // Replica r's first row in the global batch that run() is running, split; -1 when unknown.
   int64_t first_row(int r) const { return first_rows_.empty() ? -1 : first_rows_[static_cast<size_t>(r)]; }
 
@@ -196,6 +206,7 @@ class Strategy {
     return first;
   }
   std::vector<int64_t> first_rows_;
+  Timeline* timeline_ = nullptr;
   void check_per_replica(int size, const char* what) const {
     if (size != num_local_replicas())
       fail("{}: {} values for {} replicas of {}{}", what, size, num_local_replicas(), name(),
@@ -249,6 +260,10 @@ struct MirroredOptions {
   // default: with one replica per core the reduction runs on the cores backward needs, and on
   // the 2-core development machine 256 KiB buckets measured ~2% slower than one fused bucket.
   int64_t bucket_bytes = 0;
+  // With buckets: also all-reduce a bucket once its first gradient has waited this long (0: no limit).
+  std::chrono::microseconds cycle_time{0};
+  // Gradients and their sums rounded to 16-bit floats on the wire (not with deterministic).
+  Compression compression = Compression::None;
   // Pin replica threads to cores of the affinity mask when there are enough (off where other
   // processes share the machine's cores).
   bool pin_threads = true;
@@ -313,6 +328,10 @@ struct StrategySettings {
   int threads_per_replica = 0;
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
   std::function<void(const std::string&)> on_failure;
+  // Mirrored and multiworker: tensor fusion and compression (MirroredOptions says what each does).
+  int64_t bucket_bytes = 0;
+  std::chrono::microseconds cycle_time{0};
+  Compression compression = Compression::None;
 };
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);
