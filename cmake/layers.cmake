@@ -37,7 +37,8 @@ set(TANDEM_LAYER_train_USES core kernels autograd collectives ops nn)
 set(TANDEM_LAYER_distribute_FILES src/distribute include/tandem/distribute)
 set(TANDEM_LAYER_distribute_USES core autograd collectives ops nn io data train)
 
-set(TANDEM_LAYER_fit_FILES src/fit include/tandem/model.h include/tandem/callbacks.h include/tandem/tandem.h)
+set(TANDEM_LAYER_fit_FILES src/fit include/tandem/model.h include/tandem/callbacks.h include/tandem/tandem.h
+    include/tandem/hvd.h)
 set(TANDEM_LAYER_fit_USES core autograd collectives ops nn io data train distribute)
 
 set(TANDEM_LAYER_cli_FILES src/cli)

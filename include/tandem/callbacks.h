@@ -20,6 +20,9 @@ class Callback {
   virtual void on_train_end(const Logs&) {}
   virtual void on_epoch_begin(int /*epoch*/, const Logs&) {}
   virtual void on_epoch_end(int /*epoch*/, const Logs&) {}
+  // Before the progress bar, the history and on_epoch_end see an epoch's logs: a callback may
+  // change them (hvd::MetricAverage averages them over the processes).
+  virtual void on_epoch_logs(int /*epoch*/, Logs& /*logs*/) {}
   virtual void on_batch_begin(int64_t /*batch*/, const Logs&) {}
   virtual void on_batch_end(int64_t /*batch*/, const Logs&) {}
   Sequential* model = nullptr;  // set by fit for the duration of training

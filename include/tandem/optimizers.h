@@ -45,6 +45,16 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
   std::vector<float> values_;
 };
 
+// Runs on the gradients before each update (Horovod's DistributedOptimizer installs one that
+// averages them over the processes): writes the gradients the update uses into `out`, or returns
+// false to skip this update (gradients accumulated over several backward passes).
+class GradientHook {
+ public:
+  virtual ~GradientHook() = default;
+  virtual bool before_update(std::span<Variable* const> variables, std::span<const Tensor> gradients,
+                             std::vector<Tensor>& out) = 0;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -67,6 +77,9 @@ class Optimizer {
   float current_learning_rate() const;
   void set_learning_rate(float lr);
   void set_learning_rate(std::shared_ptr<LearningRateSchedule> schedule) { schedule_ = std::move(schedule); }
+  // What runs on the gradients before each update (null: nothing); copies share it.
+  void set_gradient_hook(std::shared_ptr<GradientHook> hook) { hook_ = std::move(hook); }
+  GradientHook* gradient_hook() const { return hook_.get(); }
   // Named state tensors ("optimizer/iterations", "optimizer/dense/kernel/m", …) for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state();
   // Restores what state() returned; creates slots that do not exist yet.
@@ -97,6 +110,8 @@ class Optimizer {
   ReplicaCopies replicas_;
   float learning_rate_;
   std::shared_ptr<LearningRateSchedule> schedule_;
+  std::shared_ptr<GradientHook> hook_;
+  std::vector<Tensor> hooked_;  // the hook's gradients
   int64_t iterations_ = 0;
   std::vector<std::string> slot_owners_;  // variable names, one per slot group
   std::vector<Tensor> slots_;             // slots_per_variable() per variable

@@ -322,6 +322,7 @@ void Sequential::end_epoch(TrainingRun& run, int epoch, int64_t steps_done) {
     Logs val = run_evaluation(run.x_val, run.y_val, run.options.batch_size);
     for (const auto& [name, value] : val) logs.emplace_back("val_" + name, value);
   }
+  for (auto& cb : run.options.callbacks) cb->on_epoch_logs(epoch, logs);
   run.bar->finish(steps_done, logs);
   logs.emplace_back("lr", optimizer_->current_learning_rate());
   for (const auto& [name, value] : logs) run.history.history[name].push_back(value);

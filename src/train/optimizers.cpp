@@ -81,6 +81,12 @@ void Optimizer::forget_replicas() {
 void Optimizer::apply_here(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
   if (variables.size() != gradients.size())
     fail("{}: {} variables but {} gradients", name(), variables.size(), gradients.size());
+  if (hook_ != nullptr) {
+    if (!hook_->before_update(variables, gradients, hooked_)) return;
+    if (hooked_.size() != variables.size())
+      fail("{}: its gradient hook gave {} gradients for {} variables", name(), hooked_.size(), variables.size());
+    gradients = hooked_;
+  }
   build(variables);
   float lr = current_learning_rate();
   int per = slots_per_variable();
