@@ -120,8 +120,7 @@ class MetricAverage : public Callback {
 // rises from initial_lr ÷ size to initial_lr, step by step; then it is initial_lr.
 class LearningRateWarmup : public Callback {
  public:
-  LearningRateWarmup(float initial_lr, double warmup_epochs, int64_t steps_per_epoch,
-                     const Context* context = nullptr);
+  LearningRateWarmup(float initial_lr, double warmup_epochs, int64_t steps_per_epoch, const Context* context = nullptr);
   void on_epoch_begin(int epoch, const Logs&) override;
   void on_batch_begin(int64_t batch, const Logs&) override;
 

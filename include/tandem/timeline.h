@@ -20,7 +20,7 @@ class Timeline {
   // `process`: the trace's process id (the rank), `label`: its name ("rank 0 (host vm)").
   explicit Timeline(int process = 0, std::string label = {});
 
-  // A span of the calling thread; `thread` names the thread's row (kept from its first span).
+  // A span of the calling thread; `thread` names the thread's row (the first name given stays).
   void record(const char* name, Clock::time_point begin, Clock::time_point end, const char* thread = nullptr,
               int64_t bytes = -1);
   // Records from its construction to its destruction; a null timeline records nothing.
@@ -69,6 +69,7 @@ class Timeline {
   std::vector<Event> events_;
   std::map<std::thread::id, int> thread_index_;
   std::vector<std::string> thread_names_;
+  std::vector<bool> named_;
 };
 
 // How much of the all-reduces' time ran behind other work: 1 − (time the training threads waited

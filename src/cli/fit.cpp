@@ -34,8 +34,8 @@ struct FitFlags {
   int early_stopping = 0;
   std::string report;
   std::string strategy = "default";
-  double timeout = 30.0;  // seconds a worker waits for the others
-  double fusion_mb = 0.0;   // tensor fusion buckets (0: one all-reduce after backward)
+  double timeout = 30.0;   // seconds a worker waits for the others
+  double fusion_mb = 0.0;  // tensor fusion buckets (0: one all-reduce after backward)
   double cycle_time_ms = 0.0;
   std::string compression = "none";
   std::string timeline;  // Chrome trace file ("": none)
@@ -156,7 +156,8 @@ void finish_timeline(distribute::Strategy& strategy, Timeline& timeline, const s
         "  per step: forward %.2f ms, backward %.2f ms, all-reduce %.2f ms (%.0f%% hidden behind backward), "
         "update %.2f ms\n",
         1e3 * seconds("forward") / static_cast<double>(steps), 1e3 * seconds("backward") / static_cast<double>(steps),
-        1e3 * reduce / static_cast<double>(steps), 100.0 * hidden_fraction(totals), 1e3 * seconds("update") / static_cast<double>(steps));
+        1e3 * reduce / static_cast<double>(steps), 100.0 * hidden_fraction(totals),
+        1e3 * seconds("update") / static_cast<double>(steps));
 }
 
 void run_fit(FitFlags f) {

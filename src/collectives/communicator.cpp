@@ -65,10 +65,10 @@ uint16_t half_of(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
   auto sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
   uint32_t a = x & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7e00u;    // NaN
-  if (a >= 0x477ff000u) return sign | 0x7c00u;   // 65520 and above (and inf): inf
-  if (a < 0x38800000u) {                         // below 2^-14: a subnormal half, in units of 2^-24
-    float units = std::bit_cast<float>(a) * 16777216.0f;  // exact
+  if (a > 0x7f800000u) return sign | 0x7e00u;                    // NaN
+  if (a >= 0x477ff000u) return sign | 0x7c00u;                   // 65520 and above (and inf): inf
+  if (a < 0x38800000u) {                                         // below 2^-14: a subnormal half, in units of 2^-24
+    float units = std::bit_cast<float>(a) * 16777216.0f;         // exact
     return sign | static_cast<uint16_t>(std::nearbyint(units));  // 1024 is the smallest normal: right too
   }
   a += 0xfffu + ((a >> 13) & 1u);  // round the 13 dropped bits; a carry moves into the exponent

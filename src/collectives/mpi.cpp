@@ -513,8 +513,7 @@ class MpiCommunicator : public Communicator {
       }
       std::exception_ptr error;
       try {
-        Timeline::Span span(timeline, kind_name(static_cast<Kind>(op->call.kind)), "communication",
-                            bytes_of(op->call));
+        Timeline::Span span(timeline, kind_name(static_cast<Kind>(op->call.kind)), "communication", bytes_of(op->call));
         agree(*op);
         op->run();
       } catch (...) {

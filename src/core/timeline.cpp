@@ -39,7 +39,15 @@ void Timeline::record(const char* name, Clock::time_point begin, Clock::time_poi
   auto us = [&](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
   std::lock_guard lock(mutex_);
   auto [it, added] = thread_index_.emplace(std::this_thread::get_id(), static_cast<int>(thread_names_.size()));
-  if (added) thread_names_.emplace_back(thread != nullptr ? thread : fmt::format("thread {}", it->second));
+  if (added) {
+    thread_names_.emplace_back(fmt::format("thread {}", it->second));
+    named_.push_back(false);
+  }
+  auto t = static_cast<size_t>(it->second);
+  if (thread != nullptr && !named_[t]) {  // the first name given (a thread's first spans may have none)
+    thread_names_[t] = thread;
+    named_[t] = true;
+  }
   events_.push_back({name, it->second, us(begin - origin_), us(end - begin), bytes});
 }
 
@@ -60,11 +68,13 @@ std::string Timeline::json() const {
   out += fmt::format(R"({{"name": "process_name", "ph": "M", "pid": {}, "args": {{"name": {}}}}})", process_,
                      quoted(label_.empty() ? fmt::format("rank {}", process_) : label_));
   for (size_t t = 0; t < thread_names_.size(); ++t)
-    out += fmt::format(",\n{{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": {}, \"tid\": {}, \"args\": {{\"name\": {}}}}}",
-                       process_, t, quoted(thread_names_[t]));
+    out += fmt::format(
+        ",\n{{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": {}, \"tid\": {}, \"args\": {{\"name\": {}}}}}",
+        process_, t, quoted(thread_names_[t]));
   for (const Event& e : events_) {
-    out += fmt::format(",\n{{\"name\": {}, \"cat\": {}, \"ph\": \"X\", \"pid\": {}, \"tid\": {}, \"ts\": {:.3f}, \"dur\": {:.3f}",
-                       quoted(e.name), quoted(e.name), process_, e.thread, e.begin_us, e.duration_us);
+    out += fmt::format(
+        ",\n{{\"name\": {}, \"cat\": {}, \"ph\": \"X\", \"pid\": {}, \"tid\": {}, \"ts\": {:.3f}, \"dur\": {:.3f}",
+        quoted(e.name), quoted(e.name), process_, e.thread, e.begin_us, e.duration_us);
     out += e.bytes >= 0 ? fmt::format(", \"args\": {{\"bytes\": {}}}}}", e.bytes) : std::string("}");
   }
   return out + "\n]}\n";

@@ -62,8 +62,8 @@ class GradientReducer {
   // times when backward finished each gradient, ready_at_).
   std::vector<char> cuts_;
   std::vector<std::chrono::steady_clock::time_point> ready_at_;
-  bool calibrating_ = false;  // when the bucket being filled got its first gradient
-  std::vector<float> packed_;                            // grouped, compressed: every gradient
+  bool calibrating_ = false;   // when the bucket being filled got its first gradient
+  std::vector<float> packed_;  // grouped, compressed: every gradient
   Timeline* timeline_ = nullptr;
   std::span<Tensor> out_;
   std::function<void(size_t)> on_ready_;

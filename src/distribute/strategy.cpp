@@ -275,9 +275,10 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move
          kMaxThreads, threads_per_replica);
   replicas_ = num_replicas > 0 ? num_replicas : cores;
   if (options_.deterministic && options_.compression != Compression::None)
-    fail("MirroredStrategy: deterministic mode gathers every part's gradients in float32; compression ({}) is not "
-         "available with it",
-         compression_name(options_.compression));
+    fail(
+        "MirroredStrategy: deterministic mode gathers every part's gradients in float32; compression ({}) is not "
+        "available with it",
+        compression_name(options_.compression));
   if (options_.cycle_time.count() < 0)
     fail("MirroredStrategy: cycle_time must be 0 or positive, got {} us", options_.cycle_time.count());
   if (options_.bucket_bytes < 0)

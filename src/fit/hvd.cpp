@@ -19,7 +19,8 @@ std::unique_ptr<Context> initialized;  // init()'s: the facade's only state
 const Context& resolve(const Context* given) { return given != nullptr ? *given : context(); }
 
 void check_float(const Tensor& t, const char* what) {
-  if (t.dtype() != DType::Float32) fail("hvd::{}: the tensor is {}; only float32 tensors are reduced", what, dtype_name(t.dtype()));
+  if (t.dtype() != DType::Float32)
+    fail("hvd::{}: the tensor is {}; only float32 tensors are reduced", what, dtype_name(t.dtype()));
 }
 
 // The optimizer hook: gradients summed over backward_passes_per_step passes, then packed into
@@ -261,8 +262,7 @@ std::unique_ptr<Optimizer> DistributedOptimizer(std::unique_ptr<Optimizer> optim
   return optimizer;
 }
 
-BroadcastGlobalVariables::BroadcastGlobalVariables(int root, const Context* context)
-    : root_(root), context_(context) {}
+BroadcastGlobalVariables::BroadcastGlobalVariables(int root, const Context* context) : root_(root), context_(context) {}
 void BroadcastGlobalVariables::on_train_begin(const Logs&) {
   const Context& ctx = resolve(context_);
   if (root_ < 0 || root_ >= ctx.size())

@@ -13,12 +13,24 @@
 // deterministic mode, bit for bit) and prints "rank R: weights match". custom LOCAL: a custom
 // training loop (distribute_dataset, run, reduce) against one process's ("rank R: custom loop matches").
 // uneven ROWS: rank 1 trains on ROWS rows, rank 0 on 73 (an error naming the workers and what differs).
+// fusion: 64 small tensors of values of mixed magnitudes all-reduced one by one, fused into one
+// buffer, and cut into other buffers, against each element summed here in rank order: the same
+// bits every way; fp16 and bf16 compression against the sum of the rounded values, rounded, and
+// within the format's precision of the exact sum ("rank R: fusion keeps bits"). Train mode
+// "fused-bits": fit with gradients all-reduced in 256-byte buckets during backward (with a cycle
+// time) against one all-reduce after backward: the same bits.
+// hvd: the Horovod-style facade: allreduce, allgather (first dimensions differing), broadcast; a
+// model trained by fit on each process's shard with DistributedOptimizer, BroadcastGlobalVariables
+// (each process built its model from another seed) and MetricAverage against
+// MultiWorkerMirroredStrategy on the same global batches, also with 2 backward passes per step
+// ("rank R: hvd matches the strategy").
 #include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <thread>
@@ -28,6 +40,7 @@
 #include "tandem/collectives/mpi.h"
 #include "tandem/distribute/multi_worker.h"
 #include "tandem/error.h"
+#include "tandem/hvd.h"
 #include "tandem/model.h"
 #include "tandem/tandem.h"
 #include "test_util.h"
@@ -105,6 +118,105 @@ void collectives(Communicator& c) {
   std::printf("rank %d: %s\n", r, failures == 0 ? "ok" : "FAILED");
 }
 
+// Every rank's values of the same buffer, in rank order.
+std::vector<float> gather_all(Communicator& c, const std::vector<float>& mine) {
+  std::vector<float> all(mine.size() * static_cast<size_t>(c.size()));
+  c.all_gather(std::span<const float>(mine), std::span<float>(all));
+  return all;
+}
+
+void fusion(Communicator& c) {
+  int r = c.rank(), n = c.size();
+  // 64 tensors of 1 to 2,900 values: small gradients (biases, small kernels), magnitudes from 1e-3 to 1e3
+  std::vector<size_t> sizes, offsets;
+  size_t total = 0;
+  for (size_t t = 0; t < 64; ++t) {
+    sizes.push_back(1 + (t * 7919) % 2900);
+    offsets.push_back(total);
+    total += sizes.back();
+  }
+  std::vector<float> mine(total);
+  uint64_t state = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(r + 1);
+  for (float& v : mine) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    double unit = static_cast<double>(state >> 11) / 9007199254740992.0;             // [0, 1)
+    double magnitude = std::pow(10.0, static_cast<double>((state >> 3) % 7) - 3.0);  // 1e-3 .. 1e3
+    v = static_cast<float>((unit - 0.5) * magnitude);
+  }
+  std::vector<float> all = gather_all(c, mine), want(total);
+  for (size_t i = 0; i < total; ++i) {
+    float sum = all[i];
+    for (int q = 1; q < n; ++q) sum += all[static_cast<size_t>(q) * total + i];
+    want[i] = sum;
+  }
+  auto same_bits = [&](const std::vector<float>& got, const char* how) {
+    size_t differ = 0;
+    for (size_t i = 0; i < total; ++i) differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    expect(differ == 0, fmt::format("{}: {} of {} sums differ from the rank-order sum", how, differ, total));
+  };
+  std::vector<float> one_by_one = mine;  // one all-reduce per tensor
+  for (size_t t = 0; t < sizes.size(); ++t)
+    c.all_reduce(std::span<float>(one_by_one.data() + offsets[t], sizes[t]), ReduceOp::Sum);
+  same_bits(one_by_one, "one all-reduce per tensor");
+  std::vector<float> fused = mine;  // one buffer
+  c.all_reduce(std::span<float>(fused), ReduceOp::Sum);
+  same_bits(fused, "one fused buffer");
+  std::vector<float> cut = mine;  // three buffers in flight at once, cut inside tensors
+  std::vector<std::unique_ptr<Work>> works;
+  for (size_t from : {size_t{0}, total / 3, total / 2})
+    works.push_back(c.all_reduce_async(cut.data() + from,
+                                       static_cast<int64_t>((from == total / 2 ? total
+                                                             : from == 0       ? total / 3
+                                                                               : total / 2) -
+                                                            from),
+                                       DataType::Float32, ReduceOp::Sum));
+  for (auto& w : works) w->wait();
+  same_bits(cut, "three buffers cut anywhere");
+  // Large enough for MPI's ring algorithms: still the rank-order sum.
+  std::vector<float> big(1 << 21), big_want(big.size());
+  for (size_t i = 0; i < big.size(); ++i) big[i] = mine[i % total] * static_cast<float>(1 + i % 5);
+  {
+    std::vector<float> big_all = gather_all(c, big);
+    for (size_t i = 0; i < big.size(); ++i) {
+      float sum = big_all[i];
+      for (int q = 1; q < n; ++q) sum += big_all[static_cast<size_t>(q) * big.size() + i];
+      big_want[i] = sum;
+    }
+  }
+  c.all_reduce(std::span<float>(big), ReduceOp::Sum);
+  expect(std::memcmp(big.data(), big_want.data(), big.size() * sizeof(float)) == 0, "8 MB buffer: rank-order sum");
+  // Compression: the rounded values summed in float32 in rank order, rounded; within the
+  // format's precision of the exact sum.
+  for (auto [wire, bits] : {std::pair{Compression::Float16, 11}, std::pair{Compression::BFloat16, 8}}) {
+    std::vector<float> got = mine;
+    c.all_reduce_compressed(got.data(), static_cast<int64_t>(total), ReduceOp::Sum, wire);
+    std::vector<float> rounded = all;
+    round_to_wire(rounded.data(), static_cast<int64_t>(rounded.size()), wire);
+    size_t differ = 0, outside = 0;
+    for (size_t i = 0; i < total; ++i) {
+      float sum = rounded[i];
+      double exact = all[i], magnitude = std::fabs(all[i]);
+      for (int q = 1; q < n; ++q) {
+        sum += rounded[static_cast<size_t>(q) * total + i];
+        exact += all[static_cast<size_t>(q) * total + i];
+        magnitude += std::fabs(all[static_cast<size_t>(q) * total + i]);
+      }
+      round_to_wire(&sum, 1, wire);
+      differ += std::memcmp(&sum, &got[i], sizeof(float)) != 0;
+      // n roundings of the inputs and one of the sum, each within half a unit in the last place
+      outside += std::fabs(got[i] - exact) > (n + 1) * std::ldexp(magnitude, -bits) + 1e-7;
+    }
+    expect(differ == 0,
+           fmt::format("{}: {} sums differ from the rounded rank-order sum", compression_name(wire), differ));
+    expect(outside == 0, fmt::format("{}: {} sums outside the format's precision", compression_name(wire), outside));
+    std::vector<float> everyone = gather_all(c, got);  // the same bits on every rank
+    for (int q = 1; q < n; ++q)
+      expect(std::memcmp(everyone.data(), everyone.data() + static_cast<size_t>(q) * total, total * sizeof(float)) == 0,
+             fmt::format("{}: rank {} got other bits than rank 0", compression_name(wire), q));
+  }
+  std::printf("rank %d: %s\n", r, failures == 0 ? "fusion keeps bits" : "fusion CHANGED bits");
+}
+
 using Make = std::function<std::unique_ptr<Sequential>()>;
 
 std::unique_ptr<Sequential> dropout_mlp() {
@@ -148,7 +260,23 @@ std::vector<std::vector<float>> train(const Make& make, distribute::Strategy* st
   return out;
 }
 
+// Fused (256-byte buckets during backward, with a cycle time) against one all-reduce after
+// backward, on the same workers: the same bits.
+void fused_bits(std::shared_ptr<Communicator> world) {
+  distribute::MultiWorkerMirroredStrategy fused(
+      {.threads_per_replica = 1, .bucket_bytes = 256, .cycle_time = std::chrono::microseconds(20), .workers = world});
+  distribute::MultiWorkerMirroredStrategy grouped({.threads_per_replica = 1, .workers = world});
+  for (auto [name, make, per_sample] : {std::tuple{"dropout mlp", Make(dropout_mlp), Shape{6}},
+                                        std::tuple{"batch norm cnn", Make(batch_norm_cnn), Shape{6, 6, 1}}}) {
+    auto got = train(make, &fused, per_sample), want = train(make, &grouped, per_sample);
+    for (size_t i = 0; i < got.size(); ++i)
+      expect(got[i] == want[i], fmt::format("{}: variable {} differs fused and unfused", name, i));
+  }
+  std::printf("rank %d: %s\n", world->rank(), failures == 0 ? "fused bits match" : "fused bits DIFFER");
+}
+
 void train_and_compare(std::shared_ptr<Communicator> world, int local, const std::string& mode) {
+  if (mode == "fused-bits") return fused_bits(world);
   bool deterministic = mode == "deterministic";
   distribute::MultiWorkerMirroredStrategy strategy({.local_replicas = local,
                                                     .threads_per_replica = 1,
@@ -226,6 +354,94 @@ void custom_loop_matches(std::shared_ptr<Communicator> world, int local) {
   std::printf("rank %d: custom loop %s\n", world->rank(), failures == 0 ? "matches" : "DIFFERS");
 }
 
+// The facade's tensors: allreduce, allgather with first dimensions that differ, broadcast.
+void hvd_tensors(const hvd::Context& ctx) {
+  int r = ctx.rank(), n = ctx.size();
+  Tensor mean = ctx.allreduce(Tensor::full({2, 3}, static_cast<float>(r)));
+  expect(mean.shape() == Shape{2, 3} && mean.to_vector()[5] == static_cast<float>(n - 1) / 2.0f, "hvd::allreduce mean");
+  Tensor sum = ctx.allreduce(Tensor::full({4}, 1.5f), ReduceOp::Sum, Compression::BFloat16);
+  expect(sum.to_vector()[3] == 1.5f * static_cast<float>(n), "hvd::allreduce sum, bf16");
+  Tensor rows = ctx.allgather(Tensor::full({r + 1, 2}, static_cast<float>(r)));
+  expect(rows.shape() == Shape{n * (n + 1) / 2, 2}, "hvd::allgather shape " + rows.shape().str());
+  std::vector<float> got = rows.to_vector();
+  expect(got.back() == static_cast<float>(n - 1) && got[0] == 0.0f && (n < 2 || got[3] == 1.0f),
+         "hvd::allgather values");
+  Tensor root = ctx.broadcast(Tensor::full({3}, static_cast<float>(r)), n - 1);
+  expect(root.to_vector()[2] == static_cast<float>(n - 1), "hvd::broadcast");
+  try {
+    ctx.allgather(Tensor::full({2, r + 1}, 0.0f));
+    expect(n == 1, "hvd::allgather of other trailing shapes must fail");
+  } catch (const Error& e) {
+    expect(std::string(e.what()).find("only the first dimension may differ") != std::string::npos, e.what());
+  }
+}
+
+std::unique_ptr<Sequential> momentum_mlp(uint64_t seed) {
+  auto m = std::make_unique<Sequential>(SequentialOptions{.seed = seed});
+  m->add(layers::Dense(16, "relu", {.input_shape = Shape{6}}));
+  m->add(layers::Dense(4));
+  return m;
+}
+
+// Rows [0, 96) of a dataset in global batches of `global`: under the strategy, each process gets
+// its share of every global batch; the hvd processes read those shares as their own data, in
+// local batches of global ÷ (processes × passes).
+void hvd_against_strategy(std::shared_ptr<Communicator> world, const hvd::Context& ctx, int passes) {
+  int r = ctx.rank(), n = ctx.size();
+  int64_t rows = 96, global = 24 * passes, share = global / n;
+  Tensor x = tandem::testing::random_tensor({rows, 6}, 5);
+  std::vector<int32_t> labels(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 4);
+  Tensor y = Tensor::from_vector({rows}, std::span<const int32_t>(labels));
+  auto loss = Loss::sparse_categorical_crossentropy(true);
+
+  distribute::MultiWorkerMirroredStrategy strategy({.threads_per_replica = 1, .workers = world});
+  std::unique_ptr<Sequential> want;
+  {
+    distribute::Strategy::Scope scope(&strategy);
+    want = momentum_mlp(3);
+  }
+  want->compile(optimizers::SGD(0.1f, {.momentum = 0.9f}), loss);
+  History want_history = want->fit(x, y, {.epochs = 2, .batch_size = global, .shuffle = false, .verbose = 0});
+
+  std::vector<float> all_x = x.to_vector(), my_x;
+  std::vector<int32_t> my_y;
+  for (int64_t b = 0; b < rows; b += global)
+    for (int64_t i = b + r * share; i < b + (r + 1) * share; ++i) {
+      my_x.insert(my_x.end(), all_x.begin() + i * 6, all_x.begin() + (i + 1) * 6);
+      my_y.push_back(labels[static_cast<size_t>(i)]);
+    }
+  auto my_rows = static_cast<int64_t>(my_y.size());
+  auto got = momentum_mlp(3 + static_cast<uint64_t>(r));  // other weights until the broadcast
+  got->compile(
+      hvd::DistributedOptimizer(std::make_unique<optimizers::SGD>(0.1f, optimizers::SGDOptions{.momentum = 0.9f}),
+                                {.backward_passes_per_step = passes,
+                                 .average_aggregated_gradients = true,
+                                 .fusion_bytes = 256,
+                                 .context = &ctx}),
+      loss);
+  FitOptions options{.epochs = 2, .batch_size = share / passes, .shuffle = false, .verbose = 0};
+  options.callbacks = {std::make_shared<hvd::BroadcastGlobalVariables>(0, &ctx),
+                       std::make_shared<hvd::MetricAverage>(&ctx)};
+  History got_history = got->fit(Tensor::from_vector({my_rows, 6}, std::span<const float>(my_x)),
+                                 Tensor::from_vector({my_rows}, std::span<const int32_t>(my_y)), options);
+
+  std::vector<Variable*> a = got->variables(), b = want->variables();
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    std::vector<float> u = a[i]->value.to_vector(), v = b[i]->value.to_vector();
+    for (size_t j = 0; j < u.size(); ++j)
+      worst = std::max(worst, std::fabs(u[j] - v[j]) / (1e-6 + 1e-5 * std::fabs(v[j])));
+  }
+  expect(worst <= 1.0, fmt::format("hvd ({} passes): a weight differs by {} × (1e-6 + 1e-5 × |value|)", passes, worst));
+  expect(got->optimizer().iterations() == want->optimizer().iterations(),
+         fmt::format("hvd ({} passes): {} updates, the strategy {}", passes, got->optimizer().iterations(),
+                     want->optimizer().iterations()));
+  double l = got_history["loss"].back(), m = want_history["loss"].back();
+  expect(std::fabs(l - m) <= 1e-5 * std::fabs(m), fmt::format("hvd ({} passes): averaged loss {} != {}", passes, l, m));
+  std::printf("rank %d: %d passes: largest difference %g × (1e-6 + 1e-5 × |value|)\n", r, passes, worst);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,6 +466,13 @@ int main(int argc, char** argv) {
       custom_loop_matches(comm, std::atoi(argv[3]));
     } else if (scenario == "train" && argc >= 5) {
       train_and_compare(comm, std::atoi(argv[3]), argv[4]);
+    } else if (scenario == "fusion") {
+      fusion(*comm);
+    } else if (scenario == "hvd") {
+      hvd::Context ctx(comm);
+      hvd_tensors(ctx);
+      for (int passes : {1, 2}) hvd_against_strategy(comm, ctx, passes);
+      std::printf("rank %d: %s\n", r, failures == 0 ? "hvd matches the strategy" : "hvd DIFFERS");
     } else if (scenario == "collectives") {
       collectives(*comm);
     } else if (scenario == "mismatch") {

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "distribute/launch_util.h"
 
@@ -128,6 +129,35 @@ TEST(MultiWorker, FitUnderTheLauncherEndsWithOneProcesssWeights) {
     EXPECT_EQ(w.output.find("Test loss:"), w.output.rfind("Test loss:")) << w.output;
     expect_same_final_weights(dir.file("one/final.safetensors"), ck + "/final.safetensors",
                               fmt::format("{} workers", workers));
+  }
+}
+
+// --fusion-mb, --compression and --timeline under the launcher: each worker writes its Chrome
+// trace, which holds every phase (the all-reduces on the communication thread), and the chief
+// says where the traces went and how much of the all-reduce was hidden.
+TEST(MultiWorker, FitWritesATimelinePerWorker) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> args = fit_args(dir, "multiworker", dir.file("ck"));
+  args.back() = "1";  // --verbose 1: the chief prints the summary
+  for (const char* a : {"--fusion-mb", "0.01", "--compression", "bf16", "--timeline", "trace.json"}) args.push_back(a);
+  Watched w = run_watched(launched(2, args), dir, 120);
+  ASSERT_EQ(w.code, 0) << w.output;
+  EXPECT_NE(w.output.find("Timeline: trace.rank0.json (open it in chrome://tracing"), std::string::npos) << w.output;
+  EXPECT_NE(w.output.find("hidden behind backward"), std::string::npos) << w.output;
+  for (int rank : {0, 1}) {
+    auto trace = nlohmann::json::parse(io::read_file(dir.file(fmt::format("trace.rank{}.json", rank))));
+    std::map<std::string, int> phases;
+    std::set<std::string> threads;
+    for (const auto& e : trace["traceEvents"]) {
+      EXPECT_EQ(e["pid"], rank);
+      if (e["ph"] == "X") ++phases[e["name"]];
+      if (e["ph"] == "M" && e["name"] == "thread_name") threads.insert(e["args"]["name"].get<std::string>());
+    }
+    for (const char* phase : {"forward", "backward", "all_reduce", "wait", "update"})
+      EXPECT_GE(phases[phase], 20) << "rank " << rank << " phase " << phase;  // 2 epochs of 10 steps
+    EXPECT_TRUE(threads.count("communication") && threads.count(fmt::format("replica {}", rank))) << rank;
   }
 }
 

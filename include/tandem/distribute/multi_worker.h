@@ -34,7 +34,7 @@ struct MultiWorkerOptions {
   // workers on one 2-core machine, where the cores are all busy computing, the two measured
   // alike; across machines the overlap hides the network's time.
   int64_t bucket_bytes = 0;
-  std::chrono::microseconds cycle_time{0};        // see MirroredOptions
+  std::chrono::microseconds cycle_time{0};      // see MirroredOptions
   Compression compression = Compression::None;  // gradients on the wire
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
   std::function<void(const std::string&)> on_failure;
