@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "cli/common.h"
+#include "cli/predict.h"
 
 namespace tandem::cli {
 namespace {
@@ -22,6 +23,7 @@ struct CompareFlags {
   std::string strategies = "default,mirrored:2,central:2";
   std::string report;
   std::string chart = "compare.svg";
+  PredictFlags predict;
 };
 
 struct Row {
@@ -286,7 +288,11 @@ void add_compare(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--chart", flags->chart, "SVG chart of samples/s and test accuracy per strategy (\"\": none)")
       ->capture_default_str();
-  cmd->callback([flags] { run_compare(*flags); });
+  flags->predict.add_to(*cmd);
+  cmd->callback([flags] {
+    if (!flags->predict.workers.empty()) return run_predict(flags->common, flags->predict);
+    run_compare(*flags);
+  });
 }
 
 }  // namespace tandem::cli

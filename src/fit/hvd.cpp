@@ -49,72 +49,79 @@ class Averager : public GradientHook {
     if (++passes_ < options_.backward_passes_per_step) return false;
     passes_ = 0;
     reduce();
-    out.clear();
-    for (size_t i = 0; i < variables.size(); ++i)
-      out.push_back(Tensor::from_vector(variables[i]->value.shape(),
-                                        std::span<const float>(sum_.data() + offsets_[i], sizes_[i])));
+    out.assign(views_.begin(), views_.end());  // views of the reduced buffer, which the next step reuses
     return true;
   }
 
  private:
+  // The gradients summed into one buffer (kept from step to step), of which views_ are the
+  // per-variable views.
   void accumulate(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
-    if (passes_ == 0) {
-      offsets_.clear();
-      sizes_.clear();
-      size_t total = 0;
-      for (size_t i = 0; i < gradients.size(); ++i) {
-        check_float(gradients[i], "DistributedOptimizer");
-        if (gradients[i].numel() != variables[i]->value.numel())
-          fail("hvd::DistributedOptimizer: gradient {} has {} values, variable \"{}\" {}", i, gradients[i].numel(),
-               variables[i]->name, variables[i]->value.numel());
-        offsets_.push_back(total);
-        sizes_.push_back(static_cast<size_t>(gradients[i].numel()));
-        total += sizes_.back();
-      }
-      sum_.assign(total, 0.0f);
-      boundaries_ = gradients.size();
-    } else if (gradients.size() != boundaries_) {
+    if (passes_ == 0) layout(variables, gradients);
+    else if (gradients.size() != offsets_.size())
       fail("hvd::DistributedOptimizer: pass {} of a step gave {} gradients, the first {}", passes_ + 1,
-           gradients.size(), boundaries_);
-    }
+           gradients.size(), offsets_.size());
+    float* sum = sum_.data<float>();
     for (size_t i = 0; i < gradients.size(); ++i) {
-      std::vector<float> g = gradients[i].to_vector();
-      float* s = sum_.data() + offsets_[i];
-      if (passes_ == 0) std::copy(g.begin(), g.end(), s);
+      Tensor g = gradients[i].contiguous();
+      const float* from = g.data<float>();
+      float* to = sum + offsets_[i];
+      if (passes_ == 0) std::copy_n(from, views_[i].numel(), to);
       else
-        for (size_t k = 0; k < g.size(); ++k) s[k] += g[k];
+        for (int64_t k = 0; k < views_[i].numel(); ++k) to[k] += from[k];
     }
   }
 
+  void layout(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
+    bool same = views_.size() == gradients.size();
+    for (size_t i = 0; same && i < gradients.size(); ++i) same = views_[i].shape() == gradients[i].shape();
+    if (same) return;
+    offsets_.clear();
+    int64_t total = 0;
+    for (size_t i = 0; i < gradients.size(); ++i) {
+      check_float(gradients[i], "DistributedOptimizer");
+      if (!(gradients[i].shape() == variables[i]->value.shape()))
+        fail("hvd::DistributedOptimizer: the gradient of \"{}\" has shape {}, the variable {}", variables[i]->name,
+             gradients[i].shape().str(), variables[i]->value.shape().str());
+      offsets_.push_back(total);
+      total += gradients[i].numel();
+    }
+    sum_ = Tensor::empty({total});
+    views_.clear();
+    for (size_t i = 0; i < gradients.size(); ++i)
+      views_.push_back(sum_.slice(offsets_[i], offsets_[i] + gradients[i].numel()).reshape(gradients[i].shape()));
+  }
+
   // Buffers of fusion_bytes (whole gradients; 0: one per gradient), all-reduced asynchronously in
-  // order; the communicator sums each element in rank order, so the cuts change no bit.
+  // order (on the MPI communicator's thread); the communicator sums each element in rank order,
+  // so the cuts change no bit.
   void reduce() {
     const Context& ctx = resolve(options_.context);
     distribute::Communicator& comm = ctx.communicator();
-    std::vector<std::unique_ptr<distribute::Work>> works;
-    size_t from = 0;
-    for (size_t i = 0; i < sizes_.size(); ++i) {
-      size_t end = offsets_[i] + sizes_[i];
-      bool last = i + 1 == sizes_.size();
-      if (last || static_cast<int64_t>((end - from) * sizeof(float)) >= options_.fusion_bytes) {
-        works.push_back(comm.all_reduce_compressed_async(sum_.data() + from, static_cast<int64_t>(end - from),
-                                                         ReduceOp::Sum, options_.compression));
+    float* sum = sum_.data<float>();
+    works_.clear();
+    int64_t from = 0, total = sum_.numel();
+    for (size_t i = 0; i < offsets_.size(); ++i) {
+      int64_t end = i + 1 < offsets_.size() ? offsets_[i + 1] : total;
+      if (end == total || (end - from) * static_cast<int64_t>(sizeof(float)) >= options_.fusion_bytes) {
+        works_.push_back(comm.all_reduce_compressed_async(sum + from, end - from, ReduceOp::Sum, options_.compression));
         from = end;
       }
     }
-    for (auto& w : works) w->wait();
+    for (auto& w : works_) w->wait();
     float scale = 1.0f;
     if (options_.op == ReduceOp::Mean) scale /= static_cast<float>(ctx.size());
     if (options_.average_aggregated_gradients) scale /= static_cast<float>(options_.backward_passes_per_step);
     if (scale != 1.0f)
-      for (float& v : sum_) v *= scale;
+      for (int64_t k = 0; k < total; ++k) sum[k] *= scale;
   }
 
   DistributedOptimizerOptions options_;
   int passes_ = 0;
-  size_t boundaries_ = 0;
-  std::vector<size_t> offsets_, sizes_;
-  std::vector<float> sum_;
+  std::vector<int64_t> offsets_;
+  Tensor sum_;
+  std::vector<Tensor> views_;
+  std::vector<std::unique_ptr<distribute::Work>> works_;
 };
 
 }  // namespace

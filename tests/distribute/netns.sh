@@ -2,9 +2,12 @@
 # Hosts as network namespaces on one machine, for the multi-machine tests (mpirun through an rsh
 # agent). Nothing outside the namespaces made here is touched: the bridge lives in a hub
 # namespace of its own, where mpirun runs too, and the hosts are addressed by IP.
-#   netns.sh up PREFIX N DIR    makes PREFIX-hub and PREFIX-1..N on 10.231.K.0/24 (K from PREFIX),
+#   netns.sh up PREFIX N DIR [RATE]
+#                               makes PREFIX-hub and PREFIX-1..N on 10.231.K.0/24 (K from PREFIX),
 #                               writes DIR/agent (the rsh agent), DIR/hosts (ip:1,...) and
-#                               DIR/subnet; prints the reason and exits 1 where namespaces are not allowed
+#                               DIR/subnet; prints the reason and exits 1 where namespaces are not allowed.
+#                               RATE (tc's units: 1gbit, 100mbit) shapes each host's link, both ways,
+#                               with a token bucket (tbf), as a switch port of that speed would
 #   netns.sh down PREFIX N      removes them (safe to run twice)
 #   netns.sh hub PREFIX CMD...  runs CMD in the hub namespace
 set -uo pipefail
@@ -30,12 +33,24 @@ case "$action" in
 esac
 n=$3
 dir=$4
+rate=${5:-}
 if [ "$(id -u)" != 0 ]; then
   echo "network namespaces need root (this is uid $(id -u))"
   exit 1
 fi
 if ! command -v ip > /dev/null; then
   echo "the ip command (iproute2) is not installed"
+  exit 1
+fi
+# Bytes per second of a tc rate: 100mbit, 1gbit, 2.5gbit.
+tc_bytes() {
+  awk -v r="$1" 'BEGIN {
+    n = r + 0; u = substr(r, length(n "") + 1)
+    if (u == "kbit") n *= 1e3; else if (u == "mbit") n *= 1e6; else if (u == "gbit") n *= 1e9; else if (u != "bit") exit 1
+    printf "%d\n", n / 8 }'
+}
+if [ -n "$rate" ] && ! command -v tc > /dev/null; then
+  echo "the tc command (iproute2) is not installed"
   exit 1
 fi
 k=$(( $(echo "$prefix" | cksum | cut -d' ' -f1) % 200 + 20 ))
@@ -62,6 +77,17 @@ for i in $(seq "$n"); do
   ip -n "$ns" link set eth0 up
   ip -n "$prefix-hub" link set "p$i" master br0
   ip -n "$prefix-hub" link set "p$i" up
+  if [ -n "$rate" ]; then
+    # A bucket of 64 KiB (the largest segment the veth hands over in one piece: a larger one
+    # would let whole messages through at memory speed) and up to 100 ms of queue, as a switch
+    # port's buffer, so that bursts of several senders are queued rather than dropped.
+    tc_bytes "$rate" > /dev/null || fail "cannot read the rate $rate (expected e.g. 1gbit, 100mbit)"
+    for end in "$ns eth0" "$prefix-hub p$i"; do
+      read -r where dev <<< "$end"
+      tc -n "$where" qdisc replace dev "$dev" root tbf rate "$rate" burst 65536 latency 100ms 2> "$dir/netns.err" ||
+        fail "cannot shape $ns's link with tc tbf: $(cat "$dir/netns.err")"
+    done
+  fi
   hosts="$hosts${hosts:+,}10.231.$k.$i:1"
   echo "10.231.$k.$i $ns" >> "$dir/map"
 done
