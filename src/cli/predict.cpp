@@ -118,10 +118,11 @@ void run_predict(const CommonFlags& common, const PredictFlags& f) {
   double bytes = static_cast<double>(spec.model->count_params()) * (f.compression == "none" ? 4.0 : 2.0);
   double compute = compute_seconds(common, f.steps);
   int threads = num_threads();
-  std::printf("%s: %.0f gradient bytes per step; one worker's step (batch %lld, %d thread%s) measured %.3f ms; %.0f%% "
-              "of the all-reduce hidden\n",
-              common.model.c_str(), bytes, static_cast<long long>(common.batch_size), threads, threads == 1 ? "" : "s",
-              compute * 1e3, hidden * 100);
+  std::printf(
+      "%s: %.0f gradient bytes per step; one worker's step (batch %lld, %d thread%s) measured %.3f ms; %.0f%% "
+      "of the all-reduce hidden\n",
+      common.model.c_str(), bytes, static_cast<long long>(common.batch_size), threads, threads == 1 ? "" : "s",
+      compute * 1e3, hidden * 100);
   std::printf("%8s %10s %12s %14s %12s %14s %11s\n", "workers", "link", "compute ms", "all-reduce ms", "exposed ms",
               "samples/s", "efficiency");
   for (double rate : rates)

@@ -9,12 +9,12 @@
 namespace tandem::cli {
 
 struct PredictFlags {
-  std::string workers;             // "8,64,512"; "": no prediction
+  std::string workers;               // "8,64,512"; "": no prediction
   std::string bandwidth = "10gbit";  // per worker link, tc's units, comma-separated
   double latency_us = 50.0;          // per message of the ring (one hop)
   double overlap = 0.0;              // fraction of the all-reduce hidden behind backward (from a timeline)
   std::string timeline;              // or read from this trace (tandem fit --timeline)
-  int cores = 0;                     // the workers share this many cores (namespace hosts on one machine); 0: a machine each
+  int cores = 0;  // the workers share this many cores (namespace hosts on one machine); 0: a machine each
   std::string compression = "none";
   int steps = 30;  // steps timed
   void add_to(CLI::App& cmd);

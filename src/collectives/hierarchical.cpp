@@ -26,6 +26,10 @@ class Hierarchical : public Communicator {
     return Communicator::all_reduce_async(data, count, dtype, op);
   }
   void set_timeline(Timeline* timeline) override { workers_->set_timeline(timeline); }
+  void all_reduce_compressed(float* data, int64_t count, ReduceOp op, Compression wire) override {
+    if (local_->size() == 1) return workers_->all_reduce_compressed(data, count, op, wire);
+    Communicator::all_reduce_compressed(data, count, op, wire);
+  }
   std::unique_ptr<Work> all_reduce_compressed_async(float* data, int64_t count, ReduceOp op,
                                                     Compression wire) override {
     if (local_->size() == 1) return workers_->all_reduce_compressed_async(data, count, op, wire);

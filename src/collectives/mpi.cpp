@@ -176,6 +176,10 @@ class MpiCommunicator : public Communicator {
       at += b.size();
     }
   }
+  void all_reduce_compressed(float* data, int64_t count, ReduceOp op, Compression wire) override {
+    Here here;
+    all_reduce_compressed_async(data, count, op, wire)->wait();
+  }
   void reduce_scatter(const void* send, void* recv, int64_t recv_count, DataType dtype, ReduceOp op) override {
     Here here;
     reduce_scatter_async(send, recv, recv_count, dtype, op)->wait();

@@ -103,7 +103,9 @@ class Averager : public GradientHook {
     int64_t from = 0, total = sum_.numel();
     for (size_t i = 0; i < offsets_.size(); ++i) {
       int64_t end = i + 1 < offsets_.size() ? offsets_[i + 1] : total;
-      if (end == total || (end - from) * static_cast<int64_t>(sizeof(float)) >= options_.fusion_bytes) {
+      if (end == total && works_.empty()) {  // one buffer: on this thread (no hand-off to wait for)
+        comm.all_reduce_compressed(sum, total, ReduceOp::Sum, options_.compression);
+      } else if (end == total || (end - from) * static_cast<int64_t>(sizeof(float)) >= options_.fusion_bytes) {
         works_.push_back(comm.all_reduce_compressed_async(sum + from, end - from, ReduceOp::Sum, options_.compression));
         from = end;
       }

@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -254,6 +255,22 @@ TEST(Hvd, TrainsAsMultiWorkerMirroredStrategyOnTheSameGlobalBatches) {
     ASSERT_EQ(w.code, 0) << w.output;
     expect_every_rank(w, ranks, "hvd matches the strategy");
   }
+}
+
+// The tutorial's Horovod recipe (examples/hvd_mnist.cpp) on 2 processes: it trains, rank 0
+// reports once, and only rank 0 writes checkpoints (the processes would otherwise overwrite
+// each other's).
+TEST(Hvd, TheRecipeExampleTrainsOnTwoProcesses) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 100);
+  std::filesystem::create_directories(dir.file("ck"));
+  Watched w = run_watched(
+      {TANDEM_CLI, "launch", "-np", "2", "--", TANDEM_HVD_EXAMPLE, "2", dir.file("data"), dir.file("ck")}, dir, 120);
+  ASSERT_EQ(w.code, 0) << w.output;
+  EXPECT_NE(w.output.find("2 processes: test accuracy"), std::string::npos) << w.output;
+  EXPECT_EQ(w.output.find("test accuracy"), w.output.rfind("test accuracy")) << w.output;
+  EXPECT_TRUE(std::filesystem::exists(dir.file("ck/ckpt-2.safetensors")));
 }
 
 }  // namespace

@@ -109,7 +109,7 @@ class Communicator {
   // results are rounded to that format, the sums taken in float32 in rank order. This default
   // rounds and runs all_reduce; the MPI communicator sends the 16-bit codes (half the bytes).
   virtual std::unique_ptr<Work> all_reduce_compressed_async(float* data, int64_t count, ReduceOp op, Compression wire);
-  void all_reduce_compressed(float* data, int64_t count, ReduceOp op, Compression wire) {
+  virtual void all_reduce_compressed(float* data, int64_t count, ReduceOp op, Compression wire) {
     all_reduce_compressed_async(data, count, op, wire)->wait();
   }
 
