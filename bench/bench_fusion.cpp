@@ -11,16 +11,15 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <vector>
 
+#include "slowest_rank.h"
 #include "tandem/hvd.h"
 #include "tandem/optimizers.h"
 
-using Clock = std::chrono::steady_clock;
 using namespace tandem;
 
 int main(int argc, char** argv) try {
@@ -47,14 +46,6 @@ int main(int argc, char** argv) try {
   for (const Tensor& g : gradients) buffers.push_back(g.to_vector());
   std::vector<float> whole(static_cast<size_t>(total), 1.0f);
 
-  auto time_one = [&](auto&& call) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    auto t0 = Clock::now();
-    call();
-    double t = std::chrono::duration<double>(Clock::now() - t0).count();
-    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return t;
-  };
   auto fused = [&] { fusion.before_update(pointers, gradients, out); };
   auto one = [&] { ctx.communicator().all_reduce(std::span<float>(whole)); };
   auto bare = [&] {
@@ -70,7 +61,7 @@ int main(int argc, char** argv) try {
     for (std::function<void()> call : {std::function<void()>(fused), std::function<void()>(one),
                                        std::function<void()>(bare), std::function<void()>(ours)}) {
       double best = 1e300;
-      for (int i = 0; i < repetitions; ++i) best = std::min(best, time_one(call));
+      for (int i = 0; i < repetitions; ++i) best = std::min(best, slowest_rank_seconds(call));
       results[m++].push_back(best);
     }
   }

@@ -11,10 +11,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "slowest_rank.h"
 #include "tandem/collectives/mpi.h"
 #include "tandem/error.h"
-
-using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) try {
   double megabytes = argc > 1 ? std::atof(argv[1]) : 10.0;
@@ -26,12 +25,7 @@ int main(int argc, char** argv) try {
   // Each call's time as the slowest rank saw it.
   auto time_one = [&](auto&& call) {
     std::fill(buffer.begin(), buffer.end(), 0.5f + static_cast<float>(comm->rank()));
-    MPI_Barrier(MPI_COMM_WORLD);
-    auto t0 = Clock::now();
-    call();
-    double t = std::chrono::duration<double>(Clock::now() - t0).count();
-    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return t;
+    return slowest_rank_seconds(call);
   };
   auto bare = [&] {
     MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);

@@ -119,6 +119,7 @@ void GradientReducer::bucket_ready(size_t i) {
 // full or where the next gradient came cycle_time or more after the bucket's first.
 void GradientReducer::calibrate() {
   calibrating_ = false;
+  if (sources_.empty()) return;  // nothing to cut (on every rank: the same model)
   std::vector<int64_t> cuts(sources_.size(), 0);
   int64_t bucket_floats = policy_.bucket_bytes / static_cast<int64_t>(sizeof(float)), filled = 0;
   auto opened = ready_at_.back();

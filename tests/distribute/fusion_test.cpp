@@ -231,30 +231,17 @@ TEST(Hvd, DistributedOptimizerRefusesReplicasOfAStrategy) {
 
 TEST(Fusion, AllReducesKeepTheRankOrderSumFusedOrNot) {
   SKIP_WITHOUT_MPI();
-  for (int ranks : {2, 3}) {
-    TempDir dir;
-    Watched w = launch_check(dir, ranks, "fusion", 20000);
-    ASSERT_EQ(w.code, 0) << w.output;
-    expect_every_rank(w, ranks, "fusion keeps bits");
-  }
+  expect_scenario({2, 3}, "fusion", "fusion keeps bits");
 }
 
 TEST(Fusion, FitGivesTheSameBitsFusedAndUnfused) {
   SKIP_WITHOUT_MPI();
-  TempDir dir;
-  Watched w = launch_check(dir, 3, "train", 20000, {"1", "fused-bits"});
-  ASSERT_EQ(w.code, 0) << w.output;
-  expect_every_rank(w, 3, "fused bits match");
+  expect_scenario({3}, "train", "fused bits match", {"1", "fused-bits"});
 }
 
 TEST(Hvd, TrainsAsMultiWorkerMirroredStrategyOnTheSameGlobalBatches) {
   SKIP_WITHOUT_MPI();
-  for (int ranks : {2, 3}) {
-    TempDir dir;
-    Watched w = launch_check(dir, ranks, "hvd", 20000);
-    ASSERT_EQ(w.code, 0) << w.output;
-    expect_every_rank(w, ranks, "hvd matches the strategy");
-  }
+  expect_scenario({2, 3}, "hvd", "hvd matches the strategy");
 }
 
 // The tutorial's Horovod recipe (examples/hvd_mnist.cpp) on 2 processes: it trains, rank 0

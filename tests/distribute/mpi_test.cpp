@@ -13,13 +13,7 @@ namespace {
 
 TEST(MpiCommunicator, EveryCollectiveOnTwoAndThreeRanks) {
   SKIP_WITHOUT_MPI();
-  for (int ranks : {2, 3}) {
-    TempDir dir;
-    Watched w = launch_check(dir, ranks, "collectives", 20000);
-    ASSERT_EQ(w.code, 0) << w.output;
-    for (int r = 0; r < ranks; ++r)
-      EXPECT_NE(w.output.find(fmt::format("rank {}: ok", r)), std::string::npos) << w.output;
-  }
+  expect_scenario({2, 3}, "collectives", "ok");
 }
 
 TEST(MpiFailures, MismatchedSizesNameBothRanksAndValues) {
