@@ -11,6 +11,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <tuple>
 
 #include "distribute/launch_util.h"
 #include "tandem/distribute/strategy.h"
@@ -258,6 +259,32 @@ TEST(Hvd, TheRecipeExampleTrainsOnTwoProcesses) {
   EXPECT_NE(w.output.find("2 processes: test accuracy"), std::string::npos) << w.output;
   EXPECT_EQ(w.output.find("test accuracy"), w.output.rfind("test accuracy")) << w.output;
   EXPECT_TRUE(std::filesystem::exists(dir.file("ck/ckpt-2.safetensors")));
+}
+
+// tandem compare --predict: the ring's cost for the model's gradient bytes at each worker count
+// and link (mlp: 101,770 parameters, 407,080 bytes; 8 workers on 10 Gbit/s with 50 us per hop:
+// 2 · 7/8 · 407,080 · 8 / 1e10 s + 14 · 50 us = 1.270 ms), and mistakes named.
+TEST(Predict, PrintsTheRingsCostPerWorkerCountAndLink) {
+  TempDir dir;
+  Watched w = run_watched({TANDEM_CLI, "compare", "--model", "mlp", "--batch-size", "32", "--threads", "1", "--steps",
+                           "3", "--predict", "1,8", "--bandwidth", "10gbit,100mbit", "--overlap", "0.5"},
+                          dir, 120);
+  ASSERT_EQ(w.code, 0) << w.output;
+  EXPECT_NE(w.output.find("mlp: 407080 gradient bytes per step"), std::string::npos) << w.output;
+  EXPECT_NE(w.output.find("50% of the all-reduce hidden"), std::string::npos) << w.output;
+  EXPECT_NE(w.output.find("       8        10G"), std::string::npos) << w.output;
+  EXPECT_NE(w.output.find("          1.270"), std::string::npos) << w.output;  // 8 workers at 10 Gbit/s: all-reduce ms
+  EXPECT_NE(w.output.find("100.0%"), std::string::npos) << w.output;           // one worker: no all-reduce
+  for (auto [flag, value, message] :
+       {std::tuple{"--bandwidth", "fast", "--bandwidth \"fast\": expected a rate such as 10gbit"},
+        std::tuple{"--predict", "0", "--predict \"0\": expected worker counts such as 8,64,512"},
+        std::tuple{"--timeline", "missing.json", "missing.json"}}) {
+    std::vector<std::string> argv{TANDEM_CLI, "compare", "--model", "mlp", flag, value};
+    if (std::string(flag) != "--predict") argv.insert(argv.end(), {"--predict", "8"});
+    Watched bad = run_watched(argv, dir, 60);
+    EXPECT_NE(bad.code, 0) << flag;
+    EXPECT_NE(bad.output.find(message), std::string::npos) << bad.output;
+  }
 }
 
 }  // namespace

@@ -46,8 +46,8 @@ inline void expect_every_rank(const Watched& w, int ranks, const std::string& wh
 }
 
 // The check scenario on each of `rank_counts` ranks: it ends well and every rank printed "rank R: <what>".
-inline void expect_scenario(std::initializer_list<int> rank_counts, const std::string& scenario, const std::string& what,
-                            const std::vector<std::string>& args = {}) {
+inline void expect_scenario(std::initializer_list<int> rank_counts, const std::string& scenario,
+                            const std::string& what, const std::vector<std::string>& args = {}) {
   for (int ranks : rank_counts) {
     TempDir dir;
     Watched w = launch_check(dir, ranks, scenario, 20000, args);
