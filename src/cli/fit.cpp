@@ -121,8 +121,8 @@ distribute::Compression compression_named(const std::string& name) {
 }
 
 // Each worker's timeline file: `path` itself with one process, else with ".rank<R>" before its extension.
-std::string timeline_file(const distribute::Strategy& strategy, const std::string& path) {
-  const distribute::Communicator* workers = const_cast<distribute::Strategy&>(strategy).worker_communicator();
+std::string timeline_file(distribute::Strategy& strategy, const std::string& path) {
+  const distribute::Communicator* workers = strategy.worker_communicator();
   if (workers == nullptr || workers->size() == 1) return path;
   std::filesystem::path p(path);
   return (p.parent_path() / fmt::format("{}.rank{}{}", p.stem().string(), workers->rank(), p.extension().string()))

@@ -1,7 +1,7 @@
 // The communicator over MPI (tandem/collectives/mpi.h; the process's world and MPI's start and
 // end are in mpi_world.cpp). Collectives run with MPI's blocking calls (Open MPI's tuned
-// algorithms; float sums over 3 ranks or more, and compressed ones, with the rank-ordered
-// all-reduce below) in the order submitted: on a thread of the communicator, or on the caller while
+// algorithms; float sums over 3 ranks or more, and compressed ones, with the rank-ordered sum of
+// mpi_ordered_sum.cpp) in the order submitted: on a thread of the communicator, or on the caller while
 // that thread is idle; callers wait with the timeout, watching the control plane. Point to point
 // messages are posted by the caller (MPI_THREAD_MULTIPLE) and tested until done.
 #ifdef TANDEM_WITH_MPI
@@ -13,7 +13,6 @@
 #include <deque>
 #include <mutex>
 #include <thread>
-#include <type_traits>
 #include <utility>
 
 #include "tandem/error.h"
@@ -208,8 +207,8 @@ class MpiCommunicator : public Communicator {
     bool float_sum = dtype != DataType::Int64 && (op == ReduceOp::Sum || op == ReduceOp::Mean);
     if (float_sum && size_ > 2)
       return submit({int64_t(Kind::AllReduce), int64_t(dtype), count, int64_t(op)}, [=, this] {
-        if (dtype == DataType::Float32) ordered_sum(static_cast<float*>(data), count, Compression::None);
-        else ordered_sum(static_cast<double*>(data), count, Compression::None);
+        if (dtype == DataType::Float32) ordered_sum_.run(comm_, static_cast<float*>(data), count, Compression::None);
+        else ordered_sum_.run(comm_, static_cast<double*>(data), count);
         if (op == ReduceOp::Mean) divide(data, count, dtype, size_);
       });
     // Two ranks (or min, max, int64): every order gives the same bits (x0 + x1 = x1 + x0).
@@ -232,7 +231,7 @@ class MpiCommunicator : public Communicator {
       fail("all_reduce with {} compression: only sum and mean are reduced compressed", compression_name(wire));
     return submit({int64_t(Kind::AllReduce), int64_t(DataType::Float32), count, int64_t(op) + 4 * int64_t(wire)},
                   [=, this] {
-                    ordered_sum(data, count, wire);
+                    ordered_sum_.run(comm_, data, count, wire);
                     if (op == ReduceOp::Mean) {
                       divide(data, count, DataType::Float32, size_);
                       round_to_wire(data, count, wire);
@@ -309,74 +308,6 @@ class MpiCommunicator : public Communicator {
   }
 
  private:
-  // The sum of every rank's `count` values, each element's taken in rank order ((x0 + x1) + x2
-  // ...) whatever the buffer holds: rank b sums block b of the buffer from every rank's copy
-  // (all-to-all), then the sums are gathered. So packing tensors into one buffer (fusion), or
-  // cutting it anywhere, changes no bit. Each rank sends 2(n-1)/n of the buffer, as a ring does.
-  // With compression, the values and the sums travel as 16-bit codes (sums taken in float32).
-  template <class T>
-  void ordered_sum(T* data, int64_t count, Compression wire) {
-    constexpr int64_t piece = int64_t{1} << 28;  // MPI counts and displacements are ints
-    for (int64_t at = 0; at < count; at += piece) ordered_piece(data + at, std::min(piece, count - at), wire);
-  }
-  template <class T>
-  void ordered_piece(T* data, int64_t count, Compression wire) {
-    auto n = static_cast<size_t>(size_);
-    auto block_begin = [&](size_t b) { return static_cast<int>(count * static_cast<int64_t>(b) / size_); };
-    std::vector<int>& at = ints_[0];
-    std::vector<int>& len = ints_[1];
-    std::vector<int>& mine_at = ints_[2];
-    std::vector<int>& mine_len = ints_[3];
-    at.resize(n);
-    len.resize(n);
-    for (size_t b = 0; b < n; ++b) {
-      at[b] = block_begin(b);
-      len[b] = block_begin(b + 1) - at[b];
-    }
-    auto me = static_cast<size_t>(rank_);
-    int mine = len[me];
-    mine_len.assign(n, mine);
-    mine_at.resize(n);
-    for (size_t b = 0; b < n; ++b) mine_at[b] = static_cast<int>(b) * mine;
-    T* sum = data + at[me];
-    bool compressed = wire != Compression::None;
-    MPI_Datatype type = compressed ? MPI_UINT16_T : mpi_type(data_type_of<T>());
-    size_t item = compressed ? sizeof(uint16_t) : sizeof(T);
-    scratch_.resize(n * static_cast<size_t>(mine) * item + (compressed ? static_cast<size_t>(count) * item : 0));
-    void* blocks = scratch_.data();  // every rank's block `me`, in rank order
-    const void* send = data;
-    uint16_t* codes = nullptr;  // compressed: this rank's values, then the gathered sums
-    if constexpr (std::is_same_v<T, float>) {
-      if (compressed) {
-        codes = reinterpret_cast<uint16_t*>(scratch_.data() + n * static_cast<size_t>(mine) * item);
-        to_wire(data, count, wire, codes);
-        send = codes;
-      }
-    }
-    check_mpi(MPI_Alltoallv(send, len.data(), at.data(), type, blocks, mine_len.data(), mine_at.data(), type, comm_),
-              "MPI_Alltoallv");
-    if constexpr (std::is_same_v<T, float>) {
-      if (compressed) {
-        auto* from = static_cast<uint16_t*>(blocks);
-        from_wire(from, mine, wire, sum);
-        sums_.resize(static_cast<size_t>(mine));
-        for (size_t b = 1; b < n; ++b) {
-          from_wire(from + b * static_cast<size_t>(mine), mine, wire, sums_.data());
-          for (int i = 0; i < mine; ++i) sum[i] += sums_[static_cast<size_t>(i)];
-        }
-        to_wire(sum, mine, wire, codes + at[me]);
-        check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, type, codes, len.data(), at.data(), type, comm_), "MPI_Allgatherv");
-        from_wire(codes, count, wire, data);
-        return;
-      }
-    }
-    const T* from = static_cast<const T*>(blocks);
-    std::copy_n(from, mine, sum);
-    for (size_t b = 1; b < n; ++b)
-      for (int i = 0; i < mine; ++i) sum[i] += from[b * static_cast<size_t>(mine) + static_cast<size_t>(i)];
-    check_mpi(MPI_Allgatherv(MPI_IN_PLACE, 0, type, data, len.data(), at.data(), type, comm_), "MPI_Allgatherv");
-  }
-
   // A queued collective's handle.
   class Queued : public Work {
    public:
@@ -628,9 +559,7 @@ class MpiCommunicator : public Communicator {
   bool stop_ = false, serving_ = false;  // serving_: the communication thread is in an operation
   std::shared_ptr<Op> caller_op_;        // a synchronous one running on its caller's thread
   std::vector<float> packed_;            // grouped all-reduces
-  std::vector<char> scratch_;            // ordered sums: every rank's block, the 16-bit codes
-  std::vector<float> sums_;              // a block decoded
-  std::vector<int> ints_[4];             // ordered sums' counts and displacements
+  OrderedSum ordered_sum_;               // float sums over 3 ranks or more, compressed sums
   std::vector<Call> calls_;              // every rank's call, exchanged before each collective
   Timeline* timeline_ = nullptr;         // under mutex_
   std::thread thread_;

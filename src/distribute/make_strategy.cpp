@@ -1,0 +1,125 @@
+// Strategies by name (make_strategy: "mirrored:2:deterministic", "multiworker:4:2", ...) and the
+// workers' comparison of their settings before training (check_workers_agree).
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/collectives/mpi.h"
+#include "tandem/distribute/local_sgd.h"
+#include "tandem/distribute/multi_worker.h"
+#include "tandem/distribute/strategy.h"
+#include "tandem/error.h"
+#include "tandem/runtime.h"
+
+namespace tandem::distribute {
+
+namespace {
+// A count in a strategy's name: a number from 1 to `most`, else nullopt.
+std::optional<int> count_in_name(const std::string& n, int most) {
+  if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1 ||
+      std::stoi(n) > most)
+    return std::nullopt;
+  return std::stoi(n);
+}
+}  // namespace
+
+void check_workers_agree(Strategy& strategy, const std::string& what, const std::string& text) {
+  Communicator* workers = strategy.worker_communicator();
+  if (workers == nullptr || workers->size() == 1) return;
+  auto n = static_cast<size_t>(workers->size());
+  std::vector<int64_t> lengths(n);
+  auto length = static_cast<int64_t>(text.size());
+  workers->all_gather(&length, 1, lengths.data(), DataType::Int64);
+  int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  std::vector<int64_t> mine(static_cast<size_t>(longest + 7) / 8, 0), all(mine.size() * n);
+  std::memcpy(mine.data(), text.data(), text.size());
+  workers->all_gather(mine.data(), static_cast<int64_t>(mine.size()), all.data(), DataType::Int64);
+  auto text_of = [&](size_t w) {
+    return std::string(reinterpret_cast<const char*>(all.data() + w * mine.size()), static_cast<size_t>(lengths[w]));
+  };
+  for (size_t w = 1; w < n; ++w)
+    if (text_of(w) != text_of(0))
+      fail("{}: workers disagree on {}: worker 0 (host {}) has {}, worker {} (host {}) has {}", strategy.name(), what,
+           mpi_host_of(0), text_of(0), w, mpi_host_of(static_cast<int>(w)), text_of(w));
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica) {
+  StrategySettings settings;
+  settings.threads_per_replica = threads_per_replica;
+  return make_strategy(spec, settings);
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings) {
+  int threads_per_replica = settings.threads_per_replica;
+  auto bad = [&](const std::string& why) -> std::unique_ptr<Strategy> {
+    fail(
+        "strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]], "
+        "central[:N[:deterministic]], local_sgd[:N[:K]] or multiworker[:W[:L]][:deterministic]",
+        spec, why);
+  };
+  if (spec == "default") return nullptr;
+  if (spec == "one_device") return std::make_unique<OneDeviceStrategy>();
+  std::vector<std::string> parts;
+  for (size_t at = 0;;) {
+    size_t colon = spec.find(':', at);
+    parts.push_back(spec.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
+    if (colon == std::string::npos) break;
+    at = colon + 1;
+  }
+  if (parts[0] == "one_device" || parts[0] == "default")
+    return bad("\"" + parts[0] + "\" takes no replica count or options");
+  if (parts[0] == "multiworker") {
+    MultiWorkerOptions options;
+    options.threads_per_replica = threads_per_replica;
+    options.bucket_bytes = settings.bucket_bytes;
+    options.cycle_time = settings.cycle_time;
+    options.compression = settings.compression;
+    options.timeout = settings.timeout;
+    options.on_failure = settings.on_failure;
+    if (parts.size() > 1 && parts.back() == "deterministic") {
+      options.deterministic = true;
+      parts.pop_back();
+    }
+    if (parts.size() > 3) return bad("too many parts");
+    for (size_t i = 1; i < parts.size(); ++i) {
+      std::optional<int> n = count_in_name(parts[i], kMaxThreads);
+      if (!n)
+        return bad(fmt::format("the {} count \"{}\" is not a number from 1 to {}", i == 1 ? "worker" : "local replica",
+                               parts[i], kMaxThreads));
+      (i == 1 ? options.num_workers : options.local_replicas) = *n;
+    }
+    return std::make_unique<MultiWorkerMirroredStrategy>(options);
+  }
+  if (parts[0] != "mirrored" && parts[0] != "central" && parts[0] != "local_sgd")
+    return bad("unknown strategy \"" + parts[0] + "\"");
+  if (parts.size() > 3) return bad("too many parts");
+  int replicas = 0;
+  if (parts.size() > 1) {
+    std::optional<int> n = count_in_name(parts[1], kMaxThreads);
+    if (!n) return bad(fmt::format("the replica count \"{}\" is not a number from 1 to {}", parts[1], kMaxThreads));
+    replicas = *n;
+  }
+  if (parts[0] == "local_sgd") {
+    LocalSgdOptions options{.num_replicas = replicas, .threads_per_replica = threads_per_replica};
+    if (parts.size() > 2) {
+      std::optional<int> k = count_in_name(parts[2], 999999);
+      if (!k) return bad(fmt::format("the steps between averages \"{}\" is not a number from 1 to 999999", parts[2]));
+      options.sync_every = *k;
+    }
+    return std::make_unique<LocalSgdStrategy>(options);
+  }
+  MirroredOptions options{.num_replicas = replicas, .threads_per_replica = threads_per_replica};
+  options.bucket_bytes = settings.bucket_bytes;
+  options.cycle_time = settings.cycle_time;
+  options.compression = settings.compression;
+  if (parts.size() > 2) {
+    if (parts[2] != "deterministic") return bad("unknown option \"" + parts[2] + "\"");
+    options.deterministic = true;
+  }
+  if (parts[0] == "central") return std::make_unique<CentralStorageStrategy>(options);
+  return std::make_unique<MirroredStrategy>(options);
+}
+
+}  // namespace tandem::distribute
