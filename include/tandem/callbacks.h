@@ -121,6 +121,7 @@ class BackupAndRestore : public Callback {
   std::string backup_path() const { return dir_ + "/backup.safetensors"; }
 
  private:
+  void write_backup();
   std::string dir_;
   BackupAndRestoreOptions options_;
   int64_t steps_ = 0;

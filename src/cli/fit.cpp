@@ -243,6 +243,7 @@ void run_fit(FitFlags f) {
   Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!chief) return;  // the chief writes the final checkpoint and the report
+  distribute::JobPhase phase(strategy.get(), "the final report");
   std::printf("Test loss: %.4f - test accuracy: %.2f%% (%.1f s wall)\n", log_value(test, "loss"),
               100.0 * log_value(test, "accuracy"), wall);
   if (!f.checkpoint_dir.empty()) {

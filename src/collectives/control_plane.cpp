@@ -12,9 +12,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 #include "tandem/error.h"
 
@@ -30,7 +35,27 @@ std::string encode(const std::vector<int64_t>& values) {
   return {reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t)};
 }
 
+// "checkpoint writing", "checkpoint-writing" and "Checkpoint_Writing" name the same phase.
+std::string phase_key(const std::string& phase) {
+  std::string key;
+  for (char c : phase) key += c == ' ' || c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return key;
+}
+
+std::string during(const std::string& phase) { return phase.empty() ? std::string() : " during " + phase; }
+
 }  // namespace
+
+int test_fault_signal(int rank, const std::string& phase) {
+  const char* fault = std::getenv("TANDEM_TEST_FAULT");
+  if (fault == nullptr) return 0;
+  char kind[8] = {}, at[64] = {};
+  int who = -1;
+  if (std::sscanf(fault, "%7[a-z]:%d:%63[a-zA-Z_ -]", kind, &who, at) != 3 || who != rank ||
+      phase_key(at) != phase_key(phase))
+    return 0;
+  return std::string(kind) == "kill" ? SIGKILL : std::string(kind) == "stop" ? SIGSTOP : 0;
+}
 
 std::vector<std::string> local_addresses() {
   std::vector<std::string> out, loopback;
@@ -106,7 +131,8 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
       timeout_(timeout),
       interval_(std::clamp(timeout / 8, std::chrono::milliseconds(20), std::chrono::milliseconds(1000))),
       on_failure_(std::move(on_failure)),
-      progress_(hosts_.size(), 0) {
+      progress_(hosts_.size(), 0),
+      phases_(hosts_.size(), "start-up") {
   std::string text;
   if (rank_ == 0) {
     listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -185,6 +211,30 @@ ControlPlane::~ControlPlane() {
 
 std::string ControlPlane::who(int rank) const { return fmt::format("rank {} (host {})", rank, host(rank)); }
 
+std::string ControlPlane::set_phase(const std::string& phase) {
+  std::string before;
+  {
+    std::lock_guard lock(mutex_);
+    before = std::exchange(phases_[static_cast<size_t>(rank_)], phase);
+  }
+  beat_now_.store(true, std::memory_order_release);
+  if (int signal = test_fault_signal(rank_, phase)) {
+    // The phase's beat goes out first, so that the others can name it.
+    int64_t beats = beats_.load(std::memory_order_acquire);
+    for (int i = 0; i < 400 && beats_.load(std::memory_order_acquire) < beats + 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    raise(signal);
+  }
+  return before;
+}
+
+std::string ControlPlane::phase() const { return phase_of(rank_); }
+
+std::string ControlPlane::phase_of(int rank) const {
+  std::lock_guard lock(mutex_);
+  return rank >= 0 && rank < size() ? phases_[static_cast<size_t>(rank)] : std::string();
+}
+
 std::vector<int64_t> ControlPlane::progress() const {
   std::lock_guard lock(mutex_);
   std::vector<int64_t> out = progress_;
@@ -199,11 +249,25 @@ std::string ControlPlane::failure() const {
 
 void ControlPlane::report_failure(const std::string& message) { set_failure(message, true); }
 
-void ControlPlane::leave() {
-  leaving_ = true;
+// The control thread sends the byes (run()); silence and closed connections are watched meanwhile,
+// so a rank that never comes fails the job.
+bool ControlPlane::leave_and_wait() {
+  leaving_.store(true, std::memory_order_release);
+  while (!failed() && !(said_bye_.load(std::memory_order_acquire) &&
+                        left_.load(std::memory_order_acquire) >= (rank_ == 0 ? size() - 1 : 1)))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return !failed();
+}
+
+// On the control thread: another rank says bye as soon as it leaves; rank 0 once every other has
+// (its bye lets them go).
+void ControlPlane::say_bye_when_due() {
+  if (!leaving_.load(std::memory_order_acquire) || said_bye_.load(std::memory_order_relaxed) || failed()) return;
+  if (rank_ == 0 && left_.load(std::memory_order_acquire) < size() - 1) return;
   std::lock_guard lock(mutex_);
   for (Peer& p : peers_)
     if (p.fd >= 0) send_to(p, kBye, {});
+  said_bye_.store(true, std::memory_order_release);
 }
 
 void ControlPlane::set_failure(const std::string& message, bool tell_others) {
@@ -215,7 +279,7 @@ void ControlPlane::set_failure(const std::string& message, bool tell_others) {
     // Rank 0 relays to every rank; another rank tells rank 0, which relays.
     if (tell_others || rank_ == 0)
       for (Peer& p : peers_)
-        if (p.fd >= 0 && !p.left) send_to(p, kFail, message);
+        if (p.fd >= 0) send_to(p, kFail, message);
   }
   if (on_failure_) on_failure_(message);
 }
@@ -228,10 +292,10 @@ void ControlPlane::send_to(Peer& peer, uint32_t type, const std::string& payload
 }
 
 void ControlPlane::run() {
-  auto next_beat = Clock::now();
+  auto next_beat = Clock::now(), last_turn = Clock::now();
   std::vector<pollfd> fds;
   while (!stop_) {
-    if (Clock::now() >= next_beat) {
+    if (Clock::now() >= next_beat || beat_now_.exchange(false, std::memory_order_acq_rel)) {
       beat();
       next_beat = Clock::now() + interval_;
     }
@@ -239,45 +303,56 @@ void ControlPlane::run() {
     for (Peer& p : peers_) fds.push_back({p.fd, static_cast<short>(p.fd >= 0 && !p.left ? POLLIN : 0), 0});
     int wait = static_cast<int>(
         std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()).count()));
-    if (poll(fds.data(), fds.size(), std::min(wait, 50)) > 0) {
+    int ready = poll(fds.data(), fds.size(), std::min(wait, 50));
+    // This process was stopped (SIGSTOP, a debugger) past the timeout: the others have ended the
+    // job meanwhile; say so rather than blame them as their connections close.
+    if (auto now = Clock::now(); now - last_turn > timeout_ && !failed())
+      set_failure(fmt::format("{} was stopped for {:.1f} s{}: the other ranks have ended the job without it", who(rank_),
+                              std::chrono::duration<double>(now - last_turn).count(), during(phase())),
+                  false);
+    last_turn = Clock::now();
+    if (ready > 0) {
       for (size_t i = 0; i < peers_.size(); ++i)
         if (fds[i].revents != 0 && !read_from(rank_ == 0 ? static_cast<int>(i) : 0, peers_[i])) {
           Peer& p = peers_[i];
           int from = rank_ == 0 ? static_cast<int>(i) : 0;
           close(p.fd);
           p.fd = -1;
-          if (!p.left && !leaving_ && !stop_)
-            set_failure(
-                fmt::format("{} died: its control connection closed (the process exited or was killed)", who(from)),
-                true);
+          if (!p.left && !stop_)
+            set_failure(fmt::format("{} died{}: its control connection closed (the process exited or was killed)",
+                                    who(from), during(phase_of(from))),
+                        true);
         }
     }
     check_silence();
+    say_bye_when_due();
   }
 }
 
 void ControlPlane::beat() {
   std::lock_guard lock(mutex_);
+  beats_.fetch_add(1, std::memory_order_release);
   if (rank_ == 0) {
     progress_[0] = entered_.load(std::memory_order_relaxed);
     std::string table = encode(progress_);
+    for (const std::string& phase : phases_) table += phase + '\n';
     for (Peer& p : peers_)
-      if (p.fd >= 0 && !p.left) send_to(p, kTable, table);
+      if (p.fd >= 0) send_to(p, kTable, table);
   } else if (peers_[0].fd >= 0) {
-    send_to(peers_[0], kBeat, encode({entered_.load(std::memory_order_relaxed)}));
+    send_to(peers_[0], kBeat, encode({entered_.load(std::memory_order_relaxed)}) + phases_[static_cast<size_t>(rank_)]);
   }
 }
 
 void ControlPlane::check_silence() {
-  if (failed_ || leaving_) return;
+  if (failed_) return;
   auto now = Clock::now();
   for (size_t i = 0; i < peers_.size(); ++i) {
     Peer& p = peers_[i];
     if (p.fd < 0 || p.left || now - p.heard <= timeout_) continue;
     int from = rank_ == 0 ? static_cast<int>(i) : 0;
-    set_failure(fmt::format("{} stopped answering: no beat on its control connection for {} s (the process is "
+    set_failure(fmt::format("{} stopped answering{}: no beat on its control connection for {} s (the process is "
                             "stopped, or its machine or network is down)",
-                            who(from), seconds(timeout_)),
+                            who(from), during(phase_of(from)), seconds(timeout_)),
                 true);
     return;
   }
@@ -304,7 +379,10 @@ bool ControlPlane::read_from(int from, Peer& peer) {
     if (peer.in.size() < 8 + length) break;
     std::string payload = peer.in.substr(8, length);
     peer.in.erase(0, 8 + length);
-    if (type == kBye) peer.left = true;
+    if (type == kBye && !peer.left) {
+      peer.left = true;
+      left_.fetch_add(1, std::memory_order_release);
+    }
     handle(from, type, payload);
   }
   return true;
@@ -313,12 +391,18 @@ bool ControlPlane::read_from(int from, Peer& peer) {
 void ControlPlane::handle(int from, uint32_t type, const std::string& payload) {
   if (type == kFail) {
     set_failure(payload, false);
-  } else if (type == kBeat && rank_ == 0 && payload.size() == sizeof(int64_t)) {
+  } else if (type == kBeat && rank_ == 0 && payload.size() >= sizeof(int64_t)) {
     std::lock_guard lock(mutex_);
     std::memcpy(&progress_[static_cast<size_t>(from)], payload.data(), sizeof(int64_t));
-  } else if (type == kTable && payload.size() == progress_.size() * sizeof(int64_t)) {
+    phases_[static_cast<size_t>(from)] = payload.substr(sizeof(int64_t), 64);
+  } else if (type == kTable && payload.size() >= progress_.size() * sizeof(int64_t)) {
     std::lock_guard lock(mutex_);
-    std::memcpy(progress_.data(), payload.data(), payload.size());
+    size_t bytes = progress_.size() * sizeof(int64_t);
+    std::memcpy(progress_.data(), payload.data(), bytes);
+    std::istringstream phases(payload.substr(bytes));
+    std::string phase;
+    for (size_t r = 0; r < phases_.size() && std::getline(phases, phase); ++r)
+      if (static_cast<int>(r) != rank_) phases_[r] = phase.substr(0, 64);
   } else if (type == kBye && rank_ == 0) {
     std::lock_guard lock(mutex_);
     progress_[static_cast<size_t>(from)] = -1;

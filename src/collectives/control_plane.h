@@ -1,8 +1,11 @@
 #pragma once
 // The MPI ranks' control connections (collectives/mpi.h): every rank keeps a TCP connection to
-// rank 0 and beats on it with how far it has come (the world's collectives it has entered); rank 0
-// answers with everyone's. A closed connection, a silent rank, or a failure reported by a rank
-// ends the job on every rank: failed() becomes true everywhere with one message naming the rank.
+// rank 0 and beats on it with how far it has come (the world's collectives it has entered) and
+// the phase of the job it is in (training, checkpoint writing, shutdown...); rank 0 answers with
+// everyone's. A closed connection, a silent rank, or a failure reported by a rank ends the job on
+// every rank: failed() becomes true everywhere with one message naming the rank and its phase.
+// The watch lasts until every rank has left (leave_and_wait): a rank that stops during shutdown
+// is named like one that stops mid-training.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -13,6 +16,12 @@
 #include <vector>
 
 namespace tandem::distribute::detail {
+
+// The test hook TANDEM_TEST_FAULT=stop:RANK:PHASE or kill:RANK:PHASE: rank RANK stops (SIGSTOP)
+// or dies (SIGKILL) as it enters PHASE ("start-up", "training", "checkpoint writing"; dashes for
+// spaces). Other values, and other ranks, do nothing.
+// Returns the signal to raise (0: none).
+int test_fault_signal(int rank, const std::string& phase);
 
 // The IPv4 addresses of this machine's interfaces that are up, loopback last.
 std::vector<std::string> local_addresses();
@@ -38,13 +47,21 @@ class ControlPlane {
   void entered(int64_t seq) { entered_.store(seq, std::memory_order_relaxed); }
   // The latest collective each rank has entered, as last heard (-1: a rank that has left).
   std::vector<int64_t> progress() const;
+  // The phase this rank is in (said in every beat, and in failures that name it); also where the
+  // test hook (test_fault) stops or kills this rank.
+  std::string set_phase(const std::string& phase);  // returns the phase before
+  std::string phase() const;
+  // A rank's phase as last heard ("" when not heard yet).
+  std::string phase_of(int rank) const;
 
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   std::string failure() const;
   // A failure seen here: every rank learns it (the first one wins on each rank).
   void report_failure(const std::string& message);
-  // Clean end: the others stop expecting beats from this rank.
-  void leave();
+  // Clean end, collective: says so to the others and waits (at most the timeout of silence from
+  // any rank still expected) until every rank has come to it: rank 0 until all others have, the
+  // others until rank 0 has. False when the job failed meanwhile (failure() says why).
+  bool leave_and_wait();
 
  private:
   struct Peer {
@@ -60,6 +77,7 @@ class ControlPlane {
   void send_to(Peer& peer, uint32_t type, const std::string& payload);
   void set_failure(const std::string& message, bool tell_others);
   void check_silence();
+  void say_bye_when_due();
   int rank_;
   std::vector<std::string> hosts_;
   std::chrono::milliseconds timeout_, interval_;
@@ -67,10 +85,13 @@ class ControlPlane {
   int listen_fd_ = -1;
   std::vector<Peer> peers_;  // rank 0: one per other rank; others: [0] is rank 0
   std::atomic<int64_t> entered_{0};
+  std::atomic<int> left_{0};  // peers whose bye has come
+  std::atomic<int64_t> beats_{0};
   mutable std::mutex mutex_;  // progress_, failure_, sends
   std::vector<int64_t> progress_;
+  std::vector<std::string> phases_;  // each rank's, as last heard; this rank's own
   std::string failure_;
-  std::atomic<bool> failed_{false}, stop_{false}, leaving_{false};
+  std::atomic<bool> failed_{false}, stop_{false}, leaving_{false}, said_bye_{false}, beat_now_{false};
   std::thread thread_;
 };
 

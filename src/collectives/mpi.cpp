@@ -141,7 +141,6 @@ class MpiCommunicator : public Communicator {
     if (!control_->failed()) {
       MPI_Group_free(&group_);
       MPI_Comm_free(&comm_);
-      if (is_world_) control_->leave();  // the others stop expecting this rank's beats
     }
   }
 
@@ -150,6 +149,7 @@ class MpiCommunicator : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   bool runs_in_background() const override { return true; }
+  std::string set_phase(const std::string& phase) override { return control_->set_phase(phase); }
   void set_timeline(Timeline* timeline) override {
     std::lock_guard lock(mutex_);
     timeline_ = timeline;
@@ -537,7 +537,8 @@ class MpiCommunicator : public Communicator {
         if (at >= seq) continue;
         late +=
             fmt::format("{}{} {}", late.empty() ? "" : "; ", control_->who(r),
-                        at < 0 ? std::string("has finished") : fmt::format("has not entered it (its last: #{})", at));
+                        at < 0 ? std::string("has finished")
+                               : fmt::format("has not entered it (its last: #{}, during {})", at, control_->phase_of(r)));
       }
     }
     if (late.empty() && seq > 0) late = "every rank has entered it; MPI has not completed it";

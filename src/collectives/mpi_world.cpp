@@ -1,9 +1,19 @@
 // The process's MPI world (tandem/collectives/mpi.h): MPI started once (MPI_THREAD_MULTIPLE), the
-// ranks' host names, the control plane, and MPI's end at exit when no rank has failed. Without
-// MPI in the build, the stubs that say so.
+// ranks' host names, the control plane, and MPI's end at exit when no rank has failed. MPI's own
+// start and end wait on every rank with no timeout: both run under a watchdog, and the end only
+// after every rank has said on the control plane that it is ending. Without MPI in the build, the
+// stubs that say so.
+#include <unistd.h>
+
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tandem/collectives/mpi.h"
@@ -43,6 +53,75 @@ namespace {
 using detail::check_mpi;
 using detail::ControlPlane;
 
+[[noreturn]] void end_process(const std::string& message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::fflush(stderr);
+  _exit(1);
+}
+
+// Ends the process with its message (exit status 1) unless destroyed within `limit`: for the MPI
+// calls that wait on other ranks and have no timeout of their own (MPI_Init, MPI_Finalize).
+class Watchdog {
+ public:
+  Watchdog(std::chrono::milliseconds limit, std::function<std::string()> message)
+      : thread_([this, limit, message = std::move(message)] {
+          std::unique_lock lock(mutex_);
+          if (!changed_.wait_for(lock, limit, [this] { return done_; })) end_process(message());
+        }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts once the rest is made
+};
+
+int launcher_env(const char* open_mpi, const char* pmix, int fallback) {
+  for (const char* name : {open_mpi, pmix})
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  return fallback;
+}
+
+std::string this_host() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// Before the control plane: who this rank is and which others it waits on, from the launcher's
+// environment.
+std::string waiting_at_start(int rank, int size, const std::string& what, std::chrono::milliseconds limit) {
+  std::string others;
+  if (size == 2) others = fmt::format("rank {} has", 1 - rank);
+  else others = fmt::format("one of the other {} ranks has", size - 1);
+  return fmt::format(
+      "rank {} (host {}) waited {} s in {} during start-up: {} not come to it (it died, is stopped, or was not "
+      "started); the job ends",
+      rank, this_host(), static_cast<double>(limit.count()) / 1000.0, what, others);
+}
+
+// A rank the launcher ends (SIGTERM) before the control plane is up says what it was doing:
+// the launcher names the rank that failed, not the phase. Written before the handler is set.
+char ended_at_start[256];
+
+void say_when_ended_at_start(int) {
+  ssize_t n = write(2, ended_at_start, std::strlen(ended_at_start));
+  (void)n;
+  signal(SIGTERM, SIG_DFL);
+  raise(SIGTERM);
+}
+
 // Process-wide: MPI is initialized once, and finalized at exit when no rank has failed.
 struct World {
   std::mutex mutex;
@@ -55,6 +134,26 @@ World& world() {
   return w;
 }
 
+// At exit. MPI_Finalize waits for every rank: first every rank says on the control plane that it
+// is ending (a rank that dies or stops before it does is named, with its phase, within the
+// timeout); then MPI ends under a watchdog, for a rank stopped between the two.
+void end_mpi() {
+  World& w = world();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0 || !w.control) return;
+  if (w.control->failed()) end_process(w.control->failure());
+  w.control->set_phase("shutdown");
+  if (!w.control->leave_and_wait()) end_process(w.control->failure());
+  Watchdog end(w.control->timeout(), [&] {
+    return fmt::format(
+        "{} waited {} s in MPI's end (MPI_Finalize) during shutdown, after every rank had come to it: a rank has "
+        "stopped since; the job ends",
+        w.control->who(w.control->rank()), static_cast<double>(w.control->timeout().count()) / 1000.0);
+  });
+  MPI_Finalize();
+}
+
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& options) {
@@ -62,10 +161,25 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
   std::lock_guard lock(w.mutex);
   if (w.made) fail("MPI: the world communicator is made once per process (MPI cannot start again)");
   if (options.timeout.count() <= 0) fail("MPI: the timeout must be positive, not {} ms", options.timeout.count());
+  int launched_rank = launcher_env("OMPI_COMM_WORLD_RANK", "PMIX_RANK", 0);
+  int launched_size = launcher_env("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
+  if (int signal = detail::test_fault_signal(launched_rank, "start-up")) raise(signal);
+  std::snprintf(ended_at_start, sizeof ended_at_start,
+                "error: rank %d (host %s) was ended by the launcher during start-up: another rank failed to start, or "
+                "this one was stopped\n",
+                launched_rank, this_host().c_str());
+  auto previous_term = signal(SIGTERM, say_when_ended_at_start);
   int provided = 0, initialized = 0;
   MPI_Initialized(&initialized);
-  if (initialized == 0) check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
-  else MPI_Query_thread(&provided);
+  if (initialized == 0) {
+    Watchdog start(options.timeout, [&] {
+      return waiting_at_start(launched_rank, launched_size, "MPI's start (MPI_Init)", options.timeout);
+    });
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (int signal = detail::test_fault_signal(launched_rank, "connecting")) raise(signal);
   if (provided < MPI_THREAD_MULTIPLE)
     fail("MPI: this MPI library gives thread level {}, and Tandem needs MPI_THREAD_MULTIPLE ({})", provided,
          MPI_THREAD_MULTIPLE);
@@ -77,6 +191,11 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int length = 0;
   MPI_Get_processor_name(name, &length);
+  // The host names and rank 0's port go over MPI, which cannot time out.
+  Watchdog connecting(options.timeout, [&] {
+    return waiting_at_start(rank, size, "the exchange of host names and rank 0's port (MPI_Allgather, MPI_Bcast)",
+                            options.timeout);
+  });
   std::vector<char> names(static_cast<size_t>(size) * MPI_MAX_PROCESSOR_NAME);
   check_mpi(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
                           MPI_COMM_WORLD),
@@ -91,13 +210,9 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
   w.control = std::make_shared<ControlPlane>(rank, w.hosts, options.timeout, options.on_failure, exchange);
   MPI_Comm comm;
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
+  signal(SIGTERM, previous_term);
   static bool finalize_registered = [] {
-    std::atexit([] {
-      World& w = world();
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (finalized == 0 && w.control && !w.control->failed()) MPI_Finalize();
-    });
+    std::atexit(end_mpi);
     return true;
   }();
   (void)finalize_registered;

@@ -78,6 +78,7 @@ void ModelCheckpoint::save(int epoch, const Logs& logs) {
   if (!path.ends_with(".safetensors")) path += ".safetensors";
   fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
+  distribute::JobPhase phase(model->strategy(), "checkpoint writing");
   if (options_.save_weights_only) model->save_weights(path);
   else model->save_checkpoint(path);
   record_latest(path);
@@ -152,12 +153,15 @@ void BackupAndRestore::on_train_begin(const Logs&) {
 
 void BackupAndRestore::on_batch_end(int64_t, const Logs&) {
   ++steps_;
-  if (options_.save_freq > 0 && steps_ % options_.save_freq == 0 && writes_files() && weights_are_finite(*model))
-    model->save_checkpoint(backup_path());
+  if (options_.save_freq > 0 && steps_ % options_.save_freq == 0) write_backup();
 }
 
-void BackupAndRestore::on_epoch_end(int, const Logs&) {
-  if (writes_files() && weights_are_finite(*model)) model->save_checkpoint(backup_path());
+void BackupAndRestore::on_epoch_end(int, const Logs&) { write_backup(); }
+
+void BackupAndRestore::write_backup() {
+  if (!writes_files() || !weights_are_finite(*model)) return;
+  distribute::JobPhase phase(model->strategy(), "backup writing");
+  model->save_checkpoint(backup_path());
 }
 
 void BackupAndRestore::on_train_end(const Logs&) {

@@ -161,6 +161,7 @@ struct Sequential::TrainingRun {
 
 History Sequential::train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch,
                                const Tensor& x_val, const Tensor& y_val) {
+  distribute::set_job_phase(strategy_, "agreement checks");
   if (strategy_ != nullptr && strategy_->worker_communicator() != nullptr) {
     // Workers that differ would deadlock or silently train different things: compare first.
     std::string run_text = fmt::format("steps per epoch {}, epochs {}, validation rows {}", steps, options.epochs,
@@ -174,6 +175,7 @@ History Sequential::train_loop(const FitOptions& options, int64_t steps, const B
     for (const auto& [key, value] : run_signature_) model_text += fmt::format("{}: {}; ", key, value);
     distribute::check_workers_agree(*strategy_, "the model, optimizer and batch size", model_text);
   }
+  distribute::set_job_phase(strategy_, "training");
   // Only the chief prints progress (the others train the same steps).
   int verbose = strategy_ == nullptr || strategy_->is_chief() ? options.verbose : 0;
   TrainingRun run{options, steps, next_batch, x_val, y_val, {}, {}, {}, {}, {}, {}};
@@ -319,6 +321,7 @@ void Sequential::end_epoch(TrainingRun& run, int epoch, int64_t steps_done) {
   Logs& logs = run.logs;
   current_logs(logs);
   if (run.x_val.defined()) {
+    distribute::JobPhase phase(strategy_, "validation");
     Logs val = run_evaluation(run.x_val, run.y_val, run.options.batch_size);
     for (const auto& [name, value] : val) logs.emplace_back("val_" + name, value);
   }
@@ -395,6 +398,7 @@ Logs Sequential::evaluate(const Tensor& x, const Tensor& y, const EvaluateOption
   if (options.batch_size <= 0) fail("evaluate: batch_size must be positive, got {}", options.batch_size);
   if (!y.defined()) fail("evaluate: y is undefined");
   check_data(x, y, "evaluate");
+  distribute::JobPhase phase(strategy_, "evaluation");
   Logs logs = run_evaluation(x, y, options.batch_size);
   if (options.verbose > 0) {
     std::string line = fmt::format("{}/{}", (x.dim(0) + options.batch_size - 1) / options.batch_size,

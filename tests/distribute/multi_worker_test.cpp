@@ -6,9 +6,13 @@
 // Every run is under a watchdog that kills its process group. Skipped without MPI.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "distribute/launch_util.h"
 
@@ -219,6 +223,70 @@ TEST(MultiWorker, KilledMidEpochResumesOnTwoOrThreeWorkersToTheSameBits) {
     ASSERT_EQ(resumed.code, 0) << resumed.output;
     expect_same_final_weights(dir.file("reference/final.safetensors"), ck + "/final.safetensors",
                               fmt::format("resumed on {} workers", resume_on));
+  }
+}
+
+// The processes whose command line mentions `text` (other than this one), after up to 2 s for
+// them to go.
+std::vector<std::string> processes_mentioning(const std::string& text) {
+  std::vector<std::string> found;
+  for (int tries = 0; tries < 20; ++tries) {
+    found.clear();
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      std::string pid = entry.path().filename().string();
+      if (pid.find_first_not_of("0123456789") != std::string::npos || pid == std::to_string(getpid())) continue;
+      std::string cmdline;
+      try {
+        cmdline = io::read_file(entry.path().string() + "/cmdline");
+      } catch (const std::exception&) {
+        continue;  // gone meanwhile
+      }
+      std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+      if (cmdline.find(text) != std::string::npos) found.push_back(pid + ": " + cmdline);
+    }
+    if (found.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return found;
+}
+
+// Every phase of a job, with one of two workers killed (SIGKILL) or stopped (SIGSTOP) as it
+// enters it (TANDEM_TEST_FAULT=kill|stop:RANK:PHASE): the job ends non-zero within the timeout
+// and a few seconds, the output names the rank and the phase, and no process is left. The chief
+// alone enters the phases that write files, so it is the one stopped there.
+TEST(MultiWorker, ARankKilledOrStoppedInAnyPhaseEndsTheJobNamingTheRankAndThePhase) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  constexpr double kTimeout = 2;
+  struct Case {
+    const char* phase;  // as the hook takes it
+    int rank;
+    const char* named;  // the phase as the message names it
+  };
+  for (const char* kind : {"kill", "stop"}) {
+    for (Case c : {Case{"start-up", 1, "start-up"}, Case{"start-up", 0, "start-up"}, Case{"connecting", 1, "start-up"},
+                   Case{"agreement-checks", 1, "agreement checks"}, Case{"training", 1, "training"},
+                   Case{"validation", 1, "validation"}, Case{"evaluation", 1, "evaluation"},
+                   Case{"checkpoint-writing", 0, "checkpoint writing"}, Case{"backup-writing", 0, "backup writing"},
+                   Case{"the-final-report", 0, "the final report"}, Case{"shutdown", 1, "shutdown"},
+                   Case{"shutdown", 0, "shutdown"}}) {
+      std::string what = fmt::format("{}:{}:{}", kind, c.rank, c.phase);
+      std::vector<std::string> args = fit_args(dir, "multiworker", dir.file("ck-" + what), kTimeout);
+      args.insert(args.end(), {"--validation-split", "0.1"});
+      Watched w = run_watched(launched(2, args), dir, 60, "fault.log", {"TANDEM_TEST_FAULT=" + what});
+      EXPECT_NE(w.code, 0) << what << "\n" << w.output;
+      EXPECT_FALSE(w.killed) << what << ": the watchdog had to end it\n" << w.output;
+      EXPECT_LT(w.seconds, kTimeout + 10) << what << "\n" << w.output;
+      if (std::string(kind) == "kill")
+        EXPECT_TRUE(names_killed_rank(w.output, c.rank)) << what << "\n" << w.output;
+      else
+        EXPECT_NE(w.output.find(fmt::format("rank {}", c.rank)), std::string::npos) << what << "\n" << w.output;
+      EXPECT_NE(w.output.find(fmt::format("during {}", c.named)), std::string::npos) << what << "\n" << w.output;
+      std::vector<std::string> left = processes_mentioning(dir.path());
+      EXPECT_TRUE(left.empty()) << what << ": left behind: " << (left.empty() ? "" : left[0]);
+      for (const std::string& p : left) kill(std::stoi(p.substr(0, p.find(':'))), SIGKILL);
+    }
   }
 }
 

@@ -101,6 +101,13 @@ class Communicator {
   // Whether the asynchronous forms run in the background (a thread of the communicator's), so
   // that work submitted early overlaps the caller's; else they cost what the synchronous ones do.
   virtual bool runs_in_background() const { return false; }
+  // The phase of the job this process is in ("training", "checkpoint writing", ...): said to the
+  // other processes, so that a failure names it; returns the phase before. Only communicators
+  // across processes keep it.
+  virtual std::string set_phase(const std::string& phase) {
+    (void)phase;
+    return "";
+  }
   // Where the communicator records its collectives' spans (null: nowhere); the timeline must
   // outlive its use. Only communicators that talk to other processes record (MPI).
   virtual void set_timeline(Timeline* timeline) { (void)timeline; }

@@ -229,6 +229,31 @@ class Strategy {
 // The strategy of the innermost live scope on this thread, or null (the default strategy).
 Strategy* current_strategy();
 
+// The phase of the job this process is in ("training"): said to the other processes of `strategy`
+// (null, or one process: nothing), so that a worker that dies or stops is named with what it was
+// doing. Returns the phase before.
+inline std::string set_job_phase(Strategy* strategy, const std::string& phase) {
+  Communicator* workers = strategy != nullptr ? strategy->worker_communicator() : nullptr;
+  return workers != nullptr ? workers->set_phase(phase) : std::string();
+}
+
+// set_job_phase for a scope ("checkpoint writing"), then the phase before.
+class JobPhase {
+ public:
+  JobPhase(Strategy* strategy, const std::string& phase)
+      : workers_(strategy != nullptr ? strategy->worker_communicator() : nullptr),
+        before_(workers_ != nullptr ? workers_->set_phase(phase) : std::string()) {}
+  ~JobPhase() {
+    if (workers_ != nullptr) workers_->set_phase(before_);
+  }
+  JobPhase(const JobPhase&) = delete;
+  JobPhase& operator=(const JobPhase&) = delete;
+
+ private:
+  Communicator* workers_;
+  std::string before_;
+};
+
 // Everything on one device (the calling thread), through the strategy interface: what the
 // default strategy does, made explicit (tf.distribute.OneDeviceStrategy).
 class OneDeviceStrategy : public Strategy {
