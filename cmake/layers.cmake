@@ -38,7 +38,7 @@ set(TANDEM_LAYER_distribute_FILES src/distribute include/tandem/distribute)
 set(TANDEM_LAYER_distribute_USES core autograd collectives ops nn io data train)
 
 set(TANDEM_LAYER_fit_FILES src/fit include/tandem/model.h include/tandem/callbacks.h include/tandem/tandem.h
-    include/tandem/hvd.h)
+    include/tandem/hvd.h include/tandem/model_json.h)
 set(TANDEM_LAYER_fit_USES core autograd collectives ops nn io data train distribute)
 
 set(TANDEM_LAYER_cli_FILES src/cli)

@@ -105,6 +105,7 @@ class Dense : public Layer {
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   int64_t units() const { return units_; }
   Activation activation() const { return activation_; }
+  const DenseOptions& options() const { return options_; }
 
  private:
   Shape do_build(const Shape& input_shape, uint64_t seed) override;
@@ -126,6 +127,7 @@ class Dropout : public Layer {
   std::string type() const override { return "Dropout"; }
   std::string default_name() const override { return "dropout"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  float rate() const { return rate_; }
 
  private:
   Shape do_build(const Shape& input_shape, uint64_t seed) override;
@@ -151,6 +153,9 @@ class Conv2D : public Layer {
   std::string type() const override { return "Conv2D"; }
   std::string default_name() const override { return "conv2d"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  int64_t filters() const { return filters_; }
+  Size2 kernel_size() const { return kernel_size_; }
+  const Conv2DOptions& options() const { return options_; }
 
  private:
   Shape do_build(const Shape& input_shape, uint64_t seed) override;
@@ -174,6 +179,9 @@ class Pooling2D : public Layer {
   std::string type() const override { return max_ ? "MaxPooling2D" : "AveragePooling2D"; }
   std::string default_name() const override { return max_ ? "max_pooling2d" : "average_pooling2d"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  Size2 pool_size() const { return pool_size_; }
+  Size2 strides() const { return strides_; }
+  Padding padding() const { return padding_; }
 
  protected:
   Pooling2D(bool max, Size2 pool_size, Pooling2DOptions options);
@@ -237,6 +245,7 @@ class BatchNormalization : public Layer {
   void call_parts(BatchParts& parts) override;
   bool needs_parts_together() const override { return true; }
   void finish_parts() override;
+  const BatchNormalizationOptions& options() const { return options_; }
 
  private:
   Shape do_build(const Shape& input_shape, uint64_t seed) override;

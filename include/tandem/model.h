@@ -81,6 +81,9 @@ class Sequential {
   Tensor call(const Tensor& x, const CallContext& ctx);
 
   std::string summary() const;  // Keras' table
+  // The model as Keras' model.to_json() writes it (Keras 2's layout, which Keras 3 also reads);
+  // model_from_json (tandem/model_json.h) reads it back.
+  std::string to_json() const;
   void print_summary(std::FILE* out = stdout) const { std::fputs(summary().c_str(), out); }
 
   const std::vector<std::shared_ptr<layers::Layer>>& layers() const { return layers_; }

@@ -5,6 +5,7 @@
 #include "tandem/error.h"
 #include "tandem/layers.h"
 #include "tandem/model.h"
+#include "tandem/model_json.h"
 #include "tandem/ops.h"
 #include "tandem/optimizers.h"
 #include "tandem/runtime.h"

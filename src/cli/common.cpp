@@ -19,256 +19,8 @@
 #include <utility>
 
 namespace tandem::cli {
-namespace {
 
 using namespace layers;
-using nlohmann::json;
-
-std::optional<Shape> shape_of(const json& config, const std::string& file) {
-  for (const char* key : {"input_shape", "batch_input_shape", "batch_shape"}) {
-    if (!config.contains(key)) continue;
-    const json& s = config[key];
-    if (!s.is_array()) fail("model file \"{}\": \"{}\" must be an array", file, key);
-    Shape shape;
-    size_t first = std::string(key) == "input_shape" ? 0 : 1;  // drops the batch dimension (null)
-    for (size_t i = first; i < s.size(); ++i) {
-      if (!s[i].is_number_integer() || s[i].get<int64_t>() <= 0)
-        fail("model file \"{}\": \"{}\" holds {}, expected positive sizes", file, key, s.dump());
-      shape.push_back(s[i].get<int64_t>());
-    }
-    return shape;
-  }
-  return std::nullopt;
-}
-
-template <typename T>
-T get(const json& config, const char* key, T fallback, const std::string& where) {
-  if (!config.contains(key) || config[key].is_null()) return fallback;
-  try {
-    return config[key].get<T>();
-  } catch (const json::exception&) {
-    fail("{}: \"{}\" is {}, of the wrong type", where, key, config[key].dump());
-  }
-}
-
-Size2 size2(const json& config, const char* key, Size2 fallback, const std::string& where) {
-  if (!config.contains(key) || config[key].is_null()) return fallback;
-  const json& v = config[key];
-  if (v.is_number_integer()) return Size2(v.get<int64_t>());
-  if (v.is_array() && v.size() == 2 && v[0].is_number_integer() && v[1].is_number_integer())
-    return Size2(v[0].get<int64_t>(), v[1].get<int64_t>());
-  fail("{}: \"{}\" is {}, expected an integer or [height, width]", where, key, v.dump());
-}
-
-// A layer's config as read: every key is either read (and honoured) or one Tandem does not
-// implement; those must hold Keras' default, or the file is refused naming the key and value, so
-// that nothing in a model file is silently ignored.
-class LayerConfig {
- public:
-  LayerConfig(json config, std::string where) : config_(std::move(config)), where_(std::move(where)) {}
-  const json& raw() const { return config_; }
-  const std::string& where() const { return where_; }
-  template <typename T>
-  T get(const char* key, T fallback) {
-    read_.insert(key);
-    return cli::get<T>(config_, key, fallback, where_);
-  }
-  Size2 size(const char* key, Size2 fallback) {
-    read_.insert(key);
-    return size2(config_, key, fallback, where_);
-  }
-  bool has(const char* key) const { return config_.contains(key) && !config_[key].is_null(); }
-  void mark_read(const char* key) { read_.insert(key); }
-  // An initializer as a name ("he_normal") or Keras' object ({"class_name": "VarianceScaling",
-  // "config": {"scale": 2.0, "mode": "fan_in", "seed": null}}), its arguments kept for the layer
-  // to check. A seed is refused: weights follow the model's seed.
-  InitializerSpec initializer(const char* key, const std::string& fallback) {
-    read_.insert(key);
-    if (!has(key)) return InitializerSpec(fallback);
-    const json& v = config_[key];
-    if (v.is_string()) return InitializerSpec(v.get<std::string>());
-    if (!v.is_object() || !v.contains("class_name") || !v["class_name"].is_string())
-      fail("{}: \"{}\" is {}, expected a name or {{\"class_name\": ..., \"config\": ...}}", where_, key, v.dump());
-    std::string snake;  // GlorotUniform -> glorot_uniform
-    for (char c : v["class_name"].get<std::string>()) {
-      if (std::isupper(static_cast<unsigned char>(c)) && !snake.empty()) snake += '_';
-      snake += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    }
-    InitializerSpec spec(snake);
-    if (v.contains("config") && v["config"].is_object())
-      for (const auto& [k, value] : v["config"].items()) {
-        if (k == "seed" && value.is_null()) continue;
-        if (k == "seed")
-          fail("{}: \"{}\" sets a seed ({}); Tandem draws every weight from the model's seed (--seed)", where_, key,
-               value.dump());
-        spec.args[k] = value.is_string() ? value.get<std::string>() : value.dump();
-      }
-    return spec;
-  }
-  // An activation as a name ("relu") or an object: Keras 3's serialized function
-  // ({"class_name": "function", "config": "relu"}) or a layer-like one ({"class_name": "ReLU", "config": {}}).
-  std::string activation(const char* key) {
-    read_.insert(key);
-    if (!has(key)) return "";
-    const json& v = config_[key];
-    if (v.is_string()) return v.get<std::string>();
-    if (v.is_object() && v.contains("config") && v["config"].is_string()) return v["config"].get<std::string>();
-    if (v.is_object() && v.contains("class_name") && v["class_name"].is_string() &&
-        (!v.contains("config") || v["config"].is_null() || (v["config"].is_object() && v["config"].empty()))) {
-      std::string name;
-      for (char c : v["class_name"].get<std::string>())
-        name += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return name;
-    }
-    fail("{}: \"{}\" is {}, expected a name such as \"relu\" or an activation object without arguments", where_, key,
-         v.dump());
-  }
-  // Every key not read must hold the value that means what Tandem does.
-  void check_rest() const {
-    for (const auto& [key, value] : config_.items()) {
-      if (read_.count(key)) continue;
-      auto it = defaults().find(key);
-      if (it == defaults().end())
-        fail("{}: unknown attribute \"{}\" ({}); Tandem would ignore it, so the file is refused", where_, key,
-             value.dump());
-      if (!it->second.first(value))
-        fail("{}: \"{}\" is {}; Tandem implements only {}", where_, key, value.dump(), it->second.second);
-    }
-  }
-
- private:
-  using Check = std::pair<bool (*)(const json&), const char*>;
-  static const std::map<std::string, Check>& defaults() {
-    static const std::map<std::string, Check> table = [] {
-      auto null = [](const json& v) { return v.is_null(); };
-      auto one = [](const json& v) {
-        if (v.is_number_integer()) return v.get<int64_t>() == 1;
-        if (!v.is_array()) return false;
-        for (const json& e : v)
-          if (!e.is_number_integer() || e.get<int64_t>() != 1) return false;
-        return true;
-      };
-      std::map<std::string, Check> t;
-      for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-                            "bias_constraint", "beta_regularizer", "gamma_regularizer", "beta_constraint",
-                            "gamma_constraint", "noise_shape", "seed", "lora_rank"})
-        t[k] = {null, "null"};
-      t["trainable"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
-      t["dtype"] = {[](const json& v) {
-                      if (v.is_string()) return v.get<std::string>() == "float32";
-                      return v.is_object() && v.contains("config") && v["config"].is_object() &&
-                             v["config"].value("name", "") == "float32";  // Keras 3's DTypePolicy
-                    },
-                    "\"float32\""};
-      t["data_format"] = {
-          [](const json& v) { return v.is_null() || (v.is_string() && v.get<std::string>() == "channels_last"); },
-          "\"channels_last\""};
-      t["dilation_rate"] = {one, "1 (no dilation)"};
-      t["groups"] = {one, "1"};
-      t["center"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
-      t["scale"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
-      t["axis"] = {[](const json& v) {
-                     const json& a = v.is_array() && v.size() == 1 ? v[0] : v;
-                     return a.is_number_integer() &&
-                            (a.get<int64_t>() == -1 || a.get<int64_t>() == 1 || a.get<int64_t>() == 3);
-                   },
-                   "the last axis (-1)"};
-      return t;
-    }();
-    return table;
-  }
-
-  json config_;
-  std::string where_;
-  std::set<std::string> read_{"name", "input_shape", "batch_input_shape", "batch_shape"};
-};
-
-// Keras' model.to_json() layout: {"class_name": "Sequential", "config": {"layers": [...]}}, or
-// just {"layers": [...]}; each layer {"class_name": "Dense", "config": {...}}.
-std::unique_ptr<Sequential> model_from_json(const std::string& file, uint64_t seed) {
-  std::ifstream in(file);
-  if (!in) fail("model file \"{}\" cannot be opened", file);
-  json doc;
-  try {
-    doc = json::parse(in);
-  } catch (const json::parse_error& e) {
-    fail("model file \"{}\" is not valid JSON (byte {}): {}", file, e.byte, e.what());
-  }
-  const json& root = doc.contains("config") && doc["config"].is_object() ? doc["config"] : doc;
-  if (!root.contains("layers") || !root["layers"].is_array() || root["layers"].empty())
-    fail("model file \"{}\" needs a non-empty \"layers\" array", file);
-  auto model =
-      std::make_unique<Sequential>(SequentialOptions{get<std::string>(root, "name", "sequential", file), seed});
-  int index = 0;
-  std::optional<Shape> from_input_layer;  // Keras 3 gives the input shape on an InputLayer
-  for (const json& layer : root["layers"]) {
-    std::string where = fmt::format("model file \"{}\", layer {}", file, index++);
-    if (!layer.is_object() || !layer.contains("class_name")) fail("{}: needs \"class_name\"", where);
-    std::string type = layer["class_name"].get<std::string>();
-    json raw = layer.contains("config") ? layer["config"] : json::object();
-    std::string name = get<std::string>(raw, "name", "", where);
-    LayerConfig c(raw, fmt::format("{} (\"{}\", {})", where, name, type));
-    auto input = shape_of(raw, file);
-    if (type == "InputLayer") {
-      for (const char* key : {"batch_shape", "sparse", "ragged"}) c.mark_read(key);
-      c.check_rest();
-      from_input_layer = input;
-      continue;
-    }
-    if (auto given = std::exchange(from_input_layer, std::nullopt); !input) input = given;  // for the next layer only
-    if (type == "Dense") {
-      model->add(Dense(c.get<int64_t>("units", 0), c.activation("activation"),
-                       {.use_bias = c.get<bool>("use_bias", true),
-                        .kernel_initializer = c.initializer("kernel_initializer", "glorot_uniform"),
-                        .bias_initializer = c.initializer("bias_initializer", "zeros"),
-                        .name = name,
-                        .input_shape = input}));
-    } else if (type == "Dropout") {
-      model->add(Dropout(c.get<float>("rate", 0.0f), {.name = name, .input_shape = input}));
-    } else if (type == "Flatten") {
-      model->add(Flatten({.name = name, .input_shape = input}));
-    } else if (type == "Conv2D") {
-      model->add(Conv2D(c.get<int64_t>("filters", 0), c.size("kernel_size", Size2(3)),
-                        {.strides = c.size("strides", Size2(1)),
-                         .padding = c.get<std::string>("padding", "valid"),
-                         .activation = c.activation("activation"),
-                         .use_bias = c.get<bool>("use_bias", true),
-                         .kernel_initializer = c.initializer("kernel_initializer", "glorot_uniform"),
-                         .bias_initializer = c.initializer("bias_initializer", "zeros"),
-                         .name = name,
-                         .input_shape = input}));
-    } else if (type == "MaxPooling2D" || type == "AveragePooling2D") {
-      Pooling2DOptions o{.padding = c.get<std::string>("padding", "valid"), .name = name, .input_shape = input};
-      Size2 pool = c.size("pool_size", Size2(2));
-      if (c.has("strides")) o.strides = c.size("strides", pool);
-      c.mark_read("strides");
-      if (type == "MaxPooling2D") model->add(MaxPooling2D(pool, o));
-      else model->add(AveragePooling2D(pool, o));
-    } else if (type == "BatchNormalization") {
-      for (auto [init, only] :
-           {std::pair{"beta_initializer", "zeros"}, std::pair{"moving_mean_initializer", "zeros"},
-            std::pair{"gamma_initializer", "ones"}, std::pair{"moving_variance_initializer", "ones"}})
-        if (InitializerSpec v = c.initializer(init, only); v.name != only || !v.args.empty())
-          fail("{}: \"{}\" is {}; Tandem implements only {}", c.where(), init, c.raw()[init].dump(), only);
-      model->add(BatchNormalization({.momentum = c.get<float>("momentum", 0.99f),
-                                     .epsilon = c.get<float>("epsilon", 1e-3f),
-                                     .synchronized = c.get<bool>("synchronized", false),
-                                     .name = name,
-                                     .input_shape = input}));
-    } else if (type == "Activation") {
-      model->add(layers::Activation(c.activation("activation"), {.name = name, .input_shape = input}));
-    } else {
-      fail(
-          "{}: unknown layer class \"{}\"; expected Dense, Dropout, Flatten, Conv2D, MaxPooling2D, AveragePooling2D, "
-          "BatchNormalization or Activation",
-          where, type);
-    }
-    c.check_rest();
-  }
-  return model;
-}
-
-}  // namespace
 
 bool is_preset(const std::string& name) {
   return name == "mlp" || name == "mlp5" || name == "cnn" || name == "cifar-mlp";
@@ -307,7 +59,7 @@ ModelSpec make_model(const std::string& name, uint64_t seed, distribute::Strateg
     m.add(Dense(1000, "relu"));
     m.add(Dense(10, "sigmoid"));
   } else {
-    spec.model = model_from_json(name, seed);
+    spec.model = load_model_json(name, {.seed = seed, .ignored_input_shapes = &spec.ignored_input_shapes});
     // Logits when the model ends without an activation, probabilities otherwise, however the
     // activation is spelled: Dense(10, "softmax") or Dense(10) then Activation("softmax").
     const Layer* last = spec.model->layers().back().get();
@@ -317,6 +69,18 @@ ModelSpec make_model(const std::string& name, uint64_t seed, distribute::Strateg
     if (output == tandem::Activation::Linear) spec.loss = Loss::sparse_categorical_crossentropy(true);
   }
   return spec;
+}
+
+void note_ignored_input_shapes(const ModelSpec& spec) {
+  const auto& layers = spec.model->layers();
+  for (const IgnoredInputShape& ignored : spec.ignored_input_shapes) {
+    const Layer& layer = *layers[ignored.layer];
+    if (layer.built() && layer.input_shape() == ignored.declared) continue;
+    std::printf("note: %s in %s declares input shape %s, and its input is %s: ignored, as Keras uses the first "
+                "layer's alone\n",
+                layer.label().c_str(), spec.name.c_str(), ignored.declared.str().c_str(),
+                layer.built() ? layer.input_shape().str().c_str() : "not known yet");
+  }
 }
 
 data::ImageDataset load_for_model(const std::string& dataset, const std::string& data_dir, Sequential& model) {

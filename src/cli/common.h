@@ -20,7 +20,11 @@ struct ModelSpec {
   float default_learning_rate = 0.001f;
   float default_momentum = 0.0f;
   Loss loss = Loss::sparse_categorical_crossentropy(false);
+  std::vector<IgnoredInputShape> ignored_input_shapes;  // of a model file's later layers
 };
+// At --verbose 2: the later layers' input shapes a model file declared and Keras ignores, where
+// they disagree with the model's (built) input.
+void note_ignored_input_shapes(const ModelSpec& spec);
 // Made inside `strategy`'s scope when one is given, so that it trains under it.
 ModelSpec make_model(const std::string& model, uint64_t seed, distribute::Strategy* strategy = nullptr);
 bool is_preset(const std::string& name);

@@ -173,6 +173,7 @@ void run_fit(FitFlags f) {
   // A timeline records the steps through a strategy: the default one made explicit.
   std::string strategy_name = f.strategy == "default" && !f.timeline.empty() ? "one_device" : f.strategy;
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(strategy_name, settings);
+  distribute::set_job_phase(strategy.get(), "start-up");  // the model, the data, the run directory
   std::unique_ptr<Timeline> timeline;
   if (!f.timeline.empty()) timeline = start_timeline(*strategy, f.timeline);
   bool chief = strategy == nullptr || strategy->is_chief();
@@ -197,6 +198,10 @@ void run_fit(FitFlags f) {
   std::string optimizer_name = optimizer->name();
   float initial_learning_rate = optimizer->current_learning_rate();
   model.compile(std::move(optimizer), spec.loss, {"accuracy"});
+  if (f.verbose > 1) {
+    model.build(*model.layers().front()->declared_input_shape());  // load_for_model checked it
+    note_ignored_input_shapes(spec);
+  }
   if (f.verbose > 0) model.print_summary();
 
   FitOptions options{.epochs = f.epochs,

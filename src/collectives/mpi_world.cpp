@@ -208,6 +208,7 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
     text = buffer.data();
   };
   w.control = std::make_shared<ControlPlane>(rank, w.hosts, options.timeout, options.on_failure, exchange);
+  w.control->set_phase("running");  // until the program names its phases
   MPI_Comm comm;
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &comm), "MPI_Comm_dup");
   signal(SIGTERM, previous_term);

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "cli/cli_util.h"
 #include "tandem/io.h"
 #include "test_util.h"
 
@@ -89,6 +90,29 @@ TEST(KerasFiles, Keras2AndKeras3ModelsOfTheTutorialCnnRead) {
     "build_input_shape": [null, 28, 28, 1]}, "registered_name": null, "build_config": {"input_shape": [null, 28, 28, 1]}})";
   out = summary_of(dir, keras3);
   EXPECT_NE(out.find("Total params: 347,146"), std::string::npos) << out;
+}
+
+// Some Keras 2 files carry batch_input_shape on layers after the first; Keras' Sequential uses the
+// first layer's alone, and so does `tandem fit`, with a note at --verbose 2 where one disagrees.
+TEST(KerasFiles, Keras2BatchInputShapeOnALaterLayerIsIgnoredWithANote) {
+  testing::TempDir dir;
+  auto dense = [](const std::string& name, int units, const std::string& shape) {
+    return R"({"class_name": "Dense", "config": {"name": ")" + name + R"(", "batch_input_shape": [null, )" + shape +
+           R"(], "units": )" + std::to_string(units) + R"(, "activation": "relu"}})";
+  };
+  std::ofstream(dir.file("model.json")) << R"({"class_name": "Sequential", "config": {"layers": [)" +
+                                               dense("dense", 32, "784") + ", " + dense("dense_1", 10, "100") +
+                                               R"(]}, "keras_version": "2.4.0"})";
+  testing::make_mnist(dir.file("data/mnist"), 64, 16);
+  auto out = testing::run({"fit", "--model", dir.file("model.json"), "--data-dir", dir.file("data"),
+                           "--epochs", "1", "--verbose", "2", "--checkpoint-dir", "", "--log-dir", ""},
+                          dir);
+  ASSERT_EQ(out.code, 0) << out.output;
+  EXPECT_NE(out.output.find("note: Dense \"dense_1\" in " + dir.file("model.json") + " declares input shape (100,), and its input is (32,)"),
+            std::string::npos)
+      << out.output;
+  EXPECT_NE(out.output.find("ignored, as Keras uses the first layer's alone"), std::string::npos) << out.output;
+  EXPECT_NE(out.output.find("Test loss:"), std::string::npos) << out.output;
 }
 
 }  // namespace

@@ -1,0 +1,31 @@
+#pragma once
+// Keras model files (what Keras' model.to_json() writes) read into a Sequential, and a Sequential
+// written as one (Sequential::to_json). Layers Dense, Dropout, Flatten, Conv2D, MaxPooling2D,
+// AveragePooling2D, BatchNormalization, Activation and InputLayer; an attribute Tandem does not
+// implement must hold Keras' default, else the file is refused naming it.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/model.h"
+
+namespace tandem {
+
+// A layer after the first that declared an input shape (Keras 2 writes batch_input_shape on some):
+// ignored, as Keras' Sequential does.
+struct IgnoredInputShape {
+  size_t layer;  // its index in the model's layers
+  Shape declared;
+};
+
+struct ModelJsonOptions {
+  uint64_t seed = 0;                 // the model's (weights, dropout, shuffling)
+  std::string source = "model JSON";  // how errors name the text (load_model_json: the file)
+  std::vector<IgnoredInputShape>* ignored_input_shapes = nullptr;  // filled when given
+};
+
+std::unique_ptr<Sequential> model_from_json(const std::string& text, const ModelJsonOptions& options = {});
+std::unique_ptr<Sequential> load_model_json(const std::string& path, ModelJsonOptions options = {});
+
+}  // namespace tandem

@@ -1,0 +1,124 @@
+// Sequential::to_json: the model in Keras 2's model.to_json() layout (an InputLayer with
+// batch_input_shape, then each layer's config with Keras' keys and defaults), which Keras 2 and 3
+// and model_from_json read.
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+#include "tandem/model_json.h"
+
+namespace tandem {
+namespace {
+
+using nlohmann::json;
+using namespace layers;
+
+json pair_of(Size2 s) { return json::array({s.h, s.w}); }
+
+// "glorot_uniform" -> {"class_name": "GlorotUniform", "config": {"seed": null}}.
+json initializer(const InitializerSpec& spec) {
+  std::string camel;
+  bool upper = true;
+  for (char c : spec.name) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    camel += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  json config = json::object();
+  for (const auto& [key, value] : spec.args) {
+    json parsed = json::parse(value, nullptr, false);
+    config[key] = parsed.is_discarded() ? json(value) : parsed;
+  }
+  if (spec.name != "zeros" && spec.name != "ones" && !config.contains("seed")) config["seed"] = nullptr;
+  return {{"class_name", camel}, {"config", config}};
+}
+
+json activation_json(tandem::Activation a) { return std::string(activation_name(a)); }
+
+json padding(Padding p) { return p == Padding::Same ? "same" : "valid"; }
+
+json layer_config(const Layer& layer) {
+  json c = {{"name", layer.name()}, {"trainable", true}, {"dtype", "float32"}};
+  if (const auto* d = dynamic_cast<const Dense*>(&layer)) {
+    c["units"] = d->units();
+    c["activation"] = activation_json(d->activation());
+    c["use_bias"] = d->options().use_bias;
+    c["kernel_initializer"] = initializer(d->options().kernel_initializer);
+    c["bias_initializer"] = initializer(d->options().bias_initializer);
+    for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
+                          "bias_constraint"})
+      c[k] = nullptr;
+  } else if (const auto* d = dynamic_cast<const Dropout*>(&layer)) {
+    c["rate"] = d->rate();
+    c["noise_shape"] = nullptr;
+    c["seed"] = nullptr;
+  } else if (const auto* v = dynamic_cast<const Conv2D*>(&layer)) {
+    const Conv2DOptions& o = v->options();
+    c["filters"] = v->filters();
+    c["kernel_size"] = pair_of(v->kernel_size());
+    c["strides"] = pair_of(o.strides);
+    c["padding"] = o.padding;
+    c["data_format"] = "channels_last";
+    c["dilation_rate"] = json::array({1, 1});
+    c["groups"] = 1;
+    c["activation"] = o.activation.empty() ? "linear" : o.activation;
+    c["use_bias"] = o.use_bias;
+    c["kernel_initializer"] = initializer(o.kernel_initializer);
+    c["bias_initializer"] = initializer(o.bias_initializer);
+    for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
+                          "bias_constraint"})
+      c[k] = nullptr;
+  } else if (const auto* p = dynamic_cast<const Pooling2D*>(&layer)) {
+    c["pool_size"] = pair_of(p->pool_size());
+    c["strides"] = pair_of(p->strides());
+    c["padding"] = padding(p->padding());
+    c["data_format"] = "channels_last";
+  } else if (dynamic_cast<const Flatten*>(&layer) != nullptr) {
+    c["data_format"] = "channels_last";
+  } else if (const auto* b = dynamic_cast<const BatchNormalization*>(&layer)) {
+    c["axis"] = -1;
+    c["momentum"] = b->options().momentum;
+    c["epsilon"] = b->options().epsilon;
+    c["center"] = true;
+    c["scale"] = true;
+    for (const char* k : {"beta_initializer", "moving_mean_initializer"}) c[k] = initializer("zeros");
+    for (const char* k : {"gamma_initializer", "moving_variance_initializer"}) c[k] = initializer("ones");
+    if (b->options().synchronized) c["synchronized"] = true;
+  } else if (const auto* a = dynamic_cast<const layers::Activation*>(&layer)) {
+    c["activation"] = activation_json(a->activation());
+  } else {
+    fail("to_json: {} has no Keras form", layer.label());
+  }
+  return {{"class_name", layer.type()}, {"config", c}};
+}
+
+}  // namespace
+
+std::string Sequential::to_json() const {
+  json layers = json::array();
+  if (!layers_.empty()) {
+    const Layer& first = *layers_.front();
+    std::optional<Shape> input = first.built() ? std::optional<Shape>(first.input_shape()) : first.declared_input_shape();
+    if (input) {
+      json batch_shape = json::array({nullptr});
+      for (int64_t d : *input) batch_shape.push_back(d);
+      layers.push_back({{"class_name", "InputLayer"},
+                        {"config",
+                         {{"batch_input_shape", batch_shape},
+                          {"dtype", "float32"},
+                          {"sparse", false},
+                          {"ragged", false},
+                          {"name", first.name() + "_input"}}}});
+    }
+  }
+  for (const auto& layer : layers_) layers.push_back(layer_config(*layer));
+  json doc = {{"class_name", "Sequential"},
+              {"config", {{"name", name_}, {"layers", layers}}},
+              {"keras_version", "2.15.0"},
+              {"backend", "tensorflow"}};
+  return doc.dump();
+}
+
+}  // namespace tandem

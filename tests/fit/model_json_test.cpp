@@ -1,0 +1,84 @@
+// Keras model files through the library (tandem/model_json.h): a Keras 2 file whose later layers
+// carry batch_input_shape loads as Keras loads it, and Sequential::to_json writes what
+// model_from_json reads back to the same model, weights and all.
+#include <gtest/gtest.h>
+
+#include "tandem/tandem.h"
+
+namespace tandem {
+namespace {
+
+using namespace layers;
+
+std::string dense(const std::string& name, int units, const std::string& extra) {
+  return R"({"class_name": "Dense", "config": {"name": ")" + name + R"(", "trainable": true, "dtype": "float32", )" +
+         extra + R"("units": )" + std::to_string(units) +
+         R"(, "activation": "relu", "use_bias": true, "kernel_initializer": {"class_name": "GlorotUniform",
+         "config": {"seed": null}}, "bias_initializer": {"class_name": "Zeros", "config": {}},
+         "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null,
+         "kernel_constraint": null, "bias_constraint": null}})";
+}
+
+TEST(ModelJson, Keras2BatchInputShapeOnLaterLayersIsIgnoredAsKerasDoes) {
+  std::string text = R"({"class_name": "Sequential", "config": {"name": "sequential", "layers": [)" +
+                     dense("dense", 128, R"("batch_input_shape": [null, 784], )") + ", " +
+                     dense("dense_1", 64, R"("batch_input_shape": [null, 999], )") + ", " +
+                     dense("dense_2", 10, R"("batch_input_shape": [null, 64], )") +
+                     R"(]}, "keras_version": "2.11.0", "backend": "tensorflow"})";
+  std::vector<IgnoredInputShape> ignored;
+  auto model = model_from_json(text, {.seed = 3, .ignored_input_shapes = &ignored});
+  ASSERT_EQ(model->layers().size(), 3u);
+  EXPECT_EQ(model->layers()[0]->declared_input_shape(), std::optional<Shape>(Shape{784}));
+  ASSERT_EQ(ignored.size(), 2u);
+  EXPECT_EQ(ignored[0].layer, 1u);
+  EXPECT_EQ(ignored[0].declared, Shape{999});
+  EXPECT_EQ(ignored[1].layer, 2u);
+  EXPECT_EQ(ignored[1].declared, Shape{64});
+  Tensor y = model->predict(Tensor::zeros({2, 784}));
+  EXPECT_EQ(y.shape(), (Shape{2, 10}));
+}
+
+TEST(ModelJson, ToJsonReadsBackToTheSameModelAndWeights) {
+  Sequential model({.name = "round_trip", .seed = 9});
+  model.add(Conv2D(8, 3, {.strides = 1, .padding = "same", .activation = "relu", .input_shape = Shape{12, 12, 1}}));
+  model.add(BatchNormalization({.momentum = 0.9f, .epsilon = 1e-5f}));
+  model.add(MaxPooling2D(2));
+  model.add(Conv2D(4, Size2(3, 2), {.strides = Size2(2, 1), .kernel_initializer = "he_normal"}));
+  model.add(AveragePooling2D(Size2(2, 1), {.strides = Size2(1, 1), .padding = "same"}));
+  model.add(Flatten());
+  model.add(Dense(16, "elu", {.use_bias = false, .kernel_initializer = "lecun_normal"}));
+  model.add(Dropout(0.25f));
+  model.add(layers::Activation("tanh"));
+  model.add(Dense(3, "softmax"));
+  std::string text = model.to_json();
+  auto back = model_from_json(text, {.seed = 9});
+  EXPECT_EQ(back->to_json(), text);
+  EXPECT_EQ(back->summary(), model.summary());
+  model.build(Shape{12, 12, 1});
+  back->build(Shape{12, 12, 1});
+  auto a = model.variables(), b = back->variables();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]->name, b[i]->name);
+    EXPECT_EQ(a[i]->value.to_vector(), b[i]->value.to_vector()) << a[i]->name;
+  }
+}
+
+TEST(ModelJson, BadTextIsNamed) {
+  auto message = [](const std::string& text) {
+    try {
+      model_from_json(text, {.source = "the test's text"});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("{\"layers\": ").find("the test's text is not valid JSON"), std::string::npos);
+  EXPECT_NE(message("[1, 2]").find("the test's text must be a JSON object, not array"), std::string::npos);
+  EXPECT_NE(message("{\"layers\": []}").find("needs a non-empty \"layers\" array"), std::string::npos);
+  EXPECT_NE(message(R"({"layers": [{"class_name": 3}]})").find("layer 0: needs \"class_name\""), std::string::npos);
+  EXPECT_THROW(load_model_json("/no/such/model.json"), Error);
+}
+
+}  // namespace
+}  // namespace tandem
