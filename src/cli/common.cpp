@@ -169,18 +169,30 @@ void warn_about_parallelism(const distribute::Strategy* strategy, int threads_fl
                  strategy->num_replicas_in_sync(), cores, cores == 1 ? "" : "s", cores);
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate, float momentum,
-                                          const ModelSpec& spec) {
-  std::string n = name.empty() ? spec.default_optimizer : name;
+OptimizerChoice choose_optimizer(const std::string& name, float learning_rate, float momentum, const ModelSpec& spec) {
+  OptimizerChoice c;
+  c.name = name.empty() ? spec.default_optimizer : name;
   float lr = learning_rate > 0.0f ? learning_rate : (name.empty() ? spec.default_learning_rate : 0.0f);
-  float mom = momentum >= 0.0f ? momentum : (name.empty() ? spec.default_momentum : 0.0f);
-  if (n == "sgd")
-    return std::make_unique<optimizers::SGD>(lr > 0 ? lr : 0.01f, optimizers::SGDOptions{.momentum = mom});
-  if (n == "adam") return std::make_unique<optimizers::Adam>(lr > 0 ? lr : 0.001f);
-  if (n == "rmsprop")
-    return std::make_unique<optimizers::RMSprop>(lr > 0 ? lr : 0.001f, optimizers::RMSpropOptions{.momentum = mom});
-  if (n == "adagrad") return std::make_unique<optimizers::Adagrad>(lr > 0 ? lr : 0.001f);
-  fail("--optimizer: unknown optimizer \"{}\"; expected sgd, adam, rmsprop or adagrad", n);
+  c.momentum = momentum >= 0.0f ? momentum : (name.empty() ? spec.default_momentum : 0.0f);
+  c.has_momentum = c.name == "sgd" || c.name == "rmsprop";
+  if (c.name == "sgd") c.learning_rate = lr > 0 ? lr : 0.01f;
+  else if (c.name == "adam" || c.name == "rmsprop" || c.name == "adagrad") c.learning_rate = lr > 0 ? lr : 0.001f;
+  else fail("--optimizer: unknown optimizer \"{}\"; expected sgd, adam, rmsprop or adagrad", c.name);
+  return c;
+}
+
+std::string OptimizerChoice::describe() const {
+  return has_momentum ? fmt::format("--optimizer {} --learning-rate {} --momentum {}", name, learning_rate, momentum)
+                      : fmt::format("--optimizer {} --learning-rate {}", name, learning_rate);
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerChoice& c) {
+  if (c.name == "sgd")
+    return std::make_unique<optimizers::SGD>(c.learning_rate, optimizers::SGDOptions{.momentum = c.momentum});
+  if (c.name == "adam") return std::make_unique<optimizers::Adam>(c.learning_rate);
+  if (c.name == "rmsprop")
+    return std::make_unique<optimizers::RMSprop>(c.learning_rate, optimizers::RMSpropOptions{.momentum = c.momentum});
+  return std::make_unique<optimizers::Adagrad>(c.learning_rate);
 }
 
 std::vector<std::string> split(const std::string& text, char separator) {

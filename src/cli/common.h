@@ -48,9 +48,17 @@ struct CommonFlags {
   void apply_threads() const;
 };
 
-// Builds the optimizer from flags; "" and 0 take the model's defaults.
-std::unique_ptr<Optimizer> make_optimizer(const std::string& name, float learning_rate, float momentum,
-                                          const ModelSpec& spec);
+// The optimizer the flags ask for, with the values in force: "" (name), 0 (learning rate) and a
+// negative momentum take the model's defaults, then the optimizer's.
+struct OptimizerChoice {
+  std::string name;
+  float learning_rate = 0;
+  float momentum = 0;
+  bool has_momentum = false;  // sgd and rmsprop
+  std::string describe() const;  // as flags: "--optimizer sgd --learning-rate 0.01 --momentum 0.95"
+};
+OptimizerChoice choose_optimizer(const std::string& name, float learning_rate, float momentum, const ModelSpec& spec);
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerChoice& choice);
 
 double peak_rss_mb();
 

@@ -111,7 +111,7 @@ Row train_under(const std::string& name, const CompareFlags& f) {
   ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
   Sequential& model = *spec.model;
   auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
-  model.compile(make_optimizer("", 0.0f, -1.0f, spec), spec.loss, {"accuracy"});
+  model.compile(make_optimizer(choose_optimizer("", 0.0f, -1.0f, spec)), spec.loss, {"accuracy"});
   std::printf("%s:\n", strategy ? strategy->name().c_str() : "default");
   std::fflush(stdout);
   auto start = std::chrono::steady_clock::now();

@@ -189,7 +189,8 @@ void run_fit(FitFlags f) {
   if (f.verbose > 0)
     std::printf("Data: %s (searched %s)\n", data.directory.c_str(),
                 f.common.data_dir.empty() ? "$TANDEM_DATA, then ./data" : "--data-dir, then $TANDEM_DATA, then ./data");
-  auto optimizer = make_optimizer(f.optimizer, f.learning_rate, f.momentum, spec);
+  OptimizerChoice optimizer_choice = choose_optimizer(f.optimizer, f.learning_rate, f.momentum, spec);
+  auto optimizer = make_optimizer(optimizer_choice);
   int64_t train_rows = data.train.x.dim(0) - static_cast<int64_t>(std::floor(data.train.x.dim(0) * f.validation_split));
   int64_t steps_per_epoch = (train_rows + f.common.batch_size - 1) / f.common.batch_size;
   if (f.lr_decay < 1.0f)
@@ -214,8 +215,8 @@ void run_fit(FitFlags f) {
   for (const std::string& part : split(strategy ? strategy->name() : "default", ':'))
     if (part.find_first_not_of("0123456789") != std::string::npos)
       strategy_kind += (strategy_kind.empty() ? "" : ":") + part;
-  std::string run_config_optimizer = fmt::format("--optimizer \"{}\" --learning-rate {} --momentum {} --lr-decay {}",
-                                                 f.optimizer, f.learning_rate, f.momentum, f.lr_decay);
+  // The values in force, whether given or the model's defaults.
+  std::string run_config_optimizer = fmt::format("{} --lr-decay {}", optimizer_choice.describe(), f.lr_decay);
   options.run_config = {
       {"dataset", f.common.dataset}, {"strategy", strategy_kind}, {"optimizer flags", run_config_optimizer}};
   if (!f.checkpoint_dir.empty()) {

@@ -39,7 +39,7 @@ void add_evaluate(CLI::App& app) {
     f->common.apply_threads();
     ModelSpec spec = make_model(f->common.model, f->common.seed);
     auto data = load_for_model(f->common.dataset, f->common.data_dir, *spec.model);
-    spec.model->compile(make_optimizer("", 0.0f, -1.0f, spec), spec.loss, {"accuracy"});
+    spec.model->compile(make_optimizer(choose_optimizer("", 0.0f, -1.0f, spec)), spec.loss, {"accuracy"});
     spec.model->load_weights(resolve_weights(f->weights));
     Logs test = spec.model->evaluate(data.test.x, data.test.y, {.batch_size = f->common.batch_size});
     std::printf("Test loss: %.4f - test accuracy: %.2f%%\n", log_value(test, "loss"),

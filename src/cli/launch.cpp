@@ -156,6 +156,25 @@ void check_workers_start(const Cluster& cluster, const std::string& agent, doubl
   }
 }
 
+// The program to start exists here, as mpirun would look it up (a path as given, else on PATH):
+// mpirun itself would say only that processes failed to start.
+void check_program(const std::string& program) {
+  auto runnable = [](const std::string& path) { return access(path.c_str(), X_OK) == 0; };
+  if (program.find('/') != std::string::npos) {
+    if (runnable(program)) return;
+    if (access(program.c_str(), F_OK) == 0)
+      fail("launch: \"{}\" is not executable (chmod +x it, or start it through its interpreter)", program);
+  } else {
+    const char* path = std::getenv("PATH");
+    for (const std::string& dir : split(path != nullptr ? path : "", ':'))
+      if (runnable((dir.empty() ? "." : dir) + "/" + program)) return;
+  }
+  fail(
+      "launch: no such program \"{}\" on this machine ({}); on other hosts it must exist at the same path, since "
+      "every process runs the same command",
+      program, program.find('/') != std::string::npos ? "no file at that path" : "not found on PATH");
+}
+
 int usable_cores_here() {
   unsigned n = std::thread::hardware_concurrency();
   return n == 0 ? 1 : static_cast<int>(n);
@@ -237,6 +256,7 @@ int run_launch(const std::vector<std::string>& args) {
   if (np == 0) np = slots > 0 ? slots : 0;
   if (np == 0) fail("launch: say how many processes to start: -np N (or -H host:slots,..., or TF_CONFIG)");
 
+  check_program(command[0]);
   std::vector<std::string> argv{"mpirun", "-np", std::to_string(np)};
   if (geteuid() == 0) argv.push_back("--allow-run-as-root");
   if (np > (slots > 0 ? slots : usable_cores_here())) argv.push_back("--oversubscribe");
@@ -247,6 +267,9 @@ int run_launch(const std::vector<std::string>& args) {
   if (!network.empty())  // launch daemons and ranks talk over that network only
     argv.insert(argv.end(), {"--mca", "oob_tcp_if_include", network, "--mca", "btl_tcp_if_include", network, "--mca",
                              "btl", "self,vader,tcp"});
+  // The ranks' output reaches this process's through the launcher's pseudo-terminals: what this
+  // one's is decides whether progress redraws in place.
+  setenv("TANDEM_STDOUT_IS_TERMINAL", isatty(STDOUT_FILENO) != 0 ? "1" : "0", 1);
   for (char** e = environ; *e != nullptr; ++e) {
     std::string name(*e, std::strchr(*e, '=') != nullptr ? std::strchr(*e, '=') - *e : std::strlen(*e));
     if (name.starts_with("TANDEM_") || name == "OMP_NUM_THREADS" || name == "PATH" || name == "LD_LIBRARY_PATH")

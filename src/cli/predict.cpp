@@ -50,7 +50,7 @@ double compute_seconds(const CommonFlags& common, int steps) {
   std::vector<int32_t> labels(static_cast<size_t>(shape[0]));
   for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
   Tensor y = Tensor::from_vector({shape[0]}, std::span<const int32_t>(labels));
-  model.compile(make_optimizer("", 0.0f, -1.0f, spec), spec.loss);
+  model.compile(make_optimizer(choose_optimizer("", 0.0f, -1.0f, spec)), spec.loss);
   FitOptions options{.epochs = 1, .batch_size = common.batch_size, .shuffle = false, .verbose = 0};
   model.fit(x, y, options);  // warm-up: kernels chosen, memory pooled
   double best = 1e300;

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 #include <algorithm>
-
+#include <cstdlib>
 #include <string>
 
 namespace tandem::train {
@@ -30,8 +30,21 @@ std::string format_logs(const Logs& logs) {
 
 }  // namespace
 
+namespace {
+
+// Under a launcher a rank's output is a pseudo-terminal (Open MPI's) whatever the launcher's own
+// is: `tandem launch` says which in TANDEM_STDOUT_IS_TERMINAL, so that logs piped from a job stay
+// free of terminal control codes.
+bool is_terminal(std::FILE* out) {
+  if (const char* said = std::getenv("TANDEM_STDOUT_IS_TERMINAL"); said != nullptr && out == stdout)
+    return std::string(said) == "1";
+  return isatty(fileno(out)) != 0;
+}
+
+}  // namespace
+
 ProgressBar::ProgressBar(int64_t total_steps, int verbose, std::FILE* out)
-    : total_(total_steps), verbose_(verbose), terminal_(isatty(fileno(out)) != 0), out_(out) {
+    : total_(total_steps), verbose_(verbose), terminal_(is_terminal(out)), out_(out) {
   start_ = last_draw_ = std::chrono::steady_clock::now();
 }
 

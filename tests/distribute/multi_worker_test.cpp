@@ -226,6 +226,42 @@ TEST(MultiWorker, KilledMidEpochResumesOnTwoOrThreeWorkersToTheSameBits) {
   }
 }
 
+// Under the launcher the ranks' output is Open MPI's pseudo-terminal; the chief's progress follows
+// the launcher's own output instead: written to a file, one line per epoch and no control codes.
+TEST(MultiWorker, ProgressOfALaunchedJobIntoAFileHasNoTerminalCodes) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> args = fit_args(dir, "multiworker", dir.file("ck"));
+  args.back() = "1";  // --verbose 1: the progress bar where there is a terminal
+  Watched w = run_watched(launched(2, args), dir, 120);
+  ASSERT_EQ(w.code, 0) << w.output;
+  EXPECT_EQ(w.output.find('\r'), std::string::npos) << w.output;
+  EXPECT_EQ(w.output.find("\033[K"), std::string::npos) << w.output;
+  EXPECT_NE(w.output.find("Epoch 2/2"), std::string::npos) << w.output;
+}
+
+// A backup of another run is refused naming the optimizer's settings in force, as flags (not the
+// "not given" placeholders: an empty name, 0, -1).
+TEST(MultiWorker, ABackupOfAnotherRunNamesTheOptimizerSettingsInForce) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::string ck = dir.file("ck");
+  Watched killed =
+      run_watched(launched(2, fit_args(dir, "multiworker", ck)), dir, 120, "killed.log", {"TANDEM_TEST_FAULT=kill:1:5"});
+  ASSERT_NE(killed.code, 0) << killed.output;
+  ASSERT_TRUE(std::filesystem::exists(ck + "/backup/backup.safetensors")) << killed.output;
+  std::vector<std::string> other = fit_args(dir, "multiworker", ck);
+  other.insert(other.end(), {"--learning-rate", "0.5"});
+  Watched refused = run_watched(launched(2, other), dir, 120, "refused.log");
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.output.find("optimizer flags: \"--optimizer adam --learning-rate 0.001 --lr-decay 1\" in the "
+                                "backup, \"--optimizer adam --learning-rate 0.5 --lr-decay 1\" now"),
+            std::string::npos)
+      << refused.output;
+}
+
 // The processes whose command line mentions `text` (other than this one), after up to 2 s for
 // them to go.
 std::vector<std::string> processes_mentioning(const std::string& text) {
@@ -377,6 +413,24 @@ TEST(MultiWorker, ThreeHostsAsNetworkNamespacesTrainAsOneProcess) {
   EXPECT_NE(stuck.code, 0);
   EXPECT_FALSE(stuck.killed) << stuck.output;
   EXPECT_NE(stuck.output.find(fmt::format("rank 2 (host {})", hosts.host(3))), std::string::npos) << stuck.output;
+}
+
+TEST(Launch, AProgramThatIsNotThereIsNamedBeforeMpirunStarts) {
+  TempDir dir;
+  Watched missing = run_watched({TANDEM_CLI, "launch", "-np", "2", "--", "./no-such-program"}, dir, 60);
+  EXPECT_NE(missing.code, 0);
+  EXPECT_NE(missing.output.find("launch: no such program \"./no-such-program\" on this machine (no file at that "
+                                "path); on other hosts it must exist at the same path"),
+            std::string::npos)
+      << missing.output;
+  Watched not_on_path = run_watched({TANDEM_CLI, "launch", "-np", "2", "--", "no-such-program-on-path"}, dir, 60);
+  EXPECT_NE(not_on_path.output.find("\"no-such-program-on-path\" on this machine (not found on PATH)"),
+            std::string::npos)
+      << not_on_path.output;
+  io::write_file_atomically(dir.file("script.sh"), "#!/bin/sh\n");
+  Watched not_executable = run_watched({TANDEM_CLI, "launch", "-np", "2", "--", "./script.sh"}, dir, 60);
+  EXPECT_NE(not_executable.output.find("launch: \"./script.sh\" is not executable"), std::string::npos)
+      << not_executable.output;
 }
 
 TEST(Launch, TfConfigMistakesAreNamed) {
