@@ -1,6 +1,7 @@
 #pragma once
-// Shared pieces of the `tandem` subcommands: model presets and JSON model files, datasets
-// shaped for a model, and the flags several subcommands take.
+// Shared pieces of the `tandem` subcommands: model presets and model files, datasets shaped for
+// a model (models.cpp), the flags several subcommands take (flags.cpp), and the processes they
+// start (process.cpp).
 #include <CLI/CLI.hpp>
 
 #include <memory>

@@ -1,0 +1,112 @@
+// The flags several subcommands share: the model and data, threads, the optimizer by name.
+#include <cmath>
+#include <fstream>
+
+#include "cli/common.h"
+
+namespace tandem::cli {
+
+const CLI::Validator finite_number(
+    [](std::string& v) {
+      char* end = nullptr;
+      double d = std::strtod(v.c_str(), &end);
+      return end != v.c_str() && std::isfinite(d) ? std::string() : "not a finite number: " + v;
+    },
+    "FINITE");
+
+void CommonFlags::add_to(CLI::App& app, bool with_dataset) {
+  app.add_option("--model", model, "preset (" + preset_names() + ") or a JSON model file")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return is_preset(v) || std::ifstream(v).good()
+                       ? std::string()
+                       : "not a preset (" + preset_names() + ") nor a readable JSON file: " + v;
+          },
+          "PRESET|FILE"));
+  if (with_dataset) {
+    app.add_option("--dataset", dataset, "dataset")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"mnist", "fashion-mnist", "cifar10"}));
+    app.add_option("--data-dir", data_dir,
+                   "directory searched first for datasets, then $TANDEM_DATA, then ./data (default: none)")
+        ->capture_default_str();
+    app.add_option("--batch-size", batch_size, "batch size")
+        ->capture_default_str()
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  }
+  app.add_option("--threads", threads,
+                 "most intra-op threads one op may use (0: automatic, OMP_NUM_THREADS or one per usable core); ops use "
+                 "fewer when small or when other processes keep cores busy")
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
+  app.add_option("--seed", seed, "seed for weights, shuffling and dropout")->capture_default_str();
+}
+
+void CommonFlags::apply_threads() const {
+  if (threads > 0) set_num_threads(threads);
+}
+
+std::string describe_parallelism(const distribute::Strategy* strategy, int threads_flag) {
+  std::string text = describe_threads();
+  if (const auto* mirrored = dynamic_cast<const distribute::MirroredStrategy*>(strategy)) {
+    int replicas = mirrored->num_replicas_in_sync(), per = mirrored->threads_per_replica(), cores = usable_cores();
+    text += fmt::format("\nstrategy {}: {} replica{} × {} intra-op thread{} ({}){}", mirrored->name(), replicas,
+                        replicas == 1 ? "" : "s", per, per == 1 ? "" : "s",
+                        threads_flag > 0 ? "--threads is per replica" : "usable cores ÷ replicas",
+                        replicas * per > cores ? fmt::format("; {} threads on {} usable cores: they take turns, each "
+                                                             "waiting without spinning",
+                                                             replicas * per, cores)
+                                               : std::string("; each replica pinned to its own cores"));
+  }
+  return text;
+}
+
+void warn_about_parallelism(const distribute::Strategy* strategy, int threads_flag) {
+  int cores = usable_cores();
+  if (threads_flag > cores)
+    std::fprintf(stderr, "note: --threads %d exceeds the %d usable core%s: at most %d threads run at once\n",
+                 threads_flag, cores, cores == 1 ? "" : "s", cores);
+  if (strategy != nullptr && strategy->num_replicas_in_sync() > cores)
+    std::fprintf(stderr,
+                 "note: %d replicas on %d usable core%s take turns on the cores: expect about the speed of %d\n",
+                 strategy->num_replicas_in_sync(), cores, cores == 1 ? "" : "s", cores);
+}
+
+OptimizerChoice choose_optimizer(const std::string& name, float learning_rate, float momentum, const ModelSpec& spec) {
+  OptimizerChoice c;
+  c.name = name.empty() ? spec.default_optimizer : name;
+  float lr = learning_rate > 0.0f ? learning_rate : (name.empty() ? spec.default_learning_rate : 0.0f);
+  c.momentum = momentum >= 0.0f ? momentum : (name.empty() ? spec.default_momentum : 0.0f);
+  c.has_momentum = c.name == "sgd" || c.name == "rmsprop";
+  if (c.name == "sgd") c.learning_rate = lr > 0 ? lr : 0.01f;
+  else if (c.name == "adam" || c.name == "rmsprop" || c.name == "adagrad") c.learning_rate = lr > 0 ? lr : 0.001f;
+  else fail("--optimizer: unknown optimizer \"{}\"; expected sgd, adam, rmsprop or adagrad", c.name);
+  return c;
+}
+
+std::string OptimizerChoice::describe() const {
+  return has_momentum ? fmt::format("--optimizer {} --learning-rate {} --momentum {}", name, learning_rate, momentum)
+                      : fmt::format("--optimizer {} --learning-rate {}", name, learning_rate);
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerChoice& c) {
+  if (c.name == "sgd")
+    return std::make_unique<optimizers::SGD>(c.learning_rate, optimizers::SGDOptions{.momentum = c.momentum});
+  if (c.name == "adam") return std::make_unique<optimizers::Adam>(c.learning_rate);
+  if (c.name == "rmsprop")
+    return std::make_unique<optimizers::RMSprop>(c.learning_rate, optimizers::RMSpropOptions{.momentum = c.momentum});
+  return std::make_unique<optimizers::Adagrad>(c.learning_rate);
+}
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  for (size_t at = 0;;) {
+    size_t next = text.find(separator, at);
+    parts.push_back(text.substr(at, next == std::string::npos ? std::string::npos : next - at));
+    if (next == std::string::npos) return parts;
+    at = next + 1;
+  }
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,89 @@
+// The models the `tandem` subcommands train: presets from the reference tutorials or Keras model
+// files (tandem/model_json.h), and the dataset shaped for a model's input.
+#include "cli/common.h"
+
+namespace tandem::cli {
+
+using namespace layers;
+
+bool is_preset(const std::string& name) {
+  return name == "mlp" || name == "mlp5" || name == "cnn" || name == "cifar-mlp";
+}
+std::string preset_names() { return "mlp, mlp5, cnn, cifar-mlp"; }
+
+ModelSpec make_model(const std::string& name, uint64_t seed, distribute::Strategy* strategy) {
+  std::optional<distribute::Strategy::Scope> scope;
+  if (strategy) scope.emplace(strategy);
+  ModelSpec spec;
+  spec.name = name;
+  spec.model = std::make_unique<Sequential>(SequentialOptions{.name = name, .seed = seed});
+  Sequential& m = *spec.model;
+  if (name == "mlp") {  // reference tutorials 000 and 002
+    m.add(Dense(128, "relu", {.input_shape = Shape{784}}));
+    m.add(Dropout(0.2f));
+    m.add(Dense(10, "softmax"));
+  } else if (name == "mlp5") {  // reference tutorial 004: 5 x Dense(160, elu), momentum 0.95
+    m.add(Dense(160, "elu", {.kernel_initializer = "he_normal", .input_shape = Shape{784}}));
+    for (int i = 0; i < 4; ++i) m.add(Dense(160, "elu", {.kernel_initializer = "he_normal"}));
+    m.add(Dense(10));
+    spec.default_optimizer = "sgd";
+    spec.default_learning_rate = 0.01f;
+    spec.default_momentum = 0.95f;
+    spec.loss = Loss::sparse_categorical_crossentropy(true);
+  } else if (name == "cnn") {  // reference tutorial 001
+    m.add(Conv2D(32, 3, {.activation = "relu", .input_shape = Shape{28, 28, 1}}));
+    m.add(MaxPooling2D());
+    m.add(Flatten());
+    m.add(Dense(64, "relu"));
+    m.add(Dense(10));
+    spec.loss = Loss::sparse_categorical_crossentropy(true);
+  } else if (name == "cifar-mlp") {  // reference tutorial 003
+    m.add(Flatten({.input_shape = Shape{32, 32, 3}}));
+    m.add(Dense(3000, "relu"));
+    m.add(Dense(1000, "relu"));
+    m.add(Dense(10, "sigmoid"));
+  } else {
+    spec.model = load_model_json(name, {.seed = seed, .ignored_input_shapes = &spec.ignored_input_shapes});
+    // Logits when the model ends without an activation, probabilities otherwise, however the
+    // activation is spelled: Dense(10, "softmax") or Dense(10) then Activation("softmax").
+    const Layer* last = spec.model->layers().back().get();
+    tandem::Activation output = tandem::Activation::Linear;
+    if (const auto* dense = dynamic_cast<const Dense*>(last)) output = dense->activation();
+    if (const auto* activation = dynamic_cast<const layers::Activation*>(last)) output = activation->activation();
+    if (output == tandem::Activation::Linear) spec.loss = Loss::sparse_categorical_crossentropy(true);
+  }
+  return spec;
+}
+
+void note_ignored_input_shapes(const ModelSpec& spec) {
+  const auto& layers = spec.model->layers();
+  for (const IgnoredInputShape& ignored : spec.ignored_input_shapes) {
+    const Layer& layer = *layers[ignored.layer];
+    if (layer.built() && layer.input_shape() == ignored.declared) continue;
+    std::printf("note: %s in %s declares input shape %s, and its input is %s: ignored, as Keras uses the first "
+                "layer's alone\n",
+                layer.label().c_str(), spec.name.c_str(), ignored.declared.str().c_str(),
+                layer.built() ? layer.input_shape().str().c_str() : "not known yet");
+  }
+}
+
+data::ImageDataset load_for_model(const std::string& dataset, const std::string& data_dir, Sequential& model) {
+  const auto& declared = model.layers().front()->declared_input_shape();
+  if (!declared) fail("model \"{}\": its first layer needs an input_shape", model.name());
+  bool flat = declared->rank() == 1, channels = declared->rank() == 3;
+  data::ImageDataset d;
+  if (dataset == "cifar10") {
+    d = data::load_cifar10(data_dir);
+    if (flat)
+      for (data::Split* s : {&d.train, &d.test}) s->x = s->x.reshape({s->x.dim(0), 32 * 32 * 3});
+  } else {
+    d = data::load_dataset(dataset, {.data_dir = data_dir, .flatten = flat, .channels = channels});
+  }
+  Shape per_sample(std::span<const int64_t>(d.train.x.shape().begin() + 1, d.train.x.shape().end()));
+  if (!(per_sample == *declared))
+    fail("dataset \"{}\" has samples of shape {}, model \"{}\" expects {}", dataset, per_sample.str(), model.name(),
+         declared->str());
+  return d;
+}
+
+}  // namespace tandem::cli
