@@ -20,7 +20,7 @@ struct IgnoredInputShape {
 };
 
 struct ModelJsonOptions {
-  uint64_t seed = 0;                 // the model's (weights, dropout, shuffling)
+  uint64_t seed = 0;                  // the model's (weights, dropout, shuffling)
   std::string source = "model JSON";  // how errors name the text (load_model_json: the file)
   std::vector<IgnoredInputShape>* ignored_input_shapes = nullptr;  // filled when given
 };

@@ -55,7 +55,7 @@ struct OptimizerChoice {
   std::string name;
   float learning_rate = 0;
   float momentum = 0;
-  bool has_momentum = false;  // sgd and rmsprop
+  bool has_momentum = false;     // sgd and rmsprop
   std::string describe() const;  // as flags: "--optimizer sgd --learning-rate 0.01 --momentum 0.95"
 };
 OptimizerChoice choose_optimizer(const std::string& name, float learning_rate, float momentum, const ModelSpec& spec);

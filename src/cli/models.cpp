@@ -60,10 +60,11 @@ void note_ignored_input_shapes(const ModelSpec& spec) {
   for (const IgnoredInputShape& ignored : spec.ignored_input_shapes) {
     const Layer& layer = *layers[ignored.layer];
     if (layer.built() && layer.input_shape() == ignored.declared) continue;
-    std::printf("note: %s in %s declares input shape %s, and its input is %s: ignored, as Keras uses the first "
-                "layer's alone\n",
-                layer.label().c_str(), spec.name.c_str(), ignored.declared.str().c_str(),
-                layer.built() ? layer.input_shape().str().c_str() : "not known yet");
+    std::printf(
+        "note: %s in %s declares input shape %s, and its input is %s: ignored, as Keras uses the first "
+        "layer's alone\n",
+        layer.label().c_str(), spec.name.c_str(), ignored.declared.str().c_str(),
+        layer.built() ? layer.input_shape().str().c_str() : "not known yet");
   }
 }
 

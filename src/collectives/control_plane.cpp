@@ -38,7 +38,8 @@ std::string encode(const std::vector<int64_t>& values) {
 // "checkpoint writing", "checkpoint-writing" and "Checkpoint_Writing" name the same phase.
 std::string phase_key(const std::string& phase) {
   std::string key;
-  for (char c : phase) key += c == ' ' || c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char c : phase)
+    key += c == ' ' || c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return key;
 }
 
@@ -307,8 +308,8 @@ void ControlPlane::run() {
     // This process was stopped (SIGSTOP, a debugger) past the timeout: the others have ended the
     // job meanwhile; say so rather than blame them as their connections close.
     if (auto now = Clock::now(); now - last_turn > timeout_ && !failed())
-      set_failure(fmt::format("{} was stopped for {:.1f} s{}: the other ranks have ended the job without it", who(rank_),
-                              std::chrono::duration<double>(now - last_turn).count(), during(phase())),
+      set_failure(fmt::format("{} was stopped for {:.1f} s{}: the other ranks have ended the job without it",
+                              who(rank_), std::chrono::duration<double>(now - last_turn).count(), during(phase())),
                   false);
     last_turn = Clock::now();
     if (ready > 0) {

@@ -535,10 +535,10 @@ class MpiCommunicator : public Communicator {
       for (int r = 0; r < size_; ++r) {
         int64_t at = progress[static_cast<size_t>(r)];
         if (at >= seq) continue;
-        late +=
-            fmt::format("{}{} {}", late.empty() ? "" : "; ", control_->who(r),
-                        at < 0 ? std::string("has finished")
-                               : fmt::format("has not entered it (its last: #{}, during {})", at, control_->phase_of(r)));
+        late += fmt::format(
+            "{}{} {}", late.empty() ? "" : "; ", control_->who(r),
+            at < 0 ? std::string("has finished")
+                   : fmt::format("has not entered it (its last: #{}, during {})", at, control_->phase_of(r)));
       }
     }
     if (late.empty() && seq > 0) late = "every rank has entered it; MPI has not completed it";

@@ -9,7 +9,6 @@
 
 #include "tandem/autograd.h"
 #include "tandem/distribute/strategy.h"
-#include "tandem/distribute/train_step.h"
 #include "tandem/timeline.h"
 
 namespace tandem::distribute {
@@ -73,15 +72,5 @@ class GradientReducer {
 // reduced on copies), reduced over the replicas by `policy` as a step of one part per replica.
 std::vector<Tensor> reduce_replica_gradients(const ReplicaContext& replica, GradientReduction policy,
                                              std::span<const Tensor> gradients);
-
-// What one replica keeps from step to step: its tape, reducer and gradient list.
-struct TrainStep::Work {
-  Work(GradientReduction policy, std::vector<Tensor> sources_in)
-      : reducer(policy, sources_in), sources(std::move(sources_in)), grads(sources.size()) {}
-  GradientTape tape;
-  GradientReducer reducer;
-  std::vector<Tensor> sources, grads;
-  std::string thread_name;  // the replica's row in a timeline
-};
 
 }  // namespace tandem::distribute

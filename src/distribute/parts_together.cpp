@@ -2,7 +2,7 @@
 // (BatchNormalization: statistics over the global batch): every layer runs on all the replica's
 // parts before the next, on one tape. Each part uses its own aliases of the variables (views with
 // their own tape identity), so that its gradients stay apart, to be summed in part order.
-#include "distribute/gradient_reducer.h"
+#include "distribute/replica_state.h"
 #include "tandem/distribute/train_step.h"
 #include "tandem/ops.h"
 
@@ -44,7 +44,7 @@ std::vector<double> TrainStep::gather_part_values(int r, std::span<const double>
   return all;
 }
 
-void TrainStep::compute_parts_together(Work& work, int r) {
+void TrainStep::compute_parts_together(ReplicaState& work, int r) {
   ModelReplicas::Replica& rep = replicas_[r];
   int g = global_replica(r);
   int first = split_.first_part[static_cast<size_t>(g)], last = split_.first_part[static_cast<size_t>(g) + 1];

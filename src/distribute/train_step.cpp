@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "distribute/gradient_reducer.h"
+#include "distribute/replica_state.h"
 #include "tandem/ops.h"
 
 namespace tandem::distribute {
@@ -46,7 +46,7 @@ TrainStep::TrainStep(Strategy* strategy, ModelReplicas& replicas, const Loss& lo
   for (int r = 0; r < replicas.size(); ++r) {
     std::vector<Tensor> sources;
     for (Variable* v : replicas[r].trainable) sources.push_back(v->value);
-    work_.push_back(std::make_unique<Work>(reduction_, std::move(sources)));
+    work_.push_back(std::make_unique<ReplicaState>(reduction_, std::move(sources)));
   }
   replica_job_ = [this](int r) { run_replica(r); };
 }
@@ -111,7 +111,7 @@ const StepResult& TrainStep::run(const GlobalBatch& batch, uint64_t key) {
 int TrainStep::global_replica(int r) const { return strategy_ != nullptr ? strategy_->first_local_replica() + r : r; }
 
 void TrainStep::run_replica(int r) {
-  Work& work = *work_[static_cast<size_t>(r)];
+  ReplicaState& work = *work_[static_cast<size_t>(r)];
   StopRecording own_tape;  // the replica's tape records only while it steps
   int g = global_replica(r);
   Timeline* timeline = strategy_ != nullptr ? strategy_->timeline() : nullptr;
@@ -133,7 +133,7 @@ void TrainStep::run_replica(int r) {
   else optimizer_.apply_here(trainable, reduced);
 }
 
-void TrainStep::compute_part(Work& work, int r, int p) {
+void TrainStep::compute_part(ReplicaState& work, int r, int p) {
   int64_t begin = split_.begin(p), end = split_.end(p), global = batch_->rows;
   Tensor h, y;
   batch_->slice(begin, end, h, y);

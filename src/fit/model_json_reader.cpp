@@ -199,10 +199,10 @@ std::unique_ptr<Sequential> model_from_json(const std::string& text, const Model
   const json& root = doc.contains("config") && doc["config"].is_object() ? doc["config"] : doc;
   if (!root.contains("layers") || !root["layers"].is_array() || root["layers"].empty())
     fail("{} needs a non-empty \"layers\" array", file);
-  auto model = std::make_unique<Sequential>(
-      SequentialOptions{get<std::string>(root, "name", "sequential", file), options.seed});
+  auto model =
+      std::make_unique<Sequential>(SequentialOptions{get<std::string>(root, "name", "sequential", file), options.seed});
   int index = 0;
-  bool first = true;  // the first layer that computes: only its input shape counts
+  bool first = true;                      // the first layer that computes: only its input shape counts
   std::optional<Shape> from_input_layer;  // Keras 3 gives the input shape on an InputLayer
   for (const json& layer : root["layers"]) {
     std::string where = fmt::format("{}, layer {}", file, index++);
@@ -223,7 +223,8 @@ std::unique_ptr<Sequential> model_from_json(const std::string& text, const Model
     // Keras 2 writes batch_input_shape on some later layers; Keras' Sequential uses the first
     // layer's alone, and so does this.
     if (!first && input) {
-      if (options.ignored_input_shapes != nullptr) options.ignored_input_shapes->push_back({model->layers().size(), *input});
+      if (options.ignored_input_shapes != nullptr)
+        options.ignored_input_shapes->push_back({model->layers().size(), *input});
       input.reset();
     }
     first = false;

@@ -47,8 +47,8 @@ json layer_config(const Layer& layer) {
     c["use_bias"] = d->options().use_bias;
     c["kernel_initializer"] = initializer(d->options().kernel_initializer);
     c["bias_initializer"] = initializer(d->options().bias_initializer);
-    for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-                          "bias_constraint"})
+    for (const char* k :
+         {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"})
       c[k] = nullptr;
   } else if (const auto* d = dynamic_cast<const Dropout*>(&layer)) {
     c["rate"] = d->rate();
@@ -67,8 +67,8 @@ json layer_config(const Layer& layer) {
     c["use_bias"] = o.use_bias;
     c["kernel_initializer"] = initializer(o.kernel_initializer);
     c["bias_initializer"] = initializer(o.bias_initializer);
-    for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-                          "bias_constraint"})
+    for (const char* k :
+         {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"})
       c[k] = nullptr;
   } else if (const auto* p = dynamic_cast<const Pooling2D*>(&layer)) {
     c["pool_size"] = pair_of(p->pool_size());
@@ -100,7 +100,8 @@ std::string Sequential::to_json() const {
   json layers = json::array();
   if (!layers_.empty()) {
     const Layer& first = *layers_.front();
-    std::optional<Shape> input = first.built() ? std::optional<Shape>(first.input_shape()) : first.declared_input_shape();
+    std::optional<Shape> input =
+        first.built() ? std::optional<Shape>(first.input_shape()) : first.declared_input_shape();
     if (input) {
       json batch_shape = json::array({nullptr});
       for (int64_t d : *input) batch_shape.push_back(d);

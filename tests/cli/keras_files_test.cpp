@@ -104,11 +104,12 @@ TEST(KerasFiles, Keras2BatchInputShapeOnALaterLayerIsIgnoredWithANote) {
                                                dense("dense", 32, "784") + ", " + dense("dense_1", 10, "100") +
                                                R"(]}, "keras_version": "2.4.0"})";
   testing::make_mnist(dir.file("data/mnist"), 64, 16);
-  auto out = testing::run({"fit", "--model", dir.file("model.json"), "--data-dir", dir.file("data"),
-                           "--epochs", "1", "--verbose", "2", "--checkpoint-dir", "", "--log-dir", ""},
+  auto out = testing::run({"fit", "--model", dir.file("model.json"), "--data-dir", dir.file("data"), "--epochs", "1",
+                           "--verbose", "2", "--checkpoint-dir", "", "--log-dir", ""},
                           dir);
   ASSERT_EQ(out.code, 0) << out.output;
-  EXPECT_NE(out.output.find("note: Dense \"dense_1\" in " + dir.file("model.json") + " declares input shape (100,), and its input is (32,)"),
+  EXPECT_NE(out.output.find("note: Dense \"dense_1\" in " + dir.file("model.json") +
+                            " declares input shape (100,), and its input is (32,)"),
             std::string::npos)
       << out.output;
   EXPECT_NE(out.output.find("ignored, as Keras uses the first layer's alone"), std::string::npos) << out.output;

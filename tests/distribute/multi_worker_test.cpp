@@ -248,8 +248,8 @@ TEST(MultiWorker, ABackupOfAnotherRunNamesTheOptimizerSettingsInForce) {
   TempDir dir;
   make_mnist(dir.file("data/mnist"), 600, 60);
   std::string ck = dir.file("ck");
-  Watched killed =
-      run_watched(launched(2, fit_args(dir, "multiworker", ck)), dir, 120, "killed.log", {"TANDEM_TEST_FAULT=kill:1:5"});
+  Watched killed = run_watched(launched(2, fit_args(dir, "multiworker", ck)), dir, 120, "killed.log",
+                               {"TANDEM_TEST_FAULT=kill:1:5"});
   ASSERT_NE(killed.code, 0) << killed.output;
   ASSERT_TRUE(std::filesystem::exists(ck + "/backup/backup.safetensors")) << killed.output;
   std::vector<std::string> other = fit_args(dir, "multiworker", ck);
@@ -314,10 +314,8 @@ TEST(MultiWorker, ARankKilledOrStoppedInAnyPhaseEndsTheJobNamingTheRankAndThePha
       EXPECT_NE(w.code, 0) << what << "\n" << w.output;
       EXPECT_FALSE(w.killed) << what << ": the watchdog had to end it\n" << w.output;
       EXPECT_LT(w.seconds, kTimeout + 10) << what << "\n" << w.output;
-      if (std::string(kind) == "kill")
-        EXPECT_TRUE(names_killed_rank(w.output, c.rank)) << what << "\n" << w.output;
-      else
-        EXPECT_NE(w.output.find(fmt::format("rank {}", c.rank)), std::string::npos) << what << "\n" << w.output;
+      if (std::string(kind) == "kill") EXPECT_TRUE(names_killed_rank(w.output, c.rank)) << what << "\n" << w.output;
+      else EXPECT_NE(w.output.find(fmt::format("rank {}", c.rank)), std::string::npos) << what << "\n" << w.output;
       EXPECT_NE(w.output.find(fmt::format("during {}", c.named)), std::string::npos) << what << "\n" << w.output;
       std::vector<std::string> left = processes_mentioning(dir.path());
       EXPECT_TRUE(left.empty()) << what << ": left behind: " << (left.empty() ? "" : left[0]);

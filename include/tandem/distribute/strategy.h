@@ -48,30 +48,6 @@ struct PerReplica {
 // The global batches of a dataset, each split along its first axis into one per replica
 // (rows [B·r/N, B·(r+1)/N) to replica r): the global batch is the per-replica batch × N.
 // Across processes, each gets the parts of its replicas [first, first + local).
-class DistributedDataset {
- public:
-  DistributedDataset(data::Dataset dataset, int replicas, int first = 0, int local = -1)
-      : dataset_(std::move(dataset)), replicas_(replicas), first_(first), local_(local < 0 ? replicas : local) {}
-  class Iterator {
-   public:
-    Iterator(std::unique_ptr<data::Iterator> it, int replicas, int first, int local)
-        : it_(std::move(it)), replicas_(replicas), first_(first), local_(local) {}
-    // The next global batch split per replica (this process's replicas); nullopt at the end of
-    // the pass. A batch with fewer rows than replicas leaves some with none (0 rows): they
-    // contribute zeros, as in fit.
-    std::optional<PerReplica<data::Element>> next();
-
-   private:
-    std::unique_ptr<data::Iterator> it_;
-    int replicas_, first_, local_;
-  };
-  Iterator iterate(int epoch = 0) const { return Iterator(dataset_.iterate(epoch), replicas_, first_, local_); }
-
- private:
-  data::Dataset dataset_;
-  int replicas_, first_, local_;
-};
-
 // A global batch cut into parts: part p is rows [row[p], row[p + 1]); replica r computes parts
 // [first_part[r], first_part[r + 1]) (none: it contributes zero gradients).
 struct BatchSplit {
@@ -83,6 +59,32 @@ struct BatchSplit {
   // `parts` even parts of `rows` rows (part p: [B·p/P, B·(p+1)/P)), replica r computing parts
   // [P·r/N, P·(r+1)/N); reuses the vectors' memory.
   void even(int64_t rows, int parts, int replicas);
+};
+
+class DistributedDataset {
+ public:
+  // The strategy must outlive the dataset and its iterators.
+  DistributedDataset(data::Dataset dataset, const Strategy& strategy)
+      : dataset_(std::move(dataset)), strategy_(&strategy) {}
+  class Iterator {
+   public:
+    Iterator(std::unique_ptr<data::Iterator> it, const Strategy& strategy) : it_(std::move(it)), strategy_(&strategy) {}
+    // The next global batch split per replica (this process's replicas) as the strategy splits
+    // fit's (split_batch: a replica's rows are those of its parts); nullopt at the end of the
+    // pass. A batch with fewer rows than replicas leaves some with none (0 rows): they
+    // contribute zeros, as in fit.
+    std::optional<PerReplica<data::Element>> next();
+
+   private:
+    std::unique_ptr<data::Iterator> it_;
+    const Strategy* strategy_;
+    BatchSplit split_;
+  };
+  Iterator iterate(int epoch = 0) const { return Iterator(dataset_.iterate(epoch), *strategy_); }
+
+ private:
+  data::Dataset dataset_;
+  const Strategy* strategy_;
 };
 
 // How a step's gradients meet across the replicas (Strategy::gradient_reduction): one mechanism,
@@ -146,9 +148,7 @@ class Strategy {
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& values);
   // This process's replicas' tensors concatenated along `axis`, in replica order.
   Tensor gather(const PerReplica<Tensor>& values, int axis = 0);
-  DistributedDataset distribute_dataset(const data::Dataset& dataset) {
-    return {dataset, num_replicas_in_sync(), first_local_replica(), num_local_replicas()};
-  }
+  DistributedDataset distribute_dataset(const data::Dataset& dataset) const { return {dataset, *this}; }
   // fn(replica) for every replica, on this thread: per-replica inputs made by the caller.
   template <class F>
   auto distribute_values_from_function(F&& fn) {

@@ -73,15 +73,15 @@ class TrainStep {
   std::function<void(const StepResult& local, std::vector<double>& values)> add_local_sums;
 
  private:
-  struct Work;
+  struct ReplicaState;  // one replica's tape, reducer and gradients (replica_state.h)
   void check_split(int64_t rows) const;
   int global_replica(int r) const;  // local replica r's index among every process's
   void run_replica(int r);
   // Part p on its own tape: forward, loss (summed over its rows ÷ the global batch), backward.
-  void compute_part(Work& work, int r, int p);
+  void compute_part(ReplicaState& work, int r, int p);
   // The replica's parts layer by layer on one tape, for layers that need them together (their
   // statistics over the global batch); each part's gradients stay apart through aliases.
-  void compute_parts_together(Work& work, int r);
+  void compute_parts_together(ReplicaState& work, int r);
   // Every part's values for a layer that needs the whole global batch, in part order.
   std::vector<double> gather_part_values(int r, std::span<const double> values, size_t per_part,
                                          const std::vector<int>& live);
@@ -96,9 +96,9 @@ class TrainStep {
   const GlobalBatch* batch_ = nullptr;  // of the step running
   uint64_t key_ = 0;
   std::function<void(int)> replica_job_;
-  std::vector<std::unique_ptr<Work>> work_;  // per replica
-  std::vector<double> part_losses_;          // per part, summed in part order
-  std::vector<double> exchange_;             // part losses and add_local_sums's values
+  std::vector<std::unique_ptr<ReplicaState>> work_;  // per replica
+  std::vector<double> part_losses_;                  // per part, summed in part order
+  std::vector<double> exchange_;                     // part losses and add_local_sums's values
   StepResult result_;
 };
 

@@ -1,0 +1,32 @@
+// DistributedDataset (tandem/distribute/strategy.h): a dataset's global batches split per replica
+// as the strategy splits fit's (Strategy::split_batch), for custom loops.
+#include "tandem/distribute/strategy.h"
+#include "tandem/error.h"
+
+namespace tandem::distribute {
+
+std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
+  std::optional<data::Element> batch = it_->next();
+  if (!batch) return std::nullopt;
+  for (const Tensor& t : *batch)
+    if (t.rank() < 1)
+      fail("distribute_dataset: element component of shape {} has no batch axis to split", t.shape().str());
+  int64_t rows = batch->empty() ? 0 : (*batch)[0].dim(0);
+  for (const Tensor& t : *batch)
+    if (t.dim(0) != rows)
+      fail("distribute_dataset: element components have {} and {} rows; every component needs the batch's", rows,
+           t.dim(0));
+  strategy_->split_batch(rows, split_);
+  PerReplica<data::Element> out;
+  int first = strategy_->first_local_replica();
+  auto row_of = [&](int replica) { return split_.begin(split_.first_part[static_cast<size_t>(replica)]); };
+  out.first_row = row_of(first);
+  for (int r = first; r < first + strategy_->num_local_replicas(); ++r) {
+    data::Element part;
+    for (const Tensor& t : *batch) part.push_back(t.slice(row_of(r), row_of(r + 1)));
+    out.values.push_back(std::move(part));
+  }
+  return out;
+}
+
+}  // namespace tandem::distribute

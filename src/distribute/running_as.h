@@ -1,0 +1,24 @@
+#pragma once
+// A thread running as one replica of a strategy: its replica context and the strategy's update
+// rule set while alive (strategies set it on each replica's thread).
+#include "tandem/distribute/strategy.h"
+#include "tandem/optimizers.h"
+
+namespace tandem::distribute {
+
+// Runs as replica r of s while alive.
+class RunningAs {
+ public:
+  RunningAs(Strategy* s, int r)
+      : context_{s, &s->communicator(r),    s->first_local_replica() + r, s->num_replicas_in_sync(), s->first_row(r),
+                 r, s->num_local_replicas()},
+        as_(context_),
+        rule_(&s->update_rule()) {}
+
+ private:
+  ReplicaContext context_;
+  AsReplica as_;
+  UsingUpdateRule rule_;
+};
+
+}  // namespace tandem::distribute

@@ -1,0 +1,12 @@
+#pragma once
+// The update rules of the synchronous data-parallel strategies (Strategy::update_rule).
+#include "tandem/optimizers.h"
+
+namespace tandem::distribute {
+
+// Mirrored variables: every replica updates its own copy with its own copy of the slots.
+UpdateRule& mirrored_update_rule();
+// Central storage: one shared copy, updated once, by replica 0.
+UpdateRule& central_update_rule();
+
+}  // namespace tandem::distribute
