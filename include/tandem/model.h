@@ -1,7 +1,7 @@
 #pragma once
 // Sequential: a stack of layers with Keras' compile / fit / evaluate / predict. The model is
-// layers, call, variables, summary and its files; fit runs the training step the strategy runs
-// (distribute::TrainStep).
+// layers, call, variables, summary and its files; fit hands off to its loop (src/fit/fit_loop.h),
+// which runs the step its strategy makes (Strategy::make_step).
 #include <concepts>
 #include <cstdio>
 #include <functional>
@@ -122,7 +122,7 @@ class Sequential {
   void save_checkpoint(const std::string& path);
   TrainingPosition load_checkpoint(const std::string& path);
 
-  // The strategy of the scope the model was made in (null: the default strategy).
+  // The strategy of the scope the model was made in; outside any scope, a DefaultStrategy of its own.
   distribute::Strategy* strategy() const { return strategy_; }
   // Replica r's variables (0: this model's own), for checking that they stay mirrored.
   std::vector<Variable*> replica_variables(int replica);
@@ -139,31 +139,17 @@ class Sequential {
   io::NamedTensors checked_load(const std::string& path, std::map<std::string, std::string>* metadata);
   void check_data(const Tensor& x, const Tensor& y, const char* what);
   Logs run_evaluation(const Tensor& x, const Tensor& y, int64_t batch_size);
-  // Fills the batch with batch `step` of epoch `epoch` (called for every step in order); false
-  // when the epoch has no more batches. `lazy`: rows may be left to GlobalBatch::gather.
-  using BatchSource = std::function<bool(int epoch, int64_t step, bool lazy, distribute::GlobalBatch& batch)>;
-  History train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch, const Tensor& x_val,
-                     const Tensor& y_val);
-  struct TrainingRun;  // fit's state while it trains (fit.cpp)
-  // The run's signature, the metrics, on_train_begin; where training starts (a restored backup's position).
-  TrainingPosition begin_training(const FitOptions& options);
-  // Epoch `epoch` from batch first_step on: the batches it ended after.
-  int64_t train_epoch(TrainingRun& run, int epoch, int64_t first_step);
-  void check_same_batch(distribute::Communicator& workers, bool have, int64_t rows, int epoch, int64_t step);
-  void add_metrics(const distribute::StepResult& result);
-  void add_metrics_across_workers(const distribute::StepResult& result, std::vector<double>& values);
-  void take_summed_metrics(const distribute::StepResult& result);
-  // Validation, the epoch's logs into the history, on_epoch_end.
-  void end_epoch(TrainingRun& run, int epoch, int64_t steps_done);
-  const Logs& current_logs(Logs& logs) const;  // the running metrics
   // The model's replicas under its strategy (replica 0: its own layers), from the current weights;
   // the optimizer's replica slots are copied again on the next step.
   void make_replicas();
   // The replica this thread runs as inside Strategy::run (made on first use), or null outside.
   distribute::ModelReplicas::Replica* running_replica(const Tensor* first_input);
 
+  friend class FitLoop;  // fit's loop (src/fit/fit_loop.h) trains the model's state below
+
   std::string name_;
   uint64_t seed_;
+  std::unique_ptr<distribute::Strategy> own_strategy_;  // outside any scope: the default strategy
   distribute::Strategy* strategy_ = nullptr;
   std::shared_ptr<distribute::ModelReplicas> replicas_;
   std::mutex replicas_mutex_;
@@ -176,8 +162,6 @@ class Sequential {
   std::map<std::string, std::string> run_signature_;
   // The running metrics of the epoch in progress (loss first), saved in checkpoints.
   std::vector<Metric> running_metrics_;
-  std::vector<double> metric_sums_;   // the metrics' accumulators before a step, summed over workers
-  std::vector<int64_t> batch_sizes_;  // every worker's (has a batch, rows), compared each step
   std::vector<std::pair<double, int64_t>> restored_metrics_;
 };
 

@@ -59,7 +59,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
         "central[:N[:deterministic]], local_sgd[:N[:K]] or multiworker[:W[:L]][:deterministic]",
         spec, why);
   };
-  if (spec == "default") return nullptr;
+  if (spec == "default") return std::make_unique<DefaultStrategy>();
   if (spec == "one_device") return std::make_unique<OneDeviceStrategy>();
   std::vector<std::string> parts;
   for (size_t at = 0;;) {

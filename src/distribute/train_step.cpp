@@ -23,11 +23,11 @@ void GlobalBatch::slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) cons
   }
 }
 
-ModelReplicas::ModelReplicas(Strategy* strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers)
-    : replicas_(static_cast<size_t>(strategy != nullptr ? strategy->num_local_replicas() : 1)) {
+ModelReplicas::ModelReplicas(const Strategy& strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers)
+    : replicas_(static_cast<size_t>(strategy.num_local_replicas())) {
   for (int r = 0; r < size(); ++r) {
     Replica& rep = replicas_[static_cast<size_t>(r)];
-    for (const auto& l : layers) rep.layers.push_back(r == 0 ? l : strategy->replica_layer(*l, r));
+    for (const auto& l : layers) rep.layers.push_back(r == 0 ? l : strategy.replica_layer(*l, r));
     for (auto& l : rep.layers)
       for (Variable& v : l->variables()) {
         rep.variables.push_back(&v);
@@ -36,9 +36,21 @@ ModelReplicas::ModelReplicas(Strategy* strategy, const std::vector<std::shared_p
   }
 }
 
-TrainStep::TrainStep(Strategy* strategy, ModelReplicas& replicas, const Loss& loss, Optimizer& optimizer, uint64_t seed)
-    : strategy_(strategy), replicas_(replicas), loss_(loss), optimizer_(optimizer), seed_(seed) {
-  reduction_ = strategy != nullptr ? strategy->gradient_reduction() : GradientReduction{GradientReduction::Kind::None};
+std::unique_ptr<StepRunner> Strategy::make_step(const StepParts& parts) {
+  return std::make_unique<TrainStep>(*this, parts);
+}
+
+TrainStep::TrainStep(Strategy& strategy, const StepParts& parts)
+    : strategy_(&strategy),
+      replicas_(parts.replicas),
+      loss_(parts.loss),
+      optimizer_(parts.optimizer),
+      seed_(parts.seed),
+      metrics_(parts.metrics),
+      workers_(strategy.worker_communicator()) {
+  if (workers_ != nullptr && workers_->size() == 1) workers_ = nullptr;
+  reduction_ = strategy.gradient_reduction();
+  ModelReplicas& replicas = replicas_;
   const auto& layers = replicas[0].layers;
   together_ = reduction_.kind == GradientReduction::Kind::Ordered &&
               std::any_of(layers.begin(), layers.end(), [](const auto& l) { return l->needs_parts_together(); });
@@ -53,9 +65,25 @@ TrainStep::TrainStep(Strategy* strategy, ModelReplicas& replicas, const Loss& lo
 
 TrainStep::~TrainStep() = default;
 
-bool TrainStep::splits(const Strategy* strategy) {
-  return strategy != nullptr && (strategy->num_replicas_in_sync() > 1 ||
-                                 strategy->gradient_reduction().kind == GradientReduction::Kind::Ordered);
+bool TrainStep::lazy_batches() const {
+  return strategy_->num_replicas_in_sync() > 1 || reduction_.kind == GradientReduction::Kind::Ordered;
+}
+
+void TrainStep::check_batch(bool have, int64_t rows, int epoch, int64_t step) {
+  if (workers_ == nullptr) return;
+  int64_t mine[2] = {have ? 1 : 0, have ? rows : 0};
+  std::vector<int64_t>& all = batch_sizes_;  // kept: this runs every step
+  all.resize(2 * static_cast<size_t>(workers_->size()));
+  workers_->all_gather(mine, 2, all.data(), DataType::Int64);
+  auto describe = [&](size_t w) {
+    return all[2 * w] == 0 ? std::string("has no batch left") : fmt::format("has one of {} rows", all[2 * w + 1]);
+  };
+  for (size_t w = 1; w < all.size() / 2; ++w)
+    if (all[2 * w] != all[0] || all[2 * w + 1] != all[1])
+      fail(
+          "{}: at batch {} of epoch {} worker 0 {} and worker {} {}: every worker must read the same data (each takes "
+          "its rows of every global batch)",
+          strategy_->name(), step + 1, epoch + 1, describe(0), w, describe(w));
 }
 
 // A strategy's split must cover the batch in order and give every replica a range of parts.
@@ -72,51 +100,68 @@ void TrainStep::check_split(int64_t rows) const {
          strategy_->name(), rows, s.parts(), replicas);
 }
 
-const StepResult& TrainStep::run(const GlobalBatch& batch, uint64_t key) {
-  if (strategy_ != nullptr) {
-    strategy_->split_batch(batch.rows, split_);
-    check_split(batch.rows);
-  } else {
-    split_.even(batch.rows, 1, 1);
-  }
+double TrainStep::run(const GlobalBatch& batch, uint64_t key) {
+  strategy_->split_batch(batch.rows, split_);
+  check_split(batch.rows);
   auto parts = static_cast<size_t>(split_.parts());
   result_.predictions.assign(parts, Tensor());
   result_.labels.assign(parts, Tensor());
   part_losses_.assign(parts, 0.0);
   batch_ = &batch;
   key_ = key;
-  if (strategy_ != nullptr) {
+  {
     StopRecording not_here;  // each replica records on its own tape
     strategy_->for_each_replica(replica_job_);
-    // Other processes computed the other parts: their losses (0 here) summed in, exact, with
-    // what the caller sums over the processes (one collective).
-    Communicator* workers = strategy_->worker_communicator();
-    if (workers != nullptr && workers->size() > 1) {
-      exchange_.assign(part_losses_.begin(), part_losses_.end());
-      if (add_local_sums) add_local_sums(result_, exchange_);
-      Timeline::Span span(strategy_->timeline(), "wait");
-      workers->all_reduce(std::span<double>(exchange_), ReduceOp::Sum);
-      std::copy_n(exchange_.begin(), parts, part_losses_.begin());
-      result_.summed.assign(exchange_.begin() + static_cast<std::ptrdiff_t>(parts), exchange_.end());
-    }
-  } else {
-    run_replica(0);
   }
+  update_metrics();
   double sum = 0.0;  // in part order, so the figure does not depend on timing
   for (double l : part_losses_) sum += l;
-  result_.loss = sum / static_cast<double>(batch.rows);
-  return result_;
+  return sum / static_cast<double>(batch.rows);
 }
 
-int TrainStep::global_replica(int r) const { return strategy_ != nullptr ? strategy_->first_local_replica() + r : r; }
+// Alone, the metrics take the parts' predictions. Over several processes, each has its own parts'
+// only: what they add to each metric (sums and counts, exact) is summed over the processes with
+// the parts' losses (0 here for the others' parts), in one collective.
+void TrainStep::update_metrics() {
+  auto add_parts = [&] {
+    for (size_t p = 0; p < result_.predictions.size(); ++p)
+      if (result_.labels[p].defined())
+        for (Metric& m : metrics_) m.update(result_.labels[p], result_.predictions[p]);
+  };
+  if (workers_ == nullptr) return add_parts();
+  size_t parts = part_losses_.size(), n = metrics_.size();
+  metric_sums_.resize(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    auto [total, count] = metrics_[i].accumulators();
+    metric_sums_[2 * i] = total;
+    metric_sums_[2 * i + 1] = static_cast<double>(count);
+  }
+  add_parts();
+  exchange_.assign(part_losses_.begin(), part_losses_.end());
+  for (size_t i = 0; i < n; ++i) {
+    auto [total, count] = metrics_[i].accumulators();
+    exchange_.push_back(total - metric_sums_[2 * i]);
+    exchange_.push_back(static_cast<double>(count) - metric_sums_[2 * i + 1]);
+  }
+  {
+    Timeline::Span span(strategy_->timeline(), "wait");
+    workers_->all_reduce(std::span<double>(exchange_), ReduceOp::Sum);
+  }
+  std::copy_n(exchange_.begin(), parts, part_losses_.begin());
+  for (size_t i = 0; i < n; ++i)
+    metrics_[i].restore({metric_sums_[2 * i] + exchange_[parts + 2 * i],
+                         static_cast<int64_t>(metric_sums_[2 * i + 1] + exchange_[parts + 2 * i + 1])});
+}
+
+int TrainStep::global_replica(int r) const { return strategy_->first_local_replica() + r; }
 
 void TrainStep::run_replica(int r) {
   ReplicaState& work = *work_[static_cast<size_t>(r)];
   StopRecording own_tape;  // the replica's tape records only while it steps
   int g = global_replica(r);
-  Timeline* timeline = strategy_ != nullptr ? strategy_->timeline() : nullptr;
+  Timeline* timeline = strategy_->timeline();
   if (work.thread_name.empty()) work.thread_name = fmt::format("replica {}", g);
-  work.reducer.begin(strategy_ != nullptr ? &strategy_->communicator(r) : nullptr, split_, g, timeline);
+  work.reducer.begin(&strategy_->communicator(r), split_, g, timeline);
   if (together_) {
     compute_parts_together(work, r);
   } else {
@@ -129,8 +174,7 @@ void TrainStep::run_replica(int r) {
   std::span<const Tensor> reduced = work.reducer.finish();
   Timeline::Span update(timeline, "update", work.thread_name.c_str());
   std::vector<Variable*>& trainable = replicas_[r].trainable;
-  if (strategy_ != nullptr) strategy_->update_rule().apply_reduced(optimizer_, trainable, reduced);
-  else optimizer_.apply_here(trainable, reduced);
+  strategy_->update_rule().apply_reduced(optimizer_, trainable, reduced);
 }
 
 void TrainStep::compute_part(ReplicaState& work, int r, int p) {
@@ -138,7 +182,7 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
   Tensor h, y;
   batch_->slice(begin, end, h, y);
   CallContext ctx{true, RandomKey{seed_, key_, begin}};
-  Timeline* timeline = strategy_ != nullptr ? strategy_->timeline() : nullptr;
+  Timeline* timeline = strategy_->timeline();
   std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", work.thread_name.c_str());
   work.tape.reset();
   for (auto& layer : replicas_[r].layers) h = layer->call(h, ctx);

@@ -35,7 +35,23 @@ class CentralUpdate : public MirroredUpdate {
   }
 };
 
+class PlainUpdate : public UpdateRule {
+ public:
+  void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> gradients) override {
+    optimizer.apply_here(variables, gradients);
+  }
+  void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
+                     std::span<const Tensor> reduced) override {
+    optimizer.apply_here(variables, reduced);
+  }
+};
+
 }  // namespace
+
+UpdateRule& plain_update_rule() {
+  static PlainUpdate rule;
+  return rule;
+}
 
 UpdateRule& mirrored_update_rule() {
   static MirroredUpdate rule;

@@ -18,6 +18,7 @@ std::vector<std::pair<std::string, Tensor>> Sequential::state() {
     optimizer_->build(trainable_variables());
     for (auto& entry : optimizer_->state()) out.push_back(std::move(entry));
   }
+  strategy_->collect_state(out);
   return out;
 }
 

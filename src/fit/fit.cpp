@@ -1,11 +1,11 @@
-// compile / fit / evaluate / predict. fit's loop feeds each global batch to the training step
-// (distribute::TrainStep, the one every strategy runs) and keeps the metrics and callbacks.
+// compile / fit / evaluate / predict: fit checks its arguments and makes the batch source that its
+// loop (fit_loop.h) feeds to the strategy's step runner.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 
-#include "fit/progress.h"
+#include "fit/fit_loop.h"
 #include "tandem/model.h"
 #include "tandem/random.h"
 
@@ -141,196 +141,7 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
     if (!lazy) gather(0, out.rows, out.x, out.y);  // else each replica gathers its rows
     return true;
   };
-  return train_loop(options, steps, batches, x_val, y_val);
-}
-
-// What fit keeps while it trains: its arguments, the step, the batch and the epoch's logs.
-struct Sequential::TrainingRun {
-  const FitOptions& options;
-  int64_t steps;  // per epoch; -1: until the source runs out
-  const BatchSource& next_batch;
-  const Tensor &x_val, &y_val;
-  // Made at the first batch (a model may learn its input shape from it), kept for the whole fit.
-  std::shared_ptr<distribute::ModelReplicas> replicas;
-  std::optional<distribute::TrainStep> step;
-  distribute::GlobalBatch batch;
-  std::optional<train::ProgressBar> bar;
-  Logs logs;
-  History history;
-};
-
-History Sequential::train_loop(const FitOptions& options, int64_t steps, const BatchSource& next_batch,
-                               const Tensor& x_val, const Tensor& y_val) {
-  distribute::set_job_phase(strategy_, "agreement checks");
-  if (strategy_ != nullptr && strategy_->worker_communicator() != nullptr) {
-    // Workers that differ would deadlock or silently train different things: compare first.
-    std::string run_text = fmt::format("steps per epoch {}, epochs {}, validation rows {}", steps, options.epochs,
-                                       x_val.defined() ? x_val.dim(0) : 0);
-    for (const auto& [key, value] : options.run_config) run_text += fmt::format(", {} {}", key, value);
-    distribute::check_workers_agree(*strategy_, "the data and settings", run_text);
-  }
-  TrainingPosition start = begin_training(options);
-  if (strategy_ != nullptr && strategy_->worker_communicator() != nullptr) {
-    std::string model_text;
-    for (const auto& [key, value] : run_signature_) model_text += fmt::format("{}: {}; ", key, value);
-    distribute::check_workers_agree(*strategy_, "the model, optimizer and batch size", model_text);
-  }
-  distribute::set_job_phase(strategy_, "training");
-  // Only the chief prints progress (the others train the same steps).
-  int verbose = strategy_ == nullptr || strategy_->is_chief() ? options.verbose : 0;
-  TrainingRun run{options, steps, next_batch, x_val, y_val, {}, {}, {}, {}, {}, {}};
-  for (int epoch = start.epoch; epoch < options.epochs && !stop_training; ++epoch) {
-    if (verbose > 0) std::printf("Epoch %d/%d\n", epoch + 1, options.epochs);
-    for (auto& cb : options.callbacks) cb->on_epoch_begin(epoch, {});
-    run.bar.emplace(steps, verbose, stdout);
-    for (Metric& m : running_metrics_) m.reset();
-    int64_t first_step = 0;
-    if (epoch == start.epoch && start.step > 0) {
-      // Resuming mid-epoch: the same permutation (keyed by seed and epoch), the batches already
-      // trained skipped, the epoch's running metrics as they were saved.
-      first_step = start.step;
-      for (size_t i = 0; i < running_metrics_.size() && i < restored_metrics_.size(); ++i)
-        running_metrics_[i].restore(restored_metrics_[i]);
-    }
-    end_epoch(run, epoch, train_epoch(run, epoch, first_step));
-  }
-  for (auto& cb : options.callbacks) cb->on_train_end(run.logs);
-  for (auto& cb : options.callbacks) cb->model = nullptr;
-  running_metrics_.clear();
-  return std::move(run.history);
-}
-
-TrainingPosition Sequential::begin_training(const FitOptions& options) {
-  run_signature_ = options.run_config;
-  std::string architecture;
-  for (const auto& layer : layers_) {
-    if (!architecture.empty()) architecture += ' ';
-    architecture += layer->type();
-  }
-  for (Variable* v : variables()) architecture += " " + v->name + v->value.shape().str();
-  run_signature_["architecture"] = architecture;
-  run_signature_["optimizer"] =
-      fmt::format("{} (learning rate {})", optimizer_->name(), optimizer_->current_learning_rate());
-  run_signature_["batch_size"] = std::to_string(options.batch_size);
-  run_signature_["seed"] = std::to_string(seed_);
-  running_metrics_.clear();
-  running_metrics_.emplace_back(Metric::Kind::Mean, "loss");
-  for (const std::string& m : metric_names_) running_metrics_.push_back(Metric::parse(m, *loss_));
-  for (auto& cb : options.callbacks) cb->model = this;
-  stop_training = false;
-  resume_from.reset();
-  for (auto& cb : options.callbacks) cb->on_train_begin({});
-  TrainingPosition start{options.initial_epoch, 0};
-  if (resume_from) start = *resume_from;  // a callback restored a backup
-  resume_from.reset();
-  return start;
-}
-
-const Logs& Sequential::current_logs(Logs& logs) const {
-  logs.clear();
-  for (const Metric& m : running_metrics_) logs.emplace_back(m.name(), m.result());
-  return logs;
-}
-
-// The metrics from the parts this process computed. With several processes, what each added
-// (counts and sums, exact) is summed over them in the step's exchange (TrainStep::add_local_sums),
-// so that every worker holds the global batch's metrics.
-void Sequential::add_metrics(const distribute::StepResult& result) {
-  for (size_t p = 0; p < result.predictions.size(); ++p)
-    if (result.labels[p].defined())
-      for (size_t i = 1; i < running_metrics_.size(); ++i)
-        running_metrics_[i].update(result.labels[p], result.predictions[p]);
-}
-
-void Sequential::add_metrics_across_workers(const distribute::StepResult& result, std::vector<double>& values) {
-  size_t n = running_metrics_.size();
-  metric_sums_.resize(2 * n);
-  for (size_t i = 1; i < n; ++i) {
-    auto [total, count] = running_metrics_[i].accumulators();
-    metric_sums_[2 * i] = total;
-    metric_sums_[2 * i + 1] = static_cast<double>(count);
-  }
-  add_metrics(result);
-  for (size_t i = 1; i < n; ++i) {
-    auto [total, count] = running_metrics_[i].accumulators();
-    values.push_back(total - metric_sums_[2 * i]);
-    values.push_back(static_cast<double>(count) - metric_sums_[2 * i + 1]);
-  }
-}
-
-void Sequential::take_summed_metrics(const distribute::StepResult& result) {
-  for (size_t i = 1; i < running_metrics_.size(); ++i)
-    running_metrics_[i].restore({metric_sums_[2 * i] + result.summed[2 * i - 2],
-                                 static_cast<int64_t>(metric_sums_[2 * i + 1] + result.summed[2 * i - 1])});
-}
-
-// Every worker takes its rows of the same global batches: a worker whose data ran out, or whose
-// batch has another size, would leave the others waiting or train on something else. Named.
-void Sequential::check_same_batch(distribute::Communicator& workers, bool have, int64_t rows, int epoch, int64_t step) {
-  int64_t mine[2] = {have ? 1 : 0, have ? rows : 0};
-  std::vector<int64_t>& all = batch_sizes_;  // kept: this runs every step
-  all.resize(2 * static_cast<size_t>(workers.size()));
-  workers.all_gather(mine, 2, all.data(), distribute::DataType::Int64);
-  auto describe = [&](size_t w) {
-    return all[2 * w] == 0 ? std::string("has no batch left") : fmt::format("has one of {} rows", all[2 * w + 1]);
-  };
-  for (size_t w = 1; w < all.size() / 2; ++w)
-    if (all[2 * w] != all[0] || all[2 * w + 1] != all[1])
-      fail(
-          "{}: at batch {} of epoch {} worker 0 {} and worker {} {}: every worker must read the same data (each takes "
-          "its rows of every global batch)",
-          strategy_->name(), step + 1, epoch + 1, describe(0), w, describe(w));
-}
-
-int64_t Sequential::train_epoch(TrainingRun& run, int epoch, int64_t first_step) {
-  const auto& callbacks = run.options.callbacks;
-  int64_t step = 0;
-  distribute::Communicator* workers = strategy_ != nullptr ? strategy_->worker_communicator() : nullptr;
-  for (; run.steps < 0 || step < run.steps; ++step) {
-    bool have = run.next_batch(epoch, step, distribute::TrainStep::splits(strategy_), run.batch);
-    if (workers != nullptr && workers->size() > 1) check_same_batch(*workers, have, run.batch.rows, epoch, step);
-    if (!have) break;
-    if (step < first_step) continue;
-    if (!run.step) {
-      make_replicas();  // from the current weights and optimizer state
-      run.replicas = replicas_;
-      run.step.emplace(strategy_, *run.replicas, *loss_, *optimizer_, seed_);
-      if (workers != nullptr && workers->size() > 1)
-        run.step->add_local_sums = [this](const distribute::StepResult& r, std::vector<double>& values) {
-          add_metrics_across_workers(r, values);
-        };
-    }
-    for (auto& cb : callbacks) cb->on_batch_begin(step, {});
-    const distribute::StepResult& result = run.step->run(run.batch, static_cast<uint64_t>(optimizer_->iterations()));
-    running_metrics_[0].update_mean(result.loss, run.batch.rows);  // the global batch's loss
-    if (run.step->add_local_sums) take_summed_metrics(result);
-    else add_metrics(result);
-    position_ = TrainingPosition{epoch, step + 1};
-    if (run.bar->due(step + 1)) run.bar->update(step + 1, current_logs(run.logs));
-    if (!callbacks.empty()) {
-      current_logs(run.logs);
-      for (auto& cb : callbacks) cb->on_batch_end(step, run.logs);
-    }
-    if (stop_training) return step + 1;  // as Keras: a callback's stop takes effect after the batch
-  }
-  return step;
-}
-
-void Sequential::end_epoch(TrainingRun& run, int epoch, int64_t steps_done) {
-  position_ = TrainingPosition{epoch + 1, 0};
-  Logs& logs = run.logs;
-  current_logs(logs);
-  if (run.x_val.defined()) {
-    distribute::JobPhase phase(strategy_, "validation");
-    Logs val = run_evaluation(run.x_val, run.y_val, run.options.batch_size);
-    for (const auto& [name, value] : val) logs.emplace_back("val_" + name, value);
-  }
-  for (auto& cb : run.options.callbacks) cb->on_epoch_logs(epoch, logs);
-  run.bar->finish(steps_done, logs);
-  logs.emplace_back("lr", optimizer_->current_learning_rate());
-  for (const auto& [name, value] : logs) run.history.history[name].push_back(value);
-  run.history.epochs.push_back(epoch);
-  for (auto& cb : run.options.callbacks) cb->on_epoch_end(epoch, logs);
+  return FitLoop(*this, options, steps, batches, x_val, y_val).run();
 }
 
 History Sequential::fit(const data::Dataset& dataset, const FitOptions& options) {
@@ -368,7 +179,7 @@ History Sequential::fit(const data::Dataset& dataset, const FitOptions& options)
     out.rows = xb.dim(0);
     return true;
   };
-  return train_loop(options, steps, batches, x_val, y_val);
+  return FitLoop(*this, options, steps, batches, x_val, y_val).run();
 }
 
 Logs Sequential::run_evaluation(const Tensor& x_in, const Tensor& y_in, int64_t batch) {

@@ -7,7 +7,12 @@
 namespace tandem {
 
 Sequential::Sequential(SequentialOptions options)
-    : name_(std::move(options.name)), seed_(options.seed), strategy_(distribute::current_strategy()) {}
+    : name_(std::move(options.name)), seed_(options.seed), strategy_(distribute::current_strategy()) {
+  if (strategy_ == nullptr) {
+    own_strategy_ = std::make_unique<distribute::DefaultStrategy>();
+    strategy_ = own_strategy_.get();
+  }
+}
 
 void Sequential::add(std::shared_ptr<layers::Layer> layer) {
   if (!layer) fail("Sequential \"{}\": add() got a null layer", name_);
@@ -49,7 +54,7 @@ Tensor Sequential::call(const Tensor& x, const CallContext& ctx) {
 }
 
 void Sequential::make_replicas() {
-  replicas_ = std::make_shared<distribute::ModelReplicas>(strategy_, layers_);
+  replicas_ = std::make_shared<distribute::ModelReplicas>(*strategy_, layers_);
   if (optimizer_) optimizer_->forget_replicas();
 }
 

@@ -34,6 +34,8 @@
 namespace tandem::distribute {
 
 class Strategy;
+class StepRunner;  // tandem/distribute/step_runner.h
+struct StepParts;
 
 // One value per replica (tf.distribute's PerReplica): what run() takes and returns.
 template <class T>
@@ -168,6 +170,15 @@ class Strategy {
   virtual void split_batch(int64_t rows, BatchSplit& split) const;
   // How the step reduces the replicas' gradients before the update rule applies them.
   virtual GradientReduction gradient_reduction() const { return {}; }
+  // The runner of fit's steps for a model under this strategy (tandem/distribute/step_runner.h):
+  // by default the synchronous data-parallel step (TrainStep), which splits each global batch,
+  // runs every replica, reduces by gradient_reduction() and applies by update_rule(). A strategy
+  // whose steps run another way (workers handed steps asynchronously, pipeline stages) makes its own.
+  virtual std::unique_ptr<StepRunner> make_step(const StepParts& parts);
+  // What a checkpoint saves: the model's state as this process holds it (variables, optimizer
+  // slots), which the strategy may complete or replace with the authoritative copy (a
+  // parameter-server strategy pulls it from the servers). By default it is kept as it is.
+  virtual void collect_state(std::vector<std::pair<std::string, Tensor>>& state) { (void)state; }
   // Where the training step, its reducer and the communicators record what they do (null:
   // nowhere); the timeline must outlive the training.
   virtual void set_timeline(Timeline* timeline) { timeline_ = timeline; }
@@ -252,6 +263,23 @@ class JobPhase {
  private:
   Communicator* workers_;
   std::string before_;
+};
+
+// The strategy of a model made outside any scope (tf.distribute's default strategy): one replica
+// on the calling thread, no replica context, no reduction, the optimizer applied as it is. Each
+// such model owns one.
+class DefaultStrategy : public Strategy {
+ public:
+  DefaultStrategy();
+  std::string name() const override { return "default"; }
+  int num_replicas_in_sync() const override { return 1; }
+  void for_each_replica(const std::function<void(int replica)>& fn) override { fn(0); }
+  Communicator& communicator(int replica) override { return *comm_.at(static_cast<size_t>(replica)); }
+  GradientReduction gradient_reduction() const override { return {GradientReduction::Kind::None}; }
+  UpdateRule& update_rule() const override;
+
+ private:
+  std::vector<std::unique_ptr<Communicator>> comm_;
 };
 
 // Everything on one device (the calling thread), through the strategy interface: what the

@@ -1,15 +1,19 @@
 #pragma once
-// One training step, the one every path runs (Sequential::fit on arrays or on a Dataset, under
-// the default strategy or any other): the global batch split into parts as the strategy says
+// The synchronous data-parallel step, the runner Strategy::make_step makes unless a strategy
+// makes its own (Sequential::fit on arrays or on a Dataset, under the default strategy or any
+// data-parallel one): the global batch split into parts as the strategy says
 // (Strategy::split_batch), each replica's forward and backward on its parts, its gradients
 // reduced by the strategy's policy (Strategy::gradient_reduction), and the update applied by
 // the strategy's rule (Strategy::update_rule). Keras' Model.train_step, run by the strategy.
+// Over several processes it also checks that every worker has the same global batch and sums
+// the losses and metric counts over them.
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
 #include "tandem/autograd.h"
+#include "tandem/distribute/step_runner.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/layers.h"
 #include "tandem/losses.h"
@@ -18,19 +22,9 @@
 
 namespace tandem::distribute {
 
-// A global batch: whole tensors, or its row count and a way to copy rows [begin, end) of it, so
-// that each replica copies only its own rows.
-struct GlobalBatch {
-  using Gather = std::function<void(int64_t begin, int64_t end, Tensor& x, Tensor& y)>;
-  Tensor x, y;
-  int64_t rows = 0;
-  Gather gather;  // used when x is undefined
-  void slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) const;
-};
-
 // The replicas of a stack of layers: replica 0 is the stack itself, the others are where the
 // strategy's replica_layer puts them (their own copies, or sharing the variables). Made from the
-// current weights; a null strategy has the one replica.
+// current weights.
 class ModelReplicas {
  public:
   struct Replica {
@@ -38,7 +32,7 @@ class ModelReplicas {
     std::vector<Variable*> variables, trainable;
     uint64_t training_calls = 0;  // inside Strategy::run: keys each training call's dropout
   };
-  ModelReplicas(Strategy* strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers);
+  ModelReplicas(const Strategy& strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers);
   int size() const { return static_cast<int>(replicas_.size()); }
   Replica& operator[](int r) { return replicas_[static_cast<size_t>(r)]; }
 
@@ -46,33 +40,29 @@ class ModelReplicas {
   std::vector<Replica> replicas_;
 };
 
-// What a step gives back for the metrics: the mean per-sample loss over the global batch, and
-// each part's predictions and targets in part order (undefined for a part with no rows).
-struct StepResult {
-  double loss = 0.0;
-  std::vector<Tensor> predictions, labels;
-  std::vector<double> summed;  // what add_local_sums appended, summed over the processes
-};
-
-// The step for one model under one strategy (null: the default strategy, one replica on this
-// thread); it keeps its tapes, gradients and buffers from one step to the next.
-class TrainStep {
+// The step for one model under one strategy; it keeps its tapes, gradients and buffers from one
+// step to the next.
+class TrainStep : public StepRunner {
  public:
-  TrainStep(Strategy* strategy, ModelReplicas& replicas, const Loss& loss, Optimizer& optimizer, uint64_t seed);
-  ~TrainStep();
+  TrainStep(Strategy& strategy, const StepParts& parts);
+  ~TrainStep() override;
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
-  // Whether `strategy` splits batches (more than one part): then each replica copies its own rows.
-  static bool splits(const Strategy* strategy);
-  // One step on `batch`; `key` keys the step's dropout masks (the optimizer's iteration).
-  const StepResult& run(const GlobalBatch& batch, uint64_t key);
-  // With several processes (Strategy::worker_communicator), each process has the predictions of
-  // its own parts only. This appends values of its own (fit's metric counts) to be summed over
-  // the processes in the step's one exchange, with the parts' losses; the sums land in
-  // StepResult::summed.
-  std::function<void(const StepResult& local, std::vector<double>& values)> add_local_sums;
+  // More than one part: each replica copies its own rows.
+  bool lazy_batches() const override;
+  // Every worker takes its rows of the same global batches: a worker whose data ran out, or whose
+  // batch has another size, would leave the others waiting or train on something else. Named.
+  void check_batch(bool have, int64_t rows, int epoch, int64_t step) override;
+  double run(const GlobalBatch& batch, uint64_t key) override;
 
  private:
+  // Each part's predictions and targets in part order (undefined for a part with no rows).
+  struct PartOutputs {
+    std::vector<Tensor> predictions, labels;
+  };
+  // The metrics from the parts this process computed; with several processes, what each added
+  // (counts and sums, exact) is summed over them in the step's one exchange, with the losses.
+  void update_metrics();
   struct ReplicaState;  // one replica's tape, reducer and gradients (replica_state.h)
   void check_split(int64_t rows) const;
   int global_replica(int r) const;  // local replica r's index among every process's
@@ -90,6 +80,8 @@ class TrainStep {
   const Loss& loss_;
   Optimizer& optimizer_;
   uint64_t seed_;
+  std::span<Metric> metrics_;
+  Communicator* workers_;  // null: this process alone
   GradientReduction reduction_;
   bool together_ = false;
   BatchSplit split_;
@@ -98,8 +90,10 @@ class TrainStep {
   std::function<void(int)> replica_job_;
   std::vector<std::unique_ptr<ReplicaState>> work_;  // per replica
   std::vector<double> part_losses_;                  // per part, summed in part order
-  std::vector<double> exchange_;                     // part losses and add_local_sums's values
-  StepResult result_;
+  std::vector<double> exchange_;                     // part losses and the metrics' sums and counts
+  std::vector<double> metric_sums_;                  // the metrics' accumulators before the step
+  std::vector<int64_t> batch_sizes_;                 // every worker's (has a batch, rows)
+  PartOutputs result_;
 };
 
 }  // namespace tandem::distribute

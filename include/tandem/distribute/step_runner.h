@@ -1,0 +1,54 @@
+#pragma once
+// The seam between fit's loop and a strategy: the loop hands each global batch to a StepRunner
+// the strategy made (Strategy::make_step) and reads back the batch's loss; the runner updates
+// fit's metrics from its predictions. How the step runs (replicas in lockstep, workers handed
+// steps by a coordinator, pipeline stages) is the strategy's alone.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "tandem/losses.h"
+#include "tandem/metrics.h"
+#include "tandem/optimizers.h"
+#include "tandem/tensor.h"
+
+namespace tandem::distribute {
+
+class ModelReplicas;
+
+// A global batch: whole tensors, or its row count and a way to copy rows [begin, end) of it, so
+// that each replica copies only its own rows.
+struct GlobalBatch {
+  using Gather = std::function<void(int64_t begin, int64_t end, Tensor& x, Tensor& y)>;
+  Tensor x, y;
+  int64_t rows = 0;
+  Gather gather;  // used when x is undefined
+  void slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) const;
+};
+
+// What a runner is made from: the model's replicas, its loss and optimizer, the seed its dropout
+// masks derive from, and fit's running metrics after the loss (updated with every global batch's
+// predictions; they must outlive the runner).
+struct StepParts {
+  ModelReplicas& replicas;
+  const Loss& loss;
+  Optimizer& optimizer;
+  uint64_t seed = 0;
+  std::span<Metric> metrics;
+};
+
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  // Whether the batch source may leave the rows to GlobalBatch::gather (each replica copies its own).
+  virtual bool lazy_batches() const = 0;
+  // Before each step, collective where several processes train: this process's batch (`have`:
+  // false when its data ran out) is checked against the others' (a mismatch is named, an Error).
+  virtual void check_batch(bool have, int64_t rows, int epoch, int64_t step) = 0;
+  // One step on the global batch; `key` keys its dropout masks (the optimizer's iteration).
+  // Returns the global batch's mean per-sample loss; the metrics hold its predictions.
+  virtual double run(const GlobalBatch& batch, uint64_t key) = 0;
+};
+
+}  // namespace tandem::distribute

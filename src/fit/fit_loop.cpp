@@ -1,0 +1,137 @@
+// fit's loop (fit_loop.h): each epoch's global batches to the strategy's step runner, then the
+// metrics, validation and callbacks.
+#include "fit/fit_loop.h"
+
+#include <utility>
+
+namespace tandem {
+
+FitLoop::FitLoop(Sequential& model, const FitOptions& options, int64_t steps, BatchSource next_batch,
+                 const Tensor& x_val, const Tensor& y_val)
+    : model_(model),
+      options_(options),
+      steps_(steps),
+      next_batch_(std::move(next_batch)),
+      x_val_(x_val),
+      y_val_(y_val) {}
+
+History FitLoop::run() {
+  distribute::Strategy* strategy = model_.strategy_;
+  distribute::set_job_phase(strategy, "agreement checks");
+  // Workers that differ would deadlock or silently train different things: compare first.
+  std::string run_text = fmt::format("steps per epoch {}, epochs {}, validation rows {}", steps_, options_.epochs,
+                                     x_val_.defined() ? x_val_.dim(0) : 0);
+  for (const auto& [key, value] : options_.run_config) run_text += fmt::format(", {} {}", key, value);
+  distribute::check_workers_agree(*strategy, "the data and settings", run_text);
+  TrainingPosition start = begin();
+  std::string model_text;
+  for (const auto& [key, value] : model_.run_signature_) model_text += fmt::format("{}: {}; ", key, value);
+  distribute::check_workers_agree(*strategy, "the model, optimizer and batch size", model_text);
+  distribute::set_job_phase(strategy, "training");
+  // Only the chief prints progress (the others train the same steps).
+  verbose_ = strategy->is_chief() ? options_.verbose : 0;
+  if (model_.built()) make_runner();
+  for (int epoch = start.epoch; epoch < options_.epochs && !model_.stop_training; ++epoch) {
+    if (verbose_ > 0) std::printf("Epoch %d/%d\n", epoch + 1, options_.epochs);
+    for (auto& cb : options_.callbacks) cb->on_epoch_begin(epoch, {});
+    bar_.emplace(steps_, verbose_, stdout);
+    for (Metric& m : model_.running_metrics_) m.reset();
+    int64_t first_step = 0;
+    if (epoch == start.epoch && start.step > 0) {
+      // Resuming mid-epoch: the same permutation (keyed by seed and epoch), the batches already
+      // trained skipped, the epoch's running metrics as they were saved.
+      first_step = start.step;
+      for (size_t i = 0; i < model_.running_metrics_.size() && i < model_.restored_metrics_.size(); ++i)
+        model_.running_metrics_[i].restore(model_.restored_metrics_[i]);
+    }
+    end_epoch(epoch, train_epoch(epoch, first_step));
+  }
+  for (auto& cb : options_.callbacks) cb->on_train_end(logs_);
+  for (auto& cb : options_.callbacks) cb->model = nullptr;
+  model_.running_metrics_.clear();
+  return std::move(history_);
+}
+
+TrainingPosition FitLoop::begin() {
+  Sequential& m = model_;
+  m.run_signature_ = options_.run_config;
+  std::string architecture;
+  for (const auto& layer : m.layers_) {
+    if (!architecture.empty()) architecture += ' ';
+    architecture += layer->type();
+  }
+  for (Variable* v : m.variables()) architecture += " " + v->name + v->value.shape().str();
+  m.run_signature_["architecture"] = architecture;
+  m.run_signature_["optimizer"] =
+      fmt::format("{} (learning rate {})", m.optimizer_->name(), m.optimizer_->current_learning_rate());
+  m.run_signature_["batch_size"] = std::to_string(options_.batch_size);
+  m.run_signature_["seed"] = std::to_string(m.seed_);
+  m.running_metrics_.clear();
+  m.running_metrics_.emplace_back(Metric::Kind::Mean, "loss");
+  for (const std::string& name : m.metric_names_) m.running_metrics_.push_back(Metric::parse(name, *m.loss_));
+  for (auto& cb : options_.callbacks) cb->model = &m;
+  m.stop_training = false;
+  m.resume_from.reset();
+  for (auto& cb : options_.callbacks) cb->on_train_begin({});
+  TrainingPosition start{options_.initial_epoch, 0};
+  if (m.resume_from) start = *m.resume_from;  // a callback restored a backup
+  m.resume_from.reset();
+  return start;
+}
+
+void FitLoop::make_runner() {
+  model_.make_replicas();  // from the current weights and optimizer state
+  replicas_ = model_.replicas_;
+  runner_ = model_.strategy_->make_step({.replicas = *replicas_,
+                                         .loss = *model_.loss_,
+                                         .optimizer = *model_.optimizer_,
+                                         .seed = model_.seed_,
+                                         .metrics = std::span<Metric>(model_.running_metrics_).subspan(1)});
+}
+
+const Logs& FitLoop::current_logs() {
+  logs_.clear();
+  for (const Metric& m : model_.running_metrics_) logs_.emplace_back(m.name(), m.result());
+  return logs_;
+}
+
+int64_t FitLoop::train_epoch(int epoch, int64_t first_step) {
+  const auto& callbacks = options_.callbacks;
+  int64_t step = 0;
+  for (; steps_ < 0 || step < steps_; ++step) {
+    bool have = next_batch_(epoch, step, runner_ != nullptr && runner_->lazy_batches(), batch_);
+    if (!runner_ && have) make_runner();  // the model learnt its input shape from the batch
+    if (runner_) runner_->check_batch(have, batch_.rows, epoch, step);
+    if (!have) break;
+    if (step < first_step) continue;
+    for (auto& cb : callbacks) cb->on_batch_begin(step, {});
+    double loss = runner_->run(batch_, static_cast<uint64_t>(model_.optimizer_->iterations()));
+    model_.running_metrics_[0].update_mean(loss, batch_.rows);  // the global batch's loss
+    model_.position_ = TrainingPosition{epoch, step + 1};
+    if (bar_->due(step + 1)) bar_->update(step + 1, current_logs());
+    if (!callbacks.empty()) {
+      current_logs();
+      for (auto& cb : callbacks) cb->on_batch_end(step, logs_);
+    }
+    if (model_.stop_training) return step + 1;  // as Keras: a callback's stop takes effect after the batch
+  }
+  return step;
+}
+
+void FitLoop::end_epoch(int epoch, int64_t steps_done) {
+  model_.position_ = TrainingPosition{epoch + 1, 0};
+  current_logs();
+  if (x_val_.defined()) {
+    distribute::JobPhase phase(model_.strategy_, "validation");
+    Logs val = model_.run_evaluation(x_val_, y_val_, options_.batch_size);
+    for (const auto& [name, value] : val) logs_.emplace_back("val_" + name, value);
+  }
+  for (auto& cb : options_.callbacks) cb->on_epoch_logs(epoch, logs_);
+  bar_->finish(steps_done, logs_);
+  logs_.emplace_back("lr", model_.optimizer_->current_learning_rate());
+  for (const auto& [name, value] : logs_) history_.history[name].push_back(value);
+  history_.epochs.push_back(epoch);
+  for (auto& cb : options_.callbacks) cb->on_epoch_end(epoch, logs_);
+}
+
+}  // namespace tandem

@@ -1,0 +1,53 @@
+#pragma once
+// fit's loop (Keras' Model.fit): epochs of global batches handed to the runner the model's
+// strategy makes (Strategy::make_step), the running metrics, validation, callbacks, the progress
+// bar and the history. How a step runs is the strategy's; this loop only feeds and reports.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "fit/progress.h"
+#include "tandem/distribute/step_runner.h"
+#include "tandem/model.h"
+
+namespace tandem {
+
+class FitLoop {
+ public:
+  // Fills the batch with batch `step` of epoch `epoch` (called for every step in order); false
+  // when the epoch has no more batches. `lazy`: rows may be left to GlobalBatch::gather.
+  using BatchSource = std::function<bool(int epoch, int64_t step, bool lazy, distribute::GlobalBatch& batch)>;
+  // steps: per epoch (-1: until the source runs out); x_val undefined: no validation.
+  FitLoop(Sequential& model, const FitOptions& options, int64_t steps, BatchSource next_batch, const Tensor& x_val,
+          const Tensor& y_val);
+  History run();
+
+ private:
+  // The run's signature, the metrics, on_train_begin; where training starts (a restored backup's position).
+  TrainingPosition begin();
+  // The model's replicas (from the current weights and optimizer state) and the strategy's runner.
+  void make_runner();
+  // Epoch `epoch` from batch first_step on: the batches it ended after.
+  int64_t train_epoch(int epoch, int64_t first_step);
+  // Validation, the epoch's logs into the history, on_epoch_end.
+  void end_epoch(int epoch, int64_t steps_done);
+  const Logs& current_logs();  // the running metrics
+
+  Sequential& model_;
+  const FitOptions& options_;
+  int64_t steps_;
+  BatchSource next_batch_;
+  const Tensor &x_val_, &y_val_;
+  int verbose_ = 0;
+  // Made at the first batch the model is built for (it may learn its input shape from it), kept
+  // for the whole fit.
+  std::shared_ptr<distribute::ModelReplicas> replicas_;
+  std::unique_ptr<distribute::StepRunner> runner_;
+  distribute::GlobalBatch batch_;
+  std::optional<train::ProgressBar> bar_;
+  Logs logs_;
+  History history_;
+};
+
+}  // namespace tandem
