@@ -261,3 +261,83 @@ TEST(StrategyHooks, AnUpdateRuleDecidesHowOptimizerApplyActs) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// A model made outside any scope owns the default strategy, an object like any other.
+TEST(StrategyHooks, TheDefaultStrategyIsAnObject) {
+  Sequential model;
+  ASSERT_NE(model.strategy(), nullptr);
+  EXPECT_EQ(model.strategy()->name(), "default");
+  EXPECT_EQ(model.strategy()->num_replicas_in_sync(), 1);
+  EXPECT_EQ(distribute::make_strategy("default")->name(), "default");
+}
+
+// Deterministic mirrored training cuts each global batch into micro-batches; a custom loop's
+// replicas get the rows of their micro-batches, as fit's do (one splitting policy).
+TEST(StrategyApi, DistributeDatasetSplitsAsTheStrategySplitsFitsBatches) {
+  distribute::MirroredStrategy deterministic(
+      {.num_replicas = 3, .threads_per_replica = 1, .deterministic = true, .micro_batches = 4});
+  std::vector<float> v(8);
+  for (int i = 0; i < 8; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i);
+  auto ds = data::Dataset::from_tensor_slices({Tensor::from_vector({8}, std::span<const float>(v))}).batch(8);
+  auto it = deterministic.distribute_dataset(ds).iterate();
+  auto batch = it.next();
+  ASSERT_TRUE(batch.has_value());
+  // 4 parts of 2 rows; replica r computes parts [4r/3, 4(r+1)/3): {0}, {1}, {2, 3}.
+  EXPECT_EQ((*batch)[0][0].to_vector(), (std::vector<float>{0, 1}));
+  EXPECT_EQ((*batch)[1][0].to_vector(), (std::vector<float>{2, 3}));
+  EXPECT_EQ((*batch)[2][0].to_vector(), (std::vector<float>{4, 5, 6, 7}));
+  EXPECT_EQ(batch->first_row, 0);
+}
+
+// A strategy decides how fit's steps run (make_step) and what a checkpoint holds (collect_state):
+// fit's loop only feeds batches and reads back the loss.
+class CountingStrategy : public distribute::DefaultStrategy {
+ public:
+  struct Runner : distribute::StepRunner {
+    explicit Runner(CountingStrategy& owner) : owner(owner) {}
+    bool lazy_batches() const override { return false; }
+    void check_batch(bool, int64_t, int, int64_t) override { ++owner.checks; }
+    double run(const distribute::GlobalBatch& batch, uint64_t) override {
+      owner.rows += batch.rows;
+      return 0.5;
+    }
+    CountingStrategy& owner;
+  };
+  std::unique_ptr<distribute::StepRunner> make_step(const distribute::StepParts&) override {
+    ++runners;
+    return std::make_unique<Runner>(*this);
+  }
+  void collect_state(std::vector<std::pair<std::string, Tensor>>& state) override {
+    for (auto& [name, value] : state)
+      if (name.ends_with("kernel")) value = Tensor::full(value.shape(), 7.0f);
+  }
+  int runners = 0, checks = 0;
+  int64_t rows = 0;
+};
+
+TEST(StrategyHooks, TheStrategyMakesFitsStepAndCollectsTheStateToSave) {
+  CountingStrategy strategy;
+  std::unique_ptr<Sequential> model;
+  {
+    auto scope = strategy.scope();
+    model = small_model();
+  }
+  model->compile(optimizers::SGD(0.1f), Loss::sparse_categorical_crossentropy(true));
+  Tensor x = testing::random_tensor({10, 5}, 3);
+  Tensor y = Tensor::zeros({10}, DType::Int32);
+  History h = model->fit(x, y, {.epochs = 2, .batch_size = 4, .verbose = 0});
+  EXPECT_EQ(strategy.runners, 1);
+  EXPECT_EQ(strategy.checks, 2 * 3);  // 3 batches an epoch, each checked
+  EXPECT_EQ(strategy.rows, 2 * 10);
+  EXPECT_EQ(h.history["loss"], (std::vector<double>{0.5, 0.5}));
+  testing::TempDir dir;
+  model->save_weights(dir.file("w.safetensors"));
+  for (auto& [name, t] : io::load_safetensors(dir.file("w.safetensors")).tensors)
+    if (name.ends_with("kernel")) EXPECT_EQ(t.to_vector(), std::vector<float>(static_cast<size_t>(t.numel()), 7.0f));
+}
+
+}  // namespace
+}  // namespace tandem
