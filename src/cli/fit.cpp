@@ -246,10 +246,12 @@ void run_fit(FitFlags f) {
   }
   if (timeline) finish_timeline(*strategy, *timeline, f.timeline, f.verbose);
   int epochs_run = static_cast<int>(history.epochs.size());
+  distribute::set_job_phase(strategy.get(), "evaluation");
   Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});
+  // Then the chief writes the final checkpoint and the report, and the others wait for it to end.
+  distribute::set_job_phase(strategy.get(), "the final report");
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!chief) return;  // the chief writes the final checkpoint and the report
-  distribute::JobPhase phase(strategy.get(), "the final report");
+  if (!chief) return;
   std::printf("Test loss: %.4f - test accuracy: %.2f%% (%.1f s wall)\n", log_value(test, "loss"),
               100.0 * log_value(test, "accuracy"), wall);
   if (!f.checkpoint_dir.empty()) {

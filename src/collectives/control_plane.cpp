@@ -27,7 +27,7 @@ namespace tandem::distribute::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-enum : uint32_t { kHello = 1, kBeat = 2, kTable = 3, kFail = 4, kBye = 5 };
+enum : uint32_t { kHello = 1, kBeat = 2, kTable = 3, kFail = 4, kBye = 5, kDone = 6 };
 
 double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
 
@@ -260,6 +260,33 @@ bool ControlPlane::leave_and_wait() {
   return !failed();
 }
 
+bool ControlPlane::finish_and_wait() {
+  finishing_.store(true, std::memory_order_release);
+  int expected = rank_ == 0 ? size() - 1 : 1;  // rank 0: every other rank's word; the others: rank 0's exit
+  while (!failed() && finished_.load(std::memory_order_acquire) < expected)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return !failed();
+}
+
+// On the control thread: peers finished, each counted once. For another rank, rank 0 has finished
+// when its connection closes (it exited); for rank 0, another rank when its kDone came or its
+// connection closed after it left.
+void ControlPlane::count_finished() {
+  for (Peer& p : peers_) {
+    bool done = rank_ == 0 ? p.finished || (p.fd < 0 && p.left) : p.fd < 0 && p.left;
+    if (done && !p.finished) p.finished = true;
+    if (done && !p.counted) {
+      p.counted = true;
+      finished_.fetch_add(1, std::memory_order_release);
+    }
+  }
+  if (rank_ != 0 && finishing_.load(std::memory_order_acquire) && !said_done_.load(std::memory_order_relaxed)) {
+    std::lock_guard lock(mutex_);
+    if (peers_[0].fd >= 0) send_to(peers_[0], kDone, {});
+    said_done_.store(true, std::memory_order_release);
+  }
+}
+
 // On the control thread: another rank says bye as soon as it leaves; rank 0 once every other has
 // (its bye lets them go).
 void ControlPlane::say_bye_when_due() {
@@ -301,7 +328,7 @@ void ControlPlane::run() {
       next_beat = Clock::now() + interval_;
     }
     fds.clear();
-    for (Peer& p : peers_) fds.push_back({p.fd, static_cast<short>(p.fd >= 0 && !p.left ? POLLIN : 0), 0});
+    for (Peer& p : peers_) fds.push_back({p.fd, static_cast<short>(p.fd >= 0 ? POLLIN : 0), 0});
     int wait = static_cast<int>(
         std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()).count()));
     int ready = poll(fds.data(), fds.size(), std::min(wait, 50));
@@ -327,6 +354,7 @@ void ControlPlane::run() {
     }
     check_silence();
     say_bye_when_due();
+    count_finished();
   }
 }
 
@@ -349,7 +377,9 @@ void ControlPlane::check_silence() {
   auto now = Clock::now();
   for (size_t i = 0; i < peers_.size(); ++i) {
     Peer& p = peers_[i];
-    if (p.fd < 0 || p.left || now - p.heard <= timeout_) continue;
+    // After MPI's end a peer that has left is still watched until it has finished.
+    bool watched = !p.left || (finishing_.load(std::memory_order_acquire) && !p.finished);
+    if (p.fd < 0 || !watched || now - p.heard <= timeout_) continue;
     int from = rank_ == 0 ? static_cast<int>(i) : 0;
     set_failure(fmt::format("{} stopped answering{}: no beat on its control connection for {} s (the process is "
                             "stopped, or its machine or network is down)",
@@ -384,6 +414,7 @@ bool ControlPlane::read_from(int from, Peer& peer) {
       peer.left = true;
       left_.fetch_add(1, std::memory_order_release);
     }
+    if (type == kDone) peer.finished = true;
     handle(from, type, payload);
   }
   return true;

@@ -62,6 +62,11 @@ class ControlPlane {
   // any rank still expected) until every rank has come to it: rank 0 until all others have, the
   // others until rank 0 has. False when the job failed meanwhile (failure() says why).
   bool leave_and_wait();
+  // After MPI's end, collective: every rank stays watched until it is out of MPI. Another rank
+  // says so to rank 0 and waits for rank 0 to exit (its connection closes); rank 0 waits for every
+  // other rank's word, then returns to exit. A rank that stops meanwhile is named as in any phase
+  // (the job would otherwise wait on it forever). False when the job failed (failure() says why).
+  bool finish_and_wait();
 
  private:
   struct Peer {
@@ -69,6 +74,8 @@ class ControlPlane {
     std::string in;  // bytes received, not yet a whole message
     std::chrono::steady_clock::time_point heard;
     bool left = false;
+    bool finished = false;  // said it is past MPI's end (kDone), or its connection closed after it left
+    bool counted = false;   // in finished_
   };
   void run();
   void beat();
@@ -78,6 +85,7 @@ class ControlPlane {
   void set_failure(const std::string& message, bool tell_others);
   void check_silence();
   void say_bye_when_due();
+  void count_finished();
   int rank_;
   std::vector<std::string> hosts_;
   std::chrono::milliseconds timeout_, interval_;
@@ -85,7 +93,9 @@ class ControlPlane {
   int listen_fd_ = -1;
   std::vector<Peer> peers_;  // rank 0: one per other rank; others: [0] is rank 0
   std::atomic<int64_t> entered_{0};
-  std::atomic<int> left_{0};  // peers whose bye has come
+  std::atomic<int> left_{0};      // peers whose bye has come
+  std::atomic<int> finished_{0};  // peers finished (Peer::finished)
+  std::atomic<bool> finishing_{false}, said_done_{false};
   std::atomic<int64_t> beats_{0};
   mutable std::mutex mutex_;  // progress_, failure_, sends
   std::vector<int64_t> progress_;

@@ -136,7 +136,8 @@ World& world() {
 
 // At exit. MPI_Finalize waits for every rank: first every rank says on the control plane that it
 // is ending (a rank that dies or stops before it does is named, with its phase, within the
-// timeout); then MPI ends under a watchdog, for a rank stopped between the two.
+// timeout); then MPI ends under a watchdog, for a rank stopped between the two; then the ranks
+// stay watched until each is out of MPI (ControlPlane::finish_and_wait).
 void end_mpi() {
   World& w = world();
   int finalized = 0;
@@ -145,13 +146,17 @@ void end_mpi() {
   if (w.control->failed()) end_process(w.control->failure());
   w.control->set_phase("shutdown");
   if (!w.control->leave_and_wait()) end_process(w.control->failure());
-  Watchdog end(w.control->timeout(), [&] {
-    return fmt::format(
-        "{} waited {} s in MPI's end (MPI_Finalize) during shutdown, after every rank had come to it: a rank has "
-        "stopped since; the job ends",
-        w.control->who(w.control->rank()), static_cast<double>(w.control->timeout().count()) / 1000.0);
-  });
-  MPI_Finalize();
+  {
+    Watchdog end(w.control->timeout(), [&] {
+      return fmt::format(
+          "{} waited {} s in MPI's end (MPI_Finalize) during shutdown, after every rank had come to it: a rank has "
+          "stopped since; the job ends",
+          w.control->who(w.control->rank()), static_cast<double>(w.control->timeout().count()) / 1000.0);
+    });
+    MPI_Finalize();
+  }
+  // Out of MPI, a stopped rank still holds the launcher, which waits for every process to exit.
+  if (!w.control->finish_and_wait()) end_process(w.control->failure());
 }
 
 }  // namespace
