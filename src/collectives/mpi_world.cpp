@@ -101,14 +101,22 @@ std::string this_host() {
 
 // Before the control plane: who this rank is and which others it waits on, from the launcher's
 // environment.
+// Before the control plane no rank knows which other one failed: the candidates ("rank 1", "one
+// of ranks 0, 2, 3").
+std::string other_ranks(int rank, int size) {
+  if (size == 2) return fmt::format("rank {}", 1 - rank);
+  if (size > 9) return fmt::format("one of the other {} ranks", size - 1);
+  std::string list;
+  for (int r = 0; r < size; ++r)
+    if (r != rank) list += fmt::format("{}{}", list.empty() ? "" : ", ", r);
+  return "one of ranks " + list;
+}
+
 std::string waiting_at_start(int rank, int size, const std::string& what, std::chrono::milliseconds limit) {
-  std::string others;
-  if (size == 2) others = fmt::format("rank {} has", 1 - rank);
-  else others = fmt::format("one of the other {} ranks has", size - 1);
   return fmt::format(
-      "rank {} (host {}) waited {} s in {} during start-up: {} not come to it (it died, is stopped, or was not "
+      "rank {} (host {}) waited {} s in {} during start-up: {} has not come to it (it died, is stopped, or was not "
       "started); the job ends",
-      rank, this_host(), static_cast<double>(limit.count()) / 1000.0, what, others);
+      rank, this_host(), static_cast<double>(limit.count()) / 1000.0, what, other_ranks(rank, size));
 }
 
 // A rank the launcher ends (SIGTERM) before the control plane is up says what it was doing:
@@ -170,9 +178,9 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
   int launched_size = launcher_env("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
   if (int signal = detail::test_fault_signal(launched_rank, "start-up")) raise(signal);
   std::snprintf(ended_at_start, sizeof ended_at_start,
-                "error: rank %d (host %s) was ended by the launcher during start-up: another rank failed to start, or "
-                "this one was stopped\n",
-                launched_rank, this_host().c_str());
+                "error: rank %d (host %s) was ended by the launcher during start-up: %s failed to start (it died or "
+                "is stopped), or this one was stopped\n",
+                launched_rank, this_host().c_str(), other_ranks(launched_rank, launched_size).c_str());
   auto previous_term = signal(SIGTERM, say_when_ended_at_start);
   int provided = 0, initialized = 0;
   MPI_Initialized(&initialized);
