@@ -1,8 +1,8 @@
 // The process's MPI world (tandem/collectives/mpi.h): MPI started once (MPI_THREAD_MULTIPLE), the
 // ranks' host names, the control plane, and MPI's end at exit when no rank has failed. MPI's own
 // start and end wait on every rank with no timeout: both run under a watchdog, and the end only
-// after every rank has said on the control plane that it is ending. Without MPI in the build, the
-// stubs that say so.
+// after every rank has said on the control plane that it is ending (end_mpi). Without MPI in the
+// build, the stubs that say so.
 #include <unistd.h>
 
 #include <condition_variable>
@@ -99,8 +99,6 @@ std::string this_host() {
   return name;
 }
 
-// Before the control plane: who this rank is and which others it waits on, from the launcher's
-// environment.
 // Before the control plane no rank knows which other one failed: the candidates ("rank 1", "one
 // of ranks 0, 2, 3").
 std::string other_ranks(int rank, int size) {
