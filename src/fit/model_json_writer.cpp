@@ -115,10 +115,9 @@ std::string Sequential::to_json() const {
     }
   }
   for (const auto& layer : layers_) layers.push_back(layer_config(*layer));
-  json doc = {{"class_name", "Sequential"},
-              {"config", {{"name", name_}, {"layers", layers}}},
-              {"keras_version", "2.15.0"},
-              {"backend", "tensorflow"}};
+  // No keras_version: the file is not Keras' own; its readers do not require one.
+  json doc = {
+      {"class_name", "Sequential"}, {"config", {{"name", name_}, {"layers", layers}}}, {"backend", "tensorflow"}};
   return doc.dump();
 }
 
