@@ -74,7 +74,7 @@ std::vector<std::string> split(const std::string& text, char separator);
 // The thread choice and why (tandem fit --verbose 2), and the notes printed when a request
 // exceeds the usable cores.
 std::string describe_parallelism(const distribute::Strategy* strategy, int threads_flag);
-void warn_about_parallelism(const distribute::Strategy* strategy, int threads_flag);
+void warn_about_parallelism(const distribute::Strategy& strategy, int threads_flag);
 
 void add_fit(CLI::App& app);
 // `tandem launch ARGS`: mpirun with the settings a user would otherwise look up.

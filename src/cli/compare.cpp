@@ -112,15 +112,15 @@ Row train_under(const std::string& name, const CompareFlags& f) {
   Sequential& model = *spec.model;
   auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
   model.compile(make_optimizer(choose_optimizer("", 0.0f, -1.0f, spec)), spec.loss, {"accuracy"});
-  std::printf("%s:\n", strategy ? strategy->name().c_str() : "default");
+  std::printf("%s:\n", strategy->name().c_str());
   std::fflush(stdout);
   auto start = std::chrono::steady_clock::now();
   History h =
       model.fit(data.train.x, data.train.y, {.epochs = f.epochs, .batch_size = f.common.batch_size, .verbose = 2});
   Row row;
   row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  row.strategy = strategy ? strategy->name() : "default";
-  row.replicas = strategy ? strategy->num_replicas_in_sync() : 1;
+  row.strategy = strategy->name();
+  row.replicas = strategy->num_replicas_in_sync();
   row.samples_per_second = static_cast<double>(data.train.x.dim(0)) * f.epochs / row.wall;
   row.final_loss = h["loss"].back();
   Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});

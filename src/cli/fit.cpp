@@ -101,8 +101,8 @@ void end_on_worker_failure(const std::string& message) {
 }
 
 // The chief's choice of `text` on every worker (the run directory, chosen where it is created).
-void from_chief(distribute::Strategy* strategy, std::string& text) {
-  distribute::Communicator* workers = strategy != nullptr ? strategy->worker_communicator() : nullptr;
+void from_chief(distribute::Strategy& strategy, std::string& text) {
+  distribute::Communicator* workers = strategy.worker_communicator();
   if (workers == nullptr || workers->size() == 1) return;
   std::vector<int64_t> buffer(1 + (text.size() + 7) / 8, 0);
   buffer[0] = static_cast<int64_t>(text.size());
@@ -170,18 +170,16 @@ void run_fit(FitFlags f) {
   settings.bucket_bytes = static_cast<int64_t>(f.fusion_mb * 1024 * 1024);
   settings.cycle_time = std::chrono::microseconds(static_cast<int64_t>(f.cycle_time_ms * 1000));
   settings.compression = compression_named(f.compression);
-  // A timeline records the steps through a strategy: the default one made explicit.
-  std::string strategy_name = f.strategy == "default" && !f.timeline.empty() ? "one_device" : f.strategy;
-  std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(strategy_name, settings);
-  distribute::set_job_phase(strategy.get(), "start-up");  // the model, the data, the run directory
+  std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, settings);
+  distribute::set_job_phase(*strategy, "start-up");  // the model, the data, the run directory
   std::unique_ptr<Timeline> timeline;
   if (!f.timeline.empty()) timeline = start_timeline(*strategy, f.timeline);
-  bool chief = strategy == nullptr || strategy->is_chief();
+  bool chief = strategy->is_chief();
   if (!chief) f.verbose = 0;  // the chief speaks for every worker
   if (chief) choose_run_directory(f);
-  from_chief(strategy.get(), f.checkpoint_dir);
-  from_chief(strategy.get(), f.log_dir);
-  if (f.verbose > 0) warn_about_parallelism(strategy.get(), f.common.threads);
+  from_chief(*strategy, f.checkpoint_dir);
+  from_chief(*strategy, f.log_dir);
+  if (f.verbose > 0) warn_about_parallelism(*strategy, f.common.threads);
   if (f.verbose > 1) std::printf("%s\n", describe_parallelism(strategy.get(), f.common.threads).c_str());
   ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
   Sequential& model = *spec.model;
@@ -212,7 +210,7 @@ void run_fit(FitFlags f) {
   if (chief) check_checkpoint_dir(f.checkpoint_dir, f.overwrite);
   // The strategy's kind, not its replica count: "mirrored:2:deterministic" -> "mirrored:deterministic".
   std::string strategy_kind;
-  for (const std::string& part : split(strategy ? strategy->name() : "default", ':'))
+  for (const std::string& part : split(strategy->name(), ':'))
     if (part.find_first_not_of("0123456789") != std::string::npos)
       strategy_kind += (strategy_kind.empty() ? "" : ":") + part;
   // The values in force, whether given or the model's defaults.
@@ -246,10 +244,10 @@ void run_fit(FitFlags f) {
   }
   if (timeline) finish_timeline(*strategy, *timeline, f.timeline, f.verbose);
   int epochs_run = static_cast<int>(history.epochs.size());
-  distribute::set_job_phase(strategy.get(), "evaluation");
+  distribute::set_job_phase(*strategy, "evaluation");
   Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});
   // Then the chief writes the final checkpoint and the report, and the others wait for it to end.
-  distribute::set_job_phase(strategy.get(), "the final report");
+  distribute::set_job_phase(*strategy, "the final report");
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!chief) return;
   std::printf("Test loss: %.4f - test accuracy: %.2f%% (%.1f s wall)\n", log_value(test, "loss"),
@@ -262,8 +260,8 @@ void run_fit(FitFlags f) {
     nlohmann::json r = {
         {"model", f.common.model},
         {"dataset", f.common.dataset},
-        {"strategy", strategy ? strategy->name() : "default"},
-        {"replicas", strategy ? strategy->num_replicas_in_sync() : 1},
+        {"strategy", strategy->name()},
+        {"replicas", strategy->num_replicas_in_sync()},
         {"optimizer", optimizer_name},
         {"optimizer_settings", run_config_optimizer},
         {"initial_learning_rate", initial_learning_rate},

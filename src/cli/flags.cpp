@@ -62,15 +62,15 @@ std::string describe_parallelism(const distribute::Strategy* strategy, int threa
   return text;
 }
 
-void warn_about_parallelism(const distribute::Strategy* strategy, int threads_flag) {
+void warn_about_parallelism(const distribute::Strategy& strategy, int threads_flag) {
   int cores = usable_cores();
   if (threads_flag > cores)
     std::fprintf(stderr, "note: --threads %d exceeds the %d usable core%s: at most %d threads run at once\n",
                  threads_flag, cores, cores == 1 ? "" : "s", cores);
-  if (strategy != nullptr && strategy->num_replicas_in_sync() > cores)
+  if (strategy.num_replicas_in_sync() > cores)
     std::fprintf(stderr,
                  "note: %d replicas on %d usable core%s take turns on the cores: expect about the speed of %d\n",
-                 strategy->num_replicas_in_sync(), cores, cores == 1 ? "" : "s", cores);
+                 strategy.num_replicas_in_sync(), cores, cores == 1 ? "" : "s", cores);
 }
 
 OptimizerChoice choose_optimizer(const std::string& name, float learning_rate, float momentum, const ModelSpec& spec) {

@@ -274,7 +274,6 @@ bool ControlPlane::finish_and_wait() {
 void ControlPlane::count_finished() {
   for (Peer& p : peers_) {
     bool done = rank_ == 0 ? p.finished || (p.fd < 0 && p.left) : p.fd < 0 && p.left;
-    if (done && !p.finished) p.finished = true;
     if (done && !p.counted) {
       p.counted = true;
       finished_.fetch_add(1, std::memory_order_release);

@@ -50,14 +50,13 @@ TrainStep::TrainStep(Strategy& strategy, const StepParts& parts)
       workers_(strategy.worker_communicator()) {
   if (workers_ != nullptr && workers_->size() == 1) workers_ = nullptr;
   reduction_ = strategy.gradient_reduction();
-  ModelReplicas& replicas = replicas_;
-  const auto& layers = replicas[0].layers;
+  const auto& layers = replicas_[0].layers;
   together_ = reduction_.kind == GradientReduction::Kind::Ordered &&
               std::any_of(layers.begin(), layers.end(), [](const auto& l) { return l->needs_parts_together(); });
   StopRecording detached;  // a replica's tape records on its thread, only while it steps
-  for (int r = 0; r < replicas.size(); ++r) {
+  for (int r = 0; r < replicas_.size(); ++r) {
     std::vector<Tensor> sources;
-    for (Variable* v : replicas[r].trainable) sources.push_back(v->value);
+    for (Variable* v : replicas_[r].trainable) sources.push_back(v->value);
     work_.push_back(std::make_unique<ReplicaState>(reduction_, std::move(sources)));
   }
   replica_job_ = [this](int r) { run_replica(r); };

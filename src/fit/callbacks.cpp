@@ -19,9 +19,7 @@ double log_value(const Logs& logs, const std::string& name) {
   fail("logs: no value named \"{}\"; have: {}", name, have);
 }
 
-bool Callback::writes_files() const {
-  return model == nullptr || model->strategy() == nullptr || model->strategy()->is_chief();
-}
+bool Callback::writes_files() const { return model == nullptr || model->strategy()->is_chief(); }
 
 const std::vector<double>& History::operator[](const std::string& name) const {
   auto it = history.find(name);

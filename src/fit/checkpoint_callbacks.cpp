@@ -78,7 +78,7 @@ void ModelCheckpoint::save(int epoch, const Logs& logs) {
   if (!path.ends_with(".safetensors")) path += ".safetensors";
   fs::path parent = fs::path(path).parent_path();
   if (!parent.empty()) fs::create_directories(parent);
-  distribute::JobPhase phase(model->strategy(), "checkpoint writing");
+  distribute::JobPhase phase(*model->strategy(), "checkpoint writing");
   if (options_.save_weights_only) model->save_weights(path);
   else model->save_checkpoint(path);
   record_latest(path);
@@ -160,7 +160,7 @@ void BackupAndRestore::on_epoch_end(int, const Logs&) { write_backup(); }
 
 void BackupAndRestore::write_backup() {
   if (!writes_files() || !weights_are_finite(*model)) return;
-  distribute::JobPhase phase(model->strategy(), "backup writing");
+  distribute::JobPhase phase(*model->strategy(), "backup writing");
   model->save_checkpoint(backup_path());
 }
 

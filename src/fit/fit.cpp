@@ -209,7 +209,7 @@ Logs Sequential::evaluate(const Tensor& x, const Tensor& y, const EvaluateOption
   if (options.batch_size <= 0) fail("evaluate: batch_size must be positive, got {}", options.batch_size);
   if (!y.defined()) fail("evaluate: y is undefined");
   check_data(x, y, "evaluate");
-  distribute::JobPhase phase(strategy_, "evaluation");
+  distribute::JobPhase phase(*strategy_, "evaluation");
   Logs logs = run_evaluation(x, y, options.batch_size);
   if (options.verbose > 0) {
     std::string line = fmt::format("{}/{}", (x.dim(0) + options.batch_size - 1) / options.batch_size,

@@ -17,7 +17,7 @@ FitLoop::FitLoop(Sequential& model, const FitOptions& options, int64_t steps, Ba
 
 History FitLoop::run() {
   distribute::Strategy* strategy = model_.strategy_;
-  distribute::set_job_phase(strategy, "agreement checks");
+  distribute::set_job_phase(*strategy, "agreement checks");
   // Workers that differ would deadlock or silently train different things: compare first.
   std::string run_text = fmt::format("steps per epoch {}, epochs {}, validation rows {}", steps_, options_.epochs,
                                      x_val_.defined() ? x_val_.dim(0) : 0);
@@ -27,7 +27,7 @@ History FitLoop::run() {
   std::string model_text;
   for (const auto& [key, value] : model_.run_signature_) model_text += fmt::format("{}: {}; ", key, value);
   distribute::check_workers_agree(*strategy, "the model, optimizer and batch size", model_text);
-  distribute::set_job_phase(strategy, "training");
+  distribute::set_job_phase(*strategy, "training");
   // Only the chief prints progress (the others train the same steps).
   verbose_ = strategy->is_chief() ? options_.verbose : 0;
   if (model_.built()) make_runner();
@@ -122,7 +122,7 @@ void FitLoop::end_epoch(int epoch, int64_t steps_done) {
   model_.position_ = TrainingPosition{epoch + 1, 0};
   current_logs();
   if (x_val_.defined()) {
-    distribute::JobPhase phase(model_.strategy_, "validation");
+    distribute::JobPhase phase(*model_.strategy_, "validation");
     Logs val = model_.run_evaluation(x_val_, y_val_, options_.batch_size);
     for (const auto& [name, value] : val) logs_.emplace_back("val_" + name, value);
   }

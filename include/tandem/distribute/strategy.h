@@ -241,18 +241,18 @@ class Strategy {
 Strategy* current_strategy();
 
 // The phase of the job this process is in ("training"): said to the other processes of `strategy`
-// (null, or one process: nothing), so that a worker that dies or stops is named with what it was
-// doing. Returns the phase before.
-inline std::string set_job_phase(Strategy* strategy, const std::string& phase) {
-  Communicator* workers = strategy != nullptr ? strategy->worker_communicator() : nullptr;
+// (one process: nothing), so that a worker that dies or stops is named with what it was doing.
+// Returns the phase before.
+inline std::string set_job_phase(Strategy& strategy, const std::string& phase) {
+  Communicator* workers = strategy.worker_communicator();
   return workers != nullptr ? workers->set_phase(phase) : std::string();
 }
 
 // set_job_phase for a scope ("checkpoint writing"), then the phase before.
 class JobPhase {
  public:
-  JobPhase(Strategy* strategy, const std::string& phase)
-      : workers_(strategy != nullptr ? strategy->worker_communicator() : nullptr),
+  JobPhase(Strategy& strategy, const std::string& phase)
+      : workers_(strategy.worker_communicator()),
         before_(workers_ != nullptr ? workers_->set_phase(phase) : std::string()) {}
   ~JobPhase() {
     if (workers_ != nullptr) workers_->set_phase(before_);
