@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "slowest_rank.h"
+#include "tandem/distribute/per_process.h"
 #include "tandem/hvd.h"
 #include "tandem/optimizers.h"
 
@@ -40,13 +41,12 @@ int main(int argc, char** argv) try {
   std::vector<Variable*> pointers;
   for (Variable& v : variables) pointers.push_back(&v);
   auto optimizer = hvd::DistributedOptimizer(std::make_unique<optimizers::SGD>(0.1f));
-  GradientHook& fusion = *optimizer->gradient_hook();
-  std::vector<Tensor> out;
+  auto& fusion = dynamic_cast<distribute::PerProcessUpdate&>(*optimizer->route());
   std::vector<std::vector<float>> buffers;
   for (const Tensor& g : gradients) buffers.push_back(g.to_vector());
   std::vector<float> whole(static_cast<size_t>(total), 1.0f);
 
-  auto fused = [&] { fusion.before_update(pointers, gradients, out); };
+  auto fused = [&] { fusion.reduce(pointers, gradients); };
   auto one = [&] { ctx.communicator().all_reduce(std::span<float>(whole)); };
   auto bare = [&] {
     for (auto& b : buffers)

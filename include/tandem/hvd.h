@@ -81,14 +81,16 @@ struct DistributedOptimizerOptions {
   int backward_passes_per_step = 1;
   bool average_aggregated_gradients = false;  // divide that local sum by the passes
   ReduceOp op = ReduceOp::Mean;               // over the processes: Mean (Horovod's Average) or Sum
-  // Tensor fusion: gradients packed into buffers of this many bytes, each all-reduced (on the
-  // MPI communicator's thread) while the next is packed. Fused or not, each element's sum is
-  // taken in rank order: the bits do not depend on it.
+  // Tensor fusion (the strategies' GradientReducer, bucketed): gradients packed into buffers of
+  // this many bytes (whole gradients; 0: one per gradient), each all-reduced on the MPI
+  // communicator's thread while the next is handed to it (one buffer: on the calling thread).
+  // Fused or not, each element's sum is taken in rank order: the bits do not depend on it.
   int64_t fusion_bytes = int64_t{64} << 20;
   const Context* context = nullptr;  // null: init()'s
 };
 // `optimizer` itself, averaging its gradients over the processes before each update (its state,
-// checkpoints and learning rate are its own, as before).
+// checkpoints and learning rate are its own, as before): its own update route is
+// distribute::PerProcessUpdate, the update rule of one replica per process.
 std::unique_ptr<Optimizer> DistributedOptimizer(std::unique_ptr<Optimizer> optimizer,
                                                 DistributedOptimizerOptions options = {});
 

@@ -1,9 +1,7 @@
 #pragma once
 // Optimizers and learning-rate schedules. An optimizer's slots (momenta, moments) and its step
 // count are part of the model's state.
-#include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,9 +9,6 @@
 #include "tandem/layers.h"
 
 namespace tandem {
-namespace distribute {
-struct ReplicaContext;
-}
 
 // Learning rate as a function of the optimizer's step (0-based, before the update).
 class LearningRateSchedule {
@@ -45,41 +40,53 @@ class PiecewiseConstantDecay : public LearningRateSchedule {
   std::vector<float> values_;
 };
 
-// Runs on the gradients before each update (Horovod's DistributedOptimizer installs one that
-// averages them over the processes): writes the gradients the update uses into `out`, or returns
-// false to skip this update (gradients accumulated over several backward passes).
-class GradientHook {
+class Optimizer;
+
+// The seam between the optimizers and the strategies: where Optimizer::apply sends the gradients
+// instead of updating here. The strategies' update rules (tandem/distribute/update_rule.h) are
+// routes: they reduce the gradients over the replicas and choose who updates which copy of the
+// variables, so that an optimizer knows nothing of replicas or processes.
+class UpdateRoute {
  public:
-  virtual ~GradientHook() = default;
-  virtual bool before_update(std::span<Variable* const> variables, std::span<const Tensor> gradients,
-                             std::vector<Tensor>& out) = 0;
+  virtual ~UpdateRoute() = default;
+  virtual void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> gradients) = 0;
+};
+
+// While alive, this thread's Optimizer::apply calls go to `route` (a strategy sets its update rule
+// on each replica's thread); the previous route comes back after.
+class RoutingUpdates {
+ public:
+  explicit RoutingUpdates(UpdateRoute* route);
+  ~RoutingUpdates();
+  RoutingUpdates(const RoutingUpdates&) = delete;
+  RoutingUpdates& operator=(const RoutingUpdates&) = delete;
+
+ private:
+  UpdateRoute* saved_;
 };
 
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
-  // Applies one update to each variable from its gradient (same order, same shapes). Inside a
-  // strategy's replica, the strategy's UpdateRule decides: with MirroredStrategy the gradients
-  // are first summed over the replicas (losses are scaled by the global batch), then every
-  // replica updates its own copy of the variables with its own copy of the slots; with central
-  // storage replica 0 updates the one shared copy.
+  // Applies one update to each variable from its gradient (same order, same shapes), or hands
+  // them to the route in force: the optimizer's own (hvd::DistributedOptimizer sets one), else
+  // the thread's (inside a strategy's replica, its update rule: with MirroredStrategy the
+  // gradients are summed over the replicas, then every replica updates its own copy).
   void apply(std::span<Variable* const> variables, std::span<const Tensor> gradients);
   // The update itself, here, on these variables with this optimizer's slots.
   void apply_here(std::span<Variable* const> variables, std::span<const Tensor> gradients);
-  // The optimizer replica `replica` updates its copy of the variables with: this one for
-  // replica 0, else a copy of its slots made on the first call after forget_replicas(). Every
-  // replica of the step calls it (the copies are made between two barriers of `replica`'s group).
-  Optimizer& for_replica(const distribute::ReplicaContext& replica, std::span<Variable* const> variables);
-  // Drops the replicas' copies of the slots; the next replicated apply copies this one's again.
-  void forget_replicas();
+  // The optimizer's own route (null: none; copies share it).
+  void set_route(std::shared_ptr<UpdateRoute> route) { route_ = std::move(route); }
+  UpdateRoute* route() const { return route_.get(); }
+  // Unique to this object and its state (a copy has its own; load_state gives a new one), so that
+  // what is kept beside an optimizer (a strategy's replica copies of its slots) is never taken for
+  // another's or outlives a restore.
+  uint64_t id() const { return id_; }
   int64_t iterations() const { return iterations_; }
   float current_learning_rate() const;
   void set_learning_rate(float lr);
   void set_learning_rate(std::shared_ptr<LearningRateSchedule> schedule) { schedule_ = std::move(schedule); }
-  // What runs on the gradients before each update (null: nothing); copies share it.
-  void set_gradient_hook(std::shared_ptr<GradientHook> hook) { hook_ = std::move(hook); }
-  GradientHook* gradient_hook() const { return hook_.get(); }
   // Named state tensors ("optimizer/iterations", "optimizer/dense/kernel/m", …) for checkpoints.
   std::vector<std::pair<std::string, Tensor>> state();
   // Restores what state() returned; creates slots that do not exist yet.
@@ -98,51 +105,21 @@ class Optimizer {
   virtual void update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) = 0;
 
  private:
-  // Replica r's optimizer (r > 0) under a mirroring strategy; a copy of an optimizer has none.
-  struct ReplicaCopies {
-    ReplicaCopies() = default;
-    ReplicaCopies(const ReplicaCopies&) {}
-    ReplicaCopies& operator=(const ReplicaCopies&) { return *this; }
-    std::mutex mutex;
-    std::vector<std::unique_ptr<Optimizer>> copies;
-    std::atomic<bool> ready{false};
+  // Each object's own, copies included.
+  struct Id {
+    Id();
+    Id(const Id&) : Id() {}
+    Id& operator=(const Id&) { return *this; }
+    operator uint64_t() const { return value; }
+    uint64_t value;
   };
-  ReplicaCopies replicas_;
+  Id id_;
   float learning_rate_;
   std::shared_ptr<LearningRateSchedule> schedule_;
-  std::shared_ptr<GradientHook> hook_;
-  std::vector<Tensor> hooked_;  // the hook's gradients
+  std::shared_ptr<UpdateRoute> route_;
   int64_t iterations_ = 0;
   std::vector<std::string> slot_owners_;  // variable names, one per slot group
   std::vector<Tensor> slots_;             // slots_per_variable() per variable
-};
-
-// How gradients become an update inside a strategy's replica. The strategy running the replica
-// installs its rule (UsingUpdateRule), so that optimizers need not know where the variables live
-// or who applies the update.
-class UpdateRule {
- public:
-  virtual ~UpdateRule() = default;
-  // This replica's gradients: reduced over the replicas as the strategy does, then applied.
-  virtual void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> gradients) = 0;
-  // Gradients already reduced over the replicas: only the update.
-  virtual void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
-                             std::span<const Tensor> reduced) = 0;
-};
-
-// This thread's rule (null outside a replica: Optimizer::apply updates here).
-UpdateRule* update_rule();
-
-// While alive, `rule` is this thread's; the previous one comes back after.
-class UsingUpdateRule {
- public:
-  explicit UsingUpdateRule(UpdateRule* rule);
-  ~UsingUpdateRule();
-  UsingUpdateRule(const UsingUpdateRule&) = delete;
-  UsingUpdateRule& operator=(const UsingUpdateRule&) = delete;
-
- private:
-  UpdateRule* saved_;
 };
 
 namespace optimizers {

@@ -63,14 +63,21 @@ void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int rep
     reserve_sets(most);
     gathered_.resize(static_cast<size_t>(total_ * sets_ * replicas));
   }
+  overlap_ = false;
+  if (policy_.kind != GradientReduction::Kind::Bucketed) return;
+  reserve_sets(1);  // the gradients are packed into buckets, during backward or after
   // Reducing during backward needs every replica to run backward on one part with rows; the
   // collectives then come in the same order on all of them.
-  overlap_ = policy_.kind == GradientReduction::Kind::Bucketed && comm_ != nullptr && comm_->size() > 1 &&
-             split.parts() == replicas;
-  for (int p = 0; overlap_ && p < split.parts(); ++p)
-    overlap_ = split.begin(p) < split.end(p) && split.first_part[static_cast<size_t>(p)] == p;
-  if (overlap_) {
-    reserve_sets(1);
+  can_overlap_ = comm_ != nullptr && comm_->size() > 1 && split.parts() == replicas;
+  for (int p = 0; can_overlap_ && p < split.parts(); ++p)
+    can_overlap_ = split.begin(p) < split.end(p) && split.first_part[static_cast<size_t>(p)] == p;
+}
+
+const std::function<void(size_t)>* GradientReducer::ready(std::span<Tensor> out) {
+  out_ = out;
+  if (!can_overlap_) return nullptr;
+  if (!overlap_) {
+    overlap_ = true;
     done_.assign(sources_.size(), false);
     frontier_ = sources_.size();
     reduced_from_ = total_;
@@ -80,11 +87,7 @@ void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int rep
       ready_at_.resize(sources_.size());
     }
   }
-}
-
-const std::function<void(size_t)>* GradientReducer::ready(std::span<Tensor> out) {
-  out_ = out;
-  return overlap_ ? &on_ready_ : nullptr;
+  return &on_ready_;
 }
 
 void GradientReducer::pack(int k, size_t i, const Tensor& gradient) {
@@ -141,13 +144,31 @@ std::unique_ptr<Work> GradientReducer::reduce_async(float* data, int64_t count) 
   return comm_->all_reduce_async(data, count, DataType::Float32, ReduceOp::Sum);
 }
 
+void GradientReducer::reduce_now(float* data, int64_t count) {
+  if (policy_.compression != Compression::None)
+    return comm_->all_reduce_compressed(data, count, ReduceOp::Sum, policy_.compression);
+  comm_->all_reduce(data, count, DataType::Float32, ReduceOp::Sum);
+}
+
 void GradientReducer::add(int k, std::span<Tensor> grads) {
   ++added_;
   if (policy_.kind == GradientReduction::Kind::Ordered) {
     for (size_t i = 0; i < grads.size(); ++i) pack(k, i, grads[i]);
     return;
   }
-  if (overlap_) return;  // packed during backward
+  if (overlap_) return;                                     // packed during backward
+  if (policy_.kind == GradientReduction::Kind::Bucketed) {  // packed now, parts summed
+    float* set = bucket_.data<float>();
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (added_ == 1) {
+        pack(0, i, grads[i]);
+        continue;
+      }
+      Tensor g = grads[i].contiguous();
+      add_in_place(set + offsets_[i], g.data<float>(), g.numel());
+    }
+    return;
+  }
   for (size_t i = 0; i < grads.size(); ++i) {
     if (added_ == 1) {
       sums_[i] = grads[i];
@@ -173,8 +194,35 @@ std::span<const Tensor> GradientReducer::finish() {
     if (calibrating_) calibrate();
     return reduced_;
   }
+  if (policy_.kind == GradientReduction::Kind::Bucketed) {
+    bucketed_finish();
+    return reduced_;
+  }
   grouped_finish();
   return sums_;
+}
+
+// Bucketed, after backward: the packed set cut into buckets of bucket_bytes (whole gradients),
+// each all-reduced (on the communicator's thread, where it has one) while the next is sent.
+void GradientReducer::bucketed_finish() {
+  float* set = bucket_.data<float>();
+  if (added_ == 0) std::fill_n(set, total_, 0.0f);
+  if (comm_ == nullptr || comm_->size() == 1) return;
+  int64_t from = 0;
+  for (size_t i = 0; i < offsets_.size(); ++i) {
+    int64_t end = i + 1 < offsets_.size() ? offsets_[i + 1] : total_;
+    if (end == total_ || (end - from) * static_cast<int64_t>(sizeof(float)) >= policy_.bucket_bytes) {
+      if (from == 0 && end == total_) {  // one bucket: on this thread, no hand-off to wait for
+        Timeline::Span span(timeline_, "wait");
+        return reduce_now(set, total_);
+      }
+      in_flight_.push_back(reduce_async(set + from, end - from));
+      from = end;
+    }
+  }
+  Timeline::Span span(timeline_, "wait");
+  for (auto& work : in_flight_) work->wait();
+  in_flight_.clear();
 }
 
 // One collective over the gradients where backward left them (a replica with no rows: zeros).
@@ -192,7 +240,7 @@ void GradientReducer::grouped_finish() {
   packed_.resize(static_cast<size_t>(total_));
   float* at = packed_.data();
   for (std::span<float> b : buffers_) at = std::copy(b.begin(), b.end(), at);
-  reduce_async(packed_.data(), total_)->wait();
+  reduce_now(packed_.data(), total_);
   at = packed_.data();
   for (std::span<float> b : buffers_) {
     std::copy_n(at, b.size(), b.begin());
@@ -223,7 +271,6 @@ void GradientReducer::ordered_finish() {
 
 std::vector<Tensor> reduce_replica_gradients(const ReplicaContext& replica, GradientReduction policy,
                                              std::span<const Tensor> gradients) {
-  if (policy.kind == GradientReduction::Kind::Bucketed) policy = {};  // backward is over: nothing to overlap
   std::vector<Tensor> copies;
   for (size_t i = 0; i < gradients.size(); ++i) {
     if (gradients[i].dtype() != DType::Float32)

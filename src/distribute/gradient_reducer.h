@@ -21,8 +21,9 @@ class GradientReducer {
   // `split`; time spent waiting for reductions is recorded in `timeline` (null: nowhere).
   void begin(Communicator* comm, const BatchSplit& split, int replica, Timeline* timeline = nullptr);
   // For backward (GradientTape::gradient's `ready`, writing into `out`): packs and reduces
-  // gradients as they are finished while backward goes on; null when the policy waits for
-  // backward to end.
+  // gradients as they are finished while backward goes on; null when they are reduced after
+  // backward (the policy, or a step where the replicas' parts do not allow it). Not asked: the
+  // gradients add() is given are packed and reduced after backward.
   const std::function<void(size_t)>* ready(std::span<Tensor> out);
   // The gradients of the replica's k-th part (one per source; the reducer may keep the tensors).
   void add(int k, std::span<Tensor> grads);
@@ -33,10 +34,12 @@ class GradientReducer {
  private:
   void reserve_sets(int sets);
   std::unique_ptr<Work> reduce_async(float* data, int64_t count);
+  void reduce_now(float* data, int64_t count);
   void calibrate();
   void pack(int k, size_t i, const Tensor& gradient);
   void bucket_ready(size_t i);
   void grouped_finish();
+  void bucketed_finish();
   void ordered_finish();
   GradientReduction policy_;
   std::vector<Tensor> sources_;
@@ -45,7 +48,8 @@ class GradientReducer {
   Communicator* comm_ = nullptr;
   const BatchSplit* split_ = nullptr;
   int replica_ = 0, sets_ = 0;
-  bool overlap_ = false;         // bucketed this step
+  bool can_overlap_ = false;     // bucketed, and every replica runs backward on one part with rows
+  bool overlap_ = false;         // reducing during backward this step (ready() was asked)
   int added_ = 0;                // parts with rows added this step
   Tensor bucket_;                // sets_ sets of every gradient back to back (ordered, bucketed)
   std::vector<Tensor> reduced_;  // views of the bucket's first set

@@ -2,7 +2,6 @@
 // A thread running as one replica of a strategy: its replica context and the strategy's update
 // rule set while alive (strategies set it on each replica's thread).
 #include "tandem/distribute/strategy.h"
-#include "tandem/optimizers.h"
 
 namespace tandem::distribute {
 
@@ -18,7 +17,7 @@ class RunningAs {
  private:
   ReplicaContext context_;
   AsReplica as_;
-  UsingUpdateRule rule_;
+  RoutingUpdates rule_;
 };
 
 }  // namespace tandem::distribute

@@ -173,7 +173,10 @@ void TrainStep::run_replica(int r) {
   std::span<const Tensor> reduced = work.reducer.finish();
   Timeline::Span update(timeline, "update", work.thread_name.c_str());
   std::vector<Variable*>& trainable = replicas_[r].trainable;
-  strategy_->update_rule().apply_reduced(optimizer_, trainable, reduced);
+  // The optimizer's own route (hvd::DistributedOptimizer's, a step of one replica per process)
+  // takes the gradients as Optimizer::apply gives them; else the strategy's rule.
+  if (UpdateRoute* own = optimizer_.route()) own->apply(optimizer_, trainable, reduced);
+  else strategy_->update_rule().apply_reduced(optimizer_, trainable, reduced);
 }
 
 void TrainStep::compute_part(ReplicaState& work, int r, int p) {

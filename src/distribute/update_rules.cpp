@@ -21,7 +21,8 @@ class MirroredUpdate : public UpdateRule {
   }
   void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
                      std::span<const Tensor> reduced) override {
-    optimizer.for_replica(*replica_context(), variables).apply_here(variables, reduced);
+    const ReplicaContext& replica = *replica_context();
+    replica.strategy->replica_optimizer(optimizer, replica, variables).apply_here(variables, reduced);
   }
 };
 

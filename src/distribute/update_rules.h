@@ -1,6 +1,6 @@
 #pragma once
 // The update rules of the synchronous data-parallel strategies (Strategy::update_rule).
-#include "tandem/optimizers.h"
+#include "tandem/distribute/update_rule.h"
 
 namespace tandem::distribute {
 

@@ -1,5 +1,5 @@
-// The Horovod-style facade (tandem/hvd.h): a Context over a communicator, the optimizer hook
-// that averages gradients over the processes through fused buffers, and the three callbacks.
+// The Horovod-style facade (tandem/hvd.h): a Context over a communicator, the optimizer's route
+// that averages gradients over the processes (distribute's PerProcessUpdate), and the three callbacks.
 #include "tandem/hvd.h"
 
 #include <algorithm>
@@ -7,7 +7,7 @@
 #include <cstring>
 #include <utility>
 
-#include "tandem/collectives/replica_context.h"
+#include "tandem/distribute/per_process.h"
 #include "tandem/error.h"
 #include "tandem/model.h"
 
@@ -22,109 +22,6 @@ void check_float(const Tensor& t, const char* what) {
   if (t.dtype() != DType::Float32)
     fail("hvd::{}: the tensor is {}; only float32 tensors are reduced", what, dtype_name(t.dtype()));
 }
-
-// The optimizer hook: gradients summed over backward_passes_per_step passes, then packed into
-// fusion buffers that are all-reduced while the next is packed, then averaged.
-class Averager : public GradientHook {
- public:
-  explicit Averager(DistributedOptimizerOptions options) : options_(options) {
-    if (options_.backward_passes_per_step < 1)
-      fail("hvd::DistributedOptimizer: backward_passes_per_step must be at least 1, got {}",
-           options_.backward_passes_per_step);
-    if (options_.op != ReduceOp::Mean && options_.op != ReduceOp::Sum)
-      fail("hvd::DistributedOptimizer: op must be Mean or Sum");
-    if (options_.fusion_bytes < 0)
-      fail("hvd::DistributedOptimizer: fusion_bytes must be 0 (no fusion) or positive, got {}", options_.fusion_bytes);
-  }
-
-  bool before_update(std::span<Variable* const> variables, std::span<const Tensor> gradients,
-                     std::vector<Tensor>& out) override {
-    const distribute::ReplicaContext* replica = distribute::replica_context();
-    if (replica != nullptr && replica->num_replicas > 1)
-      fail(
-          "hvd::DistributedOptimizer averages over processes, one replica each; under a strategy with {} replicas use "
-          "MultiWorkerMirroredStrategy instead",
-          replica->num_replicas);
-    accumulate(variables, gradients);
-    if (++passes_ < options_.backward_passes_per_step) return false;
-    passes_ = 0;
-    reduce();
-    out.assign(views_.begin(), views_.end());  // views of the reduced buffer, which the next step reuses
-    return true;
-  }
-
- private:
-  // The gradients summed into one buffer (kept from step to step), of which views_ are the
-  // per-variable views.
-  void accumulate(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
-    if (passes_ == 0) layout(variables, gradients);
-    else if (gradients.size() != offsets_.size())
-      fail("hvd::DistributedOptimizer: pass {} of a step gave {} gradients, the first {}", passes_ + 1,
-           gradients.size(), offsets_.size());
-    float* sum = sum_.data<float>();
-    for (size_t i = 0; i < gradients.size(); ++i) {
-      Tensor g = gradients[i].contiguous();
-      const float* from = g.data<float>();
-      float* to = sum + offsets_[i];
-      if (passes_ == 0) std::copy_n(from, views_[i].numel(), to);
-      else
-        for (int64_t k = 0; k < views_[i].numel(); ++k) to[k] += from[k];
-    }
-  }
-
-  void layout(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
-    bool same = views_.size() == gradients.size();
-    for (size_t i = 0; same && i < gradients.size(); ++i) same = views_[i].shape() == gradients[i].shape();
-    if (same) return;
-    offsets_.clear();
-    int64_t total = 0;
-    for (size_t i = 0; i < gradients.size(); ++i) {
-      check_float(gradients[i], "DistributedOptimizer");
-      if (!(gradients[i].shape() == variables[i]->value.shape()))
-        fail("hvd::DistributedOptimizer: the gradient of \"{}\" has shape {}, the variable {}", variables[i]->name,
-             gradients[i].shape().str(), variables[i]->value.shape().str());
-      offsets_.push_back(total);
-      total += gradients[i].numel();
-    }
-    sum_ = Tensor::empty({total});
-    views_.clear();
-    for (size_t i = 0; i < gradients.size(); ++i)
-      views_.push_back(sum_.slice(offsets_[i], offsets_[i] + gradients[i].numel()).reshape(gradients[i].shape()));
-  }
-
-  // Buffers of fusion_bytes (whole gradients; 0: one per gradient), all-reduced asynchronously in
-  // order (on the MPI communicator's thread); the communicator sums each element in rank order,
-  // so the cuts change no bit.
-  void reduce() {
-    const Context& ctx = resolve(options_.context);
-    distribute::Communicator& comm = ctx.communicator();
-    float* sum = sum_.data<float>();
-    works_.clear();
-    int64_t from = 0, total = sum_.numel();
-    for (size_t i = 0; i < offsets_.size(); ++i) {
-      int64_t end = i + 1 < offsets_.size() ? offsets_[i + 1] : total;
-      if (end == total && works_.empty()) {  // one buffer: on this thread (no hand-off to wait for)
-        comm.all_reduce_compressed(sum, total, ReduceOp::Sum, options_.compression);
-      } else if (end == total || (end - from) * static_cast<int64_t>(sizeof(float)) >= options_.fusion_bytes) {
-        works_.push_back(comm.all_reduce_compressed_async(sum + from, end - from, ReduceOp::Sum, options_.compression));
-        from = end;
-      }
-    }
-    for (auto& w : works_) w->wait();
-    float scale = 1.0f;
-    if (options_.op == ReduceOp::Mean) scale /= static_cast<float>(ctx.size());
-    if (options_.average_aggregated_gradients) scale /= static_cast<float>(options_.backward_passes_per_step);
-    if (scale != 1.0f)
-      for (int64_t k = 0; k < total; ++k) sum[k] *= scale;
-  }
-
-  DistributedOptimizerOptions options_;
-  int passes_ = 0;
-  std::vector<int64_t> offsets_;
-  Tensor sum_;
-  std::vector<Tensor> views_;
-  std::vector<std::unique_ptr<distribute::Work>> works_;
-};
 
 }  // namespace
 
@@ -265,9 +162,19 @@ void broadcast_variables(Sequential& model, int root) { context().broadcast_mode
 
 std::unique_ptr<Optimizer> DistributedOptimizer(std::unique_ptr<Optimizer> optimizer,
                                                 DistributedOptimizerOptions options) {
-  if (!optimizer) fail("hvd::DistributedOptimizer: no optimizer");
-  if (optimizer->gradient_hook() != nullptr) fail("hvd::DistributedOptimizer: the optimizer is already distributed");
-  optimizer->set_gradient_hook(std::make_shared<Averager>(options));
+  const char* who = "hvd::DistributedOptimizer";
+  if (!optimizer) fail("{}: no optimizer", who);
+  if (optimizer->route() != nullptr) fail("{}: the optimizer is already distributed", who);
+  if (options.op != ReduceOp::Mean && options.op != ReduceOp::Sum) fail("{}: op must be Mean or Sum", who);
+  // A strategy of one replica per process, through the strategies' reducer.
+  optimizer->set_route(std::make_shared<distribute::PerProcessUpdate>(
+      [context = options.context]() -> distribute::Communicator& { return resolve(context).communicator(); },
+      distribute::PerProcessOptions{.bucket_bytes = options.fusion_bytes,
+                                    .compression = options.compression,
+                                    .backward_passes_per_step = options.backward_passes_per_step,
+                                    .average_aggregated_gradients = options.average_aggregated_gradients,
+                                    .mean = options.op == ReduceOp::Mean,
+                                    .name = who}));
   return optimizer;
 }
 

@@ -55,7 +55,7 @@ Tensor Sequential::call(const Tensor& x, const CallContext& ctx) {
 
 void Sequential::make_replicas() {
   replicas_ = std::make_shared<distribute::ModelReplicas>(*strategy_, layers_);
-  if (optimizer_) optimizer_->forget_replicas();
+  strategy_->forget_replica_optimizers();
 }
 
 distribute::ModelReplicas::Replica* Sequential::running_replica(const Tensor* first_input) {

@@ -1,10 +1,10 @@
 #include "tandem/optimizers.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "kernels/backend.h"
-#include "tandem/collectives/replica_context.h"
 
 namespace tandem {
 
@@ -35,58 +35,26 @@ void Optimizer::build(std::span<Variable* const> variables) {
 }
 
 namespace {
-thread_local UpdateRule* running_rule = nullptr;
+thread_local UpdateRoute* thread_route = nullptr;
+std::atomic<uint64_t> next_id{1};
 }  // namespace
 
-UpdateRule* update_rule() { return running_rule; }
-UsingUpdateRule::UsingUpdateRule(UpdateRule* rule) : saved_(running_rule) { running_rule = rule; }
-UsingUpdateRule::~UsingUpdateRule() { running_rule = saved_; }
+RoutingUpdates::RoutingUpdates(UpdateRoute* route) : saved_(thread_route) { thread_route = route; }
+RoutingUpdates::~RoutingUpdates() { thread_route = saved_; }
+
+Optimizer::Id::Id() : value(next_id.fetch_add(1, std::memory_order_relaxed)) {}
 
 void Optimizer::apply(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
   if (variables.size() != gradients.size())
     fail("{}: {} variables but {} gradients", name(), variables.size(), gradients.size());
-  if (UpdateRule* rule = running_rule) return rule->apply(*this, variables, gradients);
+  if (UpdateRoute* route = route_ != nullptr ? route_.get() : thread_route)
+    return route->apply(*this, variables, gradients);
   apply_here(variables, gradients);
-}
-
-Optimizer& Optimizer::for_replica(const distribute::ReplicaContext& replica, std::span<Variable* const> variables) {
-  int r = replica.local_replica_id;  // the copies are this process's
-  if (replicas_.ready.load(std::memory_order_acquire))
-    return r == 0 ? *this : *replicas_.copies[static_cast<size_t>(r)];  // unchanged until forget_replicas()
-  // First replicated step: replica 0's slots exist before the others copy them, and nobody
-  // updates until every copy is made. `ready` is set after the second barrier, so every
-  // replica of this step saw it false.
-  distribute::Communicator& comm = *replica.communicator;
-  if (r == 0) build(variables);
-  comm.barrier();
-  Optimizer* mine = this;
-  if (r > 0) {
-    std::unique_ptr<Optimizer> copy = replicate(variables);
-    mine = copy.get();
-    std::lock_guard lock(replicas_.mutex);
-    replicas_.copies.resize(static_cast<size_t>(replica.num_local_replicas));
-    replicas_.copies[static_cast<size_t>(r)] = std::move(copy);
-  }
-  comm.barrier();
-  if (r == 0) replicas_.ready.store(true, std::memory_order_release);
-  return *mine;
-}
-
-void Optimizer::forget_replicas() {
-  std::lock_guard lock(replicas_.mutex);
-  replicas_.copies.clear();
-  replicas_.ready.store(false);
 }
 
 void Optimizer::apply_here(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
   if (variables.size() != gradients.size())
     fail("{}: {} variables but {} gradients", name(), variables.size(), gradients.size());
-  if (hook_ != nullptr) {
-    if (!hook_->before_update(variables, gradients, hooked_)) return;
-    if (hooked_.size() != variables.size())
-      fail("{}: its gradient hook gave {} gradients for {} variables", name(), hooked_.size(), variables.size());
-    gradients = hooked_;
-  }
   build(variables);
   float lr = current_learning_rate();
   int per = slots_per_variable();
@@ -141,7 +109,7 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
     if (name == "optimizer/iterations") iterations_ = it->second.astype(DType::Int32).data<int32_t>()[0];
     else tensor.copy_from(it->second);
   }
-  forget_replicas();
+  id_.value = Id().value;  // another state: what was kept beside the old one is not for this one
 }
 
 namespace optimizers {

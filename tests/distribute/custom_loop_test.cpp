@@ -190,19 +190,20 @@ class IndependentReplicas : public distribute::MirroredStrategy {
  public:
   using MirroredStrategy::MirroredStrategy;
   std::string name() const override { return "independent"; }
-  UpdateRule& update_rule() const override {
+  distribute::UpdateRule& update_rule() const override {
     static Local rule;
     return rule;
   }
 
  private:
-  struct Local : UpdateRule {
+  struct Local : distribute::UpdateRule {
     void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> grads) override {
       apply_reduced(optimizer, variables, grads);
     }
     void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
                        std::span<const Tensor> grads) override {
-      optimizer.for_replica(*distribute::replica_context(), variables).apply_here(variables, grads);
+      const distribute::ReplicaContext& replica = *distribute::replica_context();
+      replica.strategy->replica_optimizer(optimizer, replica, variables).apply_here(variables, grads);
     }
   };
 };

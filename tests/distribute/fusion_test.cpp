@@ -13,6 +13,7 @@
 #include <thread>
 #include <tuple>
 
+#include "distribute/gradient_reducer.h"
 #include "distribute/launch_util.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/hvd.h"
@@ -227,6 +228,57 @@ TEST(Hvd, DistributedOptimizerRefusesReplicasOfAStrategy) {
     ADD_FAILURE() << "fit ran";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("use MultiWorkerMirroredStrategy instead"), std::string::npos) << e.what();
+  }
+}
+
+// The fusion engine after backward (Horovod's path, and a step whose replicas run several parts):
+// each replica's parts summed in order, then buckets of any size all-reduced in rank order: the
+// bits of the grouped policy's single all-reduce, and of the sum written out by hand.
+TEST(Fusion, BucketsAfterBackwardSumPartsAndRanksAsOneAllReduceDoes) {
+  const int replicas = 3, parts = 2;
+  std::vector<Shape> shapes{{5, 4}, {4}, {3, 7}, {1}};
+  auto gradient = [&](int r, int p, size_t i) {
+    return random_tensor(shapes[i], 100 * static_cast<uint64_t>(r) + 10 * static_cast<uint64_t>(p) + i, -3, 3);
+  };
+  auto reduce = [&](distribute::GradientReduction policy) {
+    auto comms = distribute::make_in_process_communicators(replicas);
+    distribute::BatchSplit split;
+    split.even(replicas * parts * 4, replicas * parts, replicas);
+    std::vector<std::vector<std::vector<float>>> out(replicas);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < replicas; ++r)
+      threads.emplace_back([&, r] {
+        std::vector<Tensor> sources;
+        for (const Shape& s : shapes) sources.push_back(Tensor::zeros(s));
+        distribute::GradientReducer reducer(policy, sources);
+        reducer.begin(comms[static_cast<size_t>(r)].get(), split, r);
+        for (int p = 0; p < parts; ++p) {
+          std::vector<Tensor> grads;
+          for (size_t i = 0; i < shapes.size(); ++i) grads.push_back(gradient(r, p, i));
+          reducer.add(p, grads);
+        }
+        for (const Tensor& t : reducer.finish()) out[static_cast<size_t>(r)].push_back(t.to_vector());
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 1; r < replicas; ++r) EXPECT_EQ(out[static_cast<size_t>(r)], out[0]);
+    return out[0];
+  };
+  auto grouped = reduce({});
+  for (int64_t bytes : {0, 16, 100, 1 << 20}) {
+    auto bucketed = reduce({.kind = distribute::GradientReduction::Kind::Bucketed, .bucket_bytes = bytes});
+    EXPECT_EQ(bucketed, grouped) << bytes << " bytes";
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    std::vector<float> want(static_cast<size_t>(shapes[i].numel()));
+    for (size_t k = 0; k < want.size(); ++k) {
+      float sum = 0;
+      for (int r = 0; r < replicas; ++r) {
+        float own = gradient(r, 0, i).to_vector()[k] + gradient(r, 1, i).to_vector()[k];
+        sum = r == 0 ? own : sum + own;
+      }
+      want[k] = sum;
+    }
+    EXPECT_EQ(grouped[i], want) << i;
   }
 }
 

@@ -26,9 +26,9 @@
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/replica_context.h"
 #include "tandem/data/dataset.h"
+#include "tandem/distribute/update_rule.h"
 #include "tandem/error.h"
 #include "tandem/layers.h"
-#include "tandem/optimizers.h"
 #include "tandem/tensor.h"
 
 namespace tandem::distribute {
@@ -111,7 +111,10 @@ struct GradientReduction {
 
 class Strategy {
  public:
-  virtual ~Strategy() = default;
+  Strategy();
+  virtual ~Strategy();
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
   virtual std::string name() const = 0;          // "mirrored:2"
   virtual int num_replicas_in_sync() const = 0;  // over every process
   // Processes (MultiWorkerMirroredStrategy): this one runs num_local_replicas() of the replicas,
@@ -165,6 +168,15 @@ class Strategy {
   // Optimizer::apply follows it. By default the gradients are summed over the replicas and every
   // replica updates its own copy with its own slots; central storage updates once.
   virtual UpdateRule& update_rule() const;
+  // The optimizer this process's replica `replica` updates its copy of the variables with:
+  // `optimizer` itself for the first local replica, else a copy of its slots kept here, made on
+  // the first call for this optimizer and state (Optimizer::id) since forget_replica_optimizers().
+  // Every local replica of the step calls it (the copies are made between two barriers).
+  Optimizer& replica_optimizer(Optimizer& optimizer, const ReplicaContext& replica,
+                               std::span<Variable* const> variables);
+  // Drops the copies: the next replicated update copies the optimizer's slots again (the
+  // replicas' variables were made again from replica 0's).
+  void forget_replica_optimizers();
   // How fit's global batch of `rows` rows is cut into parts and which replica computes which.
   // By default one part per replica, rows [B·r/N, B·(r+1)/N) to replica r.
   virtual void split_batch(int64_t rows, BatchSplit& split) const;
@@ -218,6 +230,8 @@ class Strategy {
   }
   std::vector<int64_t> first_rows_;
   Timeline* timeline_ = nullptr;
+  struct ReplicaOptimizers;  // replica_optimizer's copies (src/distribute/replica_optimizers.cpp)
+  std::unique_ptr<ReplicaOptimizers> replica_optimizers_;
   void check_per_replica(int size, const char* what) const {
     if (size != num_local_replicas())
       fail("{}: {} values for {} replicas of {}{}", what, size, num_local_replicas(), name(),
