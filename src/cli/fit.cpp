@@ -36,6 +36,8 @@ struct FitFlags {
   std::string strategy = "default";
   double timeout = 30.0;   // seconds a worker waits for the others
   double fusion_mb = 0.0;  // tensor fusion buckets (0: one all-reduce after backward)
+  std::string cluster;     // ps-async, ps-sync: the cluster spec's file (empty: TF_CONFIG)
+  double shard_mb = 0.0;   // ps-async, ps-sync: variables above this size are split over the servers
   double cycle_time_ms = 0.0;
   std::string compression = "none";
   std::string timeline;  // Chrome trace file ("": none)
@@ -170,6 +172,8 @@ void run_fit(FitFlags f) {
   settings.bucket_bytes = static_cast<int64_t>(f.fusion_mb * 1024 * 1024);
   settings.cycle_time = std::chrono::microseconds(static_cast<int64_t>(f.cycle_time_ms * 1000));
   settings.compression = compression_named(f.compression);
+  settings.cluster_file = f.cluster;
+  settings.shard_bytes = static_cast<int64_t>(f.shard_mb * 1024 * 1024);
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, settings);
   distribute::set_job_phase(*strategy, "start-up");  // the model, the data, the run directory
   std::unique_ptr<Timeline> timeline;
@@ -233,6 +237,7 @@ void run_fit(FitFlags f) {
 
   auto train_start = std::chrono::steady_clock::now();
   History history = model.fit(data.train.x, data.train.y, options);
+  if (strategy->serves()) return;  // a parameter server or worker: the chief ended the job
   double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
   if (nan_guard->terminated()) {
     std::string last = f.checkpoint_dir.empty() ? std::string() : latest_checkpoint(f.checkpoint_dir);
@@ -331,8 +336,20 @@ void add_fit(CLI::App& app) {
                   "default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]] or "
                   "local_sgd[:N[:K]] (N replicas, default one per core; K steps between weight averages, default 4; "
                   "--threads is then per replica), or multiworker[:W[:L]][:deterministic] under `tandem launch` "
-                  "(W workers, L replicas each; --batch-size is the global batch)")
+                  "(W workers, L replicas each; --batch-size is the global batch), or ps-async or ps-sync on every "
+                  "task of a parameter-server cluster (TF_CONFIG; `tandem launch --ps P --workers W` starts one here): "
+                  "--batch-size is then the batch each worker computes per step, and an epoch is one pass over the "
+                  "data by all the workers together")
       ->capture_default_str();
+  cmd->add_option("--cluster", flags->cluster,
+                  "ps-async, ps-sync: a file holding the cluster spec as TF_CONFIG's JSON (default: the TF_CONFIG "
+                  "environment variable, as with TensorFlow)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--shard-mb", flags->shard_mb,
+                  "ps-async, ps-sync: split a variable larger than this many MiB into shards over the servers "
+                  "(0: each variable whole on one server)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--timeout", flags->timeout,
                   "seconds a worker of multiworker waits for the others (a dead, stopped or stuck one) before "
                   "every worker stops, naming it")

@@ -126,9 +126,11 @@ std::string frame(uint32_t type, const std::string& payload) {
 }  // namespace
 
 ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono::milliseconds timeout,
-                           std::function<void(const std::string&)> on_failure, const Exchange& exchange)
+                           std::function<void(const std::string&)> on_failure, const Exchange& exchange,
+                           std::vector<std::string> names)
     : rank_(rank),
       hosts_(std::move(hosts)),
+      names_(std::move(names)),
       timeout_(timeout),
       interval_(std::clamp(timeout / 8, std::chrono::milliseconds(20), std::chrono::milliseconds(1000))),
       on_failure_(std::move(on_failure)),
@@ -159,7 +161,7 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
         std::string missing;
         for (int r = 1; r < size(); ++r)
           if (peers_[static_cast<size_t>(r)].fd < 0) missing += (missing.empty() ? "" : ", ") + who(r);
-        fail("control connections: {} did not connect to rank 0 within {} s", missing, seconds(timeout_));
+        fail("control connections: {} did not connect to {} within {} s", missing, who(0), seconds(timeout_));
       }
       int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
@@ -193,8 +195,8 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
       if (peers_[0].fd >= 0) break;
     }
     if (peers_[0].fd < 0)
-      fail("control connection: {} cannot reach rank 0 ({}) at port {} on any of its addresses ({})", who(rank_),
-           hosts_[0], port, text.substr(text.find(' ') + 1));
+      fail("control connection: {} cannot reach {} at port {} on any of its addresses ({})", who(rank_), who(0), port,
+           text.substr(text.find(' ') + 1));
     int32_t me = rank_;
     write_all_blocking(peers_[0].fd, frame(kHello, std::string(reinterpret_cast<const char*>(&me), 4)));
   }
@@ -210,7 +212,10 @@ ControlPlane::~ControlPlane() {
   if (listen_fd_ >= 0) close(listen_fd_);
 }
 
-std::string ControlPlane::who(int rank) const { return fmt::format("rank {} (host {})", rank, host(rank)); }
+std::string ControlPlane::who(int rank) const {
+  if (!names_.empty()) return names_[static_cast<size_t>(rank)];
+  return fmt::format("rank {} (host {})", rank, host(rank));
+}
 
 std::string ControlPlane::set_phase(const std::string& phase) {
   std::string before;

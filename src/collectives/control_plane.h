@@ -1,6 +1,7 @@
 #pragma once
-// The MPI ranks' control connections (collectives/mpi.h): every rank keeps a TCP connection to
-// rank 0 and beats on it with how far it has come (the world's collectives it has entered) and
+// The control connections of a job's processes, the one liveness mechanism of the MPI
+// communicator (collectives/mpi.h) and of the parameter-server cluster
+// (distribute/ps/cluster_link.h): every rank keeps a TCP connection to rank 0 and beats on it with how far it has come (the world's collectives it has entered) and
 // the phase of the job it is in (training, checkpoint writing, shutdown...); rank 0 answers with
 // everyone's. A closed connection, a silent rank, or a failure reported by a rank ends the job on
 // every rank: failed() becomes true everywhere with one message naming the rank and its phase.
@@ -31,8 +32,10 @@ class ControlPlane {
   using Exchange = std::function<void(std::string& rank0_text)>;  // broadcast rank 0's text to all
   // Collective: rank 0 listens, `exchange` carries its port and addresses to the others, which
   // connect; ranks missing after `timeout` are named in the Error.
+  // `names`: how failures name each rank (empty: "rank R (host H)").
   ControlPlane(int rank, std::vector<std::string> hosts, std::chrono::milliseconds timeout,
-               std::function<void(const std::string&)> on_failure, const Exchange& exchange);
+               std::function<void(const std::string&)> on_failure, const Exchange& exchange,
+               std::vector<std::string> names = {});
   ~ControlPlane();
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
@@ -40,7 +43,7 @@ class ControlPlane {
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(hosts_.size()); }
   const std::string& host(int rank) const { return hosts_[static_cast<size_t>(rank)]; }
-  std::string who(int rank) const;  // "rank 2 (host node3)"
+  std::string who(int rank) const;  // "rank 2 (host node3)", or the rank's name
   std::chrono::milliseconds timeout() const { return timeout_; }
 
   // This rank has entered the world's collective number `seq` (1, 2, ...).
@@ -87,7 +90,7 @@ class ControlPlane {
   void say_bye_when_due();
   void count_finished();
   int rank_;
-  std::vector<std::string> hosts_;
+  std::vector<std::string> hosts_, names_;
   std::chrono::milliseconds timeout_, interval_;
   std::function<void(const std::string&)> on_failure_;
   int listen_fd_ = -1;

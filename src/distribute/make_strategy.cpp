@@ -9,6 +9,7 @@
 #include "tandem/collectives/mpi.h"
 #include "tandem/distribute/local_sgd.h"
 #include "tandem/distribute/multi_worker.h"
+#include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/error.h"
 #include "tandem/runtime.h"
@@ -56,7 +57,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
   auto bad = [&](const std::string& why) -> std::unique_ptr<Strategy> {
     fail(
         "strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]], "
-        "central[:N[:deterministic]], local_sgd[:N[:K]] or multiworker[:W[:L]][:deterministic]",
+        "central[:N[:deterministic]], local_sgd[:N[:K]], multiworker[:W[:L]][:deterministic], ps-async or ps-sync",
         spec, why);
   };
   if (spec == "default") return std::make_unique<DefaultStrategy>();
@@ -70,6 +71,18 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
   }
   if (parts[0] == "one_device" || parts[0] == "default")
     return bad("\"" + parts[0] + "\" takes no replica count or options");
+  if (parts[0] == "ps-async" || parts[0] == "ps-sync") {
+    if (parts.size() > 1)
+      return bad("a parameter-server strategy takes no counts: its tasks come from TF_CONFIG or --cluster");
+    ClusterSpec cluster =
+        settings.cluster_file.empty() ? ClusterSpec::from_environment() : ClusterSpec::from_file(settings.cluster_file);
+    ParameterServerOptions options;
+    options.mode = parts[0] == "ps-sync" ? PsMode::Synchronous : PsMode::Asynchronous;
+    options.timeout = settings.timeout;
+    if (settings.shard_bytes > 0)
+      options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
+    return std::make_unique<ParameterServerStrategy>(cluster, options);
+  }
   if (parts[0] == "multiworker") {
     MultiWorkerOptions options;
     options.threads_per_replica = threads_per_replica;

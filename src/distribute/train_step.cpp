@@ -99,7 +99,7 @@ void TrainStep::check_split(int64_t rows) const {
          strategy_->name(), rows, s.parts(), replicas);
 }
 
-double TrainStep::run(const GlobalBatch& batch, uint64_t key) {
+std::optional<double> TrainStep::run(const GlobalBatch& batch, uint64_t key) {
   strategy_->split_batch(batch.rows, split_);
   check_split(batch.rows);
   auto parts = static_cast<size_t>(split_.parts());

@@ -17,6 +17,7 @@ FitLoop::FitLoop(Sequential& model, const FitOptions& options, int64_t steps, Ba
 
 History FitLoop::run() {
   distribute::Strategy* strategy = model_.strategy_;
+  if (strategy->serves()) return serve();
   distribute::set_job_phase(*strategy, "agreement checks");
   // Workers that differ would deadlock or silently train different things: compare first.
   std::string run_text = fmt::format("steps per epoch {}, epochs {}, validation rows {}", steps_, options_.epochs,
@@ -50,6 +51,18 @@ History FitLoop::run() {
   for (auto& cb : options_.callbacks) cb->model = nullptr;
   model_.running_metrics_.clear();
   return std::move(history_);
+}
+
+// A task that serves the one running fit's loop (a parameter server, a worker handed steps): no
+// callbacks, no progress; the model learns its input shape from the data if it must.
+History FitLoop::serve() {
+  if (!model_.built()) next_batch_(0, 0, false, batch_);
+  model_.make_replicas();
+  replicas_ = model_.replicas_;
+  distribute::set_job_phase(*model_.strategy_, "training");
+  model_.strategy_->serve(
+      {.replicas = *replicas_, .loss = *model_.loss_, .optimizer = *model_.optimizer_, .seed = model_.seed_});
+  return {};
 }
 
 TrainingPosition FitLoop::begin() {
@@ -86,12 +99,15 @@ void FitLoop::make_runner() {
                                          .loss = *model_.loss_,
                                          .optimizer = *model_.optimizer_,
                                          .seed = model_.seed_,
-                                         .metrics = std::span<Metric>(model_.running_metrics_).subspan(1)});
+                                         .metrics = std::span<Metric>(model_.running_metrics_).subspan(1),
+                                         .loss_metric = &model_.running_metrics_[0]});
 }
 
 const Logs& FitLoop::current_logs() {
   logs_.clear();
   for (const Metric& m : model_.running_metrics_) logs_.emplace_back(m.name(), m.result());
+  if (runner_)
+    for (auto& figure : runner_->epoch_figures()) logs_.push_back(std::move(figure));
   return logs_;
 }
 
@@ -105,8 +121,8 @@ int64_t FitLoop::train_epoch(int epoch, int64_t first_step) {
     if (!have) break;
     if (step < first_step) continue;
     for (auto& cb : callbacks) cb->on_batch_begin(step, {});
-    double loss = runner_->run(batch_, static_cast<uint64_t>(model_.optimizer_->iterations()));
-    model_.running_metrics_[0].update_mean(loss, batch_.rows);  // the global batch's loss
+    std::optional<double> loss = runner_->run(batch_, static_cast<uint64_t>(model_.optimizer_->iterations()));
+    if (loss) model_.running_metrics_[0].update_mean(*loss, batch_.rows);  // the global batch's loss
     model_.position_ = TrainingPosition{epoch, step + 1};
     if (bar_->due(step + 1)) bar_->update(step + 1, current_logs());
     if (!callbacks.empty()) {
@@ -119,6 +135,7 @@ int64_t FitLoop::train_epoch(int epoch, int64_t first_step) {
 }
 
 void FitLoop::end_epoch(int epoch, int64_t steps_done) {
+  if (runner_) runner_->finish_epoch();
   model_.position_ = TrainingPosition{epoch + 1, 0};
   current_logs();
   if (x_val_.defined()) {

@@ -24,6 +24,7 @@ class FitLoop {
   History run();
 
  private:
+  History serve();
   // The run's signature, the metrics, on_train_begin; where training starts (a restored backup's position).
   TrainingPosition begin();
   // The model's replicas (from the current weights and optimizer state) and the strategy's runner.

@@ -301,7 +301,7 @@ class CountingStrategy : public distribute::DefaultStrategy {
     explicit Runner(CountingStrategy& owner) : owner(owner) {}
     bool lazy_batches() const override { return false; }
     void check_batch(bool, int64_t, int, int64_t) override { ++owner.checks; }
-    double run(const distribute::GlobalBatch& batch, uint64_t) override {
+    std::optional<double> run(const distribute::GlobalBatch& batch, uint64_t) override {
       owner.rows += batch.rows;
       return 0.5;
     }

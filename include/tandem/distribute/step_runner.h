@@ -6,7 +6,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tandem/losses.h"
 #include "tandem/metrics.h"
@@ -36,6 +40,9 @@ struct StepParts {
   Optimizer& optimizer;
   uint64_t seed = 0;
   std::span<Metric> metrics;
+  // fit's running loss (the mean per-sample loss), for runners whose steps finish after run()
+  // returns: they add each batch's mean, weighted by its rows, when it is known.
+  Metric* loss_metric = nullptr;
 };
 
 class StepRunner {
@@ -47,8 +54,15 @@ class StepRunner {
   // false when its data ran out) is checked against the others' (a mismatch is named, an Error).
   virtual void check_batch(bool have, int64_t rows, int epoch, int64_t step) = 0;
   // One step on the global batch; `key` keys its dropout masks (the optimizer's iteration).
-  // Returns the global batch's mean per-sample loss; the metrics hold its predictions.
-  virtual double run(const GlobalBatch& batch, uint64_t key) = 0;
+  // Returns the global batch's mean per-sample loss, and the metrics hold its predictions; or,
+  // where the step finishes later (handed to a worker), nullopt, and the runner adds both to the
+  // metrics (StepParts::loss_metric) when they come.
+  virtual std::optional<double> run(const GlobalBatch& batch, uint64_t key) = 0;
+  // Before an epoch ends (validation, callbacks, checkpoints): every step handed out has
+  // finished, its loss and predictions are in the metrics, and the model holds the variables.
+  virtual void finish_epoch() {}
+  // What the runner adds to the epoch's logs (the parameter servers' staleness), by name.
+  virtual std::vector<std::pair<std::string, double>> epoch_figures() { return {}; }
 };
 
 }  // namespace tandem::distribute

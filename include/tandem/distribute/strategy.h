@@ -191,6 +191,11 @@ class Strategy {
   // slots), which the strategy may complete or replace with the authoritative copy (a
   // parameter-server strategy pulls it from the servers). By default it is kept as it is.
   virtual void collect_state(std::vector<std::pair<std::string, Tensor>>& state) { (void)state; }
+  // Whether this process serves another that runs fit's loop (a parameter server, a worker that
+  // is handed steps) instead of running the loop itself: fit then calls serve(parts), which
+  // returns when the job ends.
+  virtual bool serves() const { return false; }
+  virtual void serve(const StepParts& parts) { (void)parts; }
   // Where the training step, its reducer and the communicators record what they do (null:
   // nowhere); the timeline must outlive the training.
   virtual void set_timeline(Timeline* timeline) { timeline_ = timeline; }
@@ -399,6 +404,10 @@ struct StrategySettings {
   int64_t bucket_bytes = 0;
   std::chrono::microseconds cycle_time{0};
   Compression compression = Compression::None;
+  // ps-async and ps-sync: the cluster spec's file (empty: the TF_CONFIG environment variable),
+  // and the size above which a variable is split into shards over the servers (0: never).
+  std::string cluster_file;
+  int64_t shard_bytes = 0;
 };
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);

@@ -53,7 +53,7 @@ class TrainStep : public StepRunner {
   // Every worker takes its rows of the same global batches: a worker whose data ran out, or whose
   // batch has another size, would leave the others waiting or train on something else. Named.
   void check_batch(bool have, int64_t rows, int epoch, int64_t step) override;
-  double run(const GlobalBatch& batch, uint64_t key) override;
+  std::optional<double> run(const GlobalBatch& batch, uint64_t key) override;
 
  private:
   // Each part's predictions and targets in part order (undefined for a part with no rows).

@@ -1,0 +1,97 @@
+#pragma once
+// ParameterServerStrategy (tf.distribute's): a cluster of a chief, workers and parameter servers
+// (ClusterSpec, from TF_CONFIG), every task running the same program. The servers hold the
+// variables, split into shards placed by size, and the optimizer with its state, and apply the
+// updates. The chief runs fit's loop (progress, validation, callbacks, checkpoints) and hands each
+// batch to a worker; a worker reads the variables from the servers, computes the batch's
+// gradients and pushes them, then reports the batch's loss and predictions to the chief.
+//
+//   Asynchronous (TensorFlow's default): each worker steps on its own, each push is applied as it
+//   arrives (on variables that may have moved since they were read: the staleness is reported).
+//   Synchronous (TensorFlow 1's SyncReplicasOptimizer): the workers each take one batch of a
+//   round; each server sums the round's gradients and applies one update, which the next round
+//   reads.
+//
+// fit's batch_size is the batch each worker computes per step; an epoch is one pass over the data
+// by all the workers together. On worker and server tasks, fit serves the chief until it ends the
+// job, and returns an empty history.
+//
+//   auto cluster = distribute::ClusterSpec::from_environment();
+//   distribute::ParameterServerStrategy strategy(cluster, {.mode = distribute::PsMode::Synchronous});
+//   auto scope = strategy.scope();   ...   model.fit(x, y, {.batch_size = 50});
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/distribute/cluster.h"
+#include "tandem/distribute/strategy.h"
+
+namespace tandem::distribute {
+
+// How a variable is cut into shards along its first axis (tf.distribute.experimental.partitioners).
+struct Partitioner {
+  enum class Kind { None, MinSize, FixedShards };
+  Kind kind = Kind::None;
+  int64_t min_shard_bytes = int64_t{256} << 10;  // MinSize: shards of at least this many bytes...
+  int max_shards = 1;                            // ...and at most this many (and the servers)
+  int num_shards = 1;                            // FixedShards
+  static Partitioner none() { return {}; }
+  static Partitioner min_size(int64_t min_shard_bytes = int64_t{256} << 10, int max_shards = 1) {
+    return {Kind::MinSize, min_shard_bytes, max_shards, 1};
+  }
+  static Partitioner fixed_shards(int num_shards) { return {Kind::FixedShards, 0, 1, num_shards}; }
+};
+
+// Shard `shard` of variable `variable`: rows [begin, end) of its first axis, held by `server`.
+struct ShardPlacement {
+  int variable = 0, shard = 0, server = 0;
+  int64_t begin = 0, end = 0;
+};
+// Every variable's shards (as the partitioner cuts it, at most one per server and per row),
+// placed greedily by size: the largest shard first, each on the server holding the fewest bytes
+// (the shards of one variable on different servers). Ordered by variable, then shard.
+std::vector<ShardPlacement> place_variables(const std::vector<Shape>& shapes, int servers,
+                                            const Partitioner& partitioner);
+
+enum class PsMode { Asynchronous, Synchronous };
+
+struct ParameterServerOptions {
+  PsMode mode = PsMode::Asynchronous;
+  Partitioner partitioner;
+  // Every wait on another task; a task that does not answer within it is named and the job ends.
+  std::chrono::milliseconds timeout = std::chrono::seconds(30);
+};
+
+class ParameterServerStrategy : public Strategy {
+ public:
+  explicit ParameterServerStrategy(ClusterSpec cluster, ParameterServerOptions options = {});
+  ~ParameterServerStrategy() override;
+  std::string name() const override;  // "ps-async:1x3" (servers × workers)
+  // The chief computes nothing but evaluation, on one replica on its own thread.
+  int num_replicas_in_sync() const override { return 1; }
+  void for_each_replica(const std::function<void(int replica)>& fn) override;
+  Communicator& communicator(int replica) override;
+  bool is_chief() const override;
+  std::unique_ptr<StepRunner> make_step(const StepParts& parts) override;
+  bool serves() const override;
+  void serve(const StepParts& parts) override;
+  void collect_state(std::vector<std::pair<std::string, Tensor>>& state) override;
+
+  const ClusterSpec& cluster() const { return cluster_; }
+  const ParameterServerOptions& options() const { return options_; }
+  int num_workers() const { return cluster_.count("worker"); }
+  int num_servers() const { return cluster_.count("ps"); }
+
+  struct Chief;  // the chief's part (src/distribute/ps/chief.h)
+
+ private:
+  struct Links;  // the task's sockets and control connections (src/distribute/ps/cluster_link.h)
+  ClusterSpec cluster_;
+  ParameterServerOptions options_;
+  std::vector<std::unique_ptr<Communicator>> comm_;
+  std::unique_ptr<Links> links_;
+  std::unique_ptr<Chief> chief_;
+};
+
+}  // namespace tandem::distribute

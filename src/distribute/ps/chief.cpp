@@ -1,0 +1,91 @@
+// The chief's side of a parameter-server cluster (chief.h): servers initialized, read back, stopped.
+#include "distribute/ps/chief.h"
+
+#include "tandem/error.h"
+
+namespace tandem::distribute {
+
+using ps::Incoming;
+using ps::MessageType;
+using ps::Outgoing;
+using ps::ShardTable;
+
+void ParameterServerStrategy::Chief::initialize(std::vector<Variable*> trainable, Optimizer& opt) {
+  optimizer = &opt;
+  shards = std::make_unique<ShardTable>(std::move(trainable), link.servers(), options.partitioner);
+  const auto& variables = shards->variables();
+  opt.build(variables);
+  std::vector<std::pair<std::string, Tensor>> state = opt.state();
+  slots_per_variable = variables.empty() ? 0 : (state.size() - 1) / variables.size();
+  slot_names.clear();
+  for (size_t i = 1; i < state.size(); ++i) slot_names.push_back(state[i].first);
+  auto& sockets = link.server_sockets();
+  for (int s = 0; s < link.servers(); ++s) {
+    Outgoing init(MessageType::Init, 0, opt.iterations(), options.mode == PsMode::Synchronous ? 1 : 0);
+    for (size_t i : shards->on_server(s)) {
+      const ShardPlacement& p = shards->placement()[i];
+      auto v = static_cast<size_t>(p.variable);
+      init.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
+               ShardTable::rows(variables[v]->value, p).clone());
+      for (size_t k = 0; k < slots_per_variable; ++k)
+        init.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
+                 ShardTable::rows(state[1 + v * slots_per_variable + k].second, p).clone(),
+                 static_cast<int64_t>(k) + 1);
+    }
+    init.send(sockets[static_cast<size_t>(s)]);
+  }
+  for (int s = 0; s < link.servers(); ++s) {
+    Incoming answer = link.await(sockets[static_cast<size_t>(s)], false, link.describe({"ps", s}));
+    if (answer.envelope.type != MessageType::Ready)
+      fail("ParameterServerStrategy: {} refused the variables: {}", link.describe({"ps", s}),
+           answer.items.empty() ? "" : std::string(answer.items[0].payload));
+  }
+}
+
+void ParameterServerStrategy::Chief::pull() {
+  if (shards) shards->pull(link, 0);
+}
+
+void ParameterServerStrategy::Chief::collect(std::vector<std::pair<std::string, Tensor>>& state) {
+  if (!shards) return;  // nothing trained yet: the state is the chief's own
+  const auto& variables = shards->variables();
+  std::vector<Tensor> values;
+  std::vector<std::vector<Tensor>> slots(variables.size());
+  for (size_t v = 0; v < variables.size(); ++v) {
+    values.push_back(Tensor::empty(variables[v]->value.shape()));
+    for (size_t k = 0; k < slots_per_variable; ++k) slots[v].push_back(Tensor::empty(variables[v]->value.shape()));
+  }
+  auto& sockets = link.server_sockets();
+  for (auto& socket : sockets) Outgoing(MessageType::Fetch, 0).send(socket);
+  int64_t iterations = 0;
+  for (int s = 0; s < link.servers(); ++s) {
+    Incoming answer = link.await(sockets[static_cast<size_t>(s)], false, link.describe({"ps", s}));
+    if (answer.envelope.type != MessageType::State)
+      fail("ParameterServerStrategy: {} did not give its state: {}", link.describe({"ps", s}),
+           answer.items.empty() ? "" : std::string(answer.items[0].payload));
+    shards->write(s, answer, values, &slots);
+    iterations = std::max(iterations, answer.envelope.step);
+  }
+  for (auto& [name, tensor] : state) {
+    for (size_t v = 0; v < variables.size(); ++v) {
+      if (name == variables[v]->name) tensor = values[v];
+      for (size_t k = 0; k < slots_per_variable; ++k)
+        if (name == slot_names[v * slots_per_variable + k]) tensor = slots[v][k];
+    }
+    if (name == "optimizer/iterations")
+      tensor = Tensor::from_vector({1}, std::vector<int32_t>{static_cast<int32_t>(iterations)});
+  }
+}
+
+void ParameterServerStrategy::Chief::stop_all() {
+  for (int w = 0; w < link.workers(); ++w) {
+    try {
+      Outgoing(MessageType::Stop, 0).send(link.own_socket(), &link.worker_route(w));
+    } catch (const zmq::error_t&) {  // a worker already gone
+    }
+  }
+  for (auto& socket : link.server_sockets()) Outgoing(MessageType::Stop, 0).send(socket);
+  for (auto& socket : link.server_sockets()) ps::receive(socket, std::chrono::milliseconds(1000), false);
+}
+
+}  // namespace tandem::distribute

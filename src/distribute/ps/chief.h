@@ -1,0 +1,39 @@
+#pragma once
+// The chief of a parameter-server cluster: it initializes the servers from its model and
+// optimizer, hands fit's batches to the workers (coordinator.cpp), reads the variables and the
+// optimizer state back for validation and checkpoints, and ends the job.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "distribute/ps/cluster_link.h"
+#include "distribute/ps/shards.h"
+#include "tandem/distribute/parameter_server.h"
+#include "tandem/distribute/step_runner.h"
+#include "tandem/distribute/train_step.h"
+
+namespace tandem::distribute {
+
+struct ParameterServerStrategy::Chief {
+  Chief(ps::ClusterLink& link, const ParameterServerOptions& options) : link(link), options(options) {}
+  // The servers hold the trainable variables and the optimizer's state as they are here.
+  void initialize(std::vector<Variable*> trainable, Optimizer& optimizer);
+  // The servers' values into the trainable variables.
+  void pull();
+  // The servers' variables and optimizer state, into a checkpoint's entries.
+  void collect(std::vector<std::pair<std::string, Tensor>>& state);
+  // Every worker and server told to end (those that answer within a second are done).
+  void stop_all();
+
+  ps::ClusterLink& link;
+  const ParameterServerOptions& options;
+  std::unique_ptr<ps::ShardTable> shards;
+  Optimizer* optimizer = nullptr;
+  std::vector<std::string> slot_names;  // "optimizer/<variable>/<slot>", per variable per slot
+  size_t slots_per_variable = 0;
+};
+
+std::unique_ptr<StepRunner> make_coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts);
+
+}  // namespace tandem::distribute

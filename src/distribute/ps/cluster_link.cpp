@@ -1,0 +1,147 @@
+// A task's links to the rest of its parameter-server cluster (cluster_link.h).
+#include "distribute/ps/cluster_link.h"
+
+#include "tandem/error.h"
+
+namespace tandem::distribute::ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kSlice{50};
+
+std::string text_of(const Incoming& message) {
+  for (const Item& item : message.items)
+    if (item.header.dtype == DType::UInt8) return std::string(item.payload);
+  return {};
+}
+
+}  // namespace
+
+std::vector<TaskId> tasks_in_rank_order(const ClusterSpec& cluster) {
+  std::vector<TaskId> out{{"chief", 0}};
+  for (int i = 0; i < cluster.count("worker"); ++i) out.push_back({"worker", i});
+  for (int i = 0; i < cluster.count("ps"); ++i) out.push_back({"ps", i});
+  return out;
+}
+
+int control_rank(const ClusterSpec& cluster, const TaskId& task) {
+  if (task.type == "chief") return 0;
+  if (task.type == "worker") return 1 + task.index;
+  return 1 + cluster.count("worker") + task.index;
+}
+
+ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout)
+    : cluster_(cluster), timeout_(timeout), context_(1) {
+  const TaskId& me = cluster_.task();
+  if (me.type == "chief" || me.type == "ps") {
+    cluster_.check_own_port_free();  // named before ZeroMQ's own, terser error
+    own_ = zmq::socket_t(context_, zmq::socket_type::router);
+    own_.set(zmq::sockopt::linger, 0);
+    own_.set(zmq::sockopt::router_mandatory, 1);
+    own_.bind(endpoint(cluster_.host(me), cluster_.port(me)));
+  } else {
+    own_ = zmq::socket_t(context_, zmq::socket_type::dealer);
+    own_.set(zmq::sockopt::linger, 0);
+    own_.connect(endpoint(cluster_.host({"chief", 0}), cluster_.port({"chief", 0})));
+  }
+  if (me.type != "ps")
+    for (int s = 0; s < servers(); ++s) {
+      servers_.emplace_back(context_, zmq::socket_type::dealer);
+      servers_.back().set(zmq::sockopt::linger, 0);
+      servers_.back().connect(endpoint(cluster_.host({"ps", s}), cluster_.port({"ps", s})));
+    }
+  std::vector<std::string> hosts, names;
+  for (const TaskId& t : tasks_in_rank_order(cluster_)) {
+    hosts.push_back(cluster_.host(t));
+    names.push_back(cluster_.describe(t));
+  }
+  auto exchange = [this](std::string& text) {
+    if (cluster_.task().type == "chief") greet_as_chief(text);
+    else greet_as_other(text);
+  };
+  control_ =
+      std::make_unique<detail::ControlPlane>(control_rank(cluster_, me), hosts, timeout_, nullptr, exchange, names);
+}
+
+ClusterLink::~ClusterLink() = default;
+
+// The chief: its control plane's address to every server (which answers) and to every worker
+// (which asked first, saying which worker it is).
+void ClusterLink::greet_as_chief(std::string& text) {
+  for (int s = 0; s < servers(); ++s) {
+    Outgoing hello(MessageType::Ready, 0);
+    hello.add_text(text);
+    hello.send(servers_[static_cast<size_t>(s)]);
+  }
+  for (int s = 0; s < servers(); ++s) {
+    auto answer = receive(servers_[static_cast<size_t>(s)], timeout_, false);
+    if (!answer)
+      fail("ParameterServerStrategy: {} did not answer within {} s at start-up", describe({"ps", s}),
+           timeout_.count() / 1000.0);
+  }
+  routes_.assign(static_cast<size_t>(workers()), std::string());
+  int greeted = 0;
+  auto deadline = Clock::now() + timeout_;
+  while (greeted < workers()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    auto message = left.count() > 0 ? receive(own_, left, true) : std::nullopt;
+    if (!message) {
+      std::string missing;
+      for (int w = 0; w < workers(); ++w)
+        if (routes_[static_cast<size_t>(w)].empty()) missing += (missing.empty() ? "" : ", ") + describe({"worker", w});
+      fail("ParameterServerStrategy: {} did not reach the chief within {} s at start-up", missing,
+           timeout_.count() / 1000.0);
+    }
+    auto w = static_cast<int64_t>(message->envelope.variable);
+    if (message->envelope.type != MessageType::Ready || w >= workers() || !routes_[static_cast<size_t>(w)].empty())
+      continue;  // not a worker's greeting: ignored
+    routes_[static_cast<size_t>(w)] = message->route;
+    Outgoing hello(MessageType::Ready, 0);
+    hello.add_text(text);
+    hello.send(own_, &routes_[static_cast<size_t>(w)]);
+    ++greeted;
+  }
+}
+
+// A worker says which it is and waits for the chief's answer; a server waits for the chief.
+void ClusterLink::greet_as_other(std::string& text) {
+  const TaskId& me = cluster_.task();
+  bool worker = me.type == "worker";
+  if (worker) Outgoing(MessageType::Ready, static_cast<uint32_t>(me.index)).send(own_);
+  auto deadline = Clock::now() + timeout_;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    auto message = left.count() > 0 ? receive(own_, left, !worker) : std::nullopt;
+    if (!message)
+      fail("ParameterServerStrategy: {} heard nothing from the chief, {}, within {} s at start-up", describe(me),
+           describe({"chief", 0}), timeout_.count() / 1000.0);
+    if (message->envelope.type != MessageType::Ready) continue;
+    text = text_of(*message);
+    if (!worker) Outgoing(MessageType::Ready, static_cast<uint32_t>(me.index)).send(own_, &message->route);
+    return;
+  }
+}
+
+void ClusterLink::check_failed() {
+  if (control_ && control_->failed()) fail("{}", control_->failure());
+}
+
+Incoming ClusterLink::await(zmq::socket_t& socket, bool router, const std::string& from) {
+  auto deadline = Clock::now() + timeout_;
+  while (true) {
+    check_failed();
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0)
+      fail("ParameterServerStrategy: {} did not answer within {} s", from, timeout_.count() / 1000.0);
+    if (auto message = receive(socket, std::min(left, kSlice), router)) return std::move(*message);
+  }
+}
+
+Incoming ClusterLink::await_idle(zmq::socket_t& socket, bool router) {
+  while (true) {
+    check_failed();
+    if (auto message = receive(socket, kSlice, router)) return std::move(*message);
+  }
+}
+
+}  // namespace tandem::distribute::ps

@@ -1,0 +1,64 @@
+#pragma once
+// What every task of a parameter-server cluster holds: its ZeroMQ sockets and the control plane
+// (collectives/control_plane.h) that watches the other tasks. The chief is control rank 0, worker
+// i rank 1 + i, server j rank 1 + W + j. Made when the strategy is (every task at once, as MPI's
+// start): the chief binds its address and greets every server and worker over ZeroMQ, which
+// carries the control plane's address; a task that does not answer within the timeout is named.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "collectives/control_plane.h"
+#include "distribute/ps/transport.h"
+#include "tandem/distribute/cluster.h"
+
+namespace tandem::distribute::ps {
+
+class ClusterLink {
+ public:
+  ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout);
+  ~ClusterLink();
+
+  const ClusterSpec& cluster() const { return cluster_; }
+  const TaskId& task() const { return cluster_.task(); }
+  int workers() const { return cluster_.count("worker"); }
+  int servers() const { return cluster_.count("ps"); }
+  std::string describe(const TaskId& task) const { return cluster_.describe(task); }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  detail::ControlPlane& control() { return *control_; }
+
+  // The chief and the workers: a DEALER to each server. The chief: the ROUTER the workers talk to,
+  // and each worker's route.
+  std::vector<zmq::socket_t>& server_sockets() { return servers_; }
+  zmq::socket_t& own_socket() { return own_; }  // chief, ps: the bound ROUTER; worker: a DEALER to the chief
+  const std::string& worker_route(int worker) const { return routes_[static_cast<size_t>(worker)]; }
+  zmq::context_t& context() { return context_; }
+
+  // The next message on `socket` within the timeout, checking the control plane between slices:
+  // an Error naming `from` when nothing came, naming the failed task when the job failed.
+  Incoming await(zmq::socket_t& socket, bool router, const std::string& from);
+  // Like await, with no deadline of its own (the control plane ends it if a task fails): for a
+  // task idle until the chief hands it something.
+  Incoming await_idle(zmq::socket_t& socket, bool router);
+  void check_failed();  // an Error when the control plane says the job failed
+
+ private:
+  void greet_as_chief(std::string& text);
+  void greet_as_other(std::string& text);
+  ClusterSpec cluster_;
+  std::chrono::milliseconds timeout_;
+  zmq::context_t context_;
+  zmq::socket_t own_;
+  std::vector<zmq::socket_t> servers_;
+  std::vector<std::string> routes_;
+  std::unique_ptr<detail::ControlPlane> control_;
+};
+
+// The control rank of a task, and every task's name and host in rank order.
+int control_rank(const ClusterSpec& cluster, const TaskId& task);
+std::vector<TaskId> tasks_in_rank_order(const ClusterSpec& cluster);
+
+}  // namespace tandem::distribute::ps

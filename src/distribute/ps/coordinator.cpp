@@ -1,0 +1,154 @@
+// The chief's step runner under ParameterServerStrategy: fit's batches handed to the workers.
+// Asynchronous: each batch to the next free worker, at once. Synchronous: a round of one batch
+// per worker, each told the round's rows (its share of the round's mean) and size (the pushes a
+// server sums before its update); the next round starts when every result of this one is in.
+#include <map>
+
+#include "distribute/ps/chief.h"
+#include "tandem/error.h"
+
+namespace tandem::distribute {
+namespace {
+
+using ps::Incoming;
+using ps::MessageType;
+using ps::Outgoing;
+
+class Coordinator : public StepRunner {
+ public:
+  Coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts)
+      : chief_(chief), link_(chief.link), metrics_(parts.metrics), loss_(parts.loss_metric) {
+    chief_.initialize(parts.replicas[0].trainable, parts.optimizer);
+    steps_ = rounds_ = parts.optimizer.iterations();  // dropout keys go on from a restored step
+    for (int w = link_.workers() - 1; w >= 0; --w) free_.push_back(w);
+  }
+  bool lazy_batches() const override { return false; }
+  void check_batch(bool, int64_t, int, int64_t) override {}
+
+  std::optional<double> run(const GlobalBatch& batch, uint64_t) override {
+    if (epoch_done_) {
+      staleness_sum_ = staleness_max_ = applied_ = 0;
+      epoch_done_ = false;
+    }
+    Batch b{batch.x.clone(), batch.y.clone()};  // the batch source may reuse its tensors
+    if (chief_.options.mode == PsMode::Asynchronous) {
+      while (free_.empty()) finish_one();
+      int w = free_.back();
+      free_.pop_back();
+      dispatch(w, b, steps_, 0, b.x.dim(0), 1);
+      ++steps_;
+    } else {
+      round_.push_back(std::move(b));
+      if (static_cast<int>(round_.size()) == link_.workers()) finish_round();
+    }
+    return std::nullopt;
+  }
+
+  void finish_epoch() override {
+    finish_round();
+    while (!in_flight_.empty()) finish_one();
+    chief_.pull();  // validation and checkpoints read the servers' variables
+    epoch_done_ = true;
+  }
+
+  std::vector<std::pair<std::string, double>> epoch_figures() override {
+    if (chief_.options.mode != PsMode::Asynchronous) return {};
+    double mean = applied_ > 0 ? static_cast<double>(staleness_sum_) / static_cast<double>(applied_) : 0.0;
+    return {{"staleness", mean}, {"max_staleness", static_cast<double>(staleness_max_)}};
+  }
+
+ private:
+  struct Batch {
+    Tensor x, y;
+  };
+  struct Sent {
+    int worker;
+    Tensor labels;
+    Tensor loss, predictions;  // when its result came
+    bool done = false;
+  };
+
+  void dispatch(int w, const Batch& b, int64_t key, int64_t first_row, int64_t round_rows, int64_t pushes) {
+    int64_t id = next_id_++;
+    Outgoing step(MessageType::Step, 0, id, key);
+    step.add(0, 0, b.x);
+    step.add(0, 1, b.y);
+    step.add(
+        0, 2,
+        Tensor::from_vector({3}, std::vector<int32_t>{static_cast<int32_t>(first_row), static_cast<int32_t>(round_rows),
+                                                      static_cast<int32_t>(pushes)}));
+    step.send(link_.own_socket(), &link_.worker_route(w));
+    in_flight_[id] = {w, b.y};
+  }
+
+  std::string waiting_for() const {
+    std::string who;
+    for (const auto& [id, sent] : in_flight_)
+      if (!sent.done) who += (who.empty() ? "" : ", ") + link_.describe({"worker", sent.worker});
+    return who;
+  }
+
+  // The next result in; asynchronous: into the metrics at once, its worker free again.
+  void finish_one() {
+    Incoming result = link_.await(link_.own_socket(), true, waiting_for());
+    auto it = in_flight_.find(result.envelope.step);
+    if (result.envelope.type != MessageType::Result || it == in_flight_.end() || it->second.done ||
+        result.items.size() != 2)
+      fail("ParameterServerStrategy: the chief got a {} message for step {} from worker {}",
+           message_type_name(result.envelope.type), result.envelope.step, result.envelope.variable);
+    Sent& sent = it->second;
+    sent.loss = result.items[0].tensor();
+    sent.predictions = result.items[1].tensor();
+    sent.done = true;
+    staleness_sum_ += result.envelope.aux;
+    staleness_max_ = std::max(staleness_max_, result.envelope.aux);
+    ++applied_;
+    if (chief_.options.mode == PsMode::Asynchronous) {
+      record(sent);
+      free_.push_back(sent.worker);
+      in_flight_.erase(it);
+    }
+  }
+
+  void record(const Sent& sent) {
+    int64_t rows = sent.labels.dim(0);
+    if (loss_ != nullptr) loss_->update_mean(static_cast<double>(sent.loss.item()) / static_cast<double>(rows), rows);
+    for (Metric& m : metrics_) m.update(sent.labels, sent.predictions);
+  }
+
+  // Synchronous: the round's batches out, their results in, recorded in worker order.
+  void finish_round() {
+    if (round_.empty()) return;
+    int64_t rows = 0, first = 0;
+    for (const Batch& b : round_) rows += b.x.dim(0);
+    auto pushes = static_cast<int64_t>(round_.size());
+    for (size_t w = 0; w < round_.size(); ++w) {
+      dispatch(static_cast<int>(w), round_[w], rounds_, first, rows, pushes);
+      first += round_[w].x.dim(0);
+    }
+    for (int64_t i = 0; i < pushes; ++i) finish_one();
+    for (auto& [id, sent] : in_flight_) record(sent);
+    in_flight_.clear();
+    round_.clear();
+    ++rounds_;
+  }
+
+  ParameterServerStrategy::Chief& chief_;
+  ps::ClusterLink& link_;
+  std::span<Metric> metrics_;
+  Metric* loss_;
+  std::vector<int> free_;
+  std::map<int64_t, Sent> in_flight_;
+  std::vector<Batch> round_;
+  int64_t next_id_ = 0, steps_ = 0, rounds_ = 0;
+  int64_t staleness_sum_ = 0, staleness_max_ = 0, applied_ = 0;
+  bool epoch_done_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<StepRunner> make_coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts) {
+  return std::make_unique<Coordinator>(chief, parts);
+}
+
+}  // namespace tandem::distribute

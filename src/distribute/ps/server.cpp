@@ -1,0 +1,176 @@
+// A parameter server (server.h).
+#include "distribute/ps/server.h"
+
+#include <cstdio>
+
+#include "tandem/error.h"
+
+namespace tandem::distribute::ps {
+
+ParameterServer::ParameterServer(std::string name, std::unique_ptr<Optimizer> optimizer)
+    : name_(std::move(name)), optimizer_(std::move(optimizer)) {}
+
+void ParameterServer::serve(zmq::socket_t& socket, const std::function<bool()>& stop, std::chrono::milliseconds poll) {
+  while (!stop()) {
+    std::optional<Incoming> request;
+    std::string route;
+    try {
+      request = receive(socket, poll, /*router=*/true);
+    } catch (const Error& e) {
+      ++refused_;
+      std::fprintf(stderr, "%s: refused a message: %s (%lld refused so far)\n", name_.c_str(), e.what(),
+                   static_cast<long long>(refused_));
+      continue;  // no route to answer on: the frames did not decode
+    }
+    if (!request) continue;
+    Outgoing answer(MessageType::Refused, 0);
+    bool going_on = true;
+    try {
+      going_on = handle(*request, answer);
+    } catch (const Error& e) {
+      ++refused_;
+      std::fprintf(stderr, "%s: refused a %s message: %s (%lld refused so far)\n", name_.c_str(),
+                   message_type_name(request->envelope.type), e.what(), static_cast<long long>(refused_));
+      answer = Outgoing(MessageType::Refused, 0);
+      answer.add_text(e.what());
+    }
+    answer.send(socket, &request->route);
+    if (!going_on) return;
+  }
+}
+
+bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
+  switch (request.envelope.type) {
+    case MessageType::Init:
+      init(request);
+      answer = Outgoing(MessageType::Ready, 0, version_);
+      return true;
+    case MessageType::Pull: {
+      answer = Outgoing(MessageType::Values, 0, version_);
+      for (const Shard& s : shards_) answer.add(s.variable, s.shard, s.value.value.clone());  // a snapshot
+      return true;
+    }
+    case MessageType::Push: push(request, answer); return true;
+    case MessageType::Fetch: state(answer); return true;
+    case MessageType::Stop: answer = Outgoing(MessageType::Stop, 0, version_); return false;
+    default:
+      fail("a parameter server answers init, pull, push, fetch and stop, not {}",
+           message_type_name(request.envelope.type));
+  }
+}
+
+// Init: the shards' values (aux 0) then their optimizer slots (aux k + 1, slot k); the envelope's
+// step is the optimizer's iteration count, its aux 1 for synchronous updates.
+void ParameterServer::init(const Incoming& request) {
+  shards_.clear();
+  index_.clear();
+  round_.clear();
+  std::vector<const Item*> slots;
+  for (const Item& item : request.items) {
+    if (item.header.aux != 0) {
+      slots.push_back(&item);
+      continue;
+    }
+    if (item.header.dtype != DType::Float32)
+      fail("init: shard {}/{} is {}, not float32", item.header.variable, item.header.shard,
+           dtype_name(item.header.dtype));
+    auto key = std::make_pair(item.header.variable, item.header.shard);
+    if (index_.count(key)) fail("init: shard {}/{} given twice", key.first, key.second);
+    index_[key] = shards_.size();
+    shards_.push_back({key.first, key.second,
+                       Variable{.name = fmt::format("v{}s{}", key.first, key.second), .value = item.tensor()}});
+  }
+  variables_.clear();
+  for (Shard& s : shards_) variables_.push_back(&s.value);
+  std::unique_ptr<Optimizer> fresh = optimizer_->clone();
+  optimizer_ = std::move(fresh);
+  optimizer_->build(variables_);
+  std::vector<std::pair<std::string, Tensor>> state = optimizer_->state();
+  size_t per = shards_.empty() ? 0 : (state.size() - 1) / shards_.size();
+  if (slots.size() != per * shards_.size())
+    fail("init: {} optimizer slots for {} shards of an optimizer with {} per variable", slots.size(), shards_.size(),
+         per);
+  for (const Item* slot : slots) {
+    auto it = index_.find({slot->header.variable, slot->header.shard});
+    auto k = static_cast<size_t>(slot->header.aux - 1);
+    if (it == index_.end() || k >= per)
+      fail("init: a slot of shard {}/{} (slot {})", slot->header.variable, slot->header.shard, slot->header.aux - 1);
+    auto& [name, tensor] = state[1 + it->second * per + k];
+    if (!(slot->header.shape == tensor.shape()) || slot->header.dtype != DType::Float32)
+      fail("init: slot {} of shard {}/{} has shape {}, the shard {}", k, slot->header.variable, slot->header.shard,
+           slot->header.shape.str(), tensor.shape().str());
+    tensor = slot->tensor();
+  }
+  state[0].second = Tensor::from_vector({1}, std::vector<int32_t>{static_cast<int32_t>(request.envelope.step)});
+  optimizer_->load_state(state, variables_);
+  synchronous_ = request.envelope.aux == 1;
+  version_ = 0;
+}
+
+std::vector<Tensor> ParameterServer::gradients_of(const Incoming& request) const {
+  if (request.items.size() != shards_.size())
+    fail("push: {} gradients for the {} shards held here", request.items.size(), shards_.size());
+  std::vector<Tensor> out(shards_.size());
+  for (const Item& item : request.items) {
+    auto it = index_.find({item.header.variable, item.header.shard});
+    if (it == index_.end()) fail("push: shard {}/{} is not held here", item.header.variable, item.header.shard);
+    const Shard& s = shards_[it->second];
+    if (item.header.dtype != DType::Float32 || !(item.header.shape == s.value.value.shape()))
+      fail("push: the gradient of shard {}/{} is {} {}, the shard float32 {}", s.variable, s.shard,
+           dtype_name(item.header.dtype), item.header.shape.str(), s.value.value.shape().str());
+    if (out[it->second].defined()) fail("push: shard {}/{} given twice", s.variable, s.shard);
+    out[it->second] = item.tensor();
+  }
+  return out;
+}
+
+void ParameterServer::apply(std::vector<Tensor>& gradients) {
+  optimizer_->apply_here(variables_, gradients);
+  ++version_;
+}
+
+void ParameterServer::push(const Incoming& request, Outgoing& answer) {
+  if (shards_.empty() && request.items.empty() && version_ == 0 && variables_.empty()) fail("push before init");
+  std::vector<Tensor> gradients = gradients_of(request);
+  int64_t computed_on = request.envelope.step;
+  if (computed_on < 0 || computed_on > version_)
+    fail("push: computed on version {}, this server is at {}", computed_on, version_);
+  int64_t staleness = version_ - computed_on;
+  if (!synchronous_) {
+    apply(gradients);
+    answer = Outgoing(MessageType::Pushed, 0, version_, staleness);
+    return;
+  }
+  int64_t size = request.envelope.aux;
+  uint32_t worker = request.envelope.variable;
+  if (size < 1) fail("push: a synchronous round of {} pushes", size);
+  if (round_.empty()) round_size_ = size;
+  if (size != round_size_) fail("push: a round of {} pushes, the round in progress has {}", size, round_size_);
+  if (!round_.emplace(worker, std::move(gradients)).second) fail("push: worker {} pushed twice in one round", worker);
+  if (static_cast<int64_t>(round_.size()) == round_size_) {
+    std::vector<Tensor> sum = std::move(round_.begin()->second);  // in worker order
+    for (auto it = std::next(round_.begin()); it != round_.end(); ++it)
+      for (size_t i = 0; i < sum.size(); ++i) {
+        float* to = sum[i].data<float>();
+        const float* from = it->second[i].data<float>();
+        for (int64_t k = 0, n = sum[i].numel(); k < n; ++k) to[k] += from[k];
+      }
+    round_.clear();
+    apply(sum);
+  }
+  answer = Outgoing(MessageType::Pushed, 0, version_, staleness);
+}
+
+void ParameterServer::state(Outgoing& answer) {
+  std::vector<std::pair<std::string, Tensor>> state = optimizer_->state();
+  answer = Outgoing(MessageType::State, 0, optimizer_->iterations(), version_);
+  size_t per = shards_.empty() ? 0 : (state.size() - 1) / shards_.size();
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    answer.add(shards_[i].variable, shards_[i].shard, shards_[i].value.value.clone());
+    for (size_t k = 0; k < per; ++k)
+      answer.add(shards_[i].variable, shards_[i].shard, state[1 + i * per + k].second.clone(),
+                 static_cast<int64_t>(k) + 1);
+  }
+}
+
+}  // namespace tandem::distribute::ps

@@ -1,0 +1,58 @@
+#pragma once
+// A parameter server: the shards of the variables placed on it and, beside them, the optimizer
+// with its slots, which applies the workers' pushes. Asynchronous: each push is applied as it
+// arrives. Synchronous: a round's pushes (one per worker, each its gradient already scaled by the
+// round's rows) are summed in worker order and applied once. One thread serves every request in
+// arrival order; a message that does not decode, or names a shard or shape the server does not
+// hold, is refused (answered with the reason, counted and logged), and serving goes on.
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "distribute/ps/transport.h"
+#include "tandem/optimizers.h"
+
+namespace tandem::distribute::ps {
+
+class ParameterServer {
+ public:
+  // `name`: the task, for the log ("ps:0 (127.0.0.1:2223)"); `optimizer`: a fresh copy of the model's.
+  ParameterServer(std::string name, std::unique_ptr<Optimizer> optimizer);
+  // Serves on `socket` (a ROUTER bound to the task's address) until a Stop comes or `stop()` says
+  // so (asked between messages, at least every `poll`).
+  void serve(zmq::socket_t& socket, const std::function<bool()>& stop,
+             std::chrono::milliseconds poll = std::chrono::milliseconds(100));
+  // One request's answer; false when the request was Stop (answered).
+  bool handle(const Incoming& request, Outgoing& answer);
+  int64_t version() const { return version_; }
+  int64_t refused() const { return refused_; }
+
+ private:
+  struct Shard {
+    uint32_t variable, shard;
+    Variable value;
+  };
+  void init(const Incoming& request);
+  void push(const Incoming& request, Outgoing& answer);
+  void apply(std::vector<Tensor>& gradients);
+  // The push's gradients in shard order, checked (every shard once, float32, the shard's shape).
+  std::vector<Tensor> gradients_of(const Incoming& request) const;
+  void state(Outgoing& answer);
+  std::string name_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<Shard> shards_;
+  std::vector<Variable*> variables_;
+  std::map<std::pair<uint32_t, uint32_t>, size_t> index_;
+  bool synchronous_ = false;
+  int64_t version_ = 0;  // updates applied
+  // Synchronous: the round's pushes by worker, and how many the round has.
+  std::map<uint32_t, std::vector<Tensor>> round_;
+  int64_t round_size_ = 0;
+  int64_t refused_ = 0;
+};
+
+}  // namespace tandem::distribute::ps

@@ -1,0 +1,80 @@
+// ParameterServerStrategy (tandem/distribute/parameter_server.h): each task's part.
+#include <cstdio>
+
+#include "distribute/ps/chief.h"
+#include "distribute/ps/server.h"
+#include "distribute/ps/worker.h"
+#include "distribute/running_as.h"
+#include "tandem/error.h"
+
+namespace tandem::distribute {
+
+namespace {
+// The cluster's links, made with the strategy (every task at once).
+std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const ParameterServerOptions& options) {
+  cluster.require({"chief", "worker", "ps"}, {"chief", "worker", "ps"}, "ParameterServerStrategy");
+  cluster.check_hosts();
+  if (options.timeout.count() <= 0)
+    fail("ParameterServerStrategy: the timeout must be positive, got {} ms", options.timeout.count());
+  return std::make_unique<ps::ClusterLink>(cluster, options.timeout);
+}
+}  // namespace
+
+struct ParameterServerStrategy::Links {
+  std::unique_ptr<ps::ClusterLink> link;
+};
+
+ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterServerOptions options)
+    : cluster_(std::move(cluster)), options_(options), comm_(make_in_process_communicators(1)) {
+  links_ = std::make_unique<Links>(Links{link_of(cluster_, options_)});
+  if (is_chief()) chief_ = std::make_unique<Chief>(*links_->link, options_);
+}
+
+ParameterServerStrategy::~ParameterServerStrategy() {
+  if (chief_ && !links_->link->control().failed()) {
+    chief_->stop_all();
+    links_->link->control().leave_and_wait();
+  }
+}
+
+std::string ParameterServerStrategy::name() const {
+  return fmt::format("ps-{}:{}x{}", options_.mode == PsMode::Synchronous ? "sync" : "async", num_servers(),
+                     num_workers());
+}
+
+void ParameterServerStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
+  RunningAs as(this, 0);
+  fn(0);
+}
+
+Communicator& ParameterServerStrategy::communicator(int replica) { return *comm_.at(static_cast<size_t>(replica)); }
+
+bool ParameterServerStrategy::is_chief() const { return cluster_.task().type == "chief"; }
+
+bool ParameterServerStrategy::serves() const { return !is_chief(); }
+
+std::unique_ptr<StepRunner> ParameterServerStrategy::make_step(const StepParts& parts) {
+  if (!chief_)
+    fail("ParameterServerStrategy: only the chief runs fit's steps ({} serves)", cluster_.describe(cluster_.task()));
+  return make_coordinator(*chief_, parts);
+}
+
+void ParameterServerStrategy::serve(const StepParts& parts) {
+  ps::ClusterLink& link = *links_->link;
+  if (cluster_.task().type == "worker") {
+    ps::serve_as_worker(link, options_, parts);
+  } else {
+    ps::ParameterServer server(cluster_.describe(cluster_.task()), parts.optimizer.clone());
+    server.serve(link.own_socket(), [&] {
+      link.check_failed();  // an Error when a task failed: this one ends too
+      return false;         // else until the chief's stop
+    });
+  }
+  link.control().leave_and_wait();
+}
+
+void ParameterServerStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
+  if (chief_) chief_->collect(state);
+}
+
+}  // namespace tandem::distribute

@@ -1,0 +1,92 @@
+// Parameter-server messages over ZeroMQ (transport.h).
+#include "distribute/ps/transport.h"
+
+#include "tandem/error.h"
+
+namespace tandem::distribute::ps {
+namespace {
+
+zmq::message_t header_frame(const Header& h) {
+  auto bytes = encode(h);
+  return zmq::message_t(bytes.data(), bytes.size());
+}
+
+}  // namespace
+
+Outgoing::Outgoing(MessageType type, uint32_t sender, int64_t step, int64_t aux) : type_(type) {
+  frames_.push_back(header_frame({.type = type, .variable = sender, .shard = 0, .step = step, .aux = aux}));
+  frames_.emplace_back();
+}
+
+void Outgoing::add(uint32_t variable, uint32_t shard, const Tensor& tensor, int64_t aux) {
+  if (!tensor.is_contiguous()) fail("parameter-server message: a tensor that is not contiguous");
+  frames_.push_back(header_frame({.type = type_,
+                                  .variable = variable,
+                                  .shard = shard,
+                                  .step = 0,
+                                  .aux = aux,
+                                  .dtype = tensor.dtype(),
+                                  .shape = tensor.shape()}));
+  size_t bytes = static_cast<size_t>(tensor.numel()) * dtype_size(tensor.dtype());
+  if (bytes == 0) {
+    frames_.emplace_back();
+    return;
+  }
+  auto* keep = new Tensor(tensor);  // released by ZeroMQ when the frame is sent
+  frames_.emplace_back(
+      const_cast<void*>(keep->raw()), bytes, [](void*, void* hint) { delete static_cast<Tensor*>(hint); }, keep);
+}
+
+void Outgoing::add_text(const std::string& text) {
+  frames_.push_back(
+      header_frame({.type = type_, .dtype = DType::UInt8, .shape = Shape{static_cast<int64_t>(text.size())}}));
+  frames_.emplace_back(text.data(), text.size());
+}
+
+void Outgoing::send(zmq::socket_t& socket, const std::string* route) {
+  if (route != nullptr) socket.send(zmq::buffer(*route), zmq::send_flags::sndmore);
+  for (size_t i = 0; i < frames_.size(); ++i)
+    socket.send(frames_[i], i + 1 < frames_.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  frames_.clear();
+}
+
+std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds timeout, bool router) {
+  zmq::pollitem_t item{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
+  Incoming in;
+  std::vector<zmq::message_t> frames;
+  while (true) {
+    zmq::message_t frame;
+    if (!socket.recv(frame, zmq::recv_flags::none)) return std::nullopt;
+    bool more = frame.more();
+    frames.push_back(std::move(frame));
+    if (!more) break;
+  }
+  size_t first = 0;
+  if (router) {
+    in.route = frames[0].to_string();
+    first = 1;
+  }
+  in.frames = std::move(frames);
+  std::vector<std::string_view> views;
+  for (size_t i = first; i < in.frames.size(); ++i)
+    views.emplace_back(static_cast<const char*>(in.frames[i].data()), in.frames[i].size());
+  if (views.size() < 2)
+    fail("parameter-server message: {} frames (at least an envelope and its payload)", views.size());
+  std::vector<Item> items = decode_items(views);
+  in.envelope = items[0].header;
+  for (size_t i = 1; i < items.size(); ++i) {
+    if (items[i].header.type != in.envelope.type)
+      fail("parameter-server message: item {} says {}, the envelope {}", i, message_type_name(items[i].header.type),
+           message_type_name(in.envelope.type));
+    in.items.push_back(items[i]);
+  }
+  return in;
+}
+
+std::string endpoint(const std::string& host, int port) {
+  bool v6 = host.find(':') != std::string::npos;
+  return fmt::format("tcp://{}{}{}:{}", v6 ? "[" : "", host, v6 ? "]" : "", port);
+}
+
+}  // namespace tandem::distribute::ps

@@ -1,0 +1,128 @@
+// The parameter-server wire format (wire.h).
+#include "distribute/ps/wire.h"
+
+#include <cstring>
+
+#include "tandem/error.h"
+
+namespace tandem::distribute::ps {
+namespace {
+
+// Header layout: magic u32 | version u16 | type u16 | variable u32 | shard u32 | step i64 | aux i64 |
+// dtype u8 | rank u8 | 6 reserved bytes | dims i64 × 6 | payload length u64  (= 96 bytes)
+template <class T>
+void put(char* at, T value) {
+  std::memcpy(at, &value, sizeof value);  // little-endian hosts only (checked at build)
+}
+template <class T>
+T get(const char* at) {
+  T value;
+  std::memcpy(&value, at, sizeof value);
+  return value;
+}
+static_assert(std::endian::native == std::endian::little, "the wire format is little-endian");
+
+}  // namespace
+
+const char* message_type_name(MessageType type) {
+  switch (type) {
+    case MessageType::Pull: return "pull";
+    case MessageType::Values: return "values";
+    case MessageType::Push: return "push";
+    case MessageType::Pushed: return "pushed";
+    case MessageType::Init: return "init";
+    case MessageType::Ready: return "ready";
+    case MessageType::Step: return "step";
+    case MessageType::Result: return "result";
+    case MessageType::Fetch: return "fetch";
+    case MessageType::State: return "state";
+    case MessageType::Stop: return "stop";
+    case MessageType::Refused: return "refused";
+  }
+  return "unknown";
+}
+
+std::array<char, kHeaderBytes> encode(const Header& h) {
+  if (h.shape.rank() > kMaxRank)
+    fail("parameter-server message: a tensor of rank {} (at most {})", h.shape.rank(), kMaxRank);
+  std::array<char, kHeaderBytes> out{};
+  char* p = out.data();
+  put(p, kMagic);
+  put(p + 4, kVersion);
+  put(p + 6, static_cast<uint16_t>(h.type));
+  put(p + 8, h.variable);
+  put(p + 12, h.shard);
+  put(p + 16, h.step);
+  put(p + 24, h.aux);
+  put(p + 32, static_cast<uint8_t>(h.dtype));
+  put(p + 33, static_cast<uint8_t>(h.shape.rank()));
+  for (int d = 0; d < h.shape.rank(); ++d) put(p + 40 + 8 * d, h.shape[d]);
+  put(p + 88, static_cast<uint64_t>(h.payload_bytes()));
+  return out;
+}
+
+Header decode(std::string_view frame, size_t payload_bytes) {
+  if (frame.size() != kHeaderBytes)
+    fail("parameter-server message: a header of {} bytes (expected {})", frame.size(), kHeaderBytes);
+  const char* p = frame.data();
+  if (auto magic = get<uint32_t>(p); magic != kMagic)
+    fail("parameter-server message: magic 0x{:08x} (expected 0x{:08x}: not a Tandem parameter-server peer)", magic,
+         kMagic);
+  if (auto version = get<uint16_t>(p + 4); version != kVersion)
+    fail("parameter-server message: wire version {} (this build speaks {})", version, kVersion);
+  Header h;
+  auto type = get<uint16_t>(p + 6);
+  if (type < static_cast<uint16_t>(MessageType::Pull) || type > static_cast<uint16_t>(MessageType::Refused))
+    fail("parameter-server message: unknown message type {}", type);
+  h.type = static_cast<MessageType>(type);
+  h.variable = get<uint32_t>(p + 8);
+  h.shard = get<uint32_t>(p + 12);
+  h.step = get<int64_t>(p + 16);
+  h.aux = get<int64_t>(p + 24);
+  auto dtype = get<uint8_t>(p + 32);
+  if (dtype > static_cast<uint8_t>(DType::UInt8)) fail("parameter-server message: unknown dtype {}", dtype);
+  h.dtype = static_cast<DType>(dtype);
+  auto rank = get<uint8_t>(p + 33);
+  if (rank > kMaxRank) fail("parameter-server message: a tensor of rank {} (at most {})", rank, kMaxRank);
+  std::vector<int64_t> dims;
+  uint64_t elements = 1;
+  for (int d = 0; d < rank; ++d) {
+    auto n = get<int64_t>(p + 40 + 8 * d);
+    if (n < 0 || n > (int64_t{1} << 40)) fail("parameter-server message: dimension {} is {}", d, n);
+    dims.push_back(n);
+    if (n != 0 && elements > (uint64_t{1} << 40) / static_cast<uint64_t>(n))
+      fail("parameter-server message: a tensor of more than 2^40 elements");
+    elements *= static_cast<uint64_t>(n);
+  }
+  h.shape = Shape(std::span<const int64_t>(dims));
+  auto length = get<uint64_t>(p + 88);
+  if (length != elements * dtype_size(h.dtype))
+    fail("parameter-server message: a {} tensor of shape {} is {} bytes, the header says {}", dtype_name(h.dtype),
+         h.shape.str(), elements * dtype_size(h.dtype), length);
+  if (length != payload_bytes)
+    fail("parameter-server message: the header announces {} payload bytes, {} came", length, payload_bytes);
+  return h;
+}
+
+Tensor Item::tensor() const {
+  Tensor t = Tensor::empty(header.shape, header.dtype);
+  if (!payload.empty()) std::memcpy(t.raw(), payload.data(), payload.size());
+  return t;
+}
+
+std::vector<Item> decode_items(std::span<const std::string_view> frames) {
+  if (frames.size() % 2 != 0)
+    fail("parameter-server message: {} frames (a header and a payload per item: an even count)", frames.size());
+  std::vector<Item> items;
+  items.reserve(frames.size() / 2);
+  for (size_t i = 0; i < frames.size(); i += 2) {
+    try {
+      items.push_back({decode(frames[i], frames[i + 1].size()), frames[i + 1]});
+    } catch (const Error& e) {
+      fail("item {}: {}", i / 2, e.what());
+    }
+  }
+  return items;
+}
+
+}  // namespace tandem::distribute::ps

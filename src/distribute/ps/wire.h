@@ -1,0 +1,68 @@
+#pragma once
+// The parameter-server wire format. A message is a list of items, each two ZeroMQ frames: a
+// fixed 96-byte header (magic, version, message type, variable and shard, step, an auxiliary
+// integer, the payload's dtype and shape) and the payload's bytes, sent as they lie in the
+// tensor (no copy on the sending side). Integers are little-endian. Every frame is validated
+// where it arrives (decode_items): a wrong size, magic or version, an unknown type or dtype, a
+// shape whose bytes are not the payload's length is an Error naming what was expected, never a
+// crash.
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tandem/tensor.h"
+
+namespace tandem::distribute::ps {
+
+inline constexpr uint32_t kMagic = 0x31535054;  // "TPS1"
+inline constexpr uint16_t kVersion = 1;
+inline constexpr size_t kHeaderBytes = 96;
+inline constexpr int kMaxRank = 6;
+
+enum class MessageType : uint16_t {
+  Pull = 1,      // worker → server: every shard it holds, at its current version (no payload)
+  Values = 2,    // server → worker: one item per shard; step = the server's version
+  Push = 3,      // worker → server: one item per shard, its gradient; step = the version it was computed on;
+                 // aux = the round's number of pushes (synchronous; 0: asynchronous)
+  Pushed = 4,    // server → worker: step = the version after; aux = the staleness it was applied with
+  Init = 5,      // chief → server: one item per shard, its value, then the optimizer's state items
+  Ready = 6,     // server → chief: initialized; worker → chief: ready for a step (aux = the worker's index)
+  Step = 7,      // chief → worker: x and y of a batch; step = the step's number, aux = the dropout key;
+                 // variable = the batch's first row in the round, shard = the round's rows
+  Result = 8,    // worker → chief: loss sum, predictions; step = the step's number; aux = staleness
+  Fetch = 9,     // chief → server: every shard's value and optimizer state
+  State = 10,    // server → chief: the answer to Fetch
+  Stop = 11,     // chief → any task: end
+  Refused = 12,  // any → sender: the request was refused; the payload is the reason (text)
+};
+const char* message_type_name(MessageType type);
+
+struct Header {
+  MessageType type = MessageType::Pull;
+  uint32_t variable = 0;
+  uint32_t shard = 0;
+  int64_t step = 0;
+  int64_t aux = 0;
+  DType dtype = DType::UInt8;
+  Shape shape = Shape{0};
+  size_t payload_bytes() const { return static_cast<size_t>(shape.numel()) * dtype_size(dtype); }
+};
+
+std::array<char, kHeaderBytes> encode(const Header& header);
+// One header frame, with the length of the payload frame that came with it.
+Header decode(std::string_view header, size_t payload_bytes);
+
+// An item as received: its header and a view of its payload.
+struct Item {
+  Header header;
+  std::string_view payload;
+  Tensor tensor() const;  // a copy of the payload as a tensor of the header's dtype and shape
+};
+// Frames (header, payload, header, payload, ...) → items; an Error for an odd count or a bad frame
+// (naming the item).
+std::vector<Item> decode_items(std::span<const std::string_view> frames);
+
+}  // namespace tandem::distribute::ps

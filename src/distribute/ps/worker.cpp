@@ -1,0 +1,66 @@
+// A worker of a parameter-server cluster (parameter_server.h): it waits for the chief's steps; for
+// each it reads the variables from the servers, computes the batch's gradients, pushes them, and
+// reports the batch's loss and predictions.
+#include "distribute/ps/worker.h"
+
+#include "tandem/autograd.h"
+#include "tandem/ops.h"
+
+namespace tandem::distribute::ps {
+
+void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, const StepParts& parts) {
+  auto me = static_cast<uint32_t>(link.task().index);
+  ModelReplicas::Replica& model = parts.replicas[0];
+  ShardTable shards(model.trainable, link.servers(), options.partitioner);
+  zmq::socket_t& chief = link.own_socket();
+  std::vector<std::vector<size_t>> per_server;
+  while (true) {
+    Incoming step = link.await_idle(chief, false);
+    if (step.envelope.type == MessageType::Stop) return;
+    if (step.envelope.type != MessageType::Step || step.items.size() != 3 ||
+        step.items[2].header.dtype != DType::Int32 || step.items[2].header.shape.numel() != 3)
+      fail("ParameterServerStrategy: {} got a {} message from the chief where a step was due",
+           link.describe(link.task()), message_type_name(step.envelope.type));
+    Tensor x = step.items[0].tensor(), y = step.items[1].tensor(), info = step.items[2].tensor();
+    const int32_t* round = info.data<int32_t>();  // first row in the round, the round's rows, its pushes
+    int64_t rows = x.dim(0), first_row = round[0], round_rows = round[1], pushes = round[2];
+
+    std::vector<int64_t> versions = shards.pull(link, me);
+    Tensor h = x, loss, per_sample;
+    std::vector<Tensor> grads;
+    {
+      GradientTape tape;
+      CallContext ctx{true, RandomKey{parts.seed, static_cast<uint64_t>(step.envelope.aux), first_row}};
+      for (auto& layer : model.layers) h = layer->call(h, ctx);
+      per_sample = parts.loss.per_sample(y, h);
+      // As fit's step: the batch mean when the round is this batch, else its share of the round's mean.
+      loss = rows == round_rows ? ops::mean(per_sample)
+                                : ops::scale(ops::sum(per_sample), 1.0f / static_cast<float>(round_rows));
+      grads = tape.gradient(loss, model.trainable);
+    }
+    for (int s = 0; s < link.servers(); ++s) {
+      Outgoing push(MessageType::Push, me, versions[static_cast<size_t>(s)],
+                    options.mode == PsMode::Synchronous ? pushes : 0);
+      for (size_t i : shards.on_server(s)) {
+        const ShardPlacement& p = shards.placement()[i];
+        push.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
+                 ShardTable::rows(grads[static_cast<size_t>(p.variable)], p).contiguous());
+      }
+      push.send(link.server_sockets()[static_cast<size_t>(s)]);
+    }
+    int64_t staleness = 0;
+    for (int s = 0; s < link.servers(); ++s) {
+      Incoming answer = link.await(link.server_sockets()[static_cast<size_t>(s)], false, link.describe({"ps", s}));
+      if (answer.envelope.type != MessageType::Pushed)
+        fail("ParameterServerStrategy: {} refused {}'s gradients: {}", link.describe({"ps", s}),
+             link.describe(link.task()), answer.items.empty() ? "" : std::string(answer.items[0].payload));
+      staleness = std::max(staleness, answer.envelope.aux);
+    }
+    Outgoing result(MessageType::Result, me, step.envelope.step, staleness);
+    result.add(0, 0, Tensor::from_vector({1}, std::vector<float>{ops::sum(per_sample).item()}));
+    result.add(0, 1, h.contiguous());
+    result.send(chief);
+  }
+}
+
+}  // namespace tandem::distribute::ps
