@@ -79,6 +79,8 @@ void warn_about_parallelism(const distribute::Strategy& strategy, int threads_fl
 void add_fit(CLI::App& app);
 // `tandem launch ARGS`: mpirun with the settings a user would otherwise look up.
 int run_launch(const std::vector<std::string>& args);
+// `tandem launch --ps P --workers W -- COMMAND`: a parameter-server cluster on this machine.
+int run_cluster_launch(int servers, int workers, const std::vector<std::string>& command, double timeout, bool dry_run);
 void add_evaluate(CLI::App& app);
 void add_predict(CLI::App& app);
 void add_summary(CLI::App& app);

@@ -28,11 +28,15 @@ namespace {
 constexpr const char* kUsage =
     "usage: tandem launch [-np N] [-H host1:slots,host2:slots] [--tf-config JSON] [--network SUBNET|IFACE]\n"
     "                     [--rsh-agent PATH] [--mpirun-arg ARG]... [--dry-run] -- COMMAND [ARGS...]\n"
+    "       tandem launch --ps P --workers W [--dry-run] -- COMMAND [ARGS...]\n"
     "  --network: the machines' network (10.0.0.0/24, or an interface name) for MPI's traffic\n"
     "  --timeout: seconds a TF_CONFIG worker's machine has to start a process (checked first; 30)\n"
     "  e.g. tandem launch -np 2 -- tandem fit --strategy multiworker --batch-size 256\n"
     "  TF_CONFIG (the flag or the environment variable): the cluster's workers become the hosts,\n"
-    "  one process each; worker 0 (or the chief) launches them all.";
+    "  one process each; worker 0 (or the chief) launches them all.\n"
+    "  --ps P --workers W: a parameter-server cluster on this machine (a chief, W workers, P servers),\n"
+    "  each task COMMAND with its TF_CONFIG on free loopback ports, e.g.\n"
+    "  tandem launch --ps 1 --workers 3 -- tandem fit --model mlp5 --strategy ps-async --batch-size 50";
 
 int parse_count(const std::string& text, const char* what) {
   try {
@@ -183,7 +187,7 @@ int usable_cores_here() {
 }  // namespace
 
 int run_launch(const std::vector<std::string>& args) {
-  int np = 0;
+  int np = 0, servers = 0, workers = 0;
   std::string hosts, tf_config, rsh_agent, network;
   std::vector<std::string> extra, command;
   bool dry_run = false;
@@ -199,6 +203,10 @@ int run_launch(const std::vector<std::string>& args) {
       break;
     } else if (a == "-np" || a == "-n" || a == "--np") {
       np = parse_count(value("-np"), "-np");
+    } else if (a == "--ps") {
+      servers = parse_count(value("--ps"), "--ps");
+    } else if (a == "--workers") {
+      workers = parse_count(value("--workers"), "--workers");
     } else if (a == "-H" || a == "--hosts") {
       hosts = value("-H");
     } else if (a == "--tf-config") {
@@ -225,6 +233,14 @@ int run_launch(const std::vector<std::string>& args) {
     }
   }
   if (command.empty()) fail("launch: no command to start: put it after \"--\"\n{}", kUsage);
+  if (servers > 0 || workers > 0) {
+    if (servers == 0 || workers == 0)
+      fail("launch: a parameter-server cluster needs both --ps P and --workers W (at least one of each)");
+    if (np > 0 || !hosts.empty() || !tf_config.empty())
+      fail("launch: --ps/--workers start a cluster on this machine; -np, -H and --tf-config do not apply");
+    check_program(command[0]);
+    return run_cluster_launch(servers, workers, command, timeout, dry_run);
+  }
   if (tf_config.empty() && std::getenv("TF_CONFIG") != nullptr) tf_config = std::getenv("TF_CONFIG");
   int slots = 0;
   if (!tf_config.empty()) {

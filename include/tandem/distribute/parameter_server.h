@@ -77,6 +77,7 @@ class ParameterServerStrategy : public Strategy {
   bool serves() const override;
   void serve(const StepParts& parts) override;
   void collect_state(std::vector<std::pair<std::string, Tensor>>& state) override;
+  std::string set_phase(const std::string& phase) override;  // on the cluster's control connections
 
   const ClusterSpec& cluster() const { return cluster_; }
   const ParameterServerOptions& options() const { return options_; }

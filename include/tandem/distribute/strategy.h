@@ -195,6 +195,12 @@ class Strategy {
   // is handed steps) instead of running the loop itself: fit then calls serve(parts), which
   // returns when the job ends.
   virtual bool serves() const { return false; }
+  // The phase of the job this process is in, said to the other processes (set_job_phase); returns
+  // the phase before. By default through the worker communicator (one process: nothing).
+  virtual std::string set_phase(const std::string& phase) {
+    Communicator* workers = worker_communicator();
+    return workers != nullptr ? workers->set_phase(phase) : std::string();
+  }
   virtual void serve(const StepParts& parts) { (void)parts; }
   // Where the training step, its reducer and the communicators record what they do (null:
   // nowhere); the timeline must outlive the training.
@@ -262,25 +268,18 @@ Strategy* current_strategy();
 // The phase of the job this process is in ("training"): said to the other processes of `strategy`
 // (one process: nothing), so that a worker that dies or stops is named with what it was doing.
 // Returns the phase before.
-inline std::string set_job_phase(Strategy& strategy, const std::string& phase) {
-  Communicator* workers = strategy.worker_communicator();
-  return workers != nullptr ? workers->set_phase(phase) : std::string();
-}
+inline std::string set_job_phase(Strategy& strategy, const std::string& phase) { return strategy.set_phase(phase); }
 
 // set_job_phase for a scope ("checkpoint writing"), then the phase before.
 class JobPhase {
  public:
-  JobPhase(Strategy& strategy, const std::string& phase)
-      : workers_(strategy.worker_communicator()),
-        before_(workers_ != nullptr ? workers_->set_phase(phase) : std::string()) {}
-  ~JobPhase() {
-    if (workers_ != nullptr) workers_->set_phase(before_);
-  }
+  JobPhase(Strategy& strategy, const std::string& phase) : strategy_(strategy), before_(strategy.set_phase(phase)) {}
+  ~JobPhase() { strategy_.set_phase(before_); }
   JobPhase(const JobPhase&) = delete;
   JobPhase& operator=(const JobPhase&) = delete;
 
  private:
-  Communicator* workers_;
+  Strategy& strategy_;
   std::string before_;
 };
 

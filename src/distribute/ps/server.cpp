@@ -17,9 +17,7 @@ void ParameterServer::serve(zmq::socket_t& socket, const std::function<bool()>& 
     try {
       request = receive(socket, poll, /*router=*/true);
     } catch (const Error& e) {
-      ++refused_;
-      std::fprintf(stderr, "%s: refused a message: %s (%lld refused so far)\n", name_.c_str(), e.what(),
-                   static_cast<long long>(refused_));
+      log_refusal(e.what());
       continue;  // no route to answer on: the frames did not decode
     }
     if (!request) continue;
@@ -28,15 +26,21 @@ void ParameterServer::serve(zmq::socket_t& socket, const std::function<bool()>& 
     try {
       going_on = handle(*request, answer);
     } catch (const Error& e) {
-      ++refused_;
-      std::fprintf(stderr, "%s: refused a %s message: %s (%lld refused so far)\n", name_.c_str(),
-                   message_type_name(request->envelope.type), e.what(), static_cast<long long>(refused_));
+      log_refusal(fmt::format("a {} message: {}", message_type_name(request->envelope.type), e.what()));
       answer = Outgoing(MessageType::Refused, 0);
       answer.add_text(e.what());
     }
     answer.send(socket, &request->route);
     if (!going_on) return;
   }
+}
+
+// The first ten refusals and then every thousandth are logged: a flood of garbage does not flood the log.
+void ParameterServer::log_refusal(const std::string& what) {
+  ++refused_;
+  if (refused_ <= 10 || refused_ % 1000 == 0)
+    std::fprintf(stderr, "%s: refused %s (%lld refused so far)\n", name_.c_str(), what.c_str(),
+                 static_cast<long long>(refused_));
 }
 
 bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
@@ -65,6 +69,7 @@ void ParameterServer::init(const Incoming& request) {
   shards_.clear();
   index_.clear();
   round_.clear();
+  of_worker_.clear();
   std::vector<const Item*> slots;
   for (const Item& item : request.items) {
     if (item.header.aux != 0) {
@@ -124,9 +129,15 @@ std::vector<Tensor> ParameterServer::gradients_of(const Incoming& request) const
   return out;
 }
 
-void ParameterServer::apply(std::vector<Tensor>& gradients) {
-  optimizer_->apply_here(variables_, gradients);
+void ParameterServer::apply(Optimizer& optimizer, std::vector<Tensor>& gradients) {
+  optimizer.apply_here(variables_, gradients);
   ++version_;
+}
+
+Optimizer& ParameterServer::optimizer_of(uint32_t worker) {
+  auto& mine = of_worker_[worker];
+  if (!mine) mine = optimizer_->replicate(variables_);  // from the state the chief gave
+  return *mine;
 }
 
 void ParameterServer::push(const Incoming& request, Outgoing& answer) {
@@ -137,7 +148,7 @@ void ParameterServer::push(const Incoming& request, Outgoing& answer) {
     fail("push: computed on version {}, this server is at {}", computed_on, version_);
   int64_t staleness = version_ - computed_on;
   if (!synchronous_) {
-    apply(gradients);
+    apply(optimizer_of(request.envelope.variable), gradients);
     answer = Outgoing(MessageType::Pushed, 0, version_, staleness);
     return;
   }
@@ -156,14 +167,17 @@ void ParameterServer::push(const Incoming& request, Outgoing& answer) {
         for (int64_t k = 0, n = sum[i].numel(); k < n; ++k) to[k] += from[k];
       }
     round_.clear();
-    apply(sum);
+    apply(*optimizer_, sum);
   }
   answer = Outgoing(MessageType::Pushed, 0, version_, staleness);
 }
 
 void ParameterServer::state(Outgoing& answer) {
-  std::vector<std::pair<std::string, Tensor>> state = optimizer_->state();
-  answer = Outgoing(MessageType::State, 0, optimizer_->iterations(), version_);
+  Optimizer& saved = !synchronous_ && of_worker_.count(0) ? *of_worker_[0] : *optimizer_;
+  std::vector<std::pair<std::string, Tensor>> state = saved.state();
+  int64_t iterations = saved.iterations();
+  for (auto& [worker, optimizer] : of_worker_) iterations = std::max(iterations, optimizer->iterations());
+  answer = Outgoing(MessageType::State, 0, iterations, version_);
   size_t per = shards_.empty() ? 0 : (state.size() - 1) / shards_.size();
   for (size_t i = 0; i < shards_.size(); ++i) {
     answer.add(shards_[i].variable, shards_[i].shard, shards_[i].value.value.clone());

@@ -1,7 +1,9 @@
 #pragma once
 // A parameter server: the shards of the variables placed on it and, beside them, the optimizer
 // with its slots, which applies the workers' pushes. Asynchronous: each push is applied as it
-// arrives. Synchronous: a round's pushes (one per worker, each its gradient already scaled by the
+// arrives, through the pushing worker's own copy of the optimizer's state (as in between-graph
+// replication, where every worker builds its own optimizer: a worker's momentum sums its own
+// gradients, not the others' stale ones; checkpoints keep worker 0's). Synchronous: a round's pushes (one per worker, each its gradient already scaled by the
 // round's rows) are summed in worker order and applied once. One thread serves every request in
 // arrival order; a message that does not decode, or names a shard or shape the server does not
 // hold, is refused (answered with the reason, counted and logged), and serving goes on.
@@ -38,12 +40,15 @@ class ParameterServer {
   };
   void init(const Incoming& request);
   void push(const Incoming& request, Outgoing& answer);
-  void apply(std::vector<Tensor>& gradients);
+  void apply(Optimizer& optimizer, std::vector<Tensor>& gradients);
+  Optimizer& optimizer_of(uint32_t worker);  // asynchronous: the worker's copy
   // The push's gradients in shard order, checked (every shard once, float32, the shard's shape).
   std::vector<Tensor> gradients_of(const Incoming& request) const;
   void state(Outgoing& answer);
+  void log_refusal(const std::string& what);
   std::string name_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;  // as initialized; synchronous: the one applying
+  std::map<uint32_t, std::unique_ptr<Optimizer>> of_worker_;
   std::vector<Shard> shards_;
   std::vector<Variable*> variables_;
   std::map<std::pair<uint32_t, uint32_t>, size_t> index_;

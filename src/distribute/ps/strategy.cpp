@@ -73,6 +73,10 @@ void ParameterServerStrategy::serve(const StepParts& parts) {
   link.control().leave_and_wait();
 }
 
+std::string ParameterServerStrategy::set_phase(const std::string& phase) {
+  return links_->link->control().set_phase(phase);
+}
+
 void ParameterServerStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
   if (chief_) chief_->collect(state);
 }

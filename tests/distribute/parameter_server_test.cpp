@@ -1,0 +1,412 @@
+// ParameterServerStrategy: the cluster spec, the wire format, the placement of shards and a server
+// serving real sockets, in process; then whole clusters under `tandem launch --ps P --workers W`
+// (loopback ports chosen free at run time, a watchdog on every launch): synchronous training
+// bitwise or within 1e-5 of one process, asynchronous training of real MNIST, a sharded
+// checkpoint read by one process, a killed or stopped server named, an interrupted launcher.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+#include "cli/cli_util.h"
+#include "distribute/ps/server.h"
+#include "distribute/ps/transport.h"
+#include "tandem/distribute/cluster.h"
+#include "tandem/distribute/parameter_server.h"
+#include "test_util.h"
+
+namespace tandem::testing {
+namespace {
+
+using distribute::ClusterSpec;
+using namespace distribute::ps;
+
+// `command`'s standard output, trailing newlines dropped.
+void run_command_output(const std::string& command, std::string* out) {
+  out->clear();
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[256];
+  while (pipe != nullptr && std::fgets(buffer, sizeof buffer, pipe) != nullptr) *out += buffer;
+  if (pipe != nullptr) pclose(pipe);
+  while (!out->empty() && out->back() == '\n') out->pop_back();
+}
+
+// A pgrep pattern for `path` that the shell running pgrep does not match itself.
+std::string unquoted_pattern(const std::string& path) { return "[" + path.substr(0, 1) + "]" + path.substr(1); }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ClusterSpec, ReadsTfConfigAndNamesEveryMistake) {
+  ClusterSpec spec = ClusterSpec::parse(
+      R"({"cluster": {"chief": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "localhost:2002"], "ps": ["[::1]:2003"]},
+          "task": {"type": "worker", "index": 1}})");
+  EXPECT_EQ(spec.task().str(), "worker:1");
+  EXPECT_EQ(spec.count("worker"), 2);
+  EXPECT_EQ(spec.host({"ps", 0}), "::1");
+  EXPECT_EQ(spec.port({"worker", 1}), 2002);
+  EXPECT_EQ(spec.describe({"chief", 0}), "chief:0 (127.0.0.1:2000)");
+  EXPECT_EQ(ClusterSpec::parse(spec.to_json({"ps", 0})).task().str(), "ps:0");
+  spec.check_hosts();
+  auto refused = [](const std::string& json) { return error_of([&] { ClusterSpec::parse(json, "TF_CONFIG"); }); };
+  EXPECT_NE(refused("{\"cluster\": ").find("TF_CONFIG is not valid JSON"), std::string::npos);
+  EXPECT_NE(refused(R"({"cluster": {"evaluator": ["h:1"]}})").find("cluster.evaluator: unknown task type"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"cluster": {"worker": ["h:99999"]}})").find("the port must be a number from 1 to 65535"),
+            std::string::npos);
+  EXPECT_NE(
+      refused(R"({"cluster": {"worker": ["justahost"]}})").find("task worker:0 (\"justahost\") is not \"host:port\""),
+      std::string::npos);
+  EXPECT_NE(
+      refused(R"({"cluster": {"worker": ["h:1"], "ps": ["h:1"]}})").find("tasks worker:0 and ps:0 are both at h:1"),
+      std::string::npos);
+  EXPECT_NE(refused(R"({"cluster": {"worker": ["h:1"]}, "task": {"type": "worker", "index": 3}})")
+                .find("task index 3 is out of range: the cluster lists 1 worker task (0 to 0)"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"cluster": {"worker": ["h:1"]}, "task": {"type": "ps", "index": 0}})")
+                .find("task type \"ps\" is not in the cluster (it has worker tasks)"),
+            std::string::npos);
+  ClusterSpec no_ps = ClusterSpec::parse(R"({"cluster": {"chief": ["h:1"], "worker": ["h:2"]}})");
+  EXPECT_NE(error_of([&] {
+              no_ps.require({"chief", "worker", "ps"}, {"chief", "worker", "ps"}, "ParameterServerStrategy");
+            }).find("the cluster has no ps task; ParameterServerStrategy needs at least one"),
+            std::string::npos);
+  ClusterSpec nowhere = ClusterSpec::parse(R"({"cluster": {"worker": ["127.0.0.1:1", "no-such-host.invalid:2"]}})");
+  EXPECT_NE(error_of([&] {
+              nowhere.check_hosts();
+            }).find("task worker:1 (\"no-such-host.invalid:2\"): host \"no-such-host.invalid\" does not resolve"),
+            std::string::npos);
+  // A port some other process listens on.
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof a;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length);
+  ClusterSpec taken = ClusterSpec::parse(
+      fmt::format(R"({{"cluster": {{"ps": ["127.0.0.1:{}"]}}, "task": {{"type": "ps"}}}})", ntohs(a.sin_port)));
+  EXPECT_NE(error_of([&] { taken.check_own_port_free(); }).find("another process has that port"), std::string::npos);
+  close(fd);
+}
+
+TEST(PsWire, HeadersRoundTripAndBadFramesAreRefusedByName) {
+  Header h{.type = MessageType::Push,
+           .variable = 3,
+           .shard = 1,
+           .step = 42,
+           .aux = -7,
+           .dtype = DType::Float32,
+           .shape = Shape{4, 5}};
+  auto bytes = encode(h);
+  std::string frame(bytes.data(), bytes.size());
+  Header back = decode(frame, 80);
+  EXPECT_EQ(back.type, MessageType::Push);
+  EXPECT_EQ(back.variable, 3u);
+  EXPECT_EQ(back.shard, 1u);
+  EXPECT_EQ(back.step, 42);
+  EXPECT_EQ(back.aux, -7);
+  EXPECT_EQ(back.shape, (Shape{4, 5}));
+  auto refused = [&](std::string f, size_t payload) { return error_of([&] { decode(f, payload); }); };
+  EXPECT_NE(refused(frame.substr(0, 50), 80).find("a header of 50 bytes (expected 96)"), std::string::npos);
+  EXPECT_NE(refused(frame, 79).find("announces 80 payload bytes, 79 came"), std::string::npos);
+  std::string bad = frame;
+  bad[0] = 'X';
+  EXPECT_NE(refused(bad, 80).find("magic"), std::string::npos);
+  bad = frame;
+  bad[4] = 9;
+  EXPECT_NE(refused(bad, 80).find("wire version 9 (this build speaks 1)"), std::string::npos);
+  bad = frame;
+  bad[6] = 99;
+  EXPECT_NE(refused(bad, 80).find("unknown message type 99"), std::string::npos);
+  bad = frame;
+  bad[32] = 7;
+  EXPECT_NE(refused(bad, 80).find("unknown dtype 7"), std::string::npos);
+  bad = frame;
+  bad[33] = 9;
+  EXPECT_NE(refused(bad, 80).find("rank 9"), std::string::npos);
+  bad = frame;
+  bad[88] = 1;  // the length field no longer matches the shape
+  EXPECT_NE(refused(bad, 80).find("a float32 tensor of shape (4, 5) is 80 bytes, the header says 1"),
+            std::string::npos);
+  std::vector<std::string_view> odd{frame};
+  EXPECT_NE(error_of([&] { decode_items(odd); }).find("1 frames"), std::string::npos);
+}
+
+TEST(PsPlacement, ShardsCoverEachVariableOnDistinctServersAndBalanceTheBytes) {
+  std::vector<Shape> shapes{{784, 128}, {128}, {128, 10}, {10}, {1000, 3}};
+  for (int servers : {1, 2, 3}) {
+    auto placed = distribute::place_variables(shapes, servers, distribute::Partitioner::min_size(4096, servers));
+    std::vector<int64_t> load(static_cast<size_t>(servers), 0);
+    for (size_t v = 0; v < shapes.size(); ++v) {
+      int64_t covered = 0;
+      std::vector<int> on;
+      for (const auto& p : placed)
+        if (p.variable == static_cast<int>(v)) {
+          EXPECT_EQ(p.begin, covered) << "variable " << v;
+          covered = p.end;
+          on.push_back(p.server);
+          load[static_cast<size_t>(p.server)] += (p.end - p.begin) * shapes[v].numel() / shapes[v][0];
+        }
+      EXPECT_EQ(covered, shapes[v][0]) << "variable " << v;
+      std::sort(on.begin(), on.end());
+      EXPECT_EQ(std::unique(on.begin(), on.end()), on.end()) << "two shards of variable " << v << " on one server";
+    }
+    EXPECT_EQ(static_cast<int>(std::count_if(placed.begin(), placed.end(), [](auto& p) { return p.variable == 0; })),
+              servers);  // 392 KB over shards of at least 4 KB: one per server
+    auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+    EXPECT_LE(*hi - *lo, 784 * 128 / servers) << servers << " servers";
+  }
+  auto fixed = distribute::place_variables({{5, 2}}, 4, distribute::Partitioner::fixed_shards(8));
+  EXPECT_EQ(fixed.size(), 4u);  // at most one shard per server
+  EXPECT_THROW(distribute::place_variables(shapes, 0, {}), Error);
+}
+
+// A server on a free loopback port, driven over a DEALER as the chief and the workers drive it.
+TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
+  zmq::context_t context(1);
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:*");
+  std::string address = router.get(zmq::sockopt::last_endpoint);
+  ParameterServer server("ps:0", std::make_unique<optimizers::SGD>(0.5f));
+  std::thread serving([&] { server.serve(router, [] { return false; }); });
+  zmq::socket_t client(context, zmq::socket_type::dealer);
+  client.set(zmq::sockopt::linger, 0);
+  client.connect(address);
+  auto ask = [&](Outgoing message) {
+    message.send(client);
+    auto answer = receive(client, std::chrono::seconds(10), false);
+    if (!answer) throw std::runtime_error("no answer");
+    return std::move(*answer);
+  };
+  Outgoing init(MessageType::Init, 0, 0, 0);
+  init.add(0, 0, Tensor::from_vector({2, 2}, std::vector<float>{1, 2, 3, 4}));
+  init.add(1, 0, Tensor::from_vector({3}, std::vector<float>{5, 6, 7}));
+  EXPECT_EQ(ask(std::move(init)).envelope.type, MessageType::Ready);
+  Outgoing push(MessageType::Push, 0, 0, 0);
+  push.add(0, 0, Tensor::from_vector({2, 2}, std::vector<float>{2, 2, 2, 2}));
+  push.add(1, 0, Tensor::from_vector({3}, std::vector<float>{-2, 0, 2}));
+  Incoming pushed = ask(std::move(push));
+  EXPECT_EQ(pushed.envelope.type, MessageType::Pushed);
+  EXPECT_EQ(pushed.envelope.step, 1);  // the version after
+  EXPECT_EQ(pushed.envelope.aux, 0);   // computed on the version it was applied to
+  // Garbage of every kind: refused, counted, answered where there is someone to answer.
+  Outgoing wrong_shape(MessageType::Push, 0, 1, 0);
+  wrong_shape.add(0, 0, Tensor::zeros({4}));
+  wrong_shape.add(1, 0, Tensor::zeros({3}));
+  Incoming refused = ask(std::move(wrong_shape));
+  EXPECT_EQ(refused.envelope.type, MessageType::Refused);
+  EXPECT_NE(std::string(refused.items.at(0).payload)
+                .find("the gradient of shard 0/0 is float32 (4,), the shard float32 (2, 2)"),
+            std::string::npos);
+  Outgoing unknown(MessageType::Push, 0, 1, 0);
+  unknown.add(7, 0, Tensor::zeros({2, 2}));
+  unknown.add(1, 0, Tensor::zeros({3}));
+  EXPECT_EQ(ask(std::move(unknown)).envelope.type, MessageType::Refused);
+  Outgoing future(MessageType::Push, 0, 99, 0);  // computed on a version the server never had
+  future.add(0, 0, Tensor::zeros({2, 2}));
+  future.add(1, 0, Tensor::zeros({3}));
+  EXPECT_EQ(ask(std::move(future)).envelope.type, MessageType::Refused);
+  uint64_t state = 5;
+  for (int i = 0; i < 200; ++i) {  // random and truncated frames
+    std::vector<std::string> frames(1 + i % 4);
+    for (auto& f : frames) {
+      f.resize(static_cast<size_t>(i % 3 == 0 ? 96 : i % 130));
+      for (char& c : f) c = static_cast<char>((state = state * 6364136223846793005ull + 1) >> 56);
+    }
+    if (i % 5 == 0) frames[0] = std::string(encode({.type = MessageType::Pull}).data(), 60);
+    for (size_t k = 0; k < frames.size(); ++k)
+      client.send(zmq::buffer(frames[k]), k + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+  {  // not even ZeroMQ: raw bytes on the port
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    std::string junk(4096, '\x7f');
+    EXPECT_GT(::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL), 0);
+    close(fd);
+  }
+  // Drain the refusals the garbage earned, then a valid pull is served.
+  while (receive(client, std::chrono::milliseconds(300), false)) {
+  }
+  Incoming values = ask(Outgoing(MessageType::Pull, 0));
+  ASSERT_EQ(values.envelope.type, MessageType::Values);
+  ASSERT_EQ(values.items.size(), 2u);
+  EXPECT_EQ(values.items[0].tensor().to_vector(), (std::vector<float>{0, 1, 2, 3}));  // 1 - 0.5 * 2, ...
+  EXPECT_EQ(values.items[1].tensor().to_vector(), (std::vector<float>{6, 6, 6}));
+  EXPECT_EQ(values.envelope.step, 1);
+  EXPECT_GE(server.refused(), 3 + 200 / 2);
+  EXPECT_EQ(ask(Outgoing(MessageType::Stop, 0)).envelope.type, MessageType::Stop);
+  serving.join();
+}
+
+// --- whole clusters, under the launcher ---
+
+Watched launch_cluster(const TempDir& dir, int servers, int workers, const std::vector<std::string>& fit_args,
+                       const std::string& log, double limit_s = 120, const std::vector<std::string>& env = {}) {
+  std::vector<std::string> argv{
+      TANDEM_CLI, "launch",   "--ps", std::to_string(servers), "--workers", std::to_string(workers),
+      "--",       TANDEM_CLI, "fit"};
+  argv.insert(argv.end(), fit_args.begin(), fit_args.end());
+  return run_watched(argv, dir, limit_s, log, env);
+}
+
+void expect_same_state(const std::string& a, const std::string& b, double tolerance, const std::string& what) {
+  auto x = final_state(a), y = final_state(b);
+  ASSERT_EQ(x.size(), y.size()) << what;
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(x[i].first, y[i].first) << what;
+    if (x[i].first.starts_with("metric") || x[i].first == "optimizer/iterations") continue;
+    if (tolerance == 0) {
+      EXPECT_EQ(x[i].second, y[i].second) << what << ": " << x[i].first;
+      continue;
+    }
+    // Relative to the tensor's scale: elementwise, Adam's normalized steps magnify the last bits of
+    // gradients near zero, which the order of a sum changes.
+    float scale = 0;
+    for (float v : x[i].second) scale = std::max(scale, std::fabs(v));
+    for (size_t k = 0; k < x[i].second.size(); ++k)
+      ASSERT_LE(std::fabs(x[i].second[k] - y[i].second[k]), tolerance * scale)
+          << what << ": " << x[i].first << "[" << k << "] of a tensor whose largest magnitude is " << scale;
+  }
+}
+
+TEST(PsCluster, SynchronousTrainingIsOneProcessBitwiseWholeOrSharded) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> common{"--model", "mlp",       "--epochs", "2",         "--batch-size",
+                                  "32",      "--threads", "1",        "--verbose", "0"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  std::vector<std::string> alone{"fit"};
+  for (const std::string& a : with({"--checkpoint-dir", "one"})) alone.push_back(a);
+  Outcome one = run(alone, dir);  // mlp: dropout, Adam
+  ASSERT_EQ(one.code, 0) << one.output;
+  Watched whole = launch_cluster(dir, 1, 1, with({"--strategy", "ps-sync", "--checkpoint-dir", "whole"}), "whole.log");
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  expect_same_state(dir.file("one/final.safetensors"), dir.file("whole/final.safetensors"), 0, "1 server, 1 worker");
+  // 0.1 MiB shards: the 784 × 128 kernel (392 KiB) split over both servers.
+  Watched sharded = launch_cluster(
+      dir, 2, 1, with({"--strategy", "ps-sync", "--shard-mb", "0.1", "--checkpoint-dir", "sharded"}), "sharded.log");
+  ASSERT_EQ(sharded.code, 0) << sharded.output;
+  expect_same_state(dir.file("one/final.safetensors"), dir.file("sharded/final.safetensors"), 0, "2 servers, sharded");
+  // The sharded cluster's checkpoint, read by one process, scores what the chief reported.
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(sharded.output, said, std::regex("test accuracy: ([0-9.]+)%"))) << sharded.output;
+  Outcome evaluated = run({"evaluate", "--model", "mlp", "--weights", "sharded/final.safetensors"}, dir);
+  ASSERT_EQ(evaluated.code, 0) << evaluated.output;
+  EXPECT_NE(evaluated.output.find("accuracy: " + said[1].str() + "%"), std::string::npos) << evaluated.output;
+}
+
+TEST(PsCluster, SynchronousOverThreeWorkersIsOneProcessOnTheRoundsBatches) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> common{"--model", "mlp", "--epochs", "2", "--threads", "1", "--verbose", "0"};
+  std::vector<std::string> one_args{"fit"}, ps_args = common;
+  one_args.insert(one_args.end(), common.begin(), common.end());
+  one_args.insert(one_args.end(), {"--batch-size", "96", "--checkpoint-dir", "one"});
+  ps_args.insert(ps_args.end(),
+                 {"--batch-size", "32", "--strategy", "ps-sync", "--shard-mb", "0.1", "--checkpoint-dir", "ps"});
+  Outcome one = run(one_args, dir);
+  ASSERT_EQ(one.code, 0) << one.output;
+  Watched cluster = launch_cluster(dir, 2, 3, ps_args, "ps.log");
+  ASSERT_EQ(cluster.code, 0) << cluster.output;
+  expect_same_state(dir.file("one/final.safetensors"), dir.file("ps/final.safetensors"), 1e-5, "2 servers, 3 workers");
+}
+
+TEST(PsCluster, AsynchronousTrainingReachesNinetySevenPercentOnRealMnist) {
+  std::string data = std::string(TANDEM_SOURCE_DIR) + "/data";
+  if (!std::filesystem::exists(data + "/mnist/train-images-idx3-ubyte"))
+    GTEST_SKIP() << "skipped: real MNIST is not in " << data << " (bash scripts/setup fetches it)";
+  TempDir dir;
+  Watched w = launch_cluster(dir, 2, 3,
+                             {"--model", "mlp5", "--strategy", "ps-async", "--epochs", "3", "--batch-size", "50",
+                              "--data-dir", data, "--verbose", "2"},
+                             "async.log", 300);
+  ASSERT_EQ(w.code, 0) << w.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(w.output, m, std::regex("test accuracy: ([0-9.]+)%"))) << w.output;
+  EXPECT_GE(std::stod(m[1].str()), 97.0) << w.output;
+  double most = 0;
+  std::regex staleness("max_staleness: ([0-9.]+)");
+  for (std::sregex_iterator it(w.output.begin(), w.output.end(), staleness), end; it != end; ++it)
+    most = std::max(most, std::stod((*it)[1].str()));
+  EXPECT_GE(most, 1.0) << "no step saw another's update: the workers did not run asynchronously\n" << w.output;
+}
+
+// TANDEM_TEST_FAULT=kill|stop:RANK:training: server ps:0 (control rank 1 + workers) dies or stops
+// as it starts serving; the chief names it within the timeout and every task ends.
+TEST(PsCluster, AKilledOrStoppedServerIsNamedAndTheJobEnds) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  for (const char* fault : {"kill", "stop"}) {
+    Watched w =
+        launch_cluster(dir, 1, 2,
+                       {"--model", "mlp", "--strategy", "ps-async", "--epochs", "50", "--batch-size", "8", "--threads",
+                        "1", "--timeout", "2", "--data-dir", dir.file("data")},
+                       std::string(fault) + ".log", 60, {fmt::format("TANDEM_TEST_FAULT={}:3:training", fault)});
+    // Named by the control connections (died, stopped answering) or by the wait on its answer.
+    EXPECT_NE(w.code, 0) << fault << "\n" << w.output;
+    EXPECT_FALSE(w.killed) << fault << ": the watchdog had to end it\n" << w.output;
+    EXPECT_LT(w.seconds, 30.0) << fault;
+    EXPECT_TRUE(std::regex_search(
+        w.output, std::regex("ps:0 \\(127\\.0\\.0\\.1:[0-9]+\\) (died|stopped answering|did not answer within 2 s)")))
+        << fault << "\n"
+        << w.output;
+    std::string left;
+    run_command_output("pgrep -f '" + unquoted_pattern(dir.path()) + "' || true", &left);
+    EXPECT_EQ(left, "") << fault << ": tasks left running";
+  }
+}
+
+TEST(PsCluster, AnInterruptedLauncherEndsEveryTask) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::string log = dir.file("launch.log");
+  pid_t launcher = spawn({"launch",    "--ps", "1",          "--workers",     "2",        "--",   TANDEM_CLI,     "fit",
+                          "--model",   "mlp",  "--strategy", "ps-async",      "--epochs", "1000", "--batch-size", "8",
+                          "--threads", "1",    "--data-dir", dir.file("data")},
+                         log);
+  auto start = std::chrono::steady_clock::now();
+  auto said = [&] { return std::filesystem::exists(log) ? io::read_file(log) : std::string(); };
+  while (said().find("Epoch 2/") == std::string::npos &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_NE(said().find("Epoch 2/"), std::string::npos) << said();
+  kill(launcher, SIGINT);
+  auto interrupted = std::chrono::steady_clock::now();
+  std::string left = "?";
+  while (std::chrono::steady_clock::now() - interrupted < std::chrono::seconds(5)) {
+    left.clear();
+    run_command_output("pgrep -f '" + unquoted_pattern(dir.path()) + "' || true", &left);
+    if (left.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(left, "") << "tasks still running 5 s after SIGINT";
+  EXPECT_NE(wait_exit(launcher), 0);
+  system(("pkill -9 -f '" + dir.path() + "'").c_str());  // nothing, if the launcher did its work
+}
+
+}  // namespace
+}  // namespace tandem::testing
