@@ -4,6 +4,7 @@
 // start (process.cpp).
 #include <CLI/CLI.hpp>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,6 +76,29 @@ std::vector<std::string> split(const std::string& text, char separator);
 // exceeds the usable cores.
 std::string describe_parallelism(const distribute::Strategy* strategy, int threads_flag);
 void warn_about_parallelism(const distribute::Strategy& strategy, int threads_flag);
+
+// The test accuracy after every epoch, and the training time until it first reached `target`.
+class TargetAccuracy : public Callback {
+ public:
+  TargetAccuracy(Tensor x, Tensor y, double target, int64_t batch_size);
+  void on_train_begin(const Logs&) override;
+  void on_epoch_logs(int epoch, Logs& logs) override;
+  bool reached() const { return reached_; }
+  double seconds_to_target() const { return seconds_; }  // training seconds, evaluations left out
+  int epoch_of_target() const { return epoch_; }
+  double best() const { return best_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Tensor x_, y_;
+  double target_;
+  int64_t batch_size_;
+  Clock::time_point start_;
+  Clock::duration evaluating_{};
+  bool reached_ = false;
+  double seconds_ = 0, best_ = 0;
+  int epoch_ = 0;
+};
 
 void add_fit(CLI::App& app);
 // `tandem launch ARGS`: mpirun with the settings a user would otherwise look up.

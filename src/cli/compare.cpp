@@ -23,6 +23,7 @@ struct CompareFlags {
   std::string strategies = "default,mirrored:2,central:2";
   std::string report;
   std::string chart = "compare.svg";
+  double target_accuracy = 0.0;
   PredictFlags predict;
 };
 
@@ -30,6 +31,8 @@ struct Row {
   std::string strategy;
   int replicas = 1;
   double wall = 0, samples_per_second = 0, final_loss = NAN, test_loss = NAN, test_accuracy = NAN;
+  double seconds_to_target = NAN, best_accuracy = NAN;  // with --target-accuracy
+  double staleness = NAN, max_staleness = NAN;          // asynchronous parameter servers: over the epochs
 };
 
 std::vector<std::string> split_list(const std::string& list) {
@@ -40,11 +43,29 @@ std::vector<std::string> split_list(const std::string& list) {
   return out;
 }
 
-// multiworker:N: N processes of `tandem fit` under `tandem launch`, whose chief's report is the row.
+bool launched(const std::string& name) {
+  return name.starts_with("multiworker") || name.starts_with("ps-async") || name.starts_with("ps-sync");
+}
+
+// multiworker:N: N processes of `tandem fit` under `tandem launch`; ps-async:PxW, ps-sync:PxW: a
+// cluster of P servers and W workers (and the chief) under `tandem launch --ps P --workers W`.
+// The chief's report is the row.
 Row train_on_workers(const std::string& name, const CompareFlags& f) {
   std::vector<std::string> parts = split(name, ':');
-  if (parts.size() < 2 || parts[1].empty() || parts[1].find_first_not_of("0123456789") != std::string::npos)
-    fail("--strategies: \"{}\": name the workers to launch, e.g. multiworker:2", name);
+  bool ps = !name.starts_with("multiworker");
+  std::vector<std::string> launch_args, counts = parts.size() == 2 ? split(parts[1], 'x') : std::vector<std::string>{};
+  auto number = [](const std::string& n) {
+    return !n.empty() && n.size() < 5 && n.find_first_not_of("0123456789") == std::string::npos && std::stoi(n) > 0;
+  };
+  if (ps) {
+    if (counts.size() != 2 || !number(counts[0]) || !number(counts[1]))
+      fail("--strategies: \"{}\": name the servers and workers to launch, e.g. {}:1x3", name, parts[0]);
+    launch_args = {"--ps", counts[0], "--workers", counts[1]};
+  } else {
+    if (parts.size() < 2 || !number(parts[1]))
+      fail("--strategies: \"{}\": name the workers to launch, e.g. multiworker:2", name);
+    launch_args = {"-np", parts[1]};
+  }
   char self[4096] = {};
   ssize_t length = readlink("/proc/self/exe", self, sizeof self - 1);
   if (length <= 0) fail("compare: cannot find the tandem executable to launch ({})", std::strerror(errno));
@@ -53,37 +74,38 @@ Row train_on_workers(const std::string& name, const CompareFlags& f) {
   if (fd < 0) fail("compare: cannot make a temporary file: {}", std::strerror(errno));
   close(fd);
   std::string report = report_template;
-  std::vector<std::string> args{self,
-                                "launch",
-                                "-np",
-                                parts[1],
-                                "--",
-                                self,
-                                "fit",
-                                "--model",
-                                f.common.model,
-                                "--dataset",
-                                f.common.dataset,
-                                "--epochs",
-                                std::to_string(f.epochs),
-                                "--batch-size",
-                                std::to_string(f.common.batch_size),
-                                "--seed",
-                                std::to_string(f.common.seed),
-                                "--threads",
-                                std::to_string(f.common.threads),
-                                "--strategy",
-                                name,
-                                "--checkpoint-dir",
-                                "",
-                                "--log-dir",
-                                "",
-                                "--report",
-                                report,
-                                "--verbose",
-                                "2"};
+  std::vector<std::string> args{self, "launch"};
+  args.insert(args.end(), launch_args.begin(), launch_args.end());
+  args.insert(args.end(), {"--",
+                           self,
+                           "fit",
+                           "--model",
+                           f.common.model,
+                           "--dataset",
+                           f.common.dataset,
+                           "--epochs",
+                           std::to_string(f.epochs),
+                           "--batch-size",
+                           std::to_string(f.common.batch_size),
+                           "--seed",
+                           std::to_string(f.common.seed),
+                           "--threads",
+                           std::to_string(f.common.threads),
+                           "--strategy",
+                           ps ? parts[0] : name,
+                           "--checkpoint-dir",
+                           "",
+                           "--log-dir",
+                           "",
+                           "--report",
+                           report,
+                           "--verbose",
+                           "2"});
+  if (f.target_accuracy > 0) args.insert(args.end(), {"--target-accuracy", fmt::format("{}", f.target_accuracy)});
   if (!f.common.data_dir.empty()) args.insert(args.end(), {"--data-dir", f.common.data_dir});
-  std::printf("%s (tandem launch -np %s):\n", name.c_str(), parts[1].c_str());
+  std::string how;
+  for (const std::string& a : launch_args) how += " " + a;
+  std::printf("%s (tandem launch%s):\n", name.c_str(), how.c_str());
   std::fflush(stdout);
   std::optional<int> code = run_command(args);
   std::string text;
@@ -102,11 +124,25 @@ Row train_on_workers(const std::string& name, const CompareFlags& f) {
   row.final_loss = j["final_training_loss"].get<double>();
   row.test_loss = j["test_loss"].get<double>();
   row.test_accuracy = j["test_accuracy"].get<double>();
+  if (ps) {
+    row.strategy = name;  // with its servers and workers
+    row.replicas = std::stoi(counts[1]);
+  }
+  if (j.contains("seconds_to_target") && !j["seconds_to_target"].is_null())
+    row.seconds_to_target = j["seconds_to_target"].get<double>();
+  if (j.contains("best_test_accuracy")) row.best_accuracy = j["best_test_accuracy"].get<double>();
+  if (j.contains("staleness")) {
+    double sum = 0, most = 0;
+    for (double s : j["staleness"]) sum += s;
+    for (double s : j["max_staleness"]) most = std::max(most, s);
+    row.staleness = sum / static_cast<double>(std::max<size_t>(1, j["staleness"].size()));
+    row.max_staleness = most;
+  }
   return row;
 }
 
 Row train_under(const std::string& name, const CompareFlags& f) {
-  if (name.starts_with("multiworker")) return train_on_workers(name, f);
+  if (launched(name)) return train_on_workers(name, f);
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(name, f.common.threads);
   ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
   Sequential& model = *spec.model;
@@ -115,8 +151,14 @@ Row train_under(const std::string& name, const CompareFlags& f) {
   std::printf("%s:\n", strategy->name().c_str());
   std::fflush(stdout);
   auto start = std::chrono::steady_clock::now();
-  History h =
-      model.fit(data.train.x, data.train.y, {.epochs = f.epochs, .batch_size = f.common.batch_size, .verbose = 2});
+  FitOptions options{.epochs = f.epochs, .batch_size = f.common.batch_size, .verbose = 2};
+  std::shared_ptr<TargetAccuracy> target;
+  if (f.target_accuracy > 0) {
+    target = std::make_shared<TargetAccuracy>(data.test.x, data.test.y, f.target_accuracy,
+                                              std::max<int64_t>(f.common.batch_size, 256));
+    options.callbacks.push_back(target);
+  }
+  History h = model.fit(data.train.x, data.train.y, options);
   Row row;
   row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   row.strategy = strategy->name();
@@ -126,6 +168,10 @@ Row train_under(const std::string& name, const CompareFlags& f) {
   Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});
   row.test_loss = log_value(test, "loss");
   row.test_accuracy = log_value(test, "accuracy");
+  if (target) {
+    row.best_accuracy = target->best();
+    if (target->reached()) row.seconds_to_target = target->seconds_to_target();
+  }
   return row;
 }
 
@@ -201,11 +247,45 @@ std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
   return svg + "</svg>\n";
 }
 
+// The last tutorial's two questions, answered from the rows of an asynchronous and a synchronous
+// parameter-server run: does synchronous training give a better model, and does it train faster?
+void answer_the_tutorial(const std::vector<Row>& rows, const CompareFlags& f) {
+  const Row *async = nullptr, *sync = nullptr;
+  for (const Row& r : rows) {
+    if (r.strategy.starts_with("ps-async") && !async) async = &r;
+    if (r.strategy.starts_with("ps-sync") && !sync) sync = &r;
+  }
+  if (!async || !sync) return;
+  double a = f.target_accuracy > 0 ? async->best_accuracy : async->test_accuracy;
+  double s = f.target_accuracy > 0 ? sync->best_accuracy : sync->test_accuracy;
+  std::printf("Do synchronous updates produce a better model? %s: %s %.2f%%, %s %.2f%% test accuracy%s.\n",
+              std::fabs(s - a) < 0.001 ? "No difference to speak of"
+              : s > a                  ? "Yes"
+                                       : "No",
+              sync->strategy.c_str(), 100.0 * s, async->strategy.c_str(), 100.0 * a,
+              f.target_accuracy > 0 ? " (the best epoch of each)" : "");
+  std::string faster = fmt::format("{} trains {:.0f} samples/s, {} {:.0f}", sync->strategy, sync->samples_per_second,
+                                   async->strategy, async->samples_per_second);
+  if (f.target_accuracy > 0) {
+    auto when = [](const Row& r) {
+      return std::isnan(r.seconds_to_target) ? std::string("never") : fmt::format("in {:.1f} s", r.seconds_to_target);
+    };
+    bool sync_first = !std::isnan(sync->seconds_to_target) &&
+                      (std::isnan(async->seconds_to_target) || sync->seconds_to_target < async->seconds_to_target);
+    std::printf("Does it train faster? %s: %s reached %.1f%% %s, %s %s; %s.\n", sync_first ? "Yes" : "No",
+                sync->strategy.c_str(), 100.0 * f.target_accuracy, when(*sync).c_str(), async->strategy.c_str(),
+                when(*async).c_str(), faster.c_str());
+  } else {
+    std::printf("Does it train faster? %s: %s.\n", sync->samples_per_second > async->samples_per_second ? "Yes" : "No",
+                faster.c_str());
+  }
+}
+
 void run_compare(const CompareFlags& f) {
   f.common.apply_threads();
   std::vector<std::string> names = split_list(f.strategies);
   for (const std::string& n : names)  // every name is valid before training
-    if (!n.starts_with("multiworker")) distribute::make_strategy(n, f.common.threads);
+    if (!launched(n)) distribute::make_strategy(n, f.common.threads);
   std::vector<Row> rows;
   for (const std::string& n : names) rows.push_back(train_under(n, f));
   const Row* base = nullptr;
@@ -216,18 +296,35 @@ void run_compare(const CompareFlags& f) {
   std::printf("\n%s on %s, %d epochs, global batch %lld, seed %llu:\n", f.common.model.c_str(),
               f.common.dataset.c_str(), f.epochs, static_cast<long long>(f.common.batch_size),
               static_cast<unsigned long long>(f.common.seed));
-  std::printf("%-26s %8s %9s %11s %9s %11s %9s\n", "strategy", "replicas", "wall s", "samples/s", "speed-up",
+  std::printf("%-26s %8s %9s %11s %9s %11s %9s", "strategy", "replicas", "wall s", "samples/s", "speed-up",
               "final loss", "test acc");
-  for (const Row& r : rows)
-    std::printf("%-26s %8d %9.2f %11.0f %8.2fx %11.4f %8.2f%%\n", r.strategy.c_str(), r.replicas, r.wall,
+  bool target = f.target_accuracy > 0;
+  if (target) std::printf(" %12s %9s", fmt::format("s to {:.1f}%", 100.0 * f.target_accuracy).c_str(), "best acc");
+  std::printf("\n");
+  for (const Row& r : rows) {
+    std::printf("%-26s %8d %9.2f %11.0f %8.2fx %11.4f %8.2f%%", r.strategy.c_str(), r.replicas, r.wall,
                 r.samples_per_second, r.samples_per_second / base->samples_per_second, r.final_loss,
                 100.0 * r.test_accuracy);
+    if (target)
+      std::printf(" %12s %8.2f%%",
+                  std::isnan(r.seconds_to_target) ? "not reached" : fmt::format("{:.1f}", r.seconds_to_target).c_str(),
+                  100.0 * r.best_accuracy);
+    if (!std::isnan(r.staleness)) std::printf("  (staleness: mean %.2f, max %.0f)", r.staleness, r.max_staleness);
+    std::printf("\n");
+  }
+  answer_the_tutorial(rows, f);
   int cores = usable_cores();
   for (const Row& r : rows) {
     if (&r == base || r.samples_per_second >= base->samples_per_second) continue;
     int64_t per_replica = f.common.batch_size / r.replicas;
     std::string why;
-    if (r.replicas > cores)
+    if (r.strategy.starts_with("ps-"))
+      why = fmt::format(
+          "every step moves the whole model twice over loopback (a pull before the batch, a push after) and passes "
+          "the batch and its predictions through the chief, beside {} rows of compute; {} workers, the servers and "
+          "the chief share {} cores",
+          f.common.batch_size, r.replicas, cores);
+    else if (r.replicas > cores)
       why = fmt::format("{} replicas share {} cores, so they take turns instead of running side by side", r.replicas,
                         cores);
     else if (r.strategy.find("deterministic") != std::string::npos)
@@ -252,14 +349,20 @@ void run_compare(const CompareFlags& f) {
                         {"epochs", f.epochs},      {"global_batch", f.common.batch_size},
                         {"seed", f.common.seed},   {"cores", cores}};
     for (const Row& r : rows)
-      j["runs"].push_back({{"strategy", r.strategy},
-                           {"replicas", r.replicas},
-                           {"wall_seconds", r.wall},
-                           {"training_samples_per_second", r.samples_per_second},
-                           {"speedup_vs_default", r.samples_per_second / base->samples_per_second},
-                           {"final_training_loss", r.final_loss},
-                           {"test_loss", r.test_loss},
-                           {"test_accuracy", r.test_accuracy}});
+      j["runs"].push_back(
+          {{"strategy", r.strategy},
+           {"replicas", r.replicas},
+           {"wall_seconds", r.wall},
+           {"training_samples_per_second", r.samples_per_second},
+           {"speedup_vs_default", r.samples_per_second / base->samples_per_second},
+           {"final_training_loss", r.final_loss},
+           {"test_loss", r.test_loss},
+           {"test_accuracy", r.test_accuracy},
+           {"seconds_to_target",
+            std::isnan(r.seconds_to_target) ? nlohmann::json() : nlohmann::json(r.seconds_to_target)},
+           {"best_test_accuracy", std::isnan(r.best_accuracy) ? nlohmann::json() : nlohmann::json(r.best_accuracy)},
+           {"mean_staleness", std::isnan(r.staleness) ? nlohmann::json() : nlohmann::json(r.staleness)},
+           {"max_staleness", std::isnan(r.max_staleness) ? nlohmann::json() : nlohmann::json(r.max_staleness)}});
     io::write_file_atomically(f.report, j.dump(2) + "\n");
   }
   if (!f.chart.empty()) {
@@ -280,10 +383,18 @@ void add_compare(CLI::App& app) {
   cmd->add_option("--epochs", flags->epochs, "epochs to train under each strategy")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  cmd->add_option("--strategies", flags->strategies,
-                  "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]], "
-                  "local_sgd[:N[:K]], multiworker:N[:L][:deterministic] (N processes under tandem launch)")
+  cmd->add_option(
+         "--strategies", flags->strategies,
+         "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]], "
+         "local_sgd[:N[:K]], multiworker:N[:L][:deterministic] (N processes under tandem launch), "
+         "ps-async:PxW, ps-sync:PxW (P parameter servers and W workers under tandem launch --ps P --workers W; "
+         "--batch-size is then each worker's batch)")
       ->capture_default_str();
+  cmd->add_option("--target-accuracy", flags->target_accuracy,
+                  "evaluate on the test split after every epoch: the table gives the training seconds to first reach "
+                  "this accuracy (a fraction: 0.98) and the best epoch's (0: no such evaluation)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--report", flags->report, "write the table as JSON to this file (default: none)")
       ->capture_default_str();
   cmd->add_option("--chart", flags->chart, "SVG chart of samples/s and test accuracy per strategy (\"\": none)")

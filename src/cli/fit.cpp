@@ -34,10 +34,11 @@ struct FitFlags {
   int early_stopping = 0;
   std::string report;
   std::string strategy = "default";
-  double timeout = 30.0;   // seconds a worker waits for the others
-  double fusion_mb = 0.0;  // tensor fusion buckets (0: one all-reduce after backward)
-  std::string cluster;     // ps-async, ps-sync: the cluster spec's file (empty: TF_CONFIG)
-  double shard_mb = 0.0;   // ps-async, ps-sync: variables above this size are split over the servers
+  double timeout = 30.0;         // seconds a worker waits for the others
+  double fusion_mb = 0.0;        // tensor fusion buckets (0: one all-reduce after backward)
+  std::string cluster;           // ps-async, ps-sync: the cluster spec's file (empty: TF_CONFIG)
+  double shard_mb = 0.0;         // ps-async, ps-sync: variables above this size are split over the servers
+  double target_accuracy = 0.0;  // test accuracy after every epoch, and the time to reach this
   double cycle_time_ms = 0.0;
   std::string compression = "none";
   std::string timeline;  // Chrome trace file ("": none)
@@ -232,6 +233,12 @@ void run_fit(FitFlags f) {
   if (f.early_stopping > 0)
     options.callbacks.push_back(std::make_shared<EarlyStopping>(
         EarlyStoppingOptions{.monitor = f.validation_split > 0 ? "val_loss" : "loss", .patience = f.early_stopping}));
+  std::shared_ptr<TargetAccuracy> target;
+  if (f.target_accuracy > 0) {
+    target = std::make_shared<TargetAccuracy>(data.test.x, data.test.y, f.target_accuracy,
+                                              std::max<int64_t>(f.common.batch_size, 256));
+    options.callbacks.push_back(target);
+  }
   auto nan_guard = std::make_shared<TerminateOnNaN>();
   options.callbacks.push_back(nan_guard);
 
@@ -257,6 +264,13 @@ void run_fit(FitFlags f) {
   if (!chief) return;
   std::printf("Test loss: %.4f - test accuracy: %.2f%% (%.1f s wall)\n", log_value(test, "loss"),
               100.0 * log_value(test, "accuracy"), wall);
+  if (target && target->reached())
+    std::printf("Reached %.2f%% test accuracy after %.1f s of training (epoch %d); best %.2f%%\n",
+                100.0 * f.target_accuracy, target->seconds_to_target(), target->epoch_of_target(),
+                100.0 * target->best());
+  else if (target)
+    std::printf("Did not reach %.2f%% test accuracy in %d epochs; best %.2f%%\n", 100.0 * f.target_accuracy, epochs_run,
+                100.0 * target->best());
   if (!f.checkpoint_dir.empty()) {
     model.save_checkpoint(f.checkpoint_dir + "/final.safetensors");
     io::write_file_atomically(f.checkpoint_dir + "/checkpoint", "final.safetensors\n");
@@ -284,6 +298,14 @@ void run_fit(FitFlags f) {
         {"test_accuracy", log_value(test, "accuracy")},
         {"peak_rss_mb", peak_rss_mb()},
     };
+    if (target) {
+      r["target_accuracy"] = f.target_accuracy;
+      r["best_test_accuracy"] = target->best();
+      r["seconds_to_target"] = target->reached() ? nlohmann::json(target->seconds_to_target()) : nlohmann::json();
+      r["epochs_to_target"] = target->reached() ? nlohmann::json(target->epoch_of_target()) : nlohmann::json();
+    }
+    for (const auto& [name, values] : history.history)
+      if (name == "staleness" || name == "max_staleness") r[name] = values;
     io::write_file_atomically(f.report, r.dump(2) + "\n");
   }
 }
@@ -350,6 +372,11 @@ void add_fit(CLI::App& app) {
                   "(0: each variable whole on one server)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--target-accuracy", flags->target_accuracy,
+                  "evaluate on the test split after every epoch and say how many training seconds it took to "
+                  "first reach this test accuracy (a fraction: 0.98; 0: no such evaluation)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--timeout", flags->timeout,
                   "seconds a worker of multiworker waits for the others (a dead, stopped or stuck one) before "
                   "every worker stops, naming it")

@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+#include "core/tensor_impl.h"
+
 #include "tandem/error.h"
 
 namespace tandem::distribute::ps {
@@ -50,8 +52,9 @@ bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
       answer = Outgoing(MessageType::Ready, 0, version_);
       return true;
     case MessageType::Pull: {
+      // Sent from the shards' own memory; an update while a reply still holds it writes a copy.
       answer = Outgoing(MessageType::Values, 0, version_);
-      for (const Shard& s : shards_) answer.add(s.variable, s.shard, s.value.value.clone());  // a snapshot
+      for (const Shard& s : shards_) answer.add(s.variable, s.shard, s.value.value);
       return true;
     }
     case MessageType::Push: push(request, answer); return true;
@@ -130,6 +133,8 @@ std::vector<Tensor> ParameterServer::gradients_of(const Incoming& request) const
 }
 
 void ParameterServer::apply(Optimizer& optimizer, std::vector<Tensor>& gradients) {
+  for (Shard& s : shards_)  // copy on write: a pull's reply still on its way keeps the old values
+    if (s.value.value.impl()->refs.load(std::memory_order_acquire) > 1) s.value.value = s.value.value.clone();
   optimizer.apply_here(variables_, gradients);
   ++version_;
 }
