@@ -2,7 +2,6 @@
 // mpirun, with what a user would otherwise look up: root, oversubscription when there are more
 // processes than cores, no binding (Tandem places its own threads), the single-copy setting
 // containers need, the environment forwarded to other hosts. Also takes a TF_CONFIG cluster.
-#include <netdb.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
@@ -19,6 +17,7 @@
 
 #include "cli/common.h"
 #include "collectives/control_plane.h"
+#include "tandem/distribute/cluster.h"
 
 extern char** environ;
 
@@ -56,69 +55,28 @@ struct Cluster {
 };
 
 // The form tf.distribute users write: {"cluster": {"worker": ["host:port", ...]}, "task":
-// {"type": "worker", "index": 0}}; a "chief" entry counts as worker 0.
+// {"type": "worker", "index": 0}}, read by the library's ClusterSpec; a "chief" entry counts as
+// worker 0.
 Cluster parse_tf_config(const std::string& text) {
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail("launch: TF_CONFIG is not valid JSON: {}", e.what());
-  }
-  if (!config.is_object() || !config.contains("cluster") || !config["cluster"].is_object())
+  distribute::ClusterSpec spec = distribute::ClusterSpec::parse(text, "launch: TF_CONFIG");
+  if (spec.count("ps") > 0)
     fail(
-        "launch: TF_CONFIG has no \"cluster\" object (expected {{\"cluster\": {{\"worker\": [\"host:port\", ...]}}, "
-        "\"task\": {{\"type\": \"worker\", \"index\": 0}}}})");
+        "launch: TF_CONFIG lists parameter servers: under MultiWorkerMirroredStrategy only \"chief\" and \"worker\" "
+        "tasks train. A parameter-server cluster runs `tandem fit --strategy ps-async` (or ps-sync) on each "
+        "machine with its TF_CONFIG, or `tandem launch --ps P --workers W` on this one");
+  if (spec.count("chief") + spec.count("worker") == 0)
+    fail("launch: TF_CONFIG's cluster lists no worker (cluster.worker is missing or empty)");
+  spec.check_hosts();
   Cluster out;
-  std::vector<std::pair<std::string, std::string>> tasks;  // (type:index, address)
-  for (const char* type : {"chief", "worker"}) {
-    const auto& cluster = config["cluster"];
-    if (!cluster.contains(type)) continue;
-    if (!cluster[type].is_array()) fail("launch: TF_CONFIG cluster.{} must be a list of \"host:port\"", type);
-    int index = 0;
-    for (const auto& entry : cluster[type]) {
-      if (!entry.is_string() || entry.get<std::string>().empty())
-        fail("launch: TF_CONFIG cluster.{}[{}] must be a \"host:port\" string, not {}", type, index, entry.dump());
-      tasks.emplace_back(fmt::format("{}:{}", type, index++), entry.get<std::string>());
+  for (const char* type : {"chief", "worker"})
+    for (int i = 0; i < spec.count(type); ++i) {
+      distribute::TaskId task{type, i};
+      out.hosts.push_back(spec.host(task));
+      out.names.push_back(task.str());
+      out.addresses.push_back(spec.address(task));
     }
-  }
-  if (tasks.empty()) fail("launch: TF_CONFIG's cluster lists no worker (cluster.worker is missing or empty)");
-  for (const auto& item : config["cluster"].items())
-    if (const std::string& key = item.key(); key != "chief" && key != "worker")
-      fail(
-          "launch: TF_CONFIG cluster.{}: only \"chief\" and \"worker\" tasks train under MultiWorkerMirroredStrategy "
-          "(parameter servers and evaluators are not launched here)",
-          key);
-  std::string type = "worker";
-  int64_t index = 0;
-  if (config.contains("task")) {
-    const auto& task = config["task"];
-    if (!task.is_object() || !task.value("type", nlohmann::json("worker")).is_string() ||
-        !task.value("index", nlohmann::json(0)).is_number_integer())
-      fail("launch: TF_CONFIG task must be {{\"type\": \"worker\", \"index\": N}}, not {}", task.dump());
-    type = task.value("type", std::string("worker"));
-    index = task.value("index", int64_t{0});
-  }
-  int64_t of_type = 0;
-  for (const auto& t : tasks) of_type += t.first.starts_with(type + ":") ? 1 : 0;
-  if (of_type == 0)
-    fail("launch: TF_CONFIG task type \"{}\" is not in the cluster (it has chief and worker tasks)", type);
-  if (index < 0 || index >= of_type)
-    fail("launch: TF_CONFIG task index {} is out of range: the cluster lists {} {} task{} (0 to {})", index, of_type,
-         type, of_type == 1 ? "" : "s", of_type - 1);
-  out.task = fmt::format("{}:{}", type, index);
-  out.launches = out.task == tasks.front().first;
-  for (const auto& [name, address] : tasks) {
-    std::string host = address.substr(0, address.rfind(':'));
-    if (host.empty()) fail("launch: TF_CONFIG task {} (\"{}\") names no host", name, address);
-    addrinfo* found = nullptr;
-    if (getaddrinfo(host.c_str(), nullptr, nullptr, &found) != 0)
-      fail("launch: TF_CONFIG task {} (\"{}\"): host \"{}\" does not resolve, so that worker cannot be started", name,
-           address, host);
-    freeaddrinfo(found);
-    out.hosts.push_back(host);
-    out.names.push_back(name);
-    out.addresses.push_back(address);
-  }
+  out.task = spec.task().str();
+  out.launches = out.task == out.names.front();
   return out;
 }
 

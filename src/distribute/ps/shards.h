@@ -21,6 +21,9 @@ class ShardTable {
   static Tensor rows(const Tensor& t, const ShardPlacement& p);
   // Every server's values into the variables; the servers' versions.
   std::vector<int64_t> pull(ClusterLink& link, uint32_t sender);
+  // The two halves of pull: the requests out; then each server's answer into the variables.
+  void request_pull(ClusterLink& link, uint32_t sender);
+  std::vector<int64_t> receive_pull(ClusterLink& link);
   // Server s's answer (Values or State) into `targets` (one tensor per variable: the values, or
   // for aux k > 0 the k-th optimizer slot when slots is given).
   void write(int s, const Incoming& message, std::vector<Tensor>& values,

@@ -13,10 +13,15 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
   ModelReplicas::Replica& model = parts.replicas[0];
   ShardTable shards(model.trainable, link.servers(), options.partitioner);
   zmq::socket_t& chief = link.own_socket();
-  std::vector<std::vector<size_t>> per_server;
+  // Asynchronous: the next step's pull goes out right after this step's push, on the same
+  // connection (so the server answers it after applying the push), and its answer is read when
+  // the next step comes, while the chief hands it over. Synchronous rounds must read the round's
+  // update, which the last worker's push makes: they pull when the step comes.
+  bool prefetch = options.mode == PsMode::Asynchronous;
+  bool pulled = false;
   while (true) {
     Incoming step = link.await_idle(chief, false);
-    if (step.envelope.type == MessageType::Stop) return;
+    if (step.envelope.type == MessageType::Stop) return;  // a pull's answer left unread: the sockets close
     if (step.envelope.type != MessageType::Step || step.items.size() != 3 ||
         step.items[2].header.dtype != DType::Int32 || step.items[2].header.shape.numel() != 3)
       fail("ParameterServerStrategy: {} got a {} message from the chief where a step was due",
@@ -25,7 +30,9 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     const int32_t* round = info.data<int32_t>();  // first row in the round, the round's rows, its pushes
     int64_t rows = x.dim(0), first_row = round[0], round_rows = round[1], pushes = round[2];
 
-    std::vector<int64_t> versions = shards.pull(link, me);
+    if (!pulled) shards.request_pull(link, me);
+    std::vector<int64_t> versions = shards.receive_pull(link);
+    pulled = false;
     Tensor h = x, loss, per_sample;
     std::vector<Tensor> grads;
     {
@@ -47,6 +54,10 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
                  ShardTable::rows(grads[static_cast<size_t>(p.variable)], p).contiguous());
       }
       push.send(link.server_sockets()[static_cast<size_t>(s)]);
+    }
+    if (prefetch) {
+      shards.request_pull(link, me);
+      pulled = true;
     }
     int64_t staleness = 0;
     for (int s = 0; s < link.servers(); ++s) {
