@@ -39,10 +39,10 @@ void ParameterServer::serve(zmq::socket_t& socket, const std::function<bool()>& 
 
 // The first ten refusals and then every thousandth are logged: a flood of garbage does not flood the log.
 void ParameterServer::log_refusal(const std::string& what) {
-  ++refused_;
-  if (refused_ <= 10 || refused_ % 1000 == 0)
+  int64_t count = ++refused_;
+  if (count <= 10 || count % 1000 == 0)
     std::fprintf(stderr, "%s: refused %s (%lld refused so far)\n", name_.c_str(), what.c_str(),
-                 static_cast<long long>(refused_));
+                 static_cast<long long>(count));
 }
 
 bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {

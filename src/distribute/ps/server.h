@@ -7,6 +7,7 @@
 // round's rows) are summed in worker order and applied once. One thread serves every request in
 // arrival order; a message that does not decode, or names a shard or shape the server does not
 // hold, is refused (answered with the reason, counted and logged), and serving goes on.
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -57,7 +58,7 @@ class ParameterServer {
   // Synchronous: the round's pushes by worker, and how many the round has.
   std::map<uint32_t, std::vector<Tensor>> round_;
   int64_t round_size_ = 0;
-  int64_t refused_ = 0;
+  std::atomic<int64_t> refused_{0};  // read by other threads (refused())
 };
 
 }  // namespace tandem::distribute::ps
