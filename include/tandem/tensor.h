@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -80,6 +81,9 @@ class Tensor {
   static Tensor full(const Shape& shape, float value, Device device = Device::cpu());
   static Tensor from_vector(const Shape& shape, std::span<const float> values);
   static Tensor from_vector(const Shape& shape, std::span<const int32_t> values);
+  // A host tensor over memory it does not own (a received network frame): `owner` keeps the
+  // shape.numel() elements at `data` alive and is let go when the last view of them is.
+  static Tensor adopt(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const;

@@ -14,7 +14,8 @@ std::array<core::DeviceMemory*, 3> device_memories{};
 
 void storage_release(Storage* s) {
   if (s != nullptr && s->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    if (s->device.kind == Device::Kind::CPU) memory::deallocate(s->data, s->bytes);
+    if (s->owner) s->owner.reset();
+    else if (s->device.kind == Device::Kind::CPU) memory::deallocate(s->data, s->bytes);
     else core::device_memory(s->device.kind)->deallocate(s->data, s->bytes);
     delete s;
   }
@@ -172,6 +173,24 @@ Tensor::~Tensor() {
     storage_release(impl_->storage);
     delete impl_;
   }
+}
+
+Tensor Tensor::adopt(void* data, const Shape& shape, DType dtype, std::shared_ptr<void> owner) {
+  if (data == nullptr && shape.numel() > 0) fail("Tensor::adopt: no memory for a tensor of shape {}", shape.str());
+  if (!owner) fail("Tensor::adopt: no owner keeps the memory alive");
+  auto* storage = new Storage();
+  storage->bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  storage->data = data;
+  storage->device = Device::cpu();
+  storage->owner = std::move(owner);
+  auto* impl = new TensorImpl();
+  impl->storage = storage;
+  impl->shape = shape;
+  impl->dtype = dtype;
+  impl->device = Device::cpu();
+  impl->id = next_tensor_id.fetch_add(1, std::memory_order_relaxed);
+  contiguous_strides(impl);
+  return Tensor(impl);
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {

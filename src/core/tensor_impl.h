@@ -13,6 +13,7 @@ struct Storage : PoolAllocated {
   void* data = nullptr;
   size_t bytes = 0;
   Device device;
+  std::shared_ptr<void> owner;  // set: the memory is the owner's (Tensor::adopt), not the allocator's
 };
 
 // What an op attaches to a tensor it made, for the layers above core to read back (softmax's

@@ -127,7 +127,7 @@ std::vector<Tensor> ParameterServer::gradients_of(const Incoming& request) const
       fail("push: the gradient of shard {}/{} is {} {}, the shard float32 {}", s.variable, s.shard,
            dtype_name(item.header.dtype), item.header.shape.str(), s.value.value.shape().str());
     if (out[it->second].defined()) fail("push: shard {}/{} given twice", s.variable, s.shard);
-    out[it->second] = item.tensor();
+    out[it->second] = item.adopt(request.frames);  // the frame's memory, kept while the tensor is
   }
   return out;
 }

@@ -67,10 +67,10 @@ std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds
     in.route = frames[0].to_string();
     first = 1;
   }
-  in.frames = std::move(frames);
+  in.frames = std::make_shared<std::vector<zmq::message_t>>(std::move(frames));
   std::vector<std::string_view> views;
-  for (size_t i = first; i < in.frames.size(); ++i)
-    views.emplace_back(static_cast<const char*>(in.frames[i].data()), in.frames[i].size());
+  for (size_t i = first; i < in.frames->size(); ++i)
+    views.emplace_back(static_cast<const char*>((*in.frames)[i].data()), (*in.frames)[i].size());
   if (views.size() < 2)
     fail("parameter-server message: {} frames (at least an envelope and its payload)", views.size());
   std::vector<Item> items = decode_items(views);

@@ -3,6 +3,7 @@
 // sender, step and aux; no payload) followed by tensor items. Tensors are sent from their own
 // memory (the frame keeps a reference until ZeroMQ is done with it). Every receive has a deadline.
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -29,7 +30,8 @@ class Outgoing {
 
 struct Incoming {
   std::string route;  // ROUTER: the sender's id
-  std::vector<zmq::message_t> frames;
+  // The frames, shared with the tensors that adopt their payloads (Item::adopt).
+  std::shared_ptr<std::vector<zmq::message_t>> frames;
   Header envelope;
   std::vector<Item> items;  // the tensor items (views into frames)
 };

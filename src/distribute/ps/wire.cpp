@@ -110,6 +110,10 @@ Tensor Item::tensor() const {
   return t;
 }
 
+Tensor Item::adopt(const std::shared_ptr<void>& owner) const {
+  return Tensor::adopt(const_cast<char*>(payload.data()), header.shape, header.dtype, owner);
+}
+
 std::vector<Item> decode_items(std::span<const std::string_view> frames) {
   if (frames.size() % 2 != 0)
     fail("parameter-server message: {} frames (a header and a payload per item: an even count)", frames.size());
