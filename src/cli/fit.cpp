@@ -39,6 +39,7 @@ struct FitFlags {
   std::string cluster;           // ps-async, ps-sync: the cluster spec's file (empty: TF_CONFIG)
   double shard_mb = 0.0;         // ps-async, ps-sync: variables above this size are split over the servers
   double target_accuracy = 0.0;  // test accuracy after every epoch, and the time to reach this
+  bool prefetch = false;         // ps-async: the next pull right after each push
   double cycle_time_ms = 0.0;
   std::string compression = "none";
   std::string timeline;  // Chrome trace file ("": none)
@@ -175,6 +176,7 @@ void run_fit(FitFlags f) {
   settings.compression = compression_named(f.compression);
   settings.cluster_file = f.cluster;
   settings.shard_bytes = static_cast<int64_t>(f.shard_mb * 1024 * 1024);
+  settings.prefetch = f.prefetch;
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, settings);
   distribute::set_job_phase(*strategy, "start-up");  // the model, the data, the run directory
   std::unique_ptr<Timeline> timeline;
@@ -372,6 +374,9 @@ void add_fit(CLI::App& app) {
                   "(0: each variable whole on one server)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
+  cmd->add_flag("--prefetch", flags->prefetch,
+                "ps-async: each worker asks for the next step's variables right after its push (more samples/s, "
+                "gradients about one update staler)");
   cmd->add_option("--target-accuracy", flags->target_accuracy,
                   "evaluate on the test split after every epoch and say how many training seconds it took to "
                   "first reach this test accuracy (a fraction: 0.98; 0: no such evaluation)")

@@ -79,6 +79,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
     ParameterServerOptions options;
     options.mode = parts[0] == "ps-sync" ? PsMode::Synchronous : PsMode::Asynchronous;
     options.timeout = settings.timeout;
+    options.prefetch = settings.prefetch;
     if (settings.shard_bytes > 0)
       options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
     return std::make_unique<ParameterServerStrategy>(cluster, options);

@@ -59,6 +59,12 @@ enum class PsMode { Asynchronous, Synchronous };
 struct ParameterServerOptions {
   PsMode mode = PsMode::Asynchronous;
   Partitioner partitioner;
+  // Asynchronous: a worker asks for the next step's variables right after its push, so that the
+  // pull overlaps the chief's hand-over of the next step: more samples/s, each gradient about one
+  // update staler (measured: mlp5 on 2 workers, 0.97× against 0.81× one process's samples/s at
+  // batch 256; mean staleness 1.9 against 1.2 on 3 workers at batch 50, and 3 epochs' accuracy
+  // about 0.2 points lower).
+  bool prefetch = false;
   // Every wait on another task; a task that does not answer within it is named and the job ends.
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
 };

@@ -407,6 +407,7 @@ struct StrategySettings {
   // and the size above which a variable is split into shards over the servers (0: never).
   std::string cluster_file;
   int64_t shard_bytes = 0;
+  bool prefetch = false;  // ps-async: ParameterServerOptions::prefetch
 };
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);

@@ -13,11 +13,11 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
   ModelReplicas::Replica& model = parts.replicas[0];
   ShardTable shards(model.trainable, link.servers(), options.partitioner);
   zmq::socket_t& chief = link.own_socket();
-  // Asynchronous: the next step's pull goes out right after this step's push, on the same
+  // Asynchronous with prefetch: the next step's pull goes out right after this step's push, on the same
   // connection (so the server answers it after applying the push), and its answer is read when
   // the next step comes, while the chief hands it over. Synchronous rounds must read the round's
   // update, which the last worker's push makes: they pull when the step comes.
-  bool prefetch = options.mode == PsMode::Asynchronous;
+  bool prefetch = options.prefetch && options.mode == PsMode::Asynchronous;
   bool pulled = false;
   while (true) {
     Incoming step = link.await_idle(chief, false);
