@@ -154,8 +154,11 @@ int run_cluster_launch(int servers, int workers, const std::vector<std::string>&
       running = running || t.status < 0;
     }
     if (!running) break;
-    if (chief_ended && std::chrono::steady_clock::now() - *chief_ended > grace) {
-      end_all(tasks, std::chrono::milliseconds(2000));
+    // A chief that failed has told the others (its control connections); one that finished has
+    // stopped them: either way they have `grace` to end by themselves (less after a failure).
+    auto allowed = tasks[0].status == 0 ? grace : std::chrono::milliseconds(1000);
+    if (chief_ended && std::chrono::steady_clock::now() - *chief_ended > allowed) {
+      end_all(tasks, std::chrono::milliseconds(1000));
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
