@@ -194,6 +194,9 @@ TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
     if (!answer) throw std::runtime_error("no answer");
     return std::move(*answer);
   };
+  Incoming early = ask(Outgoing(MessageType::Pull, 0));  // before the chief's init
+  EXPECT_EQ(early.envelope.type, MessageType::Refused);
+  EXPECT_NE(std::string(early.items.at(0).payload).find("pull before init"), std::string::npos);
   Outgoing init(MessageType::Init, 0, 0, 0);
   init.add(0, 0, Tensor::from_vector({2, 2}, std::vector<float>{1, 2, 3, 4}));
   init.add(1, 0, Tensor::from_vector({3}, std::vector<float>{5, 6, 7}));

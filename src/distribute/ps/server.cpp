@@ -46,7 +46,10 @@ void ParameterServer::log_refusal(const std::string& what) {
 }
 
 bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
-  switch (request.envelope.type) {
+  MessageType type = request.envelope.type;
+  if (!initialized_ && (type == MessageType::Pull || type == MessageType::Push || type == MessageType::Fetch))
+    fail("{} before init: the chief has not given this server its variables yet", message_type_name(type));
+  switch (type) {
     case MessageType::Init:
       init(request);
       answer = Outgoing(MessageType::Ready, 0, version_);
@@ -69,6 +72,7 @@ bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
 // Init: the shards' values (aux 0) then their optimizer slots (aux k + 1, slot k); the envelope's
 // step is the optimizer's iteration count, its aux 1 for synchronous updates.
 void ParameterServer::init(const Incoming& request) {
+  initialized_ = false;  // until this init is through
   shards_.clear();
   index_.clear();
   round_.clear();
@@ -113,6 +117,7 @@ void ParameterServer::init(const Incoming& request) {
   optimizer_->load_state(state, variables_);
   synchronous_ = request.envelope.aux == 1;
   version_ = 0;
+  initialized_ = true;
 }
 
 std::vector<Tensor> ParameterServer::gradients_of(const Incoming& request) const {
@@ -146,7 +151,6 @@ Optimizer& ParameterServer::optimizer_of(uint32_t worker) {
 }
 
 void ParameterServer::push(const Incoming& request, Outgoing& answer) {
-  if (shards_.empty() && request.items.empty() && version_ == 0 && variables_.empty()) fail("push before init");
   std::vector<Tensor> gradients = gradients_of(request);
   int64_t computed_on = request.envelope.step;
   if (computed_on < 0 || computed_on > version_)

@@ -53,6 +53,7 @@ class ParameterServer {
   std::vector<Shard> shards_;
   std::vector<Variable*> variables_;
   std::map<std::pair<uint32_t, uint32_t>, size_t> index_;
+  bool initialized_ = false;  // an init has come
   bool synchronous_ = false;
   int64_t version_ = 0;  // updates applied
   // Synchronous: the round's pushes by worker, and how many the round has.
