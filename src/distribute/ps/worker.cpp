@@ -26,7 +26,8 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
         step.items[2].header.dtype != DType::Int32 || step.items[2].header.shape.numel() != 3)
       fail("ParameterServerStrategy: {} got a {} message from the chief where a step was due",
            link.describe(link.task()), message_type_name(step.envelope.type));
-    Tensor x = step.items[0].tensor(), y = step.items[1].tensor(), info = step.items[2].tensor();
+    // The batch read in place from its frames (kept alive by the tensors).
+    Tensor x = step.items[0].adopt(step.frames), y = step.items[1].adopt(step.frames), info = step.items[2].tensor();
     const int32_t* round = info.data<int32_t>();  // first row in the round, the round's rows, its pushes
     int64_t rows = x.dim(0), first_row = round[0], round_rows = round[1], pushes = round[2];
 
