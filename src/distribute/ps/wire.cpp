@@ -111,6 +111,9 @@ Tensor Item::tensor() const {
 }
 
 Tensor Item::adopt(const std::shared_ptr<void>& owner) const {
+  // ZeroMQ gives large frames buffers of their own; small ones may sit at any offset of a shared
+  // receive buffer, where a float would be misaligned: those are copied.
+  if (reinterpret_cast<uintptr_t>(payload.data()) % 16 != 0) return tensor();
   return Tensor::adopt(const_cast<char*>(payload.data()), header.shape, header.dtype, owner);
 }
 

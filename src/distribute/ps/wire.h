@@ -60,7 +60,8 @@ struct Item {
   Header header;
   std::string_view payload;
   Tensor tensor() const;  // a copy of the payload as a tensor of the header's dtype and shape
-  // The payload itself as that tensor, without a copy; `owner` keeps its memory alive.
+  // The payload itself as that tensor, without a copy (`owner` keeps its memory alive), where it
+  // is aligned; else a copy.
   Tensor adopt(const std::shared_ptr<void>& owner) const;
 };
 // Frames (header, payload, header, payload, ...) → items; an Error for an odd count or a bad frame
