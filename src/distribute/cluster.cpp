@@ -113,7 +113,10 @@ ClusterSpec ClusterSpec::parse(const std::string& json, const std::string& sourc
 ClusterSpec ClusterSpec::from_environment() {
   const char* text = std::getenv("TF_CONFIG");
   if (text == nullptr || *text == '\0')
-    fail("TF_CONFIG is not set: a cluster's tasks are named there (or give --cluster FILE), as with TensorFlow");
+    fail(
+        "TF_CONFIG is not set: a cluster's tasks are named there, as with TensorFlow (or in a file: --cluster FILE); "
+        "to start a whole cluster on this machine: tandem launch --ps 1 --workers 2 -- tandem fit --strategy ps-async "
+        "...");
   return parse(text, "TF_CONFIG");
 }
 
