@@ -11,6 +11,11 @@ using ps::Outgoing;
 using ps::ShardTable;
 
 void ParameterServerStrategy::Chief::initialize(std::vector<Variable*> trainable, Optimizer& opt) {
+  if (shards && optimizer == &opt) {  // another fit: the optimizer's state is the servers', not the stale copy here
+    std::vector<std::pair<std::string, Tensor>> servers = opt.state();
+    collect(servers);
+    opt.load_state(servers, shards->variables());
+  }
   optimizer = &opt;
   shards = std::make_unique<ShardTable>(std::move(trainable), link.servers(), options.partitioner);
   const auto& variables = shards->variables();

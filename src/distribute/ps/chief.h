@@ -17,7 +17,8 @@ namespace tandem::distribute {
 
 struct ParameterServerStrategy::Chief {
   Chief(ps::ClusterLink& link, const ParameterServerOptions& options) : link(link), options(options) {}
-  // The servers hold the trainable variables and the optimizer's state as they are here.
+  // The servers hold the trainable variables and the optimizer's state as they are here (for a
+  // later fit, the optimizer's state is first read back from the servers).
   void initialize(std::vector<Variable*> trainable, Optimizer& optimizer);
   // The servers' values into the trainable variables.
   void pull();
