@@ -15,7 +15,6 @@ ParameterServer::ParameterServer(std::string name, std::unique_ptr<Optimizer> op
 void ParameterServer::serve(zmq::socket_t& socket, const std::function<bool()>& stop, std::chrono::milliseconds poll) {
   while (!stop()) {
     std::optional<Incoming> request;
-    std::string route;
     try {
       request = receive(socket, poll, /*router=*/true);
     } catch (const Error& e) {
@@ -94,8 +93,7 @@ void ParameterServer::init(const Incoming& request) {
   }
   variables_.clear();
   for (Shard& s : shards_) variables_.push_back(&s.value);
-  std::unique_ptr<Optimizer> fresh = optimizer_->clone();
-  optimizer_ = std::move(fresh);
+  optimizer_ = optimizer_->clone();  // slots made afresh for these shards
   optimizer_->build(variables_);
   std::vector<std::pair<std::string, Tensor>> state = optimizer_->state();
   size_t per = shards_.empty() ? 0 : (state.size() - 1) / shards_.size();
