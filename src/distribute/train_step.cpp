@@ -13,7 +13,7 @@ namespace tandem::distribute {
 
 void GlobalBatch::slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) const {
   if (!x.defined()) {
-    gather(begin, end, xs, ys);
+    gather(begin, end, &xs, ys);
   } else if (begin == 0 && end == x.dim(0)) {
     xs = x;
     ys = y;

@@ -43,6 +43,51 @@ void shuffle(std::vector<int64_t>& index, uint64_t seed, int epoch) {
   }
 }
 
+// Batch `step` of epoch `epoch` of tensors in memory: the rows of the epoch's permutation (keyed
+// by seed and epoch), gathered into new tensors.
+class TensorBatches {
+ public:
+  TensorBatches(Tensor x, Tensor y, int64_t batch, bool shuffled, uint64_t seed)
+      : x_(std::move(x)),
+        y_(std::move(y)),
+        batch_(batch),
+        shuffled_(shuffled),
+        seed_(seed),
+        index_(static_cast<size_t>(x_.dim(0))) {}
+
+  // `lazy`: the rows are left to out.gather.
+  bool fill(int epoch, int64_t step, bool lazy, distribute::GlobalBatch& out) {
+    if (epoch != epoch_) {
+      if (shuffled_) shuffle(index_, seed_, epoch);
+      else std::iota(index_.begin(), index_.end(), 0);
+      epoch_ = epoch;
+    }
+    int64_t rows = x_.dim(0);
+    if (step < 0 || step * batch_ >= rows) return false;
+    first_row_ = step * batch_;
+    out.rows = std::min(rows, first_row_ + batch_) - first_row_;
+    out.epoch = epoch;
+    out.step = step;
+    if (!out.gather)
+      out.gather = [this](int64_t b, int64_t e, Tensor* xs, Tensor& ys) {
+        if (xs != nullptr) *xs = gather_rows(x_, index_, first_row_ + b, first_row_ + e);
+        ys = gather_rows(y_, index_, first_row_ + b, first_row_ + e);
+      };
+    out.x = out.y = Tensor();
+    if (!lazy) out.gather(0, out.rows, &out.x, out.y);  // else each replica gathers its rows
+    return true;
+  }
+
+ private:
+  Tensor x_, y_;
+  int64_t batch_;
+  bool shuffled_;
+  uint64_t seed_;
+  std::vector<int64_t> index_;
+  int epoch_ = -1;
+  int64_t first_row_ = 0;  // of the current batch, in index_
+};
+
 }  // namespace
 
 void Sequential::compile(const std::string& optimizer, Loss loss, std::vector<std::string> metrics) {
@@ -125,23 +170,16 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
   int64_t rows = x.dim(0), batch = options.batch_size;
   int64_t steps = (rows + batch - 1) / batch;
 
-  std::vector<int64_t> index(static_cast<size_t>(rows));
-  std::iota(index.begin(), index.end(), 0);
-  int64_t first_row = 0;  // of the current batch, in `index`
-  auto gather = [&](int64_t b, int64_t e, Tensor& xs, Tensor& ys) {
-    xs = gather_rows(x, index, first_row + b, first_row + e);
-    ys = gather_rows(y, index, first_row + b, first_row + e);
+  // fit's loop reads the batches in order; a parameter-server worker reads those the chief names.
+  auto in_order = std::make_shared<TensorBatches>(x, y, batch, options.shuffle, seed_);
+  auto by_position = std::make_shared<TensorBatches>(x, y, batch, options.shuffle, seed_);
+  auto batches = [in_order](int epoch, int64_t step, bool lazy, distribute::GlobalBatch& out) {
+    return in_order->fill(epoch, step, lazy, out);
   };
-  auto batches = [&](int epoch, int64_t step, bool lazy, distribute::GlobalBatch& out) {
-    if (step == 0 && options.shuffle) shuffle(index, seed_, epoch);
-    if (step == 0 && !options.shuffle) std::iota(index.begin(), index.end(), 0);
-    first_row = step * batch;
-    out.rows = std::min(rows, first_row + batch) - first_row;
-    if (!out.gather) out.gather = gather;
-    if (!lazy) gather(0, out.rows, out.x, out.y);  // else each replica gathers its rows
-    return true;
+  auto at = [by_position](int epoch, int64_t step, distribute::GlobalBatch& out) {
+    return by_position->fill(epoch, step, false, out);
   };
-  return FitLoop(*this, options, steps, batches, x_val, y_val).run();
+  return FitLoop(*this, options, steps, batches, x_val, y_val, at).run();
 }
 
 History Sequential::fit(const data::Dataset& dataset, const FitOptions& options) {

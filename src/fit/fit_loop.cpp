@@ -7,11 +7,12 @@
 namespace tandem {
 
 FitLoop::FitLoop(Sequential& model, const FitOptions& options, int64_t steps, BatchSource next_batch,
-                 const Tensor& x_val, const Tensor& y_val)
+                 const Tensor& x_val, const Tensor& y_val, distribute::BatchAt batch_at)
     : model_(model),
       options_(options),
       steps_(steps),
       next_batch_(std::move(next_batch)),
+      batch_at_(std::move(batch_at)),
       x_val_(x_val),
       y_val_(y_val) {}
 
@@ -60,8 +61,13 @@ History FitLoop::serve() {
   model_.make_replicas();
   replicas_ = model_.replicas_;
   distribute::set_job_phase(*model_.strategy_, "training");
-  model_.strategy_->serve(
-      {.replicas = *replicas_, .loss = *model_.loss_, .optimizer = *model_.optimizer_, .seed = model_.seed_});
+  model_.strategy_->serve({.replicas = *replicas_,
+                           .loss = *model_.loss_,
+                           .optimizer = *model_.optimizer_,
+                           .seed = model_.seed_,
+                           .metrics = {},
+                           .loss_metric = nullptr,
+                           .batch_at = batch_at_});
   return {};
 }
 
@@ -100,7 +106,8 @@ void FitLoop::make_runner() {
                                          .optimizer = *model_.optimizer_,
                                          .seed = model_.seed_,
                                          .metrics = std::span<Metric>(model_.running_metrics_).subspan(1),
-                                         .loss_metric = &model_.running_metrics_[0]});
+                                         .loss_metric = &model_.running_metrics_[0],
+                                         .batch_at = batch_at_});
 }
 
 const Logs& FitLoop::current_logs() {
@@ -116,6 +123,8 @@ int64_t FitLoop::train_epoch(int epoch, int64_t first_step) {
   int64_t step = 0;
   for (; steps_ < 0 || step < steps_; ++step) {
     bool have = next_batch_(epoch, step, runner_ != nullptr && runner_->lazy_batches(), batch_);
+    batch_.epoch = epoch;
+    batch_.step = step;
     if (!runner_ && have) make_runner();  // the model learnt its input shape from the batch
     if (runner_) runner_->check_batch(have, batch_.rows, epoch, step);
     if (!have) break;

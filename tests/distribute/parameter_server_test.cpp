@@ -322,6 +322,32 @@ TEST(PsCluster, SynchronousTrainingIsOneProcessBitwiseWholeOrSharded) {
   EXPECT_NE(evaluated.output.find("accuracy: " + said[1].str() + "%"), std::string::npos) << evaluated.output;
 }
 
+// The C++ API (tests/distribute/ps_task.cpp, every task the same program): fit on tensors (the
+// workers read each batch by the position the chief names) and on a Dataset stream (the chief
+// sends the rows) both train as one process, bit for bit; workers whose data differ from the
+// chief's are named, not trained on.
+TEST(PsCluster, TheCppApiTrainsAsOneProcessFromTensorsOrADatasetAndDifferentDataAreNamed) {
+  TempDir dir;
+  ASSERT_EQ(run_watched({TANDEM_PS_TASK, "alone", dir.file("alone.safetensors")}, dir, 60, "alone.log").code, 0);
+  for (const char* source : {"tensors", "dataset"}) {
+    Watched w = run_watched({TANDEM_CLI, "launch", "--ps", "1", "--workers", "1", "--", TANDEM_PS_TASK, source,
+                             dir.file(std::string(source) + ".safetensors")},
+                            dir, 120, std::string(source) + ".log");
+    ASSERT_EQ(w.code, 0) << source << "\n" << w.output;
+    expect_same_state(dir.file("alone.safetensors"), dir.file(std::string(source) + ".safetensors"), 0, source);
+  }
+  Watched skewed = run_watched({TANDEM_CLI, "launch", "--ps", "1", "--workers", "2", "--", TANDEM_PS_TASK, "skewed",
+                                dir.file("skewed.safetensors")},
+                               dir, 120, "skewed.log");
+  EXPECT_NE(skewed.code, 0);
+  EXPECT_FALSE(skewed.killed) << skewed.output;
+  EXPECT_TRUE(std::regex_search(skewed.output,
+                                std::regex("worker:[01] \\(127\\.0\\.0\\.1:[0-9]+\\)'s training data differ from the "
+                                           "chief's: batch [01] of epoch 1 has other labels here than on the chief")))
+      << skewed.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("skewed.safetensors")));
+}
+
 TEST(PsCluster, SynchronousOverThreeWorkersIsOneProcessOnTheRoundsBatches) {
   TempDir dir;
   make_mnist(dir.file("data/mnist"), 600, 60);

@@ -22,14 +22,22 @@ namespace tandem::distribute {
 class ModelReplicas;
 
 // A global batch: whole tensors, or its row count and a way to copy rows [begin, end) of it, so
-// that each replica copies only its own rows.
+// that each replica copies only its own rows (`x` null: the labels alone). `epoch` and `step` say
+// where it sits in fit's loop.
 struct GlobalBatch {
-  using Gather = std::function<void(int64_t begin, int64_t end, Tensor& x, Tensor& y)>;
+  using Gather = std::function<void(int64_t begin, int64_t end, Tensor* x, Tensor& y)>;
   Tensor x, y;
   int64_t rows = 0;
   Gather gather;  // used when x is undefined
+  int epoch = 0;
+  int64_t step = 0;
   void slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) const;
 };
+
+// Fills `out` with batch `step` of epoch `epoch`, in any order (false past the epoch's end): fit's
+// batches from tensors in memory, which a task that does not run fit's loop (a parameter-server
+// worker) reads by the position the chief names instead of receiving their rows.
+using BatchAt = std::function<bool(int epoch, int64_t step, GlobalBatch& out)>;
 
 // What a runner is made from: the model's replicas, its loss and optimizer, the seed its dropout
 // masks derive from, and fit's running metrics after the loss (updated with every global batch's
@@ -43,6 +51,8 @@ struct StepParts {
   // fit's running loss (the mean per-sample loss), for runners whose steps finish after run()
   // returns: they add each batch's mean, weighted by its rows, when it is known.
   Metric* loss_metric = nullptr;
+  // Where fit's batches can be read by position (tensors in memory; not a Dataset's stream).
+  BatchAt batch_at;
 };
 
 class StepRunner {

@@ -2,6 +2,9 @@
 // Asynchronous: each batch to the next free worker, at once. Synchronous: a round of one batch
 // per worker, each told the round's rows (its share of the round's mean) and size (the pushes a
 // server sums before its update); the next round starts when every result of this one is in.
+// Where fit's batches can be read by position (tensors in memory), a step names its batch (epoch,
+// step) and carries only its labels, which the worker checks against the rows it reads itself (as
+// TensorFlow's workers read their own datasets); else the step carries the rows.
 #include <map>
 
 #include "distribute/ps/chief.h"
@@ -17,12 +20,16 @@ using ps::Outgoing;
 class Coordinator : public StepRunner {
  public:
   Coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts)
-      : chief_(chief), link_(chief.link), metrics_(parts.metrics), loss_(parts.loss_metric) {
+      : chief_(chief),
+        link_(chief.link),
+        metrics_(parts.metrics),
+        loss_(parts.loss_metric),
+        by_position_(parts.batch_at != nullptr) {
     chief_.initialize(parts.replicas[0].trainable, parts.optimizer);
     steps_ = rounds_ = parts.optimizer.iterations();  // dropout keys go on from a restored step
     for (int w = link_.workers() - 1; w >= 0; --w) free_.push_back(w);
   }
-  bool lazy_batches() const override { return false; }
+  bool lazy_batches() const override { return by_position_; }
   void check_batch(bool, int64_t, int, int64_t) override {}
 
   std::optional<double> run(const GlobalBatch& batch, uint64_t) override {
@@ -30,12 +37,18 @@ class Coordinator : public StepRunner {
       staleness_sum_ = staleness_max_ = applied_ = 0;
       epoch_done_ = false;
     }
-    Batch b{batch.x.clone(), batch.y.clone()};  // the batch source may reuse its tensors
+    Batch b{Tensor(), Tensor(), batch.epoch, batch.step};
+    if (batch.x.defined()) {
+      b.x = batch.x.clone();  // the batch source may reuse its tensors
+      b.y = batch.y.clone();
+    } else {
+      batch.gather(0, batch.rows, nullptr, b.y);  // the worker reads the rows
+    }
     if (chief_.options.mode == PsMode::Asynchronous) {
       while (free_.empty()) finish_one();
       int w = free_.back();
       free_.pop_back();
-      dispatch(w, b, steps_, 0, b.x.dim(0), 1);
+      dispatch(w, b, steps_, 0, b.y.dim(0), 1);
       ++steps_;
     } else {
       round_.push_back(std::move(b));
@@ -59,7 +72,9 @@ class Coordinator : public StepRunner {
 
  private:
   struct Batch {
-    Tensor x, y;
+    Tensor x, y;  // x undefined: the worker reads the rows by position
+    int epoch = 0;
+    int64_t step = 0;
   };
   struct Sent {
     int worker;
@@ -71,14 +86,14 @@ class Coordinator : public StepRunner {
   void dispatch(int w, const Batch& b, int64_t key, int64_t first_row, int64_t round_rows, int64_t pushes) {
     int64_t id = next_id_++;
     Outgoing step(MessageType::Step, 0, id, key);
-    step.add(0, 0, b.x);
+    step.add(0, 0,
+             Tensor::from_vector(
+                 {5}, std::vector<int32_t>{static_cast<int32_t>(first_row), static_cast<int32_t>(round_rows),
+                                           static_cast<int32_t>(pushes), b.epoch, static_cast<int32_t>(b.step)}));
     step.add(0, 1, b.y);
-    step.add(
-        0, 2,
-        Tensor::from_vector({3}, std::vector<int32_t>{static_cast<int32_t>(first_row), static_cast<int32_t>(round_rows),
-                                                      static_cast<int32_t>(pushes)}));
+    if (b.x.defined()) step.add(0, 2, b.x);
     step.send(link_.own_socket(), &link_.worker_route(w));
-    in_flight_[id] = {w, b.y};
+    in_flight_[id] = Sent{w, b.y, Tensor(), Tensor(), false};
   }
 
   std::string waiting_for() const {
@@ -120,11 +135,11 @@ class Coordinator : public StepRunner {
   void finish_round() {
     if (round_.empty()) return;
     int64_t rows = 0, first = 0;
-    for (const Batch& b : round_) rows += b.x.dim(0);
+    for (const Batch& b : round_) rows += b.y.dim(0);
     auto pushes = static_cast<int64_t>(round_.size());
     for (size_t w = 0; w < round_.size(); ++w) {
       dispatch(static_cast<int>(w), round_[w], rounds_, first, rows, pushes);
-      first += round_[w].x.dim(0);
+      first += round_[w].y.dim(0);
     }
     for (int64_t i = 0; i < pushes; ++i) finish_one();
     for (auto& [id, sent] : in_flight_) record(sent);
@@ -143,6 +158,7 @@ class Coordinator : public StepRunner {
   int64_t next_id_ = 0, steps_ = 0, rounds_ = 0;
   int64_t staleness_sum_ = 0, staleness_max_ = 0, applied_ = 0;
   bool epoch_done_ = false;
+  bool by_position_;
 };
 
 }  // namespace

@@ -3,10 +3,42 @@
 // reports the batch's loss and predictions.
 #include "distribute/ps/worker.h"
 
+#include <cstring>
+
 #include "tandem/autograd.h"
 #include "tandem/ops.h"
 
 namespace tandem::distribute::ps {
+
+namespace {
+
+// The rows of the batch the chief names by position, read from this task's own copy of the data;
+// its labels must be those the chief sent, else the tasks read different data.
+Tensor read_batch(ClusterLink& link, const StepParts& parts, int epoch, int64_t step, const Tensor& labels) {
+  if (!parts.batch_at)
+    fail(
+        "ParameterServerStrategy: the chief names its batches by position (its fit reads tensors in memory) but {}'s "
+        "fit reads a Dataset stream: every task must run the same program on the same data",
+        link.describe(link.task()));
+  GlobalBatch batch;
+  bool have = parts.batch_at(epoch, step, batch);
+  bool same = have && batch.y.dtype() == labels.dtype() && batch.y.shape() == labels.shape() &&
+              std::memcmp(batch.y.contiguous().raw(), labels.raw(),
+                          static_cast<size_t>(labels.numel()) * dtype_size(labels.dtype())) == 0;
+  if (!same)
+    fail(
+        "ParameterServerStrategy: {}'s training data differ from the chief's: batch {} of epoch {} {} on this task; "
+        "every task must read the same dataset (the same files, the same validation split and batch size)",
+        link.describe(link.task()), step, epoch + 1,
+        !have ? std::string("does not exist")
+        : batch.y.dtype() == labels.dtype() && batch.y.shape() == labels.shape()
+            ? std::string("has other labels here than on the chief")
+            : fmt::format("has labels {} {} here, {} {} on the chief", dtype_name(batch.y.dtype()),
+                          batch.y.shape().str(), dtype_name(labels.dtype()), labels.shape().str()));
+  return batch.x;
+}
+
+}  // namespace
 
 void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, const StepParts& parts) {
   auto me = static_cast<uint32_t>(link.task().index);
@@ -22,14 +54,16 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
   while (true) {
     Incoming step = link.await_idle(chief, false);
     if (step.envelope.type == MessageType::Stop) return;  // a pull's answer left unread: the sockets close
-    if (step.envelope.type != MessageType::Step || step.items.size() != 3 ||
-        step.items[2].header.dtype != DType::Int32 || step.items[2].header.shape.numel() != 3)
+    if (step.envelope.type != MessageType::Step || step.items.size() < 2 || step.items.size() > 3 ||
+        step.items[0].header.dtype != DType::Int32 || step.items[0].header.shape.numel() != 5)
       fail("ParameterServerStrategy: {} got a {} message from the chief where a step was due",
            link.describe(link.task()), message_type_name(step.envelope.type));
-    // The batch read in place from its frames (kept alive by the tensors).
-    Tensor x = step.items[0].adopt(step.frames), y = step.items[1].adopt(step.frames), info = step.items[2].tensor();
-    const int32_t* round = info.data<int32_t>();  // first row in the round, the round's rows, its pushes
-    int64_t rows = x.dim(0), first_row = round[0], round_rows = round[1], pushes = round[2];
+    Tensor info = step.items[0].tensor(), y = step.items[1].adopt(step.frames), x;
+    const int32_t* round = info.data<int32_t>();  // first row in the round, the round's rows, its pushes, position
+    int64_t first_row = round[0], round_rows = round[1], pushes = round[2];
+    if (step.items.size() == 3) x = step.items[2].adopt(step.frames);  // the rows read in place from their frames
+    else x = read_batch(link, parts, round[3], round[4], y);
+    int64_t rows = x.dim(0);
 
     if (!pulled) shards.request_pull(link, me);
     std::vector<int64_t> versions = shards.receive_pull(link);
