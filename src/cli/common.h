@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tandem/data/loaders.h"
+#include "tandem/distribute/cluster.h"
 #include "tandem/tandem.h"
 
 namespace tandem::cli {
@@ -103,8 +104,20 @@ class TargetAccuracy : public Callback {
 void add_fit(CLI::App& app);
 // `tandem launch ARGS`: mpirun with the settings a user would otherwise look up.
 int run_launch(const std::vector<std::string>& args);
-// `tandem launch --ps P --workers W -- COMMAND`: a parameter-server cluster on this machine.
-int run_cluster_launch(int servers, int workers, const std::vector<std::string>& command, double timeout, bool dry_run);
+// A parameter-server cluster's tasks, each on its host (here, or through the agent: ssh, or
+// `rsh_agent`), supervised until the chief ends (launch_cluster.cpp).
+int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector<std::string>& command,
+                       const std::string& rsh_agent, double timeout, bool dry_run);
+// A chief, `workers` workers and `servers` servers on free loopback ports.
+distribute::ClusterSpec loopback_cluster(int servers, int workers);
+// Whether `host` names this machine.
+bool is_this_machine(const std::string& host);
+// Every task on another host can start a process there through the agent (ssh, or `rsh_agent`)
+// within `timeout`, else the first that cannot is named.
+struct RemoteTask {
+  std::string name, address, host;  // "worker:1", "10.0.0.2:2222", "10.0.0.2"
+};
+void check_tasks_start(const std::vector<RemoteTask>& tasks, const std::string& rsh_agent, double timeout);
 void add_evaluate(CLI::App& app);
 void add_predict(CLI::App& app);
 void add_summary(CLI::App& app);

@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include "cli/common.h"
 #include "collectives/control_plane.h"
 #include "tandem/distribute/cluster.h"
@@ -32,7 +33,9 @@ constexpr const char* kUsage =
     "  --timeout: seconds a TF_CONFIG worker's machine has to start a process (checked first; 30)\n"
     "  e.g. tandem launch -np 2 -- tandem fit --strategy multiworker --batch-size 256\n"
     "  TF_CONFIG (the flag or the environment variable): the cluster's workers become the hosts,\n"
-    "  one process each; worker 0 (or the chief) launches them all.\n"
+    "  one process each; worker 0 (or the chief) launches them all. A TF_CONFIG that lists \"ps\" tasks\n"
+    "  is a parameter-server cluster: the chief's launch starts every task on its host (ssh, or\n"
+    "  --rsh-agent), each COMMAND with its TF_CONFIG, and ends them all when the chief ends.\n"
     "  --ps P --workers W: a parameter-server cluster on this machine (a chief, W workers, P servers),\n"
     "  each task COMMAND with its TF_CONFIG on free loopback ports, e.g.\n"
     "  tandem launch --ps 1 --workers 3 -- tandem fit --model mlp5 --strategy ps-async --batch-size 50";
@@ -48,22 +51,15 @@ int parse_count(const std::string& text, const char* what) {
 }
 
 struct Cluster {
-  std::vector<std::string> hosts;             // one per worker, in task order
-  std::vector<std::string> names, addresses;  // each worker's task ("worker:1") and its "host:port"
-  bool launches = true;                       // this task starts the processes (worker 0 or the chief)
+  std::vector<RemoteTask> tasks;  // every worker, in task order
+  bool launches = true;           // this task starts the processes (worker 0 or the chief)
   std::string task;
 };
 
 // The form tf.distribute users write: {"cluster": {"worker": ["host:port", ...]}, "task":
 // {"type": "worker", "index": 0}}, read by the library's ClusterSpec; a "chief" entry counts as
 // worker 0.
-Cluster parse_tf_config(const std::string& text) {
-  distribute::ClusterSpec spec = distribute::ClusterSpec::parse(text, "launch: TF_CONFIG");
-  if (spec.count("ps") > 0)
-    fail(
-        "launch: TF_CONFIG lists parameter servers: under MultiWorkerMirroredStrategy only \"chief\" and \"worker\" "
-        "tasks train. A parameter-server cluster runs `tandem fit --strategy ps-async` (or ps-sync) on each "
-        "machine with its TF_CONFIG, or `tandem launch --ps P --workers W` on this one");
+Cluster parse_tf_config(const distribute::ClusterSpec& spec) {
   if (spec.count("chief") + spec.count("worker") == 0)
     fail("launch: TF_CONFIG's cluster lists no worker (cluster.worker is missing or empty)");
   spec.check_hosts();
@@ -71,16 +67,15 @@ Cluster parse_tf_config(const std::string& text) {
   for (const char* type : {"chief", "worker"})
     for (int i = 0; i < spec.count(type); ++i) {
       distribute::TaskId task{type, i};
-      out.hosts.push_back(spec.host(task));
-      out.names.push_back(task.str());
-      out.addresses.push_back(spec.address(task));
+      out.tasks.push_back({task.str(), spec.address(task), spec.host(task)});
     }
   out.task = spec.task().str();
-  out.launches = out.task == out.names.front();
+  out.launches = out.task == out.tasks.front().name;
   return out;
 }
 
-// Whether `host` names this machine (mpirun starts its processes without the agent).
+}  // namespace
+
 bool is_this_machine(const std::string& host) {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
@@ -89,13 +84,13 @@ bool is_this_machine(const std::string& host) {
          std::find(mine.begin(), mine.end(), host) != mine.end();
 }
 
-// Before mpirun: every other machine of the cluster runs a process through the agent (ssh, or
-// --rsh-agent) within the timeout, else the task that cannot start is named (mpirun would say
-// only that a daemon did not start).
-void check_workers_start(const Cluster& cluster, const std::string& agent, double timeout) {
+// Before anything starts: every other machine of the cluster runs a process through the agent
+// (ssh, or --rsh-agent) within the timeout, else the task that cannot start is named (mpirun
+// would say only that a daemon did not start).
+void check_tasks_start(const std::vector<RemoteTask>& tasks, const std::string& agent, double timeout) {
   std::map<std::string, bool> checked;
-  for (size_t i = 0; i < cluster.hosts.size(); ++i) {
-    const std::string& host = cluster.hosts[i];
+  for (const RemoteTask& task : tasks) {
+    const std::string& host = task.host;
     if (checked[host] || is_this_machine(host)) continue;
     checked[host] = true;
     std::vector<std::string> args;
@@ -111,12 +106,14 @@ void check_workers_start(const Cluster& cluster, const std::string& agent, doubl
       fail(
           "launch: TF_CONFIG task {} (\"{}\"): no process started on host \"{}\" within {} s through `{}`; is that "
           "machine up, reachable and running an ssh server (or give --rsh-agent)?",
-          cluster.names[i], cluster.addresses[i], host, timeout, args[0]);
+          task.name, task.address, host, timeout, args[0]);
     if (*code != 0)
-      fail("launch: TF_CONFIG task {} (\"{}\"): no process could be started on host \"{}\" through `{}`{}",
-           cluster.names[i], cluster.addresses[i], host, args[0], said.empty() ? std::string() : ": " + said);
+      fail("launch: TF_CONFIG task {} (\"{}\"): no process could be started on host \"{}\" through `{}`{}", task.name,
+           task.address, host, args[0], said.empty() ? std::string() : ": " + said);
   }
 }
+
+namespace {
 
 // The program to start exists here, as mpirun would look it up (a path as given, else on PATH):
 // mpirun itself would say only that processes failed to start.
@@ -195,15 +192,30 @@ int run_launch(const std::vector<std::string>& args) {
     if (servers == 0 || workers == 0)
       fail("launch: a parameter-server cluster needs both --ps P and --workers W (at least one of each)");
     if (np > 0 || !hosts.empty() || !tf_config.empty())
-      fail("launch: --ps/--workers start a cluster on this machine; -np, -H and --tf-config do not apply");
+      fail(
+          "launch: --ps/--workers start a cluster on this machine; -np, -H and --tf-config do not apply (a TF_CONFIG "
+          "that lists \"ps\" tasks starts its cluster by itself)");
     check_program(command[0]);
-    return run_cluster_launch(servers, workers, command, timeout, dry_run);
+    return run_cluster_launch(loopback_cluster(servers, workers), command, rsh_agent, timeout, dry_run);
   }
   if (tf_config.empty() && std::getenv("TF_CONFIG") != nullptr) tf_config = std::getenv("TF_CONFIG");
   int slots = 0;
   if (!tf_config.empty()) {
     if (!hosts.empty()) fail("launch: give the hosts either with -H or in TF_CONFIG, not both");
-    Cluster cluster = parse_tf_config(tf_config);
+    distribute::ClusterSpec spec = distribute::ClusterSpec::parse(tf_config, "launch: TF_CONFIG");
+    if (spec.count("ps") > 0) {  // a parameter-server cluster: the chief (or a TF_CONFIG naming no task) starts it
+      if (np > 0) fail("launch: -np does not apply to a TF_CONFIG that lists parameter servers");
+      spec.check_hosts();
+      bool names_task = nlohmann::json::parse(tf_config, nullptr, false).contains("task");
+      if (names_task && spec.task().type != "chief") {
+        std::printf("launch: TF_CONFIG task %s: the chief starts every task of the cluster; nothing to start here\n",
+                    spec.task().str().c_str());
+        return 0;
+      }
+      check_program(command[0]);
+      return run_cluster_launch(spec, command, rsh_agent, timeout, dry_run);
+    }
+    Cluster cluster = parse_tf_config(spec);
     if (!cluster.launches) {
       std::printf(
           "launch: TF_CONFIG task %s: the first task of the cluster starts every worker through MPI; "
@@ -211,15 +223,15 @@ int run_launch(const std::vector<std::string>& args) {
           cluster.task.c_str());
       return 0;
     }
-    if (!dry_run) check_workers_start(cluster, rsh_agent, timeout);
+    if (!dry_run) check_tasks_start(cluster.tasks, rsh_agent, timeout);
     std::map<std::string, int> per_host;
     std::vector<std::string> order;
-    for (const std::string& h : cluster.hosts)
-      if (per_host[h]++ == 0) order.push_back(h);
+    for (const RemoteTask& t : cluster.tasks)
+      if (per_host[t.host]++ == 0) order.push_back(t.host);
     for (const std::string& h : order) hosts += fmt::format("{}{}:{}", hosts.empty() ? "" : ",", h, per_host[h]);
-    if (np == 0) np = static_cast<int>(cluster.hosts.size());
-    if (np != static_cast<int>(cluster.hosts.size()))
-      fail("launch: -np {} differs from the {} workers TF_CONFIG lists", np, cluster.hosts.size());
+    if (np == 0) np = static_cast<int>(cluster.tasks.size());
+    if (np != static_cast<int>(cluster.tasks.size()))
+      fail("launch: -np {} differs from the {} workers TF_CONFIG lists", np, cluster.tasks.size());
   }
   if (!hosts.empty())
     for (const std::string& h : split(hosts, ',')) {

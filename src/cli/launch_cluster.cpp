@@ -1,9 +1,15 @@
-// `tandem launch --ps P --workers W -- COMMAND`: a parameter-server cluster on this machine. Every
-// task (the chief, W workers, P servers) runs COMMAND with its TF_CONFIG, on loopback ports chosen
-// free at run time. The launcher supervises them: the chief's exit status is the job's; when the
-// chief ends, the others have a few seconds to end by themselves (the chief stops them) before
-// they are killed; when the launcher is interrupted (SIGINT, SIGTERM, SIGHUP) every task is
-// stopped, and if the launcher itself is killed the tasks die with it (PR_SET_PDEATHSIG).
+// `tandem launch --ps P --workers W -- COMMAND`: a parameter-server cluster on this machine, on
+// loopback ports chosen free at run time; `tandem launch --tf-config JSON -- COMMAND` (the chief's
+// TF_CONFIG, or one naming no task): the cluster it lists, each task on its host. Every task (the
+// chief, the workers, the servers) runs COMMAND with its TF_CONFIG: here as a child, on another
+// host through the agent (ssh, or --rsh-agent), in the launcher's directory, with the launcher's
+// TANDEM_*, OMP_NUM_THREADS, PATH and LD_LIBRARY_PATH. The launcher supervises them: the chief's
+// exit status is the job's; when the chief ends, the others have a few seconds to end by
+// themselves (the chief stops them) before they are killed; when the launcher is interrupted
+// (SIGINT, SIGTERM, SIGHUP) every task is stopped, and if the launcher itself is killed the tasks
+// die with it: children by PR_SET_PDEATHSIG, a task on another host when its standard input (a
+// pipe from the launcher, through the agent) closes.
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -26,6 +32,8 @@
 #include "cli/common.h"
 #include "tandem/distribute/cluster.h"
 #include "tandem/runtime.h"
+
+extern char** environ;
 
 namespace tandem::cli {
 namespace {
@@ -51,7 +59,70 @@ struct Task {
   distribute::TaskId id;
   pid_t pid = -1;
   int status = -1;  // once ended: the exit status (128 + signal)
+  int feed = -1;    // a task on another host: the write end of its standard input
 };
+
+// What a task's environment takes from the launcher's, besides TF_CONFIG.
+std::vector<std::pair<std::string, std::string>> forwarded_environment() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const char* equals = std::strchr(*e, '=');
+    if (equals == nullptr) continue;
+    std::string name(*e, static_cast<size_t>(equals - *e));
+    if (name.starts_with("TANDEM_") || name == "OMP_NUM_THREADS" || name == "PATH" || name == "LD_LIBRARY_PATH")
+      out.emplace_back(name, equals + 1);
+  }
+  return out;
+}
+
+std::string quoted(const std::string& text) {  // for a POSIX shell
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The shell line an agent runs on another host: the task in the launcher's directory with its
+// environment, ended when the line's standard input (the launcher's pipe) closes.
+std::string remote_line(const std::vector<std::string>& command, const std::string& tf_config) {
+  std::string line = "exec 3<&0; ";
+  char cwd[4096] = {};
+  if (getcwd(cwd, sizeof cwd - 1) != nullptr) line += "cd " + quoted(cwd) + " 2>/dev/null; ";
+  line += "export TF_CONFIG=" + quoted(tf_config);
+  for (const auto& [name, value] : forwarded_environment()) line += " " + name + "=" + quoted(value);
+  line += ";";
+  for (const std::string& a : command) line += " " + quoted(a);
+  // (A shell gives background commands /dev/null as input unless told otherwise: hence fd 3.)
+  line +=
+      " </dev/null 3<&- & t=$!; { cat >/dev/null 2>&1; kill -TERM $t 2>/dev/null; } <&3 & w=$!; exec 3<&-; "
+      "wait $t; s=$?; kill $w 2>/dev/null; exit $s";
+  return line;
+}
+
+// A task on another host: `agent host LINE` with a pipe from the launcher as its standard input.
+pid_t start_remote(const std::vector<std::string>& agent, const std::string& host, const std::string& line, int* feed) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) fail("launch: cannot make a pipe: {}", std::strerror(errno));
+  std::fflush(stdout);
+  std::fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) fail("launch: cannot start a task: {}", std::strerror(errno));
+  if (pid == 0) {
+    dup2(fds[0], STDIN_FILENO);  // without O_CLOEXEC
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    signal(SIGINT, SIG_IGN);  // the launcher decides when the task ends
+    std::vector<std::string> args = agent;
+    args.insert(args.end(), {host, line});
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[0]);
+  *feed = fds[1];
+  return pid;
+}
 
 pid_t start(const std::vector<std::string>& command, const std::string& tf_config, int threads) {
   std::fflush(stdout);
@@ -76,17 +147,30 @@ pid_t start(const std::vector<std::string>& command, const std::string& tf_confi
   _exit(127);
 }
 
-// Ends every task still running: SIGTERM, then SIGKILL after `grace`.
+void reaped(Task& t, int status) {
+  t.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (t.feed >= 0) close(t.feed);
+  t.feed = -1;
+}
+
+// Ends every task still running: SIGTERM here, its input closed on another host; then SIGKILL
+// after `grace`.
 void end_all(std::vector<Task>& tasks, std::chrono::milliseconds grace) {
-  for (Task& t : tasks)
-    if (t.status < 0) kill(t.pid, SIGTERM);
+  for (Task& t : tasks) {
+    if (t.status >= 0) continue;
+    if (t.feed >= 0) {
+      close(t.feed);
+      t.feed = -1;
+    } else {
+      kill(t.pid, SIGTERM);
+    }
+  }
   auto deadline = std::chrono::steady_clock::now() + grace;
   while (true) {
     bool running = false;
     for (Task& t : tasks) {
       int status = 0;
-      if (t.status < 0 && waitpid(t.pid, &status, WNOHANG) == t.pid)
-        t.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (t.status < 0 && waitpid(t.pid, &status, WNOHANG) == t.pid) reaped(t, status);
       running = running || t.status < 0;
     }
     if (!running) return;
@@ -98,41 +182,61 @@ void end_all(std::vector<Task>& tasks, std::chrono::milliseconds grace) {
       kill(t.pid, SIGKILL);
       int status = 0;
       waitpid(t.pid, &status, 0);
-      t.status = 128 + SIGKILL;
+      reaped(t, status);
     }
 }
 
 }  // namespace
 
-int run_cluster_launch(int servers, int workers, const std::vector<std::string>& command, double timeout,
-                       bool dry_run) {
+distribute::ClusterSpec loopback_cluster(int servers, int workers) {
   std::vector<std::string> chief{"127.0.0.1:" + std::to_string(free_port())}, worker, ps;
   for (int i = 0; i < workers; ++i) worker.push_back("127.0.0.1:" + std::to_string(free_port()));
   for (int i = 0; i < servers; ++i) ps.push_back("127.0.0.1:" + std::to_string(free_port()));
   nlohmann::json spec = {{"cluster", {{"chief", chief}, {"worker", worker}, {"ps", ps}}}};
-  distribute::ClusterSpec cluster = distribute::ClusterSpec::parse(spec.dump(), "launch");
+  return distribute::ClusterSpec::parse(spec.dump(), "launch");
+}
+
+int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector<std::string>& command,
+                       const std::string& rsh_agent, double timeout, bool dry_run) {
+  cluster.require({"chief", "worker", "ps"}, {"chief", "worker", "ps"}, "launch: a parameter-server cluster");
   std::vector<Task> tasks{{{"chief", 0}}};
-  for (int i = 0; i < workers; ++i) tasks.push_back({{"worker", i}});
-  for (int i = 0; i < servers; ++i) tasks.push_back({{"ps", i}});
-  // Workers share the cores; the chief and the servers mostly wait.
-  int per_worker = std::max(1, usable_cores() / workers);
+  for (int i = 0; i < cluster.count("worker"); ++i) tasks.push_back({{"worker", i}});
+  for (int i = 0; i < cluster.count("ps"); ++i) tasks.push_back({{"ps", i}});
+  std::vector<std::string> agent{"ssh", "-o", "BatchMode=yes"};
+  if (!rsh_agent.empty()) agent = {rsh_agent};
+  // Workers here share this machine's cores; the chief and the servers mostly wait. A task on
+  // another host uses its machine's (OMP_NUM_THREADS, where set here, goes with it).
+  int workers_here = 0;
+  for (const Task& t : tasks) workers_here += t.id.type == "worker" && is_this_machine(cluster.host(t.id)) ? 1 : 0;
+  int per_worker = std::max(1, usable_cores() / std::max(1, workers_here));
+  auto threads = [&](const Task& t) { return t.id.type == "worker" ? per_worker : 1; };
+  auto here = [&](const Task& t) { return is_this_machine(cluster.host(t.id)); };
   if (dry_run) {
-    for (const Task& t : tasks)
-      std::printf("TF_CONFIG='%s' OMP_NUM_THREADS=%d %s\n", cluster.to_json(t.id).c_str(),
-                  t.id.type == "worker" ? per_worker : 1,
-                  [&] {
-                    std::string line;
-                    for (const std::string& a : command) line += (line.empty() ? "" : " ") + a;
-                    return line;
-                  }()
-                      .c_str());
+    for (const Task& t : tasks) {
+      std::string line;
+      for (const std::string& a : command) line += (line.empty() ? "" : " ") + a;
+      if (here(t)) {
+        std::printf("TF_CONFIG='%s' OMP_NUM_THREADS=%d %s\n", cluster.to_json(t.id).c_str(), threads(t), line.c_str());
+      } else {
+        std::string through;
+        for (const std::string& a : agent) through += a + " ";
+        std::printf("%s%s %s\n", through.c_str(), cluster.host(t.id).c_str(),
+                    quoted(remote_line(command, cluster.to_json(t.id))).c_str());
+      }
+    }
     return 0;
   }
+  std::vector<RemoteTask> remote;
+  for (const Task& t : tasks)
+    if (!here(t)) remote.push_back({t.id.str(), cluster.address(t.id), cluster.host(t.id)});
+  check_tasks_start(remote, rsh_agent, timeout);
   struct sigaction action {};
   action.sa_handler = on_signal;
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &action, nullptr);
   setenv("TANDEM_STDOUT_IS_TERMINAL", isatty(STDOUT_FILENO) != 0 ? "1" : "0", 1);
-  for (Task& t : tasks) t.pid = start(command, cluster.to_json(t.id), t.id.type == "worker" ? per_worker : 1);
+  for (Task& t : tasks)
+    t.pid = here(t) ? start(command, cluster.to_json(t.id), threads(t))
+                    : start_remote(agent, cluster.host(t.id), remote_line(command, cluster.to_json(t.id)), &t.feed);
   auto grace = std::chrono::milliseconds(static_cast<int64_t>(1000 * std::min(timeout, 5.0)));
   std::optional<std::chrono::steady_clock::time_point> chief_ended;
   while (true) {
@@ -145,7 +249,7 @@ int run_cluster_launch(int servers, int workers, const std::vector<std::string>&
     for (Task& t : tasks) {
       int status = 0;
       if (t.status < 0 && waitpid(t.pid, &status, WNOHANG) == t.pid) {
-        t.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        reaped(t, status);
         if (t.status != 0 && !chief_ended)
           std::fprintf(stderr, "launch: task %s (%s) ended with status %d\n", t.id.str().c_str(),
                        cluster.address(t.id).c_str(), t.status);

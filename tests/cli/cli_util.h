@@ -21,7 +21,8 @@ namespace tandem::testing {
 
 // Runs the CLI with `args` in the directory of `log` (so that defaults such as ./data and
 // ./checkpoints resolve there), without $TANDEM_DATA; returns the child's pid.
-inline pid_t spawn(const std::vector<std::string>& args, const std::string& log, void (*in_child)() = nullptr) {
+// argv[0] started with `argv`, its output to `log`, in log's directory.
+inline pid_t spawn_program(const std::vector<std::string>& argv, const std::string& log, void (*in_child)() = nullptr) {
   pid_t pid = fork();
   if (pid == 0) {
     if (in_child) in_child();  // what a launcher would set: an affinity mask, an environment
@@ -30,13 +31,20 @@ inline pid_t spawn(const std::vector<std::string>& args, const std::string& log,
     int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);
-    std::vector<char*> argv{const_cast<char*>(TANDEM_CLI)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(TANDEM_CLI, argv.data());
+    std::vector<char*> raw;
+    for (const auto& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
+    raw.push_back(nullptr);
+    execvp(raw[0], raw.data());
     _exit(127);
   }
   return pid;
+}
+
+// The tandem command with `args`.
+inline pid_t spawn(const std::vector<std::string>& args, const std::string& log, void (*in_child)() = nullptr) {
+  std::vector<std::string> argv{TANDEM_CLI};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return spawn_program(argv, log, in_child);
 }
 
 inline int wait_exit(pid_t pid) {

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "distribute/launch_util.h"
+#include "distribute/netns_hosts.h"
 
 namespace tandem::testing {
 namespace {
@@ -329,62 +330,9 @@ TEST(MultiWorker, ARankKilledOrStoppedInAnyPhaseEndsTheJobNamingTheRankAndThePha
   }
 }
 
-// Three hosts as network namespaces on a bridge (tests/distribute/netns.sh; mpirun in the
-// bridge's namespace reaches them through an rsh agent): training agrees bit for bit with one
-// process, and a stuck worker is named with its host. Skipped, with the reason, where namespaces
-// cannot be made.
-std::vector<std::string> split_text(const std::string& text, char separator) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  for (size_t next; (next = text.find(separator, at)) != std::string::npos; at = next + 1)
-    out.push_back(text.substr(at, next - at));
-  out.push_back(text.substr(at));
-  return out;
-}
-
-class Namespaces {
- public:
-  explicit Namespaces(const TempDir& dir)
-      : prefix_(fmt::format("tdm{}", getpid() % 100000)),
-        script_(std::filesystem::path(__FILE__).parent_path() / "netns.sh") {
-    std::string log = dir.file("netns.log");
-    ok_ = std::system(fmt::format("bash {} up {} 3 {} > {} 2>&1", script_, prefix_, dir.path(), log).c_str()) == 0;
-    if (!ok_) why_ = io::read_file(log);
-    else hosts_ = io::read_file(dir.file("hosts")), subnet_ = io::read_file(dir.file("subnet"));
-    while (!hosts_.empty() && hosts_.back() == '\n') hosts_.pop_back();
-    while (!subnet_.empty() && subnet_.back() == '\n') subnet_.pop_back();
-  }
-  ~Namespaces() { std::system(fmt::format("bash {} down {} > /dev/null 2>&1", script_, prefix_).c_str()); }
-  bool ok() const { return ok_; }
-  const std::string& why() const { return why_; }
-  std::string host(int i) const { return fmt::format("{}-{}", prefix_, i); }
-  // `tandem launch` across the three hosts (-H, or a TF_CONFIG naming `workers`), from the
-  // bridge's namespace.
-  std::vector<std::string> launch(const TempDir& dir, const std::vector<std::string>& fit,
-                                  const std::vector<std::string>& workers = {}) const {
-    std::vector<std::string> argv{"bash", script_, "hub", prefix_, TANDEM_CLI, "launch"};
-    if (workers.empty()) {
-      argv.insert(argv.end(), {"-H", hosts_});
-    } else {
-      nlohmann::json config = {{"cluster", {{"worker", workers}}}, {"task", {{"type", "worker"}, {"index", 0}}}};
-      argv.insert(argv.end(), {"--tf-config", config.dump(), "--timeout", "5"});
-    }
-    argv.insert(argv.end(), {"--rsh-agent", dir.file("agent"), "--network", subnet_, "--", TANDEM_CLI});
-    argv.insert(argv.end(), fit.begin(), fit.end());
-    return argv;
-  }
-  // The hosts' addresses, as TF_CONFIG's "address:port".
-  std::vector<std::string> workers() const {
-    std::vector<std::string> out;
-    for (const std::string& h : split_text(hosts_, ',')) out.push_back(h.substr(0, h.find(':')) + ":2222");
-    return out;
-  }
-
- private:
-  std::string prefix_, script_, hosts_, subnet_, why_;
-  bool ok_ = false;
-};
-
+// Three hosts as network namespaces on a bridge (netns_hosts.h): training agrees bit for bit with
+// one process, and a stuck worker is named with its host. Skipped, with the reason, where
+// namespaces cannot be made.
 TEST(MultiWorker, ThreeHostsAsNetworkNamespacesTrainAsOneProcess) {
   SKIP_WITHOUT_MPI();
   TempDir dir;
@@ -461,6 +409,18 @@ TEST(Launch, TfConfigMistakesAreNamed) {
                              R"({"cluster": {"chief": ["hosta:1"], "worker": ["hostb:2", "hostb:3"]}})", "--", "x"},
                             dir, 60);
   EXPECT_NE(dry.output.find("does not resolve"), std::string::npos) << dry.output;  // hosta is no host here
+  // A parameter-server cluster: the chief's launch starts it (the others' have nothing to start);
+  // a host that does not resolve is named before anything starts.
+  Watched ps_task = launch(
+      R"({"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}, "task": {"type": "ps"}})");
+  EXPECT_EQ(ps_task.code, 0) << ps_task.output;
+  EXPECT_NE(ps_task.output.find("task ps:0: the chief starts every task of the cluster; nothing to start here"),
+            std::string::npos)
+      << ps_task.output;
+  Watched ps_missing =
+      launch(R"({"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["no-such-host.invalid:3"]}})");
+  EXPECT_NE(ps_missing.code, 0);
+  EXPECT_NE(ps_missing.output.find("task ps:0 (\"no-such-host.invalid:3\")"), std::string::npos) << ps_missing.output;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cli/cli_util.h"
+#include "distribute/netns_hosts.h"
 #include "distribute/ps/server.h"
 #include "distribute/ps/transport.h"
 #include "tandem/distribute/cluster.h"
@@ -364,20 +365,23 @@ TEST(PsCluster, SynchronousOverThreeWorkersIsOneProcessOnTheRoundsBatches) {
   expect_same_state(dir.file("one/final.safetensors"), dir.file("ps/final.safetensors"), 1e-5, "2 servers, 3 workers");
 }
 
-// Asynchronous training's test accuracy moves by a few tenths from epoch to epoch (stale
-// gradients; measured on this 2-core machine at 3 epochs: 96.2% to 97.1% over runs), so the test
-// asks for 97% at some epoch within six (--target-accuracy evaluates after each).
-TEST(PsCluster, AsynchronousTrainingReachesNinetySevenPercentOnRealMnist) {
+// Asynchronous training's test accuracy moves by a few tenths from run to run (stale gradients):
+// with the tutorial's SGD (momentum 0.95), 96.2% to 97.3% after 3 epochs over runs on this 2-core
+// machine; with the learning rate cut to 0.3 of itself each epoch, 97.5% to 97.7% (6 runs).
+TEST(PsCluster, AsynchronousTrainingReachesNinetySevenPercentOnRealMnistInThreeEpochs) {
   std::string data = std::string(TANDEM_SOURCE_DIR) + "/data";
   if (!std::filesystem::exists(data + "/mnist/train-images-idx3-ubyte"))
     GTEST_SKIP() << "skipped: real MNIST is not in " << data << " (bash scripts/setup fetches it)";
   TempDir dir;
   Watched w = launch_cluster(dir, 2, 3,
-                             {"--model", "mlp5", "--strategy", "ps-async", "--epochs", "6", "--batch-size", "50",
-                              "--target-accuracy", "0.97", "--data-dir", data, "--verbose", "2"},
+                             {"--model", "mlp5", "--strategy", "ps-async", "--epochs", "3", "--batch-size", "50",
+                              "--lr-decay", "0.3", "--data-dir", data, "--verbose", "2"},
                              "async.log", 300);
   ASSERT_EQ(w.code, 0) << w.output;
-  EXPECT_NE(w.output.find("Reached 97.00% test accuracy after"), std::string::npos) << w.output;
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(w.output, said, std::regex("test accuracy: ([0-9.]+)%"))) << w.output;
+  EXPECT_GE(std::stod(said[1].str()), 97.0) << w.output;
+  EXPECT_NE(w.output.find("Epoch 3/3"), std::string::npos) << w.output;
   double most = 0;
   std::regex staleness("max_staleness: ([0-9.]+)");
   for (std::sregex_iterator it(w.output.begin(), w.output.end(), staleness), end; it != end; ++it)
@@ -436,6 +440,56 @@ TEST(PsCluster, AnInterruptedLauncherEndsEveryTask) {
   EXPECT_EQ(left, "") << "tasks still running 5 s after SIGINT";
   EXPECT_NE(wait_exit(launcher), 0);
   system(("pkill -9 -f '" + dir.path() + "'").c_str());  // nothing, if the launcher did its work
+}
+
+// A cluster across three hosts (network namespaces, netns_hosts.h), started from a TF_CONFIG by
+// `tandem launch --tf-config` through the rsh agent: the chief, the worker and the server each
+// on a host of its own train as one process, bit for bit; interrupted, the launcher leaves no
+// task running on any host (each ends when its input from the launcher closes).
+TEST(PsCluster, ATfConfigClusterAcrossThreeHostsTrainsAsOneProcessAndEndsWhenInterrupted) {
+  TempDir dir;
+  Namespaces hosts(dir);
+  if (!hosts.ok()) GTEST_SKIP() << "skipped: network namespaces are not available here: " << hosts.why();
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> common{"--model",   "mlp", "--batch-size", "32",
+                                  "--threads", "1",   "--data-dir",   dir.file("data")};
+  std::vector<std::string> alone{"fit", "--epochs", "2", "--verbose", "0", "--checkpoint-dir", dir.file("one")};
+  alone.insert(alone.end(), common.begin(), common.end());
+  ASSERT_EQ(run(alone, dir).code, 0);
+  std::vector<std::string> at = hosts.workers();
+  nlohmann::json config = {{"cluster", {{"chief", {at[0]}}, {"worker", {at[1]}}, {"ps", {at[2]}}}},
+                           {"task", {{"type", "chief"}, {"index", 0}}}};
+  std::vector<std::string> fit{"fit",       "--strategy", "ps-sync",          "--epochs",       "2",
+                               "--verbose", "0",          "--checkpoint-dir", dir.file("three")};
+  fit.insert(fit.end(), common.begin(), common.end());
+  Watched w =
+      run_watched(hosts.launch_with(dir, {"--tf-config", config.dump(), "--timeout", "5"}, fit), dir, 180, "three.log");
+  ASSERT_EQ(w.code, 0) << w.output;
+  expect_same_state(dir.file("one/final.safetensors"), dir.file("three/final.safetensors"), 0, "3 hosts");
+
+  std::vector<std::string> endless{"fit", "--strategy", "ps-async", "--epochs", "100000", "--verbose", "2"};
+  endless.insert(endless.end(), common.begin(), common.end());
+  std::string log = dir.file("endless.log");
+  pid_t launcher = spawn_program(hosts.launch_with(dir, {"--tf-config", config.dump()}, endless), log);
+  auto start = std::chrono::steady_clock::now();
+  auto said = [&] { return std::filesystem::exists(log) ? io::read_file(log) : std::string(); };
+  while (said().find("Epoch 2/") == std::string::npos &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(90))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_NE(said().find("Epoch 2/"), std::string::npos) << said();
+  kill(launcher, SIGINT);
+  auto interrupted = std::chrono::steady_clock::now();
+  std::string left = "?";
+  while (std::chrono::steady_clock::now() - interrupted < std::chrono::seconds(5)) {
+    left.clear();
+    run_command_output("pgrep -f '" + unquoted_pattern(dir.file("data")) + "' || true", &left);
+    if (left.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(left, "") << "tasks still running 5 s after SIGINT\n" << said();
+  EXPECT_NE(wait_exit(launcher), 0);
+  system(
+      ("pkill -9 -f '" + unquoted_pattern(dir.file("data")) + "'").c_str());  // nothing, if the launcher did its work
 }
 
 }  // namespace
