@@ -326,7 +326,7 @@ TEST(PsCluster, SynchronousTrainingIsOneProcessBitwiseWholeOrSharded) {
 // The C++ API (tests/distribute/ps_task.cpp, every task the same program): fit on tensors (the
 // workers read each batch by the position the chief names) and on a Dataset stream (the chief
 // sends the rows) both train as one process, bit for bit; workers whose data differ from the
-// chief's are named, not trained on.
+// chief's are named, not trained on; a layer with moving statistics is refused by name.
 TEST(PsCluster, TheCppApiTrainsAsOneProcessFromTensorsOrADatasetAndDifferentDataAreNamed) {
   TempDir dir;
   ASSERT_EQ(run_watched({TANDEM_PS_TASK, "alone", dir.file("alone.safetensors")}, dir, 60, "alone.log").code, 0);
@@ -347,6 +347,12 @@ TEST(PsCluster, TheCppApiTrainsAsOneProcessFromTensorsOrADatasetAndDifferentData
                                            "chief's: batch [01] of epoch 1 has other labels here than on the chief")))
       << skewed.output;
   EXPECT_FALSE(std::filesystem::exists(dir.file("skewed.safetensors")));
+  Watched batchnorm = run_watched({TANDEM_CLI, "launch", "--ps", "1", "--workers", "1", "--", TANDEM_PS_TASK,
+                                   "batchnorm", dir.file("batchnorm.safetensors")},
+                                  dir, 120, "batchnorm.log");
+  EXPECT_NE(batchnorm.code, 0);
+  EXPECT_NE(batchnorm.output.find("variable \"batch_normalization/moving_mean\" is not trainable"), std::string::npos)
+      << batchnorm.output;
 }
 
 TEST(PsCluster, SynchronousOverThreeWorkersIsOneProcessOnTheRoundsBatches) {

@@ -18,6 +18,18 @@ std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const Param
     fail("ParameterServerStrategy: the timeout must be positive, got {} ms", options.timeout.count());
   return std::make_unique<ps::ClusterLink>(cluster, options.timeout);
 }
+// The servers hold the trainable variables; a layer's own statistics (batch normalization's moving
+// mean and variance), updated by the workers' forward passes, would never reach the chief's model.
+void require_trainable_only(const StepParts& parts) {
+  for (const Variable* v : parts.replicas[0].variables)
+    if (!v->trainable)
+      fail(
+          "ParameterServerStrategy: variable \"{}\" is not trainable (a layer's own statistics, as batch "
+          "normalization's): the servers hold trainable variables only, so the workers' updates of it would not "
+          "reach the chief's model; train this model with mirrored or multiworker, or without that layer",
+          v->name);
+}
+
 }  // namespace
 
 struct ParameterServerStrategy::Links {
@@ -56,10 +68,12 @@ bool ParameterServerStrategy::serves() const { return !is_chief(); }
 std::unique_ptr<StepRunner> ParameterServerStrategy::make_step(const StepParts& parts) {
   if (!chief_)
     fail("ParameterServerStrategy: only the chief runs fit's steps ({} serves)", cluster_.describe(cluster_.task()));
+  require_trainable_only(parts);
   return make_coordinator(*chief_, parts);
 }
 
 void ParameterServerStrategy::serve(const StepParts& parts) {
+  require_trainable_only(parts);
   ps::ClusterLink& link = *links_->link;
   if (cluster_.task().type == "worker") {
     ps::serve_as_worker(link, options_, parts);
