@@ -47,8 +47,8 @@ class CountingBackend : public kernels::Backend {
   }
   double sum(const float* x, int64_t n) override { return cpu().sum(x, n); }
   void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per, float rate, uint64_t seed,
-               uint64_t step, int64_t offset) override {
-    cpu().dropout(x, y, mask, rows, per, rate, seed, step, offset);
+               uint64_t step, int64_t offset, int64_t features, int64_t feature_offset) override {
+    cpu().dropout(x, y, mask, rows, per, rate, seed, step, offset, features, feature_offset);
   }
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
             int64_t ldb, float beta, float* c, int64_t ldc) override {

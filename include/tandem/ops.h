@@ -20,6 +20,11 @@ struct RandomKey {
   uint64_t seed = 0;
   uint64_t step = 0;
   int64_t sample_offset = 0;
+  // A slice of a sample's features (a tensor-parallel layer's columns): the slice starts at
+  // feature_offset of a sample `features` wide, and draws what the whole sample would there
+  // (features 0: the tensor holds whole samples).
+  int64_t feature_offset = 0;
+  int64_t features = 0;
 };
 
 namespace ops {
@@ -107,6 +112,19 @@ std::vector<Tensor> batch_norm_parts(std::span<const Tensor> xs, std::span<const
 
 // Zeroes each element with probability rate and scales the rest by 1/(1-rate).
 Tensor dropout(const Tensor& x, float rate, const RandomKey& key);
+
+// Differentiable collectives over a group of ranks (tensor parallelism, Megatron-LM's f and g),
+// each called by every rank of `group` in the same order. Tensors are (batch, features).
+//   copy_to_group:     forward x as it is; backward the gradient summed over the ranks
+//   reduce_from_group: forward x summed over the ranks; backward the gradient as it is
+//   gather_from_group: forward every rank's columns side by side, rank r's `widths[r]` wide;
+//                      backward this rank's columns of the gradient
+//   scatter_to_group:  forward this rank's columns of x (`widths` as above); backward every
+//                      rank's columns of the gradient side by side
+Tensor copy_to_group(const Tensor& x, distribute::Communicator& group);
+Tensor reduce_from_group(const Tensor& x, distribute::Communicator& group);
+Tensor gather_from_group(const Tensor& x, distribute::Communicator& group, std::span<const int64_t> widths);
+Tensor scatter_to_group(const Tensor& x, distribute::Communicator& group, std::span<const int64_t> widths);
 
 }  // namespace ops
 }  // namespace tandem

@@ -23,8 +23,8 @@ class CpuBackend final : public Backend {
   }
   double sum(const float* x, int64_t n) override { return cpu::sum(x, n); }
   void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sample, float rate, uint64_t seed,
-               uint64_t step, int64_t sample_offset) override {
-    cpu::dropout(x, y, mask, rows, per_sample, rate, seed, step, sample_offset);
+               uint64_t step, int64_t sample_offset, int64_t features, int64_t feature_offset) override {
+    cpu::dropout(x, y, mask, rows, per_sample, rate, seed, step, sample_offset, features, feature_offset);
   }
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
             int64_t ldb, float beta, float* c, int64_t ldc) override {

@@ -29,8 +29,10 @@ class Backend {
                               float low, float high) = 0;
   virtual void binary(BinaryKind kind, const float* a, const float* b, float* y, int64_t n, int64_t b_n) = 0;
   virtual double sum(const float* x, int64_t n) = 0;
+  // Row i's elements draw Philox(seed, step) at (sample_offset + i)·features + feature_offset + j.
   virtual void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sample, float rate,
-                       uint64_t seed, uint64_t step, int64_t sample_offset) = 0;
+                       uint64_t seed, uint64_t step, int64_t sample_offset, int64_t features,
+                       int64_t feature_offset) = 0;
 
   // Matrix products, bias and activations.
   virtual void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

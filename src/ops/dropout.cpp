@@ -1,5 +1,6 @@
 // dropout: x:(B,…) -> x·mask/(1-rate), mask drawn from Philox(seed, step) at index
-// (sample_offset + b)·per_sample + i, so each sample's mask is the same however the batch is split.
+// (sample_offset + b)·features + feature_offset + i, so each sample's mask is the same however the
+// batch is split, and a slice of its features draws what the whole sample does there.
 // backward: dy·mask/(1-rate).
 #include "ops/checks.h"
 
@@ -23,9 +24,13 @@ Tensor dropout(const Tensor& x_in, float rate, const RandomKey& key) {
   Tensor mask = Tensor::empty(x.shape(), DType::Float32, x.device());
   Tensor y = Tensor::empty(x.shape(), DType::Float32, x.device());
   int64_t rows = x.dim(0), per_sample = x.numel() / std::max<int64_t>(rows, 1);
+  int64_t features = key.features > 0 ? key.features : per_sample;
+  if (key.feature_offset < 0 || key.feature_offset + per_sample > features)
+    fail("dropout: a slice of {} features at feature {} does not fit samples of {} features", per_sample,
+         key.feature_offset, features);
   kernels::backend(x.device())
       .dropout(x.buffer<float>(), y.buffer<float>(), mask.buffer<float>(), rows, per_sample, rate, key.seed, key.step,
-               key.sample_offset);
+               key.sample_offset, features, key.feature_offset);
   if (auto* tape = autograd::tracking_tape({&x_in})) {
     auto* node = new DropoutNode();
     node->scaled_mask = mask;

@@ -40,13 +40,13 @@ double sum(const float* x, int64_t n) {
 }
 
 void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sample, float rate, uint64_t seed,
-             uint64_t step, int64_t sample_offset) {
+             uint64_t step, int64_t sample_offset, int64_t features, int64_t feature_offset) {
   Philox rng(seed, step);
   float keep_scale = 1.0f / (1.0f - rate);
   for (int64_t i = 0; i < rows; ++i) {
     // The row's uniforms go into its mask slots first, then become 0 or 1/(1-rate).
     float* row = mask + i * per_sample;
-    rng.uniforms(static_cast<uint64_t>((sample_offset + i) * per_sample), per_sample, row);
+    rng.uniforms(static_cast<uint64_t>((sample_offset + i) * features + feature_offset), per_sample, row);
     for (int64_t j = 0; j < per_sample; ++j) {
       row[j] = row[j] < rate ? 0.0f : keep_scale;
       y[i * per_sample + j] = x[i * per_sample + j] * row[j];

@@ -22,7 +22,7 @@ double sum(const float* x, int64_t n);
 // mask = 0 or 1/(1-rate) from Philox(seed, step) uniforms at (sample_offset + row)·per_sample + j;
 // y = x·mask.
 void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sample, float rate, uint64_t seed,
-             uint64_t step, int64_t sample_offset);
+             uint64_t step, int64_t sample_offset, int64_t features, int64_t feature_offset);
 
 // Per-row losses over rows of per_row values: loss(rows) = the row's mean of (p - t)² or of the
 // binary cross-entropy of logits or of probabilities (clipped to [ε, 1-ε]), summed in double.
