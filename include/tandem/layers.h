@@ -67,6 +67,13 @@ class Layer {
   std::shared_ptr<Layer> replicate() const;
   // A shallow copy: same configuration, the same variables (a central-storage replica's layer).
   virtual std::shared_ptr<Layer> clone() const = 0;
+  // For an elementwise layer: a copy that works on features [offset, offset + width) of samples
+  // `features` wide, as a tensor-parallel layer's slice of activations, computing there what it
+  // computes on whole samples (a dropout mask's part); null where the layer needs whole samples.
+  virtual std::shared_ptr<Layer> on_feature_slice(int64_t offset, int64_t width, int64_t features) const {
+    (void)offset, (void)width, (void)features;
+    return nullptr;
+  }
 
   std::vector<Variable>& variables() { return variables_; }
   const std::vector<Variable>& variables() const { return variables_; }
@@ -94,6 +101,9 @@ struct DenseOptions {
   InitializerSpec bias_initializer = "zeros";
   std::string name;
   std::optional<Shape> input_shape;
+  // Split over this many devices under ModelParallelStrategy (1: whole; the strategy's own
+  // number, or that strategy splits every Dense it can by itself).
+  int shards = 1;
 };
 
 class Dense : public Layer {
@@ -128,11 +138,13 @@ class Dropout : public Layer {
   std::string default_name() const override { return "dropout"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   float rate() const { return rate_; }
+  std::shared_ptr<Layer> on_feature_slice(int64_t offset, int64_t width, int64_t features) const override;
 
  private:
   Shape do_build(const Shape& input_shape, uint64_t seed) override;
   float rate_;
   uint64_t salt_ = 0;
+  int64_t feature_offset_ = 0, features_ = 0;  // a slice's place in whole samples (0: whole)
 };
 
 struct Conv2DOptions {
@@ -266,10 +278,48 @@ class Activation : public Layer {
   std::string default_name() const override { return "activation"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   tandem::Activation activation() const { return activation_; }
+  std::shared_ptr<Layer> on_feature_slice(int64_t offset, int64_t width, int64_t features) const override;
 
  private:
   Shape do_build(const Shape& input_shape, uint64_t seed) override { return input_shape; }
   tandem::Activation activation_;
+};
+
+// One shard of a Dense layer split over the ranks of a group (tensor parallelism, paired as
+// Megatron-LM pairs them), made from the whole layer, built:
+//   Column: columns [first, first + width) of the kernel and bias; the input whole (its gradient
+//   summed over the group), the output this shard's slice of the units, or every shard's side by
+//   side (gather: then the activation runs on whole rows, softmax included).
+//   Row: rows [first, first + width) of the kernel, the input this shard's slice of the features;
+//   the partial products summed over the group, then the whole bias and the activation.
+// widths[r] is shard r's share of the units (Column) or of the input features (Row).
+class TensorParallelDense : public Layer {
+ public:
+  enum class Split { Column, Row };
+  TensorParallelDense(const Dense& whole, Split split, std::vector<int64_t> widths, distribute::Communicator& group,
+                      bool gather);
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<TensorParallelDense>(*this); }
+  std::string type() const override { return "Dense"; }
+  std::string default_name() const override { return "dense"; }
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  Split split() const { return split_; }
+  const std::vector<int64_t>& widths() const { return widths_; }
+  int64_t first() const { return first_; }
+  int64_t width() const { return widths_[static_cast<size_t>(group_->rank())]; }
+  // Variable i's piece as this shard holds it, cut from the whole layer's tensor (a variable, or
+  // an optimizer slot of its shape); and this shard's piece written into the whole tensor.
+  Tensor cut(size_t variable, const Tensor& whole) const;
+  void put(size_t variable, const Tensor& piece, Tensor& whole) const;
+
+ private:
+  Shape do_build(const Shape& input_shape, uint64_t seed) override;
+  Split split_;
+  std::vector<int64_t> widths_;
+  int64_t first_ = 0;
+  distribute::Communicator* group_;
+  bool gather_;
+  tandem::Activation activation_;
+  bool use_bias_;
 };
 
 }  // namespace layers

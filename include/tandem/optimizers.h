@@ -84,6 +84,9 @@ class Optimizer {
   // another's or outlives a restore.
   uint64_t id() const { return id_; }
   int64_t iterations() const { return iterations_; }
+  // The step count, for an optimizer whose updates ran on copies of it (a model-parallel
+  // strategy's shards update theirs).
+  void set_iterations(int64_t iterations) { iterations_ = iterations; }
   float current_learning_rate() const;
   void set_learning_rate(float lr);
   void set_learning_rate(std::shared_ptr<LearningRateSchedule> schedule) { schedule_ = std::move(schedule); }

@@ -8,6 +8,7 @@
 
 #include "tandem/collectives/mpi.h"
 #include "tandem/distribute/local_sgd.h"
+#include "tandem/distribute/model_parallel.h"
 #include "tandem/distribute/multi_worker.h"
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/strategy.h"
@@ -57,7 +58,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
   auto bad = [&](const std::string& why) -> std::unique_ptr<Strategy> {
     fail(
         "strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]], "
-        "central[:N[:deterministic]], local_sgd[:N[:K]], multiworker[:W[:L]][:deterministic], ps-async or ps-sync",
+        "central[:N[:deterministic]], local_sgd[:N[:K]], multiworker[:W[:L]][:deterministic], ps-async, ps-sync or "
+        "model-parallel:N",
         spec, why);
   };
   if (spec == "default") return std::make_unique<DefaultStrategy>();
@@ -83,6 +85,15 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
     if (settings.shard_bytes > 0)
       options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
     return std::make_unique<ParameterServerStrategy>(cluster, options);
+  }
+  if (parts[0] == "model-parallel") {
+    if (parts.size() != 2) return bad("model-parallel takes the number of devices to split over: model-parallel:N");
+    std::optional<int> n = count_in_name(parts[1], kMaxThreads);
+    if (!n) return bad(fmt::format("the device count \"{}\" is not a number from 1 to {}", parts[1], kMaxThreads));
+    return std::make_unique<ModelParallelStrategy>(ModelParallelOptions{
+        .num_shards = *n,
+        .threads_per_shard = threads_per_replica > 0 ? threads_per_replica : std::max(1, usable_cores() / *n),
+        .device_memory_bytes = settings.device_memory_bytes});
   }
   if (parts[0] == "multiworker") {
     MultiWorkerOptions options;

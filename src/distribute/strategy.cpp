@@ -17,6 +17,14 @@ std::shared_ptr<layers::Layer> Strategy::replica_layer(const layers::Layer& laye
   return layer.replicate();
 }
 
+std::vector<std::shared_ptr<layers::Layer>> Strategy::replica_layers(
+    const std::vector<std::shared_ptr<layers::Layer>>& layers, int replica) const {
+  if (replica == 0) return layers;
+  std::vector<std::shared_ptr<layers::Layer>> out;
+  for (const auto& l : layers) out.push_back(replica_layer(*l, replica));
+  return out;
+}
+
 UpdateRule& Strategy::update_rule() const { return mirrored_update_rule(); }
 
 void Strategy::split_batch(int64_t rows, BatchSplit& split) const {

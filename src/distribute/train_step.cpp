@@ -27,7 +27,7 @@ ModelReplicas::ModelReplicas(const Strategy& strategy, const std::vector<std::sh
     : replicas_(static_cast<size_t>(strategy.num_local_replicas())) {
   for (int r = 0; r < size(); ++r) {
     Replica& rep = replicas_[static_cast<size_t>(r)];
-    for (const auto& l : layers) rep.layers.push_back(r == 0 ? l : strategy.replica_layer(*l, r));
+    rep.layers = strategy.replica_layers(layers, r);
     for (auto& l : rep.layers)
       for (Variable& v : l->variables()) {
         rep.variables.push_back(&v);

@@ -17,7 +17,18 @@ Tensor Dropout::call(const Tensor& x, const CallContext& ctx) {
   if (!ctx.training || rate_ == 0.0f) return x;
   RandomKey key = ctx.random;
   key.seed = mix_seed(key.seed, salt_);
+  key.feature_offset = feature_offset_;
+  key.features = features_;
   return ops::dropout(x, rate_, key);
+}
+
+std::shared_ptr<Layer> Dropout::on_feature_slice(int64_t offset, int64_t width, int64_t features) const {
+  if (input_shape_.rank() != 1) return nullptr;
+  auto slice = std::make_shared<Dropout>(*this);
+  slice->input_shape_ = slice->output_shape_ = Shape{width};
+  slice->feature_offset_ = offset;
+  slice->features_ = features;
+  return slice;
 }
 
 Shape Flatten::do_build(const Shape& input_shape, uint64_t) { return Shape{input_shape.numel()}; }
@@ -33,6 +44,13 @@ Activation::Activation(const std::string& activation, ActivationOptions options)
 Tensor Activation::call(const Tensor& x, const CallContext&) {
   check_input(x);
   return ops::activation(x, activation_);
+}
+
+std::shared_ptr<Layer> Activation::on_feature_slice(int64_t, int64_t width, int64_t) const {
+  if (activation_ == tandem::Activation::Softmax || input_shape_.rank() != 1) return nullptr;  // needs whole rows
+  auto slice = std::make_shared<Activation>(*this);
+  slice->input_shape_ = slice->output_shape_ = Shape{width};
+  return slice;
 }
 
 }  // namespace tandem::layers

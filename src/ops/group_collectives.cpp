@@ -101,7 +101,7 @@ Tensor recorded(const Tensor& x, Tensor y, GroupNode::Kind kind, distribute::Com
 
 Tensor copy_to_group(const Tensor& x, distribute::Communicator& group) {
   require_float(x, "copy_to_group", "x");
-  return recorded(x, x.contiguous(), GroupNode::Kind::Copy, group, {});
+  return recorded(x, x.contiguous().reshape(x.shape()), GroupNode::Kind::Copy, group, {});  // a view of its own
 }
 
 Tensor reduce_from_group(const Tensor& x, distribute::Communicator& group) {

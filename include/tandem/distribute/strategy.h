@@ -164,6 +164,10 @@ class Strategy {
   // Where replica r's variables live (r > 0; replica 0 uses the model's own layers): by default
   // a copy of its own (mirrored); central storage shares the trainable ones.
   virtual std::shared_ptr<layers::Layer> replica_layer(const layers::Layer& layer, int replica) const;
+  // Replica r's whole stack: by default the model's own layers for replica 0, replica_layer of
+  // each for the others. A strategy that splits layers (model parallelism) makes every replica's.
+  virtual std::vector<std::shared_ptr<layers::Layer>> replica_layers(
+      const std::vector<std::shared_ptr<layers::Layer>>& layers, int replica) const;
   // Who applies the update, after which reduction: installed on every replica's thread, so that
   // Optimizer::apply follows it. By default the gradients are summed over the replicas and every
   // replica updates its own copy with its own slots; central storage updates once.
@@ -408,6 +412,8 @@ struct StrategySettings {
   std::string cluster_file;
   int64_t shard_bytes = 0;
   bool prefetch = false;  // ps-async: ParameterServerOptions::prefetch
+  // model-parallel:N: each device's memory for the variables and slots (0: no limit).
+  int64_t device_memory_bytes = 0;
 };
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);

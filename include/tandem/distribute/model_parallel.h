@@ -1,0 +1,65 @@
+#pragma once
+// ModelParallelStrategy: the model's Dense layers split over N devices (CPU core groups: one
+// thread group each, as MirroredStrategy's replicas), the tutorial's vertical split. Consecutive
+// Dense layers pair as Megatron-LM pairs them: the first split by columns (each device computes
+// its slice of the units; elementwise layers between, activations and dropout, stay split), the
+// second by rows (each multiplies its slice of the features by its rows of the kernel, and the
+// partial sums are summed over the devices): one sum over the group forward and one backward per
+// pair. A Dense layer with no partner is split by columns and its output gathered; other layers
+// run whole on every device. Every device computes the whole batch: the split is of the model.
+//
+//   distribute::ModelParallelStrategy split(2);
+//   auto scope = split.scope();
+//   Sequential model;  ...  model.fit(x, y, {.batch_size = 256});
+//
+// Each device keeps its slices of the variables and of the optimizer's slots; the model's own
+// variables get the whole values at each epoch's end (validation, callbacks), and checkpoints
+// are whole, as one device writes them: a split run resumes unsplit and back. In a custom loop,
+// run() runs the step on every device with the same batch (pass it by capture) and returns each
+// device's (equal) result.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/distribute/strategy.h"
+
+namespace tandem::distribute {
+
+struct ModelParallelOptions {
+  int num_shards = 2;
+  int threads_per_shard = 1;
+  // Split every Dense layer the plan can pair (true), or only those made with {.shards = N}.
+  bool auto_split = true;
+  // Each device's memory for the model's variables and the optimizer's slots (0: no limit): a
+  // model that needs more on one device is refused before training, with what it needs.
+  int64_t device_memory_bytes = 0;
+};
+
+class ModelParallelStrategy : public MirroredStrategy {
+ public:
+  explicit ModelParallelStrategy(int num_shards)
+      : ModelParallelStrategy(ModelParallelOptions{.num_shards = num_shards}) {}
+  explicit ModelParallelStrategy(ModelParallelOptions options);
+  ~ModelParallelStrategy() override;
+  std::string name() const override;
+  int num_shards() const { return options_.num_shards; }
+  const ModelParallelOptions& model_parallel_options() const { return options_; }
+
+  std::vector<std::shared_ptr<layers::Layer>> replica_layers(const std::vector<std::shared_ptr<layers::Layer>>& layers,
+                                                             int replica) const override;
+  GradientReduction gradient_reduction() const override { return {GradientReduction::Kind::None}; }
+  UpdateRule& update_rule() const override;
+  std::unique_ptr<StepRunner> make_step(const StepParts& parts) override;
+  // Checkpoints: the variables and the optimizer's slots gathered whole from the devices.
+  void collect_state(std::vector<std::pair<std::string, Tensor>>& state) override;
+
+  struct Shards;  // the devices' layers and optimizers (src/distribute/model_parallel/shards.h)
+  Shards& shards() { return *shards_; }
+
+ private:
+  ModelParallelOptions options_;
+  std::unique_ptr<Shards> shards_;
+};
+
+}  // namespace tandem::distribute

@@ -1,0 +1,84 @@
+// fit's step under ModelParallelStrategy: every device runs the whole global batch through its
+// stack (its slices of the split layers, its copies of the others), its backward and its update;
+// the split layers' collectives keep the devices together. Device 0's loss and predictions go to
+// fit's metrics (every device computes the same). At each epoch's end the model's variables and
+// its optimizer's slots are made whole again, for validation, callbacks and checkpoints.
+#include "distribute/model_parallel/shards.h"
+#include "tandem/autograd.h"
+#include "tandem/distribute/step_runner.h"
+#include "tandem/distribute/train_step.h"
+
+namespace tandem::distribute {
+namespace {
+
+class TensorParallelStep : public StepRunner {
+ public:
+  TensorParallelStep(ModelParallelStrategy& strategy, const StepParts& parts)
+      : strategy_(strategy),
+        replicas_(parts.replicas),
+        loss_(parts.loss),
+        optimizer_(parts.optimizer),
+        seed_(parts.seed),
+        metrics_(parts.metrics) {}
+  bool lazy_batches() const override { return false; }
+  void check_batch(bool, int64_t, int, int64_t) override {}
+
+  std::optional<double> run(const GlobalBatch& batch, uint64_t key) override {
+    Tensor x = batch.x, y = batch.y;
+    if (!x.defined()) batch.slice(0, batch.rows, x, y);
+    double loss = 0.0;
+    Tensor predictions;
+    strategy_.for_each_replica([&](int d) {
+      ModelReplicas::Replica& device = replicas_[d];
+      std::vector<Tensor> grads;
+      Tensor h = x, mean;
+      {
+        GradientTape tape;
+        CallContext ctx{true, RandomKey{seed_, key, 0}};  // as one device's step: the same dropout masks
+        for (auto& layer : device.layers) h = layer->call(h, ctx);
+        mean = ops::mean(loss_.per_sample(y, h));
+        grads = tape.gradient(mean, device.trainable);
+      }
+      optimizer_.apply(device.trainable, grads);
+      if (d == 0) {
+        loss = mean.item();
+        predictions = h;
+      }
+    });
+    for (Metric& m : metrics_) m.update(y, predictions);
+    return loss;
+  }
+
+  void finish_epoch() override { strategy_.shards().write_back(&optimizer_); }
+
+ private:
+  ModelParallelStrategy& strategy_;
+  ModelReplicas& replicas_;
+  const Loss& loss_;
+  Optimizer& optimizer_;
+  uint64_t seed_;
+  std::span<Metric> metrics_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepRunner> ModelParallelStrategy::make_step(const StepParts& parts) {
+  if (options_.device_memory_bytes > 0) {
+    std::unique_ptr<Optimizer> probe = parts.optimizer.replicate({});
+    Variable one{"probe", Tensor::zeros({1})};
+    Variable* ones[] = {&one};
+    probe->build(ones);
+    int slots = static_cast<int>(probe->state().size()) - 1;  // beside the step count
+    int64_t needs = shards_->bytes_per_device(slots), limit = options_.device_memory_bytes;
+    if (needs > limit)
+      fail(
+          "{}: the model needs {:.1f} MB on a device ({} variables and {} optimizer slot{} per trainable one, split "
+          "over {} device{}), more than the {:.1f} MB each device has; split it over more devices (model-parallel:N) "
+          "or give them more memory",
+          name(), static_cast<double>(needs) / 1e6, "its", slots, slots == 1 ? "" : "s", options_.num_shards,
+          options_.num_shards == 1 ? "" : "s", static_cast<double>(limit) / 1e6);
+  }
+  return std::make_unique<TensorParallelStep>(*this, parts);
+}
+
+}  // namespace tandem::distribute

@@ -1,0 +1,123 @@
+// ModelParallelStrategy (tandem/distribute/model_parallel.h): the plan that splits a stack's Dense
+// layers over the devices, the devices' copies of the optimizer's slots, and the way back to
+// whole variables and slots (epoch ends, checkpoints).
+#include <map>
+#include <mutex>
+#include <numeric>
+
+#include "distribute/model_parallel/shards.h"
+#include "tandem/collectives/replica_context.h"
+
+namespace tandem::distribute {
+
+using layers::Layer;
+using layers::TensorParallelDense;
+
+namespace {
+
+// n shares of `size` as even as can be: share r is [size·r/n, size·(r+1)/n).
+std::vector<int64_t> even_widths(int64_t size, int n) {
+  std::vector<int64_t> out;
+  for (int r = 0; r < n; ++r) out.push_back(size * (r + 1) / n - size * r / n);
+  return out;
+}
+
+// Every device updates its own slices with its own slots (no gradient is summed: each device's
+// gradients are its slices' whole gradients, and the whole layers' are the same on every
+// device); the model's optimizer keeps the learning rate and counts the steps.
+class ModelParallelUpdate : public UpdateRule {
+ public:
+  void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> gradients) override {
+    apply_reduced(optimizer, variables, gradients);
+  }
+  void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
+                     std::span<const Tensor> gradients) override {
+    const ReplicaContext& device = *replica_context();
+    auto& strategy = static_cast<ModelParallelStrategy&>(*device.strategy);
+    Optimizer& mine = strategy.shards().optimizer(optimizer, device.local_replica_id, variables);
+    float lr = optimizer.current_learning_rate();
+    if (mine.current_learning_rate() != lr) mine.set_learning_rate(lr);  // a callback changed it
+    mine.apply_here(variables, gradients);
+    device.communicator->barrier();  // every device has read the model's optimizer
+    if (device.local_replica_id == 0) optimizer.set_iterations(mine.iterations());
+  }
+};
+
+}  // namespace
+
+ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options)
+    : MirroredStrategy(
+          MirroredOptions{.num_replicas = options.num_shards, .threads_per_replica = options.threads_per_shard}),
+      options_(options),
+      shards_(std::make_unique<Shards>(options.num_shards)) {
+  if (options.num_shards < 1) fail("ModelParallelStrategy: num_shards must be at least 1, got {}", options.num_shards);
+  if (options.device_memory_bytes < 0)
+    fail("ModelParallelStrategy: device_memory_bytes must be positive (or 0: no limit), got {}",
+         options.device_memory_bytes);
+}
+
+ModelParallelStrategy::~ModelParallelStrategy() = default;
+
+std::string ModelParallelStrategy::name() const { return fmt::format("model-parallel:{}", options_.num_shards); }
+
+UpdateRule& ModelParallelStrategy::update_rule() const {
+  static ModelParallelUpdate rule;
+  return rule;
+}
+
+std::vector<std::shared_ptr<Layer>> ModelParallelStrategy::replica_layers(
+    const std::vector<std::shared_ptr<Layer>>& layers, int replica) const {
+  int n = options_.num_shards;
+  auto* self = const_cast<ModelParallelStrategy*>(this);  // the devices' group handles
+  Communicator& group = self->communicator(replica);
+  // Which Dense layers split: all the plan can (auto_split), or those made with {.shards = n}.
+  auto splits = [&](const Layer& l) {
+    auto* dense = dynamic_cast<const layers::Dense*>(&l);
+    if (dense == nullptr) return false;
+    int asked = dense->options().shards;
+    if (asked != 1 && asked != n)
+      fail("{}: made with {{.shards = {}}} but ModelParallelStrategy splits over {} devices", dense->label(), asked, n);
+    return n > 1 && dense->units() >= n && (options_.auto_split || asked == n);
+  };
+  auto elementwise = [](const Layer& l) { return l.on_feature_slice(0, 1, 1) != nullptr; };
+  std::vector<std::shared_ptr<Layer>> out;
+  std::vector<int64_t> sliced;  // the activations' widths per device while they are split
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const Layer& l = *layers[i];
+    if (!sliced.empty()) {
+      if (auto* dense = dynamic_cast<const layers::Dense*>(&l)) {  // the pair's second: by rows
+        out.push_back(
+            std::make_shared<TensorParallelDense>(*dense, TensorParallelDense::Split::Row, sliced, group, false));
+        sliced.clear();
+      } else {
+        int64_t first = std::accumulate(sliced.begin(), sliced.begin() + replica, int64_t{0});
+        out.push_back(l.on_feature_slice(first, sliced[static_cast<size_t>(replica)],
+                                         std::accumulate(sliced.begin(), sliced.end(), int64_t{0})));
+      }
+      continue;
+    }
+    if (splits(l)) {
+      auto& dense = static_cast<const layers::Dense&>(l);
+      size_t j = i + 1;
+      while (j < layers.size() && dynamic_cast<const layers::Dense*>(layers[j].get()) == nullptr &&
+             elementwise(*layers[j]))
+        ++j;
+      bool paired = j < layers.size() && dynamic_cast<const layers::Dense*>(layers[j].get()) != nullptr &&
+                    splits(*layers[j]) && dense.activation() != tandem::Activation::Softmax;
+      std::vector<int64_t> widths = even_widths(dense.units(), n);
+      out.push_back(
+          std::make_shared<TensorParallelDense>(dense, TensorParallelDense::Split::Column, widths, group, !paired));
+      if (paired) sliced = widths;
+      continue;
+    }
+    out.push_back(l.replicate());  // whole on every device
+  }
+  shards_->keep(layers, replica, out);
+  return out;
+}
+
+void ModelParallelStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
+  shards_->gather(state);
+}
+
+}  // namespace tandem::distribute

@@ -1,0 +1,110 @@
+// TensorParallelDense (layers.h): one shard of a Dense layer split over a group's ranks. A column
+// shard and the row shard after it cost one sum over the group forward (the row shard's partial
+// products) and one backward (the column shard's input gradient, where its input needs one).
+#include <cstring>
+#include <numeric>
+
+#include "tandem/layers.h"
+
+namespace tandem::layers {
+namespace {
+
+// Columns [first, first + width) of a (rows, cols) tensor, or elements of a vector.
+Tensor columns(const Tensor& t_in, int64_t first, int64_t width) {
+  Tensor t = t_in.contiguous();
+  if (t.rank() == 1) return t.slice(first, first + width).clone();
+  int64_t rows = t.dim(0), cols = t.dim(1);
+  Tensor out = Tensor::empty({rows, width});
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(out.data<float>() + i * width, t.data<float>() + i * cols + first,
+                static_cast<size_t>(width) * sizeof(float));
+  return out;
+}
+
+void put_columns(const Tensor& piece_in, int64_t first, Tensor& whole) {
+  Tensor piece = piece_in.contiguous();
+  if (whole.rank() == 1) {
+    std::memcpy(whole.data<float>() + first, piece.data<float>(), static_cast<size_t>(piece.numel()) * sizeof(float));
+    return;
+  }
+  int64_t rows = whole.dim(0), cols = whole.dim(1), width = piece.dim(1);
+  for (int64_t i = 0; i < rows; ++i)
+    std::memcpy(whole.data<float>() + i * cols + first, piece.data<float>() + i * width,
+                static_cast<size_t>(width) * sizeof(float));
+}
+
+}  // namespace
+
+TensorParallelDense::TensorParallelDense(const Dense& whole, Split split, std::vector<int64_t> widths,
+                                         distribute::Communicator& group, bool gather)
+    : Layer(whole.name(), std::nullopt),
+      split_(split),
+      widths_(std::move(widths)),
+      group_(&group),
+      gather_(gather && split == Split::Column),
+      activation_(whole.activation()),
+      use_bias_(whole.options().use_bias) {
+  if (!whole.built()) fail("{}: a Dense layer is split once built", whole.label());
+  int rank = group.rank();
+  if (static_cast<int>(widths_.size()) != group.size())
+    fail("{}: {} widths for a group of {} shards", whole.label(), widths_.size(), group.size());
+  int64_t total = std::accumulate(widths_.begin(), widths_.end(), int64_t{0});
+  int64_t in = whole.input_shape()[0], units = whole.units();
+  int64_t split_size = split == Split::Column ? units : in;
+  if (total != split_size)
+    fail("{}: widths add up to {}, the layer's {} are {}", whole.label(), total,
+         split == Split::Column ? "units" : "input features", split_size);
+  if (split == Split::Column && !gather_ && activation_ == tandem::Activation::Softmax)
+    fail("{}: softmax needs whole rows: a column shard of it must gather its output", whole.label());
+  first_ = std::accumulate(widths_.begin(), widths_.begin() + rank, int64_t{0});
+  int64_t mine = widths_[static_cast<size_t>(rank)];
+  input_shape_ = Shape{split == Split::Column ? in : mine};
+  output_shape_ = Shape{split == Split::Column && !gather_ ? mine : units};
+  built_ = true;
+  for (size_t i = 0; i < whole.variables().size(); ++i) {
+    const Variable& v = whole.variables()[i];
+    Tensor piece = cut(i, v.value);
+    mark_trainable(piece, v.trainable);
+    variables_.push_back(Variable{v.name, piece, v.trainable});
+  }
+}
+
+Shape TensorParallelDense::do_build(const Shape&, uint64_t) {
+  fail("{}: a tensor-parallel shard is made built", label());
+}
+
+Tensor TensorParallelDense::cut(size_t variable, const Tensor& whole) const {
+  bool kernel = variable == 0;
+  if (split_ == Split::Column) return columns(whole, first_, width());
+  if (kernel) return whole.contiguous().slice(first_, first_ + width()).clone();  // rows
+  return whole.clone();                                                           // a row shard's bias is whole
+}
+
+void TensorParallelDense::put(size_t variable, const Tensor& piece, Tensor& whole) const {
+  bool kernel = variable == 0;
+  if (split_ == Split::Column) {
+    put_columns(piece, first_, whole);
+  } else if (kernel) {
+    Tensor rows = whole.slice(first_, first_ + width());
+    rows.copy_from(piece);
+  } else {
+    whole.copy_from(piece);
+  }
+}
+
+Tensor TensorParallelDense::call(const Tensor& x, const CallContext&) {
+  check_input(x);
+  const Tensor& kernel = variables_[0].value;
+  Tensor bias = use_bias_ ? variables_[1].value : Tensor();
+  if (split_ == Split::Column) {
+    Tensor in = ops::copy_to_group(x, *group_);  // the input's gradient is summed over the shards
+    if (!gather_) return ops::dense(in, kernel, bias, activation_);
+    Tensor mine = ops::dense(in, kernel, bias, tandem::Activation::Linear);
+    return ops::activation(ops::gather_from_group(mine, *group_, widths_), activation_);
+  }
+  Tensor summed = ops::reduce_from_group(ops::matmul(x, kernel), *group_);
+  if (use_bias_) summed = ops::add(summed, bias);
+  return activation_ == tandem::Activation::Linear ? summed : ops::activation(summed, activation_);
+}
+
+}  // namespace tandem::layers
