@@ -175,5 +175,100 @@ TEST(ModelParallel, Mlp5SplitTwoAndThreeWaysTrainsAsOneDeviceInFit) {
   }
 }
 
+// A custom loop (the step on every device through run(), the batch passed by capture) trains as
+// the same loop on one device.
+TEST(ModelParallel, Mlp5SplitTrainsAsOneDeviceInACustomLoop) {
+  Data d = data(640);
+  auto loop = [&](Sequential& model, distribute::Strategy* strategy) {
+    for (int64_t step = 0; step < 20; ++step) {
+      Tensor x = d.x.slice(step * 32, step * 32 + 32), y = d.y.slice(step * 32, step * 32 + 32);
+      auto body = [&] {
+        GradientTape tape;
+        Tensor loss = ops::mean(model.loss().per_sample(y, model(x, true)));
+        std::vector<Variable*> variables = model.trainable_variables();
+        model.optimizer().apply(variables, tape.gradient(loss, variables));
+        return loss;
+      };
+      if (strategy == nullptr) body();
+      else strategy->run(body);
+    }
+  };
+  auto one = mlp5(nullptr, 0.2f);
+  loop(*one, nullptr);
+  for (int n : {2, 3}) {
+    distribute::ModelParallelStrategy split(n);
+    auto model = mlp5(&split, 0.2f);
+    loop(*model, &split);
+    expect_close(*one, *model, 1e-5, fmt::format("custom loop, model-parallel:{}", n));
+    EXPECT_EQ(model->optimizer().iterations(), 20);
+  }
+}
+
+// Checkpoints are whole: a split model's file read by an unsplit one predicts what the devices
+// compute; a run resumes across the split both ways (variables, Adam's slots and step) as one
+// device's run of the same epochs.
+TEST(ModelParallel, CheckpointsAreWholeAndResumeAcrossTheSplit) {
+  testing::TempDir dir;
+  Data d = data(320);  // 10 steps of 32 per epoch
+  FitOptions first{.epochs = 1, .batch_size = 32, .verbose = 0}, second = first;
+  second.initial_epoch = 1;
+  second.epochs = 2;
+  auto whole = mlp5(nullptr, 0.2f);
+  whole->fit(d.x, d.y, {.epochs = 2, .batch_size = 32, .verbose = 0});
+
+  distribute::ModelParallelStrategy split(3);
+  auto split_model = mlp5(&split, 0.2f);
+  split_model->fit(d.x, d.y, first);
+  split_model->save_weights(dir.file("split.safetensors"));
+  // The devices' forward pass against the unsplit model reading the file.
+  Tensor x = d.x.slice(0, 64);
+  auto on_devices = split.run([&] { return (*split_model)(x, false); });
+  auto reader = mlp5(nullptr, 0.2f);
+  reader->build(Shape{784});
+  reader->load_weights(dir.file("split.safetensors"));
+  std::vector<float> a = on_devices[0].to_vector(), b = reader->predict(x).to_vector();
+  ASSERT_EQ(a.size(), b.size());
+  float scale = 0;  // the logits' largest magnitude: the row shards' sums round in their own order
+  for (float v : b) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6 * scale) << i << " of logits up to " << scale;
+  // Split, then unsplit: the second epoch from the split file.
+  reader->fit(d.x, d.y, second);
+  expect_close(*whole, *reader, 1e-5, "split then unsplit");
+
+  // Unsplit, then split.
+  auto half = mlp5(nullptr, 0.2f);
+  half->fit(d.x, d.y, first);
+  half->save_weights(dir.file("whole.safetensors"));
+  distribute::ModelParallelStrategy again(2);
+  auto resumed = mlp5(&again, 0.2f);
+  resumed->build(Shape{784});
+  resumed->load_weights(dir.file("whole.safetensors"));
+  resumed->fit(d.x, d.y, second);
+  expect_close(*whole, *resumed, 1e-5, "unsplit then split");
+}
+
+// A per-device memory limit: a model whose variables and slots exceed one device is refused
+// before training, naming what it needs and the limit; split over enough devices it trains.
+TEST(ModelParallel, AModelTooBigForOneDeviceIsRefusedAndTrainsSplit) {
+  Data d = data(64);
+  // mlp5 with Adam: 0.23 M parameters, each with 2 slots: 2.8 MB whole; a 1.5 MB device.
+  int64_t limit = 1500000;
+  distribute::ModelParallelStrategy one({.num_shards = 1, .device_memory_bytes = limit});
+  auto big = mlp5(&one, 0.0f);
+  std::string said;
+  try {
+    big->fit(d.x, d.y, {.epochs = 1, .batch_size = 32, .verbose = 0});
+  } catch (const Error& e) {
+    said = e.what();
+  }
+  EXPECT_NE(said.find("model-parallel:1: the model needs 2.8 MB on a device"), std::string::npos) << said;
+  EXPECT_NE(said.find("more than the 1.5 MB each device has"), std::string::npos) << said;
+  EXPECT_EQ(big->optimizer().iterations(), 0);  // refused before any step
+  distribute::ModelParallelStrategy two({.num_shards = 2, .device_memory_bytes = limit});
+  auto split_model = mlp5(&two, 0.0f);
+  split_model->fit(d.x, d.y, {.epochs = 1, .batch_size = 32, .verbose = 0});
+  EXPECT_EQ(split_model->optimizer().iterations(), 2);
+}
+
 }  // namespace
 }  // namespace tandem

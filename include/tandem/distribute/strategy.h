@@ -210,8 +210,9 @@ class Strategy {
   // nowhere); the timeline must outlive the training.
   virtual void set_timeline(Timeline* timeline) { timeline_ = timeline; }
   Timeline* timeline() const { return timeline_; }
-  // Replica r's first row in the global batch that run() is running, split; -1 when unknown.
-  int64_t first_row(int r) const { return first_rows_.empty() ? -1 : first_rows_[static_cast<size_t>(r)]; }
+  // Replica r's first row in the global batch that run() is running, split; -1 when unknown
+  // (a model-parallel strategy's devices all compute the whole batch: 0).
+  virtual int64_t first_row(int r) const { return first_rows_.empty() ? -1 : first_rows_[static_cast<size_t>(r)]; }
 
   // While alive, models constructed on this thread train under the strategy (which must then
   // outlive them: a model keeps a pointer to it, as a Keras model keeps its strategy).
