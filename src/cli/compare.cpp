@@ -281,6 +281,33 @@ void answer_the_tutorial(const std::vector<Row>& rows, const CompareFlags& f) {
   }
 }
 
+// The last tutorial's closing questions for its vertical split, from the rows of a model-parallel
+// run and the default strategy's (one device): is training faster, is the model different? And
+// beside a data-parallel run on as many devices: which split pays for this model.
+void answer_the_split(const std::vector<Row>& rows) {
+  const Row *split = nullptr, *one = nullptr, *mirrored = nullptr;
+  for (const Row& r : rows) {
+    if (r.strategy.starts_with("model-parallel") && !split) split = &r;
+    if (r.strategy == "default" && !one) one = &r;
+    if (r.strategy.starts_with("mirrored") && !mirrored) mirrored = &r;
+  }
+  if (!split || !one) return;
+  double speed = split->samples_per_second / one->samples_per_second;
+  std::printf("Split vertically, is training any faster? %s: %s trains %.0f samples/s, %.2fx one device's %.0f.\n",
+              speed > 1.05   ? "Yes"
+              : speed < 0.95 ? "No, slower"
+                             : "About the same",
+              split->strategy.c_str(), split->samples_per_second, speed, one->samples_per_second);
+  double gap = 100.0 * (split->test_accuracy - one->test_accuracy);
+  std::printf("Is performance any different? %s: %.2f%% test accuracy split, %.2f%% on one device (%+.2f points).\n",
+              std::fabs(gap) <= 0.2 ? "No" : "Yes", 100.0 * split->test_accuracy, 100.0 * one->test_accuracy, gap);
+  if (mirrored)
+    std::printf("Which split pays for this model? %s: %s %.0f samples/s, %s %.0f.\n",
+                mirrored->samples_per_second > split->samples_per_second ? "Splitting the data" : "Splitting the model",
+                mirrored->strategy.c_str(), mirrored->samples_per_second, split->strategy.c_str(),
+                split->samples_per_second);
+}
+
 void run_compare(const CompareFlags& f) {
   f.common.apply_threads();
   std::vector<std::string> names = split_list(f.strategies);
@@ -313,6 +340,7 @@ void run_compare(const CompareFlags& f) {
     std::printf("\n");
   }
   answer_the_tutorial(rows, f);
+  answer_the_split(rows);
   int cores = usable_cores();
   for (const Row& r : rows) {
     if (&r == base || r.samples_per_second >= base->samples_per_second) continue;
@@ -388,7 +416,7 @@ void add_compare(CLI::App& app) {
          "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]], "
          "local_sgd[:N[:K]], multiworker:N[:L][:deterministic] (N processes under tandem launch), "
          "ps-async:PxW, ps-sync:PxW (P parameter servers and W workers under tandem launch --ps P --workers W; "
-         "--batch-size is then each worker's batch)")
+         "--batch-size is then each worker's batch), model-parallel:N (the Dense layers split over N devices)")
       ->capture_default_str();
   cmd->add_option("--target-accuracy", flags->target_accuracy,
                   "evaluate on the test split after every epoch: the table gives the training seconds to first reach "

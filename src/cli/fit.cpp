@@ -15,6 +15,29 @@
 namespace tandem::cli {
 namespace {
 
+// "64MB", "1.5GB", "500KB", "64MiB" or a count of bytes.
+int64_t parse_bytes(const std::string& text, const char* flag) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  double scale = unit.empty() || unit == "B"   ? 1
+                 : unit == "KB" || unit == "K" ? 1e3
+                 : unit == "MB" || unit == "M" ? 1e6
+                 : unit == "GB" || unit == "G" ? 1e9
+                 : unit == "KiB"               ? 1024.0
+                 : unit == "MiB"               ? 1048576.0
+                 : unit == "GiB"               ? 1073741824.0
+                                               : 0;
+  if (used == 0 || scale == 0 || !(value > 0) || value * scale > 9e18)
+    fail("fit: {} must be a size such as 64MB, 1.5GB or 500KB, not \"{}\"", flag, text);
+  return static_cast<int64_t>(value * scale);
+}
+
 struct FitFlags {
   CommonFlags common;
   int epochs = 10;
@@ -40,6 +63,7 @@ struct FitFlags {
   double shard_mb = 0.0;         // ps-async, ps-sync: variables above this size are split over the servers
   double target_accuracy = 0.0;  // test accuracy after every epoch, and the time to reach this
   bool prefetch = false;         // ps-async: the next pull right after each push
+  std::string device_memory;     // model-parallel:N: each device's memory ("64MB")
   double cycle_time_ms = 0.0;
   std::string compression = "none";
   std::string timeline;  // Chrome trace file ("": none)
@@ -177,6 +201,12 @@ void run_fit(FitFlags f) {
   settings.cluster_file = f.cluster;
   settings.shard_bytes = static_cast<int64_t>(f.shard_mb * 1024 * 1024);
   settings.prefetch = f.prefetch;
+  if (!f.device_memory.empty()) {
+    if (!f.strategy.starts_with("model-parallel"))
+      fail("fit: --device-memory applies to --strategy model-parallel:N (model-parallel:1 is one device), not \"{}\"",
+           f.strategy);
+    settings.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
+  }
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, settings);
   distribute::set_job_phase(*strategy, "start-up");  // the model, the data, the run directory
   std::unique_ptr<Timeline> timeline;
@@ -363,7 +393,8 @@ void add_fit(CLI::App& app) {
                   "(W workers, L replicas each; --batch-size is the global batch), or ps-async or ps-sync on every "
                   "task of a parameter-server cluster (TF_CONFIG; `tandem launch --ps P --workers W` starts one here): "
                   "--batch-size is then the batch each worker computes per step, and an epoch is one pass over the "
-                  "data by all the workers together")
+                  "data by all the workers together; or model-parallel:N (the Dense layers split over N devices, "
+                  "core groups of --threads threads each)")
       ->capture_default_str();
   cmd->add_option("--cluster", flags->cluster,
                   "ps-async, ps-sync: a file holding the cluster spec as TF_CONFIG's JSON (default: the TF_CONFIG "
@@ -377,6 +408,9 @@ void add_fit(CLI::App& app) {
   cmd->add_flag("--prefetch", flags->prefetch,
                 "ps-async: each worker asks for the next step's variables right after its push (more samples/s, "
                 "gradients about one update staler)");
+  cmd->add_option("--device-memory", flags->device_memory,
+                  "model-parallel:N: each device's memory for the variables and optimizer slots (64MB, 1.5GB, 500KB "
+                  "or bytes): a model that needs more on a device is refused before training");
   cmd->add_option("--target-accuracy", flags->target_accuracy,
                   "evaluate on the test split after every epoch and say how many training seconds it took to "
                   "first reach this test accuracy (a fraction: 0.98; 0: no such evaluation)")
