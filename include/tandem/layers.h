@@ -291,7 +291,8 @@ class Activation : public Layer {
 //   summed over the group), the output this shard's slice of the units, or every shard's side by
 //   side (gather: then the activation runs on whole rows, softmax included).
 //   Row: rows [first, first + width) of the kernel, the input this shard's slice of the features;
-//   the partial products summed over the group, then the whole bias and the activation.
+//   the partial products (shard 0's with the bias, which only it holds) summed over the group,
+//   then the activation.
 // widths[r] is shard r's share of the units (Column) or of the input features (Row).
 class TensorParallelDense : public Layer {
  public:
@@ -306,8 +307,10 @@ class TensorParallelDense : public Layer {
   const std::vector<int64_t>& widths() const { return widths_; }
   int64_t first() const { return first_; }
   int64_t width() const { return widths_[static_cast<size_t>(group_->rank())]; }
-  // Variable i's piece as this shard holds it, cut from the whole layer's tensor (a variable, or
-  // an optimizer slot of its shape); and this shard's piece written into the whole tensor.
+  // Whether this shard holds a piece of the whole layer's variable i (its variables are those it
+  // holds, in the whole layer's order); variable i's piece cut from the whole layer's tensor (a
+  // variable, or an optimizer slot of its shape); this shard's piece written into the whole one.
+  bool holds(size_t variable) const;
   Tensor cut(size_t variable, const Tensor& whole) const;
   void put(size_t variable, const Tensor& piece, Tensor& whole) const;
 

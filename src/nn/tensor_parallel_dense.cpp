@@ -62,6 +62,7 @@ TensorParallelDense::TensorParallelDense(const Dense& whole, Split split, std::v
   output_shape_ = Shape{split == Split::Column && !gather_ ? mine : units};
   built_ = true;
   for (size_t i = 0; i < whole.variables().size(); ++i) {
+    if (!holds(i)) continue;
     const Variable& v = whole.variables()[i];
     Tensor piece = cut(i, v.value);
     mark_trainable(piece, v.trainable);
@@ -73,11 +74,15 @@ Shape TensorParallelDense::do_build(const Shape&, uint64_t) {
   fail("{}: a tensor-parallel shard is made built", label());
 }
 
+bool TensorParallelDense::holds(size_t variable) const {
+  return split_ == Split::Column || variable == 0 || group_->rank() == 0;  // a row split's bias: shard 0's
+}
+
 Tensor TensorParallelDense::cut(size_t variable, const Tensor& whole) const {
   bool kernel = variable == 0;
   if (split_ == Split::Column) return columns(whole, first_, width());
   if (kernel) return whole.contiguous().slice(first_, first_ + width()).clone();  // rows
-  return whole.clone();                                                           // a row shard's bias is whole
+  return whole.clone();  // a row split's bias, whole on shard 0
 }
 
 void TensorParallelDense::put(size_t variable, const Tensor& piece, Tensor& whole) const {
@@ -95,15 +100,18 @@ void TensorParallelDense::put(size_t variable, const Tensor& piece, Tensor& whol
 Tensor TensorParallelDense::call(const Tensor& x, const CallContext&) {
   check_input(x);
   const Tensor& kernel = variables_[0].value;
-  Tensor bias = use_bias_ ? variables_[1].value : Tensor();
   if (split_ == Split::Column) {
+    Tensor bias = use_bias_ ? variables_[1].value : Tensor();
     Tensor in = ops::copy_to_group(x, *group_);  // the input's gradient is summed over the shards
     if (!gather_) return ops::dense(in, kernel, bias, activation_);
     Tensor mine = ops::dense(in, kernel, bias, tandem::Activation::Linear);
     return ops::activation(ops::gather_from_group(mine, *group_, widths_), activation_);
   }
-  Tensor summed = ops::reduce_from_group(ops::matmul(x, kernel), *group_);
-  if (use_bias_) summed = ops::add(summed, bias);
+  // Shard 0 adds the bias to its partial products (in the same pass); the sum has it once.
+  Tensor partial = use_bias_ && group_->rank() == 0
+                       ? ops::dense(x, kernel, variables_[1].value, tandem::Activation::Linear)
+                       : ops::matmul(x, kernel);
+  Tensor summed = ops::reduce_from_group(partial, *group_);
   return activation_ == tandem::Activation::Linear ? summed : ops::activation(summed, activation_);
 }
 

@@ -57,7 +57,7 @@ Tensor ModelParallelStrategy::Shards::whole_of(const Where& at, const std::funct
   Tensor out = Tensor::empty(model.shape());
   for (int d = 0; d < devices_; ++d) {
     auto& mine = static_cast<const TensorParallelDense&>(*of_device_[static_cast<size_t>(d)][at.layer]);
-    mine.put(at.variable, piece(d), out);
+    if (mine.holds(at.variable)) mine.put(at.variable, piece(d), out);
   }
   return out;
 }
@@ -89,6 +89,7 @@ Optimizer& ModelParallelStrategy::Shards::optimizer(Optimizer& model_optimizer, 
           continue;
         }
         auto* split = dynamic_cast<const TensorParallelDense*>(stack[at->layer].get());
+        if (split != nullptr && !split->holds(at->variable)) continue;  // another device's
         mine.emplace_back(entry, split != nullptr ? split->cut(at->variable, tensor) : tensor.clone());
       }
       std::unique_ptr<Optimizer> copy = model_optimizer.replicate({});
