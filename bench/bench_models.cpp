@@ -1,6 +1,9 @@
-// Training throughput of the reference models on MNIST-shaped data (60,000 × 784, random),
-// beside the GEMM-only floor: the same matrix products alone through oneDNN, no framework.
-// Usage: bench_models WORKLOAD [threads] [seconds] [nofloor|floor] [STRATEGY: default, mirrored:N[:deterministic], central:N]   WORKLOAD: mlp25 mlp256 mlp5_50 mlp5_256 cnn64
+// Training throughput of the reference models on MNIST-shaped data (60,000 × 784, random; the
+// CIFAR MLP on 60,000 × 32 × 32 × 3), beside the GEMM-only floor: the same matrix products alone
+// through oneDNN, no framework.
+// Usage: bench_models WORKLOAD [threads] [seconds] [nofloor|floor] [STRATEGY: make_strategy's names, e.g.
+// mirrored:N[:deterministic], central:N, model-parallel:N]   WORKLOAD: mlp25 mlp256 mlp5_50 mlp5_256 cnn64
+// cifar_mlp256 (the floor: not for cifar_mlp256)
 // Prints one JSON line. Run one workload per process so that peak RSS is the workload's own.
 #include <sys/resource.h>
 
@@ -39,6 +42,12 @@ std::unique_ptr<Sequential> make_model(const std::string& model) {
     for (int i = 0; i < 4; ++i) m->add(Dense(160, "elu"));
     m->add(Dense(10));
     m->compile(optimizers::SGD(0.01f, {.momentum = 0.95f}), Loss::sparse_categorical_crossentropy(true), {"accuracy"});
+  } else if (model == "cifar-mlp") {  // the third tutorial's CIFAR-10 MLP
+    m->add(Flatten({.input_shape = Shape{32, 32, 3}}));
+    m->add(Dense(3000, "relu"));
+    m->add(Dense(1000, "relu"));
+    m->add(Dense(10, "sigmoid"));
+    m->compile(optimizers::SGD(0.01f), "sparse_categorical_crossentropy", {"accuracy"});
   } else {
     m->add(Conv2D(32, 3, {.activation = "relu", .input_shape = Shape{28, 28, 1}}));
     m->add(MaxPooling2D());
@@ -111,7 +120,7 @@ double peak_rss_mb() {
 int main(int argc, char** argv) try {
   std::vector<Workload> all = {{"mlp25", "mlp", 25},      {"mlp256", "mlp", 256},    {"mlp5_50", "mlp5", 50},
                                {"mlp5_128", "mlp5", 128}, {"mlp5_256", "mlp5", 256}, {"cnn64", "cnn", 64},
-                               {"cnn128", "cnn", 128},    {"cnn256", "cnn", 256}};
+                               {"cnn128", "cnn", 128},    {"cnn256", "cnn", 256},    {"cifar_mlp256", "cifar-mlp", 256}};
   if (argc < 2)
     fail("usage: bench_models WORKLOAD [threads] [seconds]; WORKLOAD is mlp25, mlp256, mlp5_50, mlp5_256 or cnn64");
   auto it = std::find_if(all.begin(), all.end(), [&](const Workload& w) { return w.name == argv[1]; });
@@ -121,8 +130,8 @@ int main(int argc, char** argv) try {
   set_num_threads(threads);
 
   const int64_t n = 60000;
-  bool cnn = it->model == "cnn";
-  Tensor x = Tensor::empty(cnn ? Shape{n, 28, 28, 1} : Shape{n, 784});
+  bool cnn = it->model == "cnn", cifar = it->model == "cifar-mlp";
+  Tensor x = Tensor::empty(cnn ? Shape{n, 28, 28, 1} : cifar ? Shape{n, 32, 32, 3} : Shape{n, 784});
   Philox rng(1);
   rng.uniforms(0, x.numel(), x.data<float>());
   std::vector<int32_t> labels(n);
