@@ -118,9 +118,10 @@ double peak_rss_mb() {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::vector<Workload> all = {{"mlp25", "mlp", 25},      {"mlp256", "mlp", 256},    {"mlp5_50", "mlp5", 50},
-                               {"mlp5_128", "mlp5", 128}, {"mlp5_256", "mlp5", 256}, {"cnn64", "cnn", 64},
-                               {"cnn128", "cnn", 128},    {"cnn256", "cnn", 256},    {"cifar_mlp256", "cifar-mlp", 256}};
+  std::vector<Workload> all = {
+      {"mlp25", "mlp", 25},      {"mlp256", "mlp", 256},    {"mlp5_50", "mlp5", 50},
+      {"mlp5_128", "mlp5", 128}, {"mlp5_256", "mlp5", 256}, {"cnn64", "cnn", 64},
+      {"cnn128", "cnn", 128},    {"cnn256", "cnn", 256},    {"cifar_mlp256", "cifar-mlp", 256}};
   if (argc < 2)
     fail("usage: bench_models WORKLOAD [threads] [seconds]; WORKLOAD is mlp25, mlp256, mlp5_50, mlp5_256 or cnn64");
   auto it = std::find_if(all.begin(), all.end(), [&](const Workload& w) { return w.name == argv[1]; });
