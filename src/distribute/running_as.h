@@ -9,8 +9,14 @@ namespace tandem::distribute {
 class RunningAs {
  public:
   RunningAs(Strategy* s, int r)
-      : context_{s, &s->communicator(r),    s->first_local_replica() + r, s->num_replicas_in_sync(), s->first_row(r),
-                 r, s->num_local_replicas()},
+      : context_{s,
+                 &s->communicator(r),
+                 s->first_local_replica() + r,
+                 s->num_replicas_in_sync(),
+                 s->first_row(r),
+                 r,
+                 s->num_local_replicas(),
+                 s->batch_group(r)},
         as_(context_),
         rule_(&s->update_rule()) {}
 

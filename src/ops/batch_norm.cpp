@@ -181,10 +181,10 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
                   const distribute::ReplicaContext* replicas, bool synchronized) {
   const char* op = "batch_norm";
   CrossReplicaSum cross_replica;
-  if (training && replicas != nullptr && replicas->num_replicas > 1)
-    cross_replica = [replicas](std::span<double> values) {
-      replicas->communicator->all_reduce(values);
-      return replicas->num_replicas;
+  if (training && replicas != nullptr && replicas->batch_group != nullptr && replicas->batch_group->size() > 1)
+    cross_replica = [group = replicas->batch_group](std::span<double> values) {
+      group->all_reduce(values);
+      return group->size();
     };
   check_parameters(op, x_in, gamma, beta, moving_mean, moving_variance);
   int64_t c = x_in.dim(-1);

@@ -76,9 +76,9 @@ Tensor compute_average_loss(const Tensor& per_sample_loss, int64_t global_batch_
     // (a replica may have none and contributes zeros). Every replica of the step calls this.
     global_batch_size = per_sample_loss.dim(0);
     const distribute::ReplicaContext* replica = distribute::replica_context();
-    if (replica != nullptr && replica->num_replicas > 1) {
+    if (replica != nullptr && replica->batch_group != nullptr && replica->batch_group->size() > 1) {
       double rows = static_cast<double>(global_batch_size);
-      replica->communicator->all_reduce(std::span<double>(&rows, 1));
+      replica->batch_group->all_reduce(std::span<double>(&rows, 1));
       global_batch_size = static_cast<int64_t>(rows);
     }
   }

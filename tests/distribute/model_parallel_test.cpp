@@ -177,6 +177,57 @@ TEST(ModelParallel, Mlp5SplitTwoAndThreeWaysTrainsAsOneDeviceInFit) {
   }
 }
 
+// The plan's other paths: layers that need whole samples run whole on every device (Flatten,
+// batch normalization), an Activation between a pair runs split, a Dense without a partner is
+// split by columns and gathered (softmax on whole rows), and a Dense with fewer units than devices
+// stays whole; under {.auto_split = false} only Dense({.shards = N}) splits, and another count is
+// named.
+TEST(ModelParallel, EveryPathOfThePlanTrainsAsOneDevice) {
+  Tensor x = testing::random_tensor({96, 4, 4, 2}, 5, 0.0f, 1.0f);
+  std::vector<int32_t> labels(96);
+  for (int i = 0; i < 96; ++i) labels[static_cast<size_t>(i)] = i % 5;
+  Tensor y = Tensor::from_vector({96}, std::span<const int32_t>(labels));
+  auto make = [](distribute::Strategy* strategy, int shards) {
+    std::optional<distribute::Strategy::Scope> scope;
+    if (strategy != nullptr) scope.emplace(strategy);
+    auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 11});
+    m->add(Flatten({.input_shape = Shape{4, 4, 2}}));
+    m->add(Dense(24, "", {.shards = shards}));
+    m->add(layers::Activation("tanh"));
+    m->add(Dropout(0.25f));
+    m->add(Dense(20, "relu"));
+    m->add(BatchNormalization());
+    m->add(Dense(2, "relu"));  // fewer units than 3 devices: whole
+    m->add(Dense(5, "softmax", {.shards = shards}));
+    // SGD: RMSprop would turn the rounding noise of gradients that are nearly zero here (two
+    // ReLU units, a softmax of five) into whole steps, on one device as much as split.
+    m->compile(optimizers::SGD(0.05f, {.momentum = 0.9f}), "sparse_categorical_crossentropy", {"accuracy"});
+    return m;
+  };
+  auto one = make(nullptr, 1);
+  one->fit(x, y, {.epochs = 2, .batch_size = 32, .verbose = 0});
+  distribute::ModelParallelStrategy three(3);
+  auto split = make(&three, 1);
+  split->fit(x, y, {.epochs = 2, .batch_size = 32, .verbose = 0});
+  expect_close(*one, *split, 1e-5, "every path, model-parallel:3");
+  // By hand: the first Dense pairs with the second only if both are marked; here the last one
+  // alone is (column split, gathered).
+  distribute::ModelParallelStrategy by_hand({.num_shards = 2, .auto_split = false});
+  auto marked = make(&by_hand, 2);
+  marked->fit(x, y, {.epochs = 2, .batch_size = 32, .verbose = 0});
+  expect_close(*one, *marked, 1e-5, "Dense({.shards = 2}) only");
+  distribute::ModelParallelStrategy four(4);
+  auto wrong = make(&four, 2);
+  std::string said;
+  try {
+    wrong->fit(x, y, {.epochs = 1, .batch_size = 32, .verbose = 0});
+  } catch (const Error& e) {
+    said = e.what();
+  }
+  EXPECT_NE(said.find("made with {.shards = 2} but ModelParallelStrategy splits over 4 devices"), std::string::npos)
+      << said;
+}
+
 // A custom loop (the step on every device through run(), the batch passed by capture) trains as
 // the same loop on one device.
 TEST(ModelParallel, Mlp5SplitTrainsAsOneDeviceInACustomLoop) {

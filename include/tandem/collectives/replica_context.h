@@ -23,6 +23,10 @@ struct ReplicaContext {
   int64_t first_row = -1;
   int local_replica_id = 0;  // among the replicas of this process
   int num_local_replicas = 1;
+  // The group the global batch is split over (data parallelism): what sums over the batch's rows
+  // (batch normalization's statistics, the loss's global batch size) sums over it. Null where
+  // every replica computes the whole batch (model parallelism's devices).
+  Communicator* batch_group = nullptr;
 
   int num_replicas_in_sync() const { return num_replicas; }
   // Each tensor reduced over the replicas, fused into one collective; every replica calls it

@@ -50,6 +50,7 @@ class ModelParallelStrategy : public MirroredStrategy {
                                                              int replica) const override;
   GradientReduction gradient_reduction() const override { return {GradientReduction::Kind::None}; }
   int64_t first_row(int) const override { return 0; }  // every device computes the whole batch
+  Communicator* batch_group(int) override { return nullptr; }
   UpdateRule& update_rule() const override;
   std::unique_ptr<StepRunner> make_step(const StepParts& parts) override;
   // Checkpoints: the variables and the optimizer's slots gathered whole from the devices.

@@ -134,6 +134,9 @@ class Strategy {
   virtual void for_each_replica(const std::function<void(int replica)>& fn) = 0;
   // Replica r's handle on the group the replicas reduce in (pluggable: in-process now).
   virtual Communicator& communicator(int replica) = 0;
+  // Replica r's handle on the group the global batch is split over (ReplicaContext::batch_group):
+  // by default all the replicas; null where each computes the whole batch.
+  virtual Communicator* batch_group(int replica) { return &communicator(replica); }
 
   // fn(args[r]) on every replica r (or fn() with no args): the per-replica results.
   template <class F, class A>

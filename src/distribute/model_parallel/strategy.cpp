@@ -33,6 +33,7 @@ class ModelParallelUpdate : public UpdateRule {
   void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
                      std::span<const Tensor> gradients) override {
     const ReplicaContext& device = *replica_context();
+    if (device.num_replicas == 1) return optimizer.apply_here(variables, gradients);  // one device: the model's
     auto& strategy = static_cast<ModelParallelStrategy&>(*device.strategy);
     Optimizer& mine = strategy.shards().optimizer(optimizer, device.local_replica_id, variables);
     float lr = optimizer.current_learning_rate();
