@@ -12,11 +12,12 @@
 //   auto scope = split.scope();
 //   Sequential model;  ...  model.fit(x, y, {.batch_size = 256});
 //
-// Each device keeps its slices of the variables and of the optimizer's slots; the model's own
-// variables get the whole values at each epoch's end (validation, callbacks), and checkpoints
-// are whole, as one device writes them: a split run resumes unsplit and back. In a custom loop,
-// run() runs the step on every device with the same batch (pass it by capture) and returns each
-// device's (equal) result.
+// Each device keeps its slices of the variables and of the optimizer's slots while it trains; the
+// model's own variables get the whole values at each epoch's end (validation, callbacks) and
+// after each run() of a custom loop, and hold between fits and steps (what is written to them
+// counts); checkpoints are whole, as one device writes them: a split run resumes unsplit and
+// back. In a custom loop, run() runs the step on every device with the same batch (pass it by
+// capture) and returns each device's (equal) result.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,6 +53,9 @@ class ModelParallelStrategy : public MirroredStrategy {
   int64_t first_row(int) const override { return 0; }  // every device computes the whole batch
   Communicator* batch_group(int) override { return nullptr; }
   UpdateRule& update_rule() const override;
+  // MirroredStrategy's, between cutting the devices' pieces from the whole model and writing
+  // them back into it (a custom loop's step; fit's step keeps the pieces until the epoch ends).
+  void for_each_replica(const std::function<void(int replica)>& fn) override;
   std::unique_ptr<StepRunner> make_step(const StepParts& parts) override;
   // Checkpoints: the variables and the optimizer's slots gathered whole from the devices.
   void collect_state(std::vector<std::pair<std::string, Tensor>>& state) override;

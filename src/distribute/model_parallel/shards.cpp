@@ -35,6 +35,8 @@ void ModelParallelStrategy::Shards::keep(const std::vector<std::shared_ptr<layer
     of_device_.clear();
     optimizers_.clear();
     by_name_.clear();
+    model_optimizer_ = nullptr;
+    whole_holds_ = false;
     for (size_t i = 0; i < whole.size(); ++i)
       for (size_t k = 0; k < whole[i]->variables().size(); ++k) by_name_[whole[i]->variables()[k].name] = {i, k};
   }
@@ -97,6 +99,7 @@ Optimizer& ModelParallelStrategy::Shards::optimizer(Optimizer& model_optimizer, 
       optimizers_.push_back(std::move(copy));
     }
     optimizer_id_ = model_optimizer.id();
+    model_optimizer_ = &model_optimizer;
   }
   std::vector<Variable*> expected = trainable(of_device_[static_cast<size_t>(device)]);
   if (!std::equal(variables.begin(), variables.end(), expected.begin(), expected.end()))
@@ -111,6 +114,7 @@ Optimizer& ModelParallelStrategy::Shards::optimizer(Optimizer& model_optimizer, 
 void ModelParallelStrategy::Shards::write_back(Optimizer* model_optimizer) {
   std::lock_guard lock(mutex_);
   if (!made()) return;
+  if (model_optimizer == nullptr) model_optimizer = model_optimizer_;
   for (const auto& [name, at] : by_name_) {
     Tensor whole = whole_of(
         at, [&](int d) { return of_device_[static_cast<size_t>(d)][at.layer]->variables()[at.variable].value; });
@@ -126,9 +130,24 @@ void ModelParallelStrategy::Shards::write_back(Optimizer* model_optimizer) {
   model_optimizer->set_iterations(optimizers_[0]->iterations());
 }
 
-void ModelParallelStrategy::Shards::gather(std::vector<std::pair<std::string, Tensor>>& state) {
+void ModelParallelStrategy::Shards::reslice() {
   std::lock_guard lock(mutex_);
   if (!made()) return;
+  for (const auto& [name, at] : by_name_) {
+    const Tensor& whole = whole_[at.layer]->variables()[at.variable].value;
+    for (int d = 0; d < devices_; ++d) {
+      layers::Layer& mine = *of_device_[static_cast<size_t>(d)][at.layer];
+      auto* split = dynamic_cast<const TensorParallelDense*>(&mine);
+      if (split != nullptr && !split->holds(at.variable)) continue;
+      mine.variables()[at.variable].value.copy_from(split != nullptr ? split->cut(at.variable, whole) : whole);
+    }
+  }
+  whole_holds_ = false;
+}
+
+void ModelParallelStrategy::Shards::gather(std::vector<std::pair<std::string, Tensor>>& state) {
+  std::lock_guard lock(mutex_);
+  if (!made() || whole_holds_) return;
   for (auto& [entry, tensor] : state) {
     if (std::optional<Where> at = where(entry)) {
       tensor = whole_of(

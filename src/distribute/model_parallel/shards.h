@@ -22,8 +22,17 @@ struct ModelParallelStrategy::Shards {
   // another optimizer, or after a restore renewed its id), its slots cut from the model
   // optimizer's as the variables are.
   Optimizer& optimizer(Optimizer& model_optimizer, int device, std::span<Variable* const> variables);
-  // The model's variables (and `model_optimizer`'s slots and step) made whole from the devices'.
+  // The model's variables (and `model_optimizer`'s slots and step; null: the one the devices'
+  // optimizers were last made from) made whole from the devices'.
   void write_back(Optimizer* model_optimizer);
+  // From now on the model's variables hold (after fit and after each run() of a custom loop: what
+  // callbacks or the user do to the whole model counts, EarlyStopping's best weights):
+  // checkpoints read them as they are, and before the devices run again their pieces are cut
+  // again from them (reslice; the optimizers' slots stay, as written back, unless the model's
+  // optimizer is restored, which renews its id).
+  void hand_to_model() { whole_holds_ = true; }
+  bool whole_holds() const { return whole_holds_; }
+  void reslice();
   // The entries of a model's state that the devices hold in pieces, made whole.
   void gather(std::vector<std::pair<std::string, Tensor>>& state);
   // The bytes one device holds at most: its variables and `slots` slots per trainable one.
@@ -46,7 +55,9 @@ struct ModelParallelStrategy::Shards {
   std::vector<std::vector<std::shared_ptr<layers::Layer>>> of_device_;
   std::map<std::string, Where> by_name_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;
-  uint64_t optimizer_id_ = 0;  // of the model's optimizer the copies were made from
+  uint64_t optimizer_id_ = 0;             // of the model's optimizer the copies were made from
+  Optimizer* model_optimizer_ = nullptr;  // that optimizer (the model's, alive while its replicas are)
+  bool whole_holds_ = false;
 };
 
 }  // namespace tandem::distribute

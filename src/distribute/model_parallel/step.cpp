@@ -3,6 +3,8 @@
 // the split layers' collectives keep the devices together. Device 0's loss and predictions go to
 // fit's metrics (every device computes the same). At each epoch's end the model's variables and
 // its optimizer's slots are made whole again, for validation, callbacks and checkpoints.
+#include <exception>
+
 #include "distribute/model_parallel/shards.h"
 #include "tandem/autograd.h"
 #include "tandem/distribute/step_runner.h"
@@ -28,7 +30,8 @@ class TensorParallelStep : public StepRunner {
     if (!x.defined()) batch.slice(0, batch.rows, x, y);
     double loss = 0.0;
     Tensor predictions;
-    strategy_.for_each_replica([&](int d) {
+    if (strategy_.shards().whole_holds()) strategy_.shards().reslice();
+    strategy_.MirroredStrategy::for_each_replica([&](int d) {  // the devices hold until the epoch ends
       ModelReplicas::Replica& device = replicas_[d];
       std::vector<Tensor> grads;
       Tensor h = x, mean;
@@ -50,6 +53,13 @@ class TensorParallelStep : public StepRunner {
   }
 
   void finish_epoch() override { strategy_.shards().write_back(&optimizer_); }
+
+  // fit's end: the whole model holds (its last epoch's end wrote it, then callbacks may change
+  // it; a fit failing mid-epoch writes the devices' newest values into it first).
+  ~TensorParallelStep() override {
+    if (std::uncaught_exceptions() > 0) strategy_.shards().write_back(&optimizer_);
+    strategy_.shards().hand_to_model();
+  }
 
  private:
   ModelParallelStrategy& strategy_;

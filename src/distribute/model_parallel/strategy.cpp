@@ -117,6 +117,14 @@ std::vector<std::shared_ptr<Layer>> ModelParallelStrategy::replica_layers(
   return out;
 }
 
+void ModelParallelStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
+  if (shards_->whole_holds()) shards_->reslice();
+  MirroredStrategy::for_each_replica(fn);
+  // A custom loop's step: the whole model holds again between steps.
+  shards_->write_back(nullptr);
+  shards_->hand_to_model();
+}
+
 void ModelParallelStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
   shards_->gather(state);
 }
