@@ -98,53 +98,41 @@ std::string remote_line(const std::vector<std::string>& command, const std::stri
   return line;
 }
 
-// A task on another host: `agent host LINE` with a pipe from the launcher as its standard input.
-pid_t start_remote(const std::vector<std::string>& agent, const std::string& host, const std::string& line, int* feed) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) fail("launch: cannot make a pipe: {}", std::strerror(errno));
-  std::fflush(stdout);
-  std::fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) fail("launch: cannot start a task: {}", std::strerror(errno));
-  if (pid == 0) {
-    dup2(fds[0], STDIN_FILENO);  // without O_CLOEXEC
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    signal(SIGINT, SIG_IGN);  // the launcher decides when the task ends
-    std::vector<std::string> args = agent;
-    args.insert(args.end(), {host, line});
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr, "launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(fds[0]);
-  *feed = fds[1];
-  return pid;
-}
-
-pid_t start(const std::vector<std::string>& command, const std::string& tf_config, int threads) {
+// A task's process: `args` with `env` set, the launcher's signal handlers undone, ended with the
+// launcher (PR_SET_PDEATHSIG); `input` (>= 0) as its standard input.
+pid_t start(const std::vector<std::string>& args, int input,
+            const std::vector<std::pair<std::string, std::string>>& env) {
   std::fflush(stdout);
   std::fflush(stderr);
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) fail("launch: cannot start a task: {}", std::strerror(errno));
   if (pid > 0) return pid;
+  if (input >= 0) dup2(input, STDIN_FILENO);  // without O_CLOEXEC
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);  // the launcher already gone
-  signal(SIGINT, SIG_DFL);
-  signal(SIGTERM, SIG_DFL);
-  signal(SIGHUP, SIG_DFL);
-  setenv("TF_CONFIG", tf_config.c_str(), 1);
-  if (std::getenv("OMP_NUM_THREADS") == nullptr) setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  std::vector<std::string> args = command;
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  execvp(argv[0], argv.data());
-  std::fprintf(stderr, "launch: cannot run %s: %s\n", argv[0], std::strerror(errno));
-  _exit(127);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, SIG_DFL);
+  for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+  exec_command(args, "launch: ");
+}
+
+// A task here: COMMAND with its TF_CONFIG (and OMP_NUM_THREADS unless the launcher has one).
+pid_t start_here(const std::vector<std::string>& command, const std::string& tf_config, int threads) {
+  std::vector<std::pair<std::string, std::string>> env{{"TF_CONFIG", tf_config}};
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) env.emplace_back("OMP_NUM_THREADS", std::to_string(threads));
+  return start(command, -1, env);
+}
+
+// A task on another host: `agent host LINE` with a pipe from the launcher as its standard input.
+pid_t start_remote(const std::vector<std::string>& agent, const std::string& host, const std::string& line, int* feed) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) fail("launch: cannot make a pipe: {}", std::strerror(errno));
+  std::vector<std::string> args = agent;
+  args.insert(args.end(), {host, line});
+  pid_t pid = start(args, fds[0], {});
+  close(fds[0]);
+  *feed = fds[1];
+  return pid;
 }
 
 void reaped(Task& t, int status) {
@@ -235,7 +223,7 @@ int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &action, nullptr);
   setenv("TANDEM_STDOUT_IS_TERMINAL", isatty(STDOUT_FILENO) != 0 ? "1" : "0", 1);
   for (Task& t : tasks)
-    t.pid = here(t) ? start(command, cluster.to_json(t.id), threads(t))
+    t.pid = here(t) ? start_here(command, cluster.to_json(t.id), threads(t))
                     : start_remote(agent, cluster.host(t.id), remote_line(command, cluster.to_json(t.id)), &t.feed);
   auto grace = std::chrono::milliseconds(static_cast<int64_t>(1000 * std::min(timeout, 5.0)));
   std::optional<std::chrono::steady_clock::time_point> chief_ended;

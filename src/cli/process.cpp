@@ -14,6 +14,15 @@
 
 namespace tandem::cli {
 
+void exec_command(std::vector<std::string> args, const std::string& who) {
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "%scannot run %s: %s\n", who.c_str(), argv[0], std::strerror(errno));
+  _exit(127);
+}
+
 std::optional<int> run_command(std::vector<std::string> args, std::string* output, double timeout_s) {
   int out[2] = {-1, -1};
   if (output != nullptr && pipe(out) != 0) fail("cannot make a pipe: {}", std::strerror(errno));
@@ -26,12 +35,7 @@ std::optional<int> run_command(std::vector<std::string> args, std::string* outpu
       dup2(out[1], 2);
       close(out[0]);
     }
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
+    exec_command(args, "");
   }
   if (output != nullptr) close(out[1]);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
