@@ -420,6 +420,30 @@ TEST(PsCluster, AKilledOrStoppedServerIsNamedAndTheJobEnds) {
   }
 }
 
+// Once the launcher's log says epoch 2 began, SIGINT to the launcher: within 5 s no process whose
+// command line names `marker` is left (every task, here or on another host), and the launcher
+// ends non-zero.
+void interrupt_mid_epoch(pid_t launcher, const std::string& log, const std::string& marker) {
+  auto start = std::chrono::steady_clock::now();
+  auto said = [&] { return std::filesystem::exists(log) ? io::read_file(log) : std::string(); };
+  while (said().find("Epoch 2/") == std::string::npos &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(90))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_NE(said().find("Epoch 2/"), std::string::npos) << said();
+  kill(launcher, SIGINT);
+  auto interrupted = std::chrono::steady_clock::now();
+  std::string left = "?";
+  while (std::chrono::steady_clock::now() - interrupted < std::chrono::seconds(5)) {
+    left.clear();
+    run_command_output("pgrep -f '" + unquoted_pattern(marker) + "' || true", &left);
+    if (left.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_EQ(left, "") << "tasks still running 5 s after SIGINT\n" << said();
+  EXPECT_NE(wait_exit(launcher), 0);
+  system(("pkill -9 -f '" + unquoted_pattern(marker) + "'").c_str());  // nothing, if the launcher did its work
+}
+
 TEST(PsCluster, AnInterruptedLauncherEndsEveryTask) {
   TempDir dir;
   make_mnist(dir.file("data/mnist"), 600, 60);
@@ -428,24 +452,7 @@ TEST(PsCluster, AnInterruptedLauncherEndsEveryTask) {
                           "--model",   "mlp",  "--strategy", "ps-async",      "--epochs", "1000", "--batch-size", "8",
                           "--threads", "1",    "--data-dir", dir.file("data")},
                          log);
-  auto start = std::chrono::steady_clock::now();
-  auto said = [&] { return std::filesystem::exists(log) ? io::read_file(log) : std::string(); };
-  while (said().find("Epoch 2/") == std::string::npos &&
-         std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_NE(said().find("Epoch 2/"), std::string::npos) << said();
-  kill(launcher, SIGINT);
-  auto interrupted = std::chrono::steady_clock::now();
-  std::string left = "?";
-  while (std::chrono::steady_clock::now() - interrupted < std::chrono::seconds(5)) {
-    left.clear();
-    run_command_output("pgrep -f '" + unquoted_pattern(dir.path()) + "' || true", &left);
-    if (left.empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(left, "") << "tasks still running 5 s after SIGINT";
-  EXPECT_NE(wait_exit(launcher), 0);
-  system(("pkill -9 -f '" + dir.path() + "'").c_str());  // nothing, if the launcher did its work
+  interrupt_mid_epoch(launcher, log, dir.path());
 }
 
 // A cluster across three hosts (network namespaces, netns_hosts.h), started from a TF_CONFIG by
@@ -477,25 +484,7 @@ TEST(PsCluster, ATfConfigClusterAcrossThreeHostsTrainsAsOneProcessAndEndsWhenInt
   endless.insert(endless.end(), common.begin(), common.end());
   std::string log = dir.file("endless.log");
   pid_t launcher = spawn_program(hosts.launch_with(dir, {"--tf-config", config.dump()}, endless), log);
-  auto start = std::chrono::steady_clock::now();
-  auto said = [&] { return std::filesystem::exists(log) ? io::read_file(log) : std::string(); };
-  while (said().find("Epoch 2/") == std::string::npos &&
-         std::chrono::steady_clock::now() - start < std::chrono::seconds(90))
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_NE(said().find("Epoch 2/"), std::string::npos) << said();
-  kill(launcher, SIGINT);
-  auto interrupted = std::chrono::steady_clock::now();
-  std::string left = "?";
-  while (std::chrono::steady_clock::now() - interrupted < std::chrono::seconds(5)) {
-    left.clear();
-    run_command_output("pgrep -f '" + unquoted_pattern(dir.file("data")) + "' || true", &left);
-    if (left.empty()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_EQ(left, "") << "tasks still running 5 s after SIGINT\n" << said();
-  EXPECT_NE(wait_exit(launcher), 0);
-  system(
-      ("pkill -9 -f '" + unquoted_pattern(dir.file("data")) + "'").c_str());  // nothing, if the launcher did its work
+  interrupt_mid_epoch(launcher, log, dir.file("data"));
 }
 
 }  // namespace
