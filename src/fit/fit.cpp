@@ -172,11 +172,12 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
 
   // fit's loop reads the batches in order; a parameter-server worker reads those the chief names.
   auto in_order = std::make_shared<TensorBatches>(x, y, batch, options.shuffle, seed_);
-  auto by_position = std::make_shared<TensorBatches>(x, y, batch, options.shuffle, seed_);
   auto batches = [in_order](int epoch, int64_t step, bool lazy, distribute::GlobalBatch& out) {
     return in_order->fill(epoch, step, lazy, out);
   };
-  auto at = [by_position](int epoch, int64_t step, distribute::GlobalBatch& out) {
+  auto at = [x, y, batch, shuffled = options.shuffle, seed = seed_, by_position = std::shared_ptr<TensorBatches>()](
+                int epoch, int64_t step, distribute::GlobalBatch& out) mutable {
+    if (!by_position) by_position = std::make_shared<TensorBatches>(x, y, batch, shuffled, seed);  // on first use
     return by_position->fill(epoch, step, false, out);
   };
   return FitLoop(*this, options, steps, batches, x_val, y_val, at).run();
