@@ -18,6 +18,7 @@
 
 #include "tandem/distribute/strategy.h"
 #include "tandem/tandem.h"
+#include "tandem/timeline.h"
 
 using namespace tandem;
 using namespace tandem::layers;
@@ -150,6 +151,14 @@ int main(int argc, char** argv) try {
   } else {
     model = make_model(it->model);
   }
+  // A sixth argument "timeline": the strategy records its spans, and the share of the step its
+  // collectives took is printed (a model-parallel strategy's devices record them).
+  Timeline timeline;
+  bool timed = argc > 6 && std::strcmp(argv[6], "timeline") == 0;
+  if (timed) {
+    if (!strategy) fail("bench_models: a timeline needs a strategy");
+    strategy->set_timeline(&timeline);
+  }
   // Train on slices of the data sized to run about `seconds`/3, three times; report the best.
   int64_t per_run = std::min<int64_t>(n, it->batch * 40);
   model->fit(x.slice(0, per_run), y.slice(0, per_run),
@@ -170,6 +179,13 @@ int main(int argc, char** argv) try {
     best = std::max(best, static_cast<double>(rows) / std::chrono::duration<double>(Clock::now() - start).count());
   }
   double rss = peak_rss_mb();
+  if (timed) {
+    auto totals = timeline.totals();
+    double step = totals["forward"].seconds + totals["backward"].seconds + totals["update"].seconds;
+    double collectives = totals["all_reduce"].seconds + totals["all_gather"].seconds;
+    std::printf("{\"timeline\": \"%s %s\", \"collectives_share_of_step\": %.4f}\n", it->name.c_str(),
+                strategy->name().c_str(), step > 0 ? collectives / step : 0.0);
+  }
   // A fourth argument "nofloor" skips the floor, for profiling the framework alone.
   double floor = argc > 4 && std::strcmp(argv[4], "nofloor") == 0 ? 1.0 : gemm_floor(it->model, it->batch, 3.0);
   if (strategy && !strategy->is_chief()) return 0;  // the chief reports for every worker

@@ -23,6 +23,7 @@
 
 #include "tandem/collectives/communicator.h"
 #include "tandem/error.h"
+#include "tandem/timeline.h"
 
 namespace tandem::distribute {
 namespace {
@@ -370,6 +371,7 @@ class InProcessCommunicator : public Communicator {
   int local_size() const override { return group_->size(); }
 
   void all_reduce(void* data, int64_t count, DataType dtype, ReduceOp op) override {
+    Timeline::Span span(timeline_, "all_reduce", nullptr, count * static_cast<int64_t>(data_type_size(dtype)));
     group_->all_reduce(rank_, data, count, dtype, op);
   }
   void all_reduce(std::span<const std::span<float>> buffers, ReduceOp op) override {
@@ -380,6 +382,7 @@ class InProcessCommunicator : public Communicator {
     group_->reduce_scatter(rank_, send, recv, recv_count, dtype, op);
   }
   void all_gather(const void* send, int64_t count, void* recv, DataType dtype) override {
+    Timeline::Span span(timeline_, "all_gather", nullptr, count * static_cast<int64_t>(data_type_size(dtype)));
     group_->all_gather(rank_, send, count, recv, dtype);
   }
   void broadcast(void* data, int64_t count, DataType dtype, int root) override {
@@ -398,10 +401,14 @@ class InProcessCommunicator : public Communicator {
     return std::make_unique<InProcessCommunicator>(std::move(group), rank);
   }
   void abort(const std::string& reason) override { group_->abort(rank_, reason); }
+  // Where all_reduce and all_gather record their spans (a model-parallel strategy's devices call
+  // them inside ops; a data-parallel reducer records its own).
+  void set_timeline(Timeline* timeline) override { timeline_ = timeline; }
 
  private:
   std::shared_ptr<Group> group_;
   int rank_;
+  Timeline* timeline_ = nullptr;
 };
 
 }  // namespace

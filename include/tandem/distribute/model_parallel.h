@@ -57,6 +57,8 @@ class ModelParallelStrategy : public MirroredStrategy {
   // them back into it (a custom loop's step; fit's step keeps the pieces until the epoch ends).
   void for_each_replica(const std::function<void(int replica)>& fn) override;
   std::unique_ptr<StepRunner> make_step(const StepParts& parts) override;
+  // Also the devices' group collectives record their spans ("all_reduce", "all_gather").
+  void set_timeline(Timeline* timeline) override;
   // Checkpoints: the variables and the optimizer's slots gathered whole from the devices.
   void collect_state(std::vector<std::pair<std::string, Tensor>>& state) override;
 

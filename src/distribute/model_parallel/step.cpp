@@ -9,6 +9,7 @@
 #include "tandem/autograd.h"
 #include "tandem/distribute/step_runner.h"
 #include "tandem/distribute/train_step.h"
+#include "tandem/timeline.h"
 
 namespace tandem::distribute {
 namespace {
@@ -21,7 +22,9 @@ class TensorParallelStep : public StepRunner {
         loss_(parts.loss),
         optimizer_(parts.optimizer),
         seed_(parts.seed),
-        metrics_(parts.metrics) {}
+        metrics_(parts.metrics) {
+    for (int d = 0; d < replicas_.size(); ++d) device_names_.push_back(fmt::format("device {}", d));
+  }
   bool lazy_batches() const override { return false; }
   void check_batch(bool, int64_t, int, int64_t) override {}
 
@@ -31,17 +34,24 @@ class TensorParallelStep : public StepRunner {
     double loss = 0.0;
     Tensor predictions;
     if (strategy_.shards().whole_holds()) strategy_.shards().reslice();
+    Timeline* timeline = strategy_.timeline();
     strategy_.MirroredStrategy::for_each_replica([&](int d) {  // the devices hold until the epoch ends
       ModelReplicas::Replica& device = replicas_[d];
+      const char* row = device_names_[static_cast<size_t>(d)].c_str();
       std::vector<Tensor> grads;
       Tensor h = x, mean;
       {
         GradientTape tape;
-        CallContext ctx{true, RandomKey{seed_, key, 0}};  // as one device's step: the same dropout masks
-        for (auto& layer : device.layers) h = layer->call(h, ctx);
-        mean = ops::mean(loss_.per_sample(y, h));
+        {
+          Timeline::Span forward(timeline, "forward", row);
+          CallContext ctx{true, RandomKey{seed_, key, 0}};  // as one device's step: the same dropout masks
+          for (auto& layer : device.layers) h = layer->call(h, ctx);
+          mean = ops::mean(loss_.per_sample(y, h));
+        }
+        Timeline::Span backward(timeline, "backward", row);
         grads = tape.gradient(mean, device.trainable);
       }
+      Timeline::Span update(timeline, "update", row);
       optimizer_.apply(device.trainable, grads);
       if (d == 0) {
         loss = mean.item();
@@ -68,6 +78,7 @@ class TensorParallelStep : public StepRunner {
   Optimizer& optimizer_;
   uint64_t seed_;
   std::span<Metric> metrics_;
+  std::vector<std::string> device_names_;  // the timeline's rows
 };
 
 }  // namespace

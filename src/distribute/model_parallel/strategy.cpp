@@ -125,6 +125,11 @@ void ModelParallelStrategy::for_each_replica(const std::function<void(int replic
   shards_->hand_to_model();
 }
 
+void ModelParallelStrategy::set_timeline(Timeline* timeline) {
+  MirroredStrategy::set_timeline(timeline);
+  for (int d = 0; d < options_.num_shards; ++d) communicator(d).set_timeline(timeline);
+}
+
 void ModelParallelStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
   shards_->gather(state);
 }
