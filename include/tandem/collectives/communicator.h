@@ -109,7 +109,8 @@ class Communicator {
     return "";
   }
   // Where the communicator records its collectives' spans (null: nowhere); the timeline must
-  // outlive its use. Only communicators that talk to other processes record (MPI).
+  // outlive its use. Communicators that talk to other processes record (MPI); the in-process one
+  // records its all-reduces and gathers once given one (a model-parallel strategy's devices).
   virtual void set_timeline(Timeline* timeline) { (void)timeline; }
 
   // float32 values summed (or averaged) with `wire` on the wire: each rank's values and the
