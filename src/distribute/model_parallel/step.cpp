@@ -67,7 +67,10 @@ class TensorParallelStep : public StepRunner {
   // fit's end: the whole model holds (its last epoch's end wrote it, then callbacks may change
   // it; a fit failing mid-epoch writes the devices' newest values into it first).
   ~TensorParallelStep() override {
-    if (std::uncaught_exceptions() > 0) strategy_.shards().write_back(&optimizer_);
+    try {
+      if (std::uncaught_exceptions() > 0) strategy_.shards().write_back(&optimizer_);
+    } catch (const std::exception&) {  // the failure already on its way says what went wrong
+    }
     strategy_.shards().hand_to_model();
   }
 
