@@ -202,7 +202,7 @@ void run_fit(FitFlags f) {
   settings.shard_bytes = static_cast<int64_t>(f.shard_mb * 1024 * 1024);
   settings.prefetch = f.prefetch;
   if (!f.device_memory.empty()) {
-    if (!f.strategy.starts_with("model-parallel"))
+    if (f.strategy.find("model-parallel") == std::string::npos)
       fail("fit: --device-memory applies to --strategy model-parallel:N (model-parallel:1 is one device), not \"{}\"",
            f.strategy);
     settings.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
@@ -394,7 +394,8 @@ void add_fit(CLI::App& app) {
                   "task of a parameter-server cluster (TF_CONFIG; `tandem launch --ps P --workers W` starts one here): "
                   "--batch-size is then the batch each worker computes per step, and an epoch is one pass over the "
                   "data by all the workers together; or model-parallel:N (the Dense layers split over N devices, "
-                  "core groups of --threads threads each)")
+                  "core groups of --threads threads each), or mirrored:D+model-parallel:T (D copies of the model "
+                  "split T ways, each on its rows of the batch)")
       ->capture_default_str();
   cmd->add_option("--cluster", flags->cluster,
                   "ps-async, ps-sync: a file holding the cluster spec as TF_CONFIG's JSON (default: the TF_CONFIG "

@@ -58,8 +58,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
   auto bad = [&](const std::string& why) -> std::unique_ptr<Strategy> {
     fail(
         "strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]], "
-        "central[:N[:deterministic]], local_sgd[:N[:K]], multiworker[:W[:L]][:deterministic], ps-async, ps-sync or "
-        "model-parallel:N",
+        "central[:N[:deterministic]], local_sgd[:N[:K]], multiworker[:W[:L]][:deterministic], ps-async, ps-sync, "
+        "model-parallel:N or mirrored:D+model-parallel:T",
         spec, why);
   };
   if (spec == "default") return std::make_unique<DefaultStrategy>();
@@ -85,6 +85,18 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
     if (settings.shard_bytes > 0)
       options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
     return std::make_unique<ParameterServerStrategy>(cluster, options);
+  }
+  if (auto plus = spec.find('+'); plus != std::string::npos) {  // data × model: mirrored:D+model-parallel:T
+    std::string data = spec.substr(0, plus), model = spec.substr(plus + 1);
+    std::optional<int> d = data.starts_with("mirrored:") ? count_in_name(data.substr(9), kMaxThreads) : std::nullopt;
+    std::optional<int> t =
+        model.starts_with("model-parallel:") ? count_in_name(model.substr(15), kMaxThreads) : std::nullopt;
+    if (!d || !t) return bad("data × model is mirrored:D+model-parallel:T (D copies of the model split T ways)");
+    return std::make_unique<ModelParallelStrategy>(ModelParallelOptions{
+        .num_shards = *t,
+        .threads_per_shard = threads_per_replica > 0 ? threads_per_replica : std::max(1, usable_cores() / (*d * *t)),
+        .data_replicas = *d,
+        .device_memory_bytes = settings.device_memory_bytes});
   }
   if (parts[0] == "model-parallel") {
     if (parts.size() != 2) return bad("model-parallel takes the number of devices to split over: model-parallel:N");

@@ -236,6 +236,38 @@ TEST(ModelParallel, EveryPathOfThePlanTrainsAsOneDevice) {
       << said;
 }
 
+// Data × model on a mesh of devices: D copies of the model split T ways, each copy on its rows of
+// the global batch, the gradients summed over the copies of each piece only (its data group),
+// train as one device; a global batch with fewer rows than copies (the epoch's last: 650 rows in
+// batches of 32 leave 10, over 3 copies of 3, 3, 4; and one of 2 rows over 3 copies) too.
+TEST(ModelParallel, DataTimesModelOnAMeshTrainsAsOneDevice) {
+  for (auto [copies, pieces, rows] : {std::tuple{2, 2, int64_t{640}}, std::tuple{3, 2, int64_t{650}},
+                                      std::tuple{2, 1, int64_t{640}}, std::tuple{3, 2, int64_t{66}}}) {
+    Data d = data(rows);
+    auto one = mlp5(nullptr, 0.2f);
+    History alone = one->fit(d.x, d.y, {.epochs = 1, .batch_size = 32, .verbose = 0});
+    distribute::ModelParallelStrategy mesh({.num_shards = pieces, .data_replicas = copies});
+    EXPECT_EQ(mesh.name(), fmt::format("mirrored:{}+model-parallel:{}", copies, pieces));
+    auto model = mlp5(&mesh, 0.2f);
+    History h = model->fit(d.x, d.y, {.epochs = 1, .batch_size = 32, .verbose = 0});
+    std::string what = fmt::format("{} copies × {} pieces, {} rows", copies, pieces, rows);
+    expect_close(*one, *model, 1e-5, what);
+    // The epoch's loss and accuracy, from every copy's rows.
+    EXPECT_NEAR(h.history["loss"][0], alone.history["loss"][0], 1e-5 * alone.history["loss"][0]) << what;
+    EXPECT_EQ(h.history["accuracy"][0], alone.history["accuracy"][0]) << what;
+  }
+  // Named as the command line takes it; a custom loop's step is refused over several copies.
+  auto named = distribute::make_strategy("mirrored:2+model-parallel:2", 1);
+  EXPECT_EQ(named->name(), "mirrored:2+model-parallel:2");
+  std::string said;
+  try {
+    named->run([] { return 0; });
+  } catch (const Error& e) {
+    said = e.what();
+  }
+  EXPECT_NE(said.find("a custom loop's step runs on one copy of the split model"), std::string::npos) << said;
+}
+
 // A custom loop (the step on every device through run(), the batch passed by capture) trains as
 // the same loop on one device.
 TEST(ModelParallel, Mlp5SplitTrainsAsOneDeviceInACustomLoop) {

@@ -30,6 +30,11 @@ namespace tandem::distribute {
 struct ModelParallelOptions {
   int num_shards = 2;
   int threads_per_shard = 1;
+  // Data × model: this many copies of the split model (num_shards devices each, num_shards ×
+  // data_replicas in all), each computing its rows of the global batch (rows [B·d/D, B·(d+1)/D)
+  // to copy d); every device's gradients are summed over the copies of its piece (its data group),
+  // never over the pieces of one layer (its tensor group). In fit; custom loops take one copy.
+  int data_replicas = 1;
   // Split every Dense layer the plan can pair (true), or only those made with {.shards = N}.
   bool auto_split = true;
   // Each device's memory for the model's variables and the optimizer's slots (0: no limit): a
@@ -50,8 +55,14 @@ class ModelParallelStrategy : public MirroredStrategy {
   std::vector<std::shared_ptr<layers::Layer>> replica_layers(const std::vector<std::shared_ptr<layers::Layer>>& layers,
                                                              int replica) const override;
   GradientReduction gradient_reduction() const override { return {GradientReduction::Kind::None}; }
-  int64_t first_row(int) const override { return 0; }  // every device computes the whole batch
-  Communicator* batch_group(int) override { return nullptr; }
+  int64_t first_row(int) const override { return 0; }  // every device computes its copy's whole batch
+  // The mesh: device r is piece r mod num_shards of copy r / num_shards. Its tensor group holds the
+  // pieces of its copy (the split layers' collectives); its data group, the same piece of every
+  // copy (its gradients' sum; the batch's group, null with one copy).
+  Communicator& tensor_group(int device) { return *tensor_.at(static_cast<size_t>(device)); }
+  Communicator* batch_group(int device) override {
+    return options_.data_replicas > 1 ? data_.at(static_cast<size_t>(device)).get() : nullptr;
+  }
   UpdateRule& update_rule() const override;
   // MirroredStrategy's, between cutting the devices' pieces from the whole model and writing
   // them back into it (a custom loop's step; fit's step keeps the pieces until the epoch ends).
@@ -68,6 +79,7 @@ class ModelParallelStrategy : public MirroredStrategy {
  private:
   ModelParallelOptions options_;
   std::unique_ptr<Shards> shards_;
+  std::vector<std::unique_ptr<Communicator>> tensor_, data_;
 };
 
 }  // namespace tandem::distribute

@@ -1,7 +1,8 @@
-// fit's step under ModelParallelStrategy: every device runs the whole global batch through its
-// stack (its slices of the split layers, its copies of the others), its backward and its update;
-// the split layers' collectives keep the devices together. Device 0's loss and predictions go to
-// fit's metrics (every device computes the same). At each epoch's end the model's variables and
+// fit's step under ModelParallelStrategy: every device runs its copy's rows of the global batch (all
+// of them with one copy) through its stack (its slices of the split layers, its copies of the
+// others), its backward and its update; the split layers' collectives keep the pieces of a copy
+// together, the update rule sums the copies' gradients. Each copy's first device's loss and
+// predictions go to fit's metrics (the pieces of a copy compute the same). At each epoch's end the model's variables and
 // its optimizer's slots are made whole again, for validation, callbacks and checkpoints.
 #include <exception>
 
@@ -31,35 +32,49 @@ class TensorParallelStep : public StepRunner {
   std::optional<double> run(const GlobalBatch& batch, uint64_t key) override {
     Tensor x = batch.x, y = batch.y;
     if (!x.defined()) batch.slice(0, batch.rows, x, y);
-    double loss = 0.0;
-    Tensor predictions;
+    const ModelParallelOptions& mesh = strategy_.model_parallel_options();
+    int pieces = mesh.num_shards, copies = mesh.data_replicas;
+    int64_t rows = x.dim(0);
+    std::vector<double> sums(static_cast<size_t>(copies), 0.0);
+    std::vector<Tensor> predictions(static_cast<size_t>(copies));
     if (strategy_.shards().whole_holds()) strategy_.shards().reslice();
     Timeline* timeline = strategy_.timeline();
     strategy_.MirroredStrategy::for_each_replica([&](int d) {  // the devices hold until the epoch ends
       ModelReplicas::Replica& device = replicas_[d];
       const char* row = device_names_[static_cast<size_t>(d)].c_str();
+      int copy = d / pieces;
+      int64_t begin = rows * copy / copies, end = rows * (copy + 1) / copies;  // this copy's rows
       std::vector<Tensor> grads;
-      Tensor h = x, mean;
-      {
+      if (begin == end) {  // no rows for this copy: zeros to the sums over the copies
+        for (Variable* v : device.trainable) grads.push_back(Tensor::zeros(v->value.shape()));
+      } else {
+        Tensor h = begin == 0 && end == rows ? x : x.slice(begin, end), sum;
         GradientTape tape;
         {
           Timeline::Span forward(timeline, "forward", row);
-          CallContext ctx{true, RandomKey{seed_, key, 0}};  // as one device's step: the same dropout masks
+          CallContext ctx{true, RandomKey{seed_, key, begin}};  // as one device's step: the same dropout masks
           for (auto& layer : device.layers) h = layer->call(h, ctx);
-          mean = ops::mean(loss_.per_sample(y, h));
+          Tensor per_sample = loss_.per_sample(end - begin == rows ? y : y.slice(begin, end), h);
+          sum = ops::sum(per_sample);
         }
         Timeline::Span backward(timeline, "backward", row);
-        grads = tape.gradient(mean, device.trainable);
+        grads = tape.gradient(ops::scale(sum, 1.0f / static_cast<float>(rows)), device.trainable);
+        if (d % pieces == 0) {
+          sums[static_cast<size_t>(copy)] = sum.item();
+          predictions[static_cast<size_t>(copy)] = h;
+        }
       }
       Timeline::Span update(timeline, "update", row);
       optimizer_.apply(device.trainable, grads);
-      if (d == 0) {
-        loss = mean.item();
-        predictions = h;
-      }
     });
-    for (Metric& m : metrics_) m.update(y, predictions);
-    return loss;
+    double loss = 0.0;
+    for (int c = 0; c < copies; ++c) {
+      int64_t begin = rows * c / copies, end = rows * (c + 1) / copies;
+      if (begin == end) continue;
+      loss += sums[static_cast<size_t>(c)];
+      for (Metric& m : metrics_) m.update(copies == 1 ? y : y.slice(begin, end), predictions[static_cast<size_t>(c)]);
+    }
+    return loss / static_cast<double>(rows);
   }
 
   void finish_epoch() override { strategy_.shards().write_back(&optimizer_); }

@@ -36,6 +36,16 @@ class ModelParallelUpdate : public UpdateRule {
     if (device.num_replicas == 1) return optimizer.apply_here(variables, gradients);  // one device: the model's
     auto& strategy = static_cast<ModelParallelStrategy&>(*device.strategy);
     Optimizer& mine = strategy.shards().optimizer(optimizer, device.local_replica_id, variables);
+    std::vector<Tensor> summed;
+    if (device.batch_group != nullptr) {  // the copies' shares of the global mean, summed
+      std::vector<std::span<float>> buffers;
+      for (const Tensor& g : gradients) {
+        summed.push_back(g.contiguous().clone());
+        buffers.emplace_back(summed.back().data<float>(), static_cast<size_t>(summed.back().numel()));
+      }
+      device.batch_group->all_reduce(buffers, ReduceOp::Sum);
+      gradients = summed;
+    }
     float lr = optimizer.current_learning_rate();
     if (mine.current_learning_rate() != lr) mine.set_learning_rate(lr);  // a callback changed it
     mine.apply_here(variables, gradients);
@@ -48,10 +58,20 @@ class ModelParallelUpdate : public UpdateRule {
 
 ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options)
     : MirroredStrategy(
-          MirroredOptions{.num_replicas = options.num_shards, .threads_per_replica = options.threads_per_shard}),
+          MirroredOptions{.num_replicas = std::max(1, options.num_shards) * std::max(1, options.data_replicas),
+                          .threads_per_replica = options.threads_per_shard}),
       options_(options),
-      shards_(std::make_unique<Shards>(options.num_shards)) {
+      shards_(std::make_unique<Shards>(num_replicas_in_sync())) {
   if (options.num_shards < 1) fail("ModelParallelStrategy: num_shards must be at least 1, got {}", options.num_shards);
+  if (options.data_replicas < 1)
+    fail("ModelParallelStrategy: data_replicas must be at least 1, got {}", options.data_replicas);
+  int n = num_replicas_in_sync(), t = options.num_shards;
+  tensor_.resize(static_cast<size_t>(n));
+  data_.resize(static_cast<size_t>(n));
+  MirroredStrategy::for_each_replica([&](int r) {  // split is collective: every device at once
+    tensor_[static_cast<size_t>(r)] = communicator(r).split(r / t, r % t);
+    data_[static_cast<size_t>(r)] = communicator(r).split(r % t, r / t);
+  });
   if (options.device_memory_bytes < 0)
     fail("ModelParallelStrategy: device_memory_bytes must be positive (or 0: no limit), got {}",
          options.device_memory_bytes);
@@ -59,7 +79,11 @@ ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options)
 
 ModelParallelStrategy::~ModelParallelStrategy() = default;
 
-std::string ModelParallelStrategy::name() const { return fmt::format("model-parallel:{}", options_.num_shards); }
+std::string ModelParallelStrategy::name() const {
+  if (options_.data_replicas > 1)
+    return fmt::format("mirrored:{}+model-parallel:{}", options_.data_replicas, options_.num_shards);
+  return fmt::format("model-parallel:{}", options_.num_shards);
+}
 
 UpdateRule& ModelParallelStrategy::update_rule() const {
   static ModelParallelUpdate rule;
@@ -68,9 +92,8 @@ UpdateRule& ModelParallelStrategy::update_rule() const {
 
 std::vector<std::shared_ptr<Layer>> ModelParallelStrategy::replica_layers(
     const std::vector<std::shared_ptr<Layer>>& layers, int replica) const {
-  int n = options_.num_shards;
-  auto* self = const_cast<ModelParallelStrategy*>(this);  // the devices' group handles
-  Communicator& group = self->communicator(replica);
+  int n = options_.num_shards, piece = replica % n;
+  Communicator& group = *tensor_.at(static_cast<size_t>(replica));
   // Which Dense layers split: all the plan can (auto_split), or those made with {.shards = n}.
   auto splits = [&](const Layer& l) {
     auto* dense = dynamic_cast<const layers::Dense*>(&l);
@@ -91,8 +114,8 @@ std::vector<std::shared_ptr<Layer>> ModelParallelStrategy::replica_layers(
             std::make_shared<TensorParallelDense>(*dense, TensorParallelDense::Split::Row, sliced, group, false));
         sliced.clear();
       } else {
-        int64_t first = std::accumulate(sliced.begin(), sliced.begin() + replica, int64_t{0});
-        out.push_back(l.on_feature_slice(first, sliced[static_cast<size_t>(replica)],
+        int64_t first = std::accumulate(sliced.begin(), sliced.begin() + piece, int64_t{0});
+        out.push_back(l.on_feature_slice(first, sliced[static_cast<size_t>(piece)],
                                          std::accumulate(sliced.begin(), sliced.end(), int64_t{0})));
       }
       continue;
@@ -118,6 +141,12 @@ std::vector<std::shared_ptr<Layer>> ModelParallelStrategy::replica_layers(
 }
 
 void ModelParallelStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
+  if (options_.data_replicas > 1)
+    fail(
+        "{}: a custom loop's step runs on one copy of the split model (data_replicas 1); with {} copies, each would "
+        "compute the whole batch and the sum over them would count it {} times. Train with fit, or use "
+        "model-parallel:{} in the loop",
+        name(), options_.data_replicas, options_.data_replicas, options_.num_shards);
   if (shards_->whole_holds()) shards_->reslice();
   MirroredStrategy::for_each_replica(fn);
   // A custom loop's step: the whole model holds again between steps.
@@ -127,7 +156,9 @@ void ModelParallelStrategy::for_each_replica(const std::function<void(int replic
 
 void ModelParallelStrategy::set_timeline(Timeline* timeline) {
   MirroredStrategy::set_timeline(timeline);
-  for (int d = 0; d < options_.num_shards; ++d) communicator(d).set_timeline(timeline);
+  for (auto* groups : {&tensor_, &data_})
+    for (auto& group : *groups)
+      if (group) group->set_timeline(timeline);
 }
 
 void ModelParallelStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
