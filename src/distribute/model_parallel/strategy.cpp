@@ -22,9 +22,10 @@ std::vector<int64_t> even_widths(int64_t size, int n) {
   return out;
 }
 
-// Every device updates its own slices with its own slots (no gradient is summed: each device's
-// gradients are its slices' whole gradients, and the whole layers' are the same on every
-// device); the model's optimizer keeps the learning rate and counts the steps.
+// Every device updates its own slices with its own slots. Within a copy of the model nothing is
+// summed (a device's gradients are its slices' whole gradients, and the whole layers' are the same
+// on every piece); over several copies, each device's gradients are summed over its data group
+// (the same piece of every copy). The model's optimizer keeps the learning rate and the steps.
 class ModelParallelUpdate : public UpdateRule {
  public:
   void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> gradients) override {
