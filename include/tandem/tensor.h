@@ -112,13 +112,14 @@ class Tensor {
   Tensor to(Device device) const;        // a contiguous copy on `device` (itself when already there)
 
   // Views (share storage).
-  Tensor reshape(const Shape& shape) const;        // -1 allowed once; needs a contiguous tensor
-  Tensor slice(int64_t begin, int64_t end) const;  // rows [begin, end) of dimension 0
-  Tensor row(int64_t i) const;                     // row i of dimension 0, without that axis
-  Tensor contiguous() const;                       // itself when already contiguous
-  Tensor clone() const;                            // a contiguous deep copy
-  Tensor astype(DType dtype) const;                // converting copy
-  void copy_from(const Tensor& src);               // same shape and dtype; any strides
+  Tensor reshape(const Shape& shape) const;          // -1 allowed once; needs a contiguous tensor
+  Tensor slice(int64_t begin, int64_t end) const;    // rows [begin, end) of dimension 0
+  Tensor row(int64_t i) const;                       // row i of dimension 0, without that axis
+  Tensor columns(int64_t begin, int64_t end) const;  // [begin, end) of the last dimension
+  Tensor contiguous() const;                         // itself when already contiguous
+  Tensor clone() const;                              // a contiguous deep copy
+  Tensor astype(DType dtype) const;                  // converting copy
+  void copy_from(const Tensor& src);                 // same shape and dtype; any strides
   void fill(float value);
 
   TensorImpl* impl() const { return impl_; }

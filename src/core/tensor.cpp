@@ -378,6 +378,20 @@ Tensor Tensor::slice(int64_t begin, int64_t end) const {
   return Tensor(view);
 }
 
+Tensor Tensor::columns(int64_t begin, int64_t end) const {
+  const TensorImpl* impl = checked(impl_);
+  int last = impl->shape.rank() - 1;
+  if (last < 0) fail("columns: tensor is a scalar");
+  int64_t size = impl->shape[last];
+  if (begin < 0 || end < begin || end > size)
+    fail("columns: [{}, {}) out of range for the last dimension of size {}", begin, end, size);
+  Shape s = impl->shape;
+  s[last] = end - begin;
+  auto* view = make_view(impl, s, impl->offset + begin * impl->strides[static_cast<size_t>(last)]);
+  view->strides = impl->strides;
+  return Tensor(view);
+}
+
 Tensor Tensor::row(int64_t i) const {
   const TensorImpl* impl = checked(impl_);
   if (impl->shape.rank() == 0) fail("row: tensor is a scalar");

@@ -1,40 +1,11 @@
 // TensorParallelDense (layers.h): one shard of a Dense layer split over a group's ranks. A column
 // shard and the row shard after it cost one sum over the group forward (the row shard's partial
 // products) and one backward (the column shard's input gradient, where its input needs one).
-#include <cstring>
 #include <numeric>
 
 #include "tandem/layers.h"
 
 namespace tandem::layers {
-namespace {
-
-// Columns [first, first + width) of a (rows, cols) tensor, or elements of a vector.
-Tensor columns(const Tensor& t_in, int64_t first, int64_t width) {
-  Tensor t = t_in.contiguous();
-  if (t.rank() == 1) return t.slice(first, first + width).clone();
-  int64_t rows = t.dim(0), cols = t.dim(1);
-  Tensor out = Tensor::empty({rows, width});
-  for (int64_t i = 0; i < rows; ++i)
-    std::memcpy(out.data<float>() + i * width, t.data<float>() + i * cols + first,
-                static_cast<size_t>(width) * sizeof(float));
-  return out;
-}
-
-void put_columns(const Tensor& piece_in, int64_t first, Tensor& whole) {
-  Tensor piece = piece_in.contiguous();
-  if (whole.rank() == 1) {
-    std::memcpy(whole.data<float>() + first, piece.data<float>(), static_cast<size_t>(piece.numel()) * sizeof(float));
-    return;
-  }
-  int64_t rows = whole.dim(0), cols = whole.dim(1), width = piece.dim(1);
-  for (int64_t i = 0; i < rows; ++i)
-    std::memcpy(whole.data<float>() + i * cols + first, piece.data<float>() + i * width,
-                static_cast<size_t>(width) * sizeof(float));
-}
-
-}  // namespace
-
 TensorParallelDense::TensorParallelDense(const Dense& whole, Split split, std::vector<int64_t> widths,
                                          distribute::Communicator& group, bool gather)
     : Layer(whole.name(), std::nullopt),
@@ -80,7 +51,7 @@ bool TensorParallelDense::holds(size_t variable) const {
 
 Tensor TensorParallelDense::cut(size_t variable, const Tensor& whole) const {
   bool kernel = variable == 0;
-  if (split_ == Split::Column) return columns(whole, first_, width());
+  if (split_ == Split::Column) return whole.columns(first_, first_ + width()).clone();
   if (kernel) return whole.contiguous().slice(first_, first_ + width()).clone();  // rows
   return whole.clone();  // a row split's bias, whole on shard 0
 }
@@ -88,7 +59,8 @@ Tensor TensorParallelDense::cut(size_t variable, const Tensor& whole) const {
 void TensorParallelDense::put(size_t variable, const Tensor& piece, Tensor& whole) const {
   bool kernel = variable == 0;
   if (split_ == Split::Column) {
-    put_columns(piece, first_, whole);
+    Tensor mine = whole.columns(first_, first_ + width());
+    mine.copy_from(piece);
   } else if (kernel) {
     Tensor rows = whole.slice(first_, first_ + width());
     rows.copy_from(piece);

@@ -3,7 +3,6 @@
 // split layer's slices and whole features. Every rank calls each in the same order; the sums run
 // in rank order (the communicator's promise), so every rank holds the same bits.
 #include <algorithm>
-#include <cstring>
 #include <numeric>
 
 #include "ops/checks.h"
@@ -13,7 +12,7 @@ namespace tandem::ops {
 namespace {
 
 Tensor summed(const Tensor& x, distribute::Communicator& group) {
-  Tensor out = x.contiguous().clone();
+  Tensor out = x.clone();  // contiguous
   group.all_reduce(out.data<float>(), out.numel(), distribute::DataType::Float32, distribute::ReduceOp::Sum);
   return out;
 }
@@ -35,36 +34,27 @@ int64_t first_column(std::span<const int64_t> widths, int rank) {
   return std::accumulate(widths.begin(), widths.begin() + rank, int64_t{0});
 }
 
-// Columns [first, first + width) of a (rows, features) tensor.
-Tensor columns(const Tensor& x_in, int64_t first, int64_t width) {
-  Tensor x = x_in.contiguous();
-  int64_t rows = x.dim(0), features = x.dim(1);
-  Tensor out = Tensor::empty({rows, width});
-  const float* from = x.data<float>();
-  float* to = out.data<float>();
-  for (int64_t i = 0; i < rows; ++i)
-    std::memcpy(to + i * width, from + i * features + first, static_cast<size_t>(width) * sizeof(float));
-  return out;
+// Rank `rank`'s columns of a (rows, features) tensor, as a tensor of their own.
+Tensor columns_of(const Tensor& x, std::span<const int64_t> widths, int rank) {
+  int64_t first = first_column(widths, rank);
+  return x.columns(first, first + widths[static_cast<size_t>(rank)]).clone();
 }
 
 // Every rank's columns side by side: one all-gather of blocks padded to the widest slice.
-Tensor gathered(const Tensor& x_in, distribute::Communicator& group, std::span<const int64_t> widths) {
-  Tensor x = x_in.contiguous();
+Tensor gathered(const Tensor& x, distribute::Communicator& group, std::span<const int64_t> widths) {
   int64_t rows = x.dim(0), widest = *std::max_element(widths.begin(), widths.end());
   int64_t whole = std::accumulate(widths.begin(), widths.end(), int64_t{0});
-  std::vector<float> block(static_cast<size_t>(rows * widest), 0.0f);
-  int64_t mine = x.dim(1);
-  for (int64_t i = 0; i < rows; ++i)
-    std::memcpy(block.data() + i * widest, x.data<float>() + i * mine, static_cast<size_t>(mine) * sizeof(float));
-  std::vector<float> all(block.size() * widths.size());
-  group.all_gather(block.data(), static_cast<int64_t>(block.size()), all.data(), distribute::DataType::Float32);
+  Tensor block = Tensor::zeros({rows, widest});
+  Tensor mine = block.columns(0, x.dim(1));
+  mine.copy_from(x);
+  Tensor all = Tensor::empty({group.size(), rows, widest});
+  group.all_gather(block.data<float>(), block.numel(), all.data<float>(), distribute::DataType::Float32);
   Tensor out = Tensor::empty({rows, whole});
-  float* to = out.data<float>();
-  for (size_t r = 0, first = 0; r < widths.size(); first += static_cast<size_t>(widths[r]), ++r)
-    for (int64_t i = 0; i < rows; ++i)
-      std::memcpy(to + i * whole + static_cast<int64_t>(first),
-                  all.data() + static_cast<int64_t>(r) * rows * widest + i * widest,
-                  static_cast<size_t>(widths[r]) * sizeof(float));
+  for (int r = 0; r < group.size(); ++r) {
+    int64_t first = first_column(widths, r), width = widths[static_cast<size_t>(r)];
+    Tensor theirs = out.columns(first, first + width);
+    theirs.copy_from(all.row(r).columns(0, width));
+  }
   return out;
 }
 
@@ -76,10 +66,7 @@ struct GroupNode : autograd::Node {
     switch (kind) {
       case Kind::Copy: tape.accumulate(input_slots[0], summed(dy, *group)); break;
       case Kind::Reduce: tape.accumulate(input_slots[0], dy); break;
-      case Kind::Gather:
-        tape.accumulate(input_slots[0],
-                        columns(dy, first_column(widths, group->rank()), widths[static_cast<size_t>(group->rank())]));
-        break;
+      case Kind::Gather: tape.accumulate(input_slots[0], columns_of(dy, widths, group->rank())); break;
       case Kind::Scatter: tape.accumulate(input_slots[0], gathered(dy, *group, widths)); break;
     }
   }
@@ -116,7 +103,7 @@ Tensor gather_from_group(const Tensor& x, distribute::Communicator& group, std::
 
 Tensor scatter_to_group(const Tensor& x, distribute::Communicator& group, std::span<const int64_t> widths) {
   check_widths(x, group, widths, "scatter_to_group", false);
-  Tensor y = columns(x, first_column(widths, group.rank()), widths[static_cast<size_t>(group.rank())]);
+  Tensor y = columns_of(x, widths, group.rank());
   return recorded(x, y, GroupNode::Kind::Scatter, group, widths);
 }
 

@@ -52,6 +52,21 @@ TEST(Tensor, SliceAndReshapeAreViews) {
   EXPECT_TRUE(testing::throws_error([&] { t.slice(2, 5); }, {"[2, 5)", "size 4"}));
 }
 
+TEST(Tensor, ColumnsAreAStridedView) {
+  std::vector<float> v(12);
+  for (int i = 0; i < 12; ++i) v[i] = static_cast<float>(i);
+  Tensor t = Tensor::from_vector({4, 3}, v);
+  Tensor cols = t.columns(1, 3);
+  EXPECT_EQ(cols.shape(), (Shape{4, 2}));
+  EXPECT_FALSE(cols.is_contiguous());
+  EXPECT_EQ(cols.to_vector(), (std::vector<float>{1, 2, 4, 5, 7, 8, 10, 11}));
+  EXPECT_EQ(cols.clone().to_vector(), cols.to_vector());
+  cols.copy_from(Tensor::zeros({4, 2}));  // writes through to t's columns 1 and 2 only
+  EXPECT_EQ(t.to_vector(), (std::vector<float>{0, 0, 0, 3, 0, 0, 6, 0, 0, 9, 0, 0}));
+  EXPECT_EQ(Tensor::from_vector({3}, std::vector<float>{1, 2, 3}).columns(1, 2).to_vector(), (std::vector<float>{2}));
+  EXPECT_TRUE(testing::throws_error([&] { t.columns(2, 4); }, {"[2, 4)", "size 3"}));
+}
+
 TEST(Tensor, DataChecksTheDType) {
   Tensor t = Tensor::zeros({2}, DType::Int32);
   EXPECT_TRUE(testing::throws_error([&] { t.data<float>(); }, {"int32", "float32"}));
