@@ -69,6 +69,9 @@ double peak_rss_mb();
 // it). With `output`, its stdout and stderr are captured there (the first 4 KB), else they are
 // this process's. Past `timeout_s` (when positive) it is killed and nullopt returned.
 std::optional<int> run_command(std::vector<std::string> args, std::string* output = nullptr, double timeout_s = 0);
+// A number and the unit written after it: "1.5GB" gives 1.5 and "GB"; nullopt where the text
+// does not start with a number.
+std::optional<std::pair<double, std::string>> number_and_unit(const std::string& text);
 // In a forked child: becomes `args` (found on PATH), or says why not ("WHOcannot run …") and exits 127.
 [[noreturn]] void exec_command(std::vector<std::string> args, const std::string& who);
 

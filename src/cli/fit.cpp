@@ -17,14 +17,7 @@ namespace {
 
 // "64MB", "1.5GB", "500KB", "64MiB" or a count of bytes.
 int64_t parse_bytes(const std::string& text, const char* flag) {
-  size_t used = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  std::string unit = text.substr(used);
+  auto [value, unit] = number_and_unit(text).value_or(std::make_pair(0.0, std::string()));
   double scale = unit.empty() || unit == "B"   ? 1
                  : unit == "KB" || unit == "K" ? 1e3
                  : unit == "MB" || unit == "M" ? 1e6
@@ -33,7 +26,7 @@ int64_t parse_bytes(const std::string& text, const char* flag) {
                  : unit == "MiB"               ? 1048576.0
                  : unit == "GiB"               ? 1073741824.0
                                                : 0;
-  if (used == 0 || scale == 0 || !(value > 0) || value * scale > 9e18)
+  if (scale == 0 || !(value > 0) || value * scale > 9e18)
     fail("fit: {} must be a size such as 64MB, 1.5GB or 500KB, not \"{}\"", flag, text);
   return static_cast<int64_t>(value * scale);
 }

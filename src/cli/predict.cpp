@@ -15,17 +15,9 @@
 namespace tandem::cli {
 
 double parse_rate(const std::string& rate) {
-  size_t used = 0;
-  double n = 0;
-  try {
-    n = std::stod(rate, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  std::string unit = rate.substr(used);
+  auto [n, unit] = number_and_unit(rate).value_or(std::make_pair(0.0, std::string()));
   double scale = unit == "gbit" ? 1e9 : unit == "mbit" ? 1e6 : unit == "kbit" ? 1e3 : unit == "bit" ? 1 : 0;
-  if (used == 0 || scale == 0 || !(n > 0))
-    fail("--bandwidth \"{}\": expected a rate such as 10gbit, 100mbit or 25gbit", rate);
+  if (scale == 0 || !(n > 0)) fail("--bandwidth \"{}\": expected a rate such as 10gbit, 100mbit or 25gbit", rate);
   return n * scale;
 }
 

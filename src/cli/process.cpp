@@ -14,6 +14,17 @@
 
 namespace tandem::cli {
 
+std::optional<std::pair<double, std::string>> number_and_unit(const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  return std::make_pair(value, text.substr(used));
+}
+
 void exec_command(std::vector<std::string> args, const std::string& who) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());

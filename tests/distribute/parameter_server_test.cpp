@@ -373,7 +373,7 @@ TEST(PsCluster, SynchronousOverThreeWorkersIsOneProcessOnTheRoundsBatches) {
 
 // Asynchronous training's test accuracy moves by a few tenths from run to run (stale gradients):
 // with the tutorial's SGD (momentum 0.95), 96.2% to 97.3% after 3 epochs over runs on this 2-core
-// machine; with the learning rate cut to 0.3 of itself each epoch, 97.5% to 97.7% (6 runs).
+// machine; with the learning rate cut to 0.3 of itself each epoch, 97.5% to 97.7% (3 runs).
 TEST(PsCluster, AsynchronousTrainingReachesNinetySevenPercentOnRealMnistInThreeEpochs) {
   std::string data = std::string(TANDEM_SOURCE_DIR) + "/data";
   if (!std::filesystem::exists(data + "/mnist/train-images-idx3-ubyte"))
