@@ -6,7 +6,8 @@
 set(TANDEM_LAYERS core kernels autograd collectives ops nn io data train distribute fit cli)
 
 set(TANDEM_LAYER_core_FILES src/core include/tandem/tensor.h include/tandem/allocator.h include/tandem/random.h
-    include/tandem/error.h include/tandem/runtime.h include/tandem/op_types.h include/tandem/timeline.h)
+    include/tandem/error.h include/tandem/runtime.h include/tandem/op_types.h include/tandem/timeline.h
+    include/tandem/devices.h)
 set(TANDEM_LAYER_core_USES)
 
 set(TANDEM_LAYER_kernels_FILES src/kernels)

@@ -3,10 +3,12 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "tandem/autograd.h"
+#include "tandem/devices.h"
 #include "tandem/initializers.h"
 #include "tandem/ops.h"
 
@@ -79,9 +81,14 @@ class Layer {
   const std::vector<Variable>& variables() const { return variables_; }
   int64_t count_params() const;
 
+  // Where the layer lives (devices.h): the placement scope's device when it was made, or the one
+  // given here (its variables move there); none: the device of the model's input.
+  const std::optional<Device>& device() const { return device_; }
+  void place_on(Device device);
+
  protected:
   Layer(std::string name, std::optional<Shape> input_shape)
-      : name_(std::move(name)), declared_input_shape_(std::move(input_shape)) {}
+      : name_(std::move(name)), declared_input_shape_(std::move(input_shape)), device_(placement_device()) {}
   virtual Shape do_build(const Shape& input_shape, uint64_t seed) = 0;
   Tensor& add_variable(const std::string& short_name, const Shape& shape, const Initializer& init, int64_t fan_in,
                        int64_t fan_out, uint64_t seed, bool trainable = true);
@@ -93,7 +100,12 @@ class Layer {
   Shape input_shape_, output_shape_;
   bool built_ = false;
   std::vector<Variable> variables_;
+  std::optional<Device> device_;
 };
+
+// Runs `layers` in order on x, each on its device (Layer::device; an unplaced one on x's), the
+// activations moved between devices and the result moved back to x's device.
+Tensor call_layers(std::span<const std::shared_ptr<Layer>> layers, const Tensor& x, const CallContext& ctx);
 
 struct DenseOptions {
   bool use_bias = true;

@@ -126,5 +126,9 @@ Tensor reduce_from_group(const Tensor& x, distribute::Communicator& group);
 Tensor gather_from_group(const Tensor& x, distribute::Communicator& group, std::span<const int64_t> widths);
 Tensor scatter_to_group(const Tensor& x, distribute::Communicator& group, std::span<const int64_t> widths);
 
+// x moved to `device` (x itself when it lives there); backward, the gradient moved back to x's
+// device, its ops then run with that device's threads (devices.h: compute_device).
+Tensor to_device(const Tensor& x, Device device);
+
 }  // namespace ops
 }  // namespace tandem

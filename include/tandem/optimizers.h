@@ -99,10 +99,11 @@ class Optimizer {
   void build(std::span<Variable* const> variables);
   // A copy with its own slots holding the same values, for the variables given (a replica's).
   std::unique_ptr<Optimizer> replicate(std::span<Variable* const> variables);
+  // The slots it keeps for each trainable variable (Adam: m and v).
+  virtual int slots_per_variable() const = 0;
 
  protected:
   explicit Optimizer(float learning_rate);
-  virtual int slots_per_variable() const = 0;
   virtual const char* slot_name(int i) const = 0;
   virtual float slot_initial_value(int) const { return 0.0f; }
   virtual void update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) = 0;

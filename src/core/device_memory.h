@@ -27,4 +27,11 @@ void register_device_memory(Device::Kind kind, DeviceMemory* memory);
 // The registered memory of a kind, or null.
 DeviceMemory* device_memory(Device::Kind kind);
 
+// The logical CPU devices' accounts (devices.cpp): counts `bytes` made on a CPU device where it is
+// counted (true), failing past its limit or for a device not made; refund when they are freed.
+bool charge_cpu_device(Device device, size_t bytes);
+void refund_cpu_device(Device device, size_t bytes);
+// The threads of the calling thread's compute device (0: not set; the thread's setting holds).
+int compute_device_threads();
+
 }  // namespace tandem::core

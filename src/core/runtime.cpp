@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/cpu_budget.h"
+#include "core/device_memory.h"
 #include "tandem/error.h"
 
 namespace tandem {
@@ -40,6 +41,7 @@ void set_num_threads(int threads) {
 int num_threads_setting() { return thread_setting; }
 
 int num_threads() {
+  if (int device_threads = core::compute_device_threads(); device_threads > 0) return device_threads;
   if (thread_setting > 0) return thread_setting;
   return omp_num_threads_env() > 0 ? omp_num_threads_env() : core::core_budget().usable;
 }

@@ -15,8 +15,10 @@ std::array<core::DeviceMemory*, 3> device_memories{};
 void storage_release(Storage* s) {
   if (s != nullptr && s->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     if (s->owner) s->owner.reset();
-    else if (s->device.kind == Device::Kind::CPU) memory::deallocate(s->data, s->bytes);
-    else core::device_memory(s->device.kind)->deallocate(s->data, s->bytes);
+    else if (s->device.kind == Device::Kind::CPU) {
+      memory::deallocate(s->data, s->bytes);
+      if (s->charged) core::refund_cpu_device(s->device, s->bytes);
+    } else core::device_memory(s->device.kind)->deallocate(s->data, s->bytes);
     delete s;
   }
 }
@@ -91,7 +93,7 @@ size_t dtype_size(DType dtype) {
 
 std::string Device::name() const {
   switch (kind) {
-    case Kind::CPU: return "cpu";
+    case Kind::CPU: return index == 0 ? "cpu" : fmt::format("cpu:{}", index);
     case Kind::CUDA: return fmt::format("cuda:{}", index);
     case Kind::Emulated: return fmt::format("emulated:{}", index);
   }
@@ -197,9 +199,18 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   core::DeviceMemory* memory = nullptr;
   if (device.kind != Device::Kind::CPU && (memory = core::device_memory(device.kind)) == nullptr)
     fail("Tensor::empty: device {} is not available in this build (expected cpu)", device.name());
+  size_t bytes = std::max<size_t>(static_cast<size_t>(shape.numel()) * dtype_size(dtype), 1);
+  bool charged = device.kind == Device::Kind::CPU && core::charge_cpu_device(device, bytes);
   auto* storage = new Storage();
-  storage->bytes = std::max<size_t>(static_cast<size_t>(shape.numel()) * dtype_size(dtype), 1);
-  storage->data = memory == nullptr ? memory::allocate(storage->bytes) : memory->allocate(storage->bytes);
+  storage->bytes = bytes;
+  storage->charged = charged;
+  try {
+    storage->data = memory == nullptr ? memory::allocate(bytes) : memory->allocate(bytes);
+  } catch (...) {
+    if (charged) core::refund_cpu_device(device, bytes);
+    delete storage;
+    throw;
+  }
   storage->device = device;
   auto* impl = new TensorImpl();
   impl->storage = storage;
@@ -330,7 +341,7 @@ Tensor Tensor::to(Device device) const {
     view->id = next_tensor_id.fetch_add(1, std::memory_order_relaxed);
     host = Tensor(view);
   }
-  if (device.kind == Device::Kind::CPU && host.device().kind == Device::Kind::CPU) return host.contiguous();
+  if (device == host.device()) return host.contiguous();
   Tensor out = empty(impl->shape, impl->dtype, device);
   if (on_host(out.impl_)) {
     out.copy_from(host);

@@ -13,6 +13,7 @@ struct Storage : PoolAllocated {
   void* data = nullptr;
   size_t bytes = 0;
   Device device;
+  bool charged = false;         // counted against its logical CPU device (core::charge_cpu_device)
   std::shared_ptr<void> owner;  // set: the memory is the owner's (Tensor::adopt), not the allocator's
 };
 

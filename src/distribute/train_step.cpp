@@ -4,9 +4,11 @@
 #include "tandem/distribute/train_step.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "distribute/replica_state.h"
+#include "tandem/devices.h"
 #include "tandem/ops.h"
 
 namespace tandem::distribute {
@@ -25,6 +27,13 @@ void GlobalBatch::slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) cons
 
 ModelReplicas::ModelReplicas(const Strategy& strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers)
     : replicas_(static_cast<size_t>(strategy.num_local_replicas())) {
+  // Placement (with_device) is one model's; a strategy's replicas are devices of their own.
+  for (const auto& l : layers)
+    if (l->device() && size() > 1)
+      fail(
+          "{}: {} is placed on {} (with_device), but {} runs {} replicas, each on devices of its own; place layers "
+          "under the default strategy, or let the strategy place them",
+          strategy.name(), l->label(), l->device()->name(), strategy.name(), size());
   for (int r = 0; r < size(); ++r) {
     Replica& rep = replicas_[static_cast<size_t>(r)];
     rep.layers = strategy.replica_layers(layers, r);
@@ -36,7 +45,34 @@ ModelReplicas::ModelReplicas(const Strategy& strategy, const std::vector<std::sh
   }
 }
 
+namespace {
+
+// A model placed on CPU devices with memory limits (with_device) is refused before it trains where
+// its variables and the optimizer's slots do not fit on a device.
+void check_placed_memory(ModelReplicas& replicas, const Optimizer& optimizer) {
+  if (replicas.size() != 1) return;
+  std::map<int, int64_t> needs;  // by CPU device
+  for (const auto& l : replicas[0].layers) {
+    if (!l->device() || l->device()->kind != Device::Kind::CPU) continue;
+    for (const Variable& v : l->variables())
+      needs[l->device()->index] += v.value.numel() * static_cast<int64_t>(dtype_size(v.value.dtype())) *
+                                   (1 + (v.trainable ? optimizer.slots_per_variable() : 0));
+  }
+  for (auto [index, bytes] : needs) {
+    int64_t limit = cpu_device_options(index).memory_limit_bytes;
+    if (limit > 0 && bytes > limit)
+      fail(
+          "the layers placed on {} need {} there (their variables and {} optimizer slot{} per trainable one, {}), "
+          "more than its memory limit of {}; place some of them on another device or raise its limit",
+          Device::cpu(index).name(), memory_size(bytes), optimizer.slots_per_variable(),
+          optimizer.slots_per_variable() == 1 ? "" : "s", optimizer.name(), memory_size(limit));
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<StepRunner> Strategy::make_step(const StepParts& parts) {
+  check_placed_memory(parts.replicas, parts.optimizer);
   return std::make_unique<TrainStep>(*this, parts);
 }
 
@@ -187,7 +223,7 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
   Timeline* timeline = strategy_->timeline();
   std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", work.thread_name.c_str());
   work.tape.reset();
-  for (auto& layer : replicas_[r].layers) h = layer->call(h, ctx);
+  h = layers::call_layers(replicas_[r].layers, h, ctx);
   Tensor per_sample = loss_.per_sample(y, h);
   bool whole = end - begin == global;  // one device's step: the batch mean
   Tensor loss = whole ? ops::mean(per_sample) : ops::scale(ops::sum(per_sample), 1.0f / static_cast<float>(global));

@@ -48,9 +48,7 @@ Tensor Sequential::call(const Tensor& x, const CallContext& ctx) {
     if (x.rank() < 2) fail("Sequential \"{}\": input needs a batch axis, got shape {}", name_, x.shape().str());
     build(Shape(std::span<const int64_t>(x.shape().begin() + 1, x.shape().end())));
   }
-  Tensor h = x;
-  for (auto& layer : layers_) h = layer->call(h, ctx);
-  return h;
+  return layers::call_layers(layers_, x, ctx);
 }
 
 void Sequential::make_replicas() {
@@ -88,9 +86,7 @@ Tensor Sequential::operator()(const Tensor& x, bool training) {
   const distribute::ReplicaContext* context = distribute::replica_context();
   int64_t offset = context->first_row >= 0 ? context->first_row : x.dim(0) * context->replica_id;
   CallContext ctx{training, {seed_, training ? rep->training_calls++ : 0, offset}};
-  Tensor h = x;
-  for (auto& layer : rep->layers) h = layer->call(h, ctx);
-  return h;
+  return layers::call_layers(rep->layers, x, ctx);
 }
 
 std::vector<Variable*> Sequential::variables() {

@@ -43,10 +43,34 @@ void Layer::call_parts(BatchParts& parts) {
   }
 }
 
+void Layer::place_on(Device device) {
+  check_device(device, label().c_str());
+  for (Variable& v : variables_) {
+    v.value = v.value.to(device);
+    mark_trainable(v.value, v.trainable);
+  }
+  device_ = device;
+}
+
+Tensor call_layers(std::span<const std::shared_ptr<Layer>> layers, const Tensor& x, const CallContext& ctx) {
+  if (!x.defined()) fail("call_layers: the input is undefined");
+  Tensor h = x;
+  for (const auto& layer : layers) {
+    if (!layer->device()) {
+      h = layer->call(ops::to_device(h, x.device()), ctx);
+      continue;
+    }
+    ComputeOn on(*layer->device());
+    h = layer->call(ops::to_device(h, *layer->device()), ctx);
+  }
+  return ops::to_device(h, x.device());
+}
+
 Tensor& Layer::add_variable(const std::string& short_name, const Shape& shape, const Initializer& init, int64_t fan_in,
                             int64_t fan_out, uint64_t seed, bool trainable) {
   Tensor t = Tensor::empty(shape);
   init.fill(t, fan_in, fan_out, Philox(seed, variables_.size()));
+  if (device_) t = t.to(*device_);
   mark_trainable(t, trainable);
   variables_.push_back(Variable{name_ + "/" + short_name, t, trainable});
   return variables_.back().value;

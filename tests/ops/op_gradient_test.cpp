@@ -204,6 +204,26 @@ std::vector<OpCase> op_cases() {
                      for (int i = 0; i < 5; ++i) y[i] = in[0][i] * in[0][i];
                      return y;
                    }});
+  // Moved to the host and back (on the cpu, both moves are the tensor itself): the gradient moves
+  // back the same way.
+  cases.push_back({"to_device",
+                   {{2, 3}},
+                   [](const Inputs& in) {
+                     return ops::to_device(ops::square(ops::to_device(in[0], Device::cpu())), in[0].device());
+                   },
+                   [](const RefInputs& in) {
+                     Vec y(6);
+                     for (int i = 0; i < 6; ++i) y[i] = in[0][i] * in[0][i];
+                     return y;
+                   },
+                   -1.0f,
+                   1.0f,
+                   2e-5,
+                   1e-4,
+                   3e-4,
+                   3e-3,
+                   99,
+                   false});
   cases.push_back({"log",
                    {{6}},
                    [](const Inputs& in) { return ops::log(in[0]); },

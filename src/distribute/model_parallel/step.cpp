@@ -8,6 +8,7 @@
 
 #include "distribute/model_parallel/shards.h"
 #include "tandem/autograd.h"
+#include "tandem/devices.h"
 #include "tandem/distribute/step_runner.h"
 #include "tandem/distribute/train_step.h"
 #include "tandem/timeline.h"
@@ -53,7 +54,7 @@ class TensorParallelStep : public StepRunner {
         {
           Timeline::Span forward(timeline, "forward", row);
           CallContext ctx{true, RandomKey{seed_, key, begin}};  // as one device's step: the same dropout masks
-          for (auto& layer : device.layers) h = layer->call(h, ctx);
+          h = layers::call_layers(device.layers, h, ctx);
           Tensor per_sample = loss_.per_sample(end - begin == rows ? y : y.slice(begin, end), h);
           sum = ops::sum(per_sample);
         }
@@ -103,19 +104,15 @@ class TensorParallelStep : public StepRunner {
 
 std::unique_ptr<StepRunner> ModelParallelStrategy::make_step(const StepParts& parts) {
   if (options_.device_memory_bytes > 0) {
-    std::unique_ptr<Optimizer> probe = parts.optimizer.replicate({});
-    Variable one{"probe", Tensor::zeros({1})};
-    Variable* ones[] = {&one};
-    probe->build(ones);
-    int slots = static_cast<int>(probe->state().size()) - 1;  // beside the step count
+    int slots = parts.optimizer.slots_per_variable();
     int64_t needs = shards_->bytes_per_device(slots), limit = options_.device_memory_bytes;
     if (needs > limit)
       fail(
-          "{}: the model needs {:.1f} MB on a device ({} variables and {} optimizer slot{} per trainable one, split "
-          "over {} device{}), more than the {:.1f} MB each device has; split it over more devices (model-parallel:N) "
-          "or give them more memory",
-          name(), static_cast<double>(needs) / 1e6, "its", slots, slots == 1 ? "" : "s", options_.num_shards,
-          options_.num_shards == 1 ? "" : "s", static_cast<double>(limit) / 1e6);
+          "{}: the model needs {} on a device (its variables and {} optimizer slot{} per trainable one, split over {} "
+          "device{}), more than the {} each device has; split it over more devices (model-parallel:N) or give them "
+          "more memory",
+          name(), memory_size(needs), slots, slots == 1 ? "" : "s", options_.num_shards,
+          options_.num_shards == 1 ? "" : "s", memory_size(limit));
   }
   return std::make_unique<TensorParallelStep>(*this, parts);
 }

@@ -73,7 +73,7 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     {
       GradientTape tape;
       CallContext ctx{true, RandomKey{parts.seed, static_cast<uint64_t>(step.envelope.aux), first_row}};
-      for (auto& layer : model.layers) h = layer->call(h, ctx);
+      h = layers::call_layers(model.layers, h, ctx);
       per_sample = parts.loss.per_sample(y, h);
       // As fit's step: the batch mean when the round is this batch, else its share of the round's mean.
       loss = rows == round_rows ? ops::mean(per_sample)
