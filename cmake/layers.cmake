@@ -3,7 +3,7 @@
 # from, besides itself. Not transitive: a layer that may use ops may not skip to the kernels
 # unless it says so. The build makes one target per layer from this table, and
 # cmake/check_layers.cmake refuses any #include that leaves it.
-set(TANDEM_LAYERS core kernels autograd collectives ops nn io data train distribute fit cli)
+set(TANDEM_LAYERS core kernels autograd collectives ops nn io data train distribute fit cli python)
 
 set(TANDEM_LAYER_core_FILES src/core include/tandem/tensor.h include/tandem/allocator.h include/tandem/random.h
     include/tandem/error.h include/tandem/runtime.h include/tandem/op_types.h include/tandem/timeline.h
@@ -44,3 +44,7 @@ set(TANDEM_LAYER_fit_USES core autograd collectives ops nn io data train distrib
 
 set(TANDEM_LAYER_cli_FILES src/cli)
 set(TANDEM_LAYER_cli_USES core autograd collectives ops nn io data train distribute fit)
+
+# The Python module (tandem._tandem, pybind11): built on its own, as the command line is.
+set(TANDEM_LAYER_python_FILES src/python)
+set(TANDEM_LAYER_python_USES core autograd collectives ops nn io data train distribute fit)

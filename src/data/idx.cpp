@@ -14,7 +14,7 @@ namespace {
 class GzReader {
  public:
   explicit GzReader(const std::string& path) : path_(path), file_(gzopen(path.c_str(), "rb")) {
-    if (file_ == nullptr) fail("read_idx: cannot open \"{}\": {}", path, std::strerror(errno));
+    if (file_ == nullptr) fail_file(errno, "read_idx: cannot open \"{}\": {}", path, std::strerror(errno));
     gzbuffer(file_, 1 << 17);
   }
   ~GzReader() {

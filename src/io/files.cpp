@@ -29,7 +29,7 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
   std::string tmp = path + ".tmp-" + std::to_string(::getpid());
   {
     Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-    if (f.fd < 0) fail("cannot create \"{}\": {}", tmp, std::strerror(errno));
+    if (f.fd < 0) fail_file(errno, "cannot create \"{}\": {}", tmp, std::strerror(errno));
     size_t done = 0;
     while (done < bytes.size()) {
       ssize_t n = ::write(f.fd, bytes.data() + done, bytes.size() - done);
@@ -37,20 +37,20 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
       if (n < 0) {
         int err = errno;
         ::unlink(tmp.c_str());
-        fail("writing \"{}\" failed after {} of {} bytes: {}", tmp, done, bytes.size(), std::strerror(err));
+        fail_file(err, "writing \"{}\" failed after {} of {} bytes: {}", tmp, done, bytes.size(), std::strerror(err));
       }
       done += static_cast<size_t>(n);
     }
     if (::fsync(f.fd) != 0) {
       int err = errno;
       ::unlink(tmp.c_str());
-      fail("fsync of \"{}\" failed: {}", tmp, std::strerror(err));
+      fail_file(err, "fsync of \"{}\" failed: {}", tmp, std::strerror(err));
     }
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    fail("cannot rename \"{}\" to \"{}\": {}", tmp, path, std::strerror(err));
+    fail_file(err, "cannot rename \"{}\" to \"{}\": {}", tmp, path, std::strerror(err));
   }
   // The rename itself is durable only once the directory entry is.
   Fd dir{::open(directory_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
@@ -59,7 +59,7 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open \"{}\": {}", path, std::strerror(errno));
+  if (!in) fail_file(errno, "cannot open \"{}\": {}", path, std::strerror(errno));
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();

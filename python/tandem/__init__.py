@@ -1,0 +1,25 @@
+"""Tandem: Keras-style training on one device or many, with a C++ engine.
+
+The tutorials' TensorFlow code runs with its import changed::
+
+    import tandem as tf
+    (x, y), (x_test, y_test) = tf.keras.datasets.mnist.load_data()
+    strategy = tf.distribute.MirroredStrategy()
+    with strategy.scope():
+        model = tf.keras.Sequential([...])
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.fit(x.reshape(-1, 784) / 255.0, y, epochs=10, batch_size=25)
+
+``tandem.keras`` is the Keras API, ``tandem.distribute`` the strategies, ``tandem.hvd`` Horovod's.
+"""
+from . import _tandem
+from .errors import Error, FileError, FileNotFoundError
+from . import keras, distribute, hvd
+
+__version__ = "0.10.0"
+__all__ = ["keras", "distribute", "hvd", "Error", "FileError", "FileNotFoundError", "set_num_threads"]
+
+
+def set_num_threads(threads):
+    """The intra-op threads of the calling thread's ops (0: one per usable core)."""
+    _tandem.set_num_threads(int(threads))

@@ -1,0 +1,43 @@
+"""numpy in: float32 C-contiguous arrays go to the engine as they are (no copy); anything else is
+converted once (floats to float32, integer labels to int32 after a range check)."""
+import numpy as np
+
+from .errors import Error
+
+
+def features(x, what):
+    """x as a float32 C-contiguous array; the same object when it already is one."""
+    if x is None:
+        raise Error(f"{what}: x is None; pass a numpy array of samples")
+    if isinstance(x, (str, bytes)):
+        raise Error(f"{what}: x must be an array of numbers, got a {type(x).__name__}")
+    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.c_contiguous:
+        return x
+    try:
+        a = np.asarray(x)
+    except Exception as e:  # ragged lists and the like
+        raise Error(f"{what}: x cannot be read as an array: {e}") from None
+    if a.dtype.kind not in "fiub":
+        raise Error(f"{what}: x must hold numbers, got an array of {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def targets(y, what):
+    """y as float32, int32 or uint8, C-contiguous: integer labels stay integers."""
+    if y is None:
+        raise Error(f"{what}: y is None; pass the targets (labels) as a numpy array")
+    if isinstance(y, (str, bytes)):
+        raise Error(f"{what}: y must be an array of numbers, got a {type(y).__name__}")
+    try:
+        a = np.asarray(y)
+    except Exception as e:
+        raise Error(f"{what}: y cannot be read as an array: {e}") from None
+    if a.dtype in (np.float32, np.int32, np.uint8):
+        return np.ascontiguousarray(a)
+    if a.dtype.kind in "iub":
+        if a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
+            raise Error(f"{what}: labels must fit in int32, got values from {a.min()} to {a.max()}")
+        return np.ascontiguousarray(a, dtype=np.int32)
+    if a.dtype.kind == "f":
+        return np.ascontiguousarray(a, dtype=np.float32)
+    raise Error(f"{what}: y must hold numbers, got an array of {a.dtype}")

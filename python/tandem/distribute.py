@@ -1,0 +1,142 @@
+"""Strategies (tf.distribute): make the model inside ``with strategy.scope():`` and it trains under
+the strategy; nothing else changes.
+
+    strategy = tandem.distribute.MirroredStrategy()          # one replica per core
+    with strategy.scope():
+        model = tandem.keras.Sequential([...])
+        model.compile(...)
+    model.fit(x, y, batch_size=256)                          # the global batch, split over replicas
+"""
+import threading
+
+from . import _tandem
+from .errors import Error
+
+__all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "OneDeviceStrategy",
+           "MultiWorkerMirroredStrategy", "ParameterServerStrategy", "ModelParallelStrategy", "get_strategy",
+           "has_strategy", "experimental"]
+
+_scopes = threading.local()
+
+
+def _stack():
+    if not hasattr(_scopes, "stack"):
+        _scopes.stack = []
+    return _scopes.stack
+
+
+class _Scope:
+    def __init__(self, strategy):
+        self._strategy = strategy
+
+    def __enter__(self):
+        self._strategy._handle.enter()
+        _stack().append(self._strategy)
+        return self._strategy
+
+    def __exit__(self, *exc):
+        _stack().pop()
+        self._strategy._handle.exit()
+        return False
+
+
+class Strategy:
+    """A distribution strategy by its Tandem name ('mirrored:4', 'ps-async', 'model-parallel:2', ...)."""
+
+    def __init__(self, spec, threads_per_replica=0):
+        self._handle = _tandem.Strategy(spec, int(threads_per_replica))
+
+    def scope(self):
+        """Models made inside train under this strategy."""
+        return _Scope(self)
+
+    @property
+    def num_replicas_in_sync(self):
+        return self._handle.num_replicas_in_sync
+
+    @property
+    def name(self):
+        return self._handle.name
+
+    def __repr__(self):
+        return f"<tandem.distribute {type(self).__name__} {self.name!r}>"
+
+
+def _count(devices, num, what):
+    if devices is not None:
+        if isinstance(devices, str) or not hasattr(devices, "__len__") or len(devices) == 0:
+            raise Error(f"{what}: devices must be a non-empty list such as ['/cpu:0', '/cpu:1'], got {devices!r}")
+        return len(devices)
+    if num is not None:
+        if isinstance(num, bool) or not isinstance(num, int) or num <= 0:
+            raise Error(f"{what}: num_replicas must be a positive int, got {num!r}")
+        return num
+    return None
+
+
+class MirroredStrategy(Strategy):
+    """Synchronous data parallelism over replicas in this process (one per core by default; or
+    one per entry of ``devices``, or ``num_replicas``), gradients summed before every update."""
+
+    def __init__(self, devices=None, cross_device_ops=None, num_replicas=None, threads_per_replica=0):
+        n = _count(devices, num_replicas, "MirroredStrategy")
+        super().__init__("mirrored" if n is None else f"mirrored:{n}", threads_per_replica)
+
+
+class CentralStorageStrategy(Strategy):
+    """Replicas in this process sharing one copy of the variables, updated once per step."""
+
+    def __init__(self, compute_devices=None, parameter_device=None, num_replicas=None, threads_per_replica=0):
+        n = _count(compute_devices, num_replicas, "CentralStorageStrategy")
+        super().__init__("central" if n is None else f"central:{n}", threads_per_replica)
+
+
+class OneDeviceStrategy(Strategy):
+    """Everything on one device."""
+
+    def __init__(self, device="/cpu:0"):
+        super().__init__("one_device")
+
+
+class MultiWorkerMirroredStrategy(Strategy):
+    """Synchronous data parallelism over the processes `tandem launch -np N -- python3 train.py`
+    starts (one replica each), gradients all-reduced over MPI."""
+
+    def __init__(self, communication_options=None, cluster_resolver=None, num_workers=None):
+        super().__init__("multiworker" if num_workers is None else f"multiworker:{int(num_workers)}")
+
+
+class ParameterServerStrategy(Strategy):
+    """Parameter servers and workers from TF_CONFIG (as TensorFlow reads it), asynchronous by
+    default or synchronous (``mode='sync'``); `tandem launch --tf-config FILE -- python3 train.py`
+    starts the cluster."""
+
+    def __init__(self, cluster_resolver=None, mode="async", variable_partitioner=None):
+        if mode not in ("async", "sync"):
+            raise Error(f"ParameterServerStrategy: mode must be 'async' or 'sync', got {mode!r}")
+        super().__init__(f"ps-{mode}")
+
+
+class ModelParallelStrategy(Strategy):
+    """The model's Dense layers split over ``num_shards`` devices (tensor parallelism)."""
+
+    def __init__(self, num_shards=2):
+        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards <= 0:
+            raise Error(f"ModelParallelStrategy: num_shards must be a positive int, got {num_shards!r}")
+        super().__init__(f"model-parallel:{num_shards}")
+
+
+def get_strategy():
+    """The strategy whose scope is open on this thread (None outside any scope: the default)."""
+    stack = _stack()
+    return stack[-1] if stack else None
+
+
+def has_strategy():
+    return bool(_stack())
+
+
+class experimental:  # noqa: N801 - tf.distribute.experimental's names
+    CentralStorageStrategy = CentralStorageStrategy
+    MultiWorkerMirroredStrategy = MultiWorkerMirroredStrategy
+    ParameterServerStrategy = ParameterServerStrategy

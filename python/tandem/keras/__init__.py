@@ -1,0 +1,7 @@
+"""The Keras API (tf.keras) over Tandem's engine."""
+from . import layers, optimizers, losses, callbacks, datasets, models
+from .models import Sequential, model_from_json
+from .layers import Input
+
+__all__ = ["Sequential", "Input", "model_from_json", "layers", "optimizers", "losses", "callbacks", "datasets",
+           "models"]

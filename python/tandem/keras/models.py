@@ -1,0 +1,240 @@
+"""The Keras model (tf.keras.Sequential) over the engine's Sequential."""
+import numpy as np
+
+from .. import _tandem, _arrays
+from ..errors import Error
+from . import callbacks as callbacks_module
+from .layers import InputLayer
+
+__all__ = ["Sequential", "model_from_json"]
+
+
+def _verbose(verbose):
+    if verbose == "auto":
+        return 1
+    if verbose in (0, 1, 2):
+        return int(verbose)
+    raise Error(f"verbose must be 0, 1, 2 or 'auto', got {verbose!r}")
+
+
+def _batch_size(batch_size, default=32):
+    if batch_size is None:
+        return default
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
+        raise Error(f"batch_size must be a positive int, got {batch_size!r}")
+    return int(batch_size)
+
+
+class Sequential:
+    """A linear stack of layers, trained with compile / fit / evaluate / predict as in Keras.
+
+    Made inside ``strategy.scope()``, the model trains under that strategy (replicas, processes,
+    parameter servers, split layers); otherwise on this process's cores. ``seed`` fixes the
+    weights, dropout and shuffling (Tandem's runs repeat bit for bit).
+    """
+
+    def __init__(self, layers=None, name=None, seed=0):
+        from .. import distribute
+
+        self._strategy = distribute.get_strategy()
+        self._model = _tandem.Model(name or "sequential", int(seed))
+        if self._strategy is not None:
+            _tandem.attach_strategy(self._model, self._strategy._handle)
+        self._input_shape = None
+        self._compiled = None
+        self.history = None
+        for layer in layers or []:
+            self.add(layer)
+
+    # --- building ---
+
+    def add(self, layer):
+        """Adds a layer on top of the stack (or, first, a ``keras.Input`` giving the input shape)."""
+        if isinstance(layer, InputLayer):
+            if self._model.layers:
+                raise Error("Sequential.add: an Input goes first, before any layer")
+            self._input_shape = list(layer.shape)
+            return
+        if not isinstance(layer, _tandem.Layer):
+            raise Error(f"Sequential.add: expected a layer (tandem.keras.layers.*), got {layer!r}")
+        self._model.add(layer)
+        if self._input_shape is not None and len(self._model.layers) == 1:
+            self._model.build(self._input_shape)
+
+    def build(self, input_shape):
+        """Builds the model for inputs of ``input_shape`` (with or without the batch axis as None)."""
+        shape = list(input_shape)
+        if shape and shape[0] is None:
+            shape = shape[1:]
+        self._model.build([int(d) for d in shape])
+
+    @property
+    def layers(self):
+        return list(self._model.layers)
+
+    @property
+    def name(self):
+        return self._model.name
+
+    @property
+    def built(self):
+        return self._model.built
+
+    @property
+    def optimizer(self):
+        return self._model.optimizer
+
+    @property
+    def stop_training(self):
+        return self._model.stop_training
+
+    @stop_training.setter
+    def stop_training(self, value):
+        self._model.stop_training = bool(value)
+
+    @property
+    def distribute_strategy(self):
+        return self._strategy
+
+    def count_params(self):
+        return self._model.count_params()
+
+    def summary(self, print_fn=None):
+        """Prints the layers, their output shapes and parameter counts (Keras' table)."""
+        text = self._model.summary()
+        (print_fn or print)(text.rstrip("\n"))
+
+    # --- training ---
+
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, **kwargs):
+        """Configures training: ``optimizer`` (a name such as 'adam' or a tandem.keras.optimizers
+        object), ``loss`` (a name such as 'sparse_categorical_crossentropy' or a losses object) and
+        ``metrics`` (names: 'accuracy', 'sparse_categorical_accuracy', ...)."""
+        if loss is None:
+            raise Error("compile: loss is required, e.g. loss='sparse_categorical_crossentropy'")
+        if metrics is None:
+            metrics = []
+        if isinstance(metrics, str):
+            metrics = [metrics]
+        for m in metrics:
+            if not isinstance(m, str):
+                raise Error(f"compile: metrics are given by name ('accuracy'), got {m!r}")
+        self._model.compile(optimizer, loss, list(metrics))
+        self._compiled = True
+
+    def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
+            validation_data=None, shuffle=True, initial_epoch=0, **kwargs):
+        """Trains the model for ``epochs`` passes over (x, y).
+
+        Args:
+            x: numpy array of samples (float32 C-contiguous arrays are used in place; anything
+                else is converted to float32 once).
+            y: numpy array of targets (integer labels, or float targets).
+            batch_size: samples per step (default 32).
+            epochs: the epoch to end at (counting from 0 with initial_epoch).
+            verbose: 'auto' or 1 (progress bar), 2 (one line per epoch), 0 (silent).
+            callbacks: tandem.keras.callbacks objects, or your Callback subclasses.
+            validation_split: the last fraction of x, y held out for validation.
+            validation_data: (x_val, y_val) to evaluate at each epoch's end.
+            shuffle: shuffle the training samples each epoch.
+            initial_epoch: the epoch to start at (resuming).
+
+        Returns:
+            A History whose ``history`` dict holds each logged value per epoch.
+
+        Ctrl-C stops between batches with KeyboardInterrupt; the weights of the last finished
+        batch are kept. The GIL is released while the engine trains.
+        """
+        unknown = sorted(k for k in kwargs if k not in ("steps_per_epoch", "workers", "use_multiprocessing",
+                                                        "max_queue_size"))
+        if unknown:
+            raise Error(f"fit: unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+        if kwargs.get("steps_per_epoch") is not None:
+            raise Error("fit: steps_per_epoch is not supported with arrays; every epoch covers x")
+        x = _arrays.features(x, "fit")
+        y = _arrays.targets(y, "fit")
+        val_x = val_y = None
+        if validation_data is not None:
+            try:
+                val_x, val_y = validation_data[:2]
+            except (TypeError, ValueError):
+                raise Error("fit: validation_data must be a tuple (x_val, y_val)") from None
+            val_x = _arrays.features(val_x, "fit (validation_data)")
+            val_y = _arrays.targets(val_y, "fit (validation_data)")
+        verbose = _verbose(verbose)
+        batch_size = _batch_size(batch_size)
+        native = []
+        params = {"epochs": int(epochs), "steps": -(-len(x) // batch_size), "verbose": verbose}
+        for cb in callbacks or []:
+            if isinstance(cb, callbacks_module.Callback):
+                cb.set_model(self)
+                cb.set_params(params)
+            elif not isinstance(cb, _tandem.NativeCallback):
+                raise Error(f"fit: callbacks must be tandem.keras.callbacks objects or Callback subclasses, got {cb!r}")
+            native.append(cb)
+        history, epochs_run = self._model.fit(x, y, int(epochs), batch_size, float(validation_split), val_x, val_y,
+                                              bool(shuffle), native, verbose, int(initial_epoch))
+        self.history = callbacks_module.History(history, epochs_run, self, params)
+        return self.history
+
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", return_dict=False, **kwargs):
+        """The loss and metrics on (x, y): a scalar loss without metrics, else [loss, metrics...]
+        (or a dict with return_dict=True), as Keras returns them."""
+        x = _arrays.features(x, "evaluate")
+        y = _arrays.targets(y, "evaluate")
+        logs = self._model.evaluate(x, y, _batch_size(batch_size), 0 if _verbose(verbose) == 0 else 1)
+        if return_dict:
+            return logs
+        values = list(logs.values())
+        return values[0] if len(values) == 1 else values
+
+    def predict(self, x, batch_size=None, verbose="auto", **kwargs):
+        """The model's outputs for x, as a numpy array."""
+        return self._model.predict(_arrays.features(x, "predict"), _batch_size(batch_size))
+
+    def __call__(self, x, training=False):
+        if training:
+            raise Error("calling the model with training=True is not supported; use fit")
+        return self.predict(x)
+
+    # --- weights and files ---
+
+    def get_weights(self):
+        """Every variable's values, in layer order (copies)."""
+        return self._model.get_weights()
+
+    def set_weights(self, weights):
+        """Sets every variable from arrays in get_weights' order and shapes."""
+        self._model.set_weights([_arrays.features(w, "set_weights") for w in weights])
+
+    def save_weights(self, filepath, **kwargs):
+        """Writes the weights to a safetensors file (the file `tandem evaluate` reads)."""
+        self._model.save_weights(str(filepath))
+
+    def load_weights(self, filepath, **kwargs):
+        """Reads weights written by save_weights, ModelCheckpoint or `tandem fit --save`."""
+        self._model.load_weights(str(filepath))
+
+    def to_json(self, **kwargs):
+        """The architecture as Keras' JSON (model_from_json reads it back)."""
+        return self._model.to_json()
+
+    def __repr__(self):
+        return f"<tandem.keras.Sequential {self.name!r}: {len(self._model.layers)} layers>"
+
+
+def model_from_json(json_string, custom_objects=None, seed=0):
+    """A model from Keras' JSON (``model.to_json()``, or a Keras file's architecture)."""
+    if not isinstance(json_string, str):
+        raise Error(f"model_from_json: expected a JSON string, got {type(json_string).__name__}")
+    model = Sequential.__new__(Sequential)
+    from .. import distribute
+
+    model._strategy = distribute.get_strategy()
+    model._model = _tandem.model_from_json(json_string, int(seed))
+    if model._strategy is not None:
+        _tandem.attach_strategy(model._model, model._strategy._handle)
+    model._input_shape = None
+    model._compiled = None
+    model.history = None
+    return model

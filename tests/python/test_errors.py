@@ -1,0 +1,60 @@
+"""Bad calls from Python raise tandem.Error (a ValueError) or, for files, an OSError subclass,
+naming the problem; none crashes the interpreter."""
+import numpy as np
+import pytest
+
+from conftest import small_data
+
+
+def model_of(tf):
+    model = tf.keras.Sequential([tf.keras.layers.Dense(5, input_shape=(20,))])
+    model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def test_errors_name_the_problem(tf, tmp_path):
+    x, y = small_data()
+    model = model_of(tf)
+    assert issubclass(tf.Error, ValueError)
+    with pytest.raises(tf.Error, match=r"x has samples of shape \(19,\), the model expects \(20,\)"):
+        model.fit(x[:, :19], y, verbose=0)
+    with pytest.raises(tf.Error, match="x has 256 samples but y has 255"):
+        model.fit(x, y[:255], verbose=0)
+    with pytest.raises(tf.Error, match="x must be an array of numbers, got a str"):
+        model.fit("images.npy", y, verbose=0)
+    with pytest.raises(tf.Error, match="x is None"):
+        model.fit(None, y, verbose=0)
+    with pytest.raises(tf.Error, match="y is None"):
+        model.fit(x, None, verbose=0)
+    with pytest.raises(tf.Error, match=r'unknown loss "sparse_categorical_crossentropyy"'):
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropyy")
+    with pytest.raises(tf.Error, match="unknown metric"):
+        model.compile(optimizer="adam", loss="mse", metrics=["accuracyy"])
+    with pytest.raises(tf.Error, match="batch_size must be a positive int"):
+        model.fit(x, y, batch_size=0, verbose=0)
+    with pytest.raises(tf.Error, match="labels must fit in int32"):
+        model.fit(x, np.full(256, 2**40), verbose=0)
+    with pytest.raises(tf.Error, match="x must hold numbers"):
+        model.fit(np.array([["a"] * 20] * 256), y, verbose=0)
+    with pytest.raises(tf.Error, match="Dense: units must be positive"):
+        tf.keras.layers.Dense(0)
+    with pytest.raises(tf.Error, match="unknown argument unitz"):
+        tf.keras.layers.Dense(4, unitz=3)
+    with pytest.raises(tf.Error, match="expected a layer"):
+        tf.keras.Sequential().add("dense")
+    with pytest.raises(tf.Error, match="num_replicas must be a positive int"):
+        tf.distribute.MirroredStrategy(num_replicas=0)
+    with pytest.raises(tf.FileNotFoundError) as missing:
+        model.load_weights(tmp_path / "nowhere.safetensors")
+    assert isinstance(missing.value, OSError) and missing.value.errno == 2
+    assert "nowhere.safetensors" in str(missing.value)
+    (tmp_path / "broken.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(tf.Error):
+        model.load_weights(tmp_path / "broken.safetensors")
+    # A model whose engine object was freed says so.
+    model._model.free()
+    with pytest.raises(tf.Error, match="this model was freed"):
+        model.predict(x)
+    # The model still trains after all this.
+    model = model_of(tf)
+    model.fit(x, y, verbose=0)

@@ -1,0 +1,159 @@
+"""The Keras surface from Python: the first tutorial's MLP against the C++ API, fit's history and
+callbacks, files, and numpy in and out."""
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import CLI, ROOT, mnist_or_skip, small_data
+
+
+def tutorial_mlp(tf):
+    model = tf.keras.Sequential()
+    model.add(tf.keras.layers.Dense(units=128, activation="relu", input_shape=(784,)))
+    model.add(tf.keras.layers.Dropout(rate=0.2))
+    model.add(tf.keras.layers.Dense(units=10, activation="softmax"))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["sparse_categorical_accuracy"])
+    return model
+
+
+def test_tutorial_mlp_trains_as_the_cpp_api_to_the_bit(tf, tmp_path):
+    """The first tutorial's code, its import changed, on real MNIST: one epoch at batch 25 gives the
+    weights `tandem fit --model mlp` gives with the same seed, bit for bit, and so its accuracy."""
+    (x_train, y_train), (x_test, y_test) = mnist_or_skip()
+    x_train = x_train / 255.0  # float64, as the tutorial makes it: converted to float32 once
+    x_test = x_test / 255.0
+    x_train = x_train.reshape(-1, 28 * 28)
+    x_test = x_test.reshape(-1, 28 * 28)
+    model = tutorial_mlp(tf)
+    history = model.fit(x_train, y_train, epochs=1, batch_size=25, verbose=0)
+    assert history.epoch == [0] and set(history.history) >= {"loss", "sparse_categorical_accuracy"}
+
+    run = subprocess.run([str(CLI), "fit", "--model", "mlp", "--epochs", "1", "--batch-size", "25", "--seed", "0",
+                          "--verbose", "0", "--checkpoint-dir", str(tmp_path), "--data-dir", str(ROOT / "data")], capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr
+    from_cli = tutorial_mlp(tf)
+    from_cli.build((784,))
+    from_cli.load_weights(tmp_path / "final.safetensors")
+    for ours, theirs in zip(model.get_weights(), from_cli.get_weights()):
+        assert ours.shape == theirs.shape
+        assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32))
+    loss, accuracy = model.evaluate(x_test, y_test, verbose=0)
+    assert accuracy > 0.9
+    assert model.evaluate(x_test, y_test, verbose=0) == from_cli.evaluate(x_test, y_test, verbose=0)
+
+
+def test_fit_returns_keras_history_and_calls_python_callbacks(tf):
+    x, y = small_data()
+    seen = []
+
+    class Recorder(tf.keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            seen.append(("train_begin", self.params["epochs"]))
+
+        def on_epoch_end(self, epoch, logs=None):
+            assert self.model is model
+            seen.append((epoch, dict(logs)))
+
+        def on_train_batch_end(self, batch, logs=None):
+            seen.append(("batch", batch))
+
+    model = tf.keras.Sequential([tf.keras.Input(shape=(20,)), tf.keras.layers.Dense(16, activation="relu"),
+                                 tf.keras.layers.Dense(5)])
+    model.compile(optimizer=tf.keras.optimizers.SGD(learning_rate=0.1, momentum=0.9),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    history = model.fit(x, y, epochs=3, batch_size=64, validation_split=0.25, verbose=0, callbacks=[Recorder()])
+    assert history.epoch == [0, 1, 2]
+    assert set(history.history) >= {"loss", "accuracy", "val_loss", "val_accuracy"}
+    assert all(len(v) == 3 for v in history.history.values())
+    epochs = [s for s in seen if isinstance(s[0], int)]
+    assert [e for e, _ in epochs] == [0, 1, 2]
+    assert epochs[2][1]["val_loss"] == pytest.approx(history.history["val_loss"][2])
+    assert seen[0] == ("train_begin", 3)
+    assert sum(1 for s in seen if s[0] == "batch") == 3 * 3  # 192 training rows in batches of 64
+
+
+def test_early_stopping_stops_and_a_raising_callback_ends_fit_with_its_exception(tf):
+    x, y = small_data()
+    model = tf.keras.Sequential([tf.keras.layers.Dense(5, input_shape=(20,))])
+    model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    # A loss that cannot improve by 10 per epoch: stopped after patience + 1 epochs.
+    stop = tf.keras.callbacks.EarlyStopping(monitor="loss", min_delta=10.0, patience=1)
+    history = model.fit(x, y, epochs=20, verbose=0, callbacks=[stop])
+    assert len(history.epoch) == 2
+
+    class Boom(Exception):
+        pass
+
+    class Raiser(tf.keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                raise Boom("raised in epoch 1")
+
+    with pytest.raises(Boom, match="raised in epoch 1"):
+        model.fit(x, y, epochs=5, verbose=0, callbacks=[Raiser()])
+
+    class Stopper(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 2:
+                self.model.stop_training = True
+
+    history = model.fit(x, y, epochs=5, verbose=0, callbacks=[Stopper()])
+    assert len(history.epoch) == 1
+
+
+def test_float32_arrays_are_not_copied_and_other_layouts_train_the_same(tf):
+    from tandem import _tandem
+
+    x, y = small_data()
+    assert _tandem.tensor_address(x) == x.ctypes.data
+    back = _tandem.roundtrip(x)
+    assert np.array_equal(back, x)
+
+    def trained(x_in, y_in):
+        model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="tanh", input_shape=(20,)),
+                                     tf.keras.layers.Dense(5, activation="softmax")], seed=3)
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        model.fit(x_in, y_in, epochs=2, batch_size=32, verbose=0)
+        return model.get_weights()
+
+    reference = trained(x, y)
+    x64 = x.astype(np.float64)  # converted once
+    strided = np.asfortranarray(x)  # not C-contiguous: converted once
+    for other_x, other_y in ((x64, y), (strided, y), (x, y.astype(np.int64)), (x, y.astype(np.uint8))):
+        for a, b in zip(reference, trained(other_x, other_y)):
+            assert np.array_equal(a, b)
+
+
+def test_weights_files_json_and_predict(tf, tmp_path):
+    x, y = small_data()
+    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu", input_shape=(20,)),
+                                 tf.keras.layers.BatchNormalization(), tf.keras.layers.Dense(5)])
+    model.compile(optimizer="rmsprop", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, epochs=1, verbose=0)
+    model.save_weights(tmp_path / "w.safetensors")
+    copy = tf.keras.models.model_from_json(model.to_json())
+    copy.load_weights(tmp_path / "w.safetensors")
+    out = model.predict(x)
+    assert out.shape == (256, 5) and out.dtype == np.float32
+    assert np.array_equal(out, copy.predict(x))
+    weights = model.get_weights()
+    copy.set_weights([w * 0 for w in weights])
+    assert not np.array_equal(copy.predict(x), out)
+    copy.set_weights(weights)
+    assert np.array_equal(copy.predict(x), out)
+    lines = []
+    model.summary(print_fn=lines.append)
+    assert "Total params: 245" in lines[0]  # 168 + 4 × 8 (16 of them moving statistics) + 45
+
+
+def test_datasets_as_keras_gives_them(tf):
+    (x, y), (xt, yt) = mnist_or_skip()
+    assert x.shape == (60000, 28, 28) and x.dtype == np.uint8 and y.shape == (60000,) and y.dtype == np.uint8
+    assert xt.shape == (10000, 28, 28)
+    try:
+        (fx, fy), _ = tf.keras.datasets.fashion_mnist.load_data()
+    except tf.FileNotFoundError as e:
+        pytest.skip(f"Fashion-MNIST is not here: {e}")
+    assert fx.shape == (60000, 28, 28) and fy.max() == 9
