@@ -78,8 +78,13 @@ class MirroredStrategy(Strategy):
     """Synchronous data parallelism over replicas in this process (one per core by default; or
     one per entry of ``devices``, or ``num_replicas``), gradients summed before every update."""
 
-    def __init__(self, devices=None, cross_device_ops=None, num_replicas=None, threads_per_replica=0):
+    def __init__(self, devices=None, cross_device_ops=None, num_replicas=None, threads_per_replica=0,
+                 deterministic=False):
         n = _count(devices, num_replicas, "MirroredStrategy")
+        if deterministic:  # Tandem's: the bits do not depend on the replica count
+            n = n or _tandem.Strategy("mirrored", 0).num_replicas_in_sync
+            super().__init__(f"mirrored:{n}:deterministic", threads_per_replica)
+            return
         super().__init__("mirrored" if n is None else f"mirrored:{n}", threads_per_replica)
 
 
@@ -102,8 +107,9 @@ class MultiWorkerMirroredStrategy(Strategy):
     """Synchronous data parallelism over the processes `tandem launch -np N -- python3 train.py`
     starts (one replica each), gradients all-reduced over MPI."""
 
-    def __init__(self, communication_options=None, cluster_resolver=None, num_workers=None):
-        super().__init__("multiworker" if num_workers is None else f"multiworker:{int(num_workers)}")
+    def __init__(self, communication_options=None, cluster_resolver=None, num_workers=None, deterministic=False):
+        spec = "multiworker" if num_workers is None else f"multiworker:{int(num_workers)}"
+        super().__init__(spec + (":deterministic" if deterministic else ""))
 
 
 class ParameterServerStrategy(Strategy):

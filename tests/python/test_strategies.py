@@ -1,0 +1,102 @@
+"""Every strategy by scope from Python, as tf.distribute is used: the model made inside
+``with strategy.scope():`` trains under it. MultiWorkerMirroredStrategy under `tandem launch -np 2`
+ends at one process's bits, as in C++ (the launched job has a watchdog)."""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from conftest import CLI, small_data
+
+
+def train(tf, strategy, epochs=2, batch_size=64):
+    x, y = small_data(512)
+    scope = strategy.scope() if strategy is not None else None
+    if scope:
+        scope.__enter__()
+    try:
+        model = tf.keras.Sequential([tf.keras.layers.Dense(32, activation="relu", input_shape=(20,)),
+                                     tf.keras.layers.Dense(24, activation="relu"), tf.keras.layers.Dense(5)], seed=4)
+        model.compile(optimizer=tf.keras.optimizers.SGD(0.05), metrics=["accuracy"],
+                      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    finally:
+        if scope:
+            scope.__exit__(None, None, None)
+    history = model.fit(x, y, epochs=epochs, batch_size=batch_size, verbose=0)
+    return model, history
+
+
+@pytest.mark.parametrize("make, replicas", [
+    (lambda d: d.MirroredStrategy(num_replicas=2), 2),
+    (lambda d: d.MirroredStrategy(num_replicas=2, deterministic=True), 2),
+    (lambda d: d.experimental.CentralStorageStrategy(num_replicas=2), 2),
+    (lambda d: d.OneDeviceStrategy(), 1),
+    (lambda d: d.ModelParallelStrategy(2), 2),
+])
+def test_each_strategy_by_scope_trains_as_one_device(tf, make, replicas):
+    strategy = make(tf.distribute)
+    assert strategy.num_replicas_in_sync == replicas
+    alone, h1 = train(tf, None)
+    model, h2 = train(tf, strategy)
+    assert model.distribute_strategy is strategy
+    assert model._model.strategy_name == strategy.name
+    for a, b in zip(alone.get_weights(), model.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+    assert h2.history["loss"][-1] == pytest.approx(h1.history["loss"][-1], rel=1e-4)
+    assert tf.distribute.get_strategy() is None  # the scope closed
+
+
+def test_scope_nests_and_models_keep_their_strategy(tf):
+    outer, inner = tf.distribute.MirroredStrategy(num_replicas=2), tf.distribute.OneDeviceStrategy()
+    with outer.scope():
+        with inner.scope() as s:
+            assert s is inner and tf.distribute.get_strategy() is inner
+            m = tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(4,))])
+        assert tf.distribute.get_strategy() is outer
+    del inner  # the model keeps its strategy alive
+    assert m._model.strategy_name == "one_device"
+
+
+SCRIPT = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import tandem as tf
+    mode, out = sys.argv[1], sys.argv[2]
+    if mode == "multi":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(deterministic=True)
+    else:
+        strategy = tf.distribute.MirroredStrategy(num_replicas=1, deterministic=True)
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(16, activation="relu", input_shape=(20,)),
+                                     tf.keras.layers.Dropout(0.2), tf.keras.layers.Dense(5)], seed=5)
+        model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, size=(600, 20)).astype(np.float32)
+    y = (np.arange(600) % 5).astype(np.int32)
+    model.fit(x, y, epochs=2, batch_size=64, verbose=0)
+    rank = os.environ.get("OMPI_COMM_WORLD_RANK", "0")
+    np.savez(f"{out}.{rank}.npz", *model.get_weights())
+""")
+
+
+def test_multi_worker_under_launch_ends_at_one_process_bits(tmp_path):
+    if shutil.which("mpirun") is None:
+        pytest.skip("Open MPI's mpirun is not installed (Debian: openmpi-bin)")
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ)
+    one = subprocess.run([sys.executable, str(script), "one", str(tmp_path / "one")], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert one.returncode == 0, one.stdout + one.stderr
+    launched = subprocess.run([str(CLI), "launch", "-np", "2", "--", sys.executable, str(script), "multi",
+                               str(tmp_path / "multi")], capture_output=True, text=True, timeout=180, env=env)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    reference = np.load(tmp_path / "one.0.npz")
+    for rank in (0, 1):
+        worker = np.load(tmp_path / f"multi.{rank}.npz")
+        for name in reference.files:
+            assert np.array_equal(reference[name], worker[name]), f"worker {rank}: {name} differs"
