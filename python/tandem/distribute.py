@@ -58,6 +58,11 @@ class Strategy:
     def name(self):
         return self._handle.name
 
+    @property
+    def is_chief(self):
+        """Whether this process writes the job's files (the chief, or the only process)."""
+        return self._handle.is_chief
+
     def __repr__(self):
         return f"<tandem.distribute {type(self).__name__} {self.name!r}>"
 

@@ -520,6 +520,7 @@ void register_strategies(py::module_& m) {
       .def_property_readonly("name", [](StrategyHandle& h) { return h.strategy->name(); })
       .def_property_readonly("num_replicas_in_sync",
                              [](StrategyHandle& h) { return h.strategy->num_replicas_in_sync(); })
+      .def_property_readonly("is_chief", [](StrategyHandle& h) { return h.strategy->is_chief(); })
       .def("enter",
            [](StrategyHandle& h) {
              h.scopes.push_back(std::make_unique<distribute::Strategy::Scope>(h.strategy.get()));

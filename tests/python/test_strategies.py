@@ -100,3 +100,44 @@ def test_multi_worker_under_launch_ends_at_one_process_bits(tmp_path):
         worker = np.load(tmp_path / f"multi.{rank}.npz")
         for name in reference.files:
             assert np.array_equal(reference[name], worker[name]), f"worker {rank}: {name} differs"
+
+
+PS_SCRIPT = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import tandem as tf
+    mode, out = sys.argv[1], sys.argv[2]
+    strategy = tf.distribute.ParameterServerStrategy(mode="sync") if mode == "ps" else None
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, size=(73, 6)).astype(np.float32)
+    y = (np.arange(73) % 4).astype(np.int32)
+    def build():
+        m = tf.keras.Sequential([tf.keras.layers.Dense(16, activation="relu", input_shape=(6,)),
+                                 tf.keras.layers.Dropout(0.3), tf.keras.layers.Dense(4, activation="softmax")], seed=3)
+        m.compile(optimizer=tf.keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy")
+        return m
+    if strategy is None:
+        model = build()
+    else:
+        with strategy.scope():
+            model = build()
+    model.fit(x, y, epochs=3, batch_size=24, shuffle=False, verbose=0)
+    if strategy is None or strategy.is_chief:
+        np.savez(out, *model.get_weights())
+""")
+
+
+def test_parameter_servers_from_tf_config_train_as_one_process(tmp_path):
+    """A chief, a server and a worker (synchronous; the worker's batch is the global batch), each
+    running the script with its TF_CONFIG: the chief's weights are one process's."""
+    script = tmp_path / "ps.py"
+    script.write_text(PS_SCRIPT)
+    alone = subprocess.run([sys.executable, str(script), "alone", str(tmp_path / "alone.npz")], capture_output=True,
+                           text=True, timeout=120)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    cluster = subprocess.run([str(CLI), "launch", "--ps", "1", "--workers", "1", "--", sys.executable, str(script),
+                              "ps", str(tmp_path / "ps.npz")], capture_output=True, text=True, timeout=180)
+    assert cluster.returncode == 0, cluster.stdout + cluster.stderr
+    a, b = np.load(tmp_path / "alone.npz"), np.load(tmp_path / "ps.npz")
+    for name in a.files:
+        np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=1e-6)
