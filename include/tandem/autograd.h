@@ -48,6 +48,9 @@ class GradientTape {
   GradientTape& operator=(const GradientTape&) = delete;
 
   void watch(const Tensor& t);
+  // Stops recording on this thread (leaving tf.GradientTape's `with` block), the innermost tape
+  // recording again; gradient() still works. Called on the thread that made the tape.
+  void end_recording();
   // d target / d source for each source; a source the target does not depend on gets zeros.
   std::vector<Tensor> gradient(const Tensor& target, std::span<const Tensor> sources);
   // d target / d variable, for model.trainable_variables() as Keras' tape.gradient takes it.

@@ -14,10 +14,34 @@ The tutorials' TensorFlow code runs with its import changed::
 """
 from . import _tandem
 from .errors import Error, FileError, FileNotFoundError
-from . import keras, distribute, hvd
+from . import keras, distribute, hvd, nn
+from ._tandem import Tensor
+
+
+class GradientTape:
+    """Records the engine's operations inside its ``with`` block (on this thread), for
+    ``tape.gradient(loss, model.trainable_variables)`` after it, as tf.GradientTape."""
+
+    def __init__(self, persistent=False):
+        self._tape = _tandem.GradientTape(bool(persistent))
+
+    def __enter__(self):
+        self._tape.enter()
+        return self
+
+    def __exit__(self, *exc):
+        self._tape.exit()
+        return False
+
+    def watch(self, tensor):
+        self._tape.watch(tensor)
+
+    def gradient(self, target, sources):
+        """d target / d source for each source (variables or tensors), as a list of Tensors."""
+        return self._tape.gradient(target, list(sources))
 
 __version__ = "0.10.0"
-__all__ = ["keras", "distribute", "hvd", "Error", "FileError", "FileNotFoundError", "set_num_threads"]
+__all__ = ["keras", "distribute", "hvd", "nn", "GradientTape", "Tensor", "Error", "FileError", "FileNotFoundError", "set_num_threads"]
 
 
 def set_num_threads(threads):

@@ -14,7 +14,7 @@ from .errors import Error
 
 __all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "OneDeviceStrategy",
            "MultiWorkerMirroredStrategy", "ParameterServerStrategy", "ModelParallelStrategy", "get_strategy",
-           "has_strategy", "experimental"]
+           "has_strategy", "experimental", "PerReplica", "ReduceOp"]
 
 _scopes = threading.local()
 
@@ -58,6 +58,22 @@ class Strategy:
     def name(self):
         return self._handle.name
 
+    def run(self, fn, args=(), kwargs=None):
+        """Runs ``fn(*args)`` on every replica (its thread), each argument's rows split evenly over
+        the replicas (pass the global batch); returns a PerReplica of the results. Inside, the
+        model, the tape and the optimizer are the replica's, and apply_gradients sums over them."""
+        if kwargs:
+            raise Error("run: keyword arguments are not supported; pass them positionally")
+        return PerReplica(self._handle.run(fn, tuple(args)))
+
+    def reduce(self, reduce_op, value, axis=None):
+        """The per-replica values summed ("SUM") or averaged ("MEAN"), as a Tensor."""
+        op = getattr(reduce_op, "name", reduce_op)
+        values = value.values if isinstance(value, PerReplica) else [value]
+        if axis is not None:
+            raise Error("reduce: axis is not supported; reduce the per-sample values in the step")
+        return self._handle.reduce(str(op).upper(), list(values))
+
     @property
     def is_chief(self):
         """Whether this process writes the job's files (the chief, or the only process)."""
@@ -65,6 +81,21 @@ class Strategy:
 
     def __repr__(self):
         return f"<tandem.distribute {type(self).__name__} {self.name!r}>"
+
+
+class PerReplica:
+    """One value per replica, as strategy.run returns them."""
+
+    def __init__(self, values):
+        self.values = tuple(values)
+
+    def __repr__(self):
+        return f"PerReplica({list(self.values)!r})"
+
+
+class ReduceOp:
+    SUM = "SUM"
+    MEAN = "MEAN"
 
 
 def _count(devices, num, what):

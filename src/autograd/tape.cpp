@@ -34,6 +34,10 @@ GradientTape::~GradientTape() {
   if (active_tape == this) active_tape = previous_;
 }
 
+void GradientTape::end_recording() {
+  if (active_tape == this) active_tape = previous_;
+}
+
 GradientTape* GradientTape::active() { return active_tape; }
 
 void GradientTape::clear() {

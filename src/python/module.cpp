@@ -73,6 +73,13 @@ py::array to_numpy(const Tensor& t) {
   return py::none();
 }
 
+// A numpy array (used in place where it can be) or a tandem Tensor.
+Tensor tensor_from(const py::object& o, const char* what) {
+  if (py::isinstance<Tensor>(o)) return o.cast<Tensor>();
+  if (py::isinstance<py::array>(o)) return from_numpy(o.cast<py::array>(), what);
+  throw Error(fmt::format("{}: expected a numpy array or a tandem Tensor, got {}", what, std::string(py::repr(o))));
+}
+
 py::dict logs_dict(const Logs& logs) {
   py::dict d;
   for (const auto& [name, value] : logs) d[py::str(name)] = value;
@@ -191,6 +198,20 @@ py::dict history_dict(const History& h) {
   return d;
 }
 
+// A tape as tf.GradientTape's `with` block uses it: recording on the thread that entered it until
+// the block ends, its gradient taken once after (non-persistent) or many times (persistent).
+struct TapeHandle {
+  bool persistent = false;
+  std::unique_ptr<GradientTape> tape;
+  bool used = false;
+};
+
+std::vector<Tensor> tensors_from(const py::list& list, const char* what) {
+  std::vector<Tensor> out;
+  for (const py::handle& h : list) out.push_back(tensor_from(py::reinterpret_borrow<py::object>(h), what));
+  return out;
+}
+
 }  // namespace
 
 void register_errors(py::module_& m) {
@@ -212,6 +233,91 @@ void register_errors(py::module_& m) {
 }
 
 void register_tensors(py::module_& m) {
+  py::class_<Tensor>(m, "Tensor", "A tensor of the engine (tandem.keras' model(x), losses and gradients)")
+      .def(
+          "numpy", [](const Tensor& t) { return to_numpy(t); }, "The values as a numpy array")
+      .def_property_readonly("shape",
+                             [](const Tensor& t) {
+                               std::vector<int64_t> s(t.shape().begin(), t.shape().end());
+                               return py::tuple(py::cast(s));
+                             })
+      .def_property_readonly("dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); })
+      .def("__float__",
+           [](const Tensor& t) {
+             if (t.numel() != 1)
+               throw Error(fmt::format("float(): the tensor has shape {}, not one value", t.shape().str()));
+             return static_cast<double>(t.astype(DType::Float32).item());
+           })
+      .def("__repr__", [](const Tensor& t) {
+        return fmt::format("<tandem.Tensor shape={} dtype={}>", t.shape().str(), dtype_name(t.dtype()));
+      });
+  m.def("as_tensor", [](const py::object& o) { return tensor_from(o, "as_tensor"); });
+  py::class_<Variable>(m, "Variable", "A model's variable (model.trainable_variables)")
+      .def_property_readonly("name", [](const Variable& v) { return v.name; })
+      .def_property_readonly("trainable", [](const Variable& v) { return v.trainable; })
+      .def_property_readonly("shape",
+                             [](const Variable& v) {
+                               std::vector<int64_t> s(v.value.shape().begin(), v.value.shape().end());
+                               return py::tuple(py::cast(s));
+                             })
+      .def("numpy", [](const Variable& v) { return to_numpy(v.value.clone()); })
+      .def("__repr__",
+           [](const Variable& v) { return fmt::format("<tandem.Variable '{}' {}>", v.name, v.value.shape().str()); });
+  py::class_<TapeHandle, std::shared_ptr<TapeHandle>>(m, "GradientTape")
+      .def(py::init([](bool persistent) {
+             auto h = std::make_shared<TapeHandle>();
+             h->persistent = persistent;
+             return h;
+           }),
+           py::arg("persistent"))
+      .def("enter",
+           [](TapeHandle& h) {
+             if (h.tape) throw Error("GradientTape: this tape was entered already; make a new one for each step");
+             h.tape = std::make_unique<GradientTape>(h.persistent);
+           })
+      .def("exit",
+           [](TapeHandle& h) {
+             if (h.tape) h.tape->end_recording();
+           })
+      .def("watch",
+           [](TapeHandle& h, const Tensor& t) {
+             if (!h.tape) throw Error("GradientTape.watch: use it inside the tape's `with` block");
+             h.tape->watch(t);
+           })
+      .def("gradient", [](TapeHandle& h, const Tensor& target, const py::list& sources) {
+        if (!h.tape) throw Error("GradientTape.gradient: the tape recorded nothing (use it in a `with` block)");
+        if (h.used && !h.persistent)
+          throw Error(
+              "GradientTape.gradient: a non-persistent tape gives its gradients once (GradientTape(persistent=True) "
+              "for more)");
+        h.used = true;
+        std::vector<Variable*> variables;
+        std::vector<Tensor> tensors;
+        for (const py::handle& s : sources) {
+          if (py::isinstance<Variable>(s)) variables.push_back(s.cast<Variable*>());
+          else tensors.push_back(tensor_from(py::reinterpret_borrow<py::object>(s), "GradientTape.gradient"));
+        }
+        if (!variables.empty() && !tensors.empty())
+          throw Error("GradientTape.gradient: sources must be all variables or all tensors");
+        std::vector<Tensor> grads;
+        {
+          py::gil_scoped_release nogil;  // the gradients may be summed over replicas as they are made
+          grads = variables.empty() ? h.tape->gradient(target, tensors) : h.tape->gradient(target, variables);
+        }
+        return grads;
+      });
+  m.def(
+      "compute_average_loss",
+      [](const py::object& per_sample, int64_t global_batch_size) {
+        Tensor t = tensor_from(per_sample, "compute_average_loss");
+        py::gil_scoped_release nogil;
+        return compute_average_loss(t, global_batch_size);
+      },
+      py::arg("per_example_loss"), py::arg("global_batch_size"));
+  m.def("reduce_mean", [](const Tensor& t) {
+    py::gil_scoped_release nogil;
+    return ops::mean(t);
+  });
   m.def(
       "roundtrip", [](const py::array& a) { return to_numpy(from_numpy(a, "roundtrip")); },
       "The array through a tensor and back (tests: the tensor reads the array's memory).");
@@ -322,7 +428,20 @@ void register_training(py::module_& m) {
       .def_property_readonly("name", &Optimizer::name)
       .def_property("learning_rate", &Optimizer::current_learning_rate,
                     py::overload_cast<float>(&Optimizer::set_learning_rate))
-      .def_property_readonly("iterations", &Optimizer::iterations);
+      .def_property_readonly("iterations", &Optimizer::iterations)
+      .def("_apply", [](Optimizer& o, const py::list& grads, const py::list& vars) {
+        if (grads.size() != vars.size())
+          throw Error(fmt::format("apply_gradients: {} gradients for {} variables", grads.size(), vars.size()));
+        std::vector<Variable*> variables;
+        for (const py::handle& v : vars) {
+          if (!py::isinstance<Variable>(v))
+            throw Error(fmt::format("apply_gradients: expected model variables, got {}", std::string(py::repr(v))));
+          variables.push_back(v.cast<Variable*>());
+        }
+        std::vector<Tensor> gradients = tensors_from(grads, "apply_gradients");
+        py::gil_scoped_release nogil;  // the update may sum over replicas
+        o.apply(variables, gradients);
+      });
   py::class_<optimizers::SGD, Optimizer, std::shared_ptr<optimizers::SGD>>(m, "SGD").def(
       py::init([](float lr, float momentum, bool nesterov) {
         return std::make_shared<optimizers::SGD>(lr,
@@ -356,7 +475,12 @@ void register_training(py::module_& m) {
            }),
            py::arg("name"), py::arg("from_logits"))
       .def_property_readonly("name", &Loss::name)
-      .def_property_readonly("from_logits", &Loss::from_logits);
+      .def_property_readonly("from_logits", &Loss::from_logits)
+      .def("per_sample", [](const Loss& loss, const py::object& y_true, const py::object& y_pred) {
+        Tensor y = tensor_from(y_true, "loss: y_true"), p = tensor_from(y_pred, "loss: y_pred");
+        py::gil_scoped_release nogil;
+        return loss.per_sample(y, p);
+      });
 
   py::class_<Callback, std::shared_ptr<Callback>>(m, "NativeCallback");
   py::class_<ModelCheckpoint, Callback, std::shared_ptr<ModelCheckpoint>>(m, "ModelCheckpoint")
@@ -473,6 +597,15 @@ void register_model(py::module_& m) {
              }
              return to_numpy(out);
            })
+      .def("call",
+           [](ModelHandle& h, const py::object& x, bool training) {
+             Tensor tx = tensor_from(x, "model(x)");
+             py::gil_scoped_release nogil;
+             return h.get()(tx, training);
+           })
+      .def_property_readonly(
+          "trainable_variables",
+          [](ModelHandle& h) { return py::cast(h.get().trainable_variables(), py::return_value_policy::reference); })
       .def("summary", [](ModelHandle& h) { return h.get().summary(); })
       .def("to_json", [](ModelHandle& h) { return h.get().to_json(); })
       .def("count_params", [](ModelHandle& h) { return h.get().count_params(); })
@@ -521,6 +654,50 @@ void register_strategies(py::module_& m) {
       .def_property_readonly("num_replicas_in_sync",
                              [](StrategyHandle& h) { return h.strategy->num_replicas_in_sync(); })
       .def_property_readonly("is_chief", [](StrategyHandle& h) { return h.strategy->is_chief(); })
+      .def("run",
+           [](StrategyHandle& h, py::function fn, const py::tuple& args) {
+             distribute::Strategy& s = *h.strategy;
+             int replicas = s.num_local_replicas();
+             // Each argument's rows split evenly over this process's replicas, in order (the
+             // global batch, as a distributed dataset's batch would arrive).
+             std::vector<Tensor> whole;
+             for (const py::handle& a : args)
+               whole.push_back(tensor_from(py::reinterpret_borrow<py::object>(a), "run"));
+             distribute::PerReplica<data::Element> parts;
+             for (int r = 0; r < replicas; ++r) {
+               data::Element e;
+               for (const Tensor& t : whole) {
+                 if (t.rank() == 0) throw Error("run: arguments need a batch axis to split over the replicas");
+                 int64_t n = t.dim(0);
+                 e.push_back(t.slice(n * r / replicas, n * (r + 1) / replicas));
+               }
+               parts.values.push_back(std::move(e));
+             }
+             std::vector<py::object> results(static_cast<size_t>(replicas));
+             {
+               py::gil_scoped_release nogil;
+               s.run(
+                   [&](const data::Element& e) {
+                     py::gil_scoped_acquire gil;
+                     py::tuple a(e.size());
+                     for (size_t i = 0; i < e.size(); ++i) a[i] = py::cast(e[i]);
+                     results[static_cast<size_t>(distribute::replica_context()->local_replica_id)] = fn(*a);
+                     return 0;
+                   },
+                   parts);
+             }
+             return results;
+           })
+      .def("reduce",
+           [](StrategyHandle& h, const std::string& op, const py::list& values) {
+             distribute::PerReplica<Tensor> per;
+             per.values = tensors_from(values, "reduce");
+             if (op != "SUM" && op != "MEAN")
+               throw Error(fmt::format("reduce: op must be \"SUM\" or \"MEAN\", got \"{}\"", op));
+             distribute::ReduceOp reduce_op = op == "SUM" ? distribute::ReduceOp::Sum : distribute::ReduceOp::Mean;
+             py::gil_scoped_release nogil;
+             return h.strategy->reduce(reduce_op, per);
+           })
       .def("enter",
            [](StrategyHandle& h) {
              h.scopes.push_back(std::make_unique<distribute::Strategy::Scope>(h.strategy.get()));

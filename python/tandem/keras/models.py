@@ -34,17 +34,20 @@ class Sequential:
     """
 
     def __init__(self, layers=None, name=None, seed=0):
+        self._adopt(_tandem.Model(name or "sequential", int(seed)))
+        for layer in layers or []:
+            self.add(layer)
+
+    def _adopt(self, handle):
+        """Takes the engine's model, made under the strategy whose scope is open (kept alive with it)."""
         from .. import distribute
 
         self._strategy = distribute.get_strategy()
-        self._model = _tandem.Model(name or "sequential", int(seed))
+        self._model = handle
         if self._strategy is not None:
             _tandem.attach_strategy(self._model, self._strategy._handle)
         self._input_shape = None
-        self._compiled = None
         self.history = None
-        for layer in layers or []:
-            self.add(layer)
 
     # --- building ---
 
@@ -119,8 +122,7 @@ class Sequential:
         for m in metrics:
             if not isinstance(m, str):
                 raise Error(f"compile: metrics are given by name ('accuracy'), got {m!r}")
-        self._model.compile(optimizer, loss, list(metrics))
-        self._compiled = True
+        self._model.compile(optimizer, getattr(loss, "_loss", loss), list(metrics))
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
             validation_data=None, shuffle=True, initial_epoch=0, **kwargs):
@@ -193,9 +195,16 @@ class Sequential:
         return self._model.predict(_arrays.features(x, "predict"), _batch_size(batch_size))
 
     def __call__(self, x, training=False):
-        if training:
-            raise Error("calling the model with training=True is not supported; use fit")
-        return self.predict(x)
+        """The model on x as a tandem Tensor (``.numpy()`` for its values), recorded by an open
+        GradientTape: a custom loop's forward pass (inside strategy.run, this replica's)."""
+        if not isinstance(x, _tandem.Tensor):
+            x = _arrays.features(x, "model(x)")
+        return self._model.call(x, bool(training))
+
+    @property
+    def trainable_variables(self):
+        """The trainable variables (inside strategy.run, this replica's), for tape.gradient."""
+        return self._model.trainable_variables
 
     # --- weights and files ---
 
@@ -228,13 +237,5 @@ def model_from_json(json_string, custom_objects=None, seed=0):
     if not isinstance(json_string, str):
         raise Error(f"model_from_json: expected a JSON string, got {type(json_string).__name__}")
     model = Sequential.__new__(Sequential)
-    from .. import distribute
-
-    model._strategy = distribute.get_strategy()
-    model._model = _tandem.model_from_json(json_string, int(seed))
-    if model._strategy is not None:
-        _tandem.attach_strategy(model._model, model._strategy._handle)
-    model._input_shape = None
-    model._compiled = None
-    model.history = None
+    model._adopt(_tandem.model_from_json(json_string, int(seed)))
     return model

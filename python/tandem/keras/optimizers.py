@@ -29,3 +29,13 @@ def get(identifier):
     if isinstance(identifier, str):
         return {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop, "adagrad": Adagrad}[identifier.lower()]()
     return identifier
+
+
+def _apply_gradients(self, grads_and_vars, **kwargs):
+    """Applies each gradient to its variable (a custom loop's step): under a strategy's run, the
+    gradients are summed over the replicas first, as fit does."""
+    pairs = list(grads_and_vars)
+    self._apply([g for g, _ in pairs], [v for _, v in pairs])
+
+
+_tandem.Optimizer.apply_gradients = _apply_gradients

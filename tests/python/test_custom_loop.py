@@ -1,0 +1,71 @@
+"""A custom training loop from Python, as tf.distribute's custom-loop tutorial writes it: the tape,
+the model called on a batch, compute_average_loss, apply_gradients, strategy.run and
+strategy.reduce. Under MirroredStrategy(2) it trains as the same loop on one device."""
+import numpy as np
+import pytest
+
+from conftest import small_data
+
+
+def loop(tf, strategy, steps=12, global_batch=32):
+    x, y = small_data(steps * global_batch)
+
+    def build():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(24, activation="relu", input_shape=(20,)),
+                                     tf.keras.layers.Dropout(0.25), tf.keras.layers.Dense(5)], seed=6)
+        optimizer = tf.keras.optimizers.Adam(0.01)
+        loss_object = tf.keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+        return model, optimizer, loss_object
+
+    if strategy is None:
+        model, optimizer, loss_object = build()
+    else:
+        with strategy.scope():
+            model, optimizer, loss_object = build()
+    model.build((20,))
+
+    def train_step(inputs, labels):
+        with tf.GradientTape() as tape:
+            predictions = model(inputs, training=True)
+            loss = tf.nn.compute_average_loss(loss_object(labels, predictions), global_batch_size=global_batch)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        return loss
+
+    losses = []
+    for step in range(steps):
+        xb, yb = x[step * global_batch:(step + 1) * global_batch], y[step * global_batch:(step + 1) * global_batch]
+        if strategy is None:
+            losses.append(float(train_step(xb, yb)))
+        else:
+            per_replica = strategy.run(train_step, args=(xb, yb))
+            assert len(per_replica.values) == strategy.num_replicas_in_sync
+            losses.append(float(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)))
+    return model, losses
+
+
+def test_custom_loop_under_mirrored_trains_as_one_device(tf):
+    alone, alone_losses = loop(tf, None)
+    strategy = tf.distribute.MirroredStrategy(num_replicas=2)
+    model, losses = loop(tf, strategy)
+    assert losses == pytest.approx(alone_losses, rel=1e-5)
+    assert alone_losses[-1] < alone_losses[0]
+    for a, b in zip(alone.get_weights(), model.get_weights()):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
+def test_tape_misuse_is_named(tf):
+    model = tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(4,))])
+    x = np.ones((2, 4), np.float32)
+    tape = tf.GradientTape()
+    with pytest.raises(tf.Error, match="recorded nothing"):
+        tape.gradient(model(x), model.trainable_variables)
+    with tf.GradientTape() as tape:
+        out = tf._tandem.reduce_mean(model(x, training=True))
+    grads = tape.gradient(out, model.trainable_variables)
+    assert [g.shape for g in grads] == [(4, 3), (3,)]
+    with pytest.raises(tf.Error, match="gives its gradients once"):
+        tape.gradient(out, model.trainable_variables)
+    with pytest.raises(tf.Error, match="shape"):  # each gradient paired with the other's variable
+        tf.keras.optimizers.SGD().apply_gradients(zip(reversed(grads), model.trainable_variables))
