@@ -157,3 +157,47 @@ def test_datasets_as_keras_gives_them(tf):
     except tf.FileNotFoundError as e:
         pytest.skip(f"Fashion-MNIST is not here: {e}")
     assert fx.shape == (60000, 28, 28) and fy.max() == 9
+
+
+def test_built_in_callbacks_write_their_files(tf, tmp_path):
+    x, y = small_data()
+    model = tf.keras.Sequential([tf.keras.layers.Dense(5, input_shape=(20,))])
+    model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+    callbacks = [
+        tf.keras.callbacks.ModelCheckpoint(str(tmp_path / "ck" / "w-{epoch:02d}.safetensors"), save_weights_only=True),
+        tf.keras.callbacks.CSVLogger(str(tmp_path / "log.csv")),
+        tf.keras.callbacks.TensorBoard(log_dir=str(tmp_path / "tb")),
+        tf.keras.callbacks.BackupAndRestore(str(tmp_path / "backup")),
+        tf.keras.callbacks.TerminateOnNaN(),
+    ]
+    model.fit(x, y, epochs=2, validation_split=0.25, verbose=0, callbacks=callbacks)
+    assert (tmp_path / "ck" / "w-02.safetensors").exists()
+    rows = (tmp_path / "log.csv").read_text().splitlines()
+    assert rows[0].startswith("epoch") and len(rows) == 3
+    assert any((tmp_path / "tb" / "train").iterdir())
+    reader = tf.keras.Sequential([tf.keras.layers.Dense(5, input_shape=(20,))])
+    reader.load_weights(tmp_path / "ck" / "w-02.safetensors")
+    assert np.array_equal(reader.predict(x), model.predict(x))
+
+
+def test_cifar10_files_load_as_keras_gives_them(tf, tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    folder = tmp_path / "cifar10"
+    folder.mkdir()
+    records = {}
+    for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+        r = rng.integers(0, 256, size=(3, 3073), dtype=np.uint8)
+        r[:, 0] %= 10
+        r.tofile(folder / name)
+        records[name] = r
+    monkeypatch.setenv("TANDEM_DATA", str(tmp_path))
+    (x, y), (xt, yt) = tf.keras.datasets.cifar10.load_data()
+    assert x.shape == (15, 32, 32, 3) and x.dtype == np.uint8 and y.shape == (15, 1)
+    first = records["data_batch_1.bin"][0]
+    assert y[0, 0] == first[0]
+    assert x[0, 0, 1, 0] == first[1 + 1] and x[0, 0, 0, 2] == first[1 + 2048]  # red row 0 col 1; blue (0, 0)
+    assert xt.shape == (3, 32, 32, 3)
+    (folder / "test_batch.bin").write_bytes(b"\x01" * 100)
+    with pytest.raises(tf.Error, match="not a whole number of 3073-byte CIFAR-10 records"):
+        tf.keras.datasets.cifar10.load_data()
