@@ -30,7 +30,8 @@ def test_tutorial_mlp_trains_as_the_cpp_api_to_the_bit(tf, tmp_path):
     assert history.epoch == [0] and set(history.history) >= {"loss", "sparse_categorical_accuracy"}
 
     run = subprocess.run([str(CLI), "fit", "--model", "mlp", "--epochs", "1", "--batch-size", "25", "--seed", "0",
-                          "--verbose", "0", "--checkpoint-dir", str(tmp_path), "--data-dir", str(ROOT / "data")], capture_output=True, text=True,
+                          "--verbose", "0", "--run-dir", str(tmp_path / "run"), "--checkpoint-dir", str(tmp_path),
+                          "--log-dir", "", "--data-dir", str(ROOT / "data")], capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0, run.stderr
     from_cli = tutorial_mlp(tf)
