@@ -1,5 +1,5 @@
-"""numpy in: float32 C-contiguous arrays go to the engine as they are (no copy); anything else is
-converted once (floats to float32, integer labels to int32 after a range check)."""
+"""numpy in: float32 C-contiguous aligned arrays go to the engine as they are (no copy); anything
+else is converted once (floats to float32, integer labels to int32 after a range check)."""
 import numpy as np
 
 from .errors import Error
@@ -11,7 +11,7 @@ def features(x, what):
         raise Error(f"{what}: x is None; pass a numpy array of samples")
     if isinstance(x, (str, bytes)):
         raise Error(f"{what}: x must be an array of numbers, got a {type(x).__name__}")
-    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.c_contiguous:
+    if isinstance(x, np.ndarray) and x.dtype == np.float32 and x.flags.c_contiguous and x.flags.aligned:
         return x
     try:
         a = np.asarray(x)
@@ -19,7 +19,7 @@ def features(x, what):
         raise Error(f"{what}: x cannot be read as an array: {e}") from None
     if a.dtype.kind not in "fiub":
         raise Error(f"{what}: x must hold numbers, got an array of {a.dtype}")
-    return np.ascontiguousarray(a, dtype=np.float32)
+    return np.require(a, dtype=np.float32, requirements=["C", "A"])
 
 
 def targets(y, what):
@@ -33,7 +33,7 @@ def targets(y, what):
     except Exception as e:
         raise Error(f"{what}: y cannot be read as an array: {e}") from None
     if a.dtype in (np.float32, np.int32, np.uint8):
-        return np.ascontiguousarray(a)
+        return np.require(a, requirements=["C", "A"])
     if a.dtype.kind in "iub":
         if a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
             raise Error(f"{what}: labels must fit in int32, got values from {a.min()} to {a.max()}")

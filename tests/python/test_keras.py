@@ -202,3 +202,15 @@ def test_cifar10_files_load_as_keras_gives_them(tf, tmp_path, monkeypatch):
     (folder / "test_batch.bin").write_bytes(b"\x01" * 100)
     with pytest.raises(tf.Error, match="not a whole number of 3073-byte CIFAR-10 records"):
         tf.keras.datasets.cifar10.load_data()
+
+
+def test_an_unaligned_array_is_copied_once_and_trains_the_same(tf):
+    from tandem import _arrays
+
+    x, y = small_data()
+    raw = np.zeros(x.nbytes + 1, np.uint8)
+    unaligned = np.frombuffer(raw.data, dtype=np.float32, count=x.size, offset=1).reshape(x.shape)
+    unaligned[...] = x
+    assert not unaligned.flags.aligned
+    converted = _arrays.features(unaligned, "fit")
+    assert converted.flags.aligned and converted.flags.c_contiguous and np.array_equal(converted, x)
