@@ -8,6 +8,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -162,10 +163,28 @@ struct StrategyHandle {
 struct ModelHandle {
   std::shared_ptr<distribute::Strategy> strategy;  // kept alive while the model lives
   std::unique_ptr<Sequential> model;
+  std::atomic<bool> busy{false};  // fit, evaluate or predict running (without the GIL)
   Sequential& get() {
     if (!model) throw Error("this model was freed");
     return *model;
   }
+};
+
+// One whole-model call at a time: another thread's fit, evaluate or predict on the same model (or
+// freeing it meanwhile) is refused, not raced.
+class Busy {
+ public:
+  Busy(ModelHandle& h, const char* what) : h_(h) {
+    h.get();
+    if (h.busy.exchange(true))
+      throw Error(fmt::format("{}: this model is already training or predicting in another thread", what));
+  }
+  ~Busy() { h_.busy = false; }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+
+ private:
+  ModelHandle& h_;
 };
 
 std::unique_ptr<Optimizer> optimizer_from(const py::object& o) {
@@ -571,6 +590,7 @@ void register_model(py::module_& m) {
                o.validation_data = std::pair{from_numpy(*val_x, "fit: validation_data x"),
                                              from_numpy(*val_y, "fit: validation_data y")};
              o.callbacks = callbacks_from(callbacks);
+             Busy busy(h, "fit");
              History history;
              {
                py::gil_scoped_release nogil;
@@ -581,6 +601,7 @@ void register_model(py::module_& m) {
       .def("evaluate",
            [](ModelHandle& h, const py::array& x, const py::array& y, int64_t batch_size, int verbose) {
              Tensor tx = from_numpy(x, "evaluate: x"), ty = from_numpy(y, "evaluate: y");
+             Busy busy(h, "evaluate");
              Logs logs;
              {
                py::gil_scoped_release nogil;
@@ -591,6 +612,7 @@ void register_model(py::module_& m) {
       .def("predict",
            [](ModelHandle& h, const py::array& x, int64_t batch_size) {
              Tensor tx = from_numpy(x, "predict: x"), out;
+             Busy busy(h, "predict");
              {
                py::gil_scoped_release nogil;
                out = h.get().predict(tx, batch_size);
@@ -631,7 +653,10 @@ void register_model(py::module_& m) {
                vars[i]->value.copy_from(t.astype(vars[i]->value.dtype()));
              }
            })
-      .def("free", [](ModelHandle& h) { h.model.reset(); });
+      .def("free", [](ModelHandle& h) {
+        Busy busy(h, "free");
+        h.model.reset();
+      });
   m.def(
       "model_from_json",
       [](const std::string& text, uint64_t seed) {

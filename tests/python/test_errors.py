@@ -58,3 +58,35 @@ def test_errors_name_the_problem(tf, tmp_path):
     # The model still trains after all this.
     model = model_of(tf)
     model.fit(x, y, verbose=0)
+
+
+def test_a_second_thread_cannot_race_a_training_model(tf):
+    import threading
+
+    x, y = small_data(4096)
+    model = model_of(tf)
+    started, said = threading.Event(), []
+
+    class Signal(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                started.set()
+                # The other thread tries while this fit holds the model.
+                other = threading.Thread(target=lambda: said.extend(attempts()))
+                other.start()
+                other.join()
+
+    def attempts():
+        out = []
+        for call in (lambda: model.predict(x), lambda: model.fit(x, y, verbose=0), lambda: model._model.free()):
+            try:
+                call()
+                out.append("ran")
+            except tf.Error as e:
+                out.append(str(e))
+        return out
+
+    model.fit(x, y, epochs=1, verbose=0, callbacks=[Signal()])
+    assert started.is_set()
+    assert len(said) == 3 and all("already training or predicting in another thread" in s for s in said), said
+    model.predict(x)  # free again once fit ended
