@@ -150,12 +150,19 @@ class MultiWorkerMirroredStrategy(Strategy):
 
 class ParameterServerStrategy(Strategy):
     """Parameter servers and workers from TF_CONFIG (as TensorFlow reads it), asynchronous by
-    default or synchronous (``mode='sync'``); `tandem launch --tf-config FILE -- python3 train.py`
+    default, with bounded staleness (``max_staleness=S``), or synchronous (``mode='sync'``); `tandem launch --tf-config FILE -- python3 train.py`
     starts the cluster."""
 
-    def __init__(self, cluster_resolver=None, mode="async", variable_partitioner=None):
+    def __init__(self, cluster_resolver=None, mode="async", variable_partitioner=None, max_staleness=None):
         if mode not in ("async", "sync"):
             raise Error(f"ParameterServerStrategy: mode must be 'async' or 'sync', got {mode!r}")
+        if max_staleness is not None:  # stale synchronous parallel: no worker more than S steps ahead
+            if mode != "async" or isinstance(max_staleness, bool) or not isinstance(max_staleness, int) \
+                    or max_staleness < 0:
+                raise Error(f"ParameterServerStrategy: max_staleness must be an int >= 0 with mode='async', "
+                            f"got {max_staleness!r}")
+            super().__init__(f"ps-ssp:{max_staleness}")
+            return
         super().__init__(f"ps-{mode}")
 
 

@@ -59,6 +59,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
     fail(
         "strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]], "
         "central[:N[:deterministic]], local_sgd[:N[:K]], multiworker[:W[:L]][:deterministic], ps-async, ps-sync, "
+        "ps-ssp:S, "
         "model-parallel:N or mirrored:D+model-parallel:T",
         spec, why);
   };
@@ -73,15 +74,21 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
   }
   if (parts[0] == "one_device" || parts[0] == "default")
     return bad("\"" + parts[0] + "\" takes no replica count or options");
-  if (parts[0] == "ps-async" || parts[0] == "ps-sync") {
-    if (parts.size() > 1)
-      return bad("a parameter-server strategy takes no counts: its tasks come from TF_CONFIG or --cluster");
+  if (parts[0] == "ps-async" || parts[0] == "ps-sync" || parts[0] == "ps-ssp") {
+    bool ssp = parts[0] == "ps-ssp";
+    if (parts.size() > (ssp ? 2 : 1) || (ssp && parts.size() < 2))
+      return bad(ssp ? "ps-ssp takes its staleness bound, ps-ssp:S (its tasks come from TF_CONFIG or --cluster)"
+                     : "a parameter-server strategy takes no counts: its tasks come from TF_CONFIG or --cluster");
+    std::optional<int> bound;
+    if (ssp && !(bound = count_in_name(parts[1], 1000000)) && parts[1] != "0")
+      return bad("ps-ssp:S takes a staleness bound S of 0 or more");
     ClusterSpec cluster =
         settings.cluster_file.empty() ? ClusterSpec::from_environment() : ClusterSpec::from_file(settings.cluster_file);
     ParameterServerOptions options;
     options.mode = parts[0] == "ps-sync" ? PsMode::Synchronous : PsMode::Asynchronous;
     options.timeout = settings.timeout;
     options.prefetch = settings.prefetch;
+    if (ssp) options.max_staleness = bound.value_or(0);
     if (settings.shard_bytes > 0)
       options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
     return std::make_unique<ParameterServerStrategy>(cluster, options);

@@ -262,6 +262,53 @@ TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
   serving.join();
 }
 
+// The server is the truth of bounded staleness: with bound S (init's mode 2 + S), a push from a
+// worker more than S steps ahead of the slowest worker's pushes applied here is refused; the
+// histogram counts how far ahead each applied push was.
+TEST(ParameterServer, RefusesAPushFurtherAheadThanTheStalenessBound) {
+  zmq::context_t context(1);
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:*");
+  std::string address = router.get(zmq::sockopt::last_endpoint);
+  ParameterServer server("ps:0", std::make_unique<optimizers::SGD>(0.5f), 2);
+  std::thread serving([&] { server.serve(router, [] { return false; }); });
+  zmq::socket_t client(context, zmq::socket_type::dealer);
+  client.set(zmq::sockopt::linger, 0);
+  client.connect(address);
+  auto ask = [&](Outgoing message) {
+    message.send(client);
+    auto answer = receive(client, std::chrono::seconds(10), false);
+    if (!answer) throw std::runtime_error("no answer");
+    return std::move(*answer);
+  };
+  Outgoing init(MessageType::Init, 0, 0, 2 + 1);  // asynchronous, bound 1
+  init.add(0, 0, Tensor::from_vector({2}, std::vector<float>{1, 2}));
+  ASSERT_EQ(ask(std::move(init)).envelope.type, MessageType::Ready);
+  int64_t version = 0;
+  auto push = [&](uint32_t worker, int64_t clock) {
+    Outgoing p(MessageType::Push, worker, version, clock);
+    p.add(0, 0, Tensor::from_vector({2}, std::vector<float>{1, 1}));
+    Incoming answer = ask(std::move(p));
+    if (answer.envelope.type == MessageType::Pushed) version = answer.envelope.step;
+    return answer;
+  };
+  EXPECT_EQ(push(0, 0).envelope.type, MessageType::Pushed);  // 0 ahead
+  EXPECT_EQ(push(0, 1).envelope.type, MessageType::Pushed);  // 1 ahead of worker 1's 0 steps
+  Incoming refused = push(0, 2);                             // 2 ahead: over the bound
+  ASSERT_EQ(refused.envelope.type, MessageType::Refused);
+  EXPECT_NE(std::string(refused.items.at(0).payload)
+                .find("worker 0's step 2 is 2 steps ahead of worker 1, which has finished 0 (the bound is 1)"),
+            std::string::npos)
+      << refused.items.at(0).payload;
+  EXPECT_EQ(push(1, 0).envelope.type, MessageType::Pushed);  // the slowest catches up
+  EXPECT_EQ(push(0, 2).envelope.type, MessageType::Pushed);  // now 1 ahead
+  EXPECT_EQ(server.ahead_counts(), (std::map<int64_t, int64_t>{{0, 2}, {1, 2}}));
+  EXPECT_EQ(version, 4);  // the refused push changed nothing
+  EXPECT_EQ(ask(Outgoing(MessageType::Stop, 0)).envelope.type, MessageType::Stop);
+  serving.join();
+}
+
 // --- whole clusters, under the launcher ---
 
 Watched launch_cluster(const TempDir& dir, int servers, int workers, const std::vector<std::string>& fit_args,
@@ -393,6 +440,49 @@ TEST(PsCluster, AsynchronousTrainingReachesNinetySevenPercentOnRealMnistInThreeE
   for (std::sregex_iterator it(w.output.begin(), w.output.end(), staleness), end; it != end; ++it)
     most = std::max(most, std::stod((*it)[1].str()));
   EXPECT_GE(most, 1.0) << "no step saw another's update: the workers did not run asynchronously\n" << w.output;
+}
+
+// The most steps ahead of the slowest worker any push was, by every server's log line.
+int64_t most_ahead(const std::string& output) {
+  std::regex line("steps their worker was ahead of the slowest: ([0-9:, ]+) \\(");
+  int64_t most = -1;
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    std::string counts = (*it)[1].str();
+    std::regex entry("([0-9]+): [0-9]+");
+    for (std::sregex_iterator e(counts.begin(), counts.end(), entry), stop; e != stop; ++e)
+      most = std::max<int64_t>(most, std::stoll((*e)[1].str()));
+  }
+  return most;
+}
+
+// Stale synchronous parallel with one straggler of three workers (TANDEM_TEST_PS_SLOW_WORKER):
+// by the servers' clocks, no push was more than S steps ahead of the slowest worker, and the fast
+// workers did run ahead up to S; without a bound they run further. S = 0 is the synchronous run,
+// bit for bit.
+TEST(PsCluster, BoundedStalenessKeepsEveryWorkerWithinSStepsOfTheSlowest) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> slow{"TANDEM_TEST_PS_SLOW_WORKER=1:15"};
+  auto fit = [](const std::string& strategy, const std::string& checkpoints) {
+    return std::vector<std::string>{"--model",          "mlp",      "--strategy", strategy, "--epochs",  "1",
+                                    "--batch-size",     "16",       "--threads",  "1",      "--verbose", "2",
+                                    "--checkpoint-dir", checkpoints};
+  };
+  for (int bound : {1, 2}) {
+    Watched w = launch_cluster(dir, 2, 3, fit(fmt::format("ps-ssp:{}", bound), fmt::format("s{}", bound)),
+                               fmt::format("ssp{}.log", bound), 120, slow);
+    ASSERT_EQ(w.code, 0) << w.output;
+    EXPECT_NE(w.output.find(fmt::format("(bound {})", bound)), std::string::npos) << w.output;
+    EXPECT_EQ(most_ahead(w.output), bound) << w.output;
+  }
+  Watched unbounded = launch_cluster(dir, 1, 3, fit("ps-async", "async"), "async.log", 120, slow);
+  ASSERT_EQ(unbounded.code, 0) << unbounded.output;
+  EXPECT_GT(most_ahead(unbounded.output), 2) << unbounded.output;
+  Watched zero = launch_cluster(dir, 1, 3, fit("ps-ssp:0", "zero"), "zero.log", 120);
+  ASSERT_EQ(zero.code, 0) << zero.output;
+  Watched sync = launch_cluster(dir, 1, 3, fit("ps-sync", "sync"), "sync.log", 120);
+  ASSERT_EQ(sync.code, 0) << sync.output;
+  expect_same_state(dir.file("zero/final.safetensors"), dir.file("sync/final.safetensors"), 0, "ps-ssp:0 and ps-sync");
 }
 
 // TANDEM_TEST_FAULT=kill|stop:RANK:training: server ps:0 (control rank 1 + workers) dies or stops

@@ -65,6 +65,12 @@ struct ParameterServerOptions {
   // batch 256; mean staleness 1.9 against 1.2 on 3 workers at batch 50, and 3 epochs' accuracy
   // about 0.2 points lower).
   bool prefetch = false;
+  // Asynchronous with bounded staleness (stale synchronous parallel, Ho et al. 2013; "ps-ssp:S"):
+  // no worker starts its step t + S + 1 before every worker has finished its step t. The chief
+  // holds a worker that is S steps ahead of the slowest until that one finishes; the servers,
+  // whose clocks are the truth, refuse a push further ahead and keep the histogram of how far
+  // ahead each push was (logged when they stop). 0 is synchronous (rounds); -1: no bound.
+  int max_staleness = -1;
   // Every wait on another task; a task that does not answer within it is named and the job ends.
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
 };

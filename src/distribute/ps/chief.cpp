@@ -26,7 +26,8 @@ void ParameterServerStrategy::Chief::initialize(std::vector<Variable*> trainable
   for (size_t i = 1; i < state.size(); ++i) slot_names.push_back(state[i].first);
   auto& sockets = link.server_sockets();
   for (int s = 0; s < link.servers(); ++s) {
-    Outgoing init(MessageType::Init, 0, opt.iterations(), options.mode == PsMode::Synchronous ? 1 : 0);
+    int64_t mode = options.mode == PsMode::Synchronous ? 1 : options.max_staleness > 0 ? 2 + options.max_staleness : 0;
+    Outgoing init(MessageType::Init, 0, opt.iterations(), mode);
     for (size_t i : shards->on_server(s)) {
       const ShardPlacement& p = shards->placement()[i];
       auto v = static_cast<size_t>(p.variable);

@@ -1,10 +1,12 @@
 // The chief's step runner under ParameterServerStrategy: fit's batches handed to the workers.
-// Asynchronous: each batch to the next free worker, at once. Synchronous: a round of one batch
+// Asynchronous: each batch to the next free worker, at once; with a staleness bound S, to a free
+// worker at most S steps ahead of the slowest (else the batch waits for results). Synchronous: a round of one batch
 // per worker, each told the round's rows (its share of the round's mean) and size (the pushes a
 // server sums before its update); the next round starts when every result of this one is in.
 // Where fit's batches can be read by position (tensors in memory), a step names its batch (epoch,
 // step) and carries only its labels, which the worker checks against the rows it reads itself (as
 // TensorFlow's workers read their own datasets); else the step carries the rows.
+#include <algorithm>
 #include <map>
 
 #include "distribute/ps/chief.h"
@@ -28,6 +30,8 @@ class Coordinator : public StepRunner {
     chief_.initialize(parts.replicas[0].trainable, parts.optimizer);
     steps_ = rounds_ = parts.optimizer.iterations();  // dropout keys go on from a restored step
     for (int w = link_.workers() - 1; w >= 0; --w) free_.push_back(w);
+    started_.assign(static_cast<size_t>(link_.workers()), 0);
+    finished_.assign(static_cast<size_t>(link_.workers()), 0);
   }
   bool lazy_batches() const override { return by_position_; }
   void check_batch(bool, int64_t, int, int64_t) override {}
@@ -45,9 +49,8 @@ class Coordinator : public StepRunner {
       batch.gather(0, batch.rows, nullptr, b.y);  // the worker reads the rows
     }
     if (chief_.options.mode == PsMode::Asynchronous) {
-      while (free_.empty()) finish_one();
-      int w = free_.back();
-      free_.pop_back();
+      int w;
+      while ((w = next_free_worker()) < 0) finish_one();
       dispatch(w, b, steps_, 0, b.y.dim(0), 1);
       ++steps_;
     } else {
@@ -83,13 +86,33 @@ class Coordinator : public StepRunner {
     bool done = false;
   };
 
+  // A free worker that may start its next step (taken from the free list), or -1. Without a
+  // staleness bound, the one freed last; with bound S, the free worker furthest behind, if it is
+  // at most S steps ahead of the slowest worker's finished steps.
+  int next_free_worker() {
+    if (free_.empty()) return -1;
+    auto pick = std::prev(free_.end());
+    if (int64_t bound = chief_.options.max_staleness; bound >= 0) {
+      pick = std::min_element(free_.begin(), free_.end(), [&](int a, int b) {
+        return started_[static_cast<size_t>(a)] < started_[static_cast<size_t>(b)];
+      });
+      int64_t slowest = *std::min_element(finished_.begin(), finished_.end());
+      if (started_[static_cast<size_t>(*pick)] - slowest > bound) return -1;
+    }
+    int w = *pick;
+    free_.erase(pick);
+    return w;
+  }
+
   void dispatch(int w, const Batch& b, int64_t key, int64_t first_row, int64_t round_rows, int64_t pushes) {
     int64_t id = next_id_++;
     Outgoing step(MessageType::Step, 0, id, key);
-    step.add(0, 0,
-             Tensor::from_vector(
-                 {5}, std::vector<int32_t>{static_cast<int32_t>(first_row), static_cast<int32_t>(round_rows),
-                                           static_cast<int32_t>(pushes), b.epoch, static_cast<int32_t>(b.step)}));
+    int64_t clock = started_[static_cast<size_t>(w)]++;
+    step.add(
+        0, 0,
+        Tensor::from_vector({6}, std::vector<int32_t>{static_cast<int32_t>(first_row), static_cast<int32_t>(round_rows),
+                                                      static_cast<int32_t>(pushes), b.epoch,
+                                                      static_cast<int32_t>(b.step), static_cast<int32_t>(clock)}));
     step.add(0, 1, b.y);
     if (b.x.defined()) step.add(0, 2, b.x);
     step.send(link_.own_socket(), &link_.worker_route(w));
@@ -115,6 +138,7 @@ class Coordinator : public StepRunner {
     sent.loss = result.items[0].tensor();
     sent.predictions = result.items[1].tensor();
     sent.done = true;
+    ++finished_[static_cast<size_t>(sent.worker)];
     staleness_sum_ += result.envelope.aux;
     staleness_max_ = std::max(staleness_max_, result.envelope.aux);
     ++applied_;
@@ -153,6 +177,7 @@ class Coordinator : public StepRunner {
   std::span<Metric> metrics_;
   Metric* loss_;
   std::vector<int> free_;
+  std::vector<int64_t> started_, finished_;  // each worker's steps handed out and finished (its clock)
   std::map<int64_t, Sent> in_flight_;
   std::vector<Batch> round_;
   int64_t next_id_ = 0, steps_ = 0, rounds_ = 0;

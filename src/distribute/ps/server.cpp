@@ -1,6 +1,7 @@
 // A parameter server (server.h).
 #include "distribute/ps/server.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/tensor_impl.h"
@@ -9,8 +10,8 @@
 
 namespace tandem::distribute::ps {
 
-ParameterServer::ParameterServer(std::string name, std::unique_ptr<Optimizer> optimizer)
-    : name_(std::move(name)), optimizer_(std::move(optimizer)) {}
+ParameterServer::ParameterServer(std::string name, std::unique_ptr<Optimizer> optimizer, int workers)
+    : name_(std::move(name)), optimizer_(std::move(optimizer)), workers_(std::max(workers, 1)) {}
 
 void ParameterServer::serve(zmq::socket_t& socket, const std::function<bool()>& stop, std::chrono::milliseconds poll) {
   while (!stop()) {
@@ -32,8 +33,22 @@ void ParameterServer::serve(zmq::socket_t& socket, const std::function<bool()>& 
       answer.add_text(e.what());
     }
     answer.send(socket, &request->route);
-    if (!going_on) return;
+    if (!going_on) {
+      if (!ahead_counts_.empty()) std::fprintf(stderr, "%s\n", describe_clocks().c_str());
+      return;
+    }
   }
+}
+
+std::string ParameterServer::describe_clocks() const {
+  int64_t pushes = 0;
+  std::string counts;
+  for (auto [ahead, count] : ahead_counts_) {
+    pushes += count;
+    counts += fmt::format("{}{}: {}", counts.empty() ? "" : ", ", ahead, count);
+  }
+  return fmt::format("{}: {} pushes applied; steps their worker was ahead of the slowest: {} ({})", name_, pushes,
+                     counts, bound_ >= 0 ? fmt::format("bound {}", bound_) : std::string("no bound"));
 }
 
 // The first ten refusals and then every thousandth are logged: a flood of garbage does not flood the log.
@@ -113,7 +128,12 @@ void ParameterServer::init(const Incoming& request) {
   }
   state[0].second = Tensor::from_vector({1}, std::vector<int32_t>{static_cast<int32_t>(request.envelope.step)});
   optimizer_->load_state(state, variables_);
-  synchronous_ = request.envelope.aux == 1;
+  int64_t mode = request.envelope.aux;
+  if (mode < 0) fail("init: mode {} (expected 0 asynchronous, 1 synchronous, 2 + S bounded staleness)", mode);
+  synchronous_ = mode == 1;
+  bound_ = mode >= 2 ? mode - 2 : -1;
+  clocks_.assign(static_cast<size_t>(workers_), 0);
+  ahead_counts_.clear();
   version_ = 0;
   initialized_ = true;
 }
@@ -155,7 +175,19 @@ void ParameterServer::push(const Incoming& request, Outgoing& answer) {
     fail("push: computed on version {}, this server is at {}", computed_on, version_);
   int64_t staleness = version_ - computed_on;
   if (!synchronous_) {
-    apply(optimizer_of(request.envelope.variable), gradients);
+    // The worker's clock against the slowest worker's, by the pushes applied here.
+    uint32_t worker = request.envelope.variable;
+    int64_t clock = request.envelope.aux;
+    if (worker >= clocks_.size()) fail("push: from worker {}, of {}", worker, clocks_.size());
+    if (clock < 0) fail("push: worker {}'s clock is {}", worker, clock);
+    auto slowest = std::min_element(clocks_.begin(), clocks_.end());
+    int64_t ahead = clock - *slowest;
+    if (bound_ >= 0 && ahead > bound_)
+      fail("push: worker {}'s step {} is {} steps ahead of worker {}, which has finished {} (the bound is {})", worker,
+           clock, ahead, slowest - clocks_.begin(), *slowest, bound_);
+    apply(optimizer_of(worker), gradients);
+    clocks_[worker] = std::max(clocks_[worker], clock + 1);
+    ++ahead_counts_[std::max<int64_t>(ahead, 0)];
     answer = Outgoing(MessageType::Pushed, 0, version_, staleness);
     return;
   }

@@ -24,7 +24,8 @@ namespace tandem::distribute::ps {
 class ParameterServer {
  public:
   // `name`: the task, for the log ("ps:0 (127.0.0.1:2223)"); `optimizer`: a fresh copy of the model's.
-  ParameterServer(std::string name, std::unique_ptr<Optimizer> optimizer);
+  // `workers`: how many push (their clocks are kept, asynchronous).
+  ParameterServer(std::string name, std::unique_ptr<Optimizer> optimizer, int workers = 1);
   // Serves on `socket` (a ROUTER bound to the task's address) until a Stop comes or `stop()` says
   // so (asked between messages, at least every `poll`).
   void serve(zmq::socket_t& socket, const std::function<bool()>& stop,
@@ -33,6 +34,10 @@ class ParameterServer {
   bool handle(const Incoming& request, Outgoing& answer);
   int64_t version() const { return version_; }
   int64_t refused() const { return refused_; }
+  // Asynchronous: the pushes applied, by how many steps their worker was ahead of the slowest
+  // worker (by the clocks of the pushes applied here), and that as the log's line.
+  const std::map<int64_t, int64_t>& ahead_counts() const { return ahead_counts_; }
+  std::string describe_clocks() const;
 
  private:
   struct Shard {
@@ -48,6 +53,7 @@ class ParameterServer {
   void state(Outgoing& answer);
   void log_refusal(const std::string& what);
   std::string name_;
+  int workers_;
   std::unique_ptr<Optimizer> optimizer_;  // as initialized; synchronous: the one applying
   std::map<uint32_t, std::unique_ptr<Optimizer>> of_worker_;
   std::vector<Shard> shards_;
@@ -55,6 +61,9 @@ class ParameterServer {
   std::map<std::pair<uint32_t, uint32_t>, size_t> index_;
   bool initialized_ = false;  // an init has come
   bool synchronous_ = false;
+  int64_t bound_ = -1;           // asynchronous: the staleness bound (-1: none)
+  std::vector<int64_t> clocks_;  // asynchronous: each worker's steps applied here
+  std::map<int64_t, int64_t> ahead_counts_;
   int64_t version_ = 0;  // updates applied
   // Synchronous: the round's pushes by worker, and how many the round has.
   std::map<uint32_t, std::vector<Tensor>> round_;

@@ -38,6 +38,11 @@ struct ParameterServerStrategy::Links {
 
 ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterServerOptions options)
     : cluster_(std::move(cluster)), options_(options), comm_(make_in_process_communicators(1)) {
+  if (options_.max_staleness < -1)
+    fail("ParameterServerStrategy: max_staleness must be 0 or more (or -1: no bound), got {}", options_.max_staleness);
+  if (options_.max_staleness >= 0 && options_.mode == PsMode::Synchronous)
+    fail("ParameterServerStrategy: max_staleness bounds the asynchronous mode; the synchronous one has none");
+  if (options_.max_staleness == 0) options_.mode = PsMode::Synchronous;  // S = 0: every step waits for all
   links_ = std::make_unique<Links>(Links{link_of(cluster_, options_)});
   if (is_chief()) chief_ = std::make_unique<Chief>(*links_->link, options_);
 }
@@ -50,6 +55,8 @@ ParameterServerStrategy::~ParameterServerStrategy() {
 }
 
 std::string ParameterServerStrategy::name() const {
+  if (options_.max_staleness >= 0)
+    return fmt::format("ps-ssp:{}x{}:{}", num_servers(), num_workers(), options_.max_staleness);
   return fmt::format("ps-{}:{}x{}", options_.mode == PsMode::Synchronous ? "sync" : "async", num_servers(),
                      num_workers());
 }
@@ -78,7 +85,7 @@ void ParameterServerStrategy::serve(const StepParts& parts) {
   if (cluster_.task().type == "worker") {
     ps::serve_as_worker(link, options_, parts);
   } else {
-    ps::ParameterServer server(cluster_.describe(cluster_.task()), parts.optimizer.clone());
+    ps::ParameterServer server(cluster_.describe(cluster_.task()), parts.optimizer.clone(), link.workers());
     server.serve(link.own_socket(), [&] {
       link.check_failed();  // an Error when a task failed: this one ends too
       return false;         // else until the chief's stop

@@ -26,12 +26,15 @@ enum class MessageType : uint16_t {
   Pull = 1,      // worker → server: every shard it holds, at its current version (no payload)
   Values = 2,    // server → worker: one item per shard; step = the server's version
   Push = 3,      // worker → server: one item per shard, its gradient; step = the version it was computed on;
-                 // aux = the round's number of pushes (synchronous; 0: asynchronous)
+                 // aux = the round's number of pushes (synchronous), or the worker's clock: its steps
+                 // before this one (asynchronous)
   Pushed = 4,    // server → worker: step = the version after; aux = the staleness it was applied with
-  Init = 5,      // chief → server: one item per shard, its value, then the optimizer's state items
+  Init = 5,      // chief → server: one item per shard, its value, then the optimizer's state items;
+                 // aux = the mode: 0 asynchronous, 1 synchronous, 2 + S asynchronous with staleness bound S
   Ready = 6,     // server → chief: initialized; worker → chief: ready for a step (aux = the worker's index)
-  Step = 7,      // chief → worker: x and y of a batch; step = the step's number, aux = the dropout key;
-                 // variable = the batch's first row in the round, shard = the round's rows
+  Step = 7,      // chief → worker: int32 [first row in the round, the round's rows, its pushes, epoch,
+                 // step in the epoch, the worker's clock], then y (and x when not read by position);
+                 // step = the step's number, aux = the dropout key
   Result = 8,    // worker → chief: loss sum, predictions; step = the step's number; aux = staleness
   Fetch = 9,     // chief → server: every shard's value and optimizer state
   State = 10,    // server → chief: the answer to Fetch

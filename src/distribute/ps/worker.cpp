@@ -3,7 +3,11 @@
 // reports the batch's loss and predictions.
 #include "distribute/ps/worker.h"
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "tandem/autograd.h"
 #include "tandem/ops.h"
@@ -38,6 +42,18 @@ Tensor read_batch(ClusterLink& link, const StepParts& parts, int epoch, int64_t 
   return batch.x;
 }
 
+// Fault injection for the tests: TANDEM_TEST_PS_SLOW_WORKER=INDEX:MS makes worker INDEX a
+// straggler, MS milliseconds slower per step.
+int64_t straggler_delay_ms(int me) {
+  const char* spec = std::getenv("TANDEM_TEST_PS_SLOW_WORKER");
+  if (spec == nullptr) return 0;
+  int index = -1;
+  long long ms = 0;
+  if (std::sscanf(spec, "%d:%lld", &index, &ms) != 2 || ms < 0)
+    fail("TANDEM_TEST_PS_SLOW_WORKER: expected INDEX:MILLISECONDS, got \"{}\"", spec);
+  return index == me ? ms : 0;
+}
+
 }  // namespace
 
 void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, const StepParts& parts) {
@@ -51,16 +67,18 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
   // update, which the last worker's push makes: they pull when the step comes.
   bool prefetch = options.prefetch && options.mode == PsMode::Asynchronous;
   bool pulled = false;
+  int64_t slow_ms = straggler_delay_ms(static_cast<int>(me));
   while (true) {
     Incoming step = link.await_idle(chief, false);
     if (step.envelope.type == MessageType::Stop) return;  // a pull's answer left unread: the sockets close
     if (step.envelope.type != MessageType::Step || step.items.size() < 2 || step.items.size() > 3 ||
-        step.items[0].header.dtype != DType::Int32 || step.items[0].header.shape.numel() != 5)
+        step.items[0].header.dtype != DType::Int32 || step.items[0].header.shape.numel() != 6)
       fail("ParameterServerStrategy: {} got a {} message from the chief where a step was due",
            link.describe(link.task()), message_type_name(step.envelope.type));
     Tensor info = step.items[0].tensor(), y = step.items[1].adopt(step.frames), x;
-    const int32_t* round = info.data<int32_t>();  // first row in the round, the round's rows, its pushes, position
-    int64_t first_row = round[0], round_rows = round[1], pushes = round[2];
+    // First row in the round, the round's rows, its pushes, position (epoch, step), this worker's clock.
+    const int32_t* round = info.data<int32_t>();
+    int64_t first_row = round[0], round_rows = round[1], pushes = round[2], clock = round[5];
     if (step.items.size() == 3) x = step.items[2].adopt(step.frames);  // the rows read in place from their frames
     else x = read_batch(link, parts, round[3], round[4], y);
     int64_t rows = x.dim(0);
@@ -68,6 +86,7 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     if (!pulled) shards.request_pull(link, me);
     std::vector<int64_t> versions = shards.receive_pull(link);
     pulled = false;
+    if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));  // the test's straggler
     Tensor h = x, loss, per_sample;
     std::vector<Tensor> grads;
     {
@@ -82,7 +101,7 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     }
     for (int s = 0; s < link.servers(); ++s) {
       Outgoing push(MessageType::Push, me, versions[static_cast<size_t>(s)],
-                    options.mode == PsMode::Synchronous ? pushes : 0);
+                    options.mode == PsMode::Synchronous ? pushes : clock);
       for (size_t i : shards.on_server(s)) {
         const ShardPlacement& p = shards.placement()[i];
         push.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
