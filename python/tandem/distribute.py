@@ -150,12 +150,21 @@ class MultiWorkerMirroredStrategy(Strategy):
 
 class ParameterServerStrategy(Strategy):
     """Parameter servers and workers from TF_CONFIG (as TensorFlow reads it), asynchronous by
-    default, with bounded staleness (``max_staleness=S``), or synchronous (``mode='sync'``); `tandem launch --tf-config FILE -- python3 train.py`
+    default, with bounded staleness (``max_staleness=S``), or synchronous (``mode='sync'``, with
+    ``backup_workers=B``: each round applies the first W - B gradients); `tandem launch --tf-config FILE -- python3 train.py`
     starts the cluster."""
 
-    def __init__(self, cluster_resolver=None, mode="async", variable_partitioner=None, max_staleness=None):
+    def __init__(self, cluster_resolver=None, mode="async", variable_partitioner=None, max_staleness=None,
+                 backup_workers=0):
         if mode not in ("async", "sync"):
             raise Error(f"ParameterServerStrategy: mode must be 'async' or 'sync', got {mode!r}")
+        if backup_workers:  # each synchronous round applies the first W - B gradients
+            if mode != "sync" or isinstance(backup_workers, bool) or not isinstance(backup_workers, int) \
+                    or backup_workers < 0:
+                raise Error(f"ParameterServerStrategy: backup_workers must be an int >= 0 with mode='sync', "
+                            f"got {backup_workers!r}")
+            super().__init__(f"ps-sync:{backup_workers}")
+            return
         if max_staleness is not None:  # stale synchronous parallel: no worker more than S steps ahead
             if mode != "async" or isinstance(max_staleness, bool) or not isinstance(max_staleness, int) \
                     or max_staleness < 0:

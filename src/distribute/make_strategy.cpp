@@ -75,10 +75,15 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
   if (parts[0] == "one_device" || parts[0] == "default")
     return bad("\"" + parts[0] + "\" takes no replica count or options");
   if (parts[0] == "ps-async" || parts[0] == "ps-sync" || parts[0] == "ps-ssp") {
-    bool ssp = parts[0] == "ps-ssp";
-    if (parts.size() > (ssp ? 2 : 1) || (ssp && parts.size() < 2))
-      return bad(ssp ? "ps-ssp takes its staleness bound, ps-ssp:S (its tasks come from TF_CONFIG or --cluster)"
-                     : "a parameter-server strategy takes no counts: its tasks come from TF_CONFIG or --cluster");
+    bool ssp = parts[0] == "ps-ssp", sync = parts[0] == "ps-sync";
+    if (parts.size() > (ssp || sync ? 2 : 1) || (ssp && parts.size() < 2))
+      return bad(
+          ssp    ? "ps-ssp takes its staleness bound, ps-ssp:S (its tasks come from TF_CONFIG or --cluster)"
+          : sync ? "ps-sync takes at most its backup workers, ps-sync:B (its tasks come from TF_CONFIG or --cluster)"
+                 : "ps-async takes no counts: its tasks come from TF_CONFIG or --cluster");
+    std::optional<int> backups;
+    if (sync && parts.size() == 2 && !(backups = count_in_name(parts[1], 1000000)) && parts[1] != "0")
+      return bad("ps-sync:B takes a number of backup workers B of 0 or more");
     std::optional<int> bound;
     if (ssp && !(bound = count_in_name(parts[1], 1000000)) && parts[1] != "0")
       return bad("ps-ssp:S takes a staleness bound S of 0 or more");
@@ -89,6 +94,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
     options.timeout = settings.timeout;
     options.prefetch = settings.prefetch;
     if (ssp) options.max_staleness = bound.value_or(0);
+    if (sync) options.backup_workers = backups.value_or(0);
     if (settings.shard_bytes > 0)
       options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
     return std::make_unique<ParameterServerStrategy>(cluster, options);

@@ -485,6 +485,40 @@ TEST(PsCluster, BoundedStalenessKeepsEveryWorkerWithinSStepsOfTheSlowest) {
   expect_same_state(dir.file("zero/final.safetensors"), dir.file("sync/final.safetensors"), 0, "ps-ssp:0 and ps-sync");
 }
 
+// Synchronous with one backup worker of three, worker 1 a straggler: each round applies the two
+// fast workers' gradients without waiting for it, so the straggler's gradients come after their
+// rounds and are dropped; the fast workers' never are. The one exception is the end of an epoch:
+// when the batches run out with a round holding one fast gradient, the straggler's, computed on
+// that round's version, is its second and is applied (as in SyncReplicasOptimizer: not stale).
+// The workers' logs and the chief's progress lines count the same drops.
+TEST(PsCluster, BackupWorkersLetARoundGoWithoutTheStraggler) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  Watched w = launch_cluster(dir, 1, 3,
+                             {"--model", "mlp", "--strategy", "ps-sync:1", "--epochs", "2", "--batch-size", "16",
+                              "--threads", "1", "--verbose", "2", "--checkpoint-dir", "ck"},
+                             "backup.log", 120, {"TANDEM_TEST_PS_SLOW_WORKER=1:60"});
+  ASSERT_EQ(w.code, 0) << w.output;
+  std::smatch said;
+  std::map<int, std::pair<int64_t, int64_t>> by_worker;  // steps, dropped
+  std::regex line("worker:([0-9]+) \\([^)]*\\): ([0-9]+) steps, ([0-9]+) of them dropped as stale");
+  for (std::sregex_iterator it(w.output.begin(), w.output.end(), line), end; it != end; ++it)
+    by_worker[std::stoi((*it)[1].str())] = {std::stoll((*it)[2].str()), std::stoll((*it)[3].str())};
+  ASSERT_EQ(by_worker.size(), 3u) << w.output;
+  auto [slow_steps, slow_dropped] = by_worker[1];
+  EXPECT_GT(slow_dropped, 0) << w.output;
+  EXPECT_GE(slow_dropped, slow_steps - 2) << w.output;  // all but at most one per epoch's end
+  EXPECT_EQ(by_worker[0].second, 0) << w.output;
+  EXPECT_EQ(by_worker[2].second, 0) << w.output;
+  int64_t reported = 0;
+  std::regex dropped("dropped: ([0-9.]+)");
+  for (std::sregex_iterator it(w.output.begin(), w.output.end(), dropped), end; it != end; ++it)
+    reported += static_cast<int64_t>(std::stod((*it)[1].str()));
+  EXPECT_EQ(reported, slow_dropped) << w.output;  // the progress lines, never silent
+  // The count per worker is the chief's total of steps: 2 epochs of 600 rows in batches of 16.
+  EXPECT_EQ(by_worker[0].first + by_worker[1].first + by_worker[2].first, 2 * 38) << w.output;
+}
+
 // TANDEM_TEST_FAULT=kill|stop:RANK:training: server ps:0 (control rank 1 + workers) dies or stops
 // as it starts serving; the chief names it within the timeout and every task ends.
 TEST(PsCluster, AKilledOrStoppedServerIsNamedAndTheJobEnds) {

@@ -71,6 +71,11 @@ struct ParameterServerOptions {
   // whose clocks are the truth, refuse a push further ahead and keep the histogram of how far
   // ahead each push was (logged when they stop). 0 is synchronous (rounds); -1: no bound.
   int max_staleness = -1;
+  // Synchronous with backup workers ("ps-sync:B"): each round applies the first W - B gradients
+  // computed on its version and drops the later ones as stale (counted per epoch in the progress
+  // line), so that a round does not wait for the B slowest workers. Every worker steps as soon as
+  // it is free; its gradient is its batch's share of the W - B batches' mean.
+  int backup_workers = 0;
   // Every wait on another task; a task that does not answer within it is named and the job ends.
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
 };

@@ -1,6 +1,8 @@
 // The chief's step runner under ParameterServerStrategy: fit's batches handed to the workers.
 // Asynchronous: each batch to the next free worker, at once; with a staleness bound S, to a free
-// worker at most S steps ahead of the slowest (else the batch waits for results). Synchronous: a round of one batch
+// worker at most S steps ahead of the slowest (else the batch waits for results). Synchronous with
+// B backup workers: as asynchronous, each step a share of a round of W - B pushes, which the servers
+// apply without waiting for the rest (dropped, counted). Synchronous: a round of one batch
 // per worker, each told the round's rows (its share of the round's mean) and size (the pushes a
 // server sums before its update); the next round starts when every result of this one is in.
 // Where fit's batches can be read by position (tensors in memory), a step names its batch (epoch,
@@ -38,7 +40,7 @@ class Coordinator : public StepRunner {
 
   std::optional<double> run(const GlobalBatch& batch, uint64_t) override {
     if (epoch_done_) {
-      staleness_sum_ = staleness_max_ = applied_ = 0;
+      staleness_sum_ = staleness_max_ = applied_ = dropped_ = 0;
       epoch_done_ = false;
     }
     Batch b{Tensor(), Tensor(), batch.epoch, batch.step};
@@ -48,10 +50,12 @@ class Coordinator : public StepRunner {
     } else {
       batch.gather(0, batch.rows, nullptr, b.y);  // the worker reads the rows
     }
-    if (chief_.options.mode == PsMode::Asynchronous) {
+    if (streaming()) {  // asynchronous, or synchronous with backup workers: each free worker steps
       int w;
       while ((w = next_free_worker()) < 0) finish_one();
-      dispatch(w, b, steps_, 0, b.y.dim(0), 1);
+      int64_t pushes = link_.workers() - chief_.options.backup_workers;  // a round's (1: asynchronous)
+      if (chief_.options.mode == PsMode::Asynchronous) pushes = 1;
+      dispatch(w, b, steps_, 0, b.y.dim(0) * pushes, pushes);
       ++steps_;
     } else {
       round_.push_back(std::move(b));
@@ -68,6 +72,7 @@ class Coordinator : public StepRunner {
   }
 
   std::vector<std::pair<std::string, double>> epoch_figures() override {
+    if (chief_.options.backup_workers > 0) return {{"dropped", static_cast<double>(dropped_)}};
     if (chief_.options.mode != PsMode::Asynchronous) return {};
     double mean = applied_ > 0 ? static_cast<double>(staleness_sum_) / static_cast<double>(applied_) : 0.0;
     return {{"staleness", mean}, {"max_staleness", static_cast<double>(staleness_max_)}};
@@ -85,6 +90,8 @@ class Coordinator : public StepRunner {
     Tensor loss, predictions;  // when its result came
     bool done = false;
   };
+
+  bool streaming() const { return chief_.options.mode == PsMode::Asynchronous || chief_.options.backup_workers > 0; }
 
   // A free worker that may start its next step (taken from the free list), or -1. Without a
   // staleness bound, the one freed last; with bound S, the free worker furthest behind, if it is
@@ -139,13 +146,28 @@ class Coordinator : public StepRunner {
     sent.predictions = result.items[1].tensor();
     sent.done = true;
     ++finished_[static_cast<size_t>(sent.worker)];
-    staleness_sum_ += result.envelope.aux;
-    staleness_max_ = std::max(staleness_max_, result.envelope.aux);
-    ++applied_;
-    if (chief_.options.mode == PsMode::Asynchronous) {
+    if (result.envelope.aux < 0) {
+      ++dropped_;
+    } else {
+      staleness_sum_ += result.envelope.aux;
+      staleness_max_ = std::max(staleness_max_, result.envelope.aux);
+      ++applied_;
+    }
+    if (streaming()) {
       record(sent);
-      free_.push_back(sent.worker);
+      int w = sent.worker;
       in_flight_.erase(it);
+      if (chief_.options.backup_workers == 0 || result.envelope.aux < 0) {
+        free_.push_back(w);  // a dropped gradient's worker goes on at once, with the round in progress
+        return;
+      }
+      // Backup workers, as SyncReplicasOptimizer's tokens: a worker whose gradient is in the round
+      // waits for the round to be applied (its W - B gradients in), then all start the next.
+      in_round_.push_back(w);
+      if (static_cast<int>(in_round_.size()) == link_.workers() - chief_.options.backup_workers) {
+        free_.insert(free_.end(), in_round_.rbegin(), in_round_.rend());
+        in_round_.clear();
+      }
     }
   }
 
@@ -177,11 +199,12 @@ class Coordinator : public StepRunner {
   std::span<Metric> metrics_;
   Metric* loss_;
   std::vector<int> free_;
+  std::vector<int> in_round_;                // backup workers: whose gradients the round in progress holds
   std::vector<int64_t> started_, finished_;  // each worker's steps handed out and finished (its clock)
   std::map<int64_t, Sent> in_flight_;
   std::vector<Batch> round_;
   int64_t next_id_ = 0, steps_ = 0, rounds_ = 0;
-  int64_t staleness_sum_ = 0, staleness_max_ = 0, applied_ = 0;
+  int64_t staleness_sum_ = 0, staleness_max_ = 0, applied_ = 0, dropped_ = 0;
   bool epoch_done_ = false;
   bool by_position_;
 };

@@ -194,9 +194,16 @@ void ParameterServer::push(const Incoming& request, Outgoing& answer) {
   int64_t size = request.envelope.aux;
   uint32_t worker = request.envelope.variable;
   if (size < 1) fail("push: a synchronous round of {} pushes", size);
+  if (size > workers_) fail("push: a round of {} pushes from {} workers", size, workers_);
+  if (computed_on < version_) {  // a round already applied without it (backup workers): dropped as stale
+    answer = Outgoing(MessageType::Pushed, 0, version_, -1);
+    ++dropped_;
+    return;
+  }
   if (round_.empty()) round_size_ = size;
   if (size != round_size_) fail("push: a round of {} pushes, the round in progress has {}", size, round_size_);
-  if (!round_.emplace(worker, std::move(gradients)).second) fail("push: worker {} pushed twice in one round", worker);
+  if (size == workers_ && round_.count(worker)) fail("push: worker {} pushed twice in one round", worker);
+  round_.emplace(worker, std::move(gradients));
   if (static_cast<int64_t>(round_.size()) == round_size_) {
     std::vector<Tensor> sum = std::move(round_.begin()->second);  // in worker order
     for (auto it = std::next(round_.begin()); it != round_.end(); ++it)

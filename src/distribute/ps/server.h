@@ -34,6 +34,7 @@ class ParameterServer {
   bool handle(const Incoming& request, Outgoing& answer);
   int64_t version() const { return version_; }
   int64_t refused() const { return refused_; }
+  int64_t dropped() const { return dropped_; }  // synchronous: pushes that came after their round
   // Asynchronous: the pushes applied, by how many steps their worker was ahead of the slowest
   // worker (by the clocks of the pushes applied here), and that as the log's line.
   const std::map<int64_t, int64_t>& ahead_counts() const { return ahead_counts_; }
@@ -66,8 +67,11 @@ class ParameterServer {
   std::map<int64_t, int64_t> ahead_counts_;
   int64_t version_ = 0;  // updates applied
   // Synchronous: the round's pushes by worker, and how many the round has.
-  std::map<uint32_t, std::vector<Tensor>> round_;
+  // With backup workers (a round of fewer pushes than workers), a worker may push twice into one
+  // round; the sum runs by worker, then arrival.
+  std::multimap<uint32_t, std::vector<Tensor>> round_;
   int64_t round_size_ = 0;
+  int64_t dropped_ = 0;
   std::atomic<int64_t> refused_{0};  // read by other threads (refused())
 };
 

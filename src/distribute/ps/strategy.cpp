@@ -43,6 +43,12 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterS
   if (options_.max_staleness >= 0 && options_.mode == PsMode::Synchronous)
     fail("ParameterServerStrategy: max_staleness bounds the asynchronous mode; the synchronous one has none");
   if (options_.max_staleness == 0) options_.mode = PsMode::Synchronous;  // S = 0: every step waits for all
+  if (options_.backup_workers < 0 || (options_.backup_workers > 0 && options_.mode != PsMode::Synchronous))
+    fail("ParameterServerStrategy: backup_workers is for the synchronous mode, 0 or more, got {}",
+         options_.backup_workers);
+  if (options_.backup_workers >= cluster_.count("worker"))
+    fail("ParameterServerStrategy: {} backup workers of {} workers leave no gradient to apply (at most {})",
+         options_.backup_workers, cluster_.count("worker"), cluster_.count("worker") - 1);
   links_ = std::make_unique<Links>(Links{link_of(cluster_, options_)});
   if (is_chief()) chief_ = std::make_unique<Chief>(*links_->link, options_);
 }
@@ -57,6 +63,8 @@ ParameterServerStrategy::~ParameterServerStrategy() {
 std::string ParameterServerStrategy::name() const {
   if (options_.max_staleness >= 0)
     return fmt::format("ps-ssp:{}x{}:{}", num_servers(), num_workers(), options_.max_staleness);
+  if (options_.backup_workers > 0)
+    return fmt::format("ps-sync:{}x{}:{}", num_servers(), num_workers(), options_.backup_workers);
   return fmt::format("ps-{}:{}x{}", options_.mode == PsMode::Synchronous ? "sync" : "async", num_servers(),
                      num_workers());
 }

@@ -28,14 +28,15 @@ enum class MessageType : uint16_t {
   Push = 3,      // worker → server: one item per shard, its gradient; step = the version it was computed on;
                  // aux = the round's number of pushes (synchronous), or the worker's clock: its steps
                  // before this one (asynchronous)
-  Pushed = 4,    // server → worker: step = the version after; aux = the staleness it was applied with
+  Pushed = 4,    // server → worker: step = the version after; aux = the staleness it was applied with,
+                 // or -1: dropped, its round applied without it (synchronous, backup workers)
   Init = 5,      // chief → server: one item per shard, its value, then the optimizer's state items;
                  // aux = the mode: 0 asynchronous, 1 synchronous, 2 + S asynchronous with staleness bound S
   Ready = 6,     // server → chief: initialized; worker → chief: ready for a step (aux = the worker's index)
   Step = 7,      // chief → worker: int32 [first row in the round, the round's rows, its pushes, epoch,
                  // step in the epoch, the worker's clock], then y (and x when not read by position);
                  // step = the step's number, aux = the dropout key
-  Result = 8,    // worker → chief: loss sum, predictions; step = the step's number; aux = staleness
+  Result = 8,    // worker → chief: loss sum, predictions; step = the step's number; aux = staleness (-1: dropped)
   Fetch = 9,     // chief → server: every shard's value and optimizer state
   State = 10,    // server → chief: the answer to Fetch
   Stop = 11,     // chief → any task: end

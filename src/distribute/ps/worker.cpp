@@ -68,9 +68,15 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
   bool prefetch = options.prefetch && options.mode == PsMode::Asynchronous;
   bool pulled = false;
   int64_t slow_ms = straggler_delay_ms(static_cast<int>(me));
+  int64_t steps = 0, dropped = 0;  // backup workers: this worker's steps, and those its round left out
   while (true) {
     Incoming step = link.await_idle(chief, false);
-    if (step.envelope.type == MessageType::Stop) return;  // a pull's answer left unread: the sockets close
+    if (step.envelope.type == MessageType::Stop) {  // a pull's answer left unread: the sockets close
+      if (options.backup_workers > 0)
+        std::fprintf(stderr, "%s: %lld steps, %lld of them dropped as stale\n", link.describe(link.task()).c_str(),
+                     static_cast<long long>(steps), static_cast<long long>(dropped));
+      return;
+    }
     if (step.envelope.type != MessageType::Step || step.items.size() < 2 || step.items.size() > 3 ||
         step.items[0].header.dtype != DType::Int32 || step.items[0].header.shape.numel() != 6)
       fail("ParameterServerStrategy: {} got a {} message from the chief where a step was due",
@@ -119,8 +125,10 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
       if (answer.envelope.type != MessageType::Pushed)
         fail("ParameterServerStrategy: {} refused {}'s gradients: {}", link.describe({"ps", s}),
              link.describe(link.task()), answer.items.empty() ? "" : std::string(answer.items[0].payload));
-      staleness = std::max(staleness, answer.envelope.aux);
+      staleness = answer.envelope.aux < 0 || staleness < 0 ? -1 : std::max(staleness, answer.envelope.aux);
     }
+    ++steps;
+    if (staleness < 0) ++dropped;
     Outgoing result(MessageType::Result, me, step.envelope.step, staleness);
     result.add(0, 0, Tensor::from_vector({1}, std::vector<float>{ops::sum(per_sample).item()}));
     result.add(0, 1, h.contiguous());
