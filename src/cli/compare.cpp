@@ -44,16 +44,26 @@ std::vector<std::string> split_list(const std::string& list) {
 }
 
 bool launched(const std::string& name) {
-  return name.starts_with("multiworker") || name.starts_with("ps-async") || name.starts_with("ps-sync");
+  return name.starts_with("multiworker") || name.starts_with("ps-async") || name.starts_with("ps-sync") ||
+         name.starts_with("ps-ssp");
 }
 
-// multiworker:N: N processes of `tandem fit` under `tandem launch`; ps-async:PxW, ps-sync:PxW: a
-// cluster of P servers and W workers (and the chief) under `tandem launch --ps P --workers W`.
+// multiworker:N: N processes of `tandem fit` under `tandem launch`; ps-async:PxW, ps-sync:PxW[:B]
+// (B backup workers), ps-ssp:PxW:S (staleness bound S): a cluster of P servers and W workers (and
+// the chief) under `tandem launch --ps P --workers W`.
 // The chief's report is the row.
 Row train_on_workers(const std::string& name, const CompareFlags& f) {
   std::vector<std::string> parts = split(name, ':');
   bool ps = !name.starts_with("multiworker");
-  std::vector<std::string> launch_args, counts = parts.size() == 2 ? split(parts[1], 'x') : std::vector<std::string>{};
+  std::vector<std::string> launch_args, counts = parts.size() >= 2 ? split(parts[1], 'x') : std::vector<std::string>{};
+  // ps-sync:PxW:B and ps-ssp:PxW:S: the fit's strategy is ps-sync:B, ps-ssp:S.
+  bool takes_third = parts[0] == "ps-sync" || parts[0] == "ps-ssp";
+  if (ps && (parts.size() > (takes_third ? 3u : 2u) || (parts[0] == "ps-ssp" && parts.size() != 3)))
+    fail("--strategies: \"{}\": expected {}", name,
+         parts[0] == "ps-ssp"    ? "ps-ssp:PxW:S"
+         : parts[0] == "ps-sync" ? "ps-sync:PxW or ps-sync:PxW:B"
+                                 : "ps-async:PxW");
+  std::string fit_strategy = ps && parts.size() == 3 ? parts[0] + ":" + parts[2] : ps ? parts[0] : name;
   auto number = [](const std::string& n) {
     return !n.empty() && n.size() < 5 && n.find_first_not_of("0123456789") == std::string::npos && std::stoi(n) > 0;
   };
@@ -92,7 +102,7 @@ Row train_on_workers(const std::string& name, const CompareFlags& f) {
                            "--threads",
                            std::to_string(f.common.threads),
                            "--strategy",
-                           ps ? parts[0] : name,
+                           fit_strategy,
                            "--checkpoint-dir",
                            "",
                            "--log-dir",
@@ -253,7 +263,8 @@ void answer_the_tutorial(const std::vector<Row>& rows, const CompareFlags& f) {
   const Row *async = nullptr, *sync = nullptr;
   for (const Row& r : rows) {
     if (r.strategy.starts_with("ps-async") && !async) async = &r;
-    if (r.strategy.starts_with("ps-sync") && !sync) sync = &r;
+    if (r.strategy.starts_with("ps-sync") && std::count(r.strategy.begin(), r.strategy.end(), ':') == 1 && !sync)
+      sync = &r;  // plain synchronous: no backup workers
   }
   if (!async || !sync) return;
   double a = f.target_accuracy > 0 ? async->best_accuracy : async->test_accuracy;
@@ -411,12 +422,12 @@ void add_compare(CLI::App& app) {
   cmd->add_option("--epochs", flags->epochs, "epochs to train under each strategy")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  cmd->add_option(
-         "--strategies", flags->strategies,
-         "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]], "
-         "local_sgd[:N[:K]], multiworker:N[:L][:deterministic] (N processes under tandem launch), "
-         "ps-async:PxW, ps-sync:PxW (P parameter servers and W workers under tandem launch --ps P --workers W; "
-         "--batch-size is then each worker's batch), model-parallel:N (the Dense layers split over N devices)")
+  cmd->add_option("--strategies", flags->strategies,
+                  "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]], "
+                  "local_sgd[:N[:K]], multiworker:N[:L][:deterministic] (N processes under tandem launch), "
+                  "ps-async:PxW, ps-sync:PxW[:B], ps-ssp:PxW:S (P parameter servers and W workers under tandem launch "
+                  "--ps P --workers W; "
+                  "--batch-size is then each worker's batch), model-parallel:N (the Dense layers split over N devices)")
       ->capture_default_str();
   cmd->add_option("--target-accuracy", flags->target_accuracy,
                   "evaluate on the test split after every epoch: the table gives the training seconds to first reach "
