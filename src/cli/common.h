@@ -127,6 +127,7 @@ void add_evaluate(CLI::App& app);
 void add_predict(CLI::App& app);
 void add_summary(CLI::App& app);
 void add_datasets(CLI::App& app);
+void add_keys(CLI::App& app);
 void add_compare(CLI::App& app);
 
 }  // namespace tandem::cli

@@ -56,6 +56,8 @@ struct FitFlags {
   double shard_mb = 0.0;         // ps-async, ps-sync: variables above this size are split over the servers
   double target_accuracy = 0.0;  // test accuracy after every epoch, and the time to reach this
   bool prefetch = false;         // ps-async: the next pull right after each push
+  std::string auth;              // ps-*: CurveZMQ keys' directory
+  bool insecure = false;         // ps-*: listening on a non-loopback address without keys
   std::string device_memory;     // model-parallel:N: each device's memory ("64MB")
   double cycle_time_ms = 0.0;
   std::string compression = "none";
@@ -194,6 +196,8 @@ void run_fit(FitFlags f) {
   settings.cluster_file = f.cluster;
   settings.shard_bytes = static_cast<int64_t>(f.shard_mb * 1024 * 1024);
   settings.prefetch = f.prefetch;
+  settings.auth_dir = f.auth;
+  settings.insecure = f.insecure;
   if (!f.device_memory.empty()) {
     if (f.strategy.find("model-parallel") == std::string::npos)
       fail("fit: --device-memory applies to --strategy model-parallel:N (model-parallel:1 is one device), not \"{}\"",
@@ -404,6 +408,12 @@ void add_fit(CLI::App& app) {
   cmd->add_flag("--prefetch", flags->prefetch,
                 "ps-async: each worker asks for the next step's variables right after its push (more samples/s, "
                 "gradients about one update staler)");
+  cmd->add_option("--auth", flags->auth,
+                  "ps-*: encrypt and authenticate every connection with the CurveZMQ keys in this directory "
+                  "(`tandem keys DIR` makes them); servers admit only the public keys in DIR/allowed");
+  cmd->add_flag("--insecure", flags->insecure,
+                "ps-*: let the chief and the servers listen on non-loopback addresses without --auth (a network "
+                "you trust)");
   cmd->add_option("--device-memory", flags->device_memory,
                   "model-parallel:N: each device's memory for the variables and optimizer slots (64MB, 1.5GB, 500KB "
                   "or bytes): a model that needs more on a device is refused before training");

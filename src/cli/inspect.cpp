@@ -2,6 +2,7 @@
 #include <filesystem>
 
 #include "cli/common.h"
+#include "tandem/distribute/parameter_server.h"
 
 namespace tandem::cli {
 namespace {
@@ -78,6 +79,20 @@ void add_summary(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("summary", "print a model's layers and parameter counts");
   f->common.add_to(*cmd, false);
   cmd->callback([f] { make_model(f->common.model, f->common.seed).model->print_summary(); });
+}
+
+void add_keys(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "keys", "make CurveZMQ keys for a parameter-server cluster's --auth (server, client, allowed/)");
+  cmd->add_option("dir", *dir, "the directory to write them into (made if missing)")->required();
+  cmd->callback([dir] {
+    distribute::make_cluster_keys(*dir);
+    std::printf(
+        "keys: %s/server.key and client.key (secret), server.pub, client.pub, allowed/client.pub; copy the "
+        "directory to every machine and pass --auth %s to every task\n",
+        dir->c_str(), dir->c_str());
+  });
 }
 
 void add_datasets(CLI::App& app) {

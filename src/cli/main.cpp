@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   tandem::cli::add_predict(app);
   tandem::cli::add_summary(app);
   tandem::cli::add_datasets(app);
+  tandem::cli::add_keys(app);
   tandem::cli::add_compare(app);
   app.add_subcommand("launch",
                      "start a command on several processes or machines through mpirun (tandem launch --help)");

@@ -93,6 +93,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
     options.mode = parts[0] == "ps-sync" ? PsMode::Synchronous : PsMode::Asynchronous;
     options.timeout = settings.timeout;
     options.prefetch = settings.prefetch;
+    options.auth_dir = settings.auth_dir;
+    options.insecure = settings.insecure;
     if (ssp) options.max_staleness = bound.value_or(0);
     if (sync) options.backup_workers = backups.value_or(0);
     if (settings.shard_bytes > 0)

@@ -17,6 +17,7 @@
 
 #include "cli/cli_util.h"
 #include "distribute/netns_hosts.h"
+#include "distribute/ps/auth.h"
 #include "distribute/ps/server.h"
 #include "distribute/ps/transport.h"
 #include "tandem/distribute/cluster.h"
@@ -309,6 +310,96 @@ TEST(ParameterServer, RefusesAPushFurtherAheadThanTheStalenessBound) {
   serving.join();
 }
 
+// CurveZMQ (--auth): a server admits only clients whose public keys are allowed. A client with a
+// fresh key pair of its own, and one with no key, get no answer and change nothing (read back by
+// an allowed client); the refusals are counted (and logged, naming the key).
+TEST(ParameterServer, AdmitsOnlyAllowedKeysUnderAuth) {
+  TempDir dir;
+  distribute::make_cluster_keys(dir.file("keys"));
+  Keys keys = read_keys(dir.file("keys"));
+  EXPECT_EQ(keys.allowed, (std::set<std::string>{keys.client.public_key}));
+  std::string said;
+  try {
+    distribute::make_cluster_keys(dir.file("keys"));
+  } catch (const Error& e) {
+    said = e.what();
+  }
+  EXPECT_NE(said.find("already holds keys"), std::string::npos) << said;
+  zmq::context_t context(1);
+  Authenticator authenticator(context, keys, "ps:0");
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  secure_server(router, keys);
+  router.bind("tcp://127.0.0.1:*");
+  std::string address = router.get(zmq::sockopt::last_endpoint);
+  ParameterServer server("ps:0", std::make_unique<optimizers::SGD>(0.5f));
+  std::thread serving([&] { server.serve(router, [] { return false; }); });
+  auto client = [&](std::optional<KeyPair> own) {
+    zmq::socket_t socket(context, zmq::socket_type::dealer);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::sndtimeo, 500);  // a refused connection takes nothing: an Error, not a hang
+    if (own) {
+      Keys as = keys;
+      as.client = *own;
+      secure_client(socket, as);
+    }
+    socket.connect(address);
+    return socket;
+  };
+  zmq::socket_t allowed = client(keys.client);
+  auto ask = [&](zmq::socket_t& socket, Outgoing message, std::chrono::milliseconds wait) {
+    message.send(socket);
+    return receive(socket, wait, false);
+  };
+  Outgoing init(MessageType::Init, 0, 0, 0);
+  init.add(0, 0, Tensor::from_vector({2}, std::vector<float>{1, 2}));
+  auto ready = ask(allowed, std::move(init), std::chrono::seconds(10));
+  ASSERT_TRUE(ready.has_value());
+  EXPECT_EQ(ready->envelope.type, MessageType::Ready);
+  for (std::optional<KeyPair> stranger : {std::optional<KeyPair>(make_key_pair()), std::optional<KeyPair>()}) {
+    zmq::socket_t other = client(stranger);
+    auto unanswered = [&](Outgoing message) {
+      try {
+        return !ask(other, std::move(message), std::chrono::milliseconds(500)).has_value();
+      } catch (const Error& e) {  // the refused connection took nothing
+        return std::string(e.what()).find("could not be sent within 0.5 s") != std::string::npos;
+      }
+    };
+    Outgoing push(MessageType::Push, 0, 0, 0);
+    push.add(0, 0, Tensor::from_vector({2}, std::vector<float>{10, 10}));
+    EXPECT_TRUE(unanswered(std::move(push)));
+    EXPECT_TRUE(unanswered(Outgoing(MessageType::Pull, 0)));
+  }
+  auto values = ask(allowed, Outgoing(MessageType::Pull, 0), std::chrono::seconds(10));
+  ASSERT_TRUE(values.has_value());
+  EXPECT_EQ(values->envelope.step, 0);  // no update applied
+  EXPECT_EQ(values->items.at(0).tensor().to_vector(), (std::vector<float>{1, 2}));
+  EXPECT_GE(authenticator.refused(), 1);
+  EXPECT_EQ(ask(allowed, Outgoing(MessageType::Stop, 0), std::chrono::seconds(10))->envelope.type, MessageType::Stop);
+  serving.join();
+}
+
+// Without keys, the chief and the servers listen on loopback only: a spec naming another address
+// is refused before anything listens, unless --insecure.
+TEST(PsCluster, ANonLoopbackClusterNeedsKeysOrInsecure) {
+  TempDir dir;
+  std::string spec =
+      R"({"cluster": {"chief": ["10.11.12.13:2000"], "worker": ["127.0.0.1:2001"], "ps": ["127.0.0.1:2002"]},
+          "task": {"type": "worker", "index": 0}})";
+  setenv("TF_CONFIG", spec.c_str(), 1);
+  std::string said;
+  try {
+    distribute::ParameterServerStrategy strategy(
+        ClusterSpec::from_environment(), distribute::ParameterServerOptions{.timeout = std::chrono::seconds(1)});
+  } catch (const Error& e) {
+    said = e.what();
+  }
+  unsetenv("TF_CONFIG");
+  EXPECT_NE(said.find("chief:0 (10.11.12.13:2000) listens on 10.11.12.13, not a loopback address"), std::string::npos)
+      << said;
+  EXPECT_NE(said.find("pass --auth DIR"), std::string::npos) << said;
+}
+
 // --- whole clusters, under the launcher ---
 
 Watched launch_cluster(const TempDir& dir, int servers, int workers, const std::vector<std::string>& fit_args,
@@ -368,6 +459,24 @@ TEST(PsCluster, SynchronousTrainingIsOneProcessBitwiseWholeOrSharded) {
   Outcome evaluated = run({"evaluate", "--model", "mlp", "--weights", "sharded/final.safetensors"}, dir);
   ASSERT_EQ(evaluated.code, 0) << evaluated.output;
   EXPECT_NE(evaluated.output.find("accuracy: " + said[1].str() + "%"), std::string::npos) << evaluated.output;
+}
+
+// Under --auth (keys from `tandem keys`), the cluster trains as without: one process's bits.
+TEST(PsCluster, UnderAuthTheClusterTrainsAsOneProcess) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  Outcome keys = run({"keys", "k"}, dir);
+  ASSERT_EQ(keys.code, 0) << keys.output;
+  std::vector<std::string> common{"--model", "mlp",       "--epochs", "1",         "--batch-size",
+                                  "32",      "--threads", "1",        "--verbose", "0"};
+  std::vector<std::string> alone{"fit", "--checkpoint-dir", "one"};
+  alone.insert(alone.end(), common.begin(), common.end());
+  ASSERT_EQ(run(alone, dir).code, 0);
+  std::vector<std::string> secured{"--strategy", "ps-sync", "--auth", "k", "--checkpoint-dir", "auth"};
+  secured.insert(secured.end(), common.begin(), common.end());
+  Watched w = launch_cluster(dir, 1, 1, secured, "auth.log");
+  ASSERT_EQ(w.code, 0) << w.output;
+  expect_same_state(dir.file("one/final.safetensors"), dir.file("auth/final.safetensors"), 0, "under --auth");
 }
 
 // The C++ API (tests/distribute/ps_task.cpp, every task the same program): fit on tensors (the
@@ -596,15 +705,18 @@ TEST(PsCluster, ATfConfigClusterAcrossThreeHostsTrainsAsOneProcessAndEndsWhenInt
   std::vector<std::string> at = hosts.workers();
   nlohmann::json config = {{"cluster", {{"chief", {at[0]}}, {"worker", {at[1]}}, {"ps", {at[2]}}}},
                            {"task", {{"type", "chief"}, {"index", 0}}}};
-  std::vector<std::string> fit{"fit",       "--strategy", "ps-sync",          "--epochs",       "2",
-                               "--verbose", "0",          "--checkpoint-dir", dir.file("three")};
+  // The hosts' addresses are not loopback: a cluster on them needs keys, or --insecure (the
+  // namespaces' network is the test's own).
+  std::vector<std::string> fit{"fit", "--insecure", "--strategy", "ps-sync",          "--epochs",
+                               "2",   "--verbose",  "0",          "--checkpoint-dir", dir.file("three")};
   fit.insert(fit.end(), common.begin(), common.end());
   Watched w =
       run_watched(hosts.launch_with(dir, {"--tf-config", config.dump(), "--timeout", "5"}, fit), dir, 180, "three.log");
   ASSERT_EQ(w.code, 0) << w.output;
   expect_same_state(dir.file("one/final.safetensors"), dir.file("three/final.safetensors"), 0, "3 hosts");
 
-  std::vector<std::string> endless{"fit", "--strategy", "ps-async", "--epochs", "100000", "--verbose", "2"};
+  std::vector<std::string> endless{"fit",      "--insecure", "--strategy", "ps-async",
+                                   "--epochs", "100000",     "--verbose",  "2"};
   endless.insert(endless.end(), common.begin(), common.end());
   std::string log = dir.file("endless.log");
   pid_t launcher = spawn_program(hosts.launch_with(dir, {"--tf-config", config.dump()}, endless), log);

@@ -56,6 +56,11 @@ std::vector<ShardPlacement> place_variables(const std::vector<Shape>& shapes, in
 
 enum class PsMode { Asynchronous, Synchronous };
 
+// `tandem keys DIR`: a new set of CurveZMQ keys for a cluster's --auth in `dir` (server.key/.pub,
+// client.key/.pub, allowed/client.pub; secret keys readable by their owner only). Copy the
+// directory to every machine of the cluster; add other clients' public keys to DIR/allowed.
+void make_cluster_keys(const std::string& dir);
+
 struct ParameterServerOptions {
   PsMode mode = PsMode::Asynchronous;
   Partitioner partitioner;
@@ -76,6 +81,12 @@ struct ParameterServerOptions {
   // line), so that a round does not wait for the B slowest workers. Every worker steps as soon as
   // it is free; its gradient is its batch's share of the W - B batches' mean.
   int backup_workers = 0;
+  // CurveZMQ (--auth DIR, from `tandem keys DIR`): every ZeroMQ connection encrypted and
+  // authenticated, the servers and the chief admitting only clients whose public keys are in
+  // DIR/allowed. Without it the chief and the servers must listen on loopback addresses, unless
+  // `insecure` (--insecure) says that the network is trusted.
+  std::string auth_dir;
+  bool insecure = false;
   // Every wait on another task; a task that does not answer within it is named and the job ends.
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
 };

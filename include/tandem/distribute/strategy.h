@@ -418,6 +418,9 @@ struct StrategySettings {
   bool prefetch = false;  // ps-async: ParameterServerOptions::prefetch
   // model-parallel:N: each device's memory for the variables and slots (0: no limit).
   int64_t device_memory_bytes = 0;
+  // ps-*: CurveZMQ keys (ParameterServerOptions::auth_dir), or a trusted network (insecure).
+  std::string auth_dir;
+  bool insecure = false;
 };
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);

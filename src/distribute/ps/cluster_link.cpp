@@ -1,6 +1,8 @@
 // A task's links to the rest of its parameter-server cluster (cluster_link.h).
 #include "distribute/ps/cluster_link.h"
 
+#include "distribute/ps/auth.h"
+
 #include "tandem/error.h"
 
 namespace tandem::distribute::ps {
@@ -30,24 +32,31 @@ int control_rank(const ClusterSpec& cluster, const TaskId& task) {
   return 1 + cluster.count("worker") + task.index;
 }
 
-ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout)
+ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout, const Keys* keys)
     : cluster_(cluster), timeout_(timeout), context_(1) {
   const TaskId& me = cluster_.task();
   if (me.type == "chief" || me.type == "ps") {
     cluster_.check_own_port_free();  // named before ZeroMQ's own, terser error
+    if (keys != nullptr) authenticator_ = std::make_unique<Authenticator>(context_, *keys, describe(me));
     own_ = zmq::socket_t(context_, zmq::socket_type::router);
     own_.set(zmq::sockopt::linger, 0);
+    own_.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout_.count()));
     own_.set(zmq::sockopt::router_mandatory, 1);
+    if (keys != nullptr) secure_server(own_, *keys);
     own_.bind(endpoint(cluster_.host(me), cluster_.port(me)));
   } else {
     own_ = zmq::socket_t(context_, zmq::socket_type::dealer);
     own_.set(zmq::sockopt::linger, 0);
+    own_.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout_.count()));
+    if (keys != nullptr) secure_client(own_, *keys);
     own_.connect(endpoint(cluster_.host({"chief", 0}), cluster_.port({"chief", 0})));
   }
   if (me.type != "ps")
     for (int s = 0; s < servers(); ++s) {
       servers_.emplace_back(context_, zmq::socket_type::dealer);
       servers_.back().set(zmq::sockopt::linger, 0);
+      servers_.back().set(zmq::sockopt::sndtimeo, static_cast<int>(timeout_.count()));
+      if (keys != nullptr) secure_client(servers_.back(), *keys);
       servers_.back().connect(endpoint(cluster_.host({"ps", s}), cluster_.port({"ps", s})));
     }
   std::vector<std::string> hosts, names;

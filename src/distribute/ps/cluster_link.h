@@ -17,9 +17,13 @@
 
 namespace tandem::distribute::ps {
 
+struct Keys;
+class Authenticator;
+
 class ClusterLink {
  public:
-  ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout);
+  // `keys`: CurveZMQ on every socket (auth.h), or null.
+  ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout, const Keys* keys = nullptr);
   ~ClusterLink();
 
   const ClusterSpec& cluster() const { return cluster_; }
@@ -51,6 +55,7 @@ class ClusterLink {
   ClusterSpec cluster_;
   std::chrono::milliseconds timeout_;
   zmq::context_t context_;
+  std::unique_ptr<Authenticator> authenticator_;  // the bound socket's allowlist (with keys)
   zmq::socket_t own_;
   std::vector<zmq::socket_t> servers_;
   std::vector<std::string> routes_;

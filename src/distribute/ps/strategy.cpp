@@ -1,6 +1,7 @@
 // ParameterServerStrategy (tandem/distribute/parameter_server.h): each task's part.
 #include <cstdio>
 
+#include "distribute/ps/auth.h"
 #include "distribute/ps/chief.h"
 #include "distribute/ps/server.h"
 #include "distribute/ps/worker.h"
@@ -11,11 +12,29 @@ namespace tandem::distribute {
 
 namespace {
 // The cluster's links, made with the strategy (every task at once).
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.starts_with("127.") || host == "::1" || host == "[::1]";
+}
+
 std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const ParameterServerOptions& options) {
   cluster.require({"chief", "worker", "ps"}, {"chief", "worker", "ps"}, "ParameterServerStrategy");
   cluster.check_hosts();
   if (options.timeout.count() <= 0)
     fail("ParameterServerStrategy: the timeout must be positive, got {} ms", options.timeout.count());
+  if (!options.auth_dir.empty()) {
+    ps::Keys keys = ps::read_keys(options.auth_dir);
+    return std::make_unique<ps::ClusterLink>(cluster, options.timeout, &keys);
+  }
+  // Without keys, anyone who reaches a listening task may read and change the variables: only
+  // loopback addresses, unless the user says the network is trusted.
+  if (!options.insecure)
+    for (const TaskId& t : ps::tasks_in_rank_order(cluster))
+      if ((t.type == "chief" || t.type == "ps") && !is_loopback(cluster.host(t)))
+        fail(
+            "ParameterServerStrategy: {} listens on {}, not a loopback address: without keys, anyone on that network "
+            "could read and change the variables; pass --auth DIR (`tandem keys DIR` makes the keys; "
+            "ParameterServerOptions::auth_dir) or, on a network you trust, --insecure",
+            cluster.describe(t), cluster.host(t));
   return std::make_unique<ps::ClusterLink>(cluster, options.timeout);
 }
 // The servers hold the trainable variables; a layer's own statistics (batch normalization's moving

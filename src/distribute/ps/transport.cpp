@@ -44,9 +44,18 @@ void Outgoing::add_text(const std::string& text) {
 }
 
 void Outgoing::send(zmq::socket_t& socket, const std::string* route) {
-  if (route != nullptr) socket.send(zmq::buffer(*route), zmq::send_flags::sndmore);
+  // With a send timeout (the cluster's sockets have one), a peer that never took the connection (not
+  // started, or refusing this task's key) is an Error, not a wait without end.
+  auto check = [&](std::optional<size_t> sent) {
+    if (!sent)
+      fail(
+          "a {} message could not be sent within {} s: its peer is not connected (not started, or it refused "
+          "this task's key under --auth)",
+          message_type_name(type_), socket.get(zmq::sockopt::sndtimeo) / 1000.0);
+  };
+  if (route != nullptr) check(socket.send(zmq::buffer(*route), zmq::send_flags::sndmore));
   for (size_t i = 0; i < frames_.size(); ++i)
-    socket.send(frames_[i], i + 1 < frames_.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    check(socket.send(frames_[i], i + 1 < frames_.size() ? zmq::send_flags::sndmore : zmq::send_flags::none));
   frames_.clear();
 }
 
