@@ -4,7 +4,9 @@
 // snapshot, the worker writes it into its variables); a push is the gradients out and the
 // server's answer after its update. Bare: the same bytes one way, a one-byte answer the other.
 // Prints GB/s each way (bytes ÷ round trip), best of `rounds` rounds of `repetitions`.
-// Usage: bench_ps [megabytes] [repetitions] [rounds]
+// With a fourth argument "auth", both sides' sockets use CurveZMQ (keys made for the run, the
+// server's ZAP handler admitting the worker's key), as `--auth DIR` sets them.
+// Usage: bench_ps [megabytes] [repetitions] [rounds] [auth]
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -15,9 +17,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 
+#include "distribute/ps/auth.h"
 #include "distribute/ps/server.h"
 #include "distribute/ps/shards.h"
 #include "tandem/optimizers.h"
@@ -29,6 +34,14 @@ using Clock = std::chrono::steady_clock;
 int main(int argc, char** argv) try {
   double megabytes = argc > 1 ? std::atof(argv[1]) : 10.0;
   int repetitions = argc > 2 ? std::atoi(argv[2]) : 20, rounds = argc > 3 ? std::atoi(argv[3]) : 5;
+  std::optional<Keys> keys;
+  if (argc > 4 && std::string(argv[4]) == "auth") {
+    char dir[] = "/tmp/tandem-bench-keys-XXXXXX";
+    if (mkdtemp(dir) == nullptr) fail("bench_ps: cannot make a directory for the keys");
+    write_keys(std::string(dir) + "/k");
+    keys = read_keys(std::string(dir) + "/k");
+    std::filesystem::remove_all(dir);
+  }
   const int variables = 4;
   int64_t per = static_cast<int64_t>(megabytes * 1e6 / 4 / variables);
   int fd = socket(AF_INET, SOCK_STREAM, 0);  // a free port, given back for the server to take
@@ -44,7 +57,10 @@ int main(int argc, char** argv) try {
   pid_t server = fork();
   if (server == 0) {  // the server: Tandem's, then a bare echo on the next message's kind
     zmq::context_t own(1);
+    std::optional<Authenticator> authenticator;
+    if (keys) authenticator.emplace(own, *keys, "ps:0");
     zmq::socket_t router(own, zmq::socket_type::router);
+    if (keys) secure_server(router, *keys);
     router.bind(address);
     ParameterServer ps("ps:0", std::make_unique<optimizers::SGD>(0.01f));
     ps.serve(router, [] { return false; });
@@ -62,6 +78,7 @@ int main(int argc, char** argv) try {
   zmq::context_t context(1);
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
+  if (keys) secure_client(dealer, *keys);
   dealer.connect(address);
   auto await = [&] {
     auto answer = receive(dealer, std::chrono::seconds(30), false);
@@ -127,8 +144,9 @@ int main(int argc, char** argv) try {
   dealer.send(zmq::buffer("q", 1));
   waitpid(server, nullptr, 0);
   double gb = static_cast<double>(bytes.size()) / 1e9;
-  std::printf("%.1f MB model in %d variables, worker and server processes on loopback, best of %d rounds of %d\n",
-              static_cast<double>(bytes.size()) / 1e6, variables, rounds, repetitions);
+  std::printf("%.1f MB model in %d variables, worker and server processes on loopback%s, best of %d rounds of %d\n",
+              static_cast<double>(bytes.size()) / 1e6, variables, keys ? ", CurveZMQ (--auth)" : "", rounds,
+              repetitions);
   std::printf(
       "  pull (server to worker):  %6.3f ms  %5.2f GB/s   bare ZeroMQ receive %6.3f ms  %5.2f GB/s   ratio %.2f\n",
       pulls * 1e3, gb / pulls, receives * 1e3, gb / receives, receives / pulls);
