@@ -43,8 +43,8 @@ class _Scope:
 class Strategy:
     """A distribution strategy by its Tandem name ('mirrored:4', 'ps-async', 'model-parallel:2', ...)."""
 
-    def __init__(self, spec, threads_per_replica=0):
-        self._handle = _tandem.Strategy(spec, int(threads_per_replica))
+    def __init__(self, spec, threads_per_replica=0, auth_dir=None, insecure=False):
+        self._handle = _tandem.Strategy(spec, int(threads_per_replica), str(auth_dir or ""), bool(insecure))
 
     def scope(self):
         """Models made inside train under this strategy."""
@@ -151,11 +151,13 @@ class MultiWorkerMirroredStrategy(Strategy):
 class ParameterServerStrategy(Strategy):
     """Parameter servers and workers from TF_CONFIG (as TensorFlow reads it), asynchronous by
     default, with bounded staleness (``max_staleness=S``), or synchronous (``mode='sync'``, with
-    ``backup_workers=B``: each round applies the first W - B gradients); `tandem launch --tf-config FILE -- python3 train.py`
+    ``backup_workers=B``: each round applies the first W - B gradients); ``auth_dir`` names the
+    CurveZMQ keys of `tandem keys DIR` (every connection encrypted and authenticated), ``insecure``
+    lets tasks listen on non-loopback addresses without them; `tandem launch --tf-config FILE -- python3 train.py`
     starts the cluster."""
 
     def __init__(self, cluster_resolver=None, mode="async", variable_partitioner=None, max_staleness=None,
-                 backup_workers=0):
+                 backup_workers=0, auth_dir=None, insecure=False):
         if mode not in ("async", "sync"):
             raise Error(f"ParameterServerStrategy: mode must be 'async' or 'sync', got {mode!r}")
         if backup_workers:  # each synchronous round applies the first W - B gradients
@@ -163,16 +165,16 @@ class ParameterServerStrategy(Strategy):
                     or backup_workers < 0:
                 raise Error(f"ParameterServerStrategy: backup_workers must be an int >= 0 with mode='sync', "
                             f"got {backup_workers!r}")
-            super().__init__(f"ps-sync:{backup_workers}")
+            super().__init__(f"ps-sync:{backup_workers}", auth_dir=auth_dir, insecure=insecure)
             return
         if max_staleness is not None:  # stale synchronous parallel: no worker more than S steps ahead
             if mode != "async" or isinstance(max_staleness, bool) or not isinstance(max_staleness, int) \
                     or max_staleness < 0:
                 raise Error(f"ParameterServerStrategy: max_staleness must be an int >= 0 with mode='async', "
                             f"got {max_staleness!r}")
-            super().__init__(f"ps-ssp:{max_staleness}")
+            super().__init__(f"ps-ssp:{max_staleness}", auth_dir=auth_dir, insecure=insecure)
             return
-        super().__init__(f"ps-{mode}")
+        super().__init__(f"ps-{mode}", auth_dir=auth_dir, insecure=insecure)
 
 
 class ModelParallelStrategy(Strategy):

@@ -334,7 +334,7 @@ void run_fit(FitFlags f) {
       r["epochs_to_target"] = target->reached() ? nlohmann::json(target->epoch_of_target()) : nlohmann::json();
     }
     for (const auto& [name, values] : history.history)
-      if (name == "staleness" || name == "max_staleness") r[name] = values;
+      if (name == "staleness" || name == "max_staleness" || name == "dropped") r[name] = values;  // per epoch
     io::write_file_atomically(f.report, r.dump(2) + "\n");
   }
 }

@@ -669,12 +669,15 @@ void register_model(py::module_& m) {
 
 void register_strategies(py::module_& m) {
   py::class_<StrategyHandle, std::shared_ptr<StrategyHandle>>(m, "Strategy")
-      .def(py::init([](const std::string& spec, int threads_per_replica) {
+      .def(py::init([](const std::string& spec, int threads_per_replica, std::string auth_dir, bool insecure) {
              auto h = std::make_shared<StrategyHandle>();
-             h->strategy = distribute::make_strategy(spec, threads_per_replica);
+             distribute::StrategySettings settings{.threads_per_replica = threads_per_replica};
+             settings.auth_dir = std::move(auth_dir);
+             settings.insecure = insecure;
+             h->strategy = distribute::make_strategy(spec, settings);
              return h;
            }),
-           py::arg("spec"), py::arg("threads_per_replica"))
+           py::arg("spec"), py::arg("threads_per_replica"), py::arg("auth_dir") = "", py::arg("insecure") = false)
       .def_property_readonly("name", [](StrategyHandle& h) { return h.strategy->name(); })
       .def_property_readonly("num_replicas_in_sync",
                              [](StrategyHandle& h) { return h.strategy->num_replicas_in_sync(); })

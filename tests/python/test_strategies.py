@@ -107,7 +107,8 @@ PS_SCRIPT = textwrap.dedent("""
     import numpy as np
     import tandem as tf
     mode, out = sys.argv[1], sys.argv[2]
-    strategy = tf.distribute.ParameterServerStrategy(mode="sync") if mode == "ps" else None
+    keys = sys.argv[3] if len(sys.argv) > 3 else None
+    strategy = tf.distribute.ParameterServerStrategy(mode="sync", auth_dir=keys) if mode == "ps" else None
     rng = np.random.default_rng(3)
     x = rng.uniform(-1, 1, size=(73, 6)).astype(np.float32)
     y = (np.arange(73) % 4).astype(np.int32)
@@ -141,3 +142,13 @@ def test_parameter_servers_from_tf_config_train_as_one_process(tmp_path):
     a, b = np.load(tmp_path / "alone.npz"), np.load(tmp_path / "ps.npz")
     for name in a.files:
         np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=1e-6)
+    # Again with every connection under CurveZMQ keys (`tandem keys`, auth_dir=): the same weights.
+    made = subprocess.run([str(CLI), "keys", str(tmp_path / "keys")], capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    secured = subprocess.run([str(CLI), "launch", "--ps", "1", "--workers", "1", "--", sys.executable, str(script),
+                              "ps", str(tmp_path / "auth.npz"), str(tmp_path / "keys")], capture_output=True,
+                             text=True, timeout=180)
+    assert secured.returncode == 0, secured.stdout + secured.stderr
+    c = np.load(tmp_path / "auth.npz")
+    for name in a.files:
+        np.testing.assert_array_equal(c[name], b[name])

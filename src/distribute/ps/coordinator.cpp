@@ -53,8 +53,9 @@ class Coordinator : public StepRunner {
     if (streaming()) {  // asynchronous, or synchronous with backup workers: each free worker steps
       int w;
       while ((w = next_free_worker()) < 0) finish_one();
-      int64_t pushes = link_.workers() - chief_.options.backup_workers;  // a round's (1: asynchronous)
-      if (chief_.options.mode == PsMode::Asynchronous) pushes = 1;
+      int64_t pushes = chief_.options.mode == PsMode::Asynchronous  // a round's
+                           ? 1
+                           : link_.workers() - chief_.options.backup_workers;
       dispatch(w, b, steps_, 0, b.y.dim(0) * pushes, pushes);
       ++steps_;
     } else {
