@@ -411,7 +411,10 @@ void register_layers(py::module_& m) {
   auto pooling = [](bool max, std::pair<int64_t, int64_t> pool, std::optional<std::pair<int64_t, int64_t>> strides,
                     std::string padding, std::string name,
                     std::optional<std::vector<int64_t>> input_shape) -> std::shared_ptr<Layer> {
-    Pooling2DOptions o{.padding = padding, .name = name, .input_shape = shape_of(input_shape)};
+    Pooling2DOptions o;
+    o.padding = padding;
+    o.name = name;
+    o.input_shape = shape_of(input_shape);
     if (strides) o.strides = Size2(strides->first, strides->second);
     if (max) return std::make_shared<MaxPooling2D>(Size2(pool.first, pool.second), o);
     return std::make_shared<AveragePooling2D>(Size2(pool.first, pool.second), o);
@@ -579,12 +582,13 @@ void register_model(py::module_& m) {
            [](ModelHandle& h, const py::array& x, const py::array& y, int epochs, int64_t batch_size,
               double validation_split, std::optional<py::array> val_x, std::optional<py::array> val_y, bool shuffle,
               const py::list& callbacks, int verbose, int initial_epoch) {
-             FitOptions o{.epochs = epochs,
-                          .batch_size = batch_size,
-                          .validation_split = validation_split,
-                          .shuffle = shuffle,
-                          .verbose = verbose,
-                          .initial_epoch = initial_epoch};
+             FitOptions o;
+             o.epochs = epochs;
+             o.batch_size = batch_size;
+             o.validation_split = validation_split;
+             o.shuffle = shuffle;
+             o.verbose = verbose;
+             o.initial_epoch = initial_epoch;
              Tensor tx = from_numpy(x, "fit: x"), ty = from_numpy(y, "fit: y");
              if (val_x && val_y)
                o.validation_data = std::pair{from_numpy(*val_x, "fit: validation_data x"),
@@ -671,7 +675,8 @@ void register_strategies(py::module_& m) {
   py::class_<StrategyHandle, std::shared_ptr<StrategyHandle>>(m, "Strategy")
       .def(py::init([](const std::string& spec, int threads_per_replica, std::string auth_dir, bool insecure) {
              auto h = std::make_shared<StrategyHandle>();
-             distribute::StrategySettings settings{.threads_per_replica = threads_per_replica};
+             distribute::StrategySettings settings;
+             settings.threads_per_replica = threads_per_replica;
              settings.auth_dir = std::move(auth_dir);
              settings.insecure = insecure;
              h->strategy = distribute::make_strategy(spec, settings);
