@@ -160,21 +160,18 @@ class ParameterServerStrategy(Strategy):
                  backup_workers=0, auth_dir=None, insecure=False):
         if mode not in ("async", "sync"):
             raise Error(f"ParameterServerStrategy: mode must be 'async' or 'sync', got {mode!r}")
+
+        def count(value, name, with_mode):  # an int >= 0 that only one mode takes
+            if mode != with_mode or isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise Error(f"ParameterServerStrategy: {name} must be an int >= 0 with mode={with_mode!r}, got {value!r}")
+            return value
+
+        spec = f"ps-{mode}"
         if backup_workers:  # each synchronous round applies the first W - B gradients
-            if mode != "sync" or isinstance(backup_workers, bool) or not isinstance(backup_workers, int) \
-                    or backup_workers < 0:
-                raise Error(f"ParameterServerStrategy: backup_workers must be an int >= 0 with mode='sync', "
-                            f"got {backup_workers!r}")
-            super().__init__(f"ps-sync:{backup_workers}", auth_dir=auth_dir, insecure=insecure)
-            return
-        if max_staleness is not None:  # stale synchronous parallel: no worker more than S steps ahead
-            if mode != "async" or isinstance(max_staleness, bool) or not isinstance(max_staleness, int) \
-                    or max_staleness < 0:
-                raise Error(f"ParameterServerStrategy: max_staleness must be an int >= 0 with mode='async', "
-                            f"got {max_staleness!r}")
-            super().__init__(f"ps-ssp:{max_staleness}", auth_dir=auth_dir, insecure=insecure)
-            return
-        super().__init__(f"ps-{mode}", auth_dir=auth_dir, insecure=insecure)
+            spec = f"ps-sync:{count(backup_workers, 'backup_workers', 'sync')}"
+        elif max_staleness is not None:  # stale synchronous parallel: no worker more than S steps ahead
+            spec = f"ps-ssp:{count(max_staleness, 'max_staleness', 'async')}"
+        super().__init__(spec, auth_dir=auth_dir, insecure=insecure)
 
 
 class ModelParallelStrategy(Strategy):

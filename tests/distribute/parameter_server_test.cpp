@@ -178,24 +178,68 @@ TEST(PsPlacement, ShardsCoverEachVariableOnDistinctServersAndBalanceTheBytes) {
   EXPECT_THROW(distribute::place_variables(shapes, 0, {}), Error);
 }
 
-// A server on a free loopback port, driven over a DEALER as the chief and the workers drive it.
-TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
-  zmq::context_t context(1);
-  zmq::socket_t router(context, zmq::socket_type::router);
-  router.set(zmq::sockopt::linger, 0);
-  router.bind("tcp://127.0.0.1:*");
-  std::string address = router.get(zmq::sockopt::last_endpoint);
-  ParameterServer server("ps:0", std::make_unique<optimizers::SGD>(0.5f));
-  std::thread serving([&] { server.serve(router, [] { return false; }); });
-  zmq::socket_t client(context, zmq::socket_type::dealer);
-  client.set(zmq::sockopt::linger, 0);
-  client.connect(address);
-  auto ask = [&](Outgoing message) {
-    message.send(client);
-    auto answer = receive(client, std::chrono::seconds(10), false);
+// A server on a free loopback port, serving on its own thread, and a DEALER client that drives it
+// as the chief and the workers do (with keys: CurveZMQ on both sides, the server's ZAP handler).
+struct ServedOnLoopback {
+  explicit ServedOnLoopback(int workers = 1, const Keys* keys = nullptr)
+      : router(context, zmq::socket_type::router), server("ps:0", std::make_unique<optimizers::SGD>(0.5f), workers) {
+    if (keys != nullptr) authenticator.emplace(context, *keys, "ps:0");
+    router.set(zmq::sockopt::linger, 0);
+    if (keys != nullptr) secure_server(router, *keys);
+    router.bind("tcp://127.0.0.1:*");
+    address = router.get(zmq::sockopt::last_endpoint);
+    serving = std::thread([this] { server.serve(router, [] { return false; }); });
+    client = connect(keys == nullptr ? std::nullopt : std::optional<KeyPair>(keys->client), keys);
+  }
+  ~ServedOnLoopback() {  // a test that ended early still stops the server
+    if (!serving.joinable()) return;
+    try {
+      stop();
+    } catch (const std::exception&) {
+      std::terminate();  // the thread would outlive the test
+    }
+  }
+  // A DEALER to the server: with `own` (and keys), a CurveZMQ client holding that key pair.
+  zmq::socket_t connect(std::optional<KeyPair> own, const Keys* keys) {
+    zmq::socket_t socket(context, zmq::socket_type::dealer);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::sndtimeo, 500);  // a refused connection takes nothing: an Error, not a hang
+    if (own && keys != nullptr) {
+      Keys as = *keys;
+      as.client = *own;
+      secure_client(socket, as);
+    }
+    socket.connect(address);
+    return socket;
+  }
+  std::optional<Incoming> ask(zmq::socket_t& socket, Outgoing message, std::chrono::milliseconds wait) {
+    message.send(socket);
+    return receive(socket, wait, false);
+  }
+  Incoming ask(Outgoing message) {
+    auto answer = ask(client, std::move(message), std::chrono::seconds(10));
     if (!answer) throw std::runtime_error("no answer");
     return std::move(*answer);
-  };
+  }
+  Incoming stop() {
+    Incoming answer = ask(Outgoing(MessageType::Stop, 0));
+    serving.join();
+    return answer;
+  }
+  zmq::context_t context{1};
+  std::optional<Authenticator> authenticator;
+  zmq::socket_t router;
+  std::string address;
+  ParameterServer server;
+  std::thread serving;
+  zmq::socket_t client;
+};
+
+// A server on a free loopback port, driven over a DEALER as the chief and the workers drive it.
+TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
+  ServedOnLoopback on;
+  ParameterServer& server = on.server;
+  auto ask = [&](Outgoing message) { return on.ask(std::move(message)); };
   Incoming early = ask(Outgoing(MessageType::Pull, 0));  // before the chief's init
   EXPECT_EQ(early.envelope.type, MessageType::Refused);
   EXPECT_NE(std::string(early.items.at(0).payload).find("pull before init"), std::string::npos);
@@ -236,13 +280,13 @@ TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
     }
     if (i % 5 == 0) frames[0] = std::string(encode({.type = MessageType::Pull}).data(), 60);
     for (size_t k = 0; k < frames.size(); ++k)
-      client.send(zmq::buffer(frames[k]), k + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      on.client.send(zmq::buffer(frames[k]), k + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   }
   {  // not even ZeroMQ: raw bytes on the port
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+    a.sin_port = htons(static_cast<uint16_t>(std::stoi(on.address.substr(on.address.rfind(':') + 1))));
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
     std::string junk(4096, '\x7f');
@@ -250,7 +294,7 @@ TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
     close(fd);
   }
   // Drain the refusals the garbage earned, then a valid pull is served.
-  while (receive(client, std::chrono::milliseconds(300), false)) {
+  while (receive(on.client, std::chrono::milliseconds(300), false)) {
   }
   Incoming values = ask(Outgoing(MessageType::Pull, 0));
   ASSERT_EQ(values.envelope.type, MessageType::Values);
@@ -259,30 +303,16 @@ TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
   EXPECT_EQ(values.items[1].tensor().to_vector(), (std::vector<float>{6, 6, 6}));
   EXPECT_EQ(values.envelope.step, 1);
   EXPECT_GE(server.refused(), 3 + 200 / 2);
-  EXPECT_EQ(ask(Outgoing(MessageType::Stop, 0)).envelope.type, MessageType::Stop);
-  serving.join();
+  EXPECT_EQ(on.stop().envelope.type, MessageType::Stop);
 }
 
 // The server is the truth of bounded staleness: with bound S (init's mode 2 + S), a push from a
 // worker more than S steps ahead of the slowest worker's pushes applied here is refused; the
 // histogram counts how far ahead each applied push was.
 TEST(ParameterServer, RefusesAPushFurtherAheadThanTheStalenessBound) {
-  zmq::context_t context(1);
-  zmq::socket_t router(context, zmq::socket_type::router);
-  router.set(zmq::sockopt::linger, 0);
-  router.bind("tcp://127.0.0.1:*");
-  std::string address = router.get(zmq::sockopt::last_endpoint);
-  ParameterServer server("ps:0", std::make_unique<optimizers::SGD>(0.5f), 2);
-  std::thread serving([&] { server.serve(router, [] { return false; }); });
-  zmq::socket_t client(context, zmq::socket_type::dealer);
-  client.set(zmq::sockopt::linger, 0);
-  client.connect(address);
-  auto ask = [&](Outgoing message) {
-    message.send(client);
-    auto answer = receive(client, std::chrono::seconds(10), false);
-    if (!answer) throw std::runtime_error("no answer");
-    return std::move(*answer);
-  };
+  ServedOnLoopback on(2);
+  ParameterServer& server = on.server;
+  auto ask = [&](Outgoing message) { return on.ask(std::move(message)); };
   Outgoing init(MessageType::Init, 0, 0, 2 + 1);  // asynchronous, bound 1
   init.add(0, 0, Tensor::from_vector({2}, std::vector<float>{1, 2}));
   ASSERT_EQ(ask(std::move(init)).envelope.type, MessageType::Ready);
@@ -306,8 +336,7 @@ TEST(ParameterServer, RefusesAPushFurtherAheadThanTheStalenessBound) {
   EXPECT_EQ(push(0, 2).envelope.type, MessageType::Pushed);  // now 1 ahead
   EXPECT_EQ(server.ahead_counts(), (std::map<int64_t, int64_t>{{0, 2}, {1, 2}}));
   EXPECT_EQ(version, 4);  // the refused push changed nothing
-  EXPECT_EQ(ask(Outgoing(MessageType::Stop, 0)).envelope.type, MessageType::Stop);
-  serving.join();
+  EXPECT_EQ(on.stop().envelope.type, MessageType::Stop);
 }
 
 // CurveZMQ (--auth): a server admits only clients whose public keys are allowed. A client with a
@@ -325,42 +354,15 @@ TEST(ParameterServer, AdmitsOnlyAllowedKeysUnderAuth) {
     said = e.what();
   }
   EXPECT_NE(said.find("already holds keys"), std::string::npos) << said;
-  zmq::context_t context(1);
-  Authenticator authenticator(context, keys, "ps:0");
-  zmq::socket_t router(context, zmq::socket_type::router);
-  router.set(zmq::sockopt::linger, 0);
-  secure_server(router, keys);
-  router.bind("tcp://127.0.0.1:*");
-  std::string address = router.get(zmq::sockopt::last_endpoint);
-  ParameterServer server("ps:0", std::make_unique<optimizers::SGD>(0.5f));
-  std::thread serving([&] { server.serve(router, [] { return false; }); });
-  auto client = [&](std::optional<KeyPair> own) {
-    zmq::socket_t socket(context, zmq::socket_type::dealer);
-    socket.set(zmq::sockopt::linger, 0);
-    socket.set(zmq::sockopt::sndtimeo, 500);  // a refused connection takes nothing: an Error, not a hang
-    if (own) {
-      Keys as = keys;
-      as.client = *own;
-      secure_client(socket, as);
-    }
-    socket.connect(address);
-    return socket;
-  };
-  zmq::socket_t allowed = client(keys.client);
-  auto ask = [&](zmq::socket_t& socket, Outgoing message, std::chrono::milliseconds wait) {
-    message.send(socket);
-    return receive(socket, wait, false);
-  };
+  ServedOnLoopback on(1, &keys);
   Outgoing init(MessageType::Init, 0, 0, 0);
   init.add(0, 0, Tensor::from_vector({2}, std::vector<float>{1, 2}));
-  auto ready = ask(allowed, std::move(init), std::chrono::seconds(10));
-  ASSERT_TRUE(ready.has_value());
-  EXPECT_EQ(ready->envelope.type, MessageType::Ready);
+  EXPECT_EQ(on.ask(std::move(init)).envelope.type, MessageType::Ready);
   for (std::optional<KeyPair> stranger : {std::optional<KeyPair>(make_key_pair()), std::optional<KeyPair>()}) {
-    zmq::socket_t other = client(stranger);
+    zmq::socket_t other = on.connect(stranger, &keys);
     auto unanswered = [&](Outgoing message) {
       try {
-        return !ask(other, std::move(message), std::chrono::milliseconds(500)).has_value();
+        return !on.ask(other, std::move(message), std::chrono::milliseconds(500)).has_value();
       } catch (const Error& e) {  // the refused connection took nothing
         return std::string(e.what()).find("could not be sent within 0.5 s") != std::string::npos;
       }
@@ -370,13 +372,11 @@ TEST(ParameterServer, AdmitsOnlyAllowedKeysUnderAuth) {
     EXPECT_TRUE(unanswered(std::move(push)));
     EXPECT_TRUE(unanswered(Outgoing(MessageType::Pull, 0)));
   }
-  auto values = ask(allowed, Outgoing(MessageType::Pull, 0), std::chrono::seconds(10));
-  ASSERT_TRUE(values.has_value());
-  EXPECT_EQ(values->envelope.step, 0);  // no update applied
-  EXPECT_EQ(values->items.at(0).tensor().to_vector(), (std::vector<float>{1, 2}));
-  EXPECT_GE(authenticator.refused(), 1);
-  EXPECT_EQ(ask(allowed, Outgoing(MessageType::Stop, 0), std::chrono::seconds(10))->envelope.type, MessageType::Stop);
-  serving.join();
+  Incoming values = on.ask(Outgoing(MessageType::Pull, 0));
+  EXPECT_EQ(values.envelope.step, 0);  // no update applied
+  EXPECT_EQ(values.items.at(0).tensor().to_vector(), (std::vector<float>{1, 2}));
+  EXPECT_GE(on.authenticator->refused(), 1);
+  EXPECT_EQ(on.stop().envelope.type, MessageType::Stop);
 }
 
 // Without keys, the chief and the servers listen on loopback only: a spec naming another address
