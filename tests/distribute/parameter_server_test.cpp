@@ -571,7 +571,8 @@ int64_t most_ahead(const std::string& output) {
 TEST(PsCluster, BoundedStalenessKeepsEveryWorkerWithinSStepsOfTheSlowest) {
   TempDir dir;
   make_mnist(dir.file("data/mnist"), 600, 60);
-  std::vector<std::string> slow{"TANDEM_TEST_PS_SLOW_WORKER=1:15"};
+  // The straggler's delay is far above a step's compute, even on a loaded machine or under a sanitizer.
+  std::vector<std::string> slow{"TANDEM_TEST_PS_SLOW_WORKER=1:60"};
   auto fit = [](const std::string& strategy, const std::string& checkpoints) {
     return std::vector<std::string>{"--model",          "mlp",      "--strategy", strategy, "--epochs",  "1",
                                     "--batch-size",     "16",       "--threads",  "1",      "--verbose", "2",
