@@ -214,3 +214,35 @@ def test_an_unaligned_array_is_copied_once_and_trains_the_same(tf):
     assert not unaligned.flags.aligned
     converted = _arrays.features(unaligned, "fit")
     assert converted.flags.aligned and converted.flags.c_contiguous and np.array_equal(converted, x)
+
+
+def test_fit_releases_the_gil_so_python_threads_run_while_it_trains(tf):
+    import threading
+
+    x, y = small_data(4096)
+    model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu", input_shape=(20,)),
+                                 tf.keras.layers.Dense(5)])
+    model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ticks, training = [0], threading.Event()
+    done = threading.Event()
+
+    def count():  # pure Python: it runs only while nobody holds the GIL
+        training.wait()
+        while not done.is_set():
+            ticks[0] += 1
+
+    counter = threading.Thread(target=count)
+    counter.start()
+
+    class Started(tf.keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            training.set()
+
+    try:
+        before = ticks[0]
+        model.fit(x, y, epochs=3, batch_size=32, verbose=0, callbacks=[Started()])
+        during = ticks[0] - before
+    finally:
+        done.set()
+        counter.join()
+    assert during > 1000, f"the Python thread ran {during} loops during fit"
