@@ -334,7 +334,7 @@ TEST(ParameterServer, RefusesAPushFurtherAheadThanTheStalenessBound) {
       << refused.items.at(0).payload;
   EXPECT_EQ(push(1, 0).envelope.type, MessageType::Pushed);  // the slowest catches up
   EXPECT_EQ(push(0, 2).envelope.type, MessageType::Pushed);  // now 1 ahead
-  EXPECT_EQ(version, 4);  // the refused push changed nothing
+  EXPECT_EQ(version, 4);                                     // the refused push changed nothing
   EXPECT_EQ(on.stop().envelope.type, MessageType::Stop);
   EXPECT_EQ(server.ahead_counts(), (std::map<int64_t, int64_t>{{0, 2}, {1, 2}}));  // read once it stopped
 }
