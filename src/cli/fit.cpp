@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "tandem/distribute/parameter_server.h"
 
 namespace tandem::cli {
 namespace {
@@ -335,6 +336,11 @@ void run_fit(FitFlags f) {
     }
     for (const auto& [name, values] : history.history)
       if (name == "staleness" || name == "max_staleness" || name == "dropped") r[name] = values;  // per epoch
+    if (auto* ps = dynamic_cast<distribute::ParameterServerStrategy*>(strategy.get()); ps && ps->is_chief()) {
+      nlohmann::json ahead = nlohmann::json::object();  // steps started, by steps ahead of the slowest worker
+      for (auto [steps, count] : ps->steps_ahead()) ahead[std::to_string(steps)] = count;
+      if (!ahead.empty()) r["steps_ahead_of_slowest"] = ahead;
+    }
     io::write_file_atomically(f.report, r.dump(2) + "\n");
   }
 }

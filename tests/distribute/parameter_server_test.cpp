@@ -574,9 +574,10 @@ TEST(PsCluster, BoundedStalenessKeepsEveryWorkerWithinSStepsOfTheSlowest) {
   // The straggler's delay is far above a step's compute, even on a loaded machine or under a sanitizer.
   std::vector<std::string> slow{"TANDEM_TEST_PS_SLOW_WORKER=1:60"};
   auto fit = [](const std::string& strategy, const std::string& checkpoints) {
-    return std::vector<std::string>{"--model",          "mlp",      "--strategy", strategy, "--epochs",  "1",
-                                    "--batch-size",     "16",       "--threads",  "1",      "--verbose", "2",
-                                    "--checkpoint-dir", checkpoints};
+    return std::vector<std::string>{"--model",          "mlp",       "--strategy",   strategy,
+                                    "--epochs",         "1",         "--batch-size", "16",
+                                    "--threads",        "1",         "--verbose",    "2",
+                                    "--checkpoint-dir", checkpoints, "--report",     checkpoints + ".json"};
   };
   for (int bound : {1, 2}) {
     Watched w = launch_cluster(dir, 2, 3, fit(fmt::format("ps-ssp:{}", bound), fmt::format("s{}", bound)),
@@ -584,6 +585,13 @@ TEST(PsCluster, BoundedStalenessKeepsEveryWorkerWithinSStepsOfTheSlowest) {
     ASSERT_EQ(w.code, 0) << w.output;
     EXPECT_NE(w.output.find(fmt::format("(bound {})", bound)), std::string::npos) << w.output;
     EXPECT_EQ(most_ahead(w.output), bound) << w.output;
+    // The report's histogram, by the chief's clocks: no step started more than S ahead, some at S.
+    nlohmann::json report = nlohmann::json::parse(io::read_file(dir.file(fmt::format("s{}.json", bound))));
+    ASSERT_TRUE(report.contains("steps_ahead_of_slowest")) << report.dump();
+    int64_t most = 0;
+    for (auto& [ahead, count] : report["steps_ahead_of_slowest"].items())
+      most = std::max<int64_t>(most, std::stoll(ahead));
+    EXPECT_EQ(most, bound) << report.dump();
   }
   Watched unbounded = launch_cluster(dir, 1, 3, fit("ps-async", "async"), "async.log", 120, slow);
   ASSERT_EQ(unbounded.code, 0) << unbounded.output;

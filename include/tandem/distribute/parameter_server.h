@@ -20,6 +20,7 @@
 //   distribute::ParameterServerStrategy strategy(cluster, {.mode = distribute::PsMode::Synchronous});
 //   auto scope = strategy.scope();   ...   model.fit(x, y, {.batch_size = 50});
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -109,6 +110,9 @@ class ParameterServerStrategy : public Strategy {
 
   const ClusterSpec& cluster() const { return cluster_; }
   const ParameterServerOptions& options() const { return options_; }
+  // The chief, asynchronous: how many steps ahead of the slowest worker's finished steps each step
+  // started (the staleness histogram of the report), over every fit; empty elsewhere.
+  std::map<int64_t, int64_t> steps_ahead() const;
   int num_workers() const { return cluster_.count("worker"); }
   int num_servers() const { return cluster_.count("ps"); }
 

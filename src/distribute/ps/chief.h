@@ -2,6 +2,7 @@
 // The chief of a parameter-server cluster: it initializes the servers from its model and
 // optimizer, hands fit's batches to the workers (coordinator.cpp), reads the variables and the
 // optimizer state back for validation and checkpoints, and ends the job.
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,9 @@ struct ParameterServerStrategy::Chief {
   Optimizer* optimizer = nullptr;
   std::vector<std::string> slot_names;  // "optimizer/<variable>/<slot>", per variable per slot
   size_t slots_per_variable = 0;
+  // Asynchronous: how many steps ahead of the slowest worker's finished steps each step started
+  // (by the chief's clocks; the servers' log gives theirs), over every fit of this strategy.
+  std::map<int64_t, int64_t> steps_ahead;
 };
 
 std::unique_ptr<StepRunner> make_coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts);

@@ -116,6 +116,8 @@ class Coordinator : public StepRunner {
     int64_t id = next_id_++;
     Outgoing step(MessageType::Step, 0, id, key);
     int64_t clock = started_[static_cast<size_t>(w)]++;
+    if (chief_.options.mode == PsMode::Asynchronous)
+      ++chief_.steps_ahead[clock - *std::min_element(finished_.begin(), finished_.end())];
     step.add(
         0, 0,
         Tensor::from_vector({6}, std::vector<int32_t>{static_cast<int32_t>(first_row), static_cast<int32_t>(round_rows),

@@ -95,6 +95,10 @@ void ParameterServerStrategy::for_each_replica(const std::function<void(int repl
 
 Communicator& ParameterServerStrategy::communicator(int replica) { return *comm_.at(static_cast<size_t>(replica)); }
 
+std::map<int64_t, int64_t> ParameterServerStrategy::steps_ahead() const {
+  return chief_ ? chief_->steps_ahead : std::map<int64_t, int64_t>{};
+}
+
 bool ParameterServerStrategy::is_chief() const { return cluster_.task().type == "chief"; }
 
 bool ParameterServerStrategy::serves() const { return !is_chief(); }
