@@ -1,5 +1,10 @@
 // Fast kernels against the naive references at sizes where blocking and vector paths engage.
+#include <pthread.h>
+#include <signal.h>
+
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -193,6 +198,42 @@ TEST(Kernels, BitsDoNotDependOnTheThreadCount) {
     fresh = run();
   }).join();
   EXPECT_EQ(fresh, one);
+}
+
+std::atomic<int64_t> signals_handled{0};
+void count_signal(int) { signals_handled.fetch_add(1, std::memory_order_relaxed); }
+
+// A signal handled while oneDNN runs (Python's SIGINT handler, a profiler's SIGPROF) must not
+// corrupt memory: oneDNN 2.7's GEMM kernels point the stack pointer into the heap, and without the
+// signals held over each call this aborts in free() within a few hundred products. A second thread
+// sends SIGUSR1, which has a handler, to the thread that runs matrix products and convolutions.
+TEST(Kernels, SignalsArrivingDuringKernelsCorruptNothing) {
+  struct sigaction action {
+  }, previous{};
+  action.sa_handler = count_signal;
+  sigaction(SIGUSR1, &action, &previous);
+  Tensor a = testing::random_tensor({64, 300}, 1), b = testing::random_tensor({300, 256}, 2);
+  Tensor x = testing::random_tensor({8, 14, 14, 4}, 3), kernel = testing::random_tensor({3, 3, 4, 8}, 4);
+  std::vector<float> product = ops::matmul(a, b).to_vector();
+  std::vector<float> conv = ops::conv2d(x, kernel, Tensor(), 1, 1, Padding::Same).to_vector();
+  pthread_t target = pthread_self();
+  std::atomic<bool> stop{false};
+  std::thread sender([&] {
+    while (!stop.load()) {
+      pthread_kill(target, SIGUSR1);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  });
+  int64_t before = signals_handled.load();
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<float> junk(1000 + i % 300, 1.0f);  // heap traffic next to oneDNN's buffers
+    ASSERT_EQ(ops::matmul(a, b).to_vector(), product) << "product " << i;
+    if (i % 10 == 0) ASSERT_EQ(ops::conv2d(x, kernel, Tensor(), 1, 1, Padding::Same).to_vector(), conv) << i;
+  }
+  stop = true;
+  sender.join();
+  sigaction(SIGUSR1, &previous, nullptr);
+  EXPECT_GT(signals_handled.load(), before) << "no signal reached the handler: the test tested nothing";
 }
 
 int process_threads() {

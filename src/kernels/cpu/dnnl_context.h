@@ -5,6 +5,7 @@
 #include <initializer_list>
 
 #include "kernels/cpu/dnnl_check.h"
+#include "kernels/cpu/signals_held.h"
 
 namespace tandem::kernels::cpu {
 
@@ -27,6 +28,7 @@ inline void dnnl_execute(const dnnl::primitive& p, std::initializer_list<DnnlArg
     a.memory->set_data_handle(const_cast<void*>(a.data));
     raw[n++] = {a.kind, a.memory->get()};
   }
+  AsyncSignalsHeld held;  // convolutions may run the same GEMM kernels
   DNNL_CHECK(dnnl_primitive_execute(p.get(), dnnl_context().stream.get(), n, raw));
 }
 

@@ -8,6 +8,7 @@
 #include "core/parallel.h"
 #include "kernels/cpu/dnnl_check.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/cpu/signals_held.h"
 
 namespace tandem::kernels::cpu {
 
@@ -40,6 +41,7 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
       c_part = c + begin;
       cols = end - begin;
     }
+    AsyncSignalsHeld held;  // see signals_held.h: the kernel moves the stack pointer into the heap
     DNNL_CHECK(dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', rows, cols, k, alpha, a_part, lda, b_part,
                           ldb, beta, c_part, ldc));
   });
