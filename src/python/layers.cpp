@@ -1,0 +1,100 @@
+// tandem._tandem's layers.
+#include "python/binding.h"
+
+namespace tandem::python {
+
+void register_layers(py::module_& m) {
+  using namespace layers;
+  py::class_<Layer, std::shared_ptr<Layer>>(m, "Layer")
+      .def_property_readonly("name", &Layer::name)
+      .def_property_readonly("type", &Layer::type)
+      .def_property_readonly("built", &Layer::built)
+      .def("count_params", &Layer::count_params)
+      .def_property_readonly("output_shape",
+                             [](const Layer& l) {
+                               std::vector<int64_t> s(l.output_shape().begin(), l.output_shape().end());
+                               return s;
+                             })
+      .def("get_weights",
+           [](Layer& l) {
+             py::list out;
+             for (Variable& v : l.variables()) out.append(to_numpy(v.value.clone()));
+             return out;
+           })
+      .def("__repr__", [](const Layer& l) { return "<tandem " + l.label() + ">"; });
+
+  py::class_<Dense, Layer, std::shared_ptr<Dense>>(m, "Dense")
+      .def(
+          py::init([](int64_t units, std::string activation, bool use_bias, std::string kernel_initializer,
+                      std::string bias_initializer, std::string name, std::optional<std::vector<int64_t>> input_shape) {
+            if (units <= 0) throw Error(fmt::format("Dense: units must be positive, got {}", units));
+            return std::make_shared<Dense>(units, activation,
+                                           DenseOptions{.use_bias = use_bias,
+                                                        .kernel_initializer = kernel_initializer,
+                                                        .bias_initializer = bias_initializer,
+                                                        .name = name,
+                                                        .input_shape = shape_of(input_shape)});
+          }),
+          py::arg("units"), py::arg("activation"), py::arg("use_bias"), py::arg("kernel_initializer"),
+          py::arg("bias_initializer"), py::arg("name"), py::arg("input_shape"));
+  py::class_<Dropout, Layer, std::shared_ptr<Dropout>>(m, "Dropout")
+      .def(py::init([](float rate, std::string name, std::optional<std::vector<int64_t>> input_shape) {
+             return std::make_shared<Dropout>(rate, DropoutOptions{.name = name, .input_shape = shape_of(input_shape)});
+           }),
+           py::arg("rate"), py::arg("name"), py::arg("input_shape"));
+  py::class_<Conv2D, Layer, std::shared_ptr<Conv2D>>(m, "Conv2D")
+      .def(
+          py::init([](int64_t filters, std::pair<int64_t, int64_t> kernel, std::pair<int64_t, int64_t> strides,
+                      std::string padding, std::string activation, bool use_bias, std::string kernel_initializer,
+                      std::string bias_initializer, std::string name, std::optional<std::vector<int64_t>> input_shape) {
+            return std::make_shared<Conv2D>(filters, Size2(kernel.first, kernel.second),
+                                            Conv2DOptions{.strides = Size2(strides.first, strides.second),
+                                                          .padding = padding,
+                                                          .activation = activation,
+                                                          .use_bias = use_bias,
+                                                          .kernel_initializer = kernel_initializer,
+                                                          .bias_initializer = bias_initializer,
+                                                          .name = name,
+                                                          .input_shape = shape_of(input_shape)});
+          }),
+          py::arg("filters"), py::arg("kernel_size"), py::arg("strides"), py::arg("padding"), py::arg("activation"),
+          py::arg("use_bias"), py::arg("kernel_initializer"), py::arg("bias_initializer"), py::arg("name"),
+          py::arg("input_shape"));
+  auto pooling = [](bool max, std::pair<int64_t, int64_t> pool, std::optional<std::pair<int64_t, int64_t>> strides,
+                    std::string padding, std::string name,
+                    std::optional<std::vector<int64_t>> input_shape) -> std::shared_ptr<Layer> {
+    Pooling2DOptions o;
+    o.padding = padding;
+    o.name = name;
+    o.input_shape = shape_of(input_shape);
+    if (strides) o.strides = Size2(strides->first, strides->second);
+    if (max) return std::make_shared<MaxPooling2D>(Size2(pool.first, pool.second), o);
+    return std::make_shared<AveragePooling2D>(Size2(pool.first, pool.second), o);
+  };
+  m.def("Pooling2D", pooling, py::arg("max"), py::arg("pool_size"), py::arg("strides"), py::arg("padding"),
+        py::arg("name"), py::arg("input_shape"));
+  py::class_<Flatten, Layer, std::shared_ptr<Flatten>>(m, "Flatten")
+      .def(py::init([](std::string name, std::optional<std::vector<int64_t>> input_shape) {
+             return std::make_shared<Flatten>(FlattenOptions{.name = name, .input_shape = shape_of(input_shape)});
+           }),
+           py::arg("name"), py::arg("input_shape"));
+  py::class_<BatchNormalization, Layer, std::shared_ptr<BatchNormalization>>(m, "BatchNormalization")
+      .def(py::init([](float momentum, float epsilon, bool synchronized, std::string name,
+                       std::optional<std::vector<int64_t>> input_shape) {
+             return std::make_shared<BatchNormalization>(
+                 BatchNormalizationOptions{.momentum = momentum,
+                                           .epsilon = epsilon,
+                                           .synchronized = synchronized,
+                                           .name = name,
+                                           .input_shape = shape_of(input_shape)});
+           }),
+           py::arg("momentum"), py::arg("epsilon"), py::arg("synchronized"), py::arg("name"), py::arg("input_shape"));
+  py::class_<layers::Activation, Layer, std::shared_ptr<layers::Activation>>(m, "Activation")
+      .def(py::init([](std::string activation, std::string name, std::optional<std::vector<int64_t>> input_shape) {
+             return std::make_shared<layers::Activation>(
+                 activation, ActivationOptions{.name = name, .input_shape = shape_of(input_shape)});
+           }),
+           py::arg("activation"), py::arg("name"), py::arg("input_shape"));
+}
+
+}  // namespace tandem::python

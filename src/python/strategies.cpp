@@ -1,0 +1,103 @@
+// tandem._tandem's strategies: scopes, run and reduce, hvd.
+#include "python/binding.h"
+
+#include "tandem/distribute/model_parallel.h"
+#include "tandem/hvd.h"
+
+namespace tandem::python {
+
+void register_strategies(py::module_& m) {
+  py::class_<StrategyHandle, std::shared_ptr<StrategyHandle>>(m, "Strategy")
+      .def(py::init([](const std::string& spec, int threads_per_replica, std::string auth_dir, bool insecure) {
+             auto h = std::make_shared<StrategyHandle>();
+             distribute::StrategySettings settings;
+             settings.threads_per_replica = threads_per_replica;
+             settings.auth_dir = std::move(auth_dir);
+             settings.insecure = insecure;
+             h->strategy = distribute::make_strategy(spec, settings);
+             return h;
+           }),
+           py::arg("spec"), py::arg("threads_per_replica"), py::arg("auth_dir") = "", py::arg("insecure") = false)
+      .def_property_readonly("name", [](StrategyHandle& h) { return h.strategy->name(); })
+      .def_property_readonly("num_replicas_in_sync",
+                             [](StrategyHandle& h) { return h.strategy->num_replicas_in_sync(); })
+      .def_property_readonly("is_chief", [](StrategyHandle& h) { return h.strategy->is_chief(); })
+      .def("run",
+           [](StrategyHandle& h, py::function fn, const py::tuple& args) {
+             distribute::Strategy& s = *h.strategy;
+             int replicas = s.num_local_replicas();
+             // Each argument's rows split evenly over this process's replicas, in order (the
+             // global batch, as a distributed dataset's batch would arrive).
+             std::vector<Tensor> whole;
+             for (const py::handle& a : args)
+               whole.push_back(tensor_from(py::reinterpret_borrow<py::object>(a), "run"));
+             distribute::PerReplica<data::Element> parts;
+             for (int r = 0; r < replicas; ++r) {
+               data::Element e;
+               for (const Tensor& t : whole) {
+                 if (t.rank() == 0) throw Error("run: arguments need a batch axis to split over the replicas");
+                 int64_t n = t.dim(0);
+                 e.push_back(t.slice(n * r / replicas, n * (r + 1) / replicas));
+               }
+               parts.values.push_back(std::move(e));
+             }
+             std::vector<py::object> results(static_cast<size_t>(replicas));
+             {
+               py::gil_scoped_release nogil;
+               s.run(
+                   [&](const data::Element& e) {
+                     py::gil_scoped_acquire gil;
+                     py::tuple a(e.size());
+                     for (size_t i = 0; i < e.size(); ++i) a[i] = py::cast(e[i]);
+                     results[static_cast<size_t>(distribute::replica_context()->local_replica_id)] = fn(*a);
+                     return 0;
+                   },
+                   parts);
+             }
+             return results;
+           })
+      .def("reduce",
+           [](StrategyHandle& h, const std::string& op, const py::list& values) {
+             distribute::PerReplica<Tensor> per;
+             per.values = tensors_from(values, "reduce");
+             if (op != "SUM" && op != "MEAN")
+               throw Error(fmt::format("reduce: op must be \"SUM\" or \"MEAN\", got \"{}\"", op));
+             distribute::ReduceOp reduce_op = op == "SUM" ? distribute::ReduceOp::Sum : distribute::ReduceOp::Mean;
+             py::gil_scoped_release nogil;
+             return h.strategy->reduce(reduce_op, per);
+           })
+      .def("enter",
+           [](StrategyHandle& h) {
+             h.scopes.push_back(std::make_unique<distribute::Strategy::Scope>(h.strategy.get()));
+           })
+      .def("exit", [](StrategyHandle& h) {
+        if (!h.scopes.empty()) h.scopes.pop_back();
+      });
+  // The model made in a scope keeps its strategy: Model(...) under enter() is tied to it here.
+  m.def("attach_strategy", [](ModelHandle& model, StrategyHandle& strategy) { model.strategy = strategy.strategy; });
+
+  py::module_ hvd = m.def_submodule("hvd", "Horovod's API over Tandem's communicator");
+  hvd.def("init", [] { hvd::init(); });
+  hvd.def("is_initialized", &hvd::is_initialized);
+  hvd.def("rank", &hvd::rank);
+  hvd.def("size", &hvd::size);
+  hvd.def("local_rank", &hvd::local_rank);
+  hvd.def("local_size", &hvd::local_size);
+  hvd.def("shutdown", &hvd::shutdown);
+  hvd.def(
+      "DistributedOptimizer",
+      [](Optimizer& optimizer, int backward_passes_per_step, bool average_aggregated_gradients) {
+        return std::shared_ptr<Optimizer>(hvd::DistributedOptimizer(
+            optimizer.clone(), {.backward_passes_per_step = backward_passes_per_step,
+                                .average_aggregated_gradients = average_aggregated_gradients}));
+      },
+      py::arg("optimizer"), py::arg("backward_passes_per_step"), py::arg("average_aggregated_gradients"));
+  py::class_<hvd::BroadcastGlobalVariables, Callback, std::shared_ptr<hvd::BroadcastGlobalVariables>>(
+      hvd, "BroadcastGlobalVariablesCallback")
+      .def(py::init([](int root) { return std::make_shared<hvd::BroadcastGlobalVariables>(root); }),
+           py::arg("root_rank"));
+  py::class_<hvd::MetricAverage, Callback, std::shared_ptr<hvd::MetricAverage>>(hvd, "MetricAverageCallback")
+      .def(py::init([] { return std::make_shared<hvd::MetricAverage>(); }));
+}
+
+}  // namespace tandem::python
