@@ -28,9 +28,11 @@ namespace {
 constexpr const char* kUsage =
     "usage: tandem launch [-np N] [-H host1:slots,host2:slots] [--tf-config JSON] [--network SUBNET|IFACE]\n"
     "                     [--rsh-agent PATH] [--mpirun-arg ARG]... [--dry-run] -- COMMAND [ARGS...]\n"
-    "       tandem launch --ps P --workers W [--dry-run] -- COMMAND [ARGS...]\n"
+    "       tandem launch --ps P --workers W [--restarts N] [--dry-run] -- COMMAND [ARGS...]\n"
     "  --network: the machines' network (10.0.0.0/24, or an interface name) for MPI's traffic\n"
     "  --timeout: seconds a TF_CONFIG worker's machine has to start a process (checked first; 30)\n"
+    "  --restarts N: a parameter-server worker that dies is started again, at most N times each (3);\n"
+    "  it rejoins an asynchronous job\n"
     "  e.g. tandem launch -np 2 -- tandem fit --strategy multiworker --batch-size 256\n"
     "  TF_CONFIG (the flag or the environment variable): the cluster's workers become the hosts,\n"
     "  one process each; worker 0 (or the chief) launches them all. A TF_CONFIG that lists \"ps\" tasks\n"
@@ -147,6 +149,7 @@ int run_launch(const std::vector<std::string>& args) {
   std::vector<std::string> extra, command;
   bool dry_run = false;
   double timeout = 30.0;
+  int restarts = 3;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](const char* name) -> std::string {
@@ -178,6 +181,9 @@ int run_launch(const std::vector<std::string>& args) {
       timeout = std::strtod(t.c_str(), &end);
       if (end == t.c_str() || *end != '\0' || !(timeout > 0 && timeout <= 86400))
         fail("launch: --timeout must be seconds from 0 to 86400, not \"{}\"", t);
+    } else if (a == "--restarts") {
+      std::string n = value("--restarts");
+      restarts = n == "0" ? 0 : parse_count(n, "--restarts");
     } else if (a == "--dry-run") {
       dry_run = true;
     } else if (a == "-h" || a == "--help") {
@@ -196,7 +202,7 @@ int run_launch(const std::vector<std::string>& args) {
           "launch: --ps/--workers start a cluster on this machine; -np, -H and --tf-config do not apply (a TF_CONFIG "
           "that lists \"ps\" tasks starts its cluster by itself)");
     check_program(command[0]);
-    return run_cluster_launch(loopback_cluster(servers, workers), command, rsh_agent, timeout, dry_run);
+    return run_cluster_launch(loopback_cluster(servers, workers), command, rsh_agent, timeout, restarts, dry_run);
   }
   if (tf_config.empty() && std::getenv("TF_CONFIG") != nullptr) tf_config = std::getenv("TF_CONFIG");
   int slots = 0;
@@ -213,7 +219,7 @@ int run_launch(const std::vector<std::string>& args) {
         return 0;
       }
       check_program(command[0]);
-      return run_cluster_launch(spec, command, rsh_agent, timeout, dry_run);
+      return run_cluster_launch(spec, command, rsh_agent, timeout, restarts, dry_run);
     }
     Cluster cluster = parse_tf_config(spec);
     if (!cluster.launches) {

@@ -5,7 +5,8 @@
 // host through the agent (ssh, or --rsh-agent), in the launcher's directory, with the launcher's
 // TANDEM_*, OMP_NUM_THREADS, PATH and LD_LIBRARY_PATH. The launcher supervises them: the chief's
 // exit status is the job's; when the chief ends, the others have a few seconds to end by
-// themselves (the chief stops them) before they are killed; when the launcher is interrupted
+// themselves (the chief stops them) before they are killed; a worker that dies while the chief runs
+// is started again (--restarts times at most, each), and rejoins an asynchronous job; when the launcher is interrupted
 // (SIGINT, SIGTERM, SIGHUP) every task is stopped, and if the launcher itself is killed the tasks
 // die with it: children by PR_SET_PDEATHSIG, a task on another host when its standard input (a
 // pipe from the launcher, through the agent) closes.
@@ -58,8 +59,9 @@ int free_port() {
 struct Task {
   distribute::TaskId id;
   pid_t pid = -1;
-  int status = -1;  // once ended: the exit status (128 + signal)
-  int feed = -1;    // a task on another host: the write end of its standard input
+  int status = -1;   // once ended: the exit status (128 + signal)
+  int feed = -1;     // a task on another host: the write end of its standard input
+  int restarts = 0;  // times started again
 };
 
 // What a task's environment takes from the launcher's, besides TF_CONFIG.
@@ -185,7 +187,7 @@ distribute::ClusterSpec loopback_cluster(int servers, int workers) {
 }
 
 int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector<std::string>& command,
-                       const std::string& rsh_agent, double timeout, bool dry_run) {
+                       const std::string& rsh_agent, double timeout, int restarts, bool dry_run) {
   cluster.require({"chief", "worker", "ps"}, {"chief", "worker", "ps"}, "launch: a parameter-server cluster");
   std::vector<Task> tasks{{{"chief", 0}}};
   for (int i = 0; i < cluster.count("worker"); ++i) tasks.push_back({{"worker", i}});
@@ -222,9 +224,12 @@ int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector
   action.sa_handler = on_signal;
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &action, nullptr);
   setenv("TANDEM_STDOUT_IS_TERMINAL", isatty(STDOUT_FILENO) != 0 ? "1" : "0", 1);
-  for (Task& t : tasks)
+  auto start_task = [&](Task& t) {
+    t.status = -1;
     t.pid = here(t) ? start_here(command, cluster.to_json(t.id), threads(t))
                     : start_remote(agent, cluster.host(t.id), remote_line(command, cluster.to_json(t.id)), &t.feed);
+  };
+  for (Task& t : tasks) start_task(t);
   auto grace = std::chrono::milliseconds(static_cast<int64_t>(1000 * std::min(timeout, 5.0)));
   std::optional<std::chrono::steady_clock::time_point> chief_ended;
   while (true) {
@@ -242,6 +247,12 @@ int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector
           std::fprintf(stderr, "launch: task %s (%s) ended with status %d\n", t.id.str().c_str(),
                        cluster.address(t.id).c_str(), t.status);
         if (t.id.type == "chief") chief_ended = std::chrono::steady_clock::now();
+        if (t.status != 0 && !chief_ended && t.id.type == "worker" && t.restarts < restarts) {
+          ++t.restarts;
+          std::fprintf(stderr, "launch: starting task %s again (restart %d of %d)\n", t.id.str().c_str(), t.restarts,
+                       restarts);
+          start_task(t);
+        }
       }
       running = running || t.status < 0;
     }

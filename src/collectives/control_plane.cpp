@@ -260,7 +260,8 @@ void ControlPlane::report_failure(const std::string& message) { set_failure(mess
 bool ControlPlane::leave_and_wait() {
   leaving_.store(true, std::memory_order_release);
   while (!failed() && !(said_bye_.load(std::memory_order_acquire) &&
-                        left_.load(std::memory_order_acquire) >= (rank_ == 0 ? size() - 1 : 1)))
+                        left_.load(std::memory_order_acquire) + lost_.load(std::memory_order_acquire) >=
+                            (rank_ == 0 ? size() - 1 : 1)))
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   return !failed();
 }
@@ -278,7 +279,7 @@ bool ControlPlane::finish_and_wait() {
 // connection closed after it left.
 void ControlPlane::count_finished() {
   for (Peer& p : peers_) {
-    bool done = rank_ == 0 ? p.finished || (p.fd < 0 && p.left) : p.fd < 0 && p.left;
+    bool done = rank_ == 0 ? p.finished || (p.fd < 0 && p.left) || p.lost : p.fd < 0 && p.left;
     if (done && !p.counted) {
       p.counted = true;
       finished_.fetch_add(1, std::memory_order_release);
@@ -295,7 +296,7 @@ void ControlPlane::count_finished() {
 // (its bye lets them go).
 void ControlPlane::say_bye_when_due() {
   if (!leaving_.load(std::memory_order_acquire) || said_bye_.load(std::memory_order_relaxed) || failed()) return;
-  if (rank_ == 0 && left_.load(std::memory_order_acquire) < size() - 1) return;
+  if (rank_ == 0 && left_.load(std::memory_order_acquire) + lost_.load(std::memory_order_acquire) < size() - 1) return;
   std::lock_guard lock(mutex_);
   for (Peer& p : peers_)
     if (p.fd >= 0) send_to(p, kBye, {});
@@ -323,6 +324,64 @@ void ControlPlane::send_to(Peer& peer, uint32_t type, const std::string& payload
   (void)n;
 }
 
+void ControlPlane::set_expendable(std::function<bool(int rank)> expendable) {
+  std::lock_guard lock(mutex_);
+  expendable_ = std::move(expendable);
+}
+
+std::vector<ControlPlane::Event> ControlPlane::take_events() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(events_, {});
+}
+
+bool ControlPlane::lost(int rank) const {
+  std::lock_guard lock(mutex_);
+  return rank_ == 0 && rank > 0 && rank < size() && peers_[static_cast<size_t>(rank)].lost;
+}
+
+// On the control thread, rank 0: an expendable rank's connection closed or went silent.
+bool ControlPlane::lose(int rank, const std::string& what) {
+  std::lock_guard lock(mutex_);
+  if (rank_ != 0 || !expendable_ || !expendable_(rank)) return false;
+  Peer& p = peers_[static_cast<size_t>(rank)];
+  if (p.fd >= 0) close(p.fd);
+  p.fd = -1;
+  p.in.clear();
+  p.lost = true;
+  lost_.fetch_add(1, std::memory_order_release);
+  events_.push_back({rank, false, what});
+  return true;
+}
+
+// On the control thread, rank 0: a connection after start-up, taken only as a lost expendable
+// rank coming back (its hello within a second), while this rank has not begun to leave.
+void ControlPlane::accept_rejoin() {
+  int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return;
+  int32_t from = -1;
+  pollfd q{fd, POLLIN, 0};
+  std::string hello(12, '\0');
+  bool valid = poll(&q, 1, 1000) == 1 && recv(fd, hello.data(), hello.size(), MSG_WAITALL) == 12 &&
+               (std::memcpy(&from, hello.data() + 8, 4), from > 0 && from < size());
+  std::lock_guard lock(mutex_);
+  if (!valid || leaving_.load(std::memory_order_acquire) || !peers_[static_cast<size_t>(from)].lost) {
+    close(fd);  // not one of ours, or a rank that is not lost (a second copy of a running task)
+    return;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  Peer& p = peers_[static_cast<size_t>(from)];
+  if (p.counted) finished_.fetch_sub(1, std::memory_order_release);
+  p = Peer{};
+  p.fd = fd;
+  p.heard = Clock::now();
+  lost_.fetch_sub(1, std::memory_order_release);
+  progress_[static_cast<size_t>(from)] = 0;
+  phases_[static_cast<size_t>(from)] = "start-up";
+  events_.push_back({from, true, {}});
+}
+
 void ControlPlane::run() {
   auto next_beat = Clock::now(), last_turn = Clock::now();
   std::vector<pollfd> fds;
@@ -333,6 +392,12 @@ void ControlPlane::run() {
     }
     fds.clear();
     for (Peer& p : peers_) fds.push_back({p.fd, static_cast<short>(p.fd >= 0 ? POLLIN : 0), 0});
+    bool rejoinable = false;
+    if (rank_ == 0) {
+      std::lock_guard lock(mutex_);
+      rejoinable = expendable_ != nullptr;
+    }
+    fds.push_back({listen_fd_, static_cast<short>(rejoinable ? POLLIN : 0), 0});
     int wait = static_cast<int>(
         std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()).count()));
     int ready = poll(fds.data(), fds.size(), std::min(wait, 50));
@@ -350,11 +415,12 @@ void ControlPlane::run() {
           int from = rank_ == 0 ? static_cast<int>(i) : 0;
           close(p.fd);
           p.fd = -1;
-          if (!p.left && !stop_)
-            set_failure(fmt::format("{} died{}: its control connection closed (the process exited or was killed)",
-                                    who(from), during(phase_of(from))),
-                        true);
+          if (p.left || stop_) continue;
+          std::string what = fmt::format("{} died{}: its control connection closed (the process exited or was killed)",
+                                         who(from), during(phase_of(from)));
+          if (!lose(from, what)) set_failure(what, true);
         }
+      if (fds.back().revents != 0) accept_rejoin();
     }
     check_silence();
     say_bye_when_due();
@@ -385,10 +451,12 @@ void ControlPlane::check_silence() {
     bool watched = !p.left || (finishing_.load(std::memory_order_acquire) && !p.finished);
     if (p.fd < 0 || !watched || now - p.heard <= timeout_) continue;
     int from = rank_ == 0 ? static_cast<int>(i) : 0;
-    set_failure(fmt::format("{} stopped answering{}: no beat on its control connection for {} s (the process is "
-                            "stopped, or its machine or network is down)",
-                            who(from), during(phase_of(from)), seconds(timeout_)),
-                true);
+    std::string what = fmt::format(
+        "{} stopped answering{}: no beat on its control connection for {} s (the process is stopped, or its machine "
+        "or network is down)",
+        who(from), during(phase_of(from)), seconds(timeout_));
+    if (lose(from, what)) continue;
+    set_failure(what, true);
     return;
   }
 }

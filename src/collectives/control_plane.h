@@ -57,6 +57,19 @@ class ControlPlane {
   // A rank's phase as last heard ("" when not heard yet).
   std::string phase_of(int rank) const;
 
+  // Rank 0: the ranks `expendable` names may end without failing the job (the workers of an
+  // asynchronous parameter-server job): one whose connection closes, or that goes silent past the
+  // timeout, is lost (an event; its connection closed), and the same rank may connect again (a
+  // restarted task) until this rank leaves. The others see nothing of it.
+  void set_expendable(std::function<bool(int rank)> expendable);
+  struct Event {
+    int rank;
+    bool joined;       // false: lost
+    std::string what;  // a lost rank: how ("died during training: ...")
+  };
+  std::vector<Event> take_events();  // since the last call
+  bool lost(int rank) const;
+
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   std::string failure() const;
   // A failure seen here: every rank learns it (the first one wins on each rank).
@@ -79,6 +92,7 @@ class ControlPlane {
     bool left = false;
     bool finished = false;  // said it is past MPI's end (kDone), or its connection closed after it left
     bool counted = false;   // in finished_
+    bool lost = false;      // an expendable rank gone (rank 0)
   };
   void run();
   void beat();
@@ -89,6 +103,8 @@ class ControlPlane {
   void check_silence();
   void say_bye_when_due();
   void count_finished();
+  bool lose(int rank, const std::string& what);  // an expendable rank: lost, and true
+  void accept_rejoin();
   int rank_;
   std::vector<std::string> hosts_, names_;
   std::chrono::milliseconds timeout_, interval_;
@@ -96,8 +112,11 @@ class ControlPlane {
   int listen_fd_ = -1;
   std::vector<Peer> peers_;  // rank 0: one per other rank; others: [0] is rank 0
   std::atomic<int64_t> entered_{0};
-  std::atomic<int> left_{0};      // peers whose bye has come
-  std::atomic<int> finished_{0};  // peers finished (Peer::finished)
+  std::atomic<int> left_{0};             // peers whose bye has come
+  std::atomic<int> finished_{0};         // peers finished (Peer::finished)
+  std::atomic<int> lost_{0};             // expendable peers lost and not back
+  std::function<bool(int)> expendable_;  // under mutex_
+  std::vector<Event> events_;            // under mutex_
   std::atomic<bool> finishing_{false}, said_done_{false};
   std::atomic<int64_t> beats_{0};
   mutable std::mutex mutex_;  // progress_, failure_, sends

@@ -662,6 +662,147 @@ TEST(PsCluster, AKilledOrStoppedServerIsNamedAndTheJobEnds) {
   }
 }
 
+// A launch running in the background, in a process group of its own that is killed when the test
+// ends (its watchdog: `wait` gives up after the limit).
+class Background {
+ public:
+  Background(const TempDir& dir, const std::vector<std::string>& argv, const std::string& log_name,
+             const std::string& tf_config = "")
+      : log_(dir.file(log_name)) {
+    static std::string config;  // for the child, which takes no captures
+    config = tf_config.empty() ? "" : "TF_CONFIG=" + tf_config;
+    pid_ = spawn_program(argv, log_, [] {
+      setpgid(0, 0);
+      putenv(const_cast<char*>("ASAN_OPTIONS=detect_leaks=0"));
+      if (!config.empty()) putenv(config.data());
+    });
+    setpgid(pid_, pid_);
+  }
+  ~Background() {
+    kill(-pid_, SIGKILL);
+    if (code_ < 0) waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  std::string said() const { return std::filesystem::exists(log_) ? io::read_file(log_) : std::string(); }
+  bool wait_for(const std::string& text, double limit_s) const {
+    auto start = std::chrono::steady_clock::now();
+    while (said().find(text) == std::string::npos) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(limit_s)) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+  // The exit status, or -1 after `limit_s` (the group then killed).
+  int wait(double limit_s) {
+    auto start = std::chrono::steady_clock::now();
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) != pid_) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(limit_s)) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return code_;
+  }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  int code_ = -1;
+};
+
+// The TF_CONFIG a process runs with ("" if none).
+std::string tf_config_of(pid_t pid) {
+  std::string environment = io::read_file("/proc/" + std::to_string(pid) + "/environ");
+  for (size_t at = 0; at < environment.size();) {
+    size_t end = environment.find('\0', at);
+    std::string entry = environment.substr(at, end - at);
+    if (entry.starts_with("TF_CONFIG=")) return entry.substr(10);
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return "";
+}
+
+// The launcher's child that runs task `type`:`index` (by its TF_CONFIG), or -1.
+pid_t task_pid(pid_t launcher, const std::string& type, int index) {
+  std::string wanted = fmt::format("\"task\":{{\"index\":{},\"type\":\"{}\"}}", index, type);
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string status;
+    try {
+      status = io::read_file(entry.path() / "status");
+    } catch (const Error&) {
+      continue;  // ended meanwhile
+    }
+    std::smatch parent;
+    if (!std::regex_search(status, parent, std::regex("PPid:\\s+([0-9]+)")) || std::stoi(parent[1]) != launcher)
+      continue;
+    auto pid = static_cast<pid_t>(std::stoi(name));
+    if (tf_config_of(pid).find(wanted) != std::string::npos) return pid;
+  }
+  return -1;
+}
+
+// Asynchronous, 1 server and 3 workers on real MNIST: worker 1 SIGKILLed as epoch 2 begins. The
+// chief hands its steps to the others, the launcher starts it again, it rejoins and trains; the job
+// ends 0, every step of the epoch trained (the chief's count), at least 97% test accuracy.
+TEST(PsCluster, AKilledWorkerIsStartedAgainRejoinsAndEveryStepIsTrained) {
+  std::string data = std::string(TANDEM_SOURCE_DIR) + "/data";
+  if (!std::filesystem::exists(data + "/mnist/train-images-idx3-ubyte"))
+    GTEST_SKIP() << "skipped: real MNIST is not in " << data << " (bash scripts/setup fetches it)";
+  TempDir dir;
+  Background job(dir, {TANDEM_CLI, "launch",     "--ps", "1",          "--workers", "3",         "--", TANDEM_CLI,
+                       "fit",      "--model",    "mlp5", "--strategy", "ps-async",  "--epochs",  "3",  "--batch-size",
+                       "50",       "--lr-decay", "0.3",  "--data-dir", data,        "--verbose", "2"},
+                 "job.log");
+  ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
+  pid_t worker = task_pid(job.pid(), "worker", 1);
+  ASSERT_GT(worker, 0) << "worker:1's process not found";
+  kill(worker, SIGKILL);
+  int code = job.wait(240);
+  std::string out = job.said();
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("chief: worker:1 \\([^)]*\\) died during training"))) << out;
+  EXPECT_NE(out.find("launch: starting task worker:1 again (restart 1 of 3)"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("worker:1 \\([^)]*\\) joined the running job"))) << out;
+  EXPECT_NE(out.find("chief: this epoch's 1200 steps all trained"), std::string::npos) << out;
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(out, said, std::regex("worker:1 \\([^)]*\\): ([0-9]+) steps"))) << out;
+  EXPECT_GT(std::stoll(said[1].str()), 0) << "the restarted worker got no step\n" << out;
+  ASSERT_TRUE(std::regex_search(out, said, std::regex("test accuracy: ([0-9.]+)%"))) << out;
+  EXPECT_GE(std::stod(said[1].str()), 97.0) << out;
+}
+
+// With --restarts 0 the launcher leaves a dead worker dead; the same task started by hand (its
+// TF_CONFIG) joins the running job, trains steps, and ends with it.
+TEST(PsCluster, AWorkerStartedAgainByHandJoinsTheRunningJob) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> fit{
+      TANDEM_CLI,     "fit", "--model",   "mlp", "--strategy", "ps-async", "--epochs",   "150",
+      "--batch-size", "8",   "--threads", "1",   "--verbose",  "2",        "--data-dir", dir.file("data")};
+  std::vector<std::string> launch{TANDEM_CLI, "launch", "--ps", "1", "--workers", "2", "--restarts", "0", "--"};
+  launch.insert(launch.end(), fit.begin(), fit.end());
+  Background job(dir, launch, "job.log");
+  ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
+  pid_t worker = task_pid(job.pid(), "worker", 1);
+  ASSERT_GT(worker, 0) << "worker:1's process not found";
+  std::string config = tf_config_of(worker);
+  kill(worker, SIGKILL);
+  ASSERT_TRUE(job.wait_for("died during training", 60)) << job.said();
+  Background by_hand(dir, fit, "hand.log", config);
+  int code = job.wait(240), hand_code = by_hand.wait(60);
+  std::string out = job.said(), hand = by_hand.said();
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_EQ(out.find("starting task worker:1 again"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("worker:1 \\([^)]*\\) joined the running job"))) << out;
+  EXPECT_EQ(hand_code, 0) << hand;
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(hand, said, std::regex("worker:1 \\([^)]*\\): ([0-9]+) steps"))) << hand;
+  EXPECT_GT(std::stoll(said[1].str()), 0) << "the worker started by hand got no step\n" << hand;
+}
+
 // Once the launcher's log says epoch 2 began, SIGINT to the launcher: within 5 s no process whose
 // command line names `marker` is left (every task, here or on another host), and the launcher
 // ends non-zero.

@@ -87,7 +87,7 @@ void ParameterServerStrategy::Chief::stop_all() {
   for (int w = 0; w < link.workers(); ++w) {
     try {
       Outgoing(MessageType::Stop, 0).send(link.own_socket(), &link.worker_route(w));
-    } catch (const zmq::error_t&) {  // a worker already gone
+    } catch (const std::exception&) {  // a worker already gone
     }
   }
   for (auto& socket : link.server_sockets()) Outgoing(MessageType::Stop, 0).send(socket);

@@ -77,6 +77,7 @@ ClusterLink::~ClusterLink() = default;
 // The chief: its control plane's address to every server (which answers) and to every worker
 // (which asked first, saying which worker it is).
 void ClusterLink::greet_as_chief(std::string& text) {
+  control_text_ = text;
   for (int s = 0; s < servers(); ++s) {
     Outgoing hello(MessageType::Ready, 0);
     hello.add_text(text);
@@ -112,6 +113,13 @@ void ClusterLink::greet_as_chief(std::string& text) {
   }
 }
 
+void ClusterLink::welcome_worker(int worker, const std::string& route) {
+  routes_[static_cast<size_t>(worker)] = route;
+  Outgoing hello(MessageType::Ready, 0);
+  hello.add_text(control_text_);
+  hello.send(own_, &route);
+}
+
 // A worker says which it is and waits for the chief's answer; a server waits for the chief.
 void ClusterLink::greet_as_other(std::string& text) {
   const TaskId& me = cluster_.task();
@@ -124,6 +132,9 @@ void ClusterLink::greet_as_other(std::string& text) {
     if (!message)
       fail("ParameterServerStrategy: {} heard nothing from the chief, {}, within {} s at start-up", describe(me),
            describe({"chief", 0}), timeout_.count() / 1000.0);
+    if (worker && message->envelope.type == MessageType::Refused)
+      fail("ParameterServerStrategy: the chief, {}, refused {}: {}", describe({"chief", 0}), describe(me),
+           text_of(*message));
     if (message->envelope.type != MessageType::Ready) continue;
     text = text_of(*message);
     if (!worker) Outgoing(MessageType::Ready, static_cast<uint32_t>(me.index)).send(own_, &message->route);

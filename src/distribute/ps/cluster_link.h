@@ -39,6 +39,9 @@ class ClusterLink {
   std::vector<zmq::socket_t>& server_sockets() { return servers_; }
   zmq::socket_t& own_socket() { return own_; }  // chief, ps: the bound ROUTER; worker: a DEALER to the chief
   const std::string& worker_route(int worker) const { return routes_[static_cast<size_t>(worker)]; }
+  // The chief: a worker that greets it during training (started again) at `route` is answered as at
+  // start-up, with the control plane's address; it then joins the control plane as its rank.
+  void welcome_worker(int worker, const std::string& route);
   zmq::context_t& context() { return context_; }
 
   // The next message on `socket` within the timeout, checking the control plane between slices:
@@ -59,6 +62,7 @@ class ClusterLink {
   zmq::socket_t own_;
   std::vector<zmq::socket_t> servers_;
   std::vector<std::string> routes_;
+  std::string control_text_;  // the chief: the control plane's address, as greetings carry it
   std::unique_ptr<detail::ControlPlane> control_;
 };
 

@@ -8,7 +8,13 @@
 // Where fit's batches can be read by position (tensors in memory), a step names its batch (epoch,
 // step) and carries only its labels, which the worker checks against the rows it reads itself (as
 // TensorFlow's workers read their own datasets); else the step carries the rows.
+// Asynchronous without a bound, workers may die and come back: a dead worker's steps in flight
+// are handed to the others (at least once: its gradient may have reached the servers already),
+// and a worker started again greets the chief and gets the next free step.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
 #include <map>
 
 #include "distribute/ps/chief.h"
@@ -34,13 +40,14 @@ class Coordinator : public StepRunner {
     for (int w = link_.workers() - 1; w >= 0; --w) free_.push_back(w);
     started_.assign(static_cast<size_t>(link_.workers()), 0);
     finished_.assign(static_cast<size_t>(link_.workers()), 0);
+    alive_.assign(static_cast<size_t>(link_.workers()), true);
   }
   bool lazy_batches() const override { return by_position_; }
   void check_batch(bool, int64_t, int, int64_t) override {}
 
   std::optional<double> run(const GlobalBatch& batch, uint64_t) override {
     if (epoch_done_) {
-      staleness_sum_ = staleness_max_ = applied_ = dropped_ = 0;
+      staleness_sum_ = staleness_max_ = applied_ = dropped_ = recorded_ = handed_again_ = workers_lost_ = 0;
       epoch_done_ = false;
     }
     Batch b{Tensor(), Tensor(), batch.epoch, batch.step};
@@ -51,12 +58,11 @@ class Coordinator : public StepRunner {
       batch.gather(0, batch.rows, nullptr, b.y);  // the worker reads the rows
     }
     if (streaming()) {  // asynchronous, or synchronous with backup workers: each free worker steps
-      int w;
-      while ((w = next_free_worker()) < 0) finish_one();
+      hand_again_what_died();
       int64_t pushes = chief_.options.mode == PsMode::Asynchronous  // a round's
                            ? 1
                            : link_.workers() - chief_.options.backup_workers;
-      dispatch(w, b, steps_, 0, b.y.dim(0) * pushes, pushes);
+      dispatch(take_free_worker(), b, steps_, 0, b.y.dim(0) * pushes, pushes);
       ++steps_;
     } else {
       round_.push_back(std::move(b));
@@ -67,7 +73,13 @@ class Coordinator : public StepRunner {
 
   void finish_epoch() override {
     finish_round();
-    while (!in_flight_.empty()) finish_one();
+    while (!in_flight_.empty() || !orphans_.empty()) {
+      hand_again_what_died();
+      if (!in_flight_.empty()) wait_for_change();
+    }
+    if (workers_lost_ > 0)
+      std::fprintf(stderr, "chief: this epoch's %lld steps all trained, %lld of them again after their worker died\n",
+                   static_cast<long long>(recorded_), static_cast<long long>(handed_again_));
     chief_.pull();  // validation and checkpoints read the servers' variables
     epoch_done_ = true;
   }
@@ -87,8 +99,9 @@ class Coordinator : public StepRunner {
   };
   struct Sent {
     int worker;
-    Tensor labels;
-    Tensor loss, predictions;  // when its result came
+    Batch batch;                                 // handed again if its worker dies first
+    int64_t key, first_row, round_rows, pushes;  // as dispatched
+    Tensor loss, predictions;                    // when its result came
     bool done = false;
   };
 
@@ -104,20 +117,32 @@ class Coordinator : public StepRunner {
       pick = std::min_element(free_.begin(), free_.end(), [&](int a, int b) {
         return started_[static_cast<size_t>(a)] < started_[static_cast<size_t>(b)];
       });
-      int64_t slowest = *std::min_element(finished_.begin(), finished_.end());
-      if (started_[static_cast<size_t>(*pick)] - slowest > bound) return -1;
+      if (started_[static_cast<size_t>(*pick)] - slowest() > bound) return -1;
     }
     int w = *pick;
     free_.erase(pick);
     return w;
   }
 
+  int take_free_worker() {
+    int w;
+    while ((w = next_free_worker()) < 0) wait_for_change();
+    return w;
+  }
+
+  // The finished steps of the slowest worker alive.
+  int64_t slowest() const {
+    int64_t least = -1;
+    for (size_t w = 0; w < finished_.size(); ++w)
+      if (alive_[w] && (least < 0 || finished_[w] < least)) least = finished_[w];
+    return std::max<int64_t>(least, 0);
+  }
+
   void dispatch(int w, const Batch& b, int64_t key, int64_t first_row, int64_t round_rows, int64_t pushes) {
     int64_t id = next_id_++;
     Outgoing step(MessageType::Step, 0, id, key);
     int64_t clock = started_[static_cast<size_t>(w)]++;
-    if (chief_.options.mode == PsMode::Asynchronous)
-      ++chief_.steps_ahead[clock - *std::min_element(finished_.begin(), finished_.end())];
+    if (chief_.options.mode == PsMode::Asynchronous) ++chief_.steps_ahead[clock - slowest()];
     step.add(
         0, 0,
         Tensor::from_vector({6}, std::vector<int32_t>{static_cast<int32_t>(first_row), static_cast<int32_t>(round_rows),
@@ -125,8 +150,80 @@ class Coordinator : public StepRunner {
                                                       static_cast<int32_t>(b.step), static_cast<int32_t>(clock)}));
     step.add(0, 1, b.y);
     if (b.x.defined()) step.add(0, 2, b.x);
-    step.send(link_.own_socket(), &link_.worker_route(w));
-    in_flight_[id] = Sent{w, b.y, Tensor(), Tensor(), false};
+    in_flight_[id] = Sent{w, b, key, first_row, round_rows, pushes, Tensor(), Tensor(), false};
+    try {
+      step.send(link_.own_socket(), &link_.worker_route(w));
+    } catch (const std::exception&) {  // the worker is gone; its control connection will say so
+      if (!expendable()) throw;
+      alive_[static_cast<size_t>(w)] = false;
+      orphan_steps_of(w);
+    }
+  }
+
+  // Asynchronous without a bound: a worker may die and another take its steps.
+  bool expendable() const { return chief_.options.mode == PsMode::Asynchronous && chief_.options.max_staleness < 0; }
+
+  // A worker gone: its steps in flight wait for another worker.
+  void orphan_steps_of(int w) {
+    for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+      if (it->second.worker == w && !it->second.done) {
+        orphans_.push_back(std::move(it->second));
+        it = in_flight_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    started_[static_cast<size_t>(w)] = finished_[static_cast<size_t>(w)];
+    std::erase(free_, w);
+  }
+
+  void hand_again_what_died() {
+    while (!orphans_.empty()) {
+      int w = take_free_worker();
+      Sent s = std::move(orphans_.front());
+      orphans_.pop_front();
+      ++handed_again_;
+      dispatch(w, s.batch, s.key, s.first_row, s.round_rows, s.pushes);
+    }
+  }
+
+  // The control plane's news of workers lost (their steps orphaned) or back.
+  void watch_workers() {
+    for (const auto& event : link_.control().take_events()) {
+      int w = event.rank - 1;
+      if (event.joined || w < 0 || w >= link_.workers()) continue;
+      size_t before = orphans_.size();
+      ++workers_lost_;
+      alive_[static_cast<size_t>(w)] = false;
+      orphan_steps_of(w);
+      std::fprintf(stderr, "chief: %s; its %zu step(s) in flight go to another worker\n", event.what.c_str(),
+                   orphans_.size() - before);
+    }
+  }
+
+  // A worker's greeting during training: one started again after it died joins; any other refused.
+  void greet(const Incoming& hello) {
+    auto w = static_cast<int64_t>(hello.envelope.variable);
+    std::string refusal;
+    if (w >= link_.workers()) refusal = fmt::format("the cluster has {} workers, so no worker {}", link_.workers(), w);
+    else if (!expendable())
+      refusal = "workers join a running job only in the asynchronous mode without a staleness bound";
+    else if (alive_[static_cast<size_t>(w)] || !link_.control().lost(1 + static_cast<int>(w)))
+      refusal = fmt::format("{} is already running", link_.describe({"worker", static_cast<int>(w)}));
+    if (!refusal.empty()) {
+      Outgoing no(MessageType::Refused, 0);
+      no.add_text(refusal);
+      try {
+        no.send(link_.own_socket(), &hello.route);
+      } catch (const std::exception&) {  // it went away
+      }
+      return;
+    }
+    link_.welcome_worker(static_cast<int>(w), hello.route);
+    alive_[static_cast<size_t>(w)] = true;
+    free_.push_back(static_cast<int>(w));
+    std::fprintf(stderr, "chief: %s joined the running job; it gets the next step\n",
+                 link_.describe({"worker", static_cast<int>(w)}).c_str());
   }
 
   std::string waiting_for() const {
@@ -136,10 +233,33 @@ class Coordinator : public StepRunner {
     return who;
   }
 
-  // The next result in; asynchronous: into the metrics at once, its worker free again.
-  void finish_one() {
-    Incoming result = link_.await(link_.own_socket(), true, waiting_for());
+  // Until a result comes (asynchronous: into the metrics at once, its worker free again) or a
+  // worker dies or joins; an Error when nothing comes within the timeout.
+  void wait_for_change() {
+    auto deadline = std::chrono::steady_clock::now() + link_.timeout();
+    std::optional<Incoming> message;
+    while (!message) {
+      link_.check_failed();
+      size_t orphans = orphans_.size(), free = free_.size();
+      watch_workers();
+      if (orphans_.size() != orphans || free_.size() != free) return;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) {
+        if (in_flight_.empty())
+          fail("ParameterServerStrategy: no worker is left: every one died and none came back within {} s",
+               link_.timeout().count() / 1000.0);
+        fail("ParameterServerStrategy: {} did not answer within {} s", waiting_for(), link_.timeout().count() / 1000.0);
+      }
+      message = ps::receive(link_.own_socket(), std::min(left, std::chrono::milliseconds(50)), true);
+    }
+    if (message->envelope.type == MessageType::Ready) return greet(*message);
+    finish_one(*message);
+  }
+
+  void finish_one(const Incoming& result) {
     auto it = in_flight_.find(result.envelope.step);
+    if (result.envelope.type == MessageType::Result && (it == in_flight_.end() || it->second.done) && expendable())
+      return;  // from a worker taken for dead, whose steps went to others
     if (result.envelope.type != MessageType::Result || it == in_flight_.end() || it->second.done ||
         result.items.size() != 2)
       fail("ParameterServerStrategy: the chief got a {} message for step {} from worker {}",
@@ -175,9 +295,10 @@ class Coordinator : public StepRunner {
   }
 
   void record(const Sent& sent) {
-    int64_t rows = sent.labels.dim(0);
+    int64_t rows = sent.batch.y.dim(0);
     if (loss_ != nullptr) loss_->update_mean(static_cast<double>(sent.loss.item()) / static_cast<double>(rows), rows);
-    for (Metric& m : metrics_) m.update(sent.labels, sent.predictions);
+    for (Metric& m : metrics_) m.update(sent.batch.y, sent.predictions);
+    ++recorded_;
   }
 
   // Synchronous: the round's batches out, their results in, recorded in worker order.
@@ -190,7 +311,8 @@ class Coordinator : public StepRunner {
       dispatch(static_cast<int>(w), round_[w], rounds_, first, rows, pushes);
       first += round_[w].y.dim(0);
     }
-    for (int64_t i = 0; i < pushes; ++i) finish_one();
+    while (std::any_of(in_flight_.begin(), in_flight_.end(), [](const auto& sent) { return !sent.second.done; }))
+      wait_for_change();
     for (auto& [id, sent] : in_flight_) record(sent);
     in_flight_.clear();
     round_.clear();
@@ -204,10 +326,14 @@ class Coordinator : public StepRunner {
   std::vector<int> free_;
   std::vector<int> in_round_;                // backup workers: whose gradients the round in progress holds
   std::vector<int64_t> started_, finished_;  // each worker's steps handed out and finished (its clock)
+  std::vector<bool> alive_;                  // false: died (expendable), not back
   std::map<int64_t, Sent> in_flight_;
+  std::deque<Sent> orphans_;  // steps whose worker died before their result came
   std::vector<Batch> round_;
   int64_t next_id_ = 0, steps_ = 0, rounds_ = 0;
   int64_t staleness_sum_ = 0, staleness_max_ = 0, applied_ = 0, dropped_ = 0;
+  // This epoch's steps whose results came; of them, those handed again; workers lost.
+  int64_t recorded_ = 0, handed_again_ = 0, workers_lost_ = 0;
   bool epoch_done_ = false;
   bool by_position_;
 };

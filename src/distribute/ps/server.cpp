@@ -32,7 +32,12 @@ void ParameterServer::serve(zmq::socket_t& socket, const std::function<bool()>& 
       answer = Outgoing(MessageType::Refused, 0);
       answer.add_text(e.what());
     }
-    answer.send(socket, &request->route);
+    try {
+      answer.send(socket, &request->route);
+    } catch (const std::exception& e) {  // its asker is gone (a worker that died): the others go on
+      std::fprintf(stderr, "%s: the answer to a %s message could not be sent (its sender is gone?): %s\n",
+                   name_.c_str(), message_type_name(request->envelope.type), e.what());
+    }
     if (!going_on) {
       if (!ahead_counts_.empty()) std::fprintf(stderr, "%s\n", describe_clocks().c_str());
       return;

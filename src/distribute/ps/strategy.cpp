@@ -70,6 +70,12 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterS
          options_.backup_workers, cluster_.count("worker"), cluster_.count("worker") - 1);
   links_ = std::make_unique<Links>(Links{link_of(cluster_, options_)});
   if (is_chief()) chief_ = std::make_unique<Chief>(*links_->link, options_);
+  // Asynchronous without a bound, the job goes on without a worker that dies (its steps go to the
+  // others) and takes it back when it is started again.
+  if (is_chief() && options_.mode == PsMode::Asynchronous && options_.max_staleness < 0) {
+    int workers = cluster_.count("worker");
+    links_->link->control().set_expendable([workers](int rank) { return rank >= 1 && rank <= workers; });
+  }
 }
 
 ParameterServerStrategy::~ParameterServerStrategy() {

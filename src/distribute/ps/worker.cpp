@@ -75,6 +75,7 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
       if (options.backup_workers > 0)
         std::fprintf(stderr, "%s: %lld steps, %lld of them dropped as stale\n", link.describe(link.task()).c_str(),
                      static_cast<long long>(steps), static_cast<long long>(dropped));
+      else std::fprintf(stderr, "%s: %lld steps\n", link.describe(link.task()).c_str(), static_cast<long long>(steps));
       return;
     }
     if (step.envelope.type != MessageType::Step || step.items.size() < 2 || step.items.size() > 3 ||
