@@ -110,8 +110,8 @@ void add_fit(CLI::App& app);
 // `tandem launch ARGS`: mpirun with the settings a user would otherwise look up.
 int run_launch(const std::vector<std::string>& args);
 // A parameter-server cluster's tasks, each on its host (here, or through the agent: ssh, or
-// `rsh_agent`), supervised until the chief ends (launch_cluster.cpp); a worker that dies is started
-// again, at most `restarts` times each.
+// `rsh_agent`), supervised until the chief ends (launch_cluster.cpp); a worker or server that dies
+// is started again, at most `restarts` times each.
 int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector<std::string>& command,
                        const std::string& rsh_agent, double timeout, int restarts, bool dry_run);
 // A chief, `workers` workers and `servers` servers on free loopback ports.

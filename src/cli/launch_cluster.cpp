@@ -5,8 +5,9 @@
 // host through the agent (ssh, or --rsh-agent), in the launcher's directory, with the launcher's
 // TANDEM_*, OMP_NUM_THREADS, PATH and LD_LIBRARY_PATH. The launcher supervises them: the chief's
 // exit status is the job's; when the chief ends, the others have a few seconds to end by
-// themselves (the chief stops them) before they are killed; a worker that dies while the chief runs
-// is started again (--restarts times at most, each), and rejoins an asynchronous job; when the launcher is interrupted
+// themselves (the chief stops them) before they are killed; a worker or server that dies while the
+// chief runs is started again (--restarts times at most, each: an asynchronous job takes it back);
+// when the launcher is interrupted
 // (SIGINT, SIGTERM, SIGHUP) every task is stopped, and if the launcher itself is killed the tasks
 // die with it: children by PR_SET_PDEATHSIG, a task on another host when its standard input (a
 // pipe from the launcher, through the agent) closes.
@@ -247,7 +248,7 @@ int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector
           std::fprintf(stderr, "launch: task %s (%s) ended with status %d\n", t.id.str().c_str(),
                        cluster.address(t.id).c_str(), t.status);
         if (t.id.type == "chief") chief_ended = std::chrono::steady_clock::now();
-        if (t.status != 0 && !chief_ended && t.id.type == "worker" && t.restarts < restarts) {
+        if (t.status != 0 && !chief_ended && t.id.type != "chief" && t.restarts < restarts) {
           ++t.restarts;
           std::fprintf(stderr, "launch: starting task %s again (restart %d of %d)\n", t.id.str().c_str(), t.restarts,
                        restarts);

@@ -637,15 +637,16 @@ TEST(PsCluster, BackupWorkersLetARoundGoWithoutTheStraggler) {
   EXPECT_EQ(by_worker[0].first + by_worker[1].first + by_worker[2].first, 2 * 38) << w.output;
 }
 
-// TANDEM_TEST_FAULT=kill|stop:RANK:training: server ps:0 (control rank 1 + workers) dies or stops
-// as it starts serving; the chief names it within the timeout and every task ends.
+// TANDEM_TEST_FAULT=kill|stop:RANK:training: server ps:0 (control rank 1 + workers) of a
+// synchronous job dies or stops as it starts serving; the chief names it within the timeout and
+// every task ends. (An asynchronous job restores it: below.)
 TEST(PsCluster, AKilledOrStoppedServerIsNamedAndTheJobEnds) {
   TempDir dir;
   make_mnist(dir.file("data/mnist"), 600, 60);
   for (const char* fault : {"kill", "stop"}) {
     Watched w =
         launch_cluster(dir, 1, 2,
-                       {"--model", "mlp", "--strategy", "ps-async", "--epochs", "50", "--batch-size", "8", "--threads",
+                       {"--model", "mlp", "--strategy", "ps-sync", "--epochs", "50", "--batch-size", "8", "--threads",
                         "1", "--timeout", "2", "--data-dir", dir.file("data")},
                        std::string(fault) + ".log", 60, {fmt::format("TANDEM_TEST_FAULT={}:3:training", fault)});
     // Named by the control connections (died, stopped answering) or by the wait on its answer.
@@ -770,6 +771,42 @@ TEST(PsCluster, AKilledWorkerIsStartedAgainRejoinsAndEveryStepIsTrained) {
   std::smatch said;
   ASSERT_TRUE(std::regex_search(out, said, std::regex("worker:1 \\([^)]*\\): ([0-9]+) steps"))) << out;
   EXPECT_GT(std::stoll(said[1].str()), 0) << "the restarted worker got no step\n" << out;
+  ASSERT_TRUE(std::regex_search(out, said, std::regex("test accuracy: ([0-9.]+)%"))) << out;
+  EXPECT_GE(std::stod(said[1].str()), 97.0) << out;
+}
+
+// Asynchronous, 1 server and 3 workers on real MNIST: the server SIGKILLed during training. The
+// chief calls every step back, the launcher starts the server again, the chief restores it from its
+// copy of the last epoch's end and training goes on without restarting the others: exit 0, the
+// loss named in the log, at least 97% test accuracy.
+TEST(PsCluster, AKilledServerIsRestoredAndTrainingGoesOn) {
+  std::string data = std::string(TANDEM_SOURCE_DIR) + "/data";
+  if (!std::filesystem::exists(data + "/mnist/train-images-idx3-ubyte"))
+    GTEST_SKIP() << "skipped: real MNIST is not in " << data << " (bash scripts/setup fetches it)";
+  TempDir dir;
+  Background job(dir, {TANDEM_CLI, "launch",     "--ps", "1",          "--workers", "3",         "--", TANDEM_CLI,
+                       "fit",      "--model",    "mlp5", "--strategy", "ps-async",  "--epochs",  "4",  "--batch-size",
+                       "50",       "--lr-decay", "0.3",  "--data-dir", data,        "--verbose", "2"},
+                 "job.log");
+  ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
+  pid_t server = task_pid(job.pid(), "ps", 0);
+  ASSERT_GT(server, 0) << "ps:0's process not found";
+  std::vector<pid_t> workers;
+  for (int w = 0; w < 3; ++w) workers.push_back(task_pid(job.pid(), "worker", w));
+  kill(server, SIGKILL);
+  int code = job.wait(240);
+  std::string out = job.said();
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("chief: ps:0 \\([^)]*\\) died during training"))) << out;
+  EXPECT_NE(out.find("launch: starting task ps:0 again (restart 1 of 3)"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("chief: ps:0 \\([^)]*\\) restored [0-9.]+ s after its death was seen, from the chief's copy of "
+                      "epoch [0-9]+'s end; lost on its shards: the updates of the [0-9]+ steps trained since")))
+      << out;
+  // The workers went on as they were: none was started again.
+  EXPECT_EQ(out.find("starting task worker"), std::string::npos) << out;
+  for (int w = 0; w < 3; ++w) EXPECT_EQ(task_pid(job.pid(), "worker", w), -1) << "the launcher has ended";
+  std::smatch said;
   ASSERT_TRUE(std::regex_search(out, said, std::regex("test accuracy: ([0-9.]+)%"))) << out;
   EXPECT_GE(std::stod(said[1].str()), 97.0) << out;
 }

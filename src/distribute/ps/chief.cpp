@@ -24,32 +24,45 @@ void ParameterServerStrategy::Chief::initialize(std::vector<Variable*> trainable
   slots_per_variable = variables.empty() ? 0 : (state.size() - 1) / variables.size();
   slot_names.clear();
   for (size_t i = 1; i < state.size(); ++i) slot_names.push_back(state[i].first);
-  auto& sockets = link.server_sockets();
-  for (int s = 0; s < link.servers(); ++s) {
-    int64_t mode = options.mode == PsMode::Synchronous ? 1 : options.max_staleness > 0 ? 2 + options.max_staleness : 0;
-    Outgoing init(MessageType::Init, 0, opt.iterations(), mode);
-    for (size_t i : shards->on_server(s)) {
-      const ShardPlacement& p = shards->placement()[i];
-      auto v = static_cast<size_t>(p.variable);
-      init.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
-               ShardTable::rows(variables[v]->value, p).clone());
-      for (size_t k = 0; k < slots_per_variable; ++k)
-        init.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
-                 ShardTable::rows(state[1 + v * slots_per_variable + k].second, p).clone(),
-                 static_cast<int64_t>(k) + 1);
-    }
-    init.send(sockets[static_cast<size_t>(s)]);
-  }
-  for (int s = 0; s < link.servers(); ++s) {
-    Incoming answer = link.await(sockets[static_cast<size_t>(s)], false, link.describe({"ps", s}));
-    if (answer.envelope.type != MessageType::Ready)
-      fail("ParameterServerStrategy: {} refused the variables: {}", link.describe({"ps", s}),
-           answer.items.empty() ? "" : std::string(answer.items[0].payload));
-  }
+  for (int s = 0; s < link.servers(); ++s) init_server(s);
 }
 
-void ParameterServerStrategy::Chief::pull() {
-  if (shards) shards->pull(link, 0);
+void ParameterServerStrategy::Chief::init_server(int s, const std::vector<int64_t>& clocks) {
+  const auto& variables = shards->variables();
+  std::vector<std::pair<std::string, Tensor>> state = optimizer->state();
+  int64_t mode = options.mode == PsMode::Synchronous ? 1 : options.max_staleness > 0 ? 2 + options.max_staleness : 0;
+  Outgoing init(MessageType::Init, 0, optimizer->iterations(), mode);
+  for (size_t i : shards->on_server(s)) {
+    const ShardPlacement& p = shards->placement()[i];
+    auto v = static_cast<size_t>(p.variable);
+    init.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
+             ShardTable::rows(variables[v]->value, p).clone());
+    for (size_t k = 0; k < slots_per_variable; ++k)
+      init.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
+               ShardTable::rows(state[1 + v * slots_per_variable + k].second, p).clone(), static_cast<int64_t>(k) + 1);
+  }
+  if (!clocks.empty()) {
+    std::vector<int32_t> values(clocks.begin(), clocks.end());
+    init.add(0, 0, Tensor::from_vector({static_cast<int64_t>(values.size())}, values), -1);
+  }
+  auto& socket = link.server_sockets()[static_cast<size_t>(s)];
+  init.send(socket);
+  Incoming answer = link.await(socket, false, link.describe({"ps", s}));
+  if (answer.envelope.type != MessageType::Ready)
+    fail("ParameterServerStrategy: {} refused the variables: {}", link.describe({"ps", s}),
+         answer.items.empty() ? "" : std::string(answer.items[0].payload));
+}
+
+void ParameterServerStrategy::Chief::keep_copy() {
+  if (!shards) return;
+  std::vector<std::pair<std::string, Tensor>> state = optimizer->state();
+  size_t optimizer_entries = state.size();
+  for (Variable* v : shards->variables()) state.emplace_back(v->name, Tensor());
+  collect(state);
+  for (size_t v = 0; v < shards->variables().size(); ++v)
+    shards->variables()[v]->value.copy_from(state[optimizer_entries + v].second);
+  state.resize(optimizer_entries);
+  optimizer->load_state(state, shards->variables());
 }
 
 void ParameterServerStrategy::Chief::collect(std::vector<std::pair<std::string, Tensor>>& state) {

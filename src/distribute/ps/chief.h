@@ -21,8 +21,12 @@ struct ParameterServerStrategy::Chief {
   // The servers hold the trainable variables and the optimizer's state as they are here (for a
   // later fit, the optimizer's state is first read back from the servers).
   void initialize(std::vector<Variable*> trainable, Optimizer& optimizer);
-  // The servers' values into the trainable variables.
-  void pull();
+  // The servers' values and optimizer state into the chief's variables and optimizer: the copy a
+  // server started again is restored from (at each epoch's end).
+  void keep_copy();
+  // Server s given its shards and their optimizer state from the chief's copy (init, or a restore
+  // with the workers' clocks: the steps each has finished).
+  void init_server(int s, const std::vector<int64_t>& clocks = {});
   // The servers' variables and optimizer state, into a checkpoint's entries.
   void collect(std::vector<std::pair<std::string, Tensor>>& state);
   // Every worker and server told to end (those that answer within a second are done).

@@ -34,6 +34,7 @@ int control_rank(const ClusterSpec& cluster, const TaskId& task) {
 
 ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout, const Keys* keys)
     : cluster_(cluster), timeout_(timeout), context_(1) {
+  if (keys != nullptr) keys_ = std::make_unique<Keys>(*keys);
   const TaskId& me = cluster_.task();
   if (me.type == "chief" || me.type == "ps") {
     cluster_.check_own_port_free();  // named before ZeroMQ's own, terser error
@@ -45,20 +46,10 @@ ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds t
     if (keys != nullptr) secure_server(own_, *keys);
     own_.bind(endpoint(cluster_.host(me), cluster_.port(me)));
   } else {
-    own_ = zmq::socket_t(context_, zmq::socket_type::dealer);
-    own_.set(zmq::sockopt::linger, 0);
-    own_.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout_.count()));
-    if (keys != nullptr) secure_client(own_, *keys);
-    own_.connect(endpoint(cluster_.host({"chief", 0}), cluster_.port({"chief", 0})));
+    own_ = dealer_to({"chief", 0});
   }
   if (me.type != "ps")
-    for (int s = 0; s < servers(); ++s) {
-      servers_.emplace_back(context_, zmq::socket_type::dealer);
-      servers_.back().set(zmq::sockopt::linger, 0);
-      servers_.back().set(zmq::sockopt::sndtimeo, static_cast<int>(timeout_.count()));
-      if (keys != nullptr) secure_client(servers_.back(), *keys);
-      servers_.back().connect(endpoint(cluster_.host({"ps", s}), cluster_.port({"ps", s})));
-    }
+    for (int s = 0; s < servers(); ++s) servers_.push_back(dealer_to({"ps", s}));
   std::vector<std::string> hosts, names;
   for (const TaskId& t : tasks_in_rank_order(cluster_)) {
     hosts.push_back(cluster_.host(t));
@@ -73,6 +64,33 @@ ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds t
 }
 
 ClusterLink::~ClusterLink() = default;
+
+zmq::socket_t ClusterLink::dealer_to(const TaskId& task) {
+  zmq::socket_t socket(context_, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout_.count()));
+  if (keys_) secure_client(socket, *keys_);
+  socket.connect(endpoint(cluster_.host(task), cluster_.port(task)));
+  return socket;
+}
+
+void ClusterLink::reconnect_server(int s) { servers_[static_cast<size_t>(s)] = dealer_to({"ps", s}); }
+
+bool ClusterLink::greet_server_again(int s, const std::function<void()>& meanwhile) {
+  reconnect_server(s);
+  Outgoing hello(MessageType::Ready, 0);
+  hello.add_text(control_text_);
+  auto deadline = Clock::now() + timeout_;
+  // A fresh connection queues the greeting until the server is there to take it (within the timeout).
+  auto& socket = servers_[static_cast<size_t>(s)];
+  hello.send(socket);
+  while (Clock::now() < deadline) {
+    check_failed();
+    meanwhile();
+    if (auto answer = receive(socket, kSlice, false)) return answer->envelope.type == MessageType::Ready;
+  }
+  return false;
+}
 
 // The chief: its control plane's address to every server (which answers) and to every worker
 // (which asked first, saying which worker it is).
@@ -150,6 +168,7 @@ Incoming ClusterLink::await(zmq::socket_t& socket, bool router, const std::strin
   auto deadline = Clock::now() + timeout_;
   while (true) {
     check_failed();
+    if (wait_hook_) wait_hook_();
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0)
       fail("ParameterServerStrategy: {} did not answer within {} s", from, timeout_.count() / 1000.0);

@@ -5,6 +5,7 @@
 // start): the chief binds its address and greets every server and worker over ZeroMQ, which
 // carries the control plane's address; a task that does not answer within the timeout is named.
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,14 @@ class ClusterLink {
   // The chief: a worker that greets it during training (started again) at `route` is answered as at
   // start-up, with the control plane's address; it then joins the control plane as its rank.
   void welcome_worker(int worker, const std::string& route);
+  // The chief and the workers: a new connection to server s (a server started again), whatever
+  // the old one still queued dropped.
+  void reconnect_server(int s);
+  // The chief: greets server s (started again) as at start-up and waits, at most the timeout, for
+  // its answer, calling `meanwhile` between slices; false when it did not answer.
+  bool greet_server_again(int s, const std::function<void()>& meanwhile);
+  // Called between the slices of every await (a worker watches its chief for a step called back).
+  void set_wait_hook(std::function<void()> hook) { wait_hook_ = std::move(hook); }
   zmq::context_t& context() { return context_; }
 
   // The next message on `socket` within the timeout, checking the control plane between slices:
@@ -54,6 +63,7 @@ class ClusterLink {
 
  private:
   void greet_as_chief(std::string& text);
+  zmq::socket_t dealer_to(const TaskId& task);
   void greet_as_other(std::string& text);
   ClusterSpec cluster_;
   std::chrono::milliseconds timeout_;
@@ -63,6 +73,8 @@ class ClusterLink {
   std::vector<zmq::socket_t> servers_;
   std::vector<std::string> routes_;
   std::string control_text_;  // the chief: the control plane's address, as greetings carry it
+  std::unique_ptr<Keys> keys_;
+  std::function<void()> wait_hook_;
   std::unique_ptr<detail::ControlPlane> control_;
 };
 

@@ -8,14 +8,17 @@
 // Where fit's batches can be read by position (tensors in memory), a step names its batch (epoch,
 // step) and carries only its labels, which the worker checks against the rows it reads itself (as
 // TensorFlow's workers read their own datasets); else the step carries the rows.
-// Asynchronous without a bound, workers may die and come back: a dead worker's steps in flight
-// are handed to the others (at least once: its gradient may have reached the servers already),
-// and a worker started again greets the chief and gets the next free step.
+// Asynchronous without a bound, workers and servers may die and come back: a dead worker's steps
+// in flight are handed to the others (at least once: its gradient may have reached the servers
+// already), and a worker started again greets the chief and gets the next free step; when a
+// server dies, every worker's step is called back, the server started again is greeted and given
+// its shards from the chief's copy (kept at each epoch's end), and the called-back steps go out again.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <set>
 
 #include "distribute/ps/chief.h"
 #include "tandem/error.h"
@@ -26,6 +29,15 @@ namespace {
 using ps::Incoming;
 using ps::MessageType;
 using ps::Outgoing;
+
+// A wait on a server that died (the chief's own reads: its copy at an epoch's end, a checkpoint's
+// state); the coordinator restores the server and reads again. Past the coordinator, an Error.
+struct ServerLost : Error {
+  ServerLost(int server, const std::string& name)
+      : Error(fmt::format("ParameterServerStrategy: {} died while the chief was reading from it", name)),
+        server(server) {}
+  int server;
+};
 
 class Coordinator : public StepRunner {
  public:
@@ -41,7 +53,14 @@ class Coordinator : public StepRunner {
     started_.assign(static_cast<size_t>(link_.workers()), 0);
     finished_.assign(static_cast<size_t>(link_.workers()), 0);
     alive_.assign(static_cast<size_t>(link_.workers()), true);
+    if (expendable())
+      link_.set_wait_hook([this] {
+        for (int s = 0; s < link_.servers(); ++s)
+          if (s != restoring_server_ && link_.control().lost(1 + link_.workers() + s))
+            throw ServerLost(s, link_.describe({"ps", s}));
+      });
   }
+  ~Coordinator() override { link_.set_wait_hook(nullptr); }
   bool lazy_batches() const override { return by_position_; }
   void check_batch(bool, int64_t, int, int64_t) override {}
 
@@ -80,7 +99,16 @@ class Coordinator : public StepRunner {
     if (workers_lost_ > 0)
       std::fprintf(stderr, "chief: this epoch's %lld steps all trained, %lld of them again after their worker died\n",
                    static_cast<long long>(recorded_), static_cast<long long>(handed_again_));
-    chief_.pull();  // validation and checkpoints read the servers' variables
+    for (;;) {  // validation and checkpoints read the servers' variables; a restore starts from them
+      try {
+        chief_.keep_copy();
+        break;
+      } catch (const ServerLost&) {  // the others' answers dropped with their connections
+        for (int s = 0; s < link_.servers(); ++s) link_.reconnect_server(s);
+        watch_workers();  // restored from the previous copy; then read again
+      }
+    }
+    ++copy_epoch_;
     epoch_done_ = true;
   }
 
@@ -187,18 +215,100 @@ class Coordinator : public StepRunner {
     }
   }
 
-  // The control plane's news of workers lost (their steps orphaned) or back.
+  // The control plane's news: workers lost (their steps orphaned), servers lost (restored).
   void watch_workers() {
     for (const auto& event : link_.control().take_events()) {
       int w = event.rank - 1;
-      if (event.joined || w < 0 || w >= link_.workers()) continue;
+      if (event.joined || w < 0) continue;
+      if (w >= link_.workers()) {
+        lost_servers_.push_back({w - link_.workers(), event.what, std::chrono::steady_clock::now()});
+        continue;
+      }
       size_t before = orphans_.size();
       ++workers_lost_;
       alive_[static_cast<size_t>(w)] = false;
+      called_back_.erase(w);
       orphan_steps_of(w);
       std::fprintf(stderr, "chief: %s; its %zu step(s) in flight go to another worker\n", event.what.c_str(),
                    orphans_.size() - before);
     }
+    while (!restoring_ && !lost_servers_.empty()) {
+      LostServer lost = lost_servers_.front();
+      lost_servers_.pop_front();
+      restore_server(lost);
+    }
+  }
+
+  struct LostServer {
+    int server;
+    std::string what;
+    std::chrono::steady_clock::time_point when;
+  };
+
+  // Every worker's step called back; the server, started again (by the launcher or by hand),
+  // greeted and given its shards from the chief's copy; then the steps go out again.
+  void restore_server(const LostServer& lost) {
+    restoring_ = true;
+    restoring_server_ = lost.server;
+    std::string name = link_.describe({"ps", lost.server});
+    std::fprintf(stderr, "chief: %s; every step in flight is called back until it is started again and restored\n",
+                 lost.what.c_str());
+    size_t orphans = orphans_.size();
+    for (int w = 0; w < link_.workers(); ++w) {
+      if (!alive_[static_cast<size_t>(w)]) continue;
+      orphan_steps_of(w);  // and out of the free list until it answers
+      try {
+        Outgoing(MessageType::Abort, 0).send(link_.own_socket(), &link_.worker_route(w));
+        called_back_.insert(w);
+      } catch (const std::exception&) {  // gone: its control connection will say so
+      }
+    }
+    size_t called = orphans_.size() - orphans;
+    if (!link_.greet_server_again(lost.server, [&] { take_messages(); }))
+      fail(
+          "ParameterServerStrategy: {} was not started again within {} s (tandem launch starts a dead server again, "
+          "--restarts; or start its task by hand)",
+          name, link_.timeout().count() / 1000.0);
+    chief_.init_server(lost.server, finished_);
+    auto deadline = std::chrono::steady_clock::now() + link_.timeout();
+    while (!called_back_.empty()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::string who;
+        for (int w : called_back_) who += (who.empty() ? "" : ", ") + link_.describe({"worker", w});
+        fail("ParameterServerStrategy: {} did not give back its step within {} s", who,
+             link_.timeout().count() / 1000.0);
+      }
+      take_messages();
+    }
+    std::chrono::duration<double> took = std::chrono::steady_clock::now() - lost.when;
+    std::fprintf(stderr,
+                 "chief: %s restored %.2f s after its death was seen, from the chief's copy of %s; lost on its "
+                 "shards: the updates of the %lld steps trained since; the %zu steps called back are trained again\n",
+                 name.c_str(), took.count(),
+                 copy_epoch_ == 0 ? "this fit's start" : fmt::format("epoch {}'s end", copy_epoch_).c_str(),
+                 static_cast<long long>(recorded_), called);
+    restoring_ = false;
+    restoring_server_ = -1;
+  }
+
+  // Whatever came from the workers meanwhile (a restore): results, calls back answered, greetings.
+  void take_messages() {
+    watch_workers();
+    for (auto wait = std::chrono::milliseconds(20);; wait = std::chrono::milliseconds(0)) {
+      std::optional<Incoming> message = ps::receive(link_.own_socket(), wait, true);
+      if (!message) return;
+      handle(*message);
+    }
+  }
+
+  void handle(const Incoming& message) {
+    if (message.envelope.type == MessageType::Ready) return greet(message);
+    if (message.envelope.type == MessageType::Aborted) {
+      auto w = static_cast<int>(message.envelope.variable);
+      if (called_back_.erase(w) > 0 && alive_[static_cast<size_t>(w)]) free_.push_back(w);
+      return;
+    }
+    finish_one(message);
   }
 
   // A worker's greeting during training: one started again after it died joins; any other refused.
@@ -252,8 +362,7 @@ class Coordinator : public StepRunner {
       }
       message = ps::receive(link_.own_socket(), std::min(left, std::chrono::milliseconds(50)), true);
     }
-    if (message->envelope.type == MessageType::Ready) return greet(*message);
-    finish_one(*message);
+    handle(*message);
   }
 
   void finish_one(const Incoming& result) {
@@ -328,7 +437,12 @@ class Coordinator : public StepRunner {
   std::vector<int64_t> started_, finished_;  // each worker's steps handed out and finished (its clock)
   std::vector<bool> alive_;                  // false: died (expendable), not back
   std::map<int64_t, Sent> in_flight_;
-  std::deque<Sent> orphans_;  // steps whose worker died before their result came
+  std::deque<Sent> orphans_;  // steps whose worker died (or were called back) before their result came
+  std::deque<LostServer> lost_servers_;
+  std::set<int> called_back_;  // workers whose step was called back, until they answer
+  bool restoring_ = false;
+  int restoring_server_ = -1;
+  int copy_epoch_ = 0;  // the chief's copy of the servers' state is of this epoch's end (0: this fit's start)
   std::vector<Batch> round_;
   int64_t next_id_ = 0, steps_ = 0, rounds_ = 0;
   int64_t staleness_sum_ = 0, staleness_max_ = 0, applied_ = 0, dropped_ = 0;

@@ -97,7 +97,12 @@ void ParameterServer::init(const Incoming& request) {
   round_.clear();
   of_worker_.clear();
   std::vector<const Item*> slots;
+  const Item* clocks = nullptr;
   for (const Item& item : request.items) {
+    if (item.header.aux == -1) {  // a restore: the workers' clocks so far
+      clocks = &item;
+      continue;
+    }
     if (item.header.aux != 0) {
       slots.push_back(&item);
       continue;
@@ -138,6 +143,13 @@ void ParameterServer::init(const Incoming& request) {
   synchronous_ = mode == 1;
   bound_ = mode >= 2 ? mode - 2 : -1;
   clocks_.assign(static_cast<size_t>(workers_), 0);
+  if (clocks != nullptr) {
+    if (clocks->header.dtype != DType::Int32 || clocks->header.shape.numel() != workers_)
+      fail("init: the workers' clocks are {} {}, expected int32 [{}]", dtype_name(clocks->header.dtype),
+           clocks->header.shape.str(), workers_);
+    Tensor given = clocks->tensor();
+    for (int w = 0; w < workers_; ++w) clocks_[static_cast<size_t>(w)] = given.data<int32_t>()[w];
+  }
   ahead_counts_.clear();
   version_ = 0;
   initialized_ = true;

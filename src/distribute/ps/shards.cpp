@@ -51,11 +51,6 @@ void ShardTable::write(int s, const Incoming& message, std::vector<Tensor>& valu
   }
 }
 
-std::vector<int64_t> ShardTable::pull(ClusterLink& link, uint32_t sender) {
-  request_pull(link, sender);
-  return receive_pull(link);
-}
-
 void ShardTable::request_pull(ClusterLink& link, uint32_t sender) {
   for (auto& socket : link.server_sockets()) Outgoing(MessageType::Pull, sender).send(socket);
 }

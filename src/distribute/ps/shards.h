@@ -19,9 +19,8 @@ class ShardTable {
   const std::vector<size_t>& on_server(int s) const { return on_server_[static_cast<size_t>(s)]; }
   // Shard p's rows of `t` (a tensor of its variable's shape): a view.
   static Tensor rows(const Tensor& t, const ShardPlacement& p);
-  // Every server's values into the variables; the servers' versions.
-  std::vector<int64_t> pull(ClusterLink& link, uint32_t sender);
-  // The two halves of pull: the requests out; then each server's answer into the variables.
+  // A pull of every server's values: the requests out; then each server's answer into the
+  // variables (the servers' versions).
   void request_pull(ClusterLink& link, uint32_t sender);
   std::vector<int64_t> receive_pull(ClusterLink& link);
   // Server s's answer (Values or State) into `targets` (one tensor per variable: the values, or

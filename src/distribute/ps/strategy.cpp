@@ -71,10 +71,10 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterS
   links_ = std::make_unique<Links>(Links{link_of(cluster_, options_)});
   if (is_chief()) chief_ = std::make_unique<Chief>(*links_->link, options_);
   // Asynchronous without a bound, the job goes on without a worker that dies (its steps go to the
-  // others) and takes it back when it is started again.
+  // others) and takes it back when it is started again; a server that dies is restored when it is.
   if (is_chief() && options_.mode == PsMode::Asynchronous && options_.max_staleness < 0) {
-    int workers = cluster_.count("worker");
-    links_->link->control().set_expendable([workers](int rank) { return rank >= 1 && rank <= workers; });
+    int tasks = cluster_.count("worker") + cluster_.count("ps");
+    links_->link->control().set_expendable([tasks](int rank) { return rank >= 1 && rank <= tasks; });
   }
 }
 

@@ -30,7 +30,8 @@ enum class MessageType : uint16_t {
                  // before this one (asynchronous)
   Pushed = 4,    // server → worker: step = the version after; aux = the staleness it was applied with,
                  // or -1: dropped, its round applied without it (synchronous, backup workers)
-  Init = 5,      // chief → server: one item per shard, its value, then the optimizer's state items;
+  Init = 5,      // chief → server: one item per shard, its value (item aux 0), then the optimizer's state
+                 // items (aux k: slot k - 1), and on a restore the workers' clocks (aux -1, int32 [W]);
                  // aux = the mode: 0 asynchronous, 1 synchronous, 2 + S asynchronous with staleness bound S
   Ready = 6,     // server → chief: initialized; worker → chief: ready for a step (aux = the worker's index)
   Step = 7,      // chief → worker: int32 [first row in the round, the round's rows, its pushes, epoch,
@@ -41,6 +42,8 @@ enum class MessageType : uint16_t {
   State = 10,    // server → chief: the answer to Fetch
   Stop = 11,     // chief → any task: end
   Refused = 12,  // any → sender: the request was refused; the payload is the reason (text)
+  Abort = 13,    // chief → worker: drop the step in hand (a server is being restored)
+  Aborted = 14,  // worker → chief: dropped (or had none); free for the next step
 };
 const char* message_type_name(MessageType type);
 

@@ -1,6 +1,8 @@
 // A worker of a parameter-server cluster (parameter_server.h): it waits for the chief's steps; for
 // each it reads the variables from the servers, computes the batch's gradients, pushes them, and
-// reports the batch's loss and predictions.
+// reports the batch's loss and predictions. While a server is restored, the chief calls the step in
+// hand back (Abort): the worker drops it and its connections to the servers (with whatever they
+// still owe it), and says so (Aborted).
 #include "distribute/ps/worker.h"
 
 #include <chrono>
@@ -54,6 +56,10 @@ int64_t straggler_delay_ms(int me) {
   return index == me ? ms : 0;
 }
 
+struct CalledBack {  // the chief called the step in hand back (stop: the job is ending)
+  bool stop = false;
+};
+
 }  // namespace
 
 void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, const StepParts& parts) {
@@ -69,19 +75,9 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
   bool pulled = false;
   int64_t slow_ms = straggler_delay_ms(static_cast<int>(me));
   int64_t steps = 0, dropped = 0;  // backup workers: this worker's steps, and those its round left out
-  while (true) {
-    Incoming step = link.await_idle(chief, false);
-    if (step.envelope.type == MessageType::Stop) {  // a pull's answer left unread: the sockets close
-      if (options.backup_workers > 0)
-        std::fprintf(stderr, "%s: %lld steps, %lld of them dropped as stale\n", link.describe(link.task()).c_str(),
-                     static_cast<long long>(steps), static_cast<long long>(dropped));
-      else std::fprintf(stderr, "%s: %lld steps\n", link.describe(link.task()).c_str(), static_cast<long long>(steps));
-      return;
-    }
-    if (step.envelope.type != MessageType::Step || step.items.size() < 2 || step.items.size() > 3 ||
-        step.items[0].header.dtype != DType::Int32 || step.items[0].header.shape.numel() != 6)
-      fail("ParameterServerStrategy: {} got a {} message from the chief where a step was due",
-           link.describe(link.task()), message_type_name(step.envelope.type));
+
+  // One step: pull, forward and backward, push; the result for the chief.
+  auto train = [&](const Incoming& step) {
     Tensor info = step.items[0].tensor(), y = step.items[1].adopt(step.frames), x;
     // First row in the round, the round's rows, its pushes, position (epoch, step), this worker's clock.
     const int32_t* round = info.data<int32_t>();
@@ -91,8 +87,8 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     int64_t rows = x.dim(0);
 
     if (!pulled) shards.request_pull(link, me);
-    std::vector<int64_t> versions = shards.receive_pull(link);
     pulled = false;
+    std::vector<int64_t> versions = shards.receive_pull(link);
     if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));  // the test's straggler
     Tensor h = x, loss, per_sample;
     std::vector<Tensor> grads;
@@ -133,7 +129,57 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     Outgoing result(MessageType::Result, me, step.envelope.step, staleness);
     result.add(0, 0, Tensor::from_vector({1}, std::vector<float>{ops::sum(per_sample).item()}));
     result.add(0, 1, h.contiguous());
-    result.send(chief);
+    return result;
+  };
+
+  auto say_steps = [&] {
+    if (options.backup_workers > 0)
+      std::fprintf(stderr, "%s: %lld steps, %lld of them dropped as stale\n", link.describe(link.task()).c_str(),
+                   static_cast<long long>(steps), static_cast<long long>(dropped));
+    else std::fprintf(stderr, "%s: %lld steps\n", link.describe(link.task()).c_str(), static_cast<long long>(steps));
+  };
+  // The servers' connections dropped with whatever they still owe this worker (a server restored).
+  auto reconnect = [&] {
+    for (int s = 0; s < link.servers(); ++s) link.reconnect_server(s);
+    pulled = false;
+  };
+  // While a step is in hand, only a call back (or the job's end) comes from the chief.
+  link.set_wait_hook([&] {
+    if (auto message = receive(chief, std::chrono::milliseconds(0), false)) {
+      if (message->envelope.type == MessageType::Abort) throw CalledBack{};
+      if (message->envelope.type == MessageType::Stop) throw CalledBack{true};
+      fail("ParameterServerStrategy: {} got a {} message from the chief during a step", link.describe(link.task()),
+           message_type_name(message->envelope.type));
+    }
+  });
+  while (true) {
+    Incoming step = link.await_idle(chief, false);
+    if (step.envelope.type == MessageType::Stop) {  // a pull's answer left unread: the sockets close
+      say_steps();
+      return;
+    }
+    if (step.envelope.type == MessageType::Abort) {  // no step in hand; a prefetched pull may be owed
+      reconnect();
+      Outgoing(MessageType::Aborted, me).send(chief);
+      continue;
+    }
+    if (step.envelope.type != MessageType::Step || step.items.size() < 2 || step.items.size() > 3 ||
+        step.items[0].header.dtype != DType::Int32 || step.items[0].header.shape.numel() != 6)
+      fail("ParameterServerStrategy: {} got a {} message from the chief where a step was due",
+           link.describe(link.task()), message_type_name(step.envelope.type));
+    std::optional<Outgoing> result;
+    try {
+      result = train(step);
+    } catch (const CalledBack& back) {
+      reconnect();
+      if (back.stop) {
+        say_steps();
+        return;
+      }
+      Outgoing(MessageType::Aborted, me, step.envelope.step).send(chief);
+      continue;
+    }
+    result->send(chief);
   }
 }
 
