@@ -60,7 +60,14 @@ class Coordinator : public StepRunner {
             throw ServerLost(s, link_.describe({"ps", s}));
       });
   }
-  ~Coordinator() override { link_.set_wait_hook(nullptr); }
+  ~Coordinator() override {
+    link_.set_wait_hook(nullptr);
+    if (copy_epoch_ > 0)
+      std::fprintf(stderr,
+                   "chief: keeping its copy of the servers' state (what a restore starts from) took %.1f ms per "
+                   "epoch\n",
+                   copy_seconds_ * 1e3 / copy_epoch_);
+  }
   bool lazy_batches() const override { return by_position_; }
   void check_batch(bool, int64_t, int, int64_t) override {}
 
@@ -101,7 +108,9 @@ class Coordinator : public StepRunner {
                    static_cast<long long>(recorded_), static_cast<long long>(handed_again_));
     for (;;) {  // validation and checkpoints read the servers' variables; a restore starts from them
       try {
+        auto began = std::chrono::steady_clock::now();
         chief_.keep_copy();
+        copy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
         break;
       } catch (const ServerLost&) {  // the others' answers dropped with their connections
         for (int s = 0; s < link_.servers(); ++s) link_.reconnect_server(s);
@@ -442,7 +451,8 @@ class Coordinator : public StepRunner {
   std::set<int> called_back_;  // workers whose step was called back, until they answer
   bool restoring_ = false;
   int restoring_server_ = -1;
-  int copy_epoch_ = 0;  // the chief's copy of the servers' state is of this epoch's end (0: this fit's start)
+  int copy_epoch_ = 0;       // the chief's copy of the servers' state is of this epoch's end (0: this fit's start)
+  double copy_seconds_ = 0;  // taking it, over the epochs
   std::vector<Batch> round_;
   int64_t next_id_ = 0, steps_ = 0, rounds_ = 0;
   int64_t staleness_sum_ = 0, staleness_max_ = 0, applied_ = 0, dropped_ = 0;
