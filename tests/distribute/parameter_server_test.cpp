@@ -711,6 +711,13 @@ class Background {
   int code_ = -1;
 };
 
+// A task that a sanitizer stopped would be restarted and the job would go on: its report is
+// looked for in the log.
+void expect_no_sanitizer_report(const std::string& output) {
+  for (const char* report : {"ERROR: AddressSanitizer", "runtime error:", "WARNING: ThreadSanitizer"})
+    EXPECT_EQ(output.find(report), std::string::npos) << output;
+}
+
 // The TF_CONFIG a process runs with ("" if none).
 std::string tf_config_of(pid_t pid) {
   std::string environment = io::read_file("/proc/" + std::to_string(pid) + "/environ");
@@ -764,6 +771,7 @@ TEST(PsCluster, AKilledWorkerIsStartedAgainRejoinsAndEveryStepIsTrained) {
   int code = job.wait(240);
   std::string out = job.said();
   ASSERT_EQ(code, 0) << out;
+  expect_no_sanitizer_report(out);
   EXPECT_TRUE(std::regex_search(out, std::regex("chief: worker:1 \\([^)]*\\) died during training"))) << out;
   EXPECT_NE(out.find("launch: starting task worker:1 again (restart 1 of 3)"), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("worker:1 \\([^)]*\\) joined the running job"))) << out;
@@ -797,6 +805,7 @@ TEST(PsCluster, AKilledServerIsRestoredAndTrainingGoesOn) {
   int code = job.wait(240);
   std::string out = job.said();
   ASSERT_EQ(code, 0) << out;
+  expect_no_sanitizer_report(out);
   EXPECT_TRUE(std::regex_search(out, std::regex("chief: ps:0 \\([^)]*\\) died during training"))) << out;
   EXPECT_NE(out.find("launch: starting task ps:0 again (restart 1 of 3)"), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(
@@ -832,6 +841,8 @@ TEST(PsCluster, AWorkerStartedAgainByHandJoinsTheRunningJob) {
   int code = job.wait(240), hand_code = by_hand.wait(60);
   std::string out = job.said(), hand = by_hand.said();
   ASSERT_EQ(code, 0) << out;
+  expect_no_sanitizer_report(out);
+  expect_no_sanitizer_report(hand);
   EXPECT_EQ(out.find("starting task worker:1 again"), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("worker:1 \\([^)]*\\) joined the running job"))) << out;
   EXPECT_EQ(hand_code, 0) << hand;
