@@ -59,6 +59,7 @@ struct FitFlags {
   bool prefetch = false;         // ps-async: the next pull right after each push
   std::string auth;              // ps-*: CurveZMQ keys' directory
   bool insecure = false;         // ps-*: listening on a non-loopback address without keys
+  std::string record, replay;    // ps-async: the order of the servers' updates, written or forced
   std::string device_memory;     // model-parallel:N: each device's memory ("64MB")
   double cycle_time_ms = 0.0;
   std::string compression = "none";
@@ -199,6 +200,8 @@ void run_fit(FitFlags f) {
   settings.prefetch = f.prefetch;
   settings.auth_dir = f.auth;
   settings.insecure = f.insecure;
+  settings.ps_record = f.record;
+  settings.ps_replay = f.replay;
   if (!f.device_memory.empty()) {
     if (f.strategy.find("model-parallel") == std::string::npos)
       fail("fit: --device-memory applies to --strategy model-parallel:N (model-parallel:1 is one device), not \"{}\"",
@@ -420,6 +423,12 @@ void add_fit(CLI::App& app) {
   cmd->add_flag("--insecure", flags->insecure,
                 "ps-*: let the chief and the servers listen on non-loopback addresses without --auth (a network "
                 "you trust)");
+  cmd->add_option("--record", flags->record,
+                  "ps-async: write to this file, at each epoch's end, which worker took each step and the order in "
+                  "which the servers answered pulls and applied pushes (for --replay)");
+  cmd->add_option("--replay", flags->replay,
+                  "ps-async: run again the run that --record wrote this file for, forcing its order: the final "
+                  "weights are bitwise the recorded run's");
   cmd->add_option("--device-memory", flags->device_memory,
                   "model-parallel:N: each device's memory for the variables and optimizer slots (64MB, 1.5GB, 500KB "
                   "or bytes): a model that needs more on a device is refused before training");

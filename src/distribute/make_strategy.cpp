@@ -95,6 +95,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
     options.prefetch = settings.prefetch;
     options.auth_dir = settings.auth_dir;
     options.insecure = settings.insecure;
+    options.record = settings.ps_record;
+    options.replay = settings.ps_replay;
     if (ssp) options.max_staleness = bound.value_or(0);
     if (sync) options.backup_workers = backups.value_or(0);
     if (settings.shard_bytes > 0)

@@ -637,6 +637,43 @@ TEST(PsCluster, BackupWorkersLetARoundGoWithoutTheStraggler) {
   EXPECT_EQ(by_worker[0].first + by_worker[1].first + by_worker[2].first, 2 * 38) << w.output;
 }
 
+// --record writes which worker took each step and each server's order of pulls and pushes; --replay
+// forces it: an asynchronous run of 3 workers on 2 servers (a variable split over both) and its
+// replay end with the same weights, bit for bit. A replay on another cluster shape, with other
+// flags or from other weights is refused, naming both sides.
+TEST(PsCluster, AReplayedAsynchronousRunEndsWithTheRecordedWeightsBitForBit) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  auto fit = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> args{
+        "--model",   "mlp", "--strategy", "ps-async", "--epochs",   "2",   "--batch-size", "16",
+        "--threads", "1",   "--verbose",  "0",        "--shard-mb", "0.1", "--data-dir",   dir.file("data")};
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  std::string record = dir.file("run.record");
+  Watched recorded = launch_cluster(dir, 2, 3, fit({"--record", record, "--checkpoint-dir", "a"}), "a.log");
+  ASSERT_EQ(recorded.code, 0) << recorded.output;
+  ASSERT_NE(io::read_file(record).find("\"tandem_ps_record\":1"), std::string::npos);
+  Watched replayed = launch_cluster(dir, 2, 3, fit({"--replay", record, "--checkpoint-dir", "b"}), "b.log");
+  ASSERT_EQ(replayed.code, 0) << replayed.output;
+  expect_same_state(dir.file("a/final.safetensors"), dir.file("b/final.safetensors"), 0, "replay");
+
+  Watched fewer = launch_cluster(dir, 2, 2, fit({"--replay", record}), "fewer.log", 60);
+  EXPECT_NE(fewer.code, 0);
+  EXPECT_NE(fewer.output.find("was recorded with 3 worker(s) and 2 server(s); this cluster has 2 worker(s) and 2 "
+                              "server(s)"),
+            std::string::npos)
+      << fewer.output;
+  Watched prefetch = launch_cluster(dir, 2, 3, fit({"--replay", record, "--prefetch"}), "prefetch.log", 60);
+  EXPECT_NE(prefetch.code, 0);
+  EXPECT_NE(prefetch.output.find("was recorded without --prefetch; this run is with it"), std::string::npos)
+      << prefetch.output;
+  Watched seed = launch_cluster(dir, 2, 3, fit({"--replay", record, "--seed", "7"}), "seed.log", 60);
+  EXPECT_NE(seed.code, 0);
+  EXPECT_NE(seed.output.find("the recorded run began from other weights"), std::string::npos) << seed.output;
+}
+
 // TANDEM_TEST_FAULT=kill|stop:RANK:training: server ps:0 (control rank 1 + workers) of a
 // synchronous job dies or stops as it starts serving; the chief names it within the timeout and
 // every task ends. (An asynchronous job restores it: below.)

@@ -88,6 +88,12 @@ struct ParameterServerOptions {
   // `insecure` (--insecure) says that the network is trusted.
   std::string auth_dir;
   bool insecure = false;
+  // Asynchronous (no staleness bound): `record` (--record FILE) writes, at each epoch's end, which
+  // worker took each step and the order in which each server answered the workers' pulls and
+  // applied their pushes; `replay` (--replay FILE) runs the job again forcing that order, so that
+  // the final weights are bitwise the recorded run's (the same program, data, seed and cluster
+  // shape; another worker or server count is refused, naming both). Written and read by the chief.
+  std::string record, replay;
   // Every wait on another task; a task that does not answer within it is named and the job ends.
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
 };

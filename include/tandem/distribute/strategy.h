@@ -421,6 +421,7 @@ struct StrategySettings {
   // ps-*: CurveZMQ keys (ParameterServerOptions::auth_dir), or a trusted network (insecure).
   std::string auth_dir;
   bool insecure = false;
+  std::string ps_record, ps_replay;  // ps-async: ParameterServerOptions::record and replay
 };
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);

@@ -41,6 +41,13 @@ void ParameterServerStrategy::Chief::init_server(int s, const std::vector<int64_
       init.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
                ShardTable::rows(state[1 + v * slots_per_variable + k].second, p).clone(), static_cast<int64_t>(k) + 1);
   }
+  if (!options.record.empty()) init.add(0, 0, Tensor::from_vector({1}, std::vector<int32_t>{1}), -3);
+  if (replay) {
+    const auto& order = replay->applied[static_cast<size_t>(s)];
+    std::vector<int32_t> flat;
+    for (const auto& e : order) flat.insert(flat.end(), e.begin(), e.end());
+    init.add(0, 0, Tensor::from_vector({static_cast<int64_t>(order.size()), 4}, flat), -2);
+  }
   if (!clocks.empty()) {
     std::vector<int32_t> values(clocks.begin(), clocks.end());
     init.add(0, 0, Tensor::from_vector({static_cast<int64_t>(values.size())}, values), -1);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "distribute/ps/cluster_link.h"
+#include "distribute/ps/record.h"
 #include "distribute/ps/shards.h"
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/step_runner.h"
@@ -34,6 +35,8 @@ struct ParameterServerStrategy::Chief {
 
   ps::ClusterLink& link;
   const ParameterServerOptions& options;
+  std::optional<ps::PsRecord> replay;  // --replay: the order to force
+  ps::PsRecord record;                 // --record: what this run did so far
   std::unique_ptr<ps::ShardTable> shards;
   Optimizer* optimizer = nullptr;
   std::vector<std::string> slot_names;  // "optimizer/<variable>/<slot>", per variable per slot

@@ -39,6 +39,18 @@ struct ServerLost : Error {
   int server;
 };
 
+// FNV-1a over the variables' bytes, as hex.
+std::string weights_hash(const std::vector<Variable*>& variables) {
+  uint64_t h = 1469598103934665603ull;
+  for (const Variable* v : variables) {
+    Tensor t = v->value.contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(t.raw());
+    for (size_t i = 0, n = static_cast<size_t>(t.numel()) * dtype_size(t.dtype()); i < n; ++i)
+      h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
 class Coordinator : public StepRunner {
  public:
   Coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts)
@@ -48,6 +60,15 @@ class Coordinator : public StepRunner {
         loss_(parts.loss_metric),
         by_position_(parts.batch_at != nullptr) {
     chief_.initialize(parts.replicas[0].trainable, parts.optimizer);
+    if (!chief_.options.record.empty() || chief_.replay) {
+      std::string weights = weights_hash(parts.replicas[0].trainable);
+      chief_.record.initial_weights = weights;
+      if (chief_.replay && chief_.replay->initial_weights != weights)
+        fail(
+            "ParameterServerStrategy: --replay {}: the recorded run began from other weights (hash {}, this run's {}): "
+            "another model, seed or checkpoint",
+            chief_.options.replay, chief_.replay->initial_weights, weights);
+    }
     steps_ = rounds_ = parts.optimizer.iterations();  // dropout keys go on from a restored step
     for (int w = link_.workers() - 1; w >= 0; --w) free_.push_back(w);
     started_.assign(static_cast<size_t>(link_.workers()), 0);
@@ -88,7 +109,7 @@ class Coordinator : public StepRunner {
       int64_t pushes = chief_.options.mode == PsMode::Asynchronous  // a round's
                            ? 1
                            : link_.workers() - chief_.options.backup_workers;
-      dispatch(take_free_worker(), b, steps_, 0, b.y.dim(0) * pushes, pushes);
+      dispatch(chief_.replay ? take_recorded_worker(b) : take_free_worker(), b, steps_, 0, b.y.dim(0) * pushes, pushes);
       ++steps_;
     } else {
       round_.push_back(std::move(b));
@@ -111,8 +132,10 @@ class Coordinator : public StepRunner {
         auto began = std::chrono::steady_clock::now();
         chief_.keep_copy();
         copy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+        if (!chief_.options.record.empty()) write_record();
         break;
       } catch (const ServerLost&) {  // the others' answers dropped with their connections
+        chief_.record.complete = false;
         for (int s = 0; s < link_.servers(); ++s) link_.reconnect_server(s);
         watch_workers();  // restored from the previous copy; then read again
       }
@@ -167,6 +190,45 @@ class Coordinator : public StepRunner {
     return w;
   }
 
+  // --replay: the worker that took this step in the recorded run, once it is free.
+  int take_recorded_worker(const Batch& b) {
+    const auto& steps = chief_.replay->steps;
+    if (replayed_ >= steps.size())
+      fail(
+          "ParameterServerStrategy: --replay {}: the record has {} steps and this run goes on past them (more epochs "
+          "or data than the recorded run?)",
+          chief_.options.replay, steps.size());
+    auto [w, epoch, step] = steps[replayed_];
+    if (epoch != b.epoch || step != b.step)
+      fail(
+          "ParameterServerStrategy: --replay {}: step {} of the record is batch {} of epoch {}; this run's is batch "
+          "{} of epoch {} (another program, data or batch size than the recorded run's?)",
+          chief_.options.replay, replayed_, step, epoch + 1, b.step, b.epoch + 1);
+    while (std::find(free_.begin(), free_.end(), w) == free_.end()) wait_for_change();
+    std::erase(free_, w);
+    ++replayed_;
+    return w;
+  }
+
+  // --record: the servers' journals since the last epoch's end added, the whole record written.
+  void write_record() {
+    auto& sockets = link_.server_sockets();
+    for (int s = 0; s < link_.servers(); ++s) {
+      Outgoing(MessageType::Journal, 0).send(sockets[static_cast<size_t>(s)]);
+      Incoming answer = link_.await(sockets[static_cast<size_t>(s)], false, link_.describe({"ps", s}));
+      if (answer.envelope.type != MessageType::Journal || answer.items.size() != 1 ||
+          answer.items[0].header.dtype != DType::Int32 || answer.items[0].header.shape.rank() != 2 ||
+          answer.items[0].header.shape[1] != 4)
+        fail("ParameterServerStrategy: {} did not give its journal (--record)", link_.describe({"ps", s}));
+      Tensor events = answer.items[0].tensor();
+      const int32_t* e = events.data<int32_t>();
+      for (int64_t i = 0; i < events.dim(0); ++i)
+        chief_.record.applied[static_cast<size_t>(s)].push_back({e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]});
+    }
+    if (workers_lost_ > 0) chief_.record.complete = false;
+    ps::write_record(chief_.options.record, chief_.record);
+  }
+
   // The finished steps of the slowest worker alive.
   int64_t slowest() const {
     int64_t least = -1;
@@ -188,6 +250,7 @@ class Coordinator : public StepRunner {
     step.add(0, 1, b.y);
     if (b.x.defined()) step.add(0, 2, b.x);
     in_flight_[id] = Sent{w, b, key, first_row, round_rows, pushes, Tensor(), Tensor(), false};
+    if (!chief_.options.record.empty()) chief_.record.steps.push_back({w, b.epoch, static_cast<int32_t>(b.step)});
     try {
       step.send(link_.own_socket(), &link_.worker_route(w));
     } catch (const std::exception&) {  // the worker is gone; its control connection will say so
@@ -198,7 +261,10 @@ class Coordinator : public StepRunner {
   }
 
   // Asynchronous without a bound: a worker may die and another take its steps.
-  bool expendable() const { return chief_.options.mode == PsMode::Asynchronous && chief_.options.max_staleness < 0; }
+  bool expendable() const {
+    return chief_.options.mode == PsMode::Asynchronous && chief_.options.max_staleness < 0 &&
+           chief_.options.replay.empty();
+  }
 
   // A worker gone: its steps in flight wait for another worker.
   void orphan_steps_of(int w) {
@@ -258,6 +324,7 @@ class Coordinator : public StepRunner {
   // greeted and given its shards from the chief's copy; then the steps go out again.
   void restore_server(const LostServer& lost) {
     restoring_ = true;
+    chief_.record.complete = false;
     restoring_server_ = lost.server;
     std::string name = link_.describe({"ps", lost.server});
     std::fprintf(stderr, "chief: %s; every step in flight is called back until it is started again and restored\n",
@@ -450,6 +517,7 @@ class Coordinator : public StepRunner {
   std::deque<LostServer> lost_servers_;
   std::set<int> called_back_;  // workers whose step was called back, until they answer
   bool restoring_ = false;
+  size_t replayed_ = 0;  // --replay: steps handed out
   int restoring_server_ = -1;
   int copy_epoch_ = 0;       // the chief's copy of the servers' state is of this epoch's end (0: this fit's start)
   double copy_seconds_ = 0;  // taking it, over the epochs

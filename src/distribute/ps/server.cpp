@@ -23,26 +23,99 @@ void ParameterServer::serve(zmq::socket_t& socket, const std::function<bool()>& 
       continue;  // no route to answer on: the frames did not decode
     }
     if (!request) continue;
-    Outgoing answer(MessageType::Refused, 0);
-    bool going_on = true;
-    try {
-      going_on = handle(*request, answer);
-    } catch (const Error& e) {
-      log_refusal(fmt::format("a {} message: {}", message_type_name(request->envelope.type), e.what()));
-      answer = Outgoing(MessageType::Refused, 0);
-      answer.add_text(e.what());
+    MessageType type = request->envelope.type;
+    if (replay_at_ < replay_.size() && (type == MessageType::Pull || type == MessageType::Push)) {
+      try {
+        check_replayed(*request);
+      } catch (const Error& e) {  // told to its worker, which ends the job; the rest answered as they come
+        log_refusal(e.what());
+        Outgoing refused(MessageType::Refused, 0);
+        refused.add_text(e.what());
+        refused.send(socket, &request->route);
+        replay_.clear();
+        answer_in_recorded_order(socket);
+        continue;
+      }
+      held_[request->envelope.variable].push_back(std::move(*request));
+      answer_in_recorded_order(socket);
+    } else {
+      answer(socket, *request);
     }
-    try {
-      answer.send(socket, &request->route);
-    } catch (const std::exception& e) {  // its asker is gone (a worker that died): the others go on
-      std::fprintf(stderr, "%s: the answer to a %s message could not be sent (its sender is gone?): %s\n",
-                   name_.c_str(), message_type_name(request->envelope.type), e.what());
-    }
-    if (!going_on) {
+    if (!going_on_) {
       if (!ahead_counts_.empty()) std::fprintf(stderr, "%s\n", describe_clocks().c_str());
       return;
     }
   }
+}
+
+void ParameterServer::answer(zmq::socket_t& socket, const Incoming& request) {
+  Outgoing answer(MessageType::Refused, 0);
+  try {
+    going_on_ = handle(request, answer);
+  } catch (const Error& e) {
+    log_refusal(fmt::format("a {} message: {}", message_type_name(request.envelope.type), e.what()));
+    answer = Outgoing(MessageType::Refused, 0);
+    answer.add_text(e.what());
+  }
+  try {
+    answer.send(socket, &request.route);
+  } catch (const std::exception& e) {  // its asker is gone (a worker that died): the others go on
+    std::fprintf(stderr, "%s: the answer to a %s message could not be sent (its sender is gone?): %s\n", name_.c_str(),
+                 message_type_name(request.envelope.type), e.what());
+  }
+}
+
+void ParameterServer::check_replayed(const Incoming& request) {
+  auto& mine = expected_[request.envelope.variable];
+  if (mine.empty()) return;  // past its record (a last prefetched pull): answered after the record's end
+  PsRecord::Event next = mine.front(), got = event_of(request);
+  mine.pop_front();
+  auto kind = [](int32_t k) { return k == PsRecord::kPush ? "push" : "pull"; };
+  // A pull's version is the one it will be answered at: checked when its turn comes.
+  if (got[0] != next[0] || got[2] != next[2] || (got[0] == PsRecord::kPush && got[3] != next[3]))
+    fail(
+        "--replay: worker {}'s next event here in the record is a {} (its clock {}, version {}); the run brought a {} "
+        "(clock {}, version {}): this run is not the recorded one (another model, data, seed, flags or build?)",
+        next[1], kind(next[0]), next[2], next[3], kind(got[0]), got[2], got[3]);
+}
+
+PsRecord::Event ParameterServer::event_of(const Incoming& request) const {
+  bool push = request.envelope.type == MessageType::Push;
+  return {push ? PsRecord::kPush : PsRecord::kPull, static_cast<int32_t>(request.envelope.variable),
+          static_cast<int32_t>(push ? request.envelope.aux : 0),
+          static_cast<int32_t>(push ? request.envelope.step : version_)};
+}
+
+void ParameterServer::answer_in_recorded_order(zmq::socket_t& socket) {
+  while (replay_at_ < replay_.size()) {
+    const PsRecord::Event& next = replay_[replay_at_];
+    auto& queue = held_[static_cast<uint32_t>(next[1])];
+    if (queue.empty()) return;  // not here yet
+    Incoming request = std::move(queue.front());
+    queue.pop_front();
+    PsRecord::Event got = event_of(request);
+    if (got != next) {  // the run is no longer the recorded one: say so to the worker, which ends the job
+      std::string what = fmt::format(
+          "--replay: event {} of this server's record is a {} of worker {} (its clock {}, version {}); the run "
+          "brought a {} of worker {} (clock {}, version {}): this run is not the recorded one (another model, data, "
+          "seed or build?)",
+          replay_at_, next[0] == PsRecord::kPush ? "push" : "pull", next[1], next[2], next[3],
+          got[0] == PsRecord::kPush ? "push" : "pull", got[1], got[2], got[3]);
+      log_refusal(what);
+      Outgoing refused(MessageType::Refused, 0);
+      refused.add_text(what);
+      refused.send(socket, &request.route);
+      replay_.clear();
+      return;
+    }
+    ++replay_at_;
+    answer(socket, request);
+  }
+  for (auto& [worker, queue] : held_)  // past the record: in arrival order
+    while (!queue.empty()) {
+      answer(socket, queue.front());
+      queue.pop_front();
+    }
 }
 
 std::string ParameterServer::describe_clocks() const {
@@ -68,18 +141,33 @@ bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
   MessageType type = request.envelope.type;
   if (!initialized_ && (type == MessageType::Pull || type == MessageType::Push || type == MessageType::Fetch))
     fail("{} before init: the chief has not given this server its variables yet", message_type_name(type));
+  if (journaling_ && !synchronous_ && (type == MessageType::Pull || type == MessageType::Push))
+    journal_.push_back(event_of(request));  // a push that fails below is not applied: taken back there
   switch (type) {
     case MessageType::Init:
       init(request);
       answer = Outgoing(MessageType::Ready, 0, version_);
       return true;
+    case MessageType::Journal: {
+      answer = Outgoing(MessageType::Journal, 0, version_);
+      std::vector<int32_t> flat;
+      for (const auto& e : journal_) flat.insert(flat.end(), e.begin(), e.end());
+      answer.add(0, 0, Tensor::from_vector({static_cast<int64_t>(journal_.size()), 4}, flat));
+      journal_.clear();
+      return true;
+    }
     case MessageType::Pull: {
       // Sent from the shards' own memory; an update while a reply still holds it writes a copy.
       answer = Outgoing(MessageType::Values, 0, version_);
       for (const Shard& s : shards_) answer.add(s.variable, s.shard, s.value.value);
       return true;
     }
-    case MessageType::Push: push(request, answer); return true;
+    case MessageType::Push: try { push(request, answer);
+      } catch (const Error&) {
+        if (journaling_ && !synchronous_) journal_.pop_back();
+        throw;
+      }
+      return true;
     case MessageType::Fetch: state(answer); return true;
     case MessageType::Stop: answer = Outgoing(MessageType::Stop, 0, version_); return false;
     default:
@@ -98,9 +186,31 @@ void ParameterServer::init(const Incoming& request) {
   of_worker_.clear();
   std::vector<const Item*> slots;
   const Item* clocks = nullptr;
+  journaling_ = false;
+  journal_.clear();
+  replay_.clear();
+  replay_at_ = 0;
+  held_.clear();
+  expected_.clear();
   for (const Item& item : request.items) {
     if (item.header.aux == -1) {  // a restore: the workers' clocks so far
       clocks = &item;
+      continue;
+    }
+    if (item.header.aux == -3) {  // --record: keep a journal
+      journaling_ = true;
+      continue;
+    }
+    if (item.header.aux == -2) {  // --replay: this server's order, int32 [n, 4]
+      if (item.header.dtype != DType::Int32 || item.header.shape.rank() != 2 || item.header.shape[1] != 4)
+        fail("init: a replay's order is int32 [n, 4], got {} {}", dtype_name(item.header.dtype),
+             item.header.shape.str());
+      Tensor order = item.tensor();
+      const int32_t* e = order.data<int32_t>();
+      for (int64_t i = 0; i < order.dim(0); ++i) {
+        replay_.push_back({e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]});
+        expected_[static_cast<uint32_t>(e[4 * i + 1])].push_back(replay_.back());
+      }
       continue;
     }
     if (item.header.aux != 0) {

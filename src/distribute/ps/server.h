@@ -7,8 +7,12 @@
 // round's rows) are summed in worker order and applied once. One thread serves every request in
 // arrival order; a message that does not decode, or names a shard or shape the server does not
 // hold, is refused (answered with the reason, counted and logged), and serving goes on.
+// Asynchronous, it may keep a journal of the pulls it answered and the pushes it applied (for
+// --record), or be given such an order to follow (--replay): requests that come early are held
+// until their turn, so that every answer and update is that of the recorded run.
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -16,6 +20,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "distribute/ps/record.h"
 #include "distribute/ps/transport.h"
 #include "tandem/optimizers.h"
 
@@ -46,6 +51,10 @@ class ParameterServer {
     Variable value;
   };
   void init(const Incoming& request);
+  // The requests held for a replay that are next in its order, answered in that order.
+  void answer_in_recorded_order(zmq::socket_t& socket);
+  void answer(zmq::socket_t& socket, const Incoming& request);  // handle(), its answer sent
+  PsRecord::Event event_of(const Incoming& request) const;      // a worker's pull or push, as journalled
   void push(const Incoming& request, Outgoing& answer);
   void apply(Optimizer& optimizer, std::vector<Tensor>& gradients);
   Optimizer& optimizer_of(uint32_t worker);  // asynchronous: the worker's copy
@@ -73,6 +82,16 @@ class ParameterServer {
   int64_t round_size_ = 0;
   int64_t dropped_ = 0;
   std::atomic<int64_t> refused_{0};  // read by other threads (refused())
+  bool journaling_ = false;
+  std::vector<PsRecord::Event> journal_;  // since the chief last asked
+  std::vector<PsRecord::Event> replay_;   // the order to follow (empty: none)
+  size_t replay_at_ = 0;
+  std::map<uint32_t, std::deque<Incoming>> held_;             // a replay's early requests, by worker
+  std::map<uint32_t, std::deque<PsRecord::Event>> expected_;  // a replay: each worker's events to come
+  // A replay's request, checked as it arrives against its worker's next recorded event; an Error
+  // naming both when the run is no longer the recorded one.
+  void check_replayed(const Incoming& request);
+  bool going_on_ = true;  // no Stop yet
 };
 
 }  // namespace tandem::distribute::ps

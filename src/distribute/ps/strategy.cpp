@@ -68,11 +68,43 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterS
   if (options_.backup_workers >= cluster_.count("worker"))
     fail("ParameterServerStrategy: {} backup workers of {} workers leave no gradient to apply (at most {})",
          options_.backup_workers, cluster_.count("worker"), cluster_.count("worker") - 1);
+  bool unbounded = options_.mode == PsMode::Asynchronous && options_.max_staleness < 0;
+  if ((!options_.record.empty() || !options_.replay.empty()) && !unbounded)
+    fail(
+        "ParameterServerStrategy: --record and --replay are for the asynchronous mode without a staleness bound (the "
+        "synchronous modes give the same weights every run already)");
+  if (!options_.record.empty() && !options_.replay.empty())
+    fail("ParameterServerStrategy: --record and --replay together: give one");
+  std::optional<ps::PsRecord> replay;
+  if (!options_.replay.empty() && cluster_.task().type == "chief") {
+    replay = ps::read_record(options_.replay);
+    if (replay->workers != cluster_.count("worker") || replay->servers != cluster_.count("ps"))
+      fail(
+          "ParameterServerStrategy: --replay {} was recorded with {} worker(s) and {} server(s); this cluster has {} "
+          "worker(s) and {} server(s)",
+          options_.replay, replay->workers, replay->servers, cluster_.count("worker"), cluster_.count("ps"));
+    if (replay->prefetch != options_.prefetch)
+      fail("ParameterServerStrategy: --replay {} was recorded {} --prefetch; this run is {} it", options_.replay,
+           replay->prefetch ? "with" : "without", options_.prefetch ? "with" : "without");
+    if (!replay->complete)
+      fail(
+          "ParameterServerStrategy: --replay {}: a worker or server died in the recorded run, so its order cannot be "
+          "forced again",
+          options_.replay);
+  }
   links_ = std::make_unique<Links>(Links{link_of(cluster_, options_)});
-  if (is_chief()) chief_ = std::make_unique<Chief>(*links_->link, options_);
+  if (is_chief()) {
+    chief_ = std::make_unique<Chief>(*links_->link, options_);
+    chief_->replay = std::move(replay);
+    chief_->record.workers = cluster_.count("worker");
+    chief_->record.servers = cluster_.count("ps");
+    chief_->record.prefetch = options_.prefetch;
+    chief_->record.applied.resize(static_cast<size_t>(cluster_.count("ps")));
+  }
   // Asynchronous without a bound, the job goes on without a worker that dies (its steps go to the
   // others) and takes it back when it is started again; a server that dies is restored when it is.
-  if (is_chief() && options_.mode == PsMode::Asynchronous && options_.max_staleness < 0) {
+  // Not in a replay: a death cannot be replayed.
+  if (is_chief() && unbounded && options_.replay.empty()) {
     int tasks = cluster_.count("worker") + cluster_.count("ps");
     links_->link->control().set_expendable([tasks](int rank) { return rank >= 1 && rank <= tasks; });
   }

@@ -40,6 +40,7 @@ const char* message_type_name(MessageType type) {
     case MessageType::Refused: return "refused";
     case MessageType::Abort: return "abort";
     case MessageType::Aborted: return "aborted";
+    case MessageType::Journal: return "journal";
   }
   return "unknown";
 }
@@ -74,7 +75,7 @@ Header decode(std::string_view frame, size_t payload_bytes) {
     fail("parameter-server message: wire version {} (this build speaks {})", version, kVersion);
   Header h;
   auto type = get<uint16_t>(p + 6);
-  if (type < static_cast<uint16_t>(MessageType::Pull) || type > static_cast<uint16_t>(MessageType::Aborted))
+  if (type < static_cast<uint16_t>(MessageType::Pull) || type > static_cast<uint16_t>(MessageType::Journal))
     fail("parameter-server message: unknown message type {}", type);
   h.type = static_cast<MessageType>(type);
   h.variable = get<uint32_t>(p + 8);

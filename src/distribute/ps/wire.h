@@ -44,6 +44,8 @@ enum class MessageType : uint16_t {
   Refused = 12,  // any → sender: the request was refused; the payload is the reason (text)
   Abort = 13,    // chief → worker: drop the step in hand (a server is being restored)
   Aborted = 14,  // worker → chief: dropped (or had none); free for the next step
+  Journal = 15,  // chief → server: the pulls and pushes handled since the last ask (--record);
+                 // server → chief: int32 [n, 4] (record.h's events)
 };
 const char* message_type_name(MessageType type);
 
