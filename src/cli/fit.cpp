@@ -60,6 +60,7 @@ struct FitFlags {
   std::string auth;              // ps-*: CurveZMQ keys' directory
   bool insecure = false;         // ps-*: listening on a non-loopback address without keys
   std::string record, replay;    // ps-async: the order of the servers' updates, written or forced
+  int min_workers = 1;           // ps-sync: the job ends when fewer workers are left
   std::string device_memory;     // model-parallel:N: each device's memory ("64MB")
   double cycle_time_ms = 0.0;
   std::string compression = "none";
@@ -202,6 +203,7 @@ void run_fit(FitFlags f) {
   settings.insecure = f.insecure;
   settings.ps_record = f.record;
   settings.ps_replay = f.replay;
+  settings.ps_min_workers = f.min_workers;
   if (!f.device_memory.empty()) {
     if (f.strategy.find("model-parallel") == std::string::npos)
       fail("fit: --device-memory applies to --strategy model-parallel:N (model-parallel:1 is one device), not \"{}\"",
@@ -429,6 +431,10 @@ void add_fit(CLI::App& app) {
   cmd->add_option("--replay", flags->replay,
                   "ps-async: run again the run that --record wrote this file for, forcing its order: the final "
                   "weights are bitwise the recorded run's");
+  cmd->add_option("--min-workers", flags->min_workers,
+                  "ps-sync: a worker that dies is dropped from the rounds; the job ends when fewer than this many "
+                  "are left")
+      ->capture_default_str();
   cmd->add_option("--device-memory", flags->device_memory,
                   "model-parallel:N: each device's memory for the variables and optimizer slots (64MB, 1.5GB, 500KB "
                   "or bytes): a model that needs more on a device is refused before training");

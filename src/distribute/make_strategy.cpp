@@ -97,6 +97,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
     options.insecure = settings.insecure;
     options.record = settings.ps_record;
     options.replay = settings.ps_replay;
+    options.min_workers = settings.ps_min_workers;
     if (ssp) options.max_staleness = bound.value_or(0);
     if (sync) options.backup_workers = backups.value_or(0);
     if (settings.shard_bytes > 0)

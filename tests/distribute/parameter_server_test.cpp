@@ -857,6 +857,40 @@ TEST(PsCluster, AKilledServerIsRestoredAndTrainingGoesOn) {
   EXPECT_GE(std::stod(said[1].str()), 97.0) << out;
 }
 
+// Synchronous, 2 servers and 3 workers: worker 1 SIGKILLed during training is dropped from its
+// round (the servers apply the others' gradients) and the rounds go on with 2 workers until the
+// launcher's restart rejoins it; with --min-workers 3 the job ends instead, naming the rule.
+TEST(PsCluster, ASynchronousJobDropsADeadWorkerFromItsRoundOrEndsBelowMinWorkers) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  auto job = [&](const std::vector<std::string>& more, const std::string& log) {
+    std::vector<std::string> argv{TANDEM_CLI,  "launch",     "--ps",         "2",          "--workers",
+                                  "3",         "--",         TANDEM_CLI,     "fit",        "--model",
+                                  "mlp",       "--strategy", "ps-sync",      "--epochs",   "60",
+                                  "--threads", "1",          "--batch-size", "8",          "--verbose",
+                                  "2",         "--shard-mb", "0.1",          "--data-dir", dir.file("data")};
+    argv.insert(argv.end(), more.begin(), more.end());
+    auto started = std::make_unique<Background>(dir, argv, log);
+    EXPECT_TRUE(started->wait_for("Epoch 2/", 120)) << started->said();
+    pid_t worker = task_pid(started->pid(), "worker", 1);
+    EXPECT_GT(worker, 0) << "worker:1's process not found";
+    if (worker > 0) kill(worker, SIGKILL);
+    return started;
+  };
+  auto dropped = job({}, "dropped.log");
+  ASSERT_EQ(dropped->wait(240), 0) << dropped->said();
+  std::string out = dropped->said();
+  expect_no_sanitizer_report(out);
+  EXPECT_NE(out.find("the rounds go on with 2 worker(s)"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("worker:1 \\([^)]*\\) joined the running job"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("this epoch's batches: [0-9]+ trained, [01] not"))) << out;
+
+  auto ends = job({"--min-workers", "3"}, "ends.log");
+  EXPECT_NE(ends->wait(120), 0);
+  EXPECT_NE(ends->said().find("2 worker(s) left, fewer than --min-workers 3: the job ends"), std::string::npos)
+      << ends->said();
+}
+
 // With --restarts 0 the launcher leaves a dead worker dead; the same task started by hand (its
 // TF_CONFIG) joins the running job, trains steps, and ends with it.
 TEST(PsCluster, AWorkerStartedAgainByHandJoinsTheRunningJob) {

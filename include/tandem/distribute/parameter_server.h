@@ -94,6 +94,10 @@ struct ParameterServerOptions {
   // the final weights are bitwise the recorded run's (the same program, data, seed and cluster
   // shape; another worker or server count is refused, naming both). Written and read by the chief.
   std::string record, replay;
+  // Synchronous (no backup workers): a worker that dies is dropped from the round in progress (its
+  // batch not trained; the servers apply the others' gradients) and the rounds go on with the
+  // workers left, until fewer than `min_workers` are (--min-workers): then the job ends.
+  int min_workers = 1;
   // Every wait on another task; a task that does not answer within it is named and the job ends.
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
 };

@@ -422,6 +422,7 @@ struct StrategySettings {
   std::string auth_dir;
   bool insecure = false;
   std::string ps_record, ps_replay;  // ps-async: ParameterServerOptions::record and replay
+  int ps_min_workers = 1;            // ps-sync: ParameterServerOptions::min_workers
 };
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);

@@ -74,7 +74,7 @@ class Coordinator : public StepRunner {
     started_.assign(static_cast<size_t>(link_.workers()), 0);
     finished_.assign(static_cast<size_t>(link_.workers()), 0);
     alive_.assign(static_cast<size_t>(link_.workers()), true);
-    if (expendable())
+    if (servers_may_die())
       link_.set_wait_hook([this] {
         for (int s = 0; s < link_.servers(); ++s)
           if (s != restoring_server_ && link_.control().lost(1 + link_.workers() + s))
@@ -83,7 +83,7 @@ class Coordinator : public StepRunner {
   }
   ~Coordinator() override {
     link_.set_wait_hook(nullptr);
-    if (copy_epoch_ > 0)
+    if (copy_epoch_ > 0 && servers_may_die())
       std::fprintf(stderr,
                    "chief: keeping its copy of the servers' state (what a restore starts from) took %.1f ms per "
                    "epoch\n",
@@ -95,6 +95,7 @@ class Coordinator : public StepRunner {
   std::optional<double> run(const GlobalBatch& batch, uint64_t) override {
     if (epoch_done_) {
       staleness_sum_ = staleness_max_ = applied_ = dropped_ = recorded_ = handed_again_ = workers_lost_ = 0;
+      not_trained_ = 0;
       epoch_done_ = false;
     }
     Batch b{Tensor(), Tensor(), batch.epoch, batch.step};
@@ -113,7 +114,7 @@ class Coordinator : public StepRunner {
       ++steps_;
     } else {
       round_.push_back(std::move(b));
-      if (static_cast<int>(round_.size()) == link_.workers()) finish_round();
+      if (static_cast<int>(round_.size()) >= alive_count()) finish_round();
     }
     return std::nullopt;
   }
@@ -124,7 +125,10 @@ class Coordinator : public StepRunner {
       hand_again_what_died();
       if (!in_flight_.empty()) wait_for_change();
     }
-    if (workers_lost_ > 0)
+    if (workers_lost_ > 0 && rounds())
+      std::fprintf(stderr, "chief: this epoch's batches: %lld trained, %lld not (their worker died)\n",
+                   static_cast<long long>(recorded_), static_cast<long long>(not_trained_));
+    else if (workers_lost_ > 0)
       std::fprintf(stderr, "chief: this epoch's %lld steps all trained, %lld of them again after their worker died\n",
                    static_cast<long long>(recorded_), static_cast<long long>(handed_again_));
     for (;;) {  // validation and checkpoints read the servers' variables; a restore starts from them
@@ -254,17 +258,22 @@ class Coordinator : public StepRunner {
     try {
       step.send(link_.own_socket(), &link_.worker_route(w));
     } catch (const std::exception&) {  // the worker is gone; its control connection will say so
-      if (!expendable()) throw;
+      if (!workers_may_die()) throw;
       alive_[static_cast<size_t>(w)] = false;
       orphan_steps_of(w);
     }
   }
 
-  // Asynchronous without a bound: a worker may die and another take its steps.
-  bool expendable() const {
+  // Asynchronous without a bound (not a replay): a worker may die and another take its steps, a
+  // server may die and be restored. Synchronous without backup workers: a worker may die and be
+  // dropped from its round.
+  bool servers_may_die() const {
     return chief_.options.mode == PsMode::Asynchronous && chief_.options.max_staleness < 0 &&
            chief_.options.replay.empty();
   }
+  bool workers_may_die() const { return servers_may_die() || rounds(); }
+  bool rounds() const { return chief_.options.mode == PsMode::Synchronous && chief_.options.backup_workers == 0; }
+  int alive_count() const { return static_cast<int>(std::count(alive_.begin(), alive_.end(), true)); }
 
   // A worker gone: its steps in flight wait for another worker.
   void orphan_steps_of(int w) {
@@ -304,6 +313,17 @@ class Coordinator : public StepRunner {
       alive_[static_cast<size_t>(w)] = false;
       called_back_.erase(w);
       orphan_steps_of(w);
+      if (rounds()) {  // its batch of the round in progress is dropped; the round closes without it
+        round_short_ = round_short_ || orphans_.size() > before;
+        not_trained_ += static_cast<int64_t>(orphans_.size() - before);
+        orphans_.clear();
+        std::fprintf(stderr, "chief: %s; %s the rounds go on with %d worker(s)\n", event.what.c_str(),
+                     round_short_ ? "its batch of the round in progress is not trained, and" : "", alive_count());
+        if (alive_count() < chief_.options.min_workers)
+          fail("ParameterServerStrategy: {} worker(s) left, fewer than --min-workers {}: the job ends", alive_count(),
+               chief_.options.min_workers);
+        continue;
+      }
       std::fprintf(stderr, "chief: %s; its %zu step(s) in flight go to another worker\n", event.what.c_str(),
                    orphans_.size() - before);
     }
@@ -392,8 +412,10 @@ class Coordinator : public StepRunner {
     auto w = static_cast<int64_t>(hello.envelope.variable);
     std::string refusal;
     if (w >= link_.workers()) refusal = fmt::format("the cluster has {} workers, so no worker {}", link_.workers(), w);
-    else if (!expendable())
-      refusal = "workers join a running job only in the asynchronous mode without a staleness bound";
+    else if (!workers_may_die())
+      refusal =
+          "workers join a running job only in the asynchronous mode without a staleness bound and in the synchronous "
+          "one without backup workers";
     else if (alive_[static_cast<size_t>(w)] || !link_.control().lost(1 + static_cast<int>(w)))
       refusal = fmt::format("{} is already running", link_.describe({"worker", static_cast<int>(w)}));
     if (!refusal.empty()) {
@@ -443,7 +465,7 @@ class Coordinator : public StepRunner {
 
   void finish_one(const Incoming& result) {
     auto it = in_flight_.find(result.envelope.step);
-    if (result.envelope.type == MessageType::Result && (it == in_flight_.end() || it->second.done) && expendable())
+    if (result.envelope.type == MessageType::Result && (it == in_flight_.end() || it->second.done) && workers_may_die())
       return;  // from a worker taken for dead, whose steps went to others
     if (result.envelope.type != MessageType::Result || it == in_flight_.end() || it->second.done ||
         result.items.size() != 2)
@@ -492,16 +514,34 @@ class Coordinator : public StepRunner {
     int64_t rows = 0, first = 0;
     for (const Batch& b : round_) rows += b.y.dim(0);
     auto pushes = static_cast<int64_t>(round_.size());
-    for (size_t w = 0; w < round_.size(); ++w) {
-      dispatch(static_cast<int>(w), round_[w], rounds_, first, rows, pushes);
-      first += round_[w].y.dim(0);
+    std::vector<int> workers;  // those alive, in order (a worker that died is out of the rounds)
+    for (int w = 0; w < link_.workers(); ++w)
+      if (alive_[static_cast<size_t>(w)]) workers.push_back(w);
+    for (size_t i = 0; i < round_.size(); ++i) {
+      dispatch(workers[i], round_[i], rounds_, first, rows, pushes);
+      first += round_[i].y.dim(0);
     }
     while (std::any_of(in_flight_.begin(), in_flight_.end(), [](const auto& sent) { return !sent.second.done; }))
       wait_for_change();
+    if (round_short_) close_round();
     for (auto& [id, sent] : in_flight_) record(sent);
     in_flight_.clear();
     round_.clear();
     ++rounds_;
+  }
+
+  // A worker of the round died before its result: the servers apply the gradients they have (its
+  // own, on a server it reached before it died, among them).
+  void close_round() {
+    auto& sockets = link_.server_sockets();
+    for (auto& socket : sockets) Outgoing(MessageType::CloseRound, 0).send(socket);
+    for (int s = 0; s < link_.servers(); ++s) {
+      Incoming answer = link_.await(sockets[static_cast<size_t>(s)], false, link_.describe({"ps", s}));
+      if (answer.envelope.type != MessageType::Ready)
+        fail("ParameterServerStrategy: {} did not close the round: {}", link_.describe({"ps", s}),
+             answer.items.empty() ? "" : std::string(answer.items[0].payload));
+    }
+    round_short_ = false;
   }
 
   ParameterServerStrategy::Chief& chief_;
@@ -517,7 +557,8 @@ class Coordinator : public StepRunner {
   std::deque<LostServer> lost_servers_;
   std::set<int> called_back_;  // workers whose step was called back, until they answer
   bool restoring_ = false;
-  size_t replayed_ = 0;  // --replay: steps handed out
+  bool round_short_ = false;  // synchronous: a worker of the round in progress died
+  size_t replayed_ = 0;       // --replay: steps handed out
   int restoring_server_ = -1;
   int copy_epoch_ = 0;       // the chief's copy of the servers' state is of this epoch's end (0: this fit's start)
   double copy_seconds_ = 0;  // taking it, over the epochs
@@ -525,7 +566,7 @@ class Coordinator : public StepRunner {
   int64_t next_id_ = 0, steps_ = 0, rounds_ = 0;
   int64_t staleness_sum_ = 0, staleness_max_ = 0, applied_ = 0, dropped_ = 0;
   // This epoch's steps whose results came; of them, those handed again; workers lost.
-  int64_t recorded_ = 0, handed_again_ = 0, workers_lost_ = 0;
+  int64_t recorded_ = 0, handed_again_ = 0, workers_lost_ = 0, not_trained_ = 0;
   bool epoch_done_ = false;
   bool by_position_;
 };

@@ -162,11 +162,18 @@ bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
       for (const Shard& s : shards_) answer.add(s.variable, s.shard, s.value.value);
       return true;
     }
-    case MessageType::Push: try { push(request, answer);
+    case MessageType::Push: {
+      try {
+        push(request, answer);
       } catch (const Error&) {
         if (journaling_ && !synchronous_) journal_.pop_back();
         throw;
       }
+      return true;
+    }
+    case MessageType::CloseRound:
+      if (synchronous_ && !round_.empty()) apply_round();
+      answer = Outgoing(MessageType::Ready, 0, version_);
       return true;
     case MessageType::Fetch: state(answer); return true;
     case MessageType::Stop: answer = Outgoing(MessageType::Stop, 0, version_); return false;
@@ -331,18 +338,20 @@ void ParameterServer::push(const Incoming& request, Outgoing& answer) {
   if (size != round_size_) fail("push: a round of {} pushes, the round in progress has {}", size, round_size_);
   if (size == workers_ && round_.count(worker)) fail("push: worker {} pushed twice in one round", worker);
   round_.emplace(worker, std::move(gradients));
-  if (static_cast<int64_t>(round_.size()) == round_size_) {
-    std::vector<Tensor> sum = std::move(round_.begin()->second);  // in worker order
-    for (auto it = std::next(round_.begin()); it != round_.end(); ++it)
-      for (size_t i = 0; i < sum.size(); ++i) {
-        float* to = sum[i].data<float>();
-        const float* from = it->second[i].data<float>();
-        for (int64_t k = 0, n = sum[i].numel(); k < n; ++k) to[k] += from[k];
-      }
-    round_.clear();
-    apply(*optimizer_, sum);
-  }
+  if (static_cast<int64_t>(round_.size()) == round_size_) apply_round();
   answer = Outgoing(MessageType::Pushed, 0, version_, staleness);
+}
+
+void ParameterServer::apply_round() {
+  std::vector<Tensor> sum = std::move(round_.begin()->second);  // in worker order
+  for (auto it = std::next(round_.begin()); it != round_.end(); ++it)
+    for (size_t i = 0; i < sum.size(); ++i) {
+      float* to = sum[i].data<float>();
+      const float* from = it->second[i].data<float>();
+      for (int64_t k = 0, n = sum[i].numel(); k < n; ++k) to[k] += from[k];
+    }
+  round_.clear();
+  apply(*optimizer_, sum);
 }
 
 void ParameterServer::state(Outgoing& answer) {

@@ -56,6 +56,7 @@ class ParameterServer {
   void answer(zmq::socket_t& socket, const Incoming& request);  // handle(), its answer sent
   PsRecord::Event event_of(const Incoming& request) const;      // a worker's pull or push, as journalled
   void push(const Incoming& request, Outgoing& answer);
+  void apply_round();  // synchronous: the round's pushes summed in worker order, one update
   void apply(Optimizer& optimizer, std::vector<Tensor>& gradients);
   Optimizer& optimizer_of(uint32_t worker);  // asynchronous: the worker's copy
   // The push's gradients in shard order, checked (every shard once, float32, the shard's shape).

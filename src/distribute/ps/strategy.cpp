@@ -69,6 +69,9 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterS
     fail("ParameterServerStrategy: {} backup workers of {} workers leave no gradient to apply (at most {})",
          options_.backup_workers, cluster_.count("worker"), cluster_.count("worker") - 1);
   bool unbounded = options_.mode == PsMode::Asynchronous && options_.max_staleness < 0;
+  if (options_.min_workers < 1 || options_.min_workers > cluster_.count("worker"))
+    fail("ParameterServerStrategy: min_workers (--min-workers) must be from 1 to the {} workers, got {}",
+         cluster_.count("worker"), options_.min_workers);
   if ((!options_.record.empty() || !options_.replay.empty()) && !unbounded)
     fail(
         "ParameterServerStrategy: --record and --replay are for the asynchronous mode without a staleness bound (the "
@@ -107,6 +110,11 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterS
   if (is_chief() && unbounded && options_.replay.empty()) {
     int tasks = cluster_.count("worker") + cluster_.count("ps");
     links_->link->control().set_expendable([tasks](int rank) { return rank >= 1 && rank <= tasks; });
+  }
+  // Synchronous without backup workers, a worker that dies is dropped from the rounds.
+  if (is_chief() && options_.mode == PsMode::Synchronous && options_.backup_workers == 0) {
+    int workers = cluster_.count("worker");
+    links_->link->control().set_expendable([workers](int rank) { return rank >= 1 && rank <= workers; });
   }
 }
 

@@ -41,6 +41,7 @@ const char* message_type_name(MessageType type) {
     case MessageType::Abort: return "abort";
     case MessageType::Aborted: return "aborted";
     case MessageType::Journal: return "journal";
+    case MessageType::CloseRound: return "close-round";
   }
   return "unknown";
 }
@@ -75,7 +76,7 @@ Header decode(std::string_view frame, size_t payload_bytes) {
     fail("parameter-server message: wire version {} (this build speaks {})", version, kVersion);
   Header h;
   auto type = get<uint16_t>(p + 6);
-  if (type < static_cast<uint16_t>(MessageType::Pull) || type > static_cast<uint16_t>(MessageType::Journal))
+  if (type < static_cast<uint16_t>(MessageType::Pull) || type > static_cast<uint16_t>(MessageType::CloseRound))
     fail("parameter-server message: unknown message type {}", type);
   h.type = static_cast<MessageType>(type);
   h.variable = get<uint32_t>(p + 8);

@@ -23,29 +23,31 @@ inline constexpr size_t kHeaderBytes = 96;
 inline constexpr int kMaxRank = 6;
 
 enum class MessageType : uint16_t {
-  Pull = 1,      // worker → server: every shard it holds, at its current version (no payload)
-  Values = 2,    // server → worker: one item per shard; step = the server's version
-  Push = 3,      // worker → server: one item per shard, its gradient; step = the version it was computed on;
-                 // aux = the round's number of pushes (synchronous), or the worker's clock: its steps
-                 // before this one (asynchronous)
-  Pushed = 4,    // server → worker: step = the version after; aux = the staleness it was applied with,
-                 // or -1: dropped, its round applied without it (synchronous, backup workers)
-  Init = 5,      // chief → server: one item per shard, its value (item aux 0), then the optimizer's state
-                 // items (aux k: slot k - 1), and on a restore the workers' clocks (aux -1, int32 [W]);
-                 // aux = the mode: 0 asynchronous, 1 synchronous, 2 + S asynchronous with staleness bound S
-  Ready = 6,     // server → chief: initialized; worker → chief: ready for a step (aux = the worker's index)
-  Step = 7,      // chief → worker: int32 [first row in the round, the round's rows, its pushes, epoch,
-                 // step in the epoch, the worker's clock], then y (and x when not read by position);
-                 // step = the step's number, aux = the dropout key
-  Result = 8,    // worker → chief: loss sum, predictions; step = the step's number; aux = staleness (-1: dropped)
-  Fetch = 9,     // chief → server: every shard's value and optimizer state
-  State = 10,    // server → chief: the answer to Fetch
-  Stop = 11,     // chief → any task: end
-  Refused = 12,  // any → sender: the request was refused; the payload is the reason (text)
-  Abort = 13,    // chief → worker: drop the step in hand (a server is being restored)
-  Aborted = 14,  // worker → chief: dropped (or had none); free for the next step
-  Journal = 15,  // chief → server: the pulls and pushes handled since the last ask (--record);
-                 // server → chief: int32 [n, 4] (record.h's events)
+  Pull = 1,         // worker → server: every shard it holds, at its current version (no payload)
+  Values = 2,       // server → worker: one item per shard; step = the server's version
+  Push = 3,         // worker → server: one item per shard, its gradient; step = the version it was computed on;
+                    // aux = the round's number of pushes (synchronous), or the worker's clock: its steps
+                    // before this one (asynchronous)
+  Pushed = 4,       // server → worker: step = the version after; aux = the staleness it was applied with,
+                    // or -1: dropped, its round applied without it (synchronous, backup workers)
+  Init = 5,         // chief → server: one item per shard, its value (item aux 0), then the optimizer's state
+                    // items (aux k: slot k - 1), and on a restore the workers' clocks (aux -1, int32 [W]);
+                    // aux = the mode: 0 asynchronous, 1 synchronous, 2 + S asynchronous with staleness bound S
+  Ready = 6,        // server → chief: initialized; worker → chief: ready for a step (aux = the worker's index)
+  Step = 7,         // chief → worker: int32 [first row in the round, the round's rows, its pushes, epoch,
+                    // step in the epoch, the worker's clock], then y (and x when not read by position);
+                    // step = the step's number, aux = the dropout key
+  Result = 8,       // worker → chief: loss sum, predictions; step = the step's number; aux = staleness (-1: dropped)
+  Fetch = 9,        // chief → server: every shard's value and optimizer state
+  State = 10,       // server → chief: the answer to Fetch
+  Stop = 11,        // chief → any task: end
+  Refused = 12,     // any → sender: the request was refused; the payload is the reason (text)
+  Abort = 13,       // chief → worker: drop the step in hand (a server is being restored)
+  Aborted = 14,     // worker → chief: dropped (or had none); free for the next step
+  Journal = 15,     // chief → server: the pulls and pushes handled since the last ask (--record);
+                    // server → chief: int32 [n, 4] (record.h's events)
+  CloseRound = 16,  // chief → server (synchronous): a worker of the round died: apply the pushes in
+                    // (answered Ready, step = the version after)
 };
 const char* message_type_name(MessageType type);
 
