@@ -43,8 +43,10 @@ class _Scope:
 class Strategy:
     """A distribution strategy by its Tandem name ('mirrored:4', 'ps-async', 'model-parallel:2', ...)."""
 
-    def __init__(self, spec, threads_per_replica=0, auth_dir=None, insecure=False):
-        self._handle = _tandem.Strategy(spec, int(threads_per_replica), str(auth_dir or ""), bool(insecure))
+    def __init__(self, spec, threads_per_replica=0, auth_dir=None, insecure=False, record=None, replay=None,
+                 min_workers=1):
+        self._handle = _tandem.Strategy(spec, int(threads_per_replica), str(auth_dir or ""), bool(insecure),
+                                        str(record or ""), str(replay or ""), int(min_workers))
 
     def scope(self):
         """Models made inside train under this strategy."""
@@ -153,11 +155,13 @@ class ParameterServerStrategy(Strategy):
     default, with bounded staleness (``max_staleness=S``), or synchronous (``mode='sync'``, with
     ``backup_workers=B``: each round applies the first W - B gradients); ``auth_dir`` names the
     CurveZMQ keys of `tandem keys DIR` (every connection encrypted and authenticated), ``insecure``
-    lets tasks listen on non-loopback addresses without them; `tandem launch --tf-config FILE -- python3 train.py`
-    starts the cluster."""
+    lets tasks listen on non-loopback addresses without them; ``record``/``replay`` name a file that
+    records an asynchronous run's order of updates, or forces it again (the same final weights);
+    ``min_workers``: a synchronous job drops a worker that dies and ends below this many;
+    `tandem launch --tf-config FILE -- python3 train.py` starts the cluster."""
 
     def __init__(self, cluster_resolver=None, mode="async", variable_partitioner=None, max_staleness=None,
-                 backup_workers=0, auth_dir=None, insecure=False):
+                 backup_workers=0, auth_dir=None, insecure=False, record=None, replay=None, min_workers=1):
         if mode not in ("async", "sync"):
             raise Error(f"ParameterServerStrategy: mode must be 'async' or 'sync', got {mode!r}")
 
@@ -171,7 +175,10 @@ class ParameterServerStrategy(Strategy):
             spec = f"ps-sync:{count(backup_workers, 'backup_workers', 'sync')}"
         elif max_staleness is not None:  # stale synchronous parallel: no worker more than S steps ahead
             spec = f"ps-ssp:{count(max_staleness, 'max_staleness', 'async')}"
-        super().__init__(spec, auth_dir=auth_dir, insecure=insecure)
+        if isinstance(min_workers, bool) or not isinstance(min_workers, int) or min_workers < 1:
+            raise Error(f"ParameterServerStrategy: min_workers must be an int >= 1, got {min_workers!r}")
+        super().__init__(spec, auth_dir=auth_dir, insecure=insecure, record=record, replay=replay,
+                         min_workers=min_workers)
 
 
 class ModelParallelStrategy(Strategy):

@@ -8,16 +8,21 @@ namespace tandem::python {
 
 void register_strategies(py::module_& m) {
   py::class_<StrategyHandle, std::shared_ptr<StrategyHandle>>(m, "Strategy")
-      .def(py::init([](const std::string& spec, int threads_per_replica, std::string auth_dir, bool insecure) {
+      .def(py::init([](const std::string& spec, int threads_per_replica, std::string auth_dir, bool insecure,
+                       std::string record, std::string replay, int min_workers) {
              auto h = std::make_shared<StrategyHandle>();
              distribute::StrategySettings settings;
              settings.threads_per_replica = threads_per_replica;
              settings.auth_dir = std::move(auth_dir);
              settings.insecure = insecure;
+             settings.ps_record = std::move(record);
+             settings.ps_replay = std::move(replay);
+             settings.ps_min_workers = min_workers;
              h->strategy = distribute::make_strategy(spec, settings);
              return h;
            }),
-           py::arg("spec"), py::arg("threads_per_replica"), py::arg("auth_dir") = "", py::arg("insecure") = false)
+           py::arg("spec"), py::arg("threads_per_replica"), py::arg("auth_dir") = "", py::arg("insecure") = false,
+           py::arg("record") = "", py::arg("replay") = "", py::arg("min_workers") = 1)
       .def_property_readonly("name", [](StrategyHandle& h) { return h.strategy->name(); })
       .def_property_readonly("num_replicas_in_sync",
                              [](StrategyHandle& h) { return h.strategy->num_replicas_in_sync(); })

@@ -107,8 +107,13 @@ PS_SCRIPT = textwrap.dedent("""
     import numpy as np
     import tandem as tf
     mode, out = sys.argv[1], sys.argv[2]
-    keys = sys.argv[3] if len(sys.argv) > 3 else None
-    strategy = tf.distribute.ParameterServerStrategy(mode="sync", auth_dir=keys) if mode == "ps" else None
+    extra = sys.argv[3] if len(sys.argv) > 3 else None  # the keys' directory, or the record's file
+    if mode == "ps":
+        strategy = tf.distribute.ParameterServerStrategy(mode="sync", auth_dir=extra)
+    elif mode in ("record", "replay"):  # asynchronous
+        strategy = tf.distribute.ParameterServerStrategy(**{mode: extra})
+    else:
+        strategy = None
     rng = np.random.default_rng(3)
     x = rng.uniform(-1, 1, size=(73, 6)).astype(np.float32)
     y = (np.arange(73) % 4).astype(np.int32)
@@ -152,3 +157,20 @@ def test_parameter_servers_from_tf_config_train_as_one_process(tmp_path):
     c = np.load(tmp_path / "auth.npz")
     for name in a.files:
         np.testing.assert_array_equal(c[name], b[name])
+
+
+def test_an_asynchronous_run_replayed_from_its_record_ends_with_the_same_weights(tf, tmp_path):
+    """ParameterServerStrategy(record=FILE), then (replay=FILE), 2 workers: the same weights, bit for bit."""
+    script = tmp_path / "ps.py"
+    script.write_text(PS_SCRIPT)
+    record = tmp_path / "run.record"
+    for mode in ("record", "replay"):
+        run = subprocess.run([str(CLI), "launch", "--ps", "1", "--workers", "2", "--", sys.executable, str(script),
+                              mode, str(tmp_path / f"{mode}.npz"), str(record)], capture_output=True, text=True,
+                             timeout=180)
+        assert run.returncode == 0, run.stdout + run.stderr
+    a, b = np.load(tmp_path / "record.npz"), np.load(tmp_path / "replay.npz")
+    for name in a.files:
+        np.testing.assert_array_equal(b[name], a[name])
+    with pytest.raises(tf.Error, match="min_workers must be an int >= 1"):
+        tf.distribute.ParameterServerStrategy(mode="sync", min_workers=0)
