@@ -259,8 +259,7 @@ class Coordinator : public StepRunner {
       step.send(link_.own_socket(), &link_.worker_route(w));
     } catch (const std::exception&) {  // the worker is gone; its control connection will say so
       if (!workers_may_die()) throw;
-      alive_[static_cast<size_t>(w)] = false;
-      orphan_steps_of(w);
+      lose_worker(w);
     }
   }
 
@@ -275,7 +274,22 @@ class Coordinator : public StepRunner {
   bool rounds() const { return chief_.options.mode == PsMode::Synchronous && chief_.options.backup_workers == 0; }
   int alive_count() const { return static_cast<int>(std::count(alive_.begin(), alive_.end(), true)); }
 
-  // A worker gone: its steps in flight wait for another worker.
+  // A worker gone: asynchronous, its steps in flight wait for another worker; synchronous, its
+  // batch of the round in progress is not trained, and the round is closed without it.
+  void lose_worker(int w) {
+    size_t before = orphans_.size();
+    alive_[static_cast<size_t>(w)] = false;
+    called_back_.erase(w);
+    orphan_steps_of(w);
+    if (rounds()) {
+      size_t dropped = orphans_.size() - before;
+      round_short_ = round_short_ || dropped > 0;
+      not_trained_ += static_cast<int64_t>(dropped);
+      orphans_.clear();
+    }
+  }
+
+  // Its steps in flight out of flight (to hand again, or dropped), and it out of the free list.
   void orphan_steps_of(int w) {
     for (auto it = in_flight_.begin(); it != in_flight_.end();) {
       if (it->second.worker == w && !it->second.done) {
@@ -310,13 +324,8 @@ class Coordinator : public StepRunner {
       }
       size_t before = orphans_.size();
       ++workers_lost_;
-      alive_[static_cast<size_t>(w)] = false;
-      called_back_.erase(w);
-      orphan_steps_of(w);
-      if (rounds()) {  // its batch of the round in progress is dropped; the round closes without it
-        round_short_ = round_short_ || orphans_.size() > before;
-        not_trained_ += static_cast<int64_t>(orphans_.size() - before);
-        orphans_.clear();
+      lose_worker(w);
+      if (rounds()) {
         std::fprintf(stderr, "chief: %s; %s the rounds go on with %d worker(s)\n", event.what.c_str(),
                      round_short_ ? "its batch of the round in progress is not trained, and" : "", alive_count());
         if (alive_count() < chief_.options.min_workers)
