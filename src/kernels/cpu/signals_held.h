@@ -6,8 +6,10 @@
 // oneDNN fixed it upstream in 2026 (uxlfoundation/oneDNN#4845). Until the library we link has
 // the fix, every call into oneDNN holds the calling thread's asynchronous signals: one that
 // arrives is delivered to another thread, or to this one as the call returns. Faults (SIGSEGV,
-// SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT) stay unblocked. It costs two system calls
-// (about 0.25 us) per call.
+// SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT) stay unblocked. It costs two system calls per
+// call: 0.24 us a pair here, and the tutorial MLP at batch 25 makes about 11 calls per step
+// (strace: 53,820 rt_sigprocmask calls in one epoch of 2,400 steps and its evaluation), about 1%
+// of its 220 us step.
 #include <pthread.h>
 #include <signal.h>
 
