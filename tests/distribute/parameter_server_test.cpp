@@ -625,14 +625,16 @@ TEST(PsCluster, BackupWorkersLetARoundGoWithoutTheStraggler) {
   ASSERT_EQ(by_worker.size(), 3u) << w.output;
   auto [slow_steps, slow_dropped] = by_worker[1];
   EXPECT_GT(slow_dropped, 0) << w.output;
-  EXPECT_GE(slow_dropped, slow_steps - 2) << w.output;  // all but at most one per epoch's end
-  EXPECT_EQ(by_worker[0].second, 0) << w.output;
-  EXPECT_EQ(by_worker[2].second, 0) << w.output;
+  // All but at most one per epoch's end, where a round left short takes the next gradient computed
+  // on its version, the straggler's included (and a fast worker's may then come too late).
+  EXPECT_GE(slow_dropped, slow_steps - 2) << w.output;
+  EXPECT_LE(by_worker[0].second + by_worker[2].second, 2) << w.output;
   int64_t reported = 0;
   std::regex dropped("dropped: ([0-9.]+)");
   for (std::sregex_iterator it(w.output.begin(), w.output.end(), dropped), end; it != end; ++it)
     reported += static_cast<int64_t>(std::stod((*it)[1].str()));
-  EXPECT_EQ(reported, slow_dropped) << w.output;  // the progress lines, never silent
+  // The progress lines count every drop, never silent.
+  EXPECT_EQ(reported, by_worker[0].second + slow_dropped + by_worker[2].second) << w.output;
   // The count per worker is the chief's total of steps: 2 epochs of 600 rows in batches of 16.
   EXPECT_EQ(by_worker[0].first + by_worker[1].first + by_worker[2].first, 2 * 38) << w.output;
 }
