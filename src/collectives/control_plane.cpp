@@ -35,6 +35,13 @@ std::string encode(const std::vector<int64_t>& values) {
   return {reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int64_t)};
 }
 
+// Rank 0's table: its count of ranks, each rank's progress, then each rank's phase (a line each).
+std::string encode_table(const std::vector<int64_t>& progress, const std::vector<std::string>& phases) {
+  std::string table = encode({static_cast<int64_t>(progress.size())}) + encode(progress);
+  for (const std::string& phase : phases) table += phase + '\n';
+  return table;
+}
+
 // "checkpoint writing", "checkpoint-writing" and "Checkpoint_Writing" name the same phase.
 std::string phase_key(const std::string& phase) {
   std::string key;
@@ -201,6 +208,7 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
     write_all_blocking(peers_[0].fd, frame(kHello, std::string(reinterpret_cast<const char*>(&me), 4)));
   }
   for (Peer& p : peers_) p.heard = Clock::now();
+  ranks_.store(size(), std::memory_order_release);
   thread_ = std::thread([this] { run(); });
 }
 
@@ -213,6 +221,7 @@ ControlPlane::~ControlPlane() {
 }
 
 std::string ControlPlane::who(int rank) const {
+  if (rank >= size()) return fmt::format("rank {} (joined during the job)", rank);
   if (!names_.empty()) return names_[static_cast<size_t>(rank)];
   return fmt::format("rank {} (host {})", rank, host(rank));
 }
@@ -238,7 +247,7 @@ std::string ControlPlane::phase() const { return phase_of(rank_); }
 
 std::string ControlPlane::phase_of(int rank) const {
   std::lock_guard lock(mutex_);
-  return rank >= 0 && rank < size() ? phases_[static_cast<size_t>(rank)] : std::string();
+  return rank >= 0 && rank < static_cast<int>(phases_.size()) ? phases_[static_cast<size_t>(rank)] : std::string();
 }
 
 std::vector<int64_t> ControlPlane::progress() const {
@@ -261,14 +270,15 @@ bool ControlPlane::leave_and_wait() {
   leaving_.store(true, std::memory_order_release);
   while (!failed() && !(said_bye_.load(std::memory_order_acquire) &&
                         left_.load(std::memory_order_acquire) + lost_.load(std::memory_order_acquire) >=
-                            (rank_ == 0 ? size() - 1 : 1)))
+                            (rank_ == 0 ? ranks_.load(std::memory_order_acquire) - 1 : 1)))
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   return !failed();
 }
 
 bool ControlPlane::finish_and_wait() {
   finishing_.store(true, std::memory_order_release);
-  int expected = rank_ == 0 ? size() - 1 : 1;  // rank 0: every other rank's word; the others: rank 0's exit
+  // Rank 0: every other rank's word; the others: rank 0's exit.
+  int expected = rank_ == 0 ? ranks_.load(std::memory_order_acquire) - 1 : 1;
   while (!failed() && finished_.load(std::memory_order_acquire) < expected)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   return !failed();
@@ -296,7 +306,9 @@ void ControlPlane::count_finished() {
 // (its bye lets them go).
 void ControlPlane::say_bye_when_due() {
   if (!leaving_.load(std::memory_order_acquire) || said_bye_.load(std::memory_order_relaxed) || failed()) return;
-  if (rank_ == 0 && left_.load(std::memory_order_acquire) + lost_.load(std::memory_order_acquire) < size() - 1) return;
+  if (rank_ == 0 && left_.load(std::memory_order_acquire) + lost_.load(std::memory_order_acquire) <
+                        ranks_.load(std::memory_order_acquire) - 1)
+    return;
   std::lock_guard lock(mutex_);
   for (Peer& p : peers_)
     if (p.fd >= 0) send_to(p, kBye, {});
@@ -336,7 +348,8 @@ std::vector<ControlPlane::Event> ControlPlane::take_events() {
 
 bool ControlPlane::lost(int rank) const {
   std::lock_guard lock(mutex_);
-  return rank_ == 0 && rank > 0 && rank < size() && peers_[static_cast<size_t>(rank)].lost;
+  if (rank_ != 0 || rank <= 0) return false;
+  return rank >= static_cast<int>(peers_.size()) || peers_[static_cast<size_t>(rank)].lost;  // or never there
 }
 
 // On the control thread, rank 0: an expendable rank's connection closed or went silent.
@@ -362,9 +375,21 @@ void ControlPlane::accept_rejoin() {
   pollfd q{fd, POLLIN, 0};
   std::string hello(12, '\0');
   bool valid = poll(&q, 1, 1000) == 1 && recv(fd, hello.data(), hello.size(), MSG_WAITALL) == 12 &&
-               (std::memcpy(&from, hello.data() + 8, 4), from > 0 && from < size());
+               (std::memcpy(&from, hello.data() + 8, 4), from > 0 && from < kMaxRanks);
   std::lock_guard lock(mutex_);
-  if (!valid || leaving_.load(std::memory_order_acquire) || !peers_[static_cast<size_t>(from)].lost) {
+  // A rank beyond those the job has: joined, if expendable (the ranks between stay absent: lost).
+  if (valid && !leaving_.load(std::memory_order_acquire) && from >= static_cast<int>(peers_.size()) && expendable_ &&
+      expendable_(from)) {
+    auto before = static_cast<int>(peers_.size());
+    peers_.resize(static_cast<size_t>(from) + 1);
+    progress_.resize(peers_.size(), 0);
+    phases_.resize(peers_.size(), "start-up");
+    for (int r = before; r <= from; ++r) peers_[static_cast<size_t>(r)].lost = true;
+    lost_.fetch_add(from + 1 - before, std::memory_order_release);
+    ranks_.store(from + 1, std::memory_order_release);
+  }
+  if (!valid || leaving_.load(std::memory_order_acquire) || from >= static_cast<int>(peers_.size()) ||
+      !peers_[static_cast<size_t>(from)].lost) {
     close(fd);  // not one of ours, or a rank that is not lost (a second copy of a running task)
     return;
   }
@@ -433,8 +458,7 @@ void ControlPlane::beat() {
   beats_.fetch_add(1, std::memory_order_release);
   if (rank_ == 0) {
     progress_[0] = entered_.load(std::memory_order_relaxed);
-    std::string table = encode(progress_);
-    for (const std::string& phase : phases_) table += phase + '\n';
+    std::string table = encode_table(progress_, phases_);
     for (Peer& p : peers_)
       if (p.fd >= 0) send_to(p, kTable, table);
   } else if (peers_[0].fd >= 0) {
@@ -499,11 +523,15 @@ void ControlPlane::handle(int from, uint32_t type, const std::string& payload) {
     std::lock_guard lock(mutex_);
     std::memcpy(&progress_[static_cast<size_t>(from)], payload.data(), sizeof(int64_t));
     phases_[static_cast<size_t>(from)] = payload.substr(sizeof(int64_t), 64);
-  } else if (type == kTable && payload.size() >= progress_.size() * sizeof(int64_t)) {
+  } else if (type == kTable && payload.size() >= sizeof(int64_t)) {
+    // Rank 0's count of ranks may be more than this rank's (ranks joined during the job).
+    int64_t ranks = 0;
+    std::memcpy(&ranks, payload.data(), sizeof ranks);
+    if (ranks < 0 || ranks > kMaxRanks || payload.size() < (1 + static_cast<size_t>(ranks)) * sizeof(int64_t)) return;
     std::lock_guard lock(mutex_);
-    size_t bytes = progress_.size() * sizeof(int64_t);
-    std::memcpy(progress_.data(), payload.data(), bytes);
-    std::istringstream phases(payload.substr(bytes));
+    size_t shared = std::min(progress_.size(), static_cast<size_t>(ranks));
+    std::memcpy(progress_.data(), payload.data() + sizeof(int64_t), shared * sizeof(int64_t));
+    std::istringstream phases(payload.substr((1 + static_cast<size_t>(ranks)) * sizeof(int64_t)));
     std::string phase;
     for (size_t r = 0; r < phases_.size() && std::getline(phases, phase); ++r)
       if (static_cast<int>(r) != rank_) phases_[r] = phase.substr(0, 64);

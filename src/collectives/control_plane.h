@@ -41,7 +41,8 @@ class ControlPlane {
   ControlPlane& operator=(const ControlPlane&) = delete;
 
   int rank() const { return rank_; }
-  int size() const { return static_cast<int>(hosts_.size()); }
+  int size() const { return static_cast<int>(hosts_.size()); }  // the ranks the job started with
+  static constexpr int kMaxRanks = 1 << 16;
   const std::string& host(int rank) const { return hosts_[static_cast<size_t>(rank)]; }
   std::string who(int rank) const;  // "rank 2 (host node3)", or the rank's name
   std::chrono::milliseconds timeout() const { return timeout_; }
@@ -60,7 +61,9 @@ class ControlPlane {
   // Rank 0: the ranks `expendable` names may end without failing the job (the workers of an
   // asynchronous parameter-server job): one whose connection closes, or that goes silent past the
   // timeout, is lost (an event; its connection closed), and the same rank may connect again (a
-  // restarted task) until this rank leaves. The others see nothing of it.
+  // restarted task) until this rank leaves. An expendable rank beyond those the job started with
+  // may join too (a task added to a running job; ranks below kMaxRanks). The others see nothing
+  // of it.
   void set_expendable(std::function<bool(int rank)> expendable);
   struct Event {
     int rank;
@@ -68,7 +71,7 @@ class ControlPlane {
     std::string what;  // a lost rank: how ("died during training: ...")
   };
   std::vector<Event> take_events();  // since the last call
-  bool lost(int rank) const;
+  bool lost(int rank) const;         // rank 0: lost, or beyond every rank that has joined
 
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   std::string failure() const;
@@ -114,7 +117,8 @@ class ControlPlane {
   std::atomic<int64_t> entered_{0};
   std::atomic<int> left_{0};             // peers whose bye has come
   std::atomic<int> finished_{0};         // peers finished (Peer::finished)
-  std::atomic<int> lost_{0};             // expendable peers lost and not back
+  std::atomic<int> lost_{0};             // expendable peers lost and not back (joined ones never there counted)
+  std::atomic<int> ranks_{0};            // rank 0: every rank, those joined during the job included
   std::function<bool(int)> expendable_;  // under mutex_
   std::vector<Event> events_;            // under mutex_
   std::atomic<bool> finishing_{false}, said_done_{false};

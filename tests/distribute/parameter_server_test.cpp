@@ -676,7 +676,7 @@ TEST(PsCluster, AReplayedAsynchronousRunEndsWithTheRecordedWeightsBitForBit) {
   EXPECT_NE(seed.output.find("the recorded run began from other weights"), std::string::npos) << seed.output;
 }
 
-// TANDEM_TEST_FAULT=kill|stop:RANK:training: server ps:0 (control rank 1 + workers) of a
+// TANDEM_TEST_FAULT=kill|stop:RANK:training: server ps:0 (control rank 1) of a
 // synchronous job dies or stops as it starts serving; the chief names it within the timeout and
 // every task ends. (An asynchronous job restores it: below.)
 TEST(PsCluster, AKilledOrStoppedServerIsNamedAndTheJobEnds) {
@@ -687,7 +687,7 @@ TEST(PsCluster, AKilledOrStoppedServerIsNamedAndTheJobEnds) {
         launch_cluster(dir, 1, 2,
                        {"--model", "mlp", "--strategy", "ps-sync", "--epochs", "50", "--batch-size", "8", "--threads",
                         "1", "--timeout", "2", "--data-dir", dir.file("data")},
-                       std::string(fault) + ".log", 60, {fmt::format("TANDEM_TEST_FAULT={}:3:training", fault)});
+                       std::string(fault) + ".log", 60, {fmt::format("TANDEM_TEST_FAULT={}:1:training", fault)});
     // Named by the control connections (died, stopped answering) or by the wait on its answer.
     EXPECT_NE(w.code, 0) << fault << "\n" << w.output;
     EXPECT_FALSE(w.killed) << fault << ": the watchdog had to end it\n" << w.output;
@@ -861,6 +861,36 @@ TEST(PsCluster, AKilledServerIsRestoredAndTrainingGoesOn) {
   // The workers went on as they were: none was started again.
   EXPECT_EQ(out.find("starting task worker"), std::string::npos) << out;
   expect_test_accuracy_at_least(out, 97.0);
+}
+
+// Elastic: a worker the job did not start with (its TF_CONFIG lists one more worker, itself)
+// joins the running asynchronous job of 2 workers, trains steps, and ends with it.
+TEST(PsCluster, AWorkerAddedToARunningJobJoinsAndTrains) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> fit{
+      TANDEM_CLI,     "fit", "--model",   "mlp", "--strategy", "ps-async", "--epochs",   "150",
+      "--batch-size", "8",   "--threads", "1",   "--verbose",  "2",        "--data-dir", dir.file("data")};
+  std::vector<std::string> launch{TANDEM_CLI, "launch", "--ps", "1", "--workers", "2", "--"};
+  launch.insert(launch.end(), fit.begin(), fit.end());
+  Background job(dir, launch, "job.log");
+  ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
+  pid_t chief = task_pid(job.pid(), "chief", 0);
+  ASSERT_GT(chief, 0) << "the chief's process not found";
+  nlohmann::json config = nlohmann::json::parse(tf_config_of(chief));
+  config["cluster"]["worker"].push_back("127.0.0.1:1");  // a worker's address is never bound
+  config["task"] = {{"type", "worker"}, {"index", 2}};
+  Background added(dir, fit, "added.log", config.dump());
+  int code = job.wait(240), added_code = added.wait(60);
+  std::string out = job.said(), mine = added.said();
+  ASSERT_EQ(code, 0) << out;
+  expect_no_sanitizer_report(out);
+  expect_no_sanitizer_report(mine);
+  EXPECT_NE(out.find("chief: worker:2 (joined) joined the running job"), std::string::npos) << out;
+  EXPECT_EQ(added_code, 0) << mine;
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(mine, said, std::regex("worker:2 \\([^)]*\\): ([0-9]+) steps"))) << mine;
+  EXPECT_GT(std::stoll(said[1].str()), 0) << "the added worker got no step\n" << mine;
 }
 
 // Synchronous, 2 servers and 3 workers: worker 1 SIGKILLed during training is dropped from its

@@ -104,7 +104,8 @@ void ParameterServerStrategy::Chief::collect(std::vector<std::pair<std::string, 
 }
 
 void ParameterServerStrategy::Chief::stop_all() {
-  for (int w = 0; w < link.workers(); ++w) {
+  for (int w = 0; w < link.routed_workers(); ++w) {  // workers added to the running job included
+    if (link.worker_route(w).empty()) continue;
     try {
       Outgoing(MessageType::Stop, 0).send(link.own_socket(), &link.worker_route(w));
     } catch (const std::exception&) {  // a worker already gone

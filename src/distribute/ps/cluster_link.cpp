@@ -21,15 +21,15 @@ std::string text_of(const Incoming& message) {
 
 std::vector<TaskId> tasks_in_rank_order(const ClusterSpec& cluster) {
   std::vector<TaskId> out{{"chief", 0}};
-  for (int i = 0; i < cluster.count("worker"); ++i) out.push_back({"worker", i});
   for (int i = 0; i < cluster.count("ps"); ++i) out.push_back({"ps", i});
+  for (int i = 0; i < cluster.count("worker"); ++i) out.push_back({"worker", i});
   return out;
 }
 
 int control_rank(const ClusterSpec& cluster, const TaskId& task) {
   if (task.type == "chief") return 0;
-  if (task.type == "worker") return 1 + task.index;
-  return 1 + cluster.count("worker") + task.index;
+  if (task.type == "ps") return 1 + task.index;
+  return 1 + cluster.count("ps") + task.index;
 }
 
 ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout, const Keys* keys)
@@ -131,7 +131,13 @@ void ClusterLink::greet_as_chief(std::string& text) {
   }
 }
 
+std::string ClusterLink::describe(const TaskId& task) const {
+  if (task.type == "worker" && task.index >= workers()) return fmt::format("worker:{} (joined)", task.index);
+  return cluster_.describe(task);
+}
+
 void ClusterLink::welcome_worker(int worker, const std::string& route) {
+  if (worker >= static_cast<int>(routes_.size())) routes_.resize(static_cast<size_t>(worker) + 1);
   routes_[static_cast<size_t>(worker)] = route;
   Outgoing hello(MessageType::Ready, 0);
   hello.add_text(control_text_);

@@ -1,7 +1,8 @@
 #pragma once
 // What every task of a parameter-server cluster holds: its ZeroMQ sockets and the control plane
-// (collectives/control_plane.h) that watches the other tasks. The chief is control rank 0, worker
-// i rank 1 + i, server j rank 1 + W + j. Made when the strategy is (every task at once, as MPI's
+// (collectives/control_plane.h) that watches the other tasks. The chief is control rank 0, server
+// j rank 1 + j, worker i rank 1 + P + i (workers last: one added to a running job takes a rank
+// past them). Made when the strategy is (every task at once, as MPI's
 // start): the chief binds its address and greets every server and worker over ZeroMQ, which
 // carries the control plane's address; a task that does not answer within the timeout is named.
 #include <chrono>
@@ -31,7 +32,7 @@ class ClusterLink {
   const TaskId& task() const { return cluster_.task(); }
   int workers() const { return cluster_.count("worker"); }
   int servers() const { return cluster_.count("ps"); }
-  std::string describe(const TaskId& task) const { return cluster_.describe(task); }
+  std::string describe(const TaskId& task) const;  // "worker:3 (127.0.0.1:2224)"; one joined later: "worker:3 (joined)"
   std::chrono::milliseconds timeout() const { return timeout_; }
   detail::ControlPlane& control() { return *control_; }
 
@@ -40,8 +41,10 @@ class ClusterLink {
   std::vector<zmq::socket_t>& server_sockets() { return servers_; }
   zmq::socket_t& own_socket() { return own_; }  // chief, ps: the bound ROUTER; worker: a DEALER to the chief
   const std::string& worker_route(int worker) const { return routes_[static_cast<size_t>(worker)]; }
-  // The chief: a worker that greets it during training (started again) at `route` is answered as at
-  // start-up, with the control plane's address; it then joins the control plane as its rank.
+  int routed_workers() const { return static_cast<int>(routes_.size()); }  // the chief: those added included
+  // The chief: a worker that greets it during training (started again, or added: an index beyond
+  // the spec's) at `route` is answered as at start-up, with the control plane's address; it then
+  // joins the control plane as its rank.
   void welcome_worker(int worker, const std::string& route);
   // The chief and the workers: a new connection to server s (a server started again), whatever
   // the old one still queued dropped.

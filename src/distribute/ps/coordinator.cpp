@@ -30,6 +30,8 @@ using ps::Incoming;
 using ps::MessageType;
 using ps::Outgoing;
 
+constexpr int64_t kMaxWorkers = 4096;  // as `tandem launch --workers` allows
+
 // A wait on a server that died (the chief's own reads: its copy at an epoch's end, a checkpoint's
 // state); the coordinator restores the server and reads again. Past the coordinator, an Error.
 struct ServerLost : Error {
@@ -77,8 +79,7 @@ class Coordinator : public StepRunner {
     if (servers_may_die())
       link_.set_wait_hook([this] {
         for (int s = 0; s < link_.servers(); ++s)
-          if (s != restoring_server_ && link_.control().lost(1 + link_.workers() + s))
-            throw ServerLost(s, link_.describe({"ps", s}));
+          if (s != restoring_server_ && link_.control().lost(1 + s)) throw ServerLost(s, link_.describe({"ps", s}));
       });
   }
   ~Coordinator() override {
@@ -109,7 +110,7 @@ class Coordinator : public StepRunner {
       hand_again_what_died();
       int64_t pushes = chief_.options.mode == PsMode::Asynchronous  // a round's
                            ? 1
-                           : link_.workers() - chief_.options.backup_workers;
+                           : workers() - chief_.options.backup_workers;
       dispatch(chief_.replay ? take_recorded_worker(b) : take_free_worker(), b, steps_, 0, b.y.dim(0) * pushes, pushes);
       ++steps_;
     } else {
@@ -273,6 +274,14 @@ class Coordinator : public StepRunner {
   bool workers_may_die() const { return servers_may_die() || rounds(); }
   bool rounds() const { return chief_.options.mode == PsMode::Synchronous && chief_.options.backup_workers == 0; }
   int alive_count() const { return static_cast<int>(std::count(alive_.begin(), alive_.end(), true)); }
+  // The workers the job has had: the spec's, and those added while it runs.
+  int workers() const { return static_cast<int>(alive_.size()); }
+  int worker_rank(int w) const { return 1 + link_.servers() + w; }
+  void grow_workers(int count) {
+    alive_.resize(static_cast<size_t>(count), false);
+    started_.resize(static_cast<size_t>(count), 0);
+    finished_.resize(static_cast<size_t>(count), 0);
+  }
 
   // A worker gone: asynchronous, its steps in flight wait for another worker; synchronous, its
   // batch of the round in progress is not trained, and the round is closed without it.
@@ -316,12 +325,13 @@ class Coordinator : public StepRunner {
   // The control plane's news: workers lost (their steps orphaned), servers lost (restored).
   void watch_workers() {
     for (const auto& event : link_.control().take_events()) {
-      int w = event.rank - 1;
-      if (event.joined || w < 0) continue;
-      if (w >= link_.workers()) {
-        lost_servers_.push_back({w - link_.workers(), event.what, std::chrono::steady_clock::now()});
+      if (event.joined || event.rank < 1) continue;
+      if (event.rank <= link_.servers()) {
+        lost_servers_.push_back({event.rank - 1, event.what, std::chrono::steady_clock::now()});
         continue;
       }
+      int w = event.rank - 1 - link_.servers();
+      if (w >= workers()) continue;
       size_t before = orphans_.size();
       ++workers_lost_;
       lose_worker(w);
@@ -359,7 +369,7 @@ class Coordinator : public StepRunner {
     std::fprintf(stderr, "chief: %s; every step in flight is called back until it is started again and restored\n",
                  lost.what.c_str());
     size_t orphans = orphans_.size();
-    for (int w = 0; w < link_.workers(); ++w) {
+    for (int w = 0; w < workers(); ++w) {
       if (!alive_[static_cast<size_t>(w)]) continue;
       orphan_steps_of(w);  // and out of the free list until it answers
       try {
@@ -420,12 +430,19 @@ class Coordinator : public StepRunner {
   void greet(const Incoming& hello) {
     auto w = static_cast<int64_t>(hello.envelope.variable);
     std::string refusal;
-    if (w >= link_.workers()) refusal = fmt::format("the cluster has {} workers, so no worker {}", link_.workers(), w);
-    else if (!workers_may_die())
+    if (!workers_may_die())
       refusal =
           "workers join a running job only in the asynchronous mode without a staleness bound and in the synchronous "
           "one without backup workers";
-    else if (alive_[static_cast<size_t>(w)] || !link_.control().lost(1 + static_cast<int>(w)))
+    else if (w >= link_.workers() && !servers_may_die())
+      refusal = fmt::format(
+          "the cluster has {} workers, so no worker {}: a worker joins beyond the cluster the job started with only "
+          "in the asynchronous mode without a staleness bound",
+          link_.workers(), w);
+    else if (w >= kMaxWorkers)
+      refusal = fmt::format("worker {} is past the most workers a job takes ({})", w, kMaxWorkers);
+    else if (w < workers() &&
+             (alive_[static_cast<size_t>(w)] || !link_.control().lost(worker_rank(static_cast<int>(w)))))
       refusal = fmt::format("{} is already running", link_.describe({"worker", static_cast<int>(w)}));
     if (!refusal.empty()) {
       Outgoing no(MessageType::Refused, 0);
@@ -436,6 +453,7 @@ class Coordinator : public StepRunner {
       }
       return;
     }
+    if (w >= workers()) grow_workers(static_cast<int>(w) + 1);  // a worker added to the running job
     link_.welcome_worker(static_cast<int>(w), hello.route);
     alive_[static_cast<size_t>(w)] = true;
     free_.push_back(static_cast<int>(w));
@@ -503,7 +521,7 @@ class Coordinator : public StepRunner {
       // Backup workers, as SyncReplicasOptimizer's tokens: a worker whose gradient is in the round
       // waits for the round to be applied (its W - B gradients in), then all start the next.
       in_round_.push_back(w);
-      if (static_cast<int>(in_round_.size()) == link_.workers() - chief_.options.backup_workers) {
+      if (static_cast<int>(in_round_.size()) == workers() - chief_.options.backup_workers) {
         free_.insert(free_.end(), in_round_.rbegin(), in_round_.rend());
         in_round_.clear();
       }
@@ -524,7 +542,7 @@ class Coordinator : public StepRunner {
     for (const Batch& b : round_) rows += b.y.dim(0);
     auto pushes = static_cast<int64_t>(round_.size());
     std::vector<int> workers;  // those alive, in order (a worker that died is out of the rounds)
-    for (int w = 0; w < link_.workers(); ++w)
+    for (int w = 0; w < this->workers(); ++w)
       if (alive_[static_cast<size_t>(w)]) workers.push_back(w);
     for (size_t i = 0; i < round_.size(); ++i) {
       dispatch(workers[i], round_[i], rounds_, first, rows, pushes);

@@ -312,6 +312,8 @@ void ParameterServer::push(const Incoming& request, Outgoing& answer) {
     // The worker's clock against the slowest worker's, by the pushes applied here.
     uint32_t worker = request.envelope.variable;
     int64_t clock = request.envelope.aux;
+    if (worker >= clocks_.size() && bound_ < 0 && worker < 4096)
+      clocks_.resize(worker + 1, 0);  // a worker added to the running job
     if (worker >= clocks_.size()) fail("push: from worker {}, of {}", worker, clocks_.size());
     if (clock < 0) fail("push: worker {}'s clock is {}", worker, clock);
     auto slowest = std::min_element(clocks_.begin(), clocks_.end());

@@ -105,16 +105,15 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterS
     chief_->record.applied.resize(static_cast<size_t>(cluster_.count("ps")));
   }
   // Asynchronous without a bound, the job goes on without a worker that dies (its steps go to the
-  // others) and takes it back when it is started again; a server that dies is restored when it is.
-  // Not in a replay: a death cannot be replayed.
-  if (is_chief() && unbounded && options_.replay.empty()) {
-    int tasks = cluster_.count("worker") + cluster_.count("ps");
-    links_->link->control().set_expendable([tasks](int rank) { return rank >= 1 && rank <= tasks; });
-  }
+  // others), takes it back when it is started again, and takes workers added while it runs; a
+  // server that dies is restored when it is started again. Not in a replay: a death cannot be
+  // replayed. (Control ranks: the chief 0, the servers 1..P, the workers after.)
+  if (is_chief() && unbounded && options_.replay.empty())
+    links_->link->control().set_expendable([](int rank) { return rank >= 1; });
   // Synchronous without backup workers, a worker that dies is dropped from the rounds.
   if (is_chief() && options_.mode == PsMode::Synchronous && options_.backup_workers == 0) {
-    int workers = cluster_.count("worker");
-    links_->link->control().set_expendable([workers](int rank) { return rank >= 1 && rank <= workers; });
+    int first = 1 + cluster_.count("ps"), last = cluster_.count("ps") + cluster_.count("worker");
+    links_->link->control().set_expendable([first, last](int rank) { return rank >= first && rank <= last; });
   }
 }
 
