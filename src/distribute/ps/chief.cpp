@@ -73,6 +73,17 @@ void ParameterServerStrategy::Chief::keep_copy() {
 }
 
 void ParameterServerStrategy::Chief::collect(std::vector<std::pair<std::string, Tensor>>& state) {
+  for (;;) {  // a server lost meanwhile (a checkpoint's read) is restored, and the state read again
+    try {
+      return collect_once(state);
+    } catch (const ps::ServerLost&) {
+      if (!restore_lost) throw;
+      restore_lost();
+    }
+  }
+}
+
+void ParameterServerStrategy::Chief::collect_once(std::vector<std::pair<std::string, Tensor>>& state) {
   if (!shards) return;  // nothing trained yet: the state is the chief's own
   const auto& variables = shards->variables();
   std::vector<Tensor> values;

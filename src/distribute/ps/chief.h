@@ -17,6 +17,17 @@
 
 namespace tandem::distribute {
 
+namespace ps {
+// A wait on a server that died (the chief's own reads: its copy at an epoch's end, a checkpoint's
+// state) while the coordinator can restore it: restored, and read again. Past that, an Error.
+struct ServerLost : Error {
+  ServerLost(int server, const std::string& name)
+      : Error(fmt::format("ParameterServerStrategy: {} died while the chief was reading from it", name)),
+        server(server) {}
+  int server;
+};
+}  // namespace ps
+
 struct ParameterServerStrategy::Chief {
   Chief(ps::ClusterLink& link, const ParameterServerOptions& options) : link(link), options(options) {}
   // The servers hold the trainable variables and the optimizer's state as they are here (for a
@@ -30,13 +41,16 @@ struct ParameterServerStrategy::Chief {
   void init_server(int s, const std::vector<int64_t>& clocks = {});
   // The servers' variables and optimizer state, into a checkpoint's entries.
   void collect(std::vector<std::pair<std::string, Tensor>>& state);
+  void collect_once(std::vector<std::pair<std::string, Tensor>>& state);
   // Every worker and server told to end (those that answer within a second are done).
   void stop_all();
 
   ps::ClusterLink& link;
   const ParameterServerOptions& options;
   std::optional<ps::PsRecord> replay;  // --replay: the order to force
-  ps::PsRecord record;                 // --record: what this run did so far
+  // While fit's coordinator can restore a server (asynchronous): a server lost during a read.
+  std::function<void()> restore_lost;
+  ps::PsRecord record;  // --record: what this run did so far
   std::unique_ptr<ps::ShardTable> shards;
   Optimizer* optimizer = nullptr;
   std::vector<std::string> slot_names;  // "optimizer/<variable>/<slot>", per variable per slot

@@ -32,15 +32,6 @@ using ps::Outgoing;
 
 constexpr int64_t kMaxWorkers = 4096;  // as `tandem launch --workers` allows
 
-// A wait on a server that died (the chief's own reads: its copy at an epoch's end, a checkpoint's
-// state); the coordinator restores the server and reads again. Past the coordinator, an Error.
-struct ServerLost : Error {
-  ServerLost(int server, const std::string& name)
-      : Error(fmt::format("ParameterServerStrategy: {} died while the chief was reading from it", name)),
-        server(server) {}
-  int server;
-};
-
 // FNV-1a over the variables' bytes, as hex.
 std::string weights_hash(const std::vector<Variable*>& variables) {
   uint64_t h = 1469598103934665603ull;
@@ -76,14 +67,17 @@ class Coordinator : public StepRunner {
     started_.assign(static_cast<size_t>(link_.workers()), 0);
     finished_.assign(static_cast<size_t>(link_.workers()), 0);
     alive_.assign(static_cast<size_t>(link_.workers()), true);
-    if (servers_may_die())
+    if (servers_may_die()) {
       link_.set_wait_hook([this] {
         for (int s = 0; s < link_.servers(); ++s)
-          if (s != restoring_server_ && link_.control().lost(1 + s)) throw ServerLost(s, link_.describe({"ps", s}));
+          if (s != restoring_server_ && link_.control().lost(1 + s)) throw ps::ServerLost(s, link_.describe({"ps", s}));
       });
+      chief_.restore_lost = [this] { restore_after_lost_read(); };
+    }
   }
   ~Coordinator() override {
     link_.set_wait_hook(nullptr);
+    chief_.restore_lost = nullptr;
     if (copy_epoch_ > 0 && servers_may_die())
       std::fprintf(stderr,
                    "chief: keeping its copy of the servers' state (what a restore starts from) took %.1f ms per "
@@ -139,10 +133,8 @@ class Coordinator : public StepRunner {
         copy_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
         if (!chief_.options.record.empty()) write_record();
         break;
-      } catch (const ServerLost&) {  // the others' answers dropped with their connections
-        chief_.record.complete = false;
-        for (int s = 0; s < link_.servers(); ++s) link_.reconnect_server(s);
-        watch_workers();  // restored from the previous copy; then read again
+      } catch (const ps::ServerLost&) {
+        restore_after_lost_read();  // from the previous copy; then read again
       }
     }
     ++copy_epoch_;
@@ -358,6 +350,14 @@ class Coordinator : public StepRunner {
     std::string what;
     std::chrono::steady_clock::time_point when;
   };
+
+  // A server died while the chief read from the servers: the others' answers dropped with their
+  // connections, the server restored.
+  void restore_after_lost_read() {
+    chief_.record.complete = false;
+    for (int s = 0; s < link_.servers(); ++s) link_.reconnect_server(s);
+    watch_workers();
+  }
 
   // Every worker's step called back; the server, started again (by the launcher or by hand),
   // greeted and given its shards from the chief's copy; then the steps go out again.
