@@ -1,0 +1,345 @@
+// ParameterServerStrategy when tasks die and come back, under `tandem launch --ps P --workers W`
+// (loopback ports chosen free at run time, a watchdog on every launch, failures injected from
+// outside with SIGKILL): a worker's steps handed to the others and the worker started again, one
+// started by hand or added to the running job, a server restored, a synchronous round closed
+// without its dead worker; and an asynchronous run replayed from its record, bit for bit.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <thread>
+
+#include "cli/cli_util.h"
+#include "distribute/ps_cluster_util.h"
+#include "test_util.h"
+
+namespace tandem::testing {
+namespace {
+
+// --record writes which worker took each step and each server's order of pulls and pushes; --replay
+// forces it: an asynchronous run of 3 workers on 2 servers (a variable split over both) and its
+// replay end with the same weights, bit for bit. A replay on another cluster shape, with other
+// flags or from other weights is refused, naming both sides.
+TEST(PsCluster, AReplayedAsynchronousRunEndsWithTheRecordedWeightsBitForBit) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  auto fit = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> args{
+        "--model",   "mlp", "--strategy", "ps-async", "--epochs",   "2",   "--batch-size", "16",
+        "--threads", "1",   "--verbose",  "0",        "--shard-mb", "0.1", "--data-dir",   dir.file("data")};
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  };
+  std::string record = dir.file("run.record");
+  Watched recorded = launch_cluster(dir, 2, 3, fit({"--record", record, "--checkpoint-dir", "a"}), "a.log");
+  ASSERT_EQ(recorded.code, 0) << recorded.output;
+  ASSERT_NE(io::read_file(record).find("\"tandem_ps_record\":1"), std::string::npos);
+  Watched replayed = launch_cluster(dir, 2, 3, fit({"--replay", record, "--checkpoint-dir", "b"}), "b.log");
+  ASSERT_EQ(replayed.code, 0) << replayed.output;
+  expect_same_state(dir.file("a/final.safetensors"), dir.file("b/final.safetensors"), 0, "replay");
+
+  Watched fewer = launch_cluster(dir, 2, 2, fit({"--replay", record}), "fewer.log", 60);
+  EXPECT_NE(fewer.code, 0);
+  EXPECT_NE(fewer.output.find("was recorded with 3 worker(s) and 2 server(s); this cluster has 2 worker(s) and 2 "
+                              "server(s)"),
+            std::string::npos)
+      << fewer.output;
+  Watched prefetch = launch_cluster(dir, 2, 3, fit({"--replay", record, "--prefetch"}), "prefetch.log", 60);
+  EXPECT_NE(prefetch.code, 0);
+  EXPECT_NE(prefetch.output.find("was recorded without --prefetch; this run is with it"), std::string::npos)
+      << prefetch.output;
+  Watched seed = launch_cluster(dir, 2, 3, fit({"--replay", record, "--seed", "7"}), "seed.log", 60);
+  EXPECT_NE(seed.code, 0);
+  EXPECT_NE(seed.output.find("the recorded run began from other weights"), std::string::npos) << seed.output;
+}
+
+// TANDEM_TEST_FAULT=kill|stop:RANK:training: server ps:0 (control rank 1) of a
+// synchronous job dies or stops as it starts serving; the chief names it within the timeout and
+// every task ends. (An asynchronous job restores it: below.)
+TEST(PsCluster, AKilledOrStoppedServerIsNamedAndTheJobEnds) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  for (const char* fault : {"kill", "stop"}) {
+    Watched w =
+        launch_cluster(dir, 1, 2,
+                       {"--model", "mlp", "--strategy", "ps-sync", "--epochs", "50", "--batch-size", "8", "--threads",
+                        "1", "--timeout", "2", "--data-dir", dir.file("data")},
+                       std::string(fault) + ".log", 60, {fmt::format("TANDEM_TEST_FAULT={}:1:training", fault)});
+    // Named by the control connections (died, stopped answering) or by the wait on its answer.
+    EXPECT_NE(w.code, 0) << fault << "\n" << w.output;
+    EXPECT_FALSE(w.killed) << fault << ": the watchdog had to end it\n" << w.output;
+    EXPECT_LT(w.seconds, 30.0) << fault;
+    EXPECT_TRUE(std::regex_search(
+        w.output, std::regex("ps:0 \\(127\\.0\\.0\\.1:[0-9]+\\) (died|stopped answering|did not answer within 2 s)")))
+        << fault << "\n"
+        << w.output;
+    std::string left;
+    run_command_output("pgrep -f '" + unquoted_pattern(dir.path()) + "' || true", &left);
+    EXPECT_EQ(left, "") << fault << ": tasks left running";
+  }
+}
+
+// A launch running in the background, in a process group of its own that is killed when the test
+// ends (its watchdog: `wait` gives up after the limit).
+class Background {
+ public:
+  Background(const TempDir& dir, const std::vector<std::string>& argv, const std::string& log_name,
+             const std::string& tf_config = "")
+      : log_(dir.file(log_name)) {
+    static std::string config;  // for the child, which takes no captures
+    config = tf_config.empty() ? "" : "TF_CONFIG=" + tf_config;
+    pid_ = spawn_program(argv, log_, [] {
+      setpgid(0, 0);
+      putenv(const_cast<char*>("ASAN_OPTIONS=detect_leaks=0"));
+      if (!config.empty()) putenv(config.data());
+    });
+    setpgid(pid_, pid_);
+  }
+  ~Background() {
+    kill(-pid_, SIGKILL);
+    if (code_ < 0) waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  std::string said() const { return std::filesystem::exists(log_) ? io::read_file(log_) : std::string(); }
+  bool wait_for(const std::string& text, double limit_s) const {
+    auto start = std::chrono::steady_clock::now();
+    while (said().find(text) == std::string::npos) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(limit_s)) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+  // The exit status, or -1 after `limit_s` (the group then killed).
+  int wait(double limit_s) {
+    auto start = std::chrono::steady_clock::now();
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) != pid_) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(limit_s)) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return code_;
+  }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  int code_ = -1;
+};
+
+// A task that a sanitizer stopped would be restarted and the job would go on: its report is
+// looked for in the log.
+void expect_no_sanitizer_report(const std::string& output) {
+  for (const char* report : {"ERROR: AddressSanitizer", "runtime error:", "WARNING: ThreadSanitizer"})
+    EXPECT_EQ(output.find(report), std::string::npos) << output;
+}
+
+// The TF_CONFIG a process runs with ("" if none).
+std::string tf_config_of(pid_t pid) {
+  std::string environment = io::read_file("/proc/" + std::to_string(pid) + "/environ");
+  for (size_t at = 0; at < environment.size();) {
+    size_t end = environment.find('\0', at);
+    std::string entry = environment.substr(at, end - at);
+    if (entry.starts_with("TF_CONFIG=")) return entry.substr(10);
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return "";
+}
+
+// The launcher's child that runs task `type`:`index` (by its TF_CONFIG), or -1.
+pid_t task_pid(pid_t launcher, const std::string& type, int index) {
+  std::string wanted = fmt::format("\"task\":{{\"index\":{},\"type\":\"{}\"}}", index, type);
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string status;
+    try {
+      status = io::read_file(entry.path() / "status");
+    } catch (const Error&) {
+      continue;  // ended meanwhile
+    }
+    std::smatch parent;
+    if (!std::regex_search(status, parent, std::regex("PPid:\\s+([0-9]+)")) || std::stoi(parent[1]) != launcher)
+      continue;
+    auto pid = static_cast<pid_t>(std::stoi(name));
+    if (tf_config_of(pid).find(wanted) != std::string::npos) return pid;
+  }
+  return -1;
+}
+
+// The asynchronous job on real MNIST the fault tests kill a task of (1 server, 3 workers, mlp5,
+// batch 50), started and seen to reach epoch 2; null (the test skipped) without the data.
+std::unique_ptr<Background> real_mnist_job(const TempDir& dir, const std::string& epochs) {
+  std::string data = std::string(TANDEM_SOURCE_DIR) + "/data";
+  if (!std::filesystem::exists(data + "/mnist/train-images-idx3-ubyte")) return nullptr;
+  auto job = std::make_unique<Background>(
+      dir,
+      std::vector<std::string>{
+          TANDEM_CLI, "launch",     "--ps", "1",          "--workers", "3",         "--",   TANDEM_CLI,
+          "fit",      "--model",    "mlp5", "--strategy", "ps-async",  "--epochs",  epochs, "--batch-size",
+          "50",       "--lr-decay", "0.3",  "--data-dir", data,        "--verbose", "2"},
+      "job.log");
+  EXPECT_TRUE(job->wait_for("Epoch 2/", 120)) << job->said();
+  return job;
+}
+
+void expect_test_accuracy_at_least(const std::string& out, double percent) {
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(out, said, std::regex("test accuracy: ([0-9.]+)%"))) << out;
+  EXPECT_GE(std::stod(said[1].str()), percent) << out;
+}
+
+// Asynchronous, 1 server and 3 workers on real MNIST: worker 1 SIGKILLed as epoch 2 begins. The
+// chief hands its steps to the others, the launcher starts it again, it rejoins and trains; the job
+// ends 0, every step of the epoch trained (the chief's count), at least 97% test accuracy.
+TEST(PsCluster, AKilledWorkerIsStartedAgainRejoinsAndEveryStepIsTrained) {
+  TempDir dir;
+  auto job = real_mnist_job(dir, "3");
+  if (!job) GTEST_SKIP() << "skipped: real MNIST is not in ./data (bash scripts/setup fetches it)";
+  pid_t worker = task_pid(job->pid(), "worker", 1);
+  ASSERT_GT(worker, 0) << "worker:1's process not found";
+  kill(worker, SIGKILL);
+  int code = job->wait(240);
+  std::string out = job->said();
+  ASSERT_EQ(code, 0) << out;
+  expect_no_sanitizer_report(out);
+  EXPECT_TRUE(std::regex_search(out, std::regex("chief: worker:1 \\([^)]*\\) died during training"))) << out;
+  EXPECT_NE(out.find("launch: starting task worker:1 again (restart 1 of 3)"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("worker:1 \\([^)]*\\) joined the running job"))) << out;
+  EXPECT_NE(out.find("chief: this epoch's 1200 steps all trained"), std::string::npos) << out;
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(out, said, std::regex("worker:1 \\([^)]*\\): ([0-9]+) steps"))) << out;
+  EXPECT_GT(std::stoll(said[1].str()), 0) << "the restarted worker got no step\n" << out;
+  expect_test_accuracy_at_least(out, 97.0);
+}
+
+// Asynchronous, 1 server and 3 workers on real MNIST: the server SIGKILLed during training. The
+// chief calls every step back, the launcher starts the server again, the chief restores it from its
+// copy of the last epoch's end and training goes on without restarting the others: exit 0, the
+// loss named in the log, at least 97% test accuracy.
+TEST(PsCluster, AKilledServerIsRestoredAndTrainingGoesOn) {
+  TempDir dir;
+  auto job = real_mnist_job(dir, "4");
+  if (!job) GTEST_SKIP() << "skipped: real MNIST is not in ./data (bash scripts/setup fetches it)";
+  pid_t server = task_pid(job->pid(), "ps", 0);
+  ASSERT_GT(server, 0) << "ps:0's process not found";
+  kill(server, SIGKILL);
+  int code = job->wait(240);
+  std::string out = job->said();
+  ASSERT_EQ(code, 0) << out;
+  expect_no_sanitizer_report(out);
+  EXPECT_TRUE(std::regex_search(out, std::regex("chief: ps:0 \\([^)]*\\) died during training"))) << out;
+  EXPECT_NE(out.find("launch: starting task ps:0 again (restart 1 of 3)"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("chief: ps:0 \\([^)]*\\) restored [0-9.]+ s after its death was seen, from the chief's copy of "
+                      "epoch [0-9]+'s end; lost on its shards: the updates of the [0-9]+ steps trained since")))
+      << out;
+  // The workers went on as they were: none was started again.
+  EXPECT_EQ(out.find("starting task worker"), std::string::npos) << out;
+  expect_test_accuracy_at_least(out, 97.0);
+}
+
+// Elastic: a worker the job did not start with (its TF_CONFIG lists one more worker, itself)
+// joins the running asynchronous job of 2 workers, trains steps, and ends with it.
+TEST(PsCluster, AWorkerAddedToARunningJobJoinsAndTrains) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> fit{
+      TANDEM_CLI,     "fit", "--model",   "mlp", "--strategy", "ps-async", "--epochs",   "150",
+      "--batch-size", "8",   "--threads", "1",   "--verbose",  "2",        "--data-dir", dir.file("data")};
+  std::vector<std::string> launch{TANDEM_CLI, "launch", "--ps", "1", "--workers", "2", "--"};
+  launch.insert(launch.end(), fit.begin(), fit.end());
+  Background job(dir, launch, "job.log");
+  ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
+  pid_t chief = task_pid(job.pid(), "chief", 0);
+  ASSERT_GT(chief, 0) << "the chief's process not found";
+  nlohmann::json config = nlohmann::json::parse(tf_config_of(chief));
+  config["cluster"]["worker"].push_back("127.0.0.1:1");  // a worker's address is never bound
+  config["task"] = {{"type", "worker"}, {"index", 2}};
+  Background added(dir, fit, "added.log", config.dump());
+  int code = job.wait(240), added_code = added.wait(60);
+  std::string out = job.said(), mine = added.said();
+  ASSERT_EQ(code, 0) << out;
+  expect_no_sanitizer_report(out);
+  expect_no_sanitizer_report(mine);
+  EXPECT_NE(out.find("chief: worker:2 (joined) joined the running job"), std::string::npos) << out;
+  EXPECT_EQ(added_code, 0) << mine;
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(mine, said, std::regex("worker:2 \\([^)]*\\): ([0-9]+) steps"))) << mine;
+  EXPECT_GT(std::stoll(said[1].str()), 0) << "the added worker got no step\n" << mine;
+}
+
+// Synchronous, 2 servers and 3 workers: worker 1 SIGKILLed during training is dropped from its
+// round (the servers apply the others' gradients) and the rounds go on with 2 workers until the
+// launcher's restart rejoins it; with --min-workers 3 the job ends instead, naming the rule.
+TEST(PsCluster, ASynchronousJobDropsADeadWorkerFromItsRoundOrEndsBelowMinWorkers) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  auto job = [&](const std::vector<std::string>& more, const std::string& log) {
+    std::vector<std::string> argv{TANDEM_CLI,  "launch",     "--ps",         "2",          "--workers",
+                                  "3",         "--",         TANDEM_CLI,     "fit",        "--model",
+                                  "mlp",       "--strategy", "ps-sync",      "--epochs",   "60",
+                                  "--threads", "1",          "--batch-size", "8",          "--verbose",
+                                  "2",         "--shard-mb", "0.1",          "--data-dir", dir.file("data")};
+    argv.insert(argv.end(), more.begin(), more.end());
+    auto started = std::make_unique<Background>(dir, argv, log);
+    EXPECT_TRUE(started->wait_for("Epoch 2/", 120)) << started->said();
+    pid_t worker = task_pid(started->pid(), "worker", 1);
+    EXPECT_GT(worker, 0) << "worker:1's process not found";
+    if (worker > 0) kill(worker, SIGKILL);
+    return started;
+  };
+  auto dropped = job({}, "dropped.log");
+  ASSERT_EQ(dropped->wait(240), 0) << dropped->said();
+  std::string out = dropped->said();
+  expect_no_sanitizer_report(out);
+  EXPECT_NE(out.find("the rounds go on with 2 worker(s)"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("worker:1 \\([^)]*\\) joined the running job"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("this epoch's batches: [0-9]+ trained, [01] not"))) << out;
+
+  auto ends = job({"--min-workers", "3"}, "ends.log");
+  EXPECT_NE(ends->wait(120), 0);
+  EXPECT_NE(ends->said().find("2 worker(s) left, fewer than --min-workers 3: the job ends"), std::string::npos)
+      << ends->said();
+}
+
+// With --restarts 0 the launcher leaves a dead worker dead; the same task started by hand (its
+// TF_CONFIG) joins the running job, trains steps, and ends with it.
+TEST(PsCluster, AWorkerStartedAgainByHandJoinsTheRunningJob) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> fit{
+      TANDEM_CLI,     "fit", "--model",   "mlp", "--strategy", "ps-async", "--epochs",   "150",
+      "--batch-size", "8",   "--threads", "1",   "--verbose",  "2",        "--data-dir", dir.file("data")};
+  std::vector<std::string> launch{TANDEM_CLI, "launch", "--ps", "1", "--workers", "2", "--restarts", "0", "--"};
+  launch.insert(launch.end(), fit.begin(), fit.end());
+  Background job(dir, launch, "job.log");
+  ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
+  pid_t worker = task_pid(job.pid(), "worker", 1);
+  ASSERT_GT(worker, 0) << "worker:1's process not found";
+  std::string config = tf_config_of(worker);
+  kill(worker, SIGKILL);
+  ASSERT_TRUE(job.wait_for("died during training", 60)) << job.said();
+  Background by_hand(dir, fit, "hand.log", config);
+  int code = job.wait(240), hand_code = by_hand.wait(60);
+  std::string out = job.said(), hand = by_hand.said();
+  ASSERT_EQ(code, 0) << out;
+  expect_no_sanitizer_report(out);
+  expect_no_sanitizer_report(hand);
+  EXPECT_EQ(out.find("starting task worker:1 again"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("worker:1 \\([^)]*\\) joined the running job"))) << out;
+  EXPECT_EQ(hand_code, 0) << hand;
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(hand, said, std::regex("worker:1 \\([^)]*\\): ([0-9]+) steps"))) << hand;
+  EXPECT_GT(std::stoll(said[1].str()), 0) << "the worker started by hand got no step\n" << hand;
+}
+
+}  // namespace
+}  // namespace tandem::testing
