@@ -21,10 +21,8 @@ namespace ps {
 // A wait on a server that died (the chief's own reads: its copy at an epoch's end, a checkpoint's
 // state) while the coordinator can restore it: restored, and read again. Past that, an Error.
 struct ServerLost : Error {
-  ServerLost(int server, const std::string& name)
-      : Error(fmt::format("ParameterServerStrategy: {} died while the chief was reading from it", name)),
-        server(server) {}
-  int server;
+  explicit ServerLost(const std::string& name)
+      : Error(fmt::format("ParameterServerStrategy: {} died while the chief was reading from it", name)) {}
 };
 }  // namespace ps
 

@@ -70,7 +70,7 @@ class Coordinator : public StepRunner {
     if (servers_may_die()) {
       link_.set_wait_hook([this] {
         for (int s = 0; s < link_.servers(); ++s)
-          if (s != restoring_server_ && link_.control().lost(1 + s)) throw ps::ServerLost(s, link_.describe({"ps", s}));
+          if (s != restoring_server_ && link_.control().lost(1 + s)) throw ps::ServerLost(link_.describe({"ps", s}));
       });
       chief_.restore_lost = [this] { restore_after_lost_read(); };
     }
