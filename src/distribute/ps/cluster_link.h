@@ -52,7 +52,8 @@ class ClusterLink {
   // The chief: greets server s (started again) as at start-up and waits, at most the timeout, for
   // its answer, calling `meanwhile` between slices; false when it did not answer.
   bool greet_server_again(int s, const std::function<void()>& meanwhile);
-  // Called between the slices of every await (a worker watches its chief for a step called back).
+  // Called after each slice of an await that brought nothing (a worker watches its chief for a
+  // step called back).
   void set_wait_hook(std::function<void()> hook) { wait_hook_ = std::move(hook); }
   zmq::context_t& context() { return context_; }
 
