@@ -60,6 +60,12 @@ class GradientTape {
   // and ready(i) called then, while the rest of backward is still to run.
   void gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out,
                 const std::function<void(size_t source)>* ready = nullptr);
+  // Backward from a non-scalar target, given the gradient flowing into it (tf.GradientTape's
+  // output_gradients; a pipeline stage's backward starts from what the next stage sends):
+  // d sum(target · output_gradient) / d source, written into `out` (one per source).
+  void gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out,
+                const Tensor& output_gradient);
+  std::vector<Tensor> gradient(const Tensor& target, std::span<const Tensor> sources, const Tensor& output_gradient);
   // Forgets everything recorded and starts recording again; keeps its memory for reuse.
   void reset();
 
@@ -74,7 +80,10 @@ class GradientTape {
 
  private:
   friend class StopRecording;
-  void backward(const Tensor& target, const std::function<void(size_t node)>* after_node = nullptr);
+  // From `seed` (ones for a scalar target when null).
+  void backward(const Tensor& target, const Tensor* seed, const std::function<void(size_t node)>* after_node = nullptr);
+  void gradient_from(const Tensor& target, const Tensor* seed, std::span<const Tensor> sources, std::span<Tensor> out,
+                     const std::function<void(size_t source)>* ready);
   void clear();
   int32_t new_slot(uint64_t id);
   bool persistent_;

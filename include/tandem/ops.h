@@ -85,6 +85,40 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tens
                   Tensor& moving_variance, float momentum, float epsilon, bool training,
                   const distribute::ReplicaContext* replicas = nullptr, bool synchronized = false);
 
+// While alive on this thread, training batch_norm leaves the moving statistics as they are and
+// keeps each call's batch statistics; apply() then moves each layer's moving statistics once,
+// toward the average of its calls' (summed in call order). A pipeline stage's micro-batches, each
+// normalized with its own statistics (ghost batches), so move them once per global batch, as
+// unsynchronized replicas move theirs toward their average.
+class DeferredMovingStatistics {
+ public:
+  DeferredMovingStatistics();
+  ~DeferredMovingStatistics();
+  DeferredMovingStatistics(const DeferredMovingStatistics&) = delete;
+  DeferredMovingStatistics& operator=(const DeferredMovingStatistics&) = delete;
+  // For batch_norm: the deferral in force on this thread, or null.
+  static DeferredMovingStatistics* active();
+  void add(Tensor& moving_mean, Tensor& moving_variance, std::span<const float> mean, std::span<const float> variance,
+           float momentum);
+  // What the calls of the layer whose moving mean is `moving_mean` (`channels` wide) kept: Σ of
+  // their means, then of their variances, per channel, then their count (zeros: no call), to be
+  // summed over the copies of a layer (its pipeline's data group) before move().
+  std::vector<double> sums(const Tensor& moving_mean, int64_t channels) const;
+  // The moving statistics toward the average that `sums` hold (nothing where they count no call).
+  static void move(Tensor& moving_mean, Tensor& moving_variance, std::span<const double> sums, float momentum);
+  // Every layer's statistics moved (once; nothing kept after).
+  void apply();
+
+ private:
+  struct Layer {
+    Tensor moving_mean, moving_variance;
+    float momentum;
+    std::vector<double> sums;  // as sums() gives them
+  };
+  std::vector<Layer> layers_;
+  DeferredMovingStatistics* previous_;
+};
+
 // Deterministic replicated training cuts the global batch into a fixed list of parts
 // (micro-batches) spread over the replicas. Given this replica's parts' values (per_part each,
 // in part order), returns every part's values (parts × per_part, in part order; a part with no

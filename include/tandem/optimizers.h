@@ -99,6 +99,9 @@ class Optimizer {
   void build(std::span<Variable* const> variables);
   // A copy with its own slots holding the same values, for the variables given (a replica's).
   std::unique_ptr<Optimizer> replicate(std::span<Variable* const> variables);
+  // A copy that updates `variables`, some of those this optimizer keeps slots for (built), in
+  // this optimizer's own slots (a pipeline stage's share of the update); it counts its own steps.
+  std::unique_ptr<Optimizer> part(std::span<Variable* const> variables) const;
   // The slots it keeps for each trainable variable (Adam: m and v).
   virtual int slots_per_variable() const = 0;
 

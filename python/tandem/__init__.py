@@ -36,9 +36,12 @@ class GradientTape:
     def watch(self, tensor):
         self._tape.watch(tensor)
 
-    def gradient(self, target, sources):
-        """d target / d source for each source (variables or tensors), as a list of Tensors."""
-        return self._tape.gradient(target, list(sources))
+    def gradient(self, target, sources, output_gradients=None):
+        """d target / d source for each source (variables or tensors), as a list of Tensors.
+
+        With output_gradients (the gradient flowing into a non-scalar target, of its shape), the
+        gradients of sum(target * output_gradients), as tf.GradientTape.gradient takes it."""
+        return self._tape.gradient(target, list(sources), output_gradients)
 
 __version__ = "0.10.0"
 __all__ = ["keras", "distribute", "hvd", "nn", "GradientTape", "Tensor", "Error", "FileError", "FileNotFoundError", "set_num_threads"]

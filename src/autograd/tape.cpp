@@ -123,17 +123,32 @@ void GradientTape::accumulate(int32_t slot, Tensor grad) {
   g = std::move(sum);
 }
 
-void GradientTape::backward(const Tensor& target, const std::function<void(size_t node)>* after_node) {
+void GradientTape::backward(const Tensor& target, const Tensor* seed,
+                            const std::function<void(size_t node)>* after_node) {
   if (used_ && !persistent_)
     fail("GradientTape::gradient: called twice on a non-persistent tape (make it with persistent=true)");
+  if (seed == nullptr && target.numel() != 1)
+    fail(
+        "GradientTape::gradient: target must be a scalar, got shape {} (give the gradient flowing into it, "
+        "output_gradient, for another)",
+        target.shape().str());
+  if (seed != nullptr) {
+    if (!seed->defined()) fail("GradientTape::gradient: the output gradient is undefined");
+    if (!(seed->shape() == target.shape()) || seed->dtype() != DType::Float32)
+      fail("GradientTape::gradient: the output gradient must be float32 of the target's shape {}, got {} of {}",
+           target.shape().str(), dtype_name(seed->dtype()), seed->shape().str());
+    if (seed->device() != target.device())
+      fail("GradientTape::gradient: the output gradient is on {}, the target on {}", seed->device().name(),
+           target.device().name());
+  }
   used_ = true;
-  if (target.numel() != 1) fail("GradientTape::gradient: target must be a scalar, got shape {}", target.shape().str());
   StopRecording pause;  // gradient functions use ops too
   int32_t target_slot = slot_of(target);
   grads_.clear();
   grads_.resize(static_cast<size_t>(slots_));
   if (target_slot < 0) return;
-  grads_[static_cast<size_t>(target_slot)] = Tensor::full(target.shape(), 1.0f, target.device());
+  grads_[static_cast<size_t>(target_slot)] =
+      seed != nullptr ? *seed : Tensor::full(target.shape(), 1.0f, target.device());
   for (size_t k = nodes_.size(); k-- > 0;) {
     autograd::Node* node = nodes_[k];
     Tensor g = grads_[static_cast<size_t>(node->output_slot)];
@@ -151,6 +166,23 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<Varia
 
 void GradientTape::gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out,
                             const std::function<void(size_t source)>* ready) {
+  gradient_from(target, nullptr, sources, out, ready);
+}
+
+void GradientTape::gradient(const Tensor& target, std::span<const Tensor> sources, std::span<Tensor> out,
+                            const Tensor& output_gradient) {
+  gradient_from(target, &output_gradient, sources, out, nullptr);
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target, std::span<const Tensor> sources,
+                                           const Tensor& output_gradient) {
+  std::vector<Tensor> out(sources.size());
+  gradient_from(target, &output_gradient, sources, out, nullptr);
+  return out;
+}
+
+void GradientTape::gradient_from(const Tensor& target, const Tensor* seed, std::span<const Tensor> sources,
+                                 std::span<Tensor> out, const std::function<void(size_t source)>* ready) {
   if (out.size() != sources.size())
     fail("GradientTape::gradient: {} sources but {} outputs", sources.size(), out.size());
   // Source slots must exist before backward so that their gradients are kept.
@@ -165,7 +197,7 @@ void GradientTape::gradient(const Tensor& target, std::span<const Tensor> source
     if (ready) (*ready)(i);
   };
   if (ready == nullptr) {
-    backward(target);
+    backward(target, seed);
     for (size_t i = 0; i < sources.size(); ++i) finish(i);
     return;
   }
@@ -181,7 +213,7 @@ void GradientTape::gradient(const Tensor& target, std::span<const Tensor> source
     for (size_t i = 0; i < sources.size(); ++i)
       if (first_use_[i] == static_cast<int64_t>(k)) finish(i);
   };
-  backward(target, &after);
+  backward(target, seed, &after);
   for (size_t i = 0; i < sources.size(); ++i)
     if (first_use_[i] < 0) finish(i);  // no op read it: zeros
 }

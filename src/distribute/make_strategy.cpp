@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "tandem/collectives/mpi.h"
@@ -11,6 +12,7 @@
 #include "tandem/distribute/model_parallel.h"
 #include "tandem/distribute/multi_worker.h"
 #include "tandem/distribute/parameter_server.h"
+#include "tandem/distribute/pipeline.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/error.h"
 #include "tandem/runtime.h"
@@ -24,6 +26,36 @@ std::optional<int> count_in_name(const std::string& n, int most) {
       std::stoi(n) > most)
     return std::nullopt;
   return std::stoi(n);
+}
+
+// pipeline:S[:M][:gpipe|:1f1b] (`spec` without "pipeline:") as options, or the reason it is not.
+std::variant<PipelineOptions, std::string> pipeline_options(const std::string& spec, int data_replicas,
+                                                            int threads_per_replica) {
+  std::vector<std::string> parts;
+  for (size_t at = 0;;) {
+    size_t colon = spec.find(':', at);
+    parts.push_back(spec.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
+    if (colon == std::string::npos) break;
+    at = colon + 1;
+  }
+  PipelineOptions options;
+  options.data_replicas = data_replicas;
+  if (!parts.empty() && (parts.back() == "gpipe" || parts.back() == "1f1b")) {
+    options.schedule = parts.back() == "gpipe" ? PipelineSchedule::GPipe : PipelineSchedule::OneForwardOneBackward;
+    parts.pop_back();
+  }
+  if (parts.empty() || parts.size() > 2) return std::string("pipeline takes pipeline:S[:M][:gpipe|:1f1b]");
+  std::optional<int> stages = count_in_name(parts[0], kMaxThreads);
+  if (!stages) return fmt::format("the stage count \"{}\" is not a number from 1 to {}", parts[0], kMaxThreads);
+  options.num_stages = *stages;
+  if (parts.size() == 2) {
+    std::optional<int> micro = count_in_name(parts[1], 1000000);
+    if (!micro) return fmt::format("the micro-batch count \"{}\" is not a number from 1 to 1000000", parts[1]);
+    options.micro_batches = *micro;
+  }
+  options.threads_per_stage =
+      threads_per_replica > 0 ? threads_per_replica : std::max(1, usable_cores() / (*stages * data_replicas));
+  return options;
 }
 }  // namespace
 
@@ -60,7 +92,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
         "strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]], "
         "central[:N[:deterministic]], local_sgd[:N[:K]], multiworker[:W[:L]][:deterministic], ps-async, ps-sync, "
         "ps-ssp:S, "
-        "model-parallel:N or mirrored:D+model-parallel:T",
+        "model-parallel:N, pipeline:S[:M][:gpipe|:1f1b], or mirrored:D+ either of the last two",
         spec, why);
   };
   if (spec == "default") return std::make_unique<DefaultStrategy>();
@@ -104,12 +136,22 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
       options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
     return std::make_unique<ParameterServerStrategy>(cluster, options);
   }
+  auto pipeline = [&](const std::string& rest, int data_replicas) -> std::unique_ptr<Strategy> {
+    auto options = pipeline_options(rest, data_replicas, threads_per_replica);
+    if (auto* why = std::get_if<std::string>(&options)) return bad(*why);
+    return std::make_unique<PipelineStrategy>(std::get<PipelineOptions>(options));
+  };
+  if (parts[0] == "pipeline") return pipeline(spec.size() > 9 ? spec.substr(9) : "", 1);
   if (auto plus = spec.find('+'); plus != std::string::npos) {  // data × model: mirrored:D+model-parallel:T
     std::string data = spec.substr(0, plus), model = spec.substr(plus + 1);
     std::optional<int> d = data.starts_with("mirrored:") ? count_in_name(data.substr(9), kMaxThreads) : std::nullopt;
+    if (d && model.starts_with("pipeline:")) return pipeline(model.substr(9), *d);
     std::optional<int> t =
         model.starts_with("model-parallel:") ? count_in_name(model.substr(15), kMaxThreads) : std::nullopt;
-    if (!d || !t) return bad("data × model is mirrored:D+model-parallel:T (D copies of the model split T ways)");
+    if (!d || !t)
+      return bad(
+          "data × model is mirrored:D+model-parallel:T or mirrored:D+pipeline:S[:M] (D copies of the model split T "
+          "ways or cut into S stages)");
     return std::make_unique<ModelParallelStrategy>(ModelParallelOptions{
         .num_shards = *t,
         .threads_per_shard = threads_per_replica > 0 ? threads_per_replica : std::max(1, usable_cores() / (*d * *t)),

@@ -6,6 +6,7 @@
 // Synchronized across replicas, R and the sums in dx run over the global batch (one collective
 // each for the mean, the variance and the two backward sums); dγ and dβ stay the replica's own
 // (the gradient all-reduce sums them).
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -61,6 +62,16 @@ std::vector<double> squared_deviations(const Tensor& x, const Tensor& mean, int6
 void move_toward(Tensor& moving, std::span<const float> value, float momentum) {
   Tensor v = channel_tensor(value, moving.device());
   on(moving).moving_average(moving.buffer<float>(), v.buffer<float>(), moving.numel(), momentum);
+}
+
+thread_local DeferredMovingStatistics* deferred = nullptr;
+
+// The moving statistics toward these, now or when the deferral in force applies.
+void move_both(Tensor& moving_mean, Tensor& moving_variance, std::span<const float> mean,
+               std::span<const float> variance, float momentum) {
+  if (deferred != nullptr) return deferred->add(moving_mean, moving_variance, mean, variance, momentum);
+  move_toward(moving_mean, mean, momentum);
+  move_toward(moving_variance, variance, momentum);
 }
 
 // x̂ = (x - μ)·rstd, y = γ·x̂ + β.
@@ -176,6 +187,45 @@ void check_parameters(const char* op, const Tensor& x, const Tensor& gamma, cons
 
 }  // namespace
 
+DeferredMovingStatistics::DeferredMovingStatistics() : previous_(deferred) { deferred = this; }
+DeferredMovingStatistics::~DeferredMovingStatistics() { deferred = previous_; }
+DeferredMovingStatistics* DeferredMovingStatistics::active() { return deferred; }
+
+void DeferredMovingStatistics::add(Tensor& moving_mean, Tensor& moving_variance, std::span<const float> mean,
+                                   std::span<const float> variance, float momentum) {
+  auto it = std::find_if(layers_.begin(), layers_.end(),
+                         [&](const Layer& l) { return l.moving_mean.id() == moving_mean.id(); });
+  if (it == layers_.end()) {
+    layers_.push_back({moving_mean, moving_variance, momentum, std::vector<double>(2 * mean.size() + 1, 0.0)});
+    it = layers_.end() - 1;
+  }
+  for (size_t j = 0; j < mean.size(); ++j) it->sums[j] += mean[j], it->sums[mean.size() + j] += variance[j];
+  it->sums.back() += 1.0;
+}
+
+std::vector<double> DeferredMovingStatistics::sums(const Tensor& moving_mean, int64_t channels) const {
+  for (const Layer& l : layers_)
+    if (l.moving_mean.id() == moving_mean.id()) return l.sums;
+  return std::vector<double>(2 * static_cast<size_t>(channels) + 1, 0.0);
+}
+
+void DeferredMovingStatistics::move(Tensor& moving_mean, Tensor& moving_variance, std::span<const double> sums,
+                                    float momentum) {
+  double calls = sums.back();
+  if (calls < 1.0) return;
+  size_t c = sums.size() / 2;
+  std::vector<float> mean(c), variance(c);
+  for (size_t j = 0; j < c; ++j)
+    mean[j] = static_cast<float>(sums[j] / calls), variance[j] = static_cast<float>(sums[c + j] / calls);
+  move_toward(moving_mean, mean, momentum);
+  move_toward(moving_variance, variance, momentum);
+}
+
+void DeferredMovingStatistics::apply() {
+  for (Layer& l : layers_) move(l.moving_mean, l.moving_variance, l.sums, l.momentum);
+  layers_.clear();
+}
+
 Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, Tensor& moving_mean,
                   Tensor& moving_variance, float momentum, float epsilon, bool training,
                   const distribute::ReplicaContext* replicas, bool synchronized) {
@@ -229,8 +279,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
         toward_mean[j] = static_cast<float>(both[j] / with_rows),
         toward_var[j] = static_cast<float>(both[cu + j] / with_rows);
     }
-    move_toward(moving_mean, toward_mean, momentum);
-    move_toward(moving_variance, toward_var, momentum);
+    move_both(moving_mean, moving_variance, toward_mean, toward_var, momentum);
   } else {
     Tensor mm = moving_mean.to(Device::cpu()), mv = moving_variance.to(Device::cpu());
     for (size_t j = 0; j < cu; ++j) {
@@ -330,8 +379,7 @@ std::vector<Tensor> batch_norm_parts(std::span<const Tensor> xs, std::span<const
       toward_var[j] = static_cast<float>(total[2 + 2 * j] / total[0]);
     }
   }
-  move_toward(moving_mean, toward_mean, momentum);
-  move_toward(moving_variance, toward_var, momentum);
+  move_both(moving_mean, moving_variance, toward_mean, toward_var, momentum);
 
   std::vector<Tensor> y(x.size());
   auto shared = std::make_shared<PartsBackward>();

@@ -2,6 +2,7 @@
 #include "python/binding.h"
 
 #include <cerrno>
+#include <optional>
 
 #include "tandem/data/idx.h"
 #include "tandem/runtime.h"
@@ -89,7 +90,7 @@ void register_tensors(py::module_& m) {
              if (!h.tape) throw Error("GradientTape.watch: use it inside the tape's `with` block");
              h.tape->watch(t);
            })
-      .def("gradient", [](TapeHandle& h, const Tensor& target, const py::list& sources) {
+      .def("gradient", [](TapeHandle& h, const Tensor& target, const py::list& sources, const py::object& seed) {
         if (!h.tape) throw Error("GradientTape.gradient: the tape recorded nothing (use it in a `with` block)");
         if (h.used && !h.persistent)
           throw Error(
@@ -104,10 +105,15 @@ void register_tensors(py::module_& m) {
         }
         if (!variables.empty() && !tensors.empty())
           throw Error("GradientTape.gradient: sources must be all variables or all tensors");
+        std::optional<Tensor> output_gradient;
+        if (!seed.is_none()) output_gradient = tensor_from(seed, "GradientTape.gradient: output_gradients");
+        for (Variable* v : variables) tensors.push_back(v->value);
         std::vector<Tensor> grads;
         {
           py::gil_scoped_release nogil;  // the gradients may be summed over replicas as they are made
-          grads = variables.empty() ? h.tape->gradient(target, tensors) : h.tape->gradient(target, variables);
+          if (output_gradient) grads = h.tape->gradient(target, tensors, *output_gradient);
+          else if (variables.empty()) grads = h.tape->gradient(target, tensors);
+          else grads = h.tape->gradient(target, variables);
         }
         return grads;
       });

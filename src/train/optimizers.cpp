@@ -82,6 +82,21 @@ std::unique_ptr<Optimizer> Optimizer::replicate(std::span<Variable* const> varia
   return copy;
 }
 
+std::unique_ptr<Optimizer> Optimizer::part(std::span<Variable* const> variables) const {
+  std::unique_ptr<Optimizer> copy = clone();  // shares the slot tensors
+  copy->slot_owners_.clear();
+  copy->slots_.clear();
+  auto per = static_cast<size_t>(slots_per_variable());
+  for (Variable* v : variables) {
+    auto at = std::find(slot_owners_.begin(), slot_owners_.end(), v->name);
+    if (at == slot_owners_.end()) fail("{}: part: no slots for \"{}\" (build the optimizer first)", name(), v->name);
+    auto i = static_cast<size_t>(at - slot_owners_.begin());
+    copy->slot_owners_.push_back(v->name);
+    for (size_t k = 0; k < per; ++k) copy->slots_.push_back(slots_[i * per + k]);
+  }
+  return copy;
+}
+
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() {
   std::vector<std::pair<std::string, Tensor>> out;
   out.emplace_back("optimizer/iterations",

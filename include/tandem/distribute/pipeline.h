@@ -1,0 +1,100 @@
+#pragma once
+// PipelineStrategy: the model's layers cut into consecutive stages, one per device (CPU core
+// groups, one thread group each, as MirroredStrategy's replicas), the horizontal split. Each
+// global batch is cut into micro-batches that flow through the stages: a stage runs a
+// micro-batch's forward as soon as the stage before hands it the activations, and its backward
+// from the gradient the stage after hands back; the gradients add up over the micro-batches and
+// every stage applies one optimizer step per global batch, to its own layers. The model trains as
+// on one device over the global batch:
+//
+//   distribute::PipelineStrategy pipeline({.num_stages = 2, .micro_batches = 8});
+//   auto scope = pipeline.scope();
+//   Sequential model;  ...  model.fit(x, y, {.batch_size = 256});
+//
+// - Schedules: GPipe (every micro-batch's forward, then every backward: M micro-batches' activations
+//   kept) and 1F1B (after S - s - 1 forwards, stage s alternates one forward and one backward: at
+//   most S - s micro-batches' activations kept). Both add each stage's gradients in micro-batch
+//   order, so they give the same bits.
+// - Cut points: given (cuts = the first layer of each stage after the first), or chosen so that the
+//   stages' measured costs (each layer's forward and backward timed on a probe micro-batch) are as
+//   even as contiguous stages allow.
+// - Dropout: each row keeps the mask it has on one device (its row in the global batch keys it).
+// - Batch normalization: each micro-batch is normalized with its own statistics (ghost batches, as
+//   GPipe does: statistics over the global batch would hold every stage behind the slowest
+//   micro-batch); the moving statistics move once per global batch, toward the micro-batches'
+//   average, as unsynchronized mirrored replicas move theirs. With one micro-batch this is one
+//   device exactly; with M, it is mirrored:M.
+// - The bubble: each stage's idle share of the step (time not spent in its forwards and
+//   backwards), in fit's epoch logs as "bubble" (the stages' mean) beside "bubble_ideal",
+//   (S - 1) / (M + S - 1); with a timeline, every micro-batch's forward and backward per stage.
+//
+// The stages hand activations and gradients through a communicator group (in-process here), and
+// data_replicas copies of the pipeline (mirrored:D+pipeline:S) each take their rows of the global
+// batch, every stage's gradients summed over its copies. The model's own layers are the first
+// copy's stages, and the stages update the model's optimizer's own slots, so that the model
+// holds the newest weights whenever fit's loop looks (validation, callbacks, checkpoints).
+// Custom loops (Strategy::run) are refused: a stage holds part of the model.
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tandem/distribute/strategy.h"
+
+namespace tandem::distribute {
+
+enum class PipelineSchedule { GPipe, OneForwardOneBackward };
+
+struct PipelineOptions {
+  int num_stages = 2;
+  int micro_batches = 4;  // per copy of the pipeline and global batch
+  PipelineSchedule schedule = PipelineSchedule::OneForwardOneBackward;
+  // The index of the first layer of stages 1 .. S-1 (ascending); empty: balanced by measured cost.
+  std::vector<int> cuts;
+  int threads_per_stage = 1;
+  int data_replicas = 1;    // copies of the whole pipeline, each on its rows of the global batch
+  int64_t probe_rows = 32;  // the micro-batch each layer's cost is measured on (balanced cuts)
+};
+
+class PipelineStrategy : public MirroredStrategy {
+ public:
+  explicit PipelineStrategy(PipelineOptions options);
+  ~PipelineStrategy() override;
+  std::string name() const override;
+  const PipelineOptions& pipeline_options() const { return options_; }
+  // The cuts in force (the first layer of each stage after the first): given, or chosen when the
+  // model's stages were first made; empty before.
+  std::vector<int> cuts() const;
+  // Stage s's measured share of the step's cost at the cuts chosen (empty when the cuts were given).
+  std::vector<double> stage_costs() const;
+
+  std::vector<std::shared_ptr<layers::Layer>> replica_layers(const std::vector<std::shared_ptr<layers::Layer>>& layers,
+                                                             int replica) const override;
+  GradientReduction gradient_reduction() const override { return {GradientReduction::Kind::None}; }
+  int64_t first_row(int) const override { return 0; }
+  // None: a stage's layers see their micro-batch alone (batch normalization: ghost batches).
+  Communicator* batch_group(int) override { return nullptr; }
+  // Device d is stage d mod S of copy d / S; its pipe group holds its copy's stages (rank: the
+  // stage), its data group the same stage of every copy (rank: the copy).
+  Communicator& pipe_group(int device) { return *pipe_.at(static_cast<size_t>(device)); }
+  Communicator& data_group(int device) { return *data_.at(static_cast<size_t>(device)); }
+  // Refused: the stages run in fit's step alone.
+  void for_each_replica(const std::function<void(int replica)>& fn) override;
+  std::unique_ptr<StepRunner> make_step(const StepParts& parts) override;
+  void set_timeline(Timeline* timeline) override;
+  // The devices' pipe and data groups made (again, after a failed step: an aborted group is spent).
+  void make_groups();
+
+ private:
+  // The cuts for this stack (balanced on the first call for a stack, then kept).
+  const std::vector<int>& cuts_for(const std::vector<std::shared_ptr<layers::Layer>>& layers) const;
+  PipelineOptions options_;
+  mutable std::mutex mutex_;
+  mutable std::vector<int> cuts_;
+  mutable std::vector<double> costs_;
+  mutable const layers::Layer* cut_for_ = nullptr;  // the first layer of the stack the cuts are for
+  std::vector<std::unique_ptr<Communicator>> pipe_, data_;
+};
+
+}  // namespace tandem::distribute

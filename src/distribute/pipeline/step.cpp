@@ -1,0 +1,285 @@
+// fit's step under PipelineStrategy: the global batch cut into D·M micro-batches (micro-batch k:
+// rows [B·k/K, B·(k+1)/K), K = D·M; copy c of the pipeline takes k in [c·M, (c+1)·M)), every
+// device running its stage's schedule of forwards and backwards over its copy's micro-batches,
+// activations and gradients handed through its pipe group; then each stage's gradients, added in
+// micro-batch order (and over the copies), one update of its layers, and the moving statistics of
+// its batch normalization moved once.
+#include <chrono>
+#include <exception>
+
+#include "tandem/autograd.h"
+#include "tandem/distribute/pipeline.h"
+#include "tandem/distribute/step_runner.h"
+#include "tandem/distribute/train_step.h"
+#include "tandem/ops.h"
+#include "tandem/timeline.h"
+
+namespace tandem::distribute {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A stage's order of work over its micro-batches: true a forward, false a backward, each kind in
+// micro-batch order.
+std::vector<bool> schedule_of(PipelineSchedule schedule, int stage, int stages, int micro_batches) {
+  std::vector<bool> order;
+  if (schedule == PipelineSchedule::GPipe) {
+    order.assign(static_cast<size_t>(micro_batches), true);
+    order.resize(2 * static_cast<size_t>(micro_batches), false);
+    return order;
+  }
+  int warmup = std::min(stages - stage - 1, micro_batches);  // 1F1B: then one forward, one backward
+  for (int i = 0; i < warmup; ++i) order.push_back(true);
+  for (int i = warmup; i < micro_batches; ++i) {
+    order.push_back(true);
+    order.push_back(false);
+  }
+  for (int i = 0; i < warmup; ++i) order.push_back(false);
+  return order;
+}
+
+class PipelineStep : public StepRunner {
+ public:
+  PipelineStep(PipelineStrategy& strategy, const StepParts& parts)
+      : strategy_(strategy),
+        replicas_(parts.replicas),
+        loss_(parts.loss),
+        optimizer_(parts.optimizer),
+        seed_(parts.seed),
+        metrics_(parts.metrics),
+        stages_(strategy.pipeline_options().num_stages),
+        copies_(strategy.pipeline_options().data_replicas),
+        micro_(strategy.pipeline_options().micro_batches),
+        devices_(static_cast<size_t>(stages_ * copies_)) {
+    for (int d = 0; d < stages_ * copies_; ++d) {
+      Device& device = devices_[static_cast<size_t>(d)];
+      device.row = copies_ > 1 ? fmt::format("copy {} stage {}", d / stages_, d % stages_)
+                               : fmt::format("stage {}", d % stages_);
+      device.order = schedule_of(strategy.pipeline_options().schedule, d % stages_, stages_, micro_);
+      for (const auto& l : replicas_[d].layers)
+        if (auto* bn = dynamic_cast<layers::BatchNormalization*>(l.get())) device.batch_norms.push_back(bn);
+    }
+  }
+  bool lazy_batches() const override { return false; }
+  void check_batch(bool, int64_t, int, int64_t) override {}
+
+  std::optional<double> run(const GlobalBatch& batch, uint64_t key) override {
+    Tensor x = batch.x, y = batch.y;
+    if (!x.defined()) batch.slice(0, batch.rows, x, y);
+    int64_t rows = x.dim(0);
+    int total = copies_ * micro_;
+    if (copies_ > 1 && rows < copies_)
+      fail("{}: a global batch of {} row{} for {} copies of the pipeline; give each at least one (a larger batch)",
+           strategy_.name(), rows, rows == 1 ? "" : "s", copies_);
+    results_.assign(static_cast<size_t>(total), {});
+    if (batch.step == 0)  // the epoch's figures start again
+      for (Device& device : devices_) device.epoch_busy = device.epoch_window = 0.0;
+    make_optimizers();
+    Clock::time_point start = Clock::now();
+    try {
+      strategy_.MirroredStrategy::for_each_replica([&](int d) {
+        try {
+          run_device(d, x, y, rows, key);
+        } catch (const std::exception& e) {  // the other stages and copies stop waiting for this one
+          strategy_.pipe_group(d).abort(e.what());
+          strategy_.data_group(d).abort(e.what());
+          throw;
+        }
+      });
+    } catch (...) {
+      results_.clear();
+      strategy_.make_groups();
+      throw;
+    }
+    // The step's window: until the last backward anywhere; each device's idle share of it.
+    Clock::time_point end = start;
+    for (const Device& device : devices_) end = std::max(end, device.last_backward);
+    double window = std::chrono::duration<double>(end - start).count();
+    for (Device& device : devices_) {
+      device.epoch_busy += device.busy;
+      device.epoch_window += window;
+    }
+    optimizer_.set_iterations(optimizers_[0]->iterations());
+    double loss = 0.0;
+    for (int k = 0; k < total; ++k) {
+      const Result& r = results_[static_cast<size_t>(k)];
+      if (!r.predictions.defined()) continue;  // no rows
+      loss += r.loss_sum;
+      for (Metric& m : metrics_) m.update(y.slice(r.begin, r.end), r.predictions);
+    }
+    results_.clear();
+    return loss / static_cast<double>(rows);
+  }
+
+  std::vector<std::pair<std::string, double>> epoch_figures() override {
+    double idle = 0.0;
+    for (const Device& device : devices_)
+      idle += device.epoch_window > 0.0 ? 1.0 - device.epoch_busy / device.epoch_window : 0.0;
+    return {{"bubble", idle / static_cast<double>(devices_.size())},
+            {"bubble_ideal", static_cast<double>(stages_ - 1) / static_cast<double>(micro_ + stages_ - 1)}};
+  }
+
+ private:
+  struct Device {
+    std::string row;                                       // the timeline's
+    std::vector<bool> order;                               // the schedule
+    std::vector<layers::BatchNormalization*> batch_norms;  // its stage's, in order
+    double busy = 0.0, epoch_busy = 0.0, epoch_window = 0.0;
+    Clock::time_point last_backward;
+  };
+  // One micro-batch on one device, from its forward to its backward.
+  struct InFlight {
+    std::unique_ptr<GradientTape> tape;
+    Tensor input, output;  // output: the loss ÷ the global batch on the last stage
+  };
+  // What the last stage of a copy leaves for fit's metrics, per micro-batch.
+  struct Result {
+    int64_t begin = 0, end = 0;
+    double loss_sum = 0.0;
+    Tensor predictions;
+  };
+
+  // Each device's optimizer: for the first copy, a part of the model's optimizer on the model's
+  // own variables (its slots the model's, so that checkpoints read them as they are), made again
+  // each step (the model's learning rate and steps as they are now); the other copies keep
+  // copies of the slots of their own, made again when the model's optimizer is another.
+  void make_optimizers() {
+    std::vector<Variable*> whole;
+    for (int s = 0; s < stages_; ++s)
+      for (Variable* v : replicas_[s].trainable) whole.push_back(v);
+    optimizer_.build(whole);
+    if (copies_ > 1 && copy_optimizer_id_ != optimizer_.id()) {
+      optimizers_.resize(devices_.size());
+      for (size_t d = static_cast<size_t>(stages_); d < devices_.size(); ++d)
+        optimizers_[d] = optimizer_.replicate(replicas_[static_cast<int>(d)].trainable);
+      copy_optimizer_id_ = optimizer_.id();
+    }
+    optimizers_.resize(devices_.size());
+    for (int s = 0; s < stages_; ++s) optimizers_[static_cast<size_t>(s)] = optimizer_.part(replicas_[s].trainable);
+    float lr = optimizer_.current_learning_rate();
+    for (size_t d = static_cast<size_t>(stages_); d < devices_.size(); ++d)
+      if (optimizers_[d]->current_learning_rate() != lr) optimizers_[d]->set_learning_rate(lr);  // a callback's
+  }
+
+  void run_device(int d, const Tensor& x, const Tensor& y, int64_t rows, uint64_t key) {
+    Device& device = devices_[static_cast<size_t>(d)];
+    ModelReplicas::Replica& stage_replica = replicas_[d];
+    const auto& stack = stage_replica.layers;
+    int stage = d % stages_, copy = d / stages_, total = copies_ * micro_;
+    bool first = stage == 0, last = stage + 1 == stages_;
+    Communicator& pipe = strategy_.pipe_group(d);
+    Timeline* timeline = strategy_.timeline();
+    device.busy = 0.0;
+    device.last_backward = Clock::now();
+    std::vector<Tensor> sources;
+    for (Variable* v : stage_replica.trainable) sources.push_back(v->value);
+    size_t weights = sources.size();
+    std::vector<Tensor> sum(weights), grads(weights + (first ? 0 : 1));
+    std::vector<InFlight> flight(static_cast<size_t>(micro_));
+    ops::DeferredMovingStatistics moving;
+    auto shape_of = [](int64_t n, const Shape& sample) {
+      Shape shape{n};
+      for (int64_t v : sample) shape.push_back(v);
+      return shape;
+    };
+    auto busy = [&](Clock::time_point since) {
+      Clock::time_point now = Clock::now();
+      device.busy += std::chrono::duration<double>(now - since).count();
+      return now;
+    };
+    int forwards = 0, backwards = 0;
+    for (bool forward : device.order) {
+      int m = forward ? forwards++ : backwards++, k = copy * micro_ + m;
+      int64_t begin = rows * k / total, end = rows * (k + 1) / total;
+      if (begin == end) continue;  // no rows: every stage skips it
+      InFlight& f = flight[static_cast<size_t>(m)];
+      if (forward) {
+        Tensor h;
+        if (first) {
+          h = x.slice(begin, end);
+        } else {
+          h = Tensor::empty(shape_of(end - begin, stack.front()->input_shape()));
+          pipe.recv(h.data<float>(), h.numel(), DataType::Float32, stage - 1, 2 * m);
+        }
+        Clock::time_point since = Clock::now();
+        f.tape = std::make_unique<GradientTape>();
+        if (!first) f.tape->watch(h);
+        f.input = h;
+        CallContext ctx{true, RandomKey{seed_, key, begin}};  // the rows' masks of one device's step
+        Tensor out = layers::call_layers(stack, h, ctx);
+        if (last) {
+          Tensor loss_sum = ops::sum(loss_.per_sample(y.slice(begin, end), out));
+          f.output = ops::scale(loss_sum, 1.0f / static_cast<float>(rows));
+          results_[static_cast<size_t>(k)] = {begin, end, loss_sum.item(), out};
+        } else {
+          f.output = out.contiguous();
+        }
+        f.tape->end_recording();
+        if (!last) pipe.send(f.output.data<float>(), f.output.numel(), DataType::Float32, stage + 1, 2 * m);
+        if (timeline != nullptr) timeline->record("forward", since, busy(since), device.row.c_str());
+        else busy(since);
+        continue;
+      }
+      Tensor upstream;
+      if (!last) {
+        upstream = Tensor::empty(f.output.shape());
+        pipe.recv(upstream.data<float>(), upstream.numel(), DataType::Float32, stage + 1, 2 * m + 1);
+      }
+      Clock::time_point since = Clock::now();
+      if (!first) sources.push_back(f.input);
+      if (last) f.tape->gradient(f.output, sources, grads);
+      else f.tape->gradient(f.output, sources, grads, upstream);
+      if (!first) {
+        sources.pop_back();
+        Tensor back = grads.back().contiguous();
+        pipe.send(back.data<float>(), back.numel(), DataType::Float32, stage - 1, 2 * m + 1);
+      }
+      for (size_t i = 0; i < weights; ++i) sum[i] = sum[i].defined() ? ops::add(sum[i], grads[i]) : grads[i];
+      f = InFlight{};
+      device.last_backward = busy(since);
+      if (timeline != nullptr) timeline->record("backward", since, device.last_backward, device.row.c_str());
+    }
+    Clock::time_point since = Clock::now();
+    for (size_t i = 0; i < weights; ++i)  // a copy with no rows: zeros to the sums over the copies
+      if (!sum[i].defined()) sum[i] = Tensor::zeros(sources[i].shape());
+    if (copies_ > 1) {
+      std::vector<std::span<float>> buffers;
+      for (Tensor& g : sum) {
+        g = g.contiguous();
+        buffers.emplace_back(g.data<float>(), static_cast<size_t>(g.numel()));
+      }
+      Communicator& data = strategy_.data_group(d);
+      data.all_reduce(buffers, ReduceOp::Sum);
+      for (layers::BatchNormalization* bn : device.batch_norms) {  // toward every copy's micro-batches
+        auto& vars = bn->variables();
+        std::vector<double> sums = moving.sums(vars[2].value, vars[2].value.numel());
+        data.all_reduce(sums.data(), static_cast<int64_t>(sums.size()), DataType::Float64, ReduceOp::Sum);
+        ops::DeferredMovingStatistics::move(vars[2].value, vars[3].value, sums, bn->options().momentum);
+      }
+    } else {
+      moving.apply();
+    }
+    optimizers_[static_cast<size_t>(d)]->apply_here(stage_replica.trainable, sum);
+    if (timeline != nullptr) timeline->record("update", since, Clock::now(), device.row.c_str());
+  }
+
+  PipelineStrategy& strategy_;
+  ModelReplicas& replicas_;
+  const Loss& loss_;
+  Optimizer& optimizer_;
+  uint64_t seed_;
+  std::span<Metric> metrics_;
+  int stages_, copies_, micro_;
+  std::vector<Device> devices_;
+  std::vector<Result> results_;
+  std::vector<std::unique_ptr<Optimizer>> optimizers_;
+  uint64_t copy_optimizer_id_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<StepRunner> PipelineStrategy::make_step(const StepParts& parts) {
+  return std::make_unique<PipelineStep>(*this, parts);
+}
+
+}  // namespace tandem::distribute

@@ -1,0 +1,191 @@
+// PipelineStrategy (tandem/distribute/pipeline.h): the stages' groups, the cut of the model into
+// stages (given, or balanced on each layer's measured cost), each device's stack.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "tandem/autograd.h"
+#include "tandem/distribute/pipeline.h"
+#include "tandem/runtime.h"
+
+namespace tandem::distribute {
+
+using layers::Layer;
+
+namespace {
+
+// Each layer's forward and backward time (seconds, the best of a few) on a batch of `rows` rows,
+// measured on copies (the model's own layers, their moving statistics included, stay as they are).
+std::vector<double> layer_costs(const std::vector<std::shared_ptr<Layer>>& layers, int64_t rows, int threads) {
+  int threads_before = num_threads_setting();
+  set_num_threads(threads);
+  Shape shape{rows};
+  for (int64_t d : layers.front()->input_shape()) shape.push_back(d);
+  std::vector<float> values(static_cast<size_t>(shape.numel()));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(std::sin(static_cast<double>(i) * 0.7));
+  Tensor h = Tensor::from_vector(shape, values);
+  std::vector<double> costs;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    std::shared_ptr<Layer> copy = layers[i]->replicate();
+    std::vector<Tensor> sources;
+    for (Variable& v : copy->variables())
+      if (v.trainable) sources.push_back(v.value);
+    if (i > 0) sources.push_back(h);  // a later stage's first layer hands its input's gradient back
+    double best = std::numeric_limits<double>::infinity();
+    Tensor out;
+    for (int round = 0; round < 3; ++round) {
+      auto begin = std::chrono::steady_clock::now();
+      GradientTape tape;
+      if (i > 0) tape.watch(h);
+      out = copy->call(h, CallContext{true, RandomKey{1, static_cast<uint64_t>(round), 0}});
+      tape.gradient(out, sources, Tensor::full(out.shape(), 1.0f));
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+    }
+    costs.push_back(best);
+    h = out;
+  }
+  set_num_threads(threads_before);
+  return costs;
+}
+
+// The cut of costs into `stages` contiguous non-empty runs whose largest sum is least: the first
+// index of each run after the first.
+std::vector<int> balanced_cuts(const std::vector<double>& costs, int stages) {
+  auto n = static_cast<int>(costs.size());
+  std::vector<double> prefix(static_cast<size_t>(n) + 1, 0.0);
+  for (int i = 0; i < n; ++i)
+    prefix[static_cast<size_t>(i) + 1] = prefix[static_cast<size_t>(i)] + costs[static_cast<size_t>(i)];
+  auto sum = [&](int a, int b) { return prefix[static_cast<size_t>(b)] - prefix[static_cast<size_t>(a)]; };
+  const double inf = std::numeric_limits<double>::infinity();
+  // best[s][i]: the least largest sum of layers [0, i) in s runs; from[s][i]: where the last run starts.
+  std::vector<std::vector<double>> best(static_cast<size_t>(stages) + 1,
+                                        std::vector<double>(static_cast<size_t>(n) + 1, inf));
+  std::vector<std::vector<int>> from(best.size(), std::vector<int>(static_cast<size_t>(n) + 1, 0));
+  best[0][0] = 0.0;
+  for (int s = 1; s <= stages; ++s)
+    for (int i = s; i <= n; ++i)
+      for (int j = s - 1; j < i; ++j) {
+        double v = std::max(best[static_cast<size_t>(s) - 1][static_cast<size_t>(j)], sum(j, i));
+        if (v < best[static_cast<size_t>(s)][static_cast<size_t>(i)]) {
+          best[static_cast<size_t>(s)][static_cast<size_t>(i)] = v;
+          from[static_cast<size_t>(s)][static_cast<size_t>(i)] = j;
+        }
+      }
+  std::vector<int> cuts(static_cast<size_t>(stages) - 1);
+  for (int s = stages, i = n; s > 1; --s) {
+    i = from[static_cast<size_t>(s)][static_cast<size_t>(i)];
+    cuts[static_cast<size_t>(s) - 2] = i;
+  }
+  return cuts;
+}
+
+}  // namespace
+
+PipelineStrategy::PipelineStrategy(PipelineOptions options)
+    : MirroredStrategy(
+          MirroredOptions{.num_replicas = std::max(1, options.num_stages) * std::max(1, options.data_replicas),
+                          .threads_per_replica = std::max(1, options.threads_per_stage)}),
+      options_(std::move(options)) {
+  const PipelineOptions& o = options_;
+  if (o.num_stages < 1) fail("PipelineStrategy: num_stages must be at least 1, got {}", o.num_stages);
+  if (o.micro_batches < 1) fail("PipelineStrategy: micro_batches must be at least 1, got {}", o.micro_batches);
+  if (o.data_replicas < 1) fail("PipelineStrategy: data_replicas must be at least 1, got {}", o.data_replicas);
+  if (o.probe_rows < 1) fail("PipelineStrategy: probe_rows must be at least 1, got {}", o.probe_rows);
+  if (!o.cuts.empty()) {
+    if (static_cast<int>(o.cuts.size()) != o.num_stages - 1)
+      fail("PipelineStrategy: {} stages take {} cuts (the first layer of each stage after the first), got {}",
+           o.num_stages, o.num_stages - 1, o.cuts.size());
+    for (size_t i = 0; i < o.cuts.size(); ++i)
+      if (o.cuts[i] < 1 || (i > 0 && o.cuts[i] <= o.cuts[i - 1]))
+        fail("PipelineStrategy: the cuts must rise from 1 (every stage holds a layer), got {} at place {}", o.cuts[i],
+             i);
+    cuts_ = o.cuts;
+  }
+  make_groups();
+}
+
+void PipelineStrategy::make_groups() {
+  int n = num_replicas_in_sync(), s = options_.num_stages;
+  pipe_.resize(static_cast<size_t>(n));
+  data_.resize(static_cast<size_t>(n));
+  MirroredStrategy::for_each_replica([&](int r) {  // split is collective: every device at once
+    pipe_[static_cast<size_t>(r)] = communicator(r).split(r / s, r % s);
+    data_[static_cast<size_t>(r)] = communicator(r).split(r % s, r / s);
+  });
+  if (Timeline* t = timeline()) set_timeline(t);
+}
+
+PipelineStrategy::~PipelineStrategy() = default;
+
+std::string PipelineStrategy::name() const {
+  std::string pipe = fmt::format("pipeline:{}:{}", options_.num_stages, options_.micro_batches);
+  if (options_.data_replicas > 1) return fmt::format("mirrored:{}+{}", options_.data_replicas, pipe);
+  return pipe;
+}
+
+std::vector<int> PipelineStrategy::cuts() const {
+  std::lock_guard lock(mutex_);
+  return cuts_;
+}
+
+std::vector<double> PipelineStrategy::stage_costs() const {
+  std::lock_guard lock(mutex_);
+  return costs_;
+}
+
+const std::vector<int>& PipelineStrategy::cuts_for(const std::vector<std::shared_ptr<Layer>>& layers) const {
+  int stages = options_.num_stages;
+  if (static_cast<int>(layers.size()) < stages)
+    fail("{}: the model has {} layer{}, too few for {} stages (each stage holds one or more)", name(), layers.size(),
+         layers.size() == 1 ? "" : "s", stages);
+  if (!options_.cuts.empty()) {
+    if (options_.cuts.back() >= static_cast<int>(layers.size()))
+      fail("{}: the last stage would start at layer {}, but the model has {} layers", name(), options_.cuts.back(),
+           layers.size());
+    return cuts_;
+  }
+  if (cut_for_ != layers.front().get() || static_cast<int>(cuts_.size()) != stages - 1) {
+    for (const auto& l : layers)
+      if (!l->built()) fail("{}: {} is not built: give the model its input shape before it trains", name(), l->label());
+    std::vector<double> costs = layer_costs(layers, options_.probe_rows, options_.threads_per_stage);
+    cuts_ = stages > 1 ? balanced_cuts(costs, stages) : std::vector<int>{};
+    double total = 0.0;
+    for (double c : costs) total += c;
+    costs_.assign(static_cast<size_t>(stages), 0.0);
+    for (size_t i = 0, s = 0; i < costs.size(); ++i) {
+      while (s < cuts_.size() && static_cast<int>(i) >= cuts_[s]) ++s;
+      costs_[s] += total > 0.0 ? costs[i] / total : 0.0;
+    }
+    cut_for_ = layers.front().get();
+  }
+  return cuts_;
+}
+
+std::vector<std::shared_ptr<Layer>> PipelineStrategy::replica_layers(const std::vector<std::shared_ptr<Layer>>& layers,
+                                                                     int replica) const {
+  std::lock_guard lock(mutex_);
+  const std::vector<int>& cuts = cuts_for(layers);
+  int stage = replica % options_.num_stages, copy = replica / options_.num_stages;
+  size_t begin = stage == 0 ? 0 : static_cast<size_t>(cuts[static_cast<size_t>(stage) - 1]);
+  size_t end = stage + 1 == options_.num_stages ? layers.size() : static_cast<size_t>(cuts[static_cast<size_t>(stage)]);
+  std::vector<std::shared_ptr<Layer>> out;
+  for (size_t i = begin; i < end; ++i) out.push_back(copy == 0 ? layers[i] : layers[i]->replicate());
+  return out;
+}
+
+void PipelineStrategy::for_each_replica(const std::function<void(int)>&) {
+  fail(
+      "{}: a custom loop's step (Strategy::run) runs the whole model on every replica, but each of this strategy's "
+      "devices holds one stage of it; train with fit, or use model-parallel:N for a custom loop",
+      name());
+}
+
+void PipelineStrategy::set_timeline(Timeline* timeline) {
+  MirroredStrategy::set_timeline(timeline);
+  for (auto* groups : {&pipe_, &data_})
+    for (auto& group : *groups)
+      if (group) group->set_timeline(timeline);
+}
+
+}  // namespace tandem::distribute
