@@ -119,6 +119,36 @@ class DeferredMovingStatistics {
   DeferredMovingStatistics* previous_;
 };
 
+// While alive on this thread, dense's backward for the kernels given to defer() keeps each call's
+// input and pre-activation gradient instead of adding xᵀ·dz to the kernel's gradient; gradient()
+// then computes the sum over the calls as one product of their rows stacked in call order. A
+// pipeline stage's micro-batches so pay one product over the global batch's rows, as one device
+// computes it, instead of one kernel-sized product and sum per micro-batch (with a few rows each,
+// memory-bound on a wide layer), at the cost of keeping those inputs until the step's end.
+class DeferredKernelGradients {
+ public:
+  DeferredKernelGradients();
+  ~DeferredKernelGradients();
+  DeferredKernelGradients(const DeferredKernelGradients&) = delete;
+  DeferredKernelGradients& operator=(const DeferredKernelGradients&) = delete;
+  // For dense: the deferral in force on this thread, or null.
+  static DeferredKernelGradients* active();
+  void defer(const Tensor& kernel);
+  bool defers(const Tensor& kernel) const;
+  void add(const Tensor& kernel, const Tensor& x, const Tensor& dz);
+  // Σ over the calls kept of xᵀ·dz (zeros without any), and the calls forgotten.
+  Tensor gradient(const Tensor& kernel);
+
+ private:
+  struct Kept {
+    Tensor kernel;
+    std::vector<Tensor> xs, dzs;
+  };
+  Kept* find(const Tensor& kernel);
+  std::vector<Kept> kept_;
+  DeferredKernelGradients* previous_;
+};
+
 // Deterministic replicated training cuts the global batch into a fixed list of parts
 // (micro-batches) spread over the replicas. Given this replica's parts' values (per_part each,
 // in part order), returns every part's values (parts × per_part, in part order; a part with no

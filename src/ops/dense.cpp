@@ -1,9 +1,13 @@
 // dense: x:(B,I) kernel:(I,U) bias:(U) -> y = act(x·kernel + bias):(B,U), one gemm and one fused pass.
 // backward: dz = dy·act'(…) from y (and z for GELU); dx = dz·kernelᵀ; dkernel = xᵀ·dz; dbias = Σ_rows dz.
+#include <algorithm>
+
 #include "ops/checks.h"
 
 namespace tandem::ops {
 namespace {
+
+thread_local DeferredKernelGradients* deferred = nullptr;
 
 struct DenseNode : autograd::Node {
   Tensor x, kernel, y, z;  // z: pre-activation, kept only when the derivative needs it
@@ -25,7 +29,9 @@ struct DenseNode : autograd::Node {
                 dx.buffer<float>(), in);
       tape.accumulate(input_slots[0], dx);
     }
-    if (needs(1)) {
+    if (needs(1) && deferred != nullptr && deferred->defers(kernel)) {
+      deferred->add(kernel, x, dz);
+    } else if (needs(1)) {
       Tensor dk = Tensor::empty(kernel.shape(), DType::Float32, dy.device());
       kernels::backend(dy.device())
           .gemm(true, false, in, units, b, 1.0f, x.buffer<float>(), in, dz.buffer<float>(), units, 0.0f,
@@ -41,6 +47,59 @@ struct DenseNode : autograd::Node {
 };
 
 }  // namespace
+
+DeferredKernelGradients::DeferredKernelGradients() : previous_(deferred) { deferred = this; }
+DeferredKernelGradients::~DeferredKernelGradients() { deferred = previous_; }
+DeferredKernelGradients* DeferredKernelGradients::active() { return deferred; }
+
+DeferredKernelGradients::Kept* DeferredKernelGradients::find(const Tensor& kernel) {
+  for (Kept& k : kept_)
+    if (k.kernel.id() == kernel.id()) return &k;
+  return nullptr;
+}
+
+void DeferredKernelGradients::defer(const Tensor& kernel) {
+  if (find(kernel) == nullptr) kept_.push_back({kernel, {}, {}});
+}
+
+bool DeferredKernelGradients::defers(const Tensor& kernel) const {
+  return std::any_of(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.kernel.id() == kernel.id(); });
+}
+
+void DeferredKernelGradients::add(const Tensor& kernel, const Tensor& x, const Tensor& dz) {
+  Kept* k = find(kernel);
+  if (k == nullptr) fail("DeferredKernelGradients: kernel {} was not deferred", kernel.shape().str());
+  k->xs.push_back(x);
+  k->dzs.push_back(dz);
+}
+
+Tensor DeferredKernelGradients::gradient(const Tensor& kernel) {
+  Kept* k = find(kernel);
+  if (k == nullptr) fail("DeferredKernelGradients: kernel {} was not deferred", kernel.shape().str());
+  int64_t in = kernel.dim(0), units = kernel.dim(1), rows = 0;
+  for (const Tensor& x : k->xs) rows += x.dim(0);
+  Tensor dk = rows > 0 ? Tensor::empty(kernel.shape(), DType::Float32, kernel.device())
+                       : Tensor::zeros(kernel.shape(), DType::Float32, kernel.device());
+  if (rows > 0) {
+    auto stacked = [&](const std::vector<Tensor>& parts, int64_t width) {
+      if (parts.size() == 1) return parts[0];
+      Tensor all = Tensor::empty({rows, width}, DType::Float32, kernel.device());
+      int64_t at = 0;
+      for (const Tensor& p : parts) {
+        all.slice(at, at + p.dim(0)).copy_from(p);
+        at += p.dim(0);
+      }
+      return all;
+    };
+    Tensor x = stacked(k->xs, in), dz = stacked(k->dzs, units);
+    kernels::backend(kernel.device())
+        .gemm(true, false, in, units, rows, 1.0f, x.buffer<float>(), in, dz.buffer<float>(), units, 0.0f,
+              dk.buffer<float>(), units);
+  }
+  k->xs.clear();
+  k->dzs.clear();
+  return dk;
+}
 
 Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activation act) {
   require_float(x_in, "dense", "x");

@@ -24,8 +24,8 @@
 //   micro-batch); the moving statistics move once per global batch, toward the micro-batches'
 //   average, as unsynchronized mirrored replicas move theirs. With one micro-batch this is one
 //   device exactly; with M, it is mirrored:M.
-// - The bubble: each stage's idle share of the step (time not spent in its forwards and
-//   backwards), in fit's epoch logs as "bubble" (the stages' mean) beside "bubble_ideal",
+// - The bubble: each stage's idle share of the step until the last stage has its gradients (time
+//   not spent in its forwards, backwards and kernel gradients), in fit's epoch logs as "bubble" (the stages' mean) beside "bubble_ideal",
 //   (S - 1) / (M + S - 1); with a timeline, every micro-batch's forward and backward per stage.
 //
 // The stages hand activations and gradients through a communicator group (in-process here), and
@@ -55,6 +55,11 @@ struct PipelineOptions {
   int threads_per_stage = 1;
   int data_replicas = 1;    // copies of the whole pipeline, each on its rows of the global batch
   int64_t probe_rows = 32;  // the micro-batch each layer's cost is measured on (balanced cuts)
+  // Each Dense kernel's gradient as one product over the step's rows at the stage's end (after
+  // its last backward: work that fills the stages' idle time at the step's end) instead of one
+  // per micro-batch (ops::DeferredKernelGradients): the Dense layers' inputs are then kept for
+  // every micro-batch until then, beside what the schedule keeps.
+  bool defer_kernel_gradients = true;
 };
 
 class PipelineStrategy : public MirroredStrategy {

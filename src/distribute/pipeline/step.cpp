@@ -91,9 +91,9 @@ class PipelineStep : public StepRunner {
       strategy_.make_groups();
       throw;
     }
-    // The step's window: until the last backward anywhere; each device's idle share of it.
+    // The step's window: until the last device has its gradients; each device's idle share of it.
     Clock::time_point end = start;
-    for (const Device& device : devices_) end = std::max(end, device.last_backward);
+    for (const Device& device : devices_) end = std::max(end, device.done);
     double window = std::chrono::duration<double>(end - start).count();
     for (Device& device : devices_) {
       device.epoch_busy += device.busy;
@@ -125,7 +125,7 @@ class PipelineStep : public StepRunner {
     std::vector<bool> order;                               // the schedule
     std::vector<layers::BatchNormalization*> batch_norms;  // its stage's, in order
     double busy = 0.0, epoch_busy = 0.0, epoch_window = 0.0;
-    Clock::time_point last_backward;
+    Clock::time_point done;  // of the step's forwards and backwards, its gradients made
   };
   // One micro-batch on one device, from its forward to its backward.
   struct InFlight {
@@ -170,11 +170,22 @@ class PipelineStep : public StepRunner {
     Communicator& pipe = strategy_.pipe_group(d);
     Timeline* timeline = strategy_.timeline();
     device.busy = 0.0;
-    device.last_backward = Clock::now();
+    ops::DeferredKernelGradients kernels;
+    if (strategy_.pipeline_options().defer_kernel_gradients)
+      for (const auto& l : stack)
+        if (dynamic_cast<layers::Dense*>(l.get()) != nullptr && l->variables()[0].trainable)
+          kernels.defer(l->variables()[0].value);
+    // The tape's sources: the trainable variables whose gradients backward makes (`of`: their
+    // places among the trainable ones), then the stage's input.
     std::vector<Tensor> sources;
-    for (Variable* v : stage_replica.trainable) sources.push_back(v->value);
+    std::vector<size_t> of;
+    for (size_t i = 0; i < stage_replica.trainable.size(); ++i)
+      if (!kernels.defers(stage_replica.trainable[i]->value)) {
+        sources.push_back(stage_replica.trainable[i]->value);
+        of.push_back(i);
+      }
     size_t weights = sources.size();
-    std::vector<Tensor> sum(weights), grads(weights + (first ? 0 : 1));
+    std::vector<Tensor> sum(stage_replica.trainable.size()), grads(weights + (first ? 0 : 1));
     std::vector<InFlight> flight(static_cast<size_t>(micro_));
     ops::DeferredMovingStatistics moving;
     auto shape_of = [](int64_t n, const Shape& sample) {
@@ -234,14 +245,23 @@ class PipelineStep : public StepRunner {
         Tensor back = grads.back().contiguous();
         pipe.send(back.data<float>(), back.numel(), DataType::Float32, stage - 1, 2 * m + 1);
       }
-      for (size_t i = 0; i < weights; ++i) sum[i] = sum[i].defined() ? ops::add(sum[i], grads[i]) : grads[i];
+      for (size_t i = 0; i < weights; ++i) {
+        Tensor& to = sum[of[i]];
+        to = to.defined() ? ops::add(to, grads[i]) : grads[i];
+      }
       f = InFlight{};
-      device.last_backward = busy(since);
-      if (timeline != nullptr) timeline->record("backward", since, device.last_backward, device.row.c_str());
+      Clock::time_point now = busy(since);
+      if (timeline != nullptr) timeline->record("backward", since, now, device.row.c_str());
     }
     Clock::time_point since = Clock::now();
-    for (size_t i = 0; i < weights; ++i)  // a copy with no rows: zeros to the sums over the copies
-      if (!sum[i].defined()) sum[i] = Tensor::zeros(sources[i].shape());
+    for (size_t i = 0; i < sum.size(); ++i) {
+      const Tensor& v = stage_replica.trainable[i]->value;
+      if (kernels.defers(v)) sum[i] = kernels.gradient(v);
+      else if (!sum[i].defined()) sum[i] = Tensor::zeros(v.shape());  // a copy with no rows: zeros to the sums
+    }
+    device.done = busy(since);
+    if (timeline != nullptr) timeline->record("kernel gradients", since, device.done, device.row.c_str());
+    since = Clock::now();
     if (copies_ > 1) {
       std::vector<std::span<float>> buffers;
       for (Tensor& g : sum) {
