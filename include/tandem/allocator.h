@@ -10,7 +10,8 @@ struct AllocatorStats {
   uint64_t system_allocations = 0;  // blocks obtained from the system since start
   uint64_t pool_allocations = 0;    // every request, served from a free list or not
   uint64_t bytes_in_use = 0;
-  uint64_t bytes_reserved = 0;  // in use plus cached in free lists
+  uint64_t bytes_reserved = 0;     // in use plus cached in free lists
+  uint64_t peak_bytes_in_use = 0;  // the most in use at once since start or reset_peak()
 };
 
 namespace memory {
@@ -18,6 +19,7 @@ void* allocate(size_t bytes);                  // 64-byte aligned; never returns
 void deallocate(void* pointer, size_t bytes);  // bytes as passed to allocate
 AllocatorStats stats();
 void release_cached();  // hands cached free blocks back to the system
+void reset_peak();      // the peak starts again from what is in use now
 }  // namespace memory
 
 // Base for small objects (tensor handles, tape nodes) allocated through the pool.

@@ -31,6 +31,9 @@ class Callback {
   // Whether this process writes files: the chief of a multi-worker strategy, or the only process.
   // Callbacks that write (checkpoints, backups, logs) write on the chief only; every worker reads.
   bool writes_files() const;
+  // Where the strategy gathers a checkpoint's state from every worker (collects_state_together):
+  // on a worker that does not write, takes part in the gathering; true where nothing more is to do.
+  bool takes_part_only() const;
 };
 
 struct History {

@@ -102,6 +102,12 @@ class Optimizer {
   // A copy that updates `variables`, some of those this optimizer keeps slots for (built), in
   // this optimizer's own slots (a pipeline stage's share of the update); it counts its own steps.
   std::unique_ptr<Optimizer> part(std::span<Variable* const> variables) const;
+  // Lets its slots go (a strategy that keeps them elsewhere, in pieces); the next update or build
+  // makes them again.
+  void forget_slots() {
+    slot_owners_.clear();
+    slots_.clear();
+  }
   // The slots it keeps for each trainable variable (Adam: m and v).
   virtual int slots_per_variable() const = 0;
 

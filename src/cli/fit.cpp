@@ -296,7 +296,10 @@ void run_fit(FitFlags f) {
   // Then the chief writes the final checkpoint and the report, and the others wait for it to end.
   distribute::set_job_phase(*strategy, "the final report");
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!chief) return;
+  if (!chief) {
+    if (!f.checkpoint_dir.empty() && strategy->collects_state_together()) model.state();  // the final one's
+    return;
+  }
   std::printf("Test loss: %.4f - test accuracy: %.2f%% (%.1f s wall)\n", log_value(test, "loss"),
               100.0 * log_value(test, "accuracy"), wall);
   if (target && target->reached())

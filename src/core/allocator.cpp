@@ -24,7 +24,8 @@ constexpr int kThreadCacheBlocks = 16;
 struct Pool {
   std::mutex mutex;
   std::array<void*, kMaxShift + 1> free_lists{};  // intrusive singly linked lists
-  std::atomic<uint64_t> system_allocations{0}, pool_allocations{0}, bytes_in_use{0}, bytes_reserved{0};
+  std::atomic<uint64_t> system_allocations{0}, pool_allocations{0}, bytes_in_use{0}, bytes_reserved{0},
+      peak_bytes_in_use{0};
 };
 
 Pool& pool() {
@@ -63,6 +64,12 @@ void* system_allocate(size_t bytes) {
   return p;
 }
 
+void note_peak(Pool& p, uint64_t in_use) {
+  uint64_t peak = p.peak_bytes_in_use.load(std::memory_order_relaxed);
+  while (in_use > peak && !p.peak_bytes_in_use.compare_exchange_weak(peak, in_use, std::memory_order_relaxed)) {
+  }
+}
+
 }  // namespace
 
 void* allocate(size_t bytes) {
@@ -71,13 +78,13 @@ void* allocate(size_t bytes) {
   p.pool_allocations.fetch_add(1, std::memory_order_relaxed);
   if (cls > kMaxShift) {
     p.system_allocations.fetch_add(1, std::memory_order_relaxed);
-    p.bytes_in_use.fetch_add(bytes, std::memory_order_relaxed);
+    note_peak(p, p.bytes_in_use.fetch_add(bytes, std::memory_order_relaxed) + bytes);
     p.bytes_reserved.fetch_add(bytes, std::memory_order_relaxed);
     return system_allocate(bytes);
   }
   auto c = static_cast<size_t>(cls);
   size_t block = size_t{1} << cls;
-  p.bytes_in_use.fetch_add(block, std::memory_order_relaxed);
+  note_peak(p, p.bytes_in_use.fetch_add(block, std::memory_order_relaxed) + block);
   ThreadCache& local = thread_cache();
   if (local.count[c] > 0) return local.blocks[c][static_cast<size_t>(--local.count[c])];
   {
@@ -117,7 +124,12 @@ void deallocate(void* pointer, size_t bytes) {
 AllocatorStats stats() {
   Pool& p = pool();
   return AllocatorStats{p.system_allocations.load(), p.pool_allocations.load(), p.bytes_in_use.load(),
-                        p.bytes_reserved.load()};
+                        p.bytes_reserved.load(), p.peak_bytes_in_use.load()};
+}
+
+void reset_peak() {
+  Pool& p = pool();
+  p.peak_bytes_in_use.store(p.bytes_in_use.load());
 }
 
 void release_cached() {

@@ -55,6 +55,7 @@ void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int rep
   split_ = &split;
   replica_ = replica;
   added_ = 0;
+  for (Tensor& sum : sums_) sum = Tensor();  // the last step's gradients go before backward makes new ones
   auto replicas = static_cast<int>(split.first_part.size()) - 1;
   if (policy_.kind == GradientReduction::Kind::Ordered) {
     int most = 1;

@@ -90,7 +90,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
   auto bad = [&](const std::string& why) -> std::unique_ptr<Strategy> {
     fail(
         "strategy \"{}\": {}; expected default, one_device, mirrored[:N[:deterministic]], "
-        "central[:N[:deterministic]], local_sgd[:N[:K]], multiworker[:W[:L]][:deterministic], ps-async, ps-sync, "
+        "central[:N[:deterministic]], local_sgd[:N[:K]], multiworker[:W[:L]][:deterministic][:zero], ps-async, "
+        "ps-sync, "
         "ps-ssp:S, "
         "model-parallel:N, pipeline:S[:M][:gpipe|:1f1b], or mirrored:D+ either of the last two",
         spec, why);
@@ -175,8 +176,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
     options.compression = settings.compression;
     options.timeout = settings.timeout;
     options.on_failure = settings.on_failure;
-    if (parts.size() > 1 && parts.back() == "deterministic") {
-      options.deterministic = true;
+    while (parts.size() > 1 && (parts.back() == "deterministic" || parts.back() == "zero")) {
+      (parts.back() == "zero" ? options.zero : options.deterministic) = true;
       parts.pop_back();
     }
     if (parts.size() > 3) return bad("too many parts");

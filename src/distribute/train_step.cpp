@@ -230,6 +230,7 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
   forward.reset();
   {
     Timeline::Span backward(timeline, "backward", work.thread_name.c_str());
+    for (Tensor& g : work.grads) g = Tensor();  // the last step's go before backward makes new ones
     work.tape.gradient(loss, work.sources, work.grads, work.reducer.ready(work.grads));
   }
   part_losses_[static_cast<size_t>(p)] =

@@ -21,6 +21,12 @@ double log_value(const Logs& logs, const std::string& name) {
 
 bool Callback::writes_files() const { return model == nullptr || model->strategy()->is_chief(); }
 
+bool Callback::takes_part_only() const {
+  if (writes_files()) return false;
+  if (model->strategy()->collects_state_together()) model->state();
+  return true;
+}
+
 const std::vector<double>& History::operator[](const std::string& name) const {
   auto it = history.find(name);
   if (it == history.end()) {

@@ -67,12 +67,12 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath, ModelCheckpointOptions op
 }
 
 void ModelCheckpoint::save(int epoch, const Logs& logs) {
-  if (!writes_files()) return;
-  if (!weights_are_finite(*model)) return;
+  if (!weights_are_finite(*model)) return;  // the same on every worker, as the logs are
   if (options_.save_best_only) {
     auto better = monitor_.improved(logs, "ModelCheckpoint");
     if (!better || !*better) return;
   }
+  if (takes_part_only()) return;
   std::string path =
       expand_pattern(filepath_, epoch + 1, steps_, [&](const std::string& n) { return log_value(logs, n); });
   if (!path.ends_with(".safetensors")) path += ".safetensors";
@@ -159,7 +159,7 @@ void BackupAndRestore::on_batch_end(int64_t, const Logs&) {
 void BackupAndRestore::on_epoch_end(int, const Logs&) { write_backup(); }
 
 void BackupAndRestore::write_backup() {
-  if (!writes_files() || !weights_are_finite(*model)) return;
+  if (!weights_are_finite(*model) || takes_part_only()) return;
   distribute::JobPhase phase(*model->strategy(), "backup writing");
   model->save_checkpoint(backup_path());
 }

@@ -79,10 +79,64 @@ void fused_bits(std::shared_ptr<Communicator> world) {
   std::printf("rank %d: %s\n", world->rank(), failures == 0 ? "fused bits match" : "fused bits DIFFER");
 }
 
+// ZeRO stage 1 against the plain strategy on the same workers: the same weights (bitwise with
+// deterministic), the same whole checkpoint state (Sequential::state, collective here), and each
+// worker's slots 1/N of the whole (their sum over the workers the whole, exactly).
+void zero_against_plain(std::shared_ptr<Communicator> world, bool deterministic) {
+  auto state_of = [&](distribute::Strategy& strategy, int64_t rows) {
+    Shape shape{rows, 6};
+    Tensor x = tandem::testing::random_tensor(shape, 5);
+    std::vector<int32_t> labels(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 4);
+    Tensor y = Tensor::from_vector({rows}, std::span<const int32_t>(labels));
+    std::unique_ptr<Sequential> model;
+    {
+      Strategy::Scope scope(&strategy);
+      model = dropout_mlp();  // Adam: two slots per variable
+    }
+    model->fit(x, y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+    return model->state();
+  };
+  distribute::MultiWorkerMirroredStrategy plain(
+      {.threads_per_replica = 1, .deterministic = deterministic, .workers = world});
+  distribute::MultiWorkerMirroredStrategy zero({.threads_per_replica = 1,
+                                                .deterministic = deterministic,
+                                                .zero = true,
+                                                .zero_bucket_bytes = 256,
+                                                .workers = world});
+  auto want = state_of(plain, 73), got = state_of(zero, 73);
+  expect(got.size() == want.size(), fmt::format("zero's state has {} entries, plain's {}", got.size(), want.size()));
+  int64_t whole_slots = 0;
+  double worst = 0;
+  for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+    expect(got[i].first == want[i].first, fmt::format("entry {}: {} against {}", i, got[i].first, want[i].first));
+    std::vector<float> a = got[i].second.astype(DType::Float32).to_vector(),
+                       b = want[i].second.astype(DType::Float32).to_vector();
+    expect(a.size() == b.size(), fmt::format("{}: {} values against {}", got[i].first, a.size(), b.size()));
+    if (want[i].first.starts_with("optimizer/") && want[i].first != "optimizer/iterations")
+      whole_slots += static_cast<int64_t>(b.size()) * 4;
+    for (size_t j = 0; j < std::min(a.size(), b.size()); ++j) {
+      worst = std::max(worst, std::fabs(double{a[j]} - b[j]) / (1e-6 + 1e-5 * std::fabs(double{b[j]})));
+      if (deterministic) expect(a[j] == b[j], fmt::format("{} value {}: {} != {}", got[i].first, j, a[j], b[j]));
+    }
+  }
+  expect(worst <= 1.0, fmt::format("zero: a value differs by {} × (1e-6 + 1e-5 × |value|)", worst));
+  int64_t mine = zero.optimizer_slot_bytes(), sum = mine;
+  world->all_reduce(&sum, 1, DataType::Int64, ReduceOp::Sum);
+  int n = world->size();
+  expect(sum == whole_slots, fmt::format("the workers' slots add up to {} bytes, the whole is {}", sum, whole_slots));
+  expect(std::abs(mine * n - whole_slots) <= int64_t{8} * n * static_cast<int64_t>(want.size()),
+         fmt::format("this worker keeps {} bytes of slots, 1/{} of {} is {}", mine, n, whole_slots, whole_slots / n));
+  std::printf("rank %d: slots %lld of %lld bytes; largest difference %g\n", world->rank(), static_cast<long long>(mine),
+              static_cast<long long>(whole_slots), worst);
+  std::printf("rank %d: %s\n", world->rank(), failures == 0 ? "zero matches" : "zero DIFFERS");
+}
+
 }  // namespace
 
 void train_and_compare(std::shared_ptr<Communicator> world, int local, const std::string& mode) {
   if (mode == "fused-bits") return fused_bits(world);
+  if (mode == "zero" || mode == "zero-deterministic") return zero_against_plain(world, mode == "zero-deterministic");
   bool deterministic = mode == "deterministic";
   distribute::MultiWorkerMirroredStrategy strategy({.local_replicas = local,
                                                     .threads_per_replica = 1,

@@ -36,6 +36,19 @@ TEST(MultiWorker, TrainsAsOneProcessOnTheSameGlobalBatches) {
   }
 }
 
+// ZeRO stage 1 (multiworker:N:zero) over 2 and 3 workers: the plain strategy's weights and whole
+// checkpoint state (bitwise in deterministic mode), each worker keeping 1/N of the optimizer's slots.
+TEST(MultiWorker, ZeroOneEqualsThePlainStrategyKeepingOneNthOfTheSlots) {
+  SKIP_WITHOUT_MPI();
+  for (int workers : {2, 3})
+    for (const char* mode : {"zero", "zero-deterministic"}) {
+      TempDir dir;
+      Watched w = launch_check(dir, workers, "train", 20000, {"1", mode});
+      ASSERT_EQ(w.code, 0) << workers << " workers, " << mode << "\n" << w.output;
+      expect_every_rank(w, workers, "zero matches");
+    }
+}
+
 // distribute_dataset, run and reduce in a custom loop: each worker's replicas take their rows of
 // every global batch, and reduce sums over every worker's replicas.
 TEST(MultiWorker, ACustomLoopMatchesOneProcess) {

@@ -38,14 +38,24 @@ struct MultiWorkerOptions {
   Compression compression = Compression::None;  // gradients on the wire
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
   std::function<void(const std::string&)> on_failure;
+  // ZeRO stage 1 (multiworker:N:zero): each worker keeps and updates the optimizer's slots for its
+  // 1/N of every variable; gradients are reduce-scattered and the updated pieces all-gathered in
+  // buckets of zero_bucket_bytes instead of all-reduced (with deterministic mode, summed as
+  // there, then the update sharded). One replica per worker. Checkpoints stay whole: every
+  // worker takes part in gathering the slots (Strategy::collects_state_together).
+  bool zero = false;
+  int64_t zero_bucket_bytes = int64_t{4} << 20;
   // The workers' group, one handle per process; null: the MPI world (this process must have been
   // started by a launcher).
   std::shared_ptr<Communicator> workers;
 };
 
+class ShardedUpdate;
+
 class MultiWorkerMirroredStrategy : public MirroredStrategy {
  public:
   explicit MultiWorkerMirroredStrategy(MultiWorkerOptions options = {});
+  ~MultiWorkerMirroredStrategy() override;
   std::string name() const override;
   int num_replicas_in_sync() const override { return workers_->size() * local_; }
   int num_local_replicas() const override { return local_; }
@@ -55,6 +65,12 @@ class MultiWorkerMirroredStrategy : public MirroredStrategy {
   void for_each_replica(const std::function<void(int replica)>& fn) override;
   void split_batch(int64_t rows, BatchSplit& split) const override;
   void set_timeline(Timeline* timeline) override;
+  GradientReduction gradient_reduction() const override;
+  UpdateRule& update_rule() const override;
+  bool collects_state_together() const override { return mw_.zero; }
+  void collect_state(std::vector<std::pair<std::string, Tensor>>& state) override;
+  // ZeRO: the bytes of optimizer slots this worker holds (0 before the first update, or without zero).
+  int64_t optimizer_slot_bytes() const;
   int worker() const { return workers_->rank(); }
   int num_workers() const { return workers_->size(); }
 
@@ -62,6 +78,7 @@ class MultiWorkerMirroredStrategy : public MirroredStrategy {
   MultiWorkerMirroredStrategy(MultiWorkerOptions options, std::shared_ptr<Communicator> workers);
   std::shared_ptr<Communicator> workers_;
   MultiWorkerOptions mw_;
+  std::unique_ptr<ShardedUpdate> sharded_;  // with zero
   int local_;
   int64_t steps_ = 0;
   // Test hook, TANDEM_TEST_FAULT=hang:RANK:STEP or kill:RANK:STEP: worker RANK hangs (its control

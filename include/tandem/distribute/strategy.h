@@ -198,6 +198,10 @@ class Strategy {
   // slots), which the strategy may complete or replace with the authoritative copy (a
   // parameter-server strategy pulls it from the servers). By default it is kept as it is.
   virtual void collect_state(std::vector<std::pair<std::string, Tensor>>& state) { (void)state; }
+  // Whether collect_state is collective over the workers and supplies the optimizer's slots, which
+  // the model's optimizer then does not keep (ZeRO's pieces): every worker takes part in each
+  // checkpoint (the ones that do not write call Sequential::state() and drop it).
+  virtual bool collects_state_together() const { return false; }
   // Whether this process serves another that runs fit's loop (a parameter server, a worker that
   // is handed steps) instead of running the loop itself: fit then calls serve(parts), which
   // returns when the job ends.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "distribute/data_parallel/sharded_update.h"
 #include "tandem/collectives/mpi.h"
 #include "tandem/error.h"
 #include "tandem/runtime.h"
@@ -70,6 +71,13 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions opti
   if (least != mine || most != mine)
     fail("MultiWorkerMirroredStrategy: workers disagree on the local replicas ({} to {}; this worker has {})", least,
          most, mine);
+  if (mw_.zero) {
+    if (local_ != 1)
+      fail("MultiWorkerMirroredStrategy: zero keeps one replica per worker, got {} local replicas", local_);
+    if (mw_.compression != Compression::None)
+      fail("MultiWorkerMirroredStrategy: zero reduce-scatters full-precision gradients; leave compression off");
+    sharded_ = std::make_unique<ShardedUpdate>(*workers_, mw_.deterministic, mw_.zero_bucket_bytes);
+  }
   if (const char* fault = std::getenv("TANDEM_TEST_FAULT")) {
     char kind[8] = {};
     int rank = -1;
@@ -81,10 +89,26 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions opti
   }
 }
 
+MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
+
 std::string MultiWorkerMirroredStrategy::name() const {
-  return fmt::format("multiworker:{}{}{}", workers_->size(), local_ > 1 ? fmt::format(":{}", local_) : "",
-                     options().deterministic ? ":deterministic" : "");
+  return fmt::format("multiworker:{}{}{}{}", workers_->size(), local_ > 1 ? fmt::format(":{}", local_) : "",
+                     options().deterministic ? ":deterministic" : "", mw_.zero ? ":zero" : "");
 }
+
+GradientReduction MultiWorkerMirroredStrategy::gradient_reduction() const {
+  // ZeRO reduce-scatters in its update rule; deterministic, the step sums in part order first.
+  if (mw_.zero && !mw_.deterministic) return {GradientReduction::Kind::None};
+  return MirroredStrategy::gradient_reduction();
+}
+
+UpdateRule& MultiWorkerMirroredStrategy::update_rule() const { return sharded_ ? *sharded_ : Strategy::update_rule(); }
+
+void MultiWorkerMirroredStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
+  if (sharded_) sharded_->complete_state(state);
+}
+
+int64_t MultiWorkerMirroredStrategy::optimizer_slot_bytes() const { return sharded_ ? sharded_->slot_bytes() : 0; }
 
 void MultiWorkerMirroredStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
   if (steps_++ == fault_at_) {  // the test hook
