@@ -138,9 +138,16 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
     return std::make_unique<ParameterServerStrategy>(cluster, options);
   }
   auto pipeline = [&](const std::string& rest, int data_replicas) -> std::unique_ptr<Strategy> {
-    auto options = pipeline_options(rest, data_replicas, threads_per_replica);
-    if (auto* why = std::get_if<std::string>(&options)) return bad(*why);
-    return std::make_unique<PipelineStrategy>(std::get<PipelineOptions>(options));
+    auto parsed = pipeline_options(rest, data_replicas, threads_per_replica);
+    if (auto* why = std::get_if<std::string>(&parsed)) return bad(*why);
+    PipelineOptions options = std::get<PipelineOptions>(parsed);
+    if (started_by_mpi_launcher()) {  // one stage per process
+      if (!mpi_built()) fail("strategy \"{}\": this Tandem was built without MPI (install libopenmpi-dev)", spec);
+      options.processes = make_mpi_world_communicator({.timeout = settings.timeout, .on_failure = settings.on_failure});
+      if (threads_per_replica <= 0)
+        options.threads_per_stage = std::max(1, usable_cores() / std::max(1, options.processes->local_size()));
+    }
+    return std::make_unique<PipelineStrategy>(std::move(options));
   };
   if (parts[0] == "pipeline") return pipeline(spec.size() > 9 ? spec.substr(9) : "", 1);
   if (auto plus = spec.find('+'); plus != std::string::npos) {  // data × model: mirrored:D+model-parallel:T

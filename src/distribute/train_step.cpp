@@ -104,12 +104,11 @@ bool TrainStep::lazy_batches() const {
   return strategy_->num_replicas_in_sync() > 1 || reduction_.kind == GradientReduction::Kind::Ordered;
 }
 
-void TrainStep::check_batch(bool have, int64_t rows, int epoch, int64_t step) {
-  if (workers_ == nullptr) return;
+void check_same_batch(const std::string& strategy, Communicator& workers, bool have, int64_t rows, int epoch,
+                      int64_t step, std::vector<int64_t>& all) {
   int64_t mine[2] = {have ? 1 : 0, have ? rows : 0};
-  std::vector<int64_t>& all = batch_sizes_;  // kept: this runs every step
-  all.resize(2 * static_cast<size_t>(workers_->size()));
-  workers_->all_gather(mine, 2, all.data(), DataType::Int64);
+  all.resize(2 * static_cast<size_t>(workers.size()));
+  workers.all_gather(mine, 2, all.data(), DataType::Int64);
   auto describe = [&](size_t w) {
     return all[2 * w] == 0 ? std::string("has no batch left") : fmt::format("has one of {} rows", all[2 * w + 1]);
   };
@@ -118,7 +117,11 @@ void TrainStep::check_batch(bool have, int64_t rows, int epoch, int64_t step) {
       fail(
           "{}: at batch {} of epoch {} worker 0 {} and worker {} {}: every worker must read the same data (each takes "
           "its rows of every global batch)",
-          strategy_->name(), step + 1, epoch + 1, describe(0), w, describe(w));
+          strategy, step + 1, epoch + 1, describe(0), w, describe(w));
+}
+
+void TrainStep::check_batch(bool have, int64_t rows, int epoch, int64_t step) {
+  if (workers_ != nullptr) check_same_batch(strategy_->name(), *workers_, have, rows, epoch, step, batch_sizes_);
 }
 
 // A strategy's split must cover the batch in order and give every replica a range of parts.

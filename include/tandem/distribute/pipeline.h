@@ -28,11 +28,20 @@
 //   not spent in its forwards, backwards and kernel gradients), in fit's epoch logs as "bubble" (the stages' mean) beside "bubble_ideal",
 //   (S - 1) / (M + S - 1); with a timeline, every micro-batch's forward and backward per stage.
 //
-// The stages hand activations and gradients through a communicator group (in-process here), and
-// data_replicas copies of the pipeline (mirrored:D+pipeline:S) each take their rows of the global
-// batch, every stage's gradients summed over its copies. The model's own layers are the first
+// The stages hand activations and gradients through a communicator group, and data_replicas
+// copies of the pipeline (mirrored:D+pipeline:S) each take their rows of the global batch, every
+// stage's gradients summed over its copies. In one process the model's own layers are the first
 // copy's stages, and the stages update the model's optimizer's own slots, so that the model
 // holds the newest weights whenever fit's loop looks (validation, callbacks, checkpoints).
+//
+// Over processes (`processes`: S·D of them, one device each; `tandem launch -np S -- tandem fit
+// --strategy pipeline:S` makes it over the MPI world): process p is stage p mod S of copy p / S,
+// runs the same fit loop on the same data (its batches compared every step), trains and keeps
+// the slots of its stage alone; the loss and the metrics come from the last stages to every
+// process, every stage's variables go to every process at each epoch's end (validation and
+// evaluation run the whole model anywhere), and a checkpoint gathers every stage's variables and
+// slots (every process takes part; rank 0 writes). A rank that dies or stops is named by the
+// MPI communicator within its timeout.
 // Custom loops (Strategy::run) are refused: a stage holds part of the model.
 #include <cstdint>
 #include <memory>
@@ -41,6 +50,7 @@
 #include <vector>
 
 #include "tandem/distribute/strategy.h"
+#include "tandem/optimizers.h"
 
 namespace tandem::distribute {
 
@@ -55,6 +65,8 @@ struct PipelineOptions {
   int threads_per_stage = 1;
   int data_replicas = 1;    // copies of the whole pipeline, each on its rows of the global batch
   int64_t probe_rows = 32;  // the micro-batch each layer's cost is measured on (balanced cuts)
+  // One handle per process, each process one device (null: every device a thread of this one).
+  std::shared_ptr<Communicator> processes;
   // Each Dense kernel's gradient as one product over the step's rows at the stage's end (after
   // its last backward: work that fills the stages' idle time at the step's end) instead of one
   // per micro-batch (ops::DeferredKernelGradients): the Dense layers' inputs are then kept for
@@ -68,6 +80,17 @@ class PipelineStrategy : public MirroredStrategy {
   ~PipelineStrategy() override;
   std::string name() const override;
   const PipelineOptions& pipeline_options() const { return options_; }
+  // Every device, over every process; this process runs [first, first + local) of them.
+  int num_replicas_in_sync() const override { return options_.num_stages * options_.data_replicas; }
+  int num_local_replicas() const override { return options_.processes ? 1 : num_replicas_in_sync(); }
+  int first_local_replica() const override { return options_.processes ? options_.processes->rank() : 0; }
+  Communicator* worker_communicator() override { return options_.processes.get(); }
+  bool is_chief() const override { return !options_.processes || options_.processes->rank() == 0; }
+  bool collects_state_together() const override { return options_.processes != nullptr; }
+  // Over processes: every stage's variables and optimizer slots, from the processes that train them.
+  void collect_state(std::vector<std::pair<std::string, Tensor>>& state) override;
+  // Over processes: every stage's variables from the process that trains it (collective).
+  void share_stages();
   // The cuts in force (the first layer of each stage after the first): given, or chosen when the
   // model's stages were first made; empty before.
   std::vector<int> cuts() const;
@@ -81,9 +104,11 @@ class PipelineStrategy : public MirroredStrategy {
   // None: a stage's layers see their micro-batch alone (batch normalization: ghost batches).
   Communicator* batch_group(int) override { return nullptr; }
   // Device d is stage d mod S of copy d / S; its pipe group holds its copy's stages (rank: the
-  // stage), its data group the same stage of every copy (rank: the copy).
+  // stage), its data group the same stage of every copy (rank: the copy). By local device.
   Communicator& pipe_group(int device) { return *pipe_.at(static_cast<size_t>(device)); }
   Communicator& data_group(int device) { return *data_.at(static_cast<size_t>(device)); }
+  // The optimizer whose slots a checkpoint gathers (the model's, set by the step).
+  void set_model_optimizer(Optimizer* optimizer) { optimizer_ = optimizer; }
   // Refused: the stages run in fit's step alone.
   void for_each_replica(const std::function<void(int replica)>& fn) override;
   std::unique_ptr<StepRunner> make_step(const StepParts& parts) override;
@@ -98,7 +123,11 @@ class PipelineStrategy : public MirroredStrategy {
   mutable std::mutex mutex_;
   mutable std::vector<int> cuts_;
   mutable std::vector<double> costs_;
-  mutable const layers::Layer* cut_for_ = nullptr;  // the first layer of the stack the cuts are for
+  mutable const layers::Layer* cut_for_ = nullptr;             // the first layer of the stack the cuts are for
+  mutable std::vector<std::shared_ptr<layers::Layer>> whole_;  // the model's stack
+  Optimizer* optimizer_ = nullptr;
+  // The stage that trains layer i of the model.
+  int stage_of(size_t layer) const;
   std::vector<std::unique_ptr<Communicator>> pipe_, data_;
 };
 

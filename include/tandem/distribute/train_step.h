@@ -40,6 +40,12 @@ class ModelReplicas {
   std::vector<Replica> replicas_;
 };
 
+// Every worker takes its rows of the same global batches: a worker whose data ran out, or whose
+// batch has another size, would leave the others waiting or train on something else. Collective
+// over `workers`; a mismatch is named (`scratch`: kept by the caller, as this runs every step).
+void check_same_batch(const std::string& strategy, Communicator& workers, bool have, int64_t rows, int epoch,
+                      int64_t step, std::vector<int64_t>& scratch);
+
 // The step for one model under one strategy; it keeps its tapes, gradients and buffers from one
 // step to the next.
 class TrainStep : public StepRunner {

@@ -50,18 +50,28 @@ class PipelineStep : public StepRunner {
         stages_(strategy.pipeline_options().num_stages),
         copies_(strategy.pipeline_options().data_replicas),
         micro_(strategy.pipeline_options().micro_batches),
-        devices_(static_cast<size_t>(stages_ * copies_)) {
-    for (int d = 0; d < stages_ * copies_; ++d) {
+        first_(strategy.first_local_replica()),
+        processes_(strategy.worker_communicator()),
+        devices_(static_cast<size_t>(strategy.num_local_replicas())) {
+    strategy.set_model_optimizer(&optimizer_);
+    for (int d = 0; d < replicas_.size(); ++d) {
       Device& device = devices_[static_cast<size_t>(d)];
-      device.row = copies_ > 1 ? fmt::format("copy {} stage {}", d / stages_, d % stages_)
-                               : fmt::format("stage {}", d % stages_);
-      device.order = schedule_of(strategy.pipeline_options().schedule, d % stages_, stages_, micro_);
+      int g = first_ + d;
+      device.row = copies_ > 1 ? fmt::format("copy {} stage {}", g / stages_, g % stages_)
+                               : fmt::format("stage {}", g % stages_);
+      device.order = schedule_of(strategy.pipeline_options().schedule, g % stages_, stages_, micro_);
       for (const auto& l : replicas_[d].layers)
         if (auto* bn = dynamic_cast<layers::BatchNormalization*>(l.get())) device.batch_norms.push_back(bn);
     }
   }
   bool lazy_batches() const override { return false; }
-  void check_batch(bool, int64_t, int, int64_t) override {}
+  // Over processes: every one reads the same batches (stage 0 takes their inputs, the last stages
+  // their labels).
+  void check_batch(bool have, int64_t rows, int epoch, int64_t step) override {
+    if (processes_ != nullptr) check_same_batch(strategy_.name(), *processes_, have, rows, epoch, step, batch_sizes_);
+  }
+  // Over processes: every stage's variables to every process (validation, callbacks, evaluation).
+  void finish_epoch() override { strategy_.share_stages(); }
 
   std::optional<double> run(const GlobalBatch& batch, uint64_t key) override {
     Tensor x = batch.x, y = batch.y;
@@ -100,15 +110,30 @@ class PipelineStep : public StepRunner {
       device.epoch_window += window;
     }
     optimizer_.set_iterations(optimizers_[0]->iterations());
-    double loss = 0.0;
+    // The last stages' losses and predictions; over processes, what each added (sums and
+    // counts, exact) summed over them, so that every process logs the same.
+    std::vector<double> added{0.0};
+    std::vector<std::pair<double, int64_t>> before;
+    for (Metric& m : metrics_) before.push_back(m.accumulators());
     for (int k = 0; k < total; ++k) {
       const Result& r = results_[static_cast<size_t>(k)];
-      if (!r.predictions.defined()) continue;  // no rows
-      loss += r.loss_sum;
+      if (!r.predictions.defined()) continue;  // no rows, or another process's
+      added[0] += r.loss_sum;
       for (Metric& m : metrics_) m.update(y.slice(r.begin, r.end), r.predictions);
     }
     results_.clear();
-    return loss / static_cast<double>(rows);
+    if (processes_ != nullptr) {
+      for (size_t i = 0; i < metrics_.size(); ++i) {
+        auto [total_now, count_now] = metrics_[i].accumulators();
+        added.push_back(total_now - before[i].first);
+        added.push_back(static_cast<double>(count_now - before[i].second));
+      }
+      processes_->all_reduce(std::span<double>(added), ReduceOp::Sum);
+      for (size_t i = 0; i < metrics_.size(); ++i)
+        metrics_[i].restore(
+            {before[i].first + added[1 + 2 * i], before[i].second + static_cast<int64_t>(added[2 + 2 * i])});
+    }
+    return added[0] / static_cast<double>(rows);
   }
 
   std::vector<std::pair<std::string, double>> epoch_figures() override {
@@ -144,6 +169,16 @@ class PipelineStep : public StepRunner {
   // each step (the model's learning rate and steps as they are now); the other copies keep
   // copies of the slots of their own, made again when the model's optimizer is another.
   void make_optimizers() {
+    if (processes_ != nullptr) {  // one device here: its stage's slots alone
+      std::span<Variable* const> own = replicas_[0].trainable;
+      auto state = optimizer_.state();
+      if (state.size() > 1 + own.size() * static_cast<size_t>(optimizer_.slots_per_variable()))
+        optimizer_.load_state(state, own);  // restored whole: this stage's part kept
+      else optimizer_.build(own);
+      optimizers_.resize(1);
+      optimizers_[0] = optimizer_.part(own);
+      return;
+    }
     std::vector<Variable*> whole;
     for (int s = 0; s < stages_; ++s)
       for (Variable* v : replicas_[s].trainable) whole.push_back(v);
@@ -165,7 +200,7 @@ class PipelineStep : public StepRunner {
     Device& device = devices_[static_cast<size_t>(d)];
     ModelReplicas::Replica& stage_replica = replicas_[d];
     const auto& stack = stage_replica.layers;
-    int stage = d % stages_, copy = d / stages_, total = copies_ * micro_;
+    int g = first_ + d, stage = g % stages_, copy = g / stages_, total = copies_ * micro_;
     bool first = stage == 0, last = stage + 1 == stages_;
     Communicator& pipe = strategy_.pipe_group(d);
     Timeline* timeline = strategy_.timeline();
@@ -198,6 +233,13 @@ class PipelineStep : public StepRunner {
       device.busy += std::chrono::duration<double>(now - since).count();
       return now;
     };
+    // Sends do not wait for their receiver (over MPI, a stage sending its activations while the
+    // next sends it a gradient would wait on each other); each tensor lives until its send is done.
+    std::vector<std::pair<std::unique_ptr<Work>, Tensor>> sending;
+    auto send = [&](Tensor t, int to, int tag) {
+      std::erase_if(sending, [](const auto& s) { return s.first->done(); });
+      sending.emplace_back(pipe.send_async(t.data<float>(), t.numel(), DataType::Float32, to, tag), t);
+    };
     int forwards = 0, backwards = 0;
     for (bool forward : device.order) {
       int m = forward ? forwards++ : backwards++, k = copy * micro_ + m;
@@ -226,7 +268,7 @@ class PipelineStep : public StepRunner {
           f.output = out.contiguous();
         }
         f.tape->end_recording();
-        if (!last) pipe.send(f.output.data<float>(), f.output.numel(), DataType::Float32, stage + 1, 2 * m);
+        if (!last) send(f.output, stage + 1, 2 * m);
         if (timeline != nullptr) timeline->record("forward", since, busy(since), device.row.c_str());
         else busy(since);
         continue;
@@ -242,8 +284,7 @@ class PipelineStep : public StepRunner {
       else f.tape->gradient(f.output, sources, grads, upstream);
       if (!first) {
         sources.pop_back();
-        Tensor back = grads.back().contiguous();
-        pipe.send(back.data<float>(), back.numel(), DataType::Float32, stage - 1, 2 * m + 1);
+        send(grads.back().contiguous(), stage - 1, 2 * m + 1);
       }
       for (size_t i = 0; i < weights; ++i) {
         Tensor& to = sum[of[i]];
@@ -253,6 +294,7 @@ class PipelineStep : public StepRunner {
       Clock::time_point now = busy(since);
       if (timeline != nullptr) timeline->record("backward", since, now, device.row.c_str());
     }
+    for (auto& [work, tensor] : sending) work->wait();
     Clock::time_point since = Clock::now();
     for (size_t i = 0; i < sum.size(); ++i) {
       const Tensor& v = stage_replica.trainable[i]->value;
@@ -290,6 +332,9 @@ class PipelineStep : public StepRunner {
   uint64_t seed_;
   std::span<Metric> metrics_;
   int stages_, copies_, micro_;
+  int first_;                // this process's first device
+  Communicator* processes_;  // over processes: their group; else null
+  std::vector<int64_t> batch_sizes_;
   std::vector<Device> devices_;
   std::vector<Result> results_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;

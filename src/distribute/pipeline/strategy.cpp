@@ -83,11 +83,18 @@ std::vector<int> balanced_cuts(const std::vector<double>& costs, int stages) {
 }  // namespace
 
 PipelineStrategy::PipelineStrategy(PipelineOptions options)
-    : MirroredStrategy(
-          MirroredOptions{.num_replicas = std::max(1, options.num_stages) * std::max(1, options.data_replicas),
-                          .threads_per_replica = std::max(1, options.threads_per_stage)}),
+    : MirroredStrategy(MirroredOptions{
+          .num_replicas = options.processes ? 1 : std::max(1, options.num_stages) * std::max(1, options.data_replicas),
+          .threads_per_replica = std::max(1, options.threads_per_stage),
+          .pin_threads = !options.processes}),
       options_(std::move(options)) {
   const PipelineOptions& o = options_;
+  if (o.processes && o.processes->size() != std::max(1, o.num_stages) * std::max(1, o.data_replicas))
+    fail(
+        "PipelineStrategy: {} stage{} × {} cop{} of the pipeline need {} processes, one device each, and {} were "
+        "launched (tandem launch -np {})",
+        o.num_stages, o.num_stages == 1 ? "" : "s", o.data_replicas, o.data_replicas == 1 ? "y" : "ies",
+        o.num_stages * o.data_replicas, o.processes->size(), o.num_stages * o.data_replicas);
   if (o.num_stages < 1) fail("PipelineStrategy: num_stages must be at least 1, got {}", o.num_stages);
   if (o.micro_batches < 1) fail("PipelineStrategy: micro_batches must be at least 1, got {}", o.micro_batches);
   if (o.data_replicas < 1) fail("PipelineStrategy: data_replicas must be at least 1, got {}", o.data_replicas);
@@ -107,6 +114,15 @@ PipelineStrategy::PipelineStrategy(PipelineOptions options)
 
 void PipelineStrategy::make_groups() {
   int n = num_replicas_in_sync(), s = options_.num_stages;
+  if (options_.processes) {  // this process's device alone
+    int r = options_.processes->rank();
+    pipe_.clear();
+    data_.clear();
+    pipe_.push_back(options_.processes->split(r / s, r % s));
+    data_.push_back(options_.processes->split(r % s, r / s));
+    if (Timeline* t = timeline()) set_timeline(t);
+    return;
+  }
   pipe_.resize(static_cast<size_t>(n));
   data_.resize(static_cast<size_t>(n));
   MirroredStrategy::for_each_replica([&](int r) {  // split is collective: every device at once
@@ -149,6 +165,8 @@ const std::vector<int>& PipelineStrategy::cuts_for(const std::vector<std::shared
     for (const auto& l : layers)
       if (!l->built()) fail("{}: {} is not built: give the model its input shape before it trains", name(), l->label());
     std::vector<double> costs = layer_costs(layers, options_.probe_rows, options_.threads_per_stage);
+    if (options_.processes)  // every process cuts where rank 0 measured
+      options_.processes->broadcast(costs.data(), static_cast<int64_t>(costs.size()), DataType::Float64, 0);
     cuts_ = stages > 1 ? balanced_cuts(costs, stages) : std::vector<int>{};
     double total = 0.0;
     for (double c : costs) total += c;
@@ -166,12 +184,59 @@ std::vector<std::shared_ptr<Layer>> PipelineStrategy::replica_layers(const std::
                                                                      int replica) const {
   std::lock_guard lock(mutex_);
   const std::vector<int>& cuts = cuts_for(layers);
-  int stage = replica % options_.num_stages, copy = replica / options_.num_stages;
+  whole_ = layers;
+  int device = replica + first_local_replica();
+  int stage = device % options_.num_stages, copy = options_.processes ? 0 : device / options_.num_stages;
   size_t begin = stage == 0 ? 0 : static_cast<size_t>(cuts[static_cast<size_t>(stage) - 1]);
   size_t end = stage + 1 == options_.num_stages ? layers.size() : static_cast<size_t>(cuts[static_cast<size_t>(stage)]);
   std::vector<std::shared_ptr<Layer>> out;
   for (size_t i = begin; i < end; ++i) out.push_back(copy == 0 ? layers[i] : layers[i]->replicate());
   return out;
+}
+
+int PipelineStrategy::stage_of(size_t layer) const {
+  int stage = 0;
+  while (stage < static_cast<int>(cuts_.size()) && static_cast<int>(layer) >= cuts_[static_cast<size_t>(stage)])
+    ++stage;
+  return stage;
+}
+
+void PipelineStrategy::share_stages() {
+  if (!options_.processes) return;
+  Communicator& pipe = pipe_group(0);
+  for (size_t i = 0; i < whole_.size(); ++i)
+    for (Variable& v : whole_[i]->variables())
+      pipe.broadcast(v.value.data<float>(), v.value.numel(), DataType::Float32, stage_of(i));
+}
+
+void PipelineStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
+  if (!options_.processes || whole_.empty()) return;
+  share_stages();  // the variables' entries are the model's own tensors: whole now
+  if (optimizer_ == nullptr) return;
+  // Each stage's slots from its process: a stage's entries as an optimizer of its variables
+  // writes them (made here where another process trains them), filled by the one that does.
+  Communicator& pipe = pipe_group(0);
+  int mine = first_local_replica() % options_.num_stages;
+  std::vector<std::pair<std::string, Tensor>> slots;
+  for (int stage = 0; stage < options_.num_stages; ++stage) {
+    std::vector<Variable*> trainable;
+    for (size_t i = 0; i < whole_.size(); ++i)
+      if (stage_of(i) == stage)
+        for (Variable& v : whole_[i]->variables())
+          if (v.trainable) trainable.push_back(&v);
+    std::unique_ptr<Optimizer> holder = optimizer_->replicate({});
+    Optimizer& of = stage == mine ? *optimizer_ : *holder;
+    if (stage != mine) holder->build(trainable);
+    for (auto& [name, tensor] : of.state()) {
+      if (name == "optimizer/iterations") continue;
+      Tensor t = stage == mine ? tensor.clone() : tensor;
+      pipe.broadcast(t.data<float>(), t.numel(), DataType::Float32, stage);
+      slots.emplace_back(name, t);
+    }
+  }
+  std::erase_if(state,
+                [](const auto& e) { return e.first.starts_with("optimizer/") && e.first != "optimizer/iterations"; });
+  for (auto& entry : slots) state.push_back(std::move(entry));
 }
 
 void PipelineStrategy::for_each_replica(const std::function<void(int)>&) {
