@@ -13,7 +13,8 @@ from . import _tandem
 from .errors import Error
 
 __all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "OneDeviceStrategy",
-           "MultiWorkerMirroredStrategy", "ParameterServerStrategy", "ModelParallelStrategy", "get_strategy",
+           "MultiWorkerMirroredStrategy", "ParameterServerStrategy", "ModelParallelStrategy", "PipelineStrategy",
+           "get_strategy",
            "has_strategy", "experimental", "PerReplica", "ReduceOp"]
 
 _scopes = threading.local()
@@ -145,9 +146,12 @@ class MultiWorkerMirroredStrategy(Strategy):
     """Synchronous data parallelism over the processes `tandem launch -np N -- python3 train.py`
     starts (one replica each), gradients all-reduced over MPI."""
 
-    def __init__(self, communication_options=None, cluster_resolver=None, num_workers=None, deterministic=False):
+    def __init__(self, communication_options=None, cluster_resolver=None, num_workers=None, deterministic=False,
+                 zero=False):
+        """``zero=True``: ZeRO stage 1, each worker keeps and updates the optimizer's state for its
+        1/N of every variable (gradients reduce-scattered, updated pieces all-gathered)."""
         spec = "multiworker" if num_workers is None else f"multiworker:{int(num_workers)}"
-        super().__init__(spec + (":deterministic" if deterministic else ""))
+        super().__init__(spec + (":deterministic" if deterministic else "") + (":zero" if zero else ""))
 
 
 class ParameterServerStrategy(Strategy):
@@ -188,6 +192,23 @@ class ModelParallelStrategy(Strategy):
         if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards <= 0:
             raise Error(f"ModelParallelStrategy: num_shards must be a positive int, got {num_shards!r}")
         super().__init__(f"model-parallel:{num_shards}")
+
+
+class PipelineStrategy(Strategy):
+    """The model's layers cut into ``num_stages`` consecutive stages, one per device (or, under
+    `tandem launch -np S`, one per process), each global batch into ``micro_batches`` that flow
+    through them; ``schedule`` '1f1b' (one forward, one backward) or 'gpipe'; ``data_replicas``
+    copies of the pipeline, each on its rows of the batch."""
+
+    def __init__(self, num_stages=2, micro_batches=4, schedule="1f1b", data_replicas=1):
+        for value, name in ((num_stages, "num_stages"), (micro_batches, "micro_batches"),
+                            (data_replicas, "data_replicas")):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise Error(f"PipelineStrategy: {name} must be a positive int, got {value!r}")
+        if schedule not in ("1f1b", "gpipe"):
+            raise Error(f"PipelineStrategy: schedule must be '1f1b' or 'gpipe', got {schedule!r}")
+        spec = f"pipeline:{num_stages}:{micro_batches}:{schedule}"
+        super().__init__(spec if data_replicas == 1 else f"mirrored:{data_replicas}+{spec}")
 
 
 def get_strategy():

@@ -293,18 +293,28 @@ void answer_the_tutorial(const std::vector<Row>& rows, const CompareFlags& f) {
 }
 
 // The last tutorial's closing questions for its vertical split, from the rows of a model-parallel
-// run and the default strategy's (one device): is training faster, is the model different? And
-// beside a data-parallel run on as many devices: which split pays for this model.
+// run (or, without one, a pipeline's) and the default strategy's (one device): is training faster,
+// is the model different? And beside the other ways of using as many devices (the data split,
+// mirrored; the model split across, model-parallel, or along, pipeline; both, mirrored:D+...):
+// which split pays for this model, the fastest of them.
 void answer_the_split(const std::vector<Row>& rows) {
-  const Row *split = nullptr, *one = nullptr, *mirrored = nullptr;
+  const Row *split = nullptr, *one = nullptr;
+  std::vector<const Row*> ways;
+  auto is_split = [](const std::string& s) {
+    return s.starts_with("model-parallel") || s.starts_with("pipeline") || s.find('+') != std::string::npos;
+  };
   for (const Row& r : rows) {
     if (r.strategy.starts_with("model-parallel") && !split) split = &r;
     if (r.strategy == "default" && !one) one = &r;
-    if (r.strategy.starts_with("mirrored") && !mirrored) mirrored = &r;
+    if (is_split(r.strategy) || r.strategy.starts_with("mirrored")) ways.push_back(&r);
   }
+  if (!split)
+    for (const Row& r : rows)
+      if (r.strategy.starts_with("pipeline") && !split) split = &r;
   if (!split || !one) return;
   double speed = split->samples_per_second / one->samples_per_second;
-  std::printf("Split vertically, is training any faster? %s: %s trains %.0f samples/s, %.2fx one device's %.0f.\n",
+  std::printf("Split %s, is training any faster? %s: %s trains %.0f samples/s, %.2fx one device's %.0f.\n",
+              split->strategy.starts_with("pipeline") ? "into stages" : "vertically",
               speed > 1.05   ? "Yes"
               : speed < 0.95 ? "No, slower"
                              : "About the same",
@@ -312,11 +322,19 @@ void answer_the_split(const std::vector<Row>& rows) {
   double gap = 100.0 * (split->test_accuracy - one->test_accuracy);
   std::printf("Is performance any different? %s: %.2f%% test accuracy split, %.2f%% on one device (%+.2f points).\n",
               std::fabs(gap) <= 0.2 ? "No" : "Yes", 100.0 * split->test_accuracy, 100.0 * one->test_accuracy, gap);
-  if (mirrored)
-    std::printf("Which split pays for this model? %s: %s %.0f samples/s, %s %.0f.\n",
-                mirrored->samples_per_second > split->samples_per_second ? "Splitting the data" : "Splitting the model",
-                mirrored->strategy.c_str(), mirrored->samples_per_second, split->strategy.c_str(),
-                split->samples_per_second);
+  if (ways.size() < 2) return;
+  const Row* best = *std::max_element(ways.begin(), ways.end(), [](const Row* a, const Row* b) {
+    return a->samples_per_second < b->samples_per_second;
+  });
+  std::string others;
+  for (const Row* r : ways)
+    if (r != best) others += fmt::format("{}{} {:.0f}", others.empty() ? "" : ", ", r->strategy, r->samples_per_second);
+  std::printf("Which split pays for this model? %s: %s %.0f samples/s (%s).\n",
+              best->strategy.starts_with("pipeline")         ? "Stages of the model"
+              : best->strategy.find('+') != std::string::npos ? "Both the data and the model"
+              : best->strategy.starts_with("model-parallel") ? "Splitting the model"
+                                                             : "Splitting the data",
+              best->strategy.c_str(), best->samples_per_second, others.c_str());
 }
 
 void run_compare(const CompareFlags& f) {
@@ -427,7 +445,9 @@ void add_compare(CLI::App& app) {
                   "local_sgd[:N[:K]], multiworker:N[:L][:deterministic] (N processes under tandem launch), "
                   "ps-async:PxW, ps-sync:PxW[:B], ps-ssp:PxW:S (P parameter servers and W workers under tandem launch "
                   "--ps P --workers W; "
-                  "--batch-size is then each worker's batch), model-parallel:N (the Dense layers split over N devices)")
+                  "--batch-size is then each worker's batch), model-parallel:N (the Dense layers split over N devices), pipeline:S[:M][:gpipe|:1f1b] (S stages, M "
+                  "micro-batches), mirrored:D+model-parallel:T or mirrored:D+pipeline:S[:M] (D copies of either), "
+                  "multiworker:N:zero (ZeRO stage 1)")
       ->capture_default_str();
   cmd->add_option("--target-accuracy", flags->target_accuracy,
                   "evaluate on the test split after every epoch: the table gives the training seconds to first reach "

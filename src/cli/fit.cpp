@@ -400,15 +400,18 @@ void add_fit(CLI::App& app) {
   cmd->add_option("--strategy", flags->strategy,
                   "default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]] or "
                   "local_sgd[:N[:K]] (N replicas, default one per core; K steps between weight averages, default 4; "
-                  "--threads is then per replica), or multiworker[:W[:L]][:deterministic] under `tandem launch` "
-                  "(W workers, L replicas each; --batch-size is the global batch), or ps-async, ps-sync[:B] (B backup "
+                  "--threads is then per replica), or multiworker[:W[:L]][:deterministic][:zero] under `tandem launch` "
+                  "(W workers, L replicas each; --batch-size is the global batch; zero: each worker keeps 1/W of the "
+                  "optimizer's state, ZeRO stage 1), or ps-async, ps-sync[:B] (B backup "
                   "workers: each round applies the first W - B gradients) or ps-ssp:S (no worker more than S steps "
                   "ahead of the slowest) on every task of a parameter-server cluster "
                   "(TF_CONFIG; `tandem launch --ps P --workers W` starts one here): "
                   "--batch-size is then the batch each worker computes per step, and an epoch is one pass over the "
                   "data by all the workers together; or model-parallel:N (the Dense layers split over N devices, "
-                  "core groups of --threads threads each), or mirrored:D+model-parallel:T (D copies of the model "
-                  "split T ways, each on its rows of the batch)")
+                  "core groups of --threads threads each), or pipeline:S[:M][:gpipe|:1f1b] (the layers cut into S "
+                  "stages, each global batch into M micro-batches, default 4, scheduled one forward one backward "
+                  "or GPipe; under `tandem launch -np S` one stage per process), or mirrored:D+model-parallel:T or "
+                  "mirrored:D+pipeline:S[:M] (D copies of the split model, each on its rows of the batch)")
       ->capture_default_str();
   cmd->add_option("--cluster", flags->cluster,
                   "ps-async, ps-sync: a file holding the cluster spec as TF_CONFIG's JSON (default: the TF_CONFIG "

@@ -36,6 +36,8 @@ def train(tf, strategy, epochs=2, batch_size=64):
     (lambda d: d.experimental.CentralStorageStrategy(num_replicas=2), 2),
     (lambda d: d.OneDeviceStrategy(), 1),
     (lambda d: d.ModelParallelStrategy(2), 2),
+    (lambda d: d.PipelineStrategy(num_stages=3, micro_batches=4), 3),
+    (lambda d: d.PipelineStrategy(2, 2, schedule="gpipe", data_replicas=2), 4),
 ])
 def test_each_strategy_by_scope_trains_as_one_device(tf, make, replicas):
     strategy = make(tf.distribute)
@@ -48,6 +50,13 @@ def test_each_strategy_by_scope_trains_as_one_device(tf, make, replicas):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
     assert h2.history["loss"][-1] == pytest.approx(h1.history["loss"][-1], rel=1e-4)
     assert tf.distribute.get_strategy() is None  # the scope closed
+
+
+def test_pipeline_mistakes_are_named(tf):
+    with pytest.raises(tf.Error, match="micro_batches must be a positive int"):
+        tf.distribute.PipelineStrategy(2, 0)
+    with pytest.raises(tf.Error, match="schedule must be '1f1b' or 'gpipe'"):
+        tf.distribute.PipelineStrategy(2, 4, schedule="interleaved")
 
 
 def test_scope_nests_and_models_keep_their_strategy(tf):
