@@ -22,6 +22,9 @@ def make_model(kind):
             layers += [nn.Linear(width, 160), nn.ELU()]
             width = 160
         return nn.Sequential(*layers, nn.Linear(160, 10))
+    if kind == "cifar-mlp":  # the third tutorial's: Flatten, 3000 relu, 1000 relu, 10 sigmoid
+        return nn.Sequential(nn.Flatten(), nn.Linear(3072, 3000), nn.ReLU(), nn.Linear(3000, 1000), nn.ReLU(),
+                             nn.Linear(1000, 10), nn.Sigmoid())
     return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
                          nn.Linear(32 * 13 * 13, 64), nn.ReLU(), nn.Linear(64, 10))
 
