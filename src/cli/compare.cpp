@@ -330,10 +330,10 @@ void answer_the_split(const std::vector<Row>& rows) {
   for (const Row* r : ways)
     if (r != best) others += fmt::format("{}{} {:.0f}", others.empty() ? "" : ", ", r->strategy, r->samples_per_second);
   std::printf("Which split pays for this model? %s: %s %.0f samples/s (%s).\n",
-              best->strategy.starts_with("pipeline")         ? "Stages of the model"
+              best->strategy.starts_with("pipeline")          ? "Stages of the model"
               : best->strategy.find('+') != std::string::npos ? "Both the data and the model"
-              : best->strategy.starts_with("model-parallel") ? "Splitting the model"
-                                                             : "Splitting the data",
+              : best->strategy.starts_with("model-parallel")  ? "Splitting the model"
+                                                              : "Splitting the data",
               best->strategy.c_str(), best->samples_per_second, others.c_str());
 }
 
@@ -445,7 +445,8 @@ void add_compare(CLI::App& app) {
                   "local_sgd[:N[:K]], multiworker:N[:L][:deterministic] (N processes under tandem launch), "
                   "ps-async:PxW, ps-sync:PxW[:B], ps-ssp:PxW:S (P parameter servers and W workers under tandem launch "
                   "--ps P --workers W; "
-                  "--batch-size is then each worker's batch), model-parallel:N (the Dense layers split over N devices), pipeline:S[:M][:gpipe|:1f1b] (S stages, M "
+                  "--batch-size is then each worker's batch), model-parallel:N (the Dense layers split over N "
+                  "devices), pipeline:S[:M][:gpipe|:1f1b] (S stages, M "
                   "micro-batches), mirrored:D+model-parallel:T or mirrored:D+pipeline:S[:M] (D copies of either), "
                   "multiworker:N:zero (ZeRO stage 1)")
       ->capture_default_str();
