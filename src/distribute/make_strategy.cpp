@@ -137,13 +137,31 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
       options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
     return std::make_unique<ParameterServerStrategy>(cluster, options);
   }
+  // The processes a launcher started, one device each (a model split over them).
+  auto launched_world = [&]() -> std::shared_ptr<Communicator> {
+    if (!mpi_built()) fail("strategy \"{}\": this Tandem was built without MPI (install libopenmpi-dev)", spec);
+    return make_mpi_world_communicator({.timeout = settings.timeout, .on_failure = settings.on_failure});
+  };
+  // model-parallel:T over D copies: on this process's cores, or one device per launched process.
+  auto model_parallel = [&](int t, int d) -> std::unique_ptr<Strategy> {
+    ModelParallelOptions options{
+        .num_shards = t,
+        .threads_per_shard = threads_per_replica > 0 ? threads_per_replica : std::max(1, usable_cores() / (d * t)),
+        .data_replicas = d,
+        .device_memory_bytes = settings.device_memory_bytes};
+    if (started_by_mpi_launcher()) {
+      options.processes = launched_world();
+      if (threads_per_replica <= 0)
+        options.threads_per_shard = std::max(1, usable_cores() / std::max(1, options.processes->local_size()));
+    }
+    return std::make_unique<ModelParallelStrategy>(std::move(options));
+  };
   auto pipeline = [&](const std::string& rest, int data_replicas) -> std::unique_ptr<Strategy> {
     auto parsed = pipeline_options(rest, data_replicas, threads_per_replica);
     if (auto* why = std::get_if<std::string>(&parsed)) return bad(*why);
     PipelineOptions options = std::get<PipelineOptions>(parsed);
     if (started_by_mpi_launcher()) {  // one stage per process
-      if (!mpi_built()) fail("strategy \"{}\": this Tandem was built without MPI (install libopenmpi-dev)", spec);
-      options.processes = make_mpi_world_communicator({.timeout = settings.timeout, .on_failure = settings.on_failure});
+      options.processes = launched_world();
       if (threads_per_replica <= 0)
         options.threads_per_stage = std::max(1, usable_cores() / std::max(1, options.processes->local_size()));
     }
@@ -160,20 +178,13 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
       return bad(
           "data × model is mirrored:D+model-parallel:T or mirrored:D+pipeline:S[:M] (D copies of the model split T "
           "ways or cut into S stages)");
-    return std::make_unique<ModelParallelStrategy>(ModelParallelOptions{
-        .num_shards = *t,
-        .threads_per_shard = threads_per_replica > 0 ? threads_per_replica : std::max(1, usable_cores() / (*d * *t)),
-        .data_replicas = *d,
-        .device_memory_bytes = settings.device_memory_bytes});
+    return model_parallel(*t, *d);
   }
   if (parts[0] == "model-parallel") {
     if (parts.size() != 2) return bad("model-parallel takes the number of devices to split over: model-parallel:N");
     std::optional<int> n = count_in_name(parts[1], kMaxThreads);
     if (!n) return bad(fmt::format("the device count \"{}\" is not a number from 1 to {}", parts[1], kMaxThreads));
-    return std::make_unique<ModelParallelStrategy>(ModelParallelOptions{
-        .num_shards = *n,
-        .threads_per_shard = threads_per_replica > 0 ? threads_per_replica : std::max(1, usable_cores() / *n),
-        .device_memory_bytes = settings.device_memory_bytes});
+    return model_parallel(*n, 1);
   }
   if (parts[0] == "multiworker") {
     MultiWorkerOptions options;

@@ -130,11 +130,12 @@ void expect_same_final_weights(const std::string& a_path, const std::string& b_p
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].second, b[i].second) << what << ": " << a[i].first << " differs";
 }
 
-// `tandem fit --strategy pipeline:S:M` under `tandem launch -np S` (one stage per process) and
-// mirrored:2+pipeline:2 on 4: the final checkpoint, which rank 0 gathers from every stage (its
-// variables and Adam's slots), is one process's within 1e-5 of each tensor's norm (the slots
-// 1e-4), and so are the test loss and accuracy every process printed.
-TEST(PipelineProcesses, FitUnderTheLauncherEndsWithOneProcesssWeights) {
+// `tandem fit --strategy pipeline:S:M` under `tandem launch -np S` (one stage per process),
+// model-parallel:T under -np T (one piece of every split layer per process), and 2 copies of
+// either on 4: the final checkpoint, which rank 0 gathers from every stage or piece (its variables
+// and Adam's slots), is one process's within 1e-5 of each tensor's norm (the slots 1e-4), and so
+// are the test loss and accuracy printed.
+TEST(SplitOverProcesses, FitUnderTheLauncherEndsWithOneProcesssWeights) {
   SKIP_WITHOUT_MPI();
   TempDir dir;
   make_mnist(dir.file("data/mnist"), 600, 60);
@@ -148,8 +149,9 @@ TEST(PipelineProcesses, FitUnderTheLauncherEndsWithOneProcesssWeights) {
   Watched alone = run_watched(one, dir, 120);
   ASSERT_EQ(alone.code, 0) << alone.output;
   auto want = final_state(dir.file("ck-default/final.safetensors"));
-  for (auto [processes, strategy] :
-       {std::pair{2, "pipeline:2:4"}, std::pair{3, "pipeline:3:2:gpipe"}, std::pair{4, "mirrored:2+pipeline:2:2"}}) {
+  for (auto [processes, strategy] : {std::pair{2, "pipeline:2:4"}, std::pair{3, "pipeline:3:2:gpipe"},
+                                     std::pair{4, "mirrored:2+pipeline:2:2"}, std::pair{2, "model-parallel:2"},
+                                     std::pair{3, "model-parallel:3"}, std::pair{4, "mirrored:2+model-parallel:2"}}) {
     Watched w = run_watched(launched(processes, args(strategy)), dir, 180);
     ASSERT_EQ(w.code, 0) << strategy << "\n" << w.output;
     auto got = final_state(dir.file(fmt::format("ck-{}/final.safetensors", strategy)));
@@ -176,26 +178,29 @@ std::vector<std::string> processes_mentioning(const std::string& text);  // belo
 
 // A stage killed (SIGKILL) or stopped (SIGSTOP) during a step over processes: the job ends within
 // the timeout and a few seconds, naming the rank, and leaves no process behind.
-TEST(PipelineProcesses, ARankKilledOrStoppedDuringAStepIsNamed) {
+TEST(SplitOverProcesses, ARankKilledOrStoppedDuringAStepIsNamed) {
   SKIP_WITHOUT_MPI();
   TempDir dir;
   make_mnist(dir.file("data/mnist"), 600, 60);
   constexpr double kTimeout = 2;
-  for (const char* kind : {"kill", "stop"})
-    for (int rank : {0, 1}) {
-      std::string what = fmt::format("{}:{}:training", kind, rank);
-      Watched w = run_watched(launched(2, fit_args(dir, "pipeline:2:4", dir.file("ck-" + what), kTimeout)), dir, 60,
-                              "fault.log", {"TANDEM_TEST_FAULT=" + what});
-      EXPECT_NE(w.code, 0) << what << "\n" << w.output;
-      EXPECT_FALSE(w.killed) << what << ": the watchdog had to end it\n" << w.output;
-      EXPECT_LT(w.seconds, kTimeout + 10) << what << "\n" << w.output;
-      bool named = (std::string(kind) == "kill" && names_killed_rank(w.output, rank)) ||
-                   w.output.find(fmt::format("rank {} (host ", rank)) != std::string::npos;
-      EXPECT_TRUE(named) << what << "\n" << w.output;
-      std::vector<std::string> left = processes_mentioning(dir.path());
-      EXPECT_TRUE(left.empty()) << what << ": left behind: " << (left.empty() ? "" : left[0]);
-      for (const std::string& p : left) kill(std::stoi(p.substr(0, p.find(':'))), SIGKILL);
-    }
+  for (const char* strategy : {"pipeline:2:4", "model-parallel:2"})
+    for (const char* kind : {"kill", "stop"})
+      for (int rank : {0, 1}) {
+        std::string what = fmt::format("{}:{}:training", kind, rank),
+                    ck = dir.file(fmt::format("ck-{}-{}", strategy, what));
+        Watched w = run_watched(launched(2, fit_args(dir, strategy, ck, kTimeout)), dir, 60, "fault.log",
+                                {"TANDEM_TEST_FAULT=" + what});
+        std::string where = std::string(strategy) + ", " + what;
+        EXPECT_NE(w.code, 0) << where << "\n" << w.output;
+        EXPECT_FALSE(w.killed) << where << ": the watchdog had to end it\n" << w.output;
+        EXPECT_LT(w.seconds, kTimeout + 10) << where << "\n" << w.output;
+        bool named = (std::string(kind) == "kill" && names_killed_rank(w.output, rank)) ||
+                     w.output.find(fmt::format("rank {} (host ", rank)) != std::string::npos;
+        EXPECT_TRUE(named) << where << "\n" << w.output;
+        std::vector<std::string> left = processes_mentioning(dir.path());
+        EXPECT_TRUE(left.empty()) << where << ": left behind: " << (left.empty() ? "" : left[0]);
+        for (const std::string& p : left) kill(std::stoi(p.substr(0, p.find(':'))), SIGKILL);
+      }
 }
 
 // `tandem fit` on 2 and 3 workers: the chief's final weights are one process's, bit for bit.

@@ -40,6 +40,12 @@ struct ModelParallelOptions {
   // Each device's memory for the model's variables and the optimizer's slots (0: no limit): a
   // model that needs more on one device is refused before training, with what it needs.
   int64_t device_memory_bytes = 0;
+  // One handle per process, each process one device (`tandem launch -np T·D -- tandem fit
+  // --strategy model-parallel:T`): device p is process p. Every process reads the same batches
+  // (compared every step); the metrics come from each copy's first piece; whole variables and
+  // slots are gathered over a copy's processes (epoch ends; checkpoints, where every process takes
+  // part). Null: every device a thread of this process.
+  std::shared_ptr<Communicator> processes;
 };
 
 class ModelParallelStrategy : public MirroredStrategy {
@@ -50,6 +56,12 @@ class ModelParallelStrategy : public MirroredStrategy {
   ~ModelParallelStrategy() override;
   std::string name() const override;
   int num_shards() const { return options_.num_shards; }
+  int num_replicas_in_sync() const override { return options_.num_shards * options_.data_replicas; }
+  int num_local_replicas() const override { return options_.processes ? 1 : num_replicas_in_sync(); }
+  int first_local_replica() const override { return options_.processes ? options_.processes->rank() : 0; }
+  Communicator* worker_communicator() override { return options_.processes.get(); }
+  bool is_chief() const override { return !options_.processes || options_.processes->rank() == 0; }
+  bool collects_state_together() const override { return options_.processes != nullptr; }
   const ModelParallelOptions& model_parallel_options() const { return options_; }
 
   std::vector<std::shared_ptr<layers::Layer>> replica_layers(const std::vector<std::shared_ptr<layers::Layer>>& layers,
@@ -58,7 +70,7 @@ class ModelParallelStrategy : public MirroredStrategy {
   int64_t first_row(int) const override { return 0; }  // every device computes its copy's whole batch
   // The mesh: device r is piece r mod num_shards of copy r / num_shards. Its tensor group holds the
   // pieces of its copy (the split layers' collectives); its data group, the same piece of every
-  // copy (its gradients' sum; the batch's group, null with one copy).
+  // copy (its gradients' sum; the batch's group, null with one copy). By local device.
   Communicator& tensor_group(int device) { return *tensor_.at(static_cast<size_t>(device)); }
   Communicator* batch_group(int device) override {
     return options_.data_replicas > 1 ? data_.at(static_cast<size_t>(device)).get() : nullptr;

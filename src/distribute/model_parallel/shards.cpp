@@ -56,11 +56,13 @@ Tensor ModelParallelStrategy::Shards::whole_of(const Where& at, const std::funct
   const Tensor& model = whole_[at.layer]->variables()[at.variable].value;
   auto* split = dynamic_cast<const TensorParallelDense*>(of_device_[0][at.layer].get());
   if (split == nullptr) return piece(0).clone();  // the same on every device
-  Tensor out = Tensor::empty(model.shape());
+  // Over processes each holds its piece: put into zeros, summed over the copy's pieces.
+  Tensor out = across_ != nullptr ? Tensor::zeros(model.shape()) : Tensor::empty(model.shape());
   for (int d = 0; d < devices_; ++d) {
     auto& mine = static_cast<const TensorParallelDense&>(*of_device_[static_cast<size_t>(d)][at.layer]);
     if (mine.holds(at.variable)) mine.put(at.variable, piece(d), out);
   }
+  if (across_ != nullptr) across_->all_reduce(out.data<float>(), out.numel(), DataType::Float32, ReduceOp::Sum);
   return out;
 }
 

@@ -14,7 +14,9 @@
 namespace tandem::distribute {
 
 struct ModelParallelStrategy::Shards {
-  explicit Shards(int devices) : devices_(devices) {}
+  // `devices`: this process's; `across`: over processes, the local device's tensor group (whole
+  // tensors are gathered over it: collective), else null.
+  Shards(int devices, Communicator* across) : devices_(devices), across_(across) {}
   // Device `device`'s stack made from the model's `whole` (device 0 first: what was kept goes).
   void keep(const std::vector<std::shared_ptr<layers::Layer>>& whole, int device,
             const std::vector<std::shared_ptr<layers::Layer>>& mine);
@@ -50,6 +52,7 @@ struct ModelParallelStrategy::Shards {
   Tensor device_slot(int device, const std::string& name, const std::string& slot) const;
 
   int devices_;
+  Communicator* across_;
   std::mutex mutex_;
   std::vector<std::shared_ptr<layers::Layer>> whole_;
   std::vector<std::vector<std::shared_ptr<layers::Layer>>> of_device_;

@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "distribute/model_parallel/shards.h"
+#include "distribute/summed_metrics.h"
 #include "tandem/autograd.h"
 #include "tandem/devices.h"
 #include "tandem/distribute/step_runner.h"
@@ -24,11 +25,16 @@ class TensorParallelStep : public StepRunner {
         loss_(parts.loss),
         optimizer_(parts.optimizer),
         seed_(parts.seed),
-        metrics_(parts.metrics) {
-    for (int d = 0; d < replicas_.size(); ++d) device_names_.push_back(fmt::format("device {}", d));
+        metrics_(parts.metrics),
+        first_(strategy.first_local_replica()),
+        processes_(strategy.worker_communicator()) {
+    for (int d = 0; d < replicas_.size(); ++d) device_names_.push_back(fmt::format("device {}", first_ + d));
   }
   bool lazy_batches() const override { return false; }
-  void check_batch(bool, int64_t, int, int64_t) override {}
+  // Over processes: every one reads the same batches.
+  void check_batch(bool have, int64_t rows, int epoch, int64_t step) override {
+    if (processes_ != nullptr) check_same_batch(strategy_.name(), *processes_, have, rows, epoch, step, batch_sizes_);
+  }
 
   std::optional<double> run(const GlobalBatch& batch, uint64_t key) override {
     Tensor x = batch.x, y = batch.y;
@@ -43,7 +49,7 @@ class TensorParallelStep : public StepRunner {
     strategy_.MirroredStrategy::for_each_replica([&](int d) {  // the devices hold until the epoch ends
       ModelReplicas::Replica& device = replicas_[d];
       const char* row = device_names_[static_cast<size_t>(d)].c_str();
-      int copy = d / pieces;
+      int g = first_ + d, copy = g / pieces;
       int64_t begin = rows * copy / copies, end = rows * (copy + 1) / copies;  // this copy's rows
       std::vector<Tensor> grads;
       if (begin == end) {  // no rows for this copy: zeros to the sums over the copies
@@ -60,7 +66,7 @@ class TensorParallelStep : public StepRunner {
         }
         Timeline::Span backward(timeline, "backward", row);
         grads = tape.gradient(ops::scale(sum, 1.0f / static_cast<float>(rows)), device.trainable);
-        if (d % pieces == 0) {
+        if (g % pieces == 0) {  // each copy's first piece speaks for it
           sums[static_cast<size_t>(copy)] = sum.item();
           predictions[static_cast<size_t>(copy)] = h;
         }
@@ -69,13 +75,14 @@ class TensorParallelStep : public StepRunner {
       optimizer_.apply(device.trainable, grads);
     });
     double loss = 0.0;
+    summed_.start(metrics_);
     for (int c = 0; c < copies; ++c) {
       int64_t begin = rows * c / copies, end = rows * (c + 1) / copies;
-      if (begin == end) continue;
+      if (begin == end || !predictions[static_cast<size_t>(c)].defined()) continue;  // no rows, or another process's
       loss += sums[static_cast<size_t>(c)];
       for (Metric& m : metrics_) m.update(copies == 1 ? y : y.slice(begin, end), predictions[static_cast<size_t>(c)]);
     }
-    return loss / static_cast<double>(rows);
+    return summed_.finish(processes_, metrics_, loss) / static_cast<double>(rows);
   }
 
   void finish_epoch() override { strategy_.shards().write_back(&optimizer_); }
@@ -83,8 +90,8 @@ class TensorParallelStep : public StepRunner {
   // fit's end: the whole model holds (its last epoch's end wrote it, then callbacks may change
   // it; a fit failing mid-epoch writes the devices' newest values into it first).
   ~TensorParallelStep() override {
-    try {
-      if (std::uncaught_exceptions() > 0) strategy_.shards().write_back(&optimizer_);
+    try {  // over processes the others may not be there to gather with: the last epoch's end holds
+      if (std::uncaught_exceptions() > 0 && processes_ == nullptr) strategy_.shards().write_back(&optimizer_);
     } catch (const std::exception&) {  // the failure already on its way says what went wrong
     }
     strategy_.shards().hand_to_model();
@@ -98,6 +105,10 @@ class TensorParallelStep : public StepRunner {
   uint64_t seed_;
   std::span<Metric> metrics_;
   std::vector<std::string> device_names_;  // the timeline's rows
+  int first_;                              // this process's first device
+  Communicator* processes_;                // over processes: their group; else null
+  std::vector<int64_t> batch_sizes_;
+  SummedMetrics summed_;
 };
 
 }  // namespace

@@ -58,21 +58,31 @@ class ModelParallelUpdate : public UpdateRule {
 }  // namespace
 
 ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options)
-    : MirroredStrategy(
-          MirroredOptions{.num_replicas = std::max(1, options.num_shards) * std::max(1, options.data_replicas),
-                          .threads_per_replica = options.threads_per_shard}),
-      options_(options),
-      shards_(std::make_unique<Shards>(num_replicas_in_sync())) {
+    : MirroredStrategy(MirroredOptions{
+          .num_replicas = options.processes ? 1 : std::max(1, options.num_shards) * std::max(1, options.data_replicas),
+          .threads_per_replica = options.threads_per_shard,
+          .pin_threads = !options.processes}),
+      options_(options) {
   if (options.num_shards < 1) fail("ModelParallelStrategy: num_shards must be at least 1, got {}", options.num_shards);
   if (options.data_replicas < 1)
     fail("ModelParallelStrategy: data_replicas must be at least 1, got {}", options.data_replicas);
   int n = num_replicas_in_sync(), t = options.num_shards;
-  tensor_.resize(static_cast<size_t>(n));
-  data_.resize(static_cast<size_t>(n));
-  MirroredStrategy::for_each_replica([&](int r) {  // split is collective: every device at once
-    tensor_[static_cast<size_t>(r)] = communicator(r).split(r / t, r % t);
-    data_[static_cast<size_t>(r)] = communicator(r).split(r % t, r / t);
-  });
+  if (options.processes && options.processes->size() != n)
+    fail("{}: {} devices need {} processes, one device each, and {} were launched (tandem launch -np {})", name(), n, n,
+         options.processes->size(), n);
+  if (options.processes) {  // this process's device alone
+    int r = options.processes->rank();
+    tensor_.push_back(options.processes->split(r / t, r % t));
+    data_.push_back(options.processes->split(r % t, r / t));
+  } else {
+    tensor_.resize(static_cast<size_t>(n));
+    data_.resize(static_cast<size_t>(n));
+    MirroredStrategy::for_each_replica([&](int r) {  // split is collective: every device at once
+      tensor_[static_cast<size_t>(r)] = communicator(r).split(r / t, r % t);
+      data_[static_cast<size_t>(r)] = communicator(r).split(r % t, r / t);
+    });
+  }
+  shards_ = std::make_unique<Shards>(num_local_replicas(), options.processes ? tensor_[0].get() : nullptr);
   if (options.device_memory_bytes < 0)
     fail("ModelParallelStrategy: device_memory_bytes must be positive (or 0: no limit), got {}",
          options.device_memory_bytes);
@@ -93,7 +103,7 @@ UpdateRule& ModelParallelStrategy::update_rule() const {
 
 std::vector<std::shared_ptr<Layer>> ModelParallelStrategy::replica_layers(
     const std::vector<std::shared_ptr<Layer>>& layers, int replica) const {
-  int n = options_.num_shards, piece = replica % n;
+  int n = options_.num_shards, piece = (replica + first_local_replica()) % n;
   Communicator& group = *tensor_.at(static_cast<size_t>(replica));
   // Which Dense layers split: all the plan can (auto_split), or those made with {.shards = n}.
   auto splits = [&](const Layer& l) {

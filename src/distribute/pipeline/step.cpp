@@ -7,6 +7,7 @@
 #include <chrono>
 #include <exception>
 
+#include "distribute/summed_metrics.h"
 #include "tandem/autograd.h"
 #include "tandem/distribute/pipeline.h"
 #include "tandem/distribute/step_runner.h"
@@ -110,30 +111,18 @@ class PipelineStep : public StepRunner {
       device.epoch_window += window;
     }
     optimizer_.set_iterations(optimizers_[0]->iterations());
-    // The last stages' losses and predictions; over processes, what each added (sums and
-    // counts, exact) summed over them, so that every process logs the same.
-    std::vector<double> added{0.0};
-    std::vector<std::pair<double, int64_t>> before;
-    for (Metric& m : metrics_) before.push_back(m.accumulators());
+    // The last stages' losses and predictions (over processes, summed over them).
+    double loss = 0.0;
+    summed_.start(metrics_);
     for (int k = 0; k < total; ++k) {
       const Result& r = results_[static_cast<size_t>(k)];
       if (!r.predictions.defined()) continue;  // no rows, or another process's
-      added[0] += r.loss_sum;
+      loss += r.loss_sum;
       for (Metric& m : metrics_) m.update(y.slice(r.begin, r.end), r.predictions);
     }
     results_.clear();
-    if (processes_ != nullptr) {
-      for (size_t i = 0; i < metrics_.size(); ++i) {
-        auto [total_now, count_now] = metrics_[i].accumulators();
-        added.push_back(total_now - before[i].first);
-        added.push_back(static_cast<double>(count_now - before[i].second));
-      }
-      processes_->all_reduce(std::span<double>(added), ReduceOp::Sum);
-      for (size_t i = 0; i < metrics_.size(); ++i)
-        metrics_[i].restore(
-            {before[i].first + added[1 + 2 * i], before[i].second + static_cast<int64_t>(added[2 + 2 * i])});
-    }
-    return added[0] / static_cast<double>(rows);
+    loss = summed_.finish(processes_, metrics_, loss);
+    return loss / static_cast<double>(rows);
   }
 
   std::vector<std::pair<std::string, double>> epoch_figures() override {
@@ -335,6 +324,7 @@ class PipelineStep : public StepRunner {
   int first_;                // this process's first device
   Communicator* processes_;  // over processes: their group; else null
   std::vector<int64_t> batch_sizes_;
+  SummedMetrics summed_;
   std::vector<Device> devices_;
   std::vector<Result> results_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;
