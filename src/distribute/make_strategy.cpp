@@ -28,16 +28,21 @@ std::optional<int> count_in_name(const std::string& n, int most) {
   return std::stoi(n);
 }
 
-// pipeline:S[:M][:gpipe|:1f1b] (`spec` without "pipeline:") as options, or the reason it is not.
-std::variant<PipelineOptions, std::string> pipeline_options(const std::string& spec, int data_replicas,
-                                                            int threads_per_replica) {
+// "a:b:c" -> {"a", "b", "c"}.
+std::vector<std::string> parts_of(const std::string& spec) {
   std::vector<std::string> parts;
   for (size_t at = 0;;) {
     size_t colon = spec.find(':', at);
     parts.push_back(spec.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
-    if (colon == std::string::npos) break;
+    if (colon == std::string::npos) return parts;
     at = colon + 1;
   }
+}
+
+// pipeline:S[:M][:gpipe|:1f1b] (`spec` without "pipeline:") as options, or the reason it is not.
+std::variant<PipelineOptions, std::string> pipeline_options(const std::string& spec, int data_replicas,
+                                                            int threads_per_replica) {
+  std::vector<std::string> parts = parts_of(spec);
   PipelineOptions options;
   options.data_replicas = data_replicas;
   if (!parts.empty() && (parts.back() == "gpipe" || parts.back() == "1f1b")) {
@@ -98,13 +103,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyS
   };
   if (spec == "default") return std::make_unique<DefaultStrategy>();
   if (spec == "one_device") return std::make_unique<OneDeviceStrategy>();
-  std::vector<std::string> parts;
-  for (size_t at = 0;;) {
-    size_t colon = spec.find(':', at);
-    parts.push_back(spec.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
-    if (colon == std::string::npos) break;
-    at = colon + 1;
-  }
+  std::vector<std::string> parts = parts_of(spec);
   if (parts[0] == "one_device" || parts[0] == "default")
     return bad("\"" + parts[0] + "\" takes no replica count or options");
   if (parts[0] == "ps-async" || parts[0] == "ps-sync" || parts[0] == "ps-ssp") {

@@ -99,7 +99,7 @@ class PipelineStep : public StepRunner {
       });
     } catch (...) {
       results_.clear();
-      strategy_.make_groups();
+      if (processes_ == nullptr) strategy_.make_groups();  // over processes the failure ends the job
       throw;
     }
     // The step's window: until the last device has its gradients; each device's idle share of it.
