@@ -69,3 +69,19 @@ def test_tape_misuse_is_named(tf):
         tape.gradient(out, model.trainable_variables)
     with pytest.raises(tf.Error, match="shape"):  # each gradient paired with the other's variable
         tf.keras.optimizers.SGD().apply_gradients(zip(reversed(grads), model.trainable_variables))
+
+
+def test_tape_starts_backward_from_output_gradients(tf):
+    """tf.GradientTape.gradient's output_gradients: the gradients of sum(target * seed)."""
+    model = tf.keras.Sequential([tf.keras.layers.Dense(3, input_shape=(4,))], seed=2)
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) / 8
+    seed = np.array([[1.0, -2.0, 0.5], [0.25, 3.0, -1.0]], np.float32)
+    with tf.GradientTape() as tape:
+        out = model(x, training=True)
+    kernel, bias = tape.gradient(out, model.trainable_variables, output_gradients=seed)
+    np.testing.assert_allclose(kernel.numpy(), x.T @ seed, rtol=1e-6)
+    np.testing.assert_allclose(bias.numpy(), seed.sum(axis=0), rtol=1e-6)
+    with tf.GradientTape() as tape:
+        out = model(x, training=True)
+    with pytest.raises(tf.Error, match="the output gradient must be float32 of the target's shape"):
+        tape.gradient(out, model.trainable_variables, output_gradients=seed.T.copy())
