@@ -1,8 +1,11 @@
 // tandem_mpi_check's training scenarios (mpi_check.h; what each checks is said at the top of
 // mpi_check.cpp): MultiWorkerMirroredStrategy, a custom loop and the hvd facade, each against one
 // process trained on the same global batches.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -79,22 +82,35 @@ void fused_bits(std::shared_ptr<Communicator> world) {
   std::printf("rank %d: %s\n", world->rank(), failures == 0 ? "fused bits match" : "fused bits DIFFER");
 }
 
-// ZeRO stage 1 against the plain strategy on the same workers: the same weights (bitwise with
-// deterministic), the same whole checkpoint state (Sequential::state, collective here), and each
-// worker's slots 1/N of the whole (their sum over the workers the whole, exactly).
+// ZeRO stage 1 against the plain strategy on the same workers, the ZeRO run resumed from its
+// checkpoint on the way: the same weights (bitwise with deterministic), the same whole checkpoint
+// state (Sequential::state, collective here), and each worker's slots 1/N of the whole (their sum
+// over the workers the whole, exactly).
 void zero_against_plain(std::shared_ptr<Communicator> world, bool deterministic) {
-  auto state_of = [&](distribute::Strategy& strategy, int64_t rows) {
+  // 2 epochs, then 1 more: on the same model, or (`resume`) on a new one loaded from a checkpoint
+  // of the first (every worker writes its own copy: the state is gathered by all).
+  auto state_of = [&](distribute::Strategy& strategy, int64_t rows, bool resume) {
     Shape shape{rows, 6};
     Tensor x = tandem::testing::random_tensor(shape, 5);
     std::vector<int32_t> labels(static_cast<size_t>(rows));
     for (int64_t i = 0; i < rows; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 4);
     Tensor y = Tensor::from_vector({rows}, std::span<const int32_t>(labels));
-    std::unique_ptr<Sequential> model;
-    {
+    auto make = [&] {
       Strategy::Scope scope(&strategy);
-      model = dropout_mlp();  // Adam: two slots per variable
-    }
+      return dropout_mlp();  // Adam: two slots per variable
+    };
+    std::unique_ptr<Sequential> model = make();
     model->fit(x, y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+    if (resume) {
+      std::string path = (std::filesystem::temp_directory_path() /
+                          fmt::format("tandem-zero-{}-{}.safetensors", getppid(), world->rank()))
+                             .string();
+      model->save_checkpoint(path);
+      model = make();
+      model->load_checkpoint(path);
+      std::filesystem::remove(path);
+    }
+    model->fit(x, y, {.epochs = 1, .batch_size = 24, .verbose = 0});
     return model->state();
   };
   distribute::MultiWorkerMirroredStrategy plain(
@@ -104,7 +120,7 @@ void zero_against_plain(std::shared_ptr<Communicator> world, bool deterministic)
                                                 .zero = true,
                                                 .zero_bucket_bytes = 256,
                                                 .workers = world});
-  auto want = state_of(plain, 73), got = state_of(zero, 73);
+  auto want = state_of(plain, 73, false), got = state_of(zero, 73, true);
   expect(got.size() == want.size(), fmt::format("zero's state has {} entries, plain's {}", got.size(), want.size()));
   int64_t whole_slots = 0;
   double worst = 0;
