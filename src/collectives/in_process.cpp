@@ -208,13 +208,27 @@ class Group {
     std::lock_guard lock(mutex_);
     if (!aborted_.empty()) fail("send: {}", aborted_);
     mail_[{rank, peer, tag}].push_back(std::move(m));
+    posted_.fetch_add(1, std::memory_order_release);
     changed_.notify_all();
   }
 
   void recv(int rank, void* data, int64_t n, DataType dtype, int peer, int tag) {
     check_peer(peer, "recv");
-    std::unique_lock lock(mutex_);
     auto key = std::make_tuple(peer, rank, tag);
+    // As the barrier: a brief spin while a core is free for it, before sleeping (a pipeline's
+    // stages hand each other a message per micro-batch, each a sleep and a wake otherwise).
+    for (uint64_t seen = 0;;) {
+      {
+        std::lock_guard lock(mutex_);
+        auto it = mail_.find(key);
+        if (!aborted_.empty() || (it != mail_.end() && !it->second.empty())) break;
+        seen = posted_.load(std::memory_order_relaxed);
+      }
+      if (!core::spin_until(core::spin_allowance(size_),
+                            [&] { return posted_.load(std::memory_order_acquire) != seen; }))
+        break;
+    }
+    std::unique_lock lock(mutex_);
     bool arrived = changed_.wait_for(lock, timeout_, [&] {
       auto it = mail_.find(key);
       return !aborted_.empty() || (it != mail_.end() && !it->second.empty());
@@ -347,6 +361,7 @@ class Group {
 
   int size_;
   std::chrono::milliseconds timeout_;
+  std::atomic<uint64_t> posted_{0};  // messages sent so far (what a spinning receiver watches)
   std::vector<void*> buffers_;
   std::vector<int64_t> sizes_;
   std::vector<DataType> dtypes_;
