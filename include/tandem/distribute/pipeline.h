@@ -16,8 +16,8 @@
 //   most S - s micro-batches' activations kept). Both add each stage's gradients in micro-batch
 //   order, so they give the same bits.
 // - Cut points: given (cuts = the first layer of each stage after the first), or chosen so that the
-//   stages' measured costs (each layer's forward and backward timed on a probe micro-batch) are as
-//   even as contiguous stages allow.
+//   stages' measured costs are as even as contiguous stages allow: each layer timed as the stages
+//   run it (M probe micro-batches forward and backward, then its deferred kernel gradient).
 // - Dropout: each row keeps the mask it has on one device (its row in the global batch keys it).
 // - Batch normalization: each micro-batch is normalized with its own statistics (ghost batches, as
 //   GPipe does: statistics over the global batch would hold every stage behind the slowest

@@ -7,6 +7,7 @@
 
 #include "tandem/autograd.h"
 #include "tandem/distribute/pipeline.h"
+#include "tandem/ops.h"
 #include "tandem/runtime.h"
 
 namespace tandem::distribute {
@@ -15,9 +16,12 @@ using layers::Layer;
 
 namespace {
 
-// Each layer's forward and backward time (seconds, the best of a few) on a batch of `rows` rows,
-// measured on copies (the model's own layers, their moving statistics included, stay as they are).
-std::vector<double> layer_costs(const std::vector<std::shared_ptr<Layer>>& layers, int64_t rows, int threads) {
+// Each layer's time in a step as the stages run it (seconds, the best of a few): `micro`
+// micro-batches of `rows` rows forward and backward, then, where Dense kernels' gradients are
+// deferred, the kernel's gradient over all their rows at once. Measured on copies (the model's own
+// layers, their moving statistics included, stay as they are).
+std::vector<double> layer_costs(const std::vector<std::shared_ptr<Layer>>& layers, int64_t rows, int threads, int micro,
+                                bool defer) {
   int threads_before = num_threads_setting();
   set_num_threads(threads);
   Shape shape{rows};
@@ -28,18 +32,25 @@ std::vector<double> layer_costs(const std::vector<std::shared_ptr<Layer>>& layer
   std::vector<double> costs;
   for (size_t i = 0; i < layers.size(); ++i) {
     std::shared_ptr<Layer> copy = layers[i]->replicate();
+    bool deferred =
+        defer && dynamic_cast<const layers::Dense*>(copy.get()) != nullptr && copy->variables()[0].trainable;
     std::vector<Tensor> sources;
-    for (Variable& v : copy->variables())
-      if (v.trainable) sources.push_back(v.value);
-    if (i > 0) sources.push_back(h);  // a later stage's first layer hands its input's gradient back
+    for (size_t k = 0; k < copy->variables().size(); ++k)
+      if (copy->variables()[k].trainable && !(deferred && k == 0)) sources.push_back(copy->variables()[k].value);
+    if (i > 0) sources.push_back(h);  // every layer but the model's first hands its input's gradient back
     double best = std::numeric_limits<double>::infinity();
     Tensor out;
     for (int round = 0; round < 3; ++round) {
       auto begin = std::chrono::steady_clock::now();
-      GradientTape tape;
-      if (i > 0) tape.watch(h);
-      out = copy->call(h, CallContext{true, RandomKey{1, static_cast<uint64_t>(round), 0}});
-      tape.gradient(out, sources, Tensor::full(out.shape(), 1.0f));
+      ops::DeferredKernelGradients kernels;
+      if (deferred) kernels.defer(copy->variables()[0].value);
+      for (int m = 0; m < micro; ++m) {
+        GradientTape tape;
+        if (i > 0) tape.watch(h);
+        out = copy->call(h, CallContext{true, RandomKey{1, static_cast<uint64_t>(round), 0}});
+        tape.gradient(out, sources, Tensor::full(out.shape(), 1.0f));
+      }
+      if (deferred) kernels.gradient(copy->variables()[0].value);
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
     }
     costs.push_back(best);
@@ -164,7 +175,8 @@ const std::vector<int>& PipelineStrategy::cuts_for(const std::vector<std::shared
   if (cut_for_ != layers.front().get() || static_cast<int>(cuts_.size()) != stages - 1) {
     for (const auto& l : layers)
       if (!l->built()) fail("{}: {} is not built: give the model its input shape before it trains", name(), l->label());
-    std::vector<double> costs = layer_costs(layers, options_.probe_rows, options_.threads_per_stage);
+    std::vector<double> costs = layer_costs(layers, options_.probe_rows, options_.threads_per_stage,
+                                            options_.micro_batches, options_.defer_kernel_gradients);
     if (options_.processes)  // every process cuts where rank 0 measured
       options_.processes->broadcast(costs.data(), static_cast<int64_t>(costs.size()), DataType::Float64, 0);
     cuts_ = stages > 1 ? balanced_cuts(costs, stages) : std::vector<int>{};
