@@ -425,6 +425,32 @@ TEST(MultiWorker, ARankKilledOrStoppedInAnyPhaseEndsTheJobNamingTheRankAndThePha
 // Three hosts as network namespaces on a bridge (netns_hosts.h): training agrees bit for bit with
 // one process, and a stuck worker is named with its host. Skipped, with the reason, where
 // namespaces cannot be made.
+// Split over 2 processes, rank 0 killed (SIGKILL) as it starts writing the checkpoint of epoch 1
+// (backups every 3 steps before it): the same command resumes from the backup, every process
+// loading the whole state and keeping its stage's or piece's part, and ends with the bits of a
+// run never interrupted.
+TEST(SplitOverProcesses, KilledThenResumedEndsWithTheUninterruptedBits) {
+  SKIP_WITHOUT_MPI();
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  for (const char* strategy : {"pipeline:2:4", "model-parallel:2"}) {
+    std::string reference = dir.file(fmt::format("reference-{}", strategy)),
+                ck = dir.file(fmt::format("killed-{}", strategy));
+    Watched whole = run_watched(launched(2, fit_args(dir, strategy, reference)), dir, 120, "ref.log");
+    ASSERT_EQ(whole.code, 0) << strategy << "\n" << whole.output;
+    Watched killed = run_watched(launched(2, fit_args(dir, strategy, ck)), dir, 120, "killed.log",
+                                 {"TANDEM_TEST_FAULT=kill:0:checkpoint-writing"});
+    EXPECT_NE(killed.code, 0) << strategy;
+    EXPECT_FALSE(killed.killed) << strategy << "\n" << killed.output;
+    ASSERT_TRUE(std::filesystem::exists(ck + "/backup/backup.safetensors")) << strategy << "\n" << killed.output;
+    ASSERT_FALSE(std::filesystem::exists(ck + "/final.safetensors")) << strategy;
+    Watched resumed = run_watched(launched(2, fit_args(dir, strategy, ck)), dir, 120, "resumed.log");
+    ASSERT_EQ(resumed.code, 0) << strategy << "\n" << resumed.output;
+    expect_same_final_weights(reference + "/final.safetensors", ck + "/final.safetensors",
+                              std::string(strategy) + ", resumed");
+  }
+}
+
 // A model cut into 3 stages, and split 3 ways, over 3 hosts (network namespaces, as above): one
 // process's final checkpoint within 1e-5.
 TEST(SplitOverProcesses, ThreeHostsAsNetworkNamespacesTrainAsOneProcess) {
