@@ -75,6 +75,7 @@ class Hierarchical : public Communicator {
     if (leader()) workers_->broadcast(data, count, dtype, root_worker);
     if (workers_->rank() != root_worker) local_->broadcast(data, count, dtype, 0);
   }
+  bool sends_to_every_rank() const override { return workers_->size() == 1; }
   void send(const void* data, int64_t count, DataType dtype, int peer, int tag) override {
     local_->send(data, count, dtype, local_peer(peer, "send"), tag);
   }

@@ -251,6 +251,7 @@ void GradientReducer::grouped_finish() {
 
 // Every replica gets every part's gradients and sums them in part order into its first set.
 void GradientReducer::ordered_finish() {
+  if (comm_ != nullptr && comm_->size() > 1 && comm_->sends_to_every_rank()) return chained_finish();
   const BatchSplit& split = *split_;
   float* bucket = bucket_.data<float>();
   auto replicas = static_cast<int>(split.first_part.size()) - 1;
@@ -268,6 +269,50 @@ void GradientReducer::ordered_finish() {
     }
   }
   if (!started) std::fill_n(bucket, total_, 0.0f);
+}
+
+// Replica q receives the sum of every part before its own (in part order) from replica q - 1,
+// adds its parts to it one by one, and hands it on; the last broadcasts the total. Each element is
+// the same sequence of additions as ordered_finish's, so the bits are the same, but every replica
+// reads only its own parts, and nothing is summed twice. The sum travels in chunks, so that the
+// replicas fold one chunk while the next is on its way.
+void GradientReducer::chained_finish() {
+  const BatchSplit& split = *split_;
+  float* bucket = bucket_.data<float>();
+  int q = comm_->rank(), replicas = comm_->size();
+  constexpr int kTag = 30001;
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  running_.resize(static_cast<size_t>(total_) + 1);
+  float* sum = running_.data();
+  int first = split.first_part[static_cast<size_t>(q)], last = split.first_part[static_cast<size_t>(q) + 1];
+  Timeline::Span span(timeline_, "wait");
+  float begun = 0.0f;  // whether a part before (or of) this replica had rows: the same for every chunk
+  for (int64_t from = 0; from < total_; from += kChunk) {
+    int64_t n = std::min(kChunk, total_ - from);
+    float* chunk = sum + from;
+    if (q > 0) {
+      comm_->recv(chunk, n, DataType::Float32, q - 1, kTag);
+      if (from == 0) comm_->recv(&begun, 1, DataType::Float32, q - 1, kTag);
+    }
+    float now = begun;
+    for (int p = first; p < last; ++p) {
+      if (split.begin(p) == split.end(p)) continue;
+      const float* g = bucket + static_cast<int64_t>(p - first) * total_ + from;
+      if (now == 0.0f) std::memcpy(chunk, g, static_cast<size_t>(n) * sizeof(float));
+      else add_in_place(chunk, g, n);
+      now = 1.0f;
+    }
+    if (q + 1 < replicas) {
+      comm_->send(chunk, n, DataType::Float32, q + 1, kTag);
+      if (from == 0) comm_->send(&now, 1, DataType::Float32, q + 1, kTag);
+    }
+    if (from + n >= total_) begun = now;
+  }
+  running_[static_cast<size_t>(total_)] = begun;
+  comm_->broadcast(running_.data(), total_ + 1, DataType::Float32, replicas - 1);
+  if (running_[static_cast<size_t>(total_)] != 0.0f)
+    std::memcpy(bucket, sum, static_cast<size_t>(total_) * sizeof(float));
+  else std::fill_n(bucket, total_, 0.0f);
 }
 
 std::vector<Tensor> reduce_replica_gradients(const ReplicaContext& replica, GradientReduction policy,

@@ -41,6 +41,9 @@ class GradientReducer {
   void grouped_finish();
   void bucketed_finish();
   void ordered_finish();
+  // The same sum handed along the replicas: each folds its parts onto the running sum the one
+  // before sends it, the last gives the total to all.
+  void chained_finish();
   GradientReduction policy_;
   std::vector<Tensor> sources_;
   std::vector<int64_t> offsets_;  // of each gradient in a set
@@ -55,6 +58,7 @@ class GradientReducer {
   std::vector<Tensor> reduced_;  // views of the bucket's first set
   std::vector<Tensor> sums_;     // grouped, none: the gradients where backward left them
   std::vector<float> gathered_;  // ordered: every replica's sets
+  std::vector<float> running_;   // chained: the running sum, then whether it has begun
   std::vector<std::span<float>> buffers_;
   // Bucketed: sources [frontier_, n) packed; bucket [reduced_from_, total_) all-reduced.
   std::vector<bool> done_;

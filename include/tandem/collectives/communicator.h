@@ -101,6 +101,9 @@ class Communicator {
   // Whether the asynchronous forms run in the background (a thread of the communicator's), so
   // that work submitted early overlaps the caller's; else they cost what the synchronous ones do.
   virtual bool runs_in_background() const { return false; }
+  // Whether send and recv reach every rank of the group (a group of replicas over several
+  // processes passes messages within a process only).
+  virtual bool sends_to_every_rank() const { return true; }
   // The phase of the job this process is in ("training", "checkpoint writing", ...): said to the
   // other processes, so that a failure names it; returns the phase before. Only communicators
   // across processes keep it.
