@@ -1,0 +1,171 @@
+#pragma once
+// The chief's step runner under ParameterServerStrategy (the class; its parts: coordinator.cpp,
+// handing out steps and taking their results; coordinator_faults.cpp, tasks that die and come
+// back; coordinator_record.cpp, --record and --replay): fit's batches handed to the workers.
+// Asynchronous: each batch to the next free worker, at once; with a staleness bound S, to a free
+// worker at most S steps ahead of the slowest (else the batch waits for results). Synchronous with
+// B backup workers: as asynchronous, each step a share of a round of W - B pushes, which the servers
+// apply without waiting for the rest (dropped, counted). Synchronous: a round of one batch
+// per worker, each told the round's rows (its share of the round's mean) and size (the pushes a
+// server sums before its update); the next round starts when every result of this one is in.
+// Where fit's batches can be read by position (tensors in memory), a step names its batch (epoch,
+// step) and carries only its labels, which the worker checks against the rows it reads itself (as
+// TensorFlow's workers read their own datasets); else the step carries the rows.
+// Asynchronous without a bound, workers and servers may die and come back: a dead worker's steps
+// in flight are handed to the others (at least once: its gradient may have reached the servers
+// already), and a worker started again greets the chief and gets the next free step; when a
+// server dies, every worker's step is called back, the server started again is greeted and given
+// its shards from the chief's copy (kept at each epoch's end), and the called-back steps go out again.
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "distribute/ps/chief.h"
+
+namespace tandem::distribute::ps {
+
+inline constexpr int64_t kMaxWorkers = 4096;  // as `tandem launch --workers` allows
+
+class Coordinator : public StepRunner {
+ public:
+  Coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts);
+  ~Coordinator() override;
+  bool lazy_batches() const override { return by_position_; }
+  void check_batch(bool, int64_t, int, int64_t) override {}
+
+  std::optional<double> run(const GlobalBatch& batch, uint64_t) override;
+
+  void finish_epoch() override;
+
+  std::vector<std::pair<std::string, double>> epoch_figures() override;
+
+ private:
+  struct Batch {
+    Tensor x, y;  // x undefined: the worker reads the rows by position
+    int epoch = 0;
+    int64_t step = 0;
+  };
+  struct Sent {
+    int worker;
+    Batch batch;                                 // handed again if its worker dies first
+    int64_t key, first_row, round_rows, pushes;  // as dispatched
+    Tensor loss, predictions;                    // when its result came
+    bool done = false;
+  };
+
+  bool streaming() const { return chief_.options.mode == PsMode::Asynchronous || chief_.options.backup_workers > 0; }
+
+  // A free worker that may start its next step (taken from the free list), or -1. Without a
+  // staleness bound, the one freed last; with bound S, the free worker furthest behind, if it is
+  // at most S steps ahead of the slowest worker's finished steps.
+  int next_free_worker();
+
+  int take_free_worker();
+
+  // --replay: the worker that took this step in the recorded run, once it is free.
+  int take_recorded_worker(const Batch& b);
+
+  // --record: the servers' journals since the last epoch's end added, the whole record written.
+  void write_record();
+
+  // The finished steps of the slowest worker alive.
+  int64_t slowest() const;
+
+  void dispatch(int w, const Batch& b, int64_t key, int64_t first_row, int64_t round_rows, int64_t pushes);
+
+  // Asynchronous without a bound (not a replay): a worker may die and another take its steps, a
+  // server may die and be restored. Synchronous without backup workers: a worker may die and be
+  // dropped from its round.
+  bool servers_may_die() const;
+  bool workers_may_die() const { return servers_may_die() || rounds(); }
+  bool rounds() const { return chief_.options.mode == PsMode::Synchronous && chief_.options.backup_workers == 0; }
+  int alive_count() const { return static_cast<int>(std::count(alive_.begin(), alive_.end(), true)); }
+  // The workers the job has had: the spec's, and those added while it runs.
+  int workers() const { return static_cast<int>(alive_.size()); }
+  int worker_rank(int w) const { return 1 + link_.servers() + w; }
+  void grow_workers(int count);
+
+  // A worker gone: asynchronous, its steps in flight wait for another worker; synchronous, its
+  // batch of the round in progress is not trained, and the round is closed without it.
+  void lose_worker(int w);
+
+  // Its steps in flight out of flight (to hand again, or dropped), and it out of the free list.
+  void orphan_steps_of(int w);
+
+  void hand_again_what_died();
+
+  // The control plane's news: workers lost (their steps orphaned), servers lost (restored).
+  void watch_workers();
+
+  struct LostServer {
+    int server;
+    std::string what;
+    std::chrono::steady_clock::time_point when;
+  };
+
+  // A server died while the chief read from the servers: the others' answers dropped with their
+  // connections, the server restored.
+  void restore_after_lost_read();
+
+  // Every worker's step called back; the server, started again (by the launcher or by hand),
+  // greeted and given its shards from the chief's copy; then the steps go out again.
+  void restore_server(const LostServer& lost);
+
+  // Whatever came from the workers meanwhile (a restore): results, calls back answered, greetings.
+  void take_messages();
+
+  void handle(const Incoming& message);
+
+  // A worker's greeting during training: one started again after it died joins; any other refused.
+  void greet(const Incoming& hello);
+
+  std::string waiting_for() const;
+
+  // Until a result comes (asynchronous: into the metrics at once, its worker free again) or a
+  // worker dies or joins; an Error when nothing comes within the timeout.
+  void wait_for_change();
+
+  void finish_one(const Incoming& result);
+
+  void record(const Sent& sent);
+
+  // Synchronous: the round's batches out, their results in, recorded in worker order.
+  void finish_round();
+
+  // A worker of the round died before its result: the servers apply the gradients they have (its
+  // own, on a server it reached before it died, among them).
+  void close_round();
+
+  ParameterServerStrategy::Chief& chief_;
+  ps::ClusterLink& link_;
+  std::span<Metric> metrics_;
+  Metric* loss_;
+  std::vector<int> free_;
+  std::vector<int> in_round_;                // backup workers: whose gradients the round in progress holds
+  std::vector<int64_t> started_, finished_;  // each worker's steps handed out and finished (its clock)
+  std::vector<bool> alive_;                  // false: died (expendable), not back
+  std::map<int64_t, Sent> in_flight_;
+  std::deque<Sent> orphans_;  // steps whose worker died (or were called back) before their result came
+  std::deque<LostServer> lost_servers_;
+  std::set<int> called_back_;  // workers whose step was called back, until they answer
+  bool restoring_ = false;
+  bool round_short_ = false;  // synchronous: a worker of the round in progress died
+  size_t replayed_ = 0;       // --replay: steps handed out
+  int restoring_server_ = -1;
+  int copy_epoch_ = 0;       // the chief's copy of the servers' state is of this epoch's end (0: this fit's start)
+  double copy_seconds_ = 0;  // taking it, over the epochs
+  std::vector<Batch> round_;
+  int64_t next_id_ = 0, steps_ = 0, rounds_ = 0;
+  int64_t staleness_sum_ = 0, staleness_max_ = 0, applied_ = 0, dropped_ = 0;
+  // This epoch's steps whose results came; of them, those handed again; workers lost.
+  int64_t recorded_ = 0, handed_again_ = 0, workers_lost_ = 0, not_trained_ = 0;
+  bool epoch_done_ = false;
+  bool by_position_;
+};
+
+}  // namespace tandem::distribute::ps
