@@ -62,7 +62,9 @@ void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int rep
     for (int q = 0; q < replicas; ++q)
       most = std::max(most, split.first_part[static_cast<size_t>(q) + 1] - split.first_part[static_cast<size_t>(q)]);
     reserve_sets(most);
-    gathered_.resize(static_cast<size_t>(total_ * sets_ * replicas));
+    chained_ = comm != nullptr && comm->size() > 1 && comm->sends_to_every_rank();
+    if (chained_) std::vector<float>().swap(gathered_);  // the running sum travels instead
+    else gathered_.resize(static_cast<size_t>(total_ * sets_ * replicas));
   }
   overlap_ = false;
   if (policy_.kind != GradientReduction::Kind::Bucketed) return;
@@ -251,7 +253,7 @@ void GradientReducer::grouped_finish() {
 
 // Every replica gets every part's gradients and sums them in part order into its first set.
 void GradientReducer::ordered_finish() {
-  if (comm_ != nullptr && comm_->size() > 1 && comm_->sends_to_every_rank()) return chained_finish();
+  if (chained_) return chained_finish();
   const BatchSplit& split = *split_;
   float* bucket = bucket_.data<float>();
   auto replicas = static_cast<int>(split.first_part.size()) - 1;

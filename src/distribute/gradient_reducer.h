@@ -59,6 +59,7 @@ class GradientReducer {
   std::vector<Tensor> sums_;     // grouped, none: the gradients where backward left them
   std::vector<float> gathered_;  // ordered: every replica's sets
   std::vector<float> running_;   // chained: the running sum, then whether it has begun
+  bool chained_ = false;         // ordered, on a group whose send reaches every rank
   std::vector<std::span<float>> buffers_;
   // Bucketed: sources [frontier_, n) packed; bucket [reduced_from_, total_) all-reduced.
   std::vector<bool> done_;
