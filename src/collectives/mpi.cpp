@@ -7,9 +7,12 @@
 #ifdef TANDEM_WITH_MPI
 #include "collectives/mpi_communicator.h"
 
+#include "collectives/mpi_calls.h"
+
 #include <climits>
 #include <condition_variable>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -19,6 +22,11 @@
 #include "tandem/timeline.h"
 
 namespace tandem::distribute::detail {
+
+const char* kind_name(Kind k) {
+  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier", "split"};
+  return names[static_cast<int>(k)];
+}
 
 namespace {
 
@@ -65,39 +73,12 @@ int to_int(int64_t count, const char* what) {
   return static_cast<int>(count);
 }
 
-// What a rank passes to a collective: compared across ranks before it runs.
-enum class Kind : int64_t { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier, Split };
-const char* kind_name(Kind k) {
-  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier", "split"};
-  return names[static_cast<int>(k)];
-}
-struct Call {
-  int64_t kind, dtype, count, arg;  // arg: the reduce op (+ 4 × the compression), the root, or 0
-};
-std::string describe(const Call& c) {
-  auto kind = static_cast<Kind>(c.kind);
-  if (kind == Kind::Barrier || kind == Kind::Split) return kind_name(kind);
-  std::string what =
-      fmt::format("{} of {} {} values", kind_name(kind), c.count, data_type_name(static_cast<DataType>(c.dtype)));
-  if (kind == Kind::Broadcast) return what + fmt::format(" from rank {}", c.arg);
-  if (kind == Kind::AllReduce && c.arg >= 4)
-    return what + fmt::format(" ({}, {} on the wire)", op_name(static_cast<ReduceOp>(c.arg % 4)),
-                              compression_name(static_cast<Compression>(c.arg / 4)));
-  if (kind != Kind::AllGather) return what + fmt::format(" ({})", op_name(static_cast<ReduceOp>(c.arg)));
-  return what;
-}
-
-// The bytes a rank's call sends (its values; compressed: 2 bytes each).
-int64_t bytes_of(const Call& c) {
-  return c.count * (c.arg >= 4 && static_cast<Kind>(c.kind) == Kind::AllReduce
-                        ? 2
-                        : static_cast<int64_t>(data_type_size(static_cast<DataType>(c.dtype))));
-}
-
 struct Op {
   Call call{};
   int64_t seq = 0;
   std::function<void()> run;
+  void* data = nullptr;        // an all-reduce's values, an all-gather's output
+  const void* send = nullptr;  // an all-gather's values
   bool done = false;
   std::exception_ptr error;
   Clock::time_point start, failure_seen;  // failure_seen: when a caller blocked in it saw the job fail
@@ -204,25 +185,13 @@ class MpiCommunicator : public Communicator {
 
   std::unique_ptr<Work> all_reduce_async(void* data, int64_t count, DataType dtype, ReduceOp op) override {
     if (dtype == DataType::Int64 && op == ReduceOp::Mean) fail("all_reduce: the mean of int64 values is not defined");
-    bool float_sum = dtype != DataType::Int64 && (op == ReduceOp::Sum || op == ReduceOp::Mean);
-    if (float_sum && size_ > 2)
-      return submit({int64_t(Kind::AllReduce), int64_t(dtype), count, int64_t(op)}, [=, this] {
-        if (dtype == DataType::Float32) ordered_sum_.run(comm_, static_cast<float*>(data), count, Compression::None);
-        else ordered_sum_.run(comm_, static_cast<double*>(data), count);
-        if (op == ReduceOp::Mean) divide(data, count, dtype, size_);
-      });
-    // Two ranks (or min, max, int64): every order gives the same bits (x0 + x1 = x1 + x0).
-    return submit({int64_t(Kind::AllReduce), int64_t(dtype), count, int64_t(op)}, [=, this] {
-      auto* bytes = static_cast<char*>(data);
-      for (int64_t at = 0; at < count;) {  // MPI counts are ints: large buffers go in pieces
-        int n = static_cast<int>(std::min<int64_t>(count - at, 1 << 30));
-        check_mpi(MPI_Allreduce(MPI_IN_PLACE, bytes + at * static_cast<int64_t>(data_type_size(dtype)), n,
-                                mpi_type(dtype), mpi_op(op), comm_),
-                  "MPI_Allreduce");
-        at += n;
-      }
-      if (op == ReduceOp::Mean) divide(data, count, dtype, size_);
-    });
+    return submit(
+        {int64_t(Kind::AllReduce), int64_t(dtype), count, int64_t(op)},
+        [=, this] {
+          reduce(data, count, dtype, op);
+          if (op == ReduceOp::Mean) divide(data, count, dtype, size_);
+        },
+        data);
   }
   std::unique_ptr<Work> all_reduce_compressed_async(float* data, int64_t count, ReduceOp op,
                                                     Compression wire) override {
@@ -251,11 +220,14 @@ class MpiCommunicator : public Communicator {
   }
   std::unique_ptr<Work> all_gather_async(const void* send, int64_t count, void* recv, DataType dtype) override {
     to_int(count * size_, "all_gather");
-    return submit({int64_t(Kind::AllGather), int64_t(dtype), count, 0}, [=, this] {
-      check_mpi(MPI_Allgather(send, static_cast<int>(count), mpi_type(dtype), recv, static_cast<int>(count),
-                              mpi_type(dtype), comm_),
-                "MPI_Allgather");
-    });
+    return submit(
+        {int64_t(Kind::AllGather), int64_t(dtype), count, 0},
+        [=, this] {
+          check_mpi(MPI_Allgather(send, static_cast<int>(count), mpi_type(dtype), recv, static_cast<int>(count),
+                                  mpi_type(dtype), comm_),
+                    "MPI_Allgather");
+        },
+        recv, send);
   }
   std::unique_ptr<Work> broadcast_async(void* data, int64_t count, DataType dtype, int root) override {
     if (root < 0 || root >= size_) fail("broadcast: root {} is not a rank of this group (0 to {})", root, size_ - 1);
@@ -388,12 +360,34 @@ class MpiCommunicator : public Communicator {
     return out;
   }
 
-  std::unique_ptr<Work> submit(Call call, std::function<void()> run) {
+  // Sums (a mean's too), minima or maxima in place over the ranks. Float sums over 3 ranks or more
+  // are taken in rank order; over two (and min, max, int64) every order gives the same bits
+  // (x0 + x1 = x1 + x0).
+  void reduce(void* data, int64_t count, DataType dtype, ReduceOp op) {
+    bool float_sum = dtype != DataType::Int64 && (op == ReduceOp::Sum || op == ReduceOp::Mean);
+    if (float_sum && size_ > 2) {
+      if (dtype == DataType::Float32) ordered_sum_.run(comm_, static_cast<float*>(data), count, Compression::None);
+      else ordered_sum_.run(comm_, static_cast<double*>(data), count);
+      return;
+    }
+    auto* bytes = static_cast<char*>(data);
+    for (int64_t at = 0; at < count;) {  // MPI counts are ints: large buffers go in pieces
+      int n = static_cast<int>(std::min<int64_t>(count - at, 1 << 30));
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, bytes + at * static_cast<int64_t>(data_type_size(dtype)), n,
+                              mpi_type(dtype), mpi_op(op), comm_),
+                "MPI_Allreduce");
+      at += n;
+    }
+  }
+
+  std::unique_ptr<Work> submit(Call call, std::function<void()> run, void* data = nullptr, const void* send = nullptr) {
     bool here = std::exchange(run_here, false);
     if (control_->failed()) fail("{}: {}", kind_name(static_cast<Kind>(call.kind)), control_->failure());
     auto op = std::make_shared<Op>();
     op->call = call;
     op->run = std::move(run);
+    op->data = data;
+    op->send = send;
     op->start = Clock::now();
     std::unique_lock lock(mutex_);
     op->seq = ++submitted_;
@@ -404,16 +398,15 @@ class MpiCommunicator : public Communicator {
       changed_.notify_all();
       return std::make_unique<Queued>(*this, std::move(op));
     }
-    // On this thread, blocking in MPI: the communication thread watches the time meanwhile.
+    // On this thread, blocking in MPI: the communication thread watches the time meanwhile (it
+    // looks at least once a second: no wake-up is paid per call).
     caller_op_ = op;
     Timeline* timeline = timeline_;
     lock.unlock();
-    changed_.notify_all();
     std::exception_ptr error;
     try {
       Timeline::Span span(timeline, kind_name(static_cast<Kind>(call.kind)), nullptr, bytes_of(call));
-      agree(*op);
-      op->run();
+      agree_and_run(*op);
     } catch (...) {
       error = std::current_exception();
     }
@@ -421,8 +414,9 @@ class MpiCommunicator : public Communicator {
     caller_op_ = nullptr;
     op->done = true;
     op->error = error;
+    bool queued = !queue_.empty();  // work submitted meanwhile waits for the communication thread
     lock.unlock();
-    changed_.notify_all();
+    if (queued) changed_.notify_all();
     return std::make_unique<Queued>(*this, std::move(op));
   }
 
@@ -449,8 +443,7 @@ class MpiCommunicator : public Communicator {
       std::exception_ptr error;
       try {
         Timeline::Span span(timeline, kind_name(static_cast<Kind>(op->call.kind)), "communication", bytes_of(op->call));
-        agree(*op);
-        op->run();
+        agree_and_run(*op);
       } catch (...) {
         error = std::current_exception();
       }
@@ -486,6 +479,78 @@ class MpiCommunicator : public Communicator {
       std::fprintf(stderr, "error: %s\n", control_->failure().c_str());
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
+  }
+
+  // The ranks agree on the call, and it runs (mpi_calls.h): as the expected collective with a
+  // flag where every rank expects one it may make so, else after an exchange of every rank's call.
+  void agree_and_run(Op& op) {
+    if (const Call* expected = cache_.expected(); expected != nullptr && flaggable(*expected)) {
+      Call shape = *expected;
+      if (run_flagged(shape, shape == op.call ? &op : nullptr)) {
+        cache_.agreed(op.call, true);
+        return;
+      }
+    }
+    agree(op);
+    cache_.agreed(op.call, false);
+    op.run();
+  }
+
+  static bool flaggable(const Call& c) {
+    auto kind = static_cast<Kind>(c.kind);
+    return kind == Kind::Barrier ||
+           ((kind == Kind::AllGather || (kind == Kind::AllReduce && c.arg < 4)) && bytes_of(c) <= kFlaggedBytes);
+  }
+
+  // Makes the collective `shape` describes, on `mine`'s values where its call is that one (else on
+  // zeros), with one value more per rank: whether the rank's call differs. True when none did;
+  // then `mine` has its results. Else nothing of `mine` was touched.
+  bool run_flagged(const Call& shape, Op* mine) {
+    int64_t differs = mine == nullptr ? 1 : 0;
+    auto kind = static_cast<Kind>(shape.kind);
+    if (kind == Kind::Barrier) {
+      check_mpi(MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT64_T, MPI_MAX, comm_), "MPI_Allreduce");
+      return differs == 0;
+    }
+    auto dtype = static_cast<DataType>(shape.dtype);
+    size_t width = data_type_size(dtype), n = static_cast<size_t>(shape.count), row = (n + 1) * width;
+    auto put_flag = [&](char* at, int64_t value) {
+      if (dtype == DataType::Float32) *reinterpret_cast<float*>(at) = static_cast<float>(value);
+      else if (dtype == DataType::Float64) *reinterpret_cast<double*>(at) = static_cast<double>(value);
+      else *reinterpret_cast<int64_t*>(at) = value;
+    };
+    auto flag_at = [&](const char* at) {
+      if (dtype == DataType::Float32) return *reinterpret_cast<const float*>(at) != 0.0f;
+      if (dtype == DataType::Float64) return *reinterpret_cast<const double*>(at) != 0.0;
+      return *reinterpret_cast<const int64_t*>(at) != 0;
+    };
+    if (kind == Kind::AllReduce) {
+      auto op = static_cast<ReduceOp>(shape.arg);
+      flagged_.resize(row);
+      if (mine != nullptr) std::memcpy(flagged_.data(), mine->data, n * width);
+      else std::memset(flagged_.data(), 0, n * width);
+      put_flag(flagged_.data() + n * width, op == ReduceOp::Min ? -differs : differs);  // any nonzero survives
+      reduce(flagged_.data(), shape.count + 1, dtype, op);
+      if (flag_at(flagged_.data() + n * width)) return false;
+      std::memcpy(mine->data, flagged_.data(), n * width);
+      if (op == ReduceOp::Mean) divide(mine->data, shape.count, dtype, size_);
+      return true;
+    }
+    auto ranks = static_cast<size_t>(size_);
+    flagged_.resize(row * (ranks + 1));
+    char* send = flagged_.data();
+    char* recv = send + row;
+    if (mine != nullptr) std::memcpy(send, mine->send, n * width);
+    else std::memset(send, 0, n * width);
+    put_flag(send + n * width, differs);
+    check_mpi(MPI_Allgather(send, static_cast<int>(n + 1), mpi_type(dtype), recv, static_cast<int>(n + 1),
+                            mpi_type(dtype), comm_),
+              "MPI_Allgather");
+    for (size_t r = 0; r < ranks; ++r)
+      if (flag_at(recv + r * row + n * width)) return false;
+    for (size_t r = 0; r < ranks; ++r)
+      std::memcpy(static_cast<char*>(mine->data) + r * n * width, recv + r * row, n * width);
+    return true;
   }
 
   void agree(const Op& op) {
@@ -557,16 +622,38 @@ class MpiCommunicator : public Communicator {
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Op> > queue_;
   int64_t submitted_ = 0;
-  bool stop_ = false, serving_ = false;  // serving_: the communication thread is in an operation
-  std::shared_ptr<Op> caller_op_;        // a synchronous one running on its caller's thread
-  std::vector<float> packed_;            // grouped all-reduces
-  OrderedSum ordered_sum_;               // float sums over 3 ranks or more, compressed sums
-  std::vector<Call> calls_;              // every rank's call, exchanged before each collective
-  Timeline* timeline_ = nullptr;         // under mutex_
+  bool stop_ = false, serving_ = false;               // serving_: the communication thread is in an operation
+  std::shared_ptr<Op> caller_op_;                     // a synchronous one running on its caller's thread
+  std::vector<float> packed_;                         // grouped all-reduces
+  OrderedSum ordered_sum_;                            // float sums over 3 ranks or more, compressed sums
+  std::vector<Call> calls_;                           // every rank's call, exchanged when the ranks expect none
+  CallCache cache_;                                   // the call expected next
+  std::vector<char> flagged_;                         // an expected collective's values and flags
+  static constexpr int64_t kFlaggedBytes = 16 << 10;  // larger calls are exchanged first (a copy costs more)
+  Timeline* timeline_ = nullptr;                      // under mutex_
   std::thread thread_;
 };
 
 }  // namespace
+
+std::string describe(const Call& c) {
+  auto kind = static_cast<Kind>(c.kind);
+  if (kind == Kind::Barrier || kind == Kind::Split) return kind_name(kind);
+  std::string what =
+      fmt::format("{} of {} {} values", kind_name(kind), c.count, data_type_name(static_cast<DataType>(c.dtype)));
+  if (kind == Kind::Broadcast) return what + fmt::format(" from rank {}", c.arg);
+  if (kind == Kind::AllReduce && c.arg >= 4)
+    return what + fmt::format(" ({}, {} on the wire)", op_name(static_cast<ReduceOp>(c.arg % 4)),
+                              compression_name(static_cast<Compression>(c.arg / 4)));
+  if (kind != Kind::AllGather) return what + fmt::format(" ({})", op_name(static_cast<ReduceOp>(c.arg)));
+  return what;
+}
+
+int64_t bytes_of(const Call& c) {
+  return c.count * (c.arg >= 4 && static_cast<Kind>(c.kind) == Kind::AllReduce
+                        ? 2
+                        : static_cast<int64_t>(data_type_size(static_cast<DataType>(c.dtype))));
+}
 
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::shared_ptr<ControlPlane> control, bool world) {
   return std::make_unique<MpiCommunicator>(comm, std::move(control), world);

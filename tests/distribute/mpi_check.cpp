@@ -3,7 +3,8 @@
 // scenarios are here; the training ones (train, custom, uneven, hvd) in mpi_check_training.cpp.
 //   tandem_mpi_check SCENARIO TIMEOUT_MS
 // collectives: every collective of the interface against values computed here ("rank R: ok").
-// mismatch: rank 1 passes one value fewer to an all-reduce. p2p-mismatch: a receive expecting
+// mismatch: rank 1 passes one value fewer to an all-reduce. mismatch-expected size|kind: the same
+// after the ranks expect the call (mismatch_when_expected). p2p-mismatch: a receive expecting
 // another count. stuck: the last rank hangs before a collective, its beats going on. die: rank 1
 // kills itself (SIGKILL) after the first collective; stop: rank 1 stops itself (SIGSTOP) there.
 // train LOCAL MODE: MultiWorkerMirroredStrategy (LOCAL replicas per worker) trains a dropout
@@ -50,7 +51,9 @@ using namespace tandem::mpi_check;
 
 namespace {
 
-void collectives(Communicator& c) {
+// Every collective of the interface once: the first round exchanges every call, the next ones
+// make the calls the ranks expect with the flag (mpi_calls.h).
+void collectives_round(Communicator& c) {
   int r = c.rank(), n = c.size();
   // all_reduce, every op and dtype, a size that is not a multiple of anything
   std::vector<float> f(1001);
@@ -66,6 +69,10 @@ void collectives(Communicator& c) {
   expect(k[0] == int64_t{n - 1} * 10, "all_reduce max int64");
   c.all_reduce(std::span<int64_t>(k), ReduceOp::Min);
   expect(k[2] == int64_t{n - 1} * 10, "all_reduce min int64");
+  std::vector<float> low(4, -1.0f - static_cast<float>(r)), high(4, -1.0f - static_cast<float>(r));
+  c.all_reduce(std::span<float>(low), ReduceOp::Min);
+  c.all_reduce(std::span<float>(high), ReduceOp::Max);
+  expect(low[3] == -static_cast<float>(n) && high[0] == -1.0f, "all_reduce min and max float32");
   // grouped buffers
   std::vector<float> a(3, 1.0f), b(2, 2.0f);
   std::vector<std::span<float>> group{a, b};
@@ -99,6 +106,11 @@ void collectives(Communicator& c) {
   work->wait();
   expect(busy > 0 && big.back() == static_cast<float>(n), "all_reduce_async");
   c.barrier();
+}
+
+void collectives(Communicator& c) {
+  int r = c.rank(), n = c.size();
+  for (int round = 0; round < 3; ++round) collectives_round(c);
   // split: even and odd ranks
   auto half = c.split(r % 2, -r);
   std::vector<float> h(2, 1.0f);
@@ -108,6 +120,28 @@ void collectives(Communicator& c) {
   expect(c.split(-1, 0) == nullptr, "split with a negative color");
   expect(c.local_size() >= 1 && c.local_rank() < c.local_size(), "local rank");
   std::printf("rank %d: %s\n", r, failures == 0 ? "ok" : "FAILED");
+}
+
+// A step of four collectives, repeated until every call is expected; in step 3 every rank calls
+// another size (the same on every rank: a smaller last batch), then the step goes on as before.
+// After 6 steps rank 1 alone calls another size (`size`) or another collective (`kind`) where an
+// all-reduce of 100 values is expected: every rank must name both calls.
+void mismatch_when_expected(Communicator& c, const std::string& how) {
+  int r = c.rank(), n = c.size();
+  for (int step = 0; step < 6; ++step) {
+    std::vector<float> g(step == 3 ? 37 : 100, 1.0f);
+    c.all_reduce(std::span<float>(g));
+    expect(g.back() == static_cast<float>(n), "a step's all_reduce");
+    std::vector<int64_t> k(2, r), all(static_cast<size_t>(n));
+    c.all_reduce(std::span<int64_t>(k), ReduceOp::Max);
+    c.all_gather(std::span<const int64_t>(k.data(), 1), std::span<int64_t>(all));
+    expect(k[1] == n - 1 && all.back() == n - 1, "a step's max and all_gather");
+    c.barrier();
+  }
+  std::vector<float> g(r == 1 && how == "size" ? 99 : 100, 1.0f);
+  if (r == 1 && how == "kind") c.broadcast(std::span<float>(g), 0);
+  else c.all_reduce(std::span<float>(g));
+  std::printf("rank %d: the mismatch went unseen\n", r);
 }
 
 // Every rank's values of the same buffer, in rank order.
@@ -241,6 +275,8 @@ int main(int argc, char** argv) {
     } else if (scenario == "mismatch") {
       std::vector<float> v(r == 1 ? 99 : 100, 1.0f);
       comm->all_reduce(std::span<float>(v));
+    } else if (scenario == "mismatch-expected" && argc >= 4) {
+      mismatch_when_expected(*comm, argv[3]);
     } else if (scenario == "p2p-mismatch") {
       std::vector<float> v(8, 1.0f);
       if (r == 0) comm->send(v.data(), 8, DataType::Float32, 1);

@@ -4,12 +4,20 @@
 // reason, where the build has no MPI or mpirun is missing.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "distribute/launch_util.h"
 
 namespace tandem::testing {
 namespace {
+
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
 
 TEST(MpiCommunicator, EveryCollectiveOnTwoAndThreeRanks) {
   SKIP_WITHOUT_MPI();
@@ -26,6 +34,39 @@ TEST(MpiFailures, MismatchedSizesNameBothRanksAndValues) {
   EXPECT_NE(w.output.find("calls all_reduce of 100 float32 values (sum), rank 1 (host "), std::string::npos)
       << w.output;
   EXPECT_NE(w.output.find("calls all_reduce of 99 float32 values"), std::string::npos) << w.output;
+}
+
+// After a repeated step, the ranks no longer exchange their calls before each collective
+// (mpi_calls.h): a call that differs from the expected one is still named, on every rank, with
+// both sides, and a change every rank makes alike (a smaller last batch) is no mismatch.
+TEST(MpiFailures, AMismatchWhereTheRanksExpectACallIsNamedOnEveryRank) {
+  SKIP_WITHOUT_MPI();
+  struct Case {
+    int ranks;
+    std::string how, rank1_calls;
+  };
+  for (const Case& c : {Case{2, "size", "calls all_reduce of 99 float32 values (sum)"},
+                        Case{3, "size", "calls all_reduce of 99 float32 values (sum)"},
+                        Case{2, "kind", "calls broadcast of 100 float32 values from rank 0"}}) {
+    TempDir dir;
+    Watched w = launch_check(dir, c.ranks, "mismatch-expected", 20000, {c.how});
+    EXPECT_NE(w.code, 0) << w.output;
+    EXPECT_FALSE(w.killed) << w.output;
+    EXPECT_EQ(w.output.find("the mismatch went unseen"), std::string::npos) << w.output;
+    EXPECT_EQ(w.output.find("FAILED"), std::string::npos) << w.output;
+    // Every rank's own error names the collective (#25: six steps of four, then this one) and both
+    // calls: ranks 0 and 1 each other, rank 2 rank 1.
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    auto side = [&](int rank) {
+      return fmt::format("rank {} (host {}) {}", rank, host,
+                         rank == 1 ? c.rank1_calls : "calls all_reduce of 100 float32 values (sum)");
+    };
+    std::string first = fmt::format("error: ranks disagree at collective #25: {}, {}", side(0), side(1));
+    std::string third = fmt::format("error: ranks disagree at collective #25: {}, {}", side(1), side(2));
+    EXPECT_EQ(count_of(w.output, first), 2) << c.ranks << " ranks, " << c.how << "\n" << w.output;
+    EXPECT_EQ(count_of(w.output, third), c.ranks - 2) << c.ranks << " ranks, " << c.how << "\n" << w.output;
+  }
 }
 
 TEST(MpiFailures, ReceiveOfAnotherSizeNamesBoth) {
