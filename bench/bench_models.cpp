@@ -3,7 +3,9 @@
 // through oneDNN, no framework.
 // Usage: bench_models WORKLOAD [threads] [seconds] [nofloor|floor] [STRATEGY: make_strategy's names, e.g.
 // mirrored:N[:deterministic], central:N, model-parallel:N]   WORKLOAD: mlp25 mlp256 mlp5_50 mlp5_256 cnn64
-// cifar_mlp256 (the floor: not for cifar_mlp256)
+// cifar_mlp256 (the floor: not for cifar_mlp256). An argument "mixed_bf16" anywhere trains under
+// Keras' mixed_bfloat16 policy ("bf16_products" says whether the CPU multiplied in bf16 or fell
+// back to float32).
 // Prints one JSON line. Run one workload per process so that peak RSS is the workload's own.
 #include <sys/resource.h>
 
@@ -144,6 +146,15 @@ int main(int argc, char** argv) try {
                                {"cnn256", "cnn", 256},
                                {"cifar_mlp256", "cifar-mlp", 256},
                                {"cifar_mlp_adam256", "cifar-mlp-adam", 256}};
+  bool mixed = false;  // "mixed_bf16", wherever it stands, is taken out of the positional arguments
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "mixed_bf16") == 0) {
+      mixed = true;
+      std::copy(argv + i + 1, argv + argc, argv + i);
+      --argc;
+      break;
+    }
+  if (mixed) mixed_precision::set_global_policy("mixed_bfloat16");
   if (argc < 2)
     fail("usage: bench_models WORKLOAD [threads] [seconds]; WORKLOAD is mlp25, mlp256, mlp5_50, mlp5_256 or cnn64");
   auto it = std::find_if(all.begin(), all.end(), [&](const Workload& w) { return w.name == argv[1]; });
@@ -223,9 +234,10 @@ int main(int argc, char** argv) try {
   std::printf(
       "{\"workload\": \"%s\", \"strategy\": \"%s\", \"threads\": %d, \"samples_per_s\": %.0f, \"peak_rss_mb\": %.1f, "
       "\"data_mb\": %.1f, \"peak_training_mb\": %.1f, \"gemm_floor_samples_per_s\": %.0f, \"fraction_of_floor\": "
-      "%.3f%s}\n",
+      "%.3f, \"precision\": \"%s\", \"bf16_products\": %s%s}\n",
       it->name.c_str(), strategy ? strategy->name().c_str() : "default", threads, best, rss, data_mb, training_mb,
-      floor, best / floor, figures.c_str());
+      floor, best / floor, mixed ? "mixed_bf16" : "float32",
+      mixed && ops::has_bf16_products(Device::cpu()) ? "true" : "false", figures.c_str());
 } catch (const tandem::Error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());
   return 1;

@@ -81,14 +81,19 @@ class Layer {
   const std::vector<Variable>& variables() const { return variables_; }
   int64_t count_params() const;
 
+  // Keras' dtype policy: "float32", or "mixed_bfloat16" (the layer's matrix products in bf16 with
+  // float32 accumulation; its variables, inputs and outputs float32: ops::PrecisionScope). A
+  // layer takes the global policy (mixed_precision::set_global_policy) when it is made.
+  std::string dtype_policy() const;
+  void set_dtype_policy(const std::string& name);
+
   // Where the layer lives (devices.h): the placement scope's device when it was made, or the one
   // given here (its variables move there); none: the device of the model's input.
   const std::optional<Device>& device() const { return device_; }
   void place_on(Device device);
 
  protected:
-  Layer(std::string name, std::optional<Shape> input_shape)
-      : name_(std::move(name)), declared_input_shape_(std::move(input_shape)), device_(placement_device()) {}
+  Layer(std::string name, std::optional<Shape> input_shape);
   virtual Shape do_build(const Shape& input_shape, uint64_t seed) = 0;
   Tensor& add_variable(const std::string& short_name, const Shape& shape, const Initializer& init, int64_t fan_in,
                        int64_t fan_out, uint64_t seed, bool trainable = true);
@@ -101,7 +106,21 @@ class Layer {
   bool built_ = false;
   std::vector<Variable> variables_;
   std::optional<Device> device_;
+  ops::Precision precision_;  // the dtype policy's products: a layer that multiplies runs its call under it
 };
+
+}  // namespace layers
+
+// Keras' mixed_precision: the policy layers made from now on take. Names: "float32" (the default)
+// and "mixed_bfloat16"; "mixed_float16" is refused (float16 products are a GPU's). On a CPU
+// without bf16 instructions (AVX512_BF16 or AMX) "mixed_bfloat16" is kept, its products stay
+// float32, and one line says so on stderr.
+namespace mixed_precision {
+void set_global_policy(const std::string& name);
+std::string global_policy();
+}  // namespace mixed_precision
+
+namespace layers {
 
 // Runs `layers` in order on x, each on its device (Layer::device; an unplaced one on x's), the
 // activations moved between devices and the result moved back to x's device.

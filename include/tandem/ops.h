@@ -119,6 +119,26 @@ class DeferredMovingStatistics {
   DeferredMovingStatistics* previous_;
 };
 
+// Mixed precision (Keras' "mixed_bfloat16" policy; layers hold theirs, nn's mixed_precision): while
+// a scope is alive on this thread, the matrix products of dense, matmul and conv2d, and those their
+// backward makes, take bf16 operands (rounded to nearest) with float32 accumulation and results,
+// on a device that multiplies bf16 in hardware (has_bf16_products); elsewhere they stay float32.
+// Tensors, variables, activations, losses and optimizer slots stay float32.
+enum class Precision : uint8_t { Float32, MixedBFloat16 };
+class PrecisionScope {
+ public:
+  explicit PrecisionScope(Precision precision);
+  ~PrecisionScope();
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+
+ private:
+  Precision previous_;
+};
+Precision compute_precision();  // this thread's
+// Whether `device` multiplies bf16 in hardware (the CPU: AVX512_BF16 or AMX).
+bool has_bf16_products(Device device);
+
 // While alive on this thread, dense's backward for the kernels given to defer() keeps each call's
 // input and pre-activation gradient instead of adding xᵀ·dz to the kernel's gradient; gradient()
 // then computes the sum over the calls as one product of their rows stacked in call order. A
@@ -135,7 +155,7 @@ class DeferredKernelGradients {
   static DeferredKernelGradients* active();
   void defer(const Tensor& kernel);
   bool defers(const Tensor& kernel) const;
-  void add(const Tensor& kernel, const Tensor& x, const Tensor& dz);
+  void add(const Tensor& kernel, const Tensor& x, const Tensor& dz, bool bf16);  // bf16: the product's precision
   // Σ over the calls kept of xᵀ·dz (zeros without any), and the calls forgotten.
   Tensor gradient(const Tensor& kernel);
 
@@ -143,6 +163,7 @@ class DeferredKernelGradients {
   struct Kept {
     Tensor kernel;
     std::vector<Tensor> xs, dzs;
+    bool bf16;
   };
   Kept* find(const Tensor& kernel);
   std::vector<Kept> kept_;

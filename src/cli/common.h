@@ -47,8 +47,9 @@ struct CommonFlags {
   int64_t batch_size = 32;
   int threads = 0;
   uint64_t seed = 0;
+  std::string precision = "float32";  // float32, or mixed_bf16 (Keras' mixed_bfloat16 policy)
   void add_to(CLI::App& app, bool with_dataset = true);
-  void apply_threads() const;
+  void apply() const;  // the threads and the precision, before the model is made
 };
 
 // The optimizer the flags ask for, with the values in force: "" (name), 0 (learning rate) and a

@@ -338,7 +338,7 @@ void answer_the_split(const std::vector<Row>& rows) {
 }
 
 void run_compare(const CompareFlags& f) {
-  f.common.apply_threads();
+  f.common.apply();
   std::vector<std::string> names = split_list(f.strategies);
   for (const std::string& n : names)  // every name is valid before training
     if (!launched(n)) distribute::make_strategy(n, f.common.threads);

@@ -188,7 +188,7 @@ void finish_timeline(distribute::Strategy& strategy, Timeline& timeline, const s
 
 void run_fit(FitFlags f) {
   auto start = std::chrono::steady_clock::now();
-  f.common.apply_threads();
+  f.common.apply();
   distribute::StrategySettings settings;
   settings.threads_per_replica = f.common.threads;
   settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout * 1000));

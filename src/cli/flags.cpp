@@ -41,10 +41,17 @@ void CommonFlags::add_to(CLI::App& app, bool with_dataset) {
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxThreads));
   app.add_option("--seed", seed, "seed for weights, shuffling and dropout")->capture_default_str();
+  app.add_option("--precision", precision,
+                 "float32, or mixed_bf16: the layers' matrix products in bf16 with float32 accumulation, variables, "
+                 "loss and optimizer state float32 (Keras' mixed_bfloat16); float32 where the CPU lacks bf16 "
+                 "instructions, with a note")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "mixed_bf16", "mixed_bfloat16"}));
 }
 
-void CommonFlags::apply_threads() const {
+void CommonFlags::apply() const {
   if (threads > 0) set_num_threads(threads);
+  mixed_precision::set_global_policy(precision == "float32" ? "float32" : "mixed_bfloat16");
 }
 
 std::string describe_parallelism(const distribute::Strategy* strategy, int threads_flag) {

@@ -37,7 +37,7 @@ void add_evaluate(CLI::App& app) {
   f->common.add_to(*cmd);
   add_weights_flag(cmd, *f);
   cmd->callback([f] {
-    f->common.apply_threads();
+    f->common.apply();
     ModelSpec spec = make_model(f->common.model, f->common.seed);
     auto data = load_for_model(f->common.dataset, f->common.data_dir, *spec.model);
     spec.model->compile(make_optimizer(choose_optimizer("", 0.0f, -1.0f, spec)), spec.loss, {"accuracy"});
@@ -57,7 +57,7 @@ void add_predict(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->callback([f] {
-    f->common.apply_threads();
+    f->common.apply();
     ModelSpec spec = make_model(f->common.model, f->common.seed);
     auto data = load_for_model(f->common.dataset, f->common.data_dir, *spec.model);
     spec.model->load_weights(resolve_weights(f->weights));

@@ -92,7 +92,7 @@ void PredictFlags::add_to(CLI::App& cmd) {
 }
 
 void run_predict(const CommonFlags& common, const PredictFlags& f) {
-  common.apply_threads();
+  common.apply();
   std::vector<int> counts;
   for (const std::string& w : split(f.workers, ',')) {
     int n = 0;

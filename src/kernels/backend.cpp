@@ -30,6 +30,11 @@ class CpuBackend final : public Backend {
             int64_t ldb, float beta, float* c, int64_t ldc) override {
     cpu::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
+  void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
+    cpu::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  bool has_bf16_products() override { return cpu::bf16_products_native(); }
   void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act) override {
     cpu::bias_activation(y, bias, rows, cols, act);
   }

@@ -37,6 +37,11 @@ class Backend {
   // Matrix products, bias and activations.
   virtual void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) = 0;
+  // gemm with bf16 products and float32 accumulation (mixed precision), where has_bf16_products().
+  virtual void gemm_bf16(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                         int64_t ldc) = 0;
+  virtual bool has_bf16_products() = 0;
   virtual void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act) = 0;
   virtual void activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows,
                                    int64_t cols, Activation act) = 0;

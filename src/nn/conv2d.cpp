@@ -36,6 +36,7 @@ Shape Conv2D::do_build(const Shape& input_shape, uint64_t seed) {
 
 Tensor Conv2D::call(const Tensor& x, const CallContext&) {
   check_input(x);
+  ops::PrecisionScope precision(precision_);
   return ops::conv2d(x, variables_[0].value, options_.use_bias ? variables_[1].value : Tensor(), options_.strides.h,
                      options_.strides.w, padding_, activation_);
 }

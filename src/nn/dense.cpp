@@ -24,6 +24,7 @@ Shape Dense::do_build(const Shape& input_shape, uint64_t seed) {
 
 Tensor Dense::call(const Tensor& x, const CallContext&) {
   check_input(x);
+  ops::PrecisionScope precision(precision_);
   return ops::dense(x, variables_[0].value, options_.use_bias ? variables_[1].value : Tensor(), activation_);
 }
 

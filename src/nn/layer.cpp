@@ -1,7 +1,50 @@
 #include "tandem/autograd.h"
 #include "tandem/layers.h"
 
-namespace tandem::layers {
+#include <atomic>
+#include <cstdio>
+
+namespace tandem {
+namespace {
+
+std::atomic<ops::Precision> global_precision{ops::Precision::Float32};
+
+const char* policy_name(ops::Precision p) { return p == ops::Precision::MixedBFloat16 ? "mixed_bfloat16" : "float32"; }
+
+ops::Precision precision_of(const std::string& name, const char* what) {
+  if (name == "float32") return ops::Precision::Float32;
+  if (name == "mixed_bfloat16") {
+    static std::atomic<bool> said{false};
+    if (!ops::has_bf16_products(Device::cpu()) && !said.exchange(true))
+      std::fprintf(stderr,
+                   "mixed_bfloat16: this CPU has no bf16 instructions (AVX512_BF16 or AMX); "
+                   "the products stay float32\n");
+    return ops::Precision::MixedBFloat16;
+  }
+  if (name == "mixed_float16")
+    fail("{}: 'mixed_float16' is not supported: float16 products are a GPU's; use 'mixed_bfloat16' on a CPU", what);
+  fail("{}: unknown dtype policy '{}' (expected 'float32' or 'mixed_bfloat16')", what, name);
+}
+
+}  // namespace
+
+namespace mixed_precision {
+void set_global_policy(const std::string& name) {
+  global_precision = precision_of(name, "mixed_precision.set_global_policy");
+}
+std::string global_policy() { return policy_name(global_precision); }
+}  // namespace mixed_precision
+
+namespace layers {
+
+Layer::Layer(std::string name, std::optional<Shape> input_shape)
+    : name_(std::move(name)),
+      declared_input_shape_(std::move(input_shape)),
+      device_(placement_device()),
+      precision_(global_precision) {}
+
+std::string Layer::dtype_policy() const { return policy_name(precision_); }
+void Layer::set_dtype_policy(const std::string& name) { precision_ = precision_of(name, label().c_str()); }
 
 std::string Layer::label() const { return fmt::format("{} \"{}\"", type(), name_.empty() ? default_name() : name_); }
 
@@ -91,4 +134,5 @@ void Layer::check_input(const Tensor& x) const {
   if (x.dtype() != DType::Float32) fail("{}: input must be float32, got {}", label(), dtype_name(x.dtype()));
 }
 
-}  // namespace tandem::layers
+}  // namespace layers
+}  // namespace tandem

@@ -16,6 +16,7 @@ TensorParallelDense::TensorParallelDense(const Dense& whole, Split split, std::v
       activation_(whole.activation()),
       use_bias_(whole.options().use_bias) {
   if (!whole.built()) fail("{}: a Dense layer is split once built", whole.label());
+  set_dtype_policy(whole.dtype_policy());
   int rank = group.rank();
   if (static_cast<int>(widths_.size()) != group.size())
     fail("{}: {} widths for a group of {} shards", whole.label(), widths_.size(), group.size());
@@ -71,6 +72,7 @@ void TensorParallelDense::put(size_t variable, const Tensor& piece, Tensor& whol
 
 Tensor TensorParallelDense::call(const Tensor& x, const CallContext&) {
   check_input(x);
+  ops::PrecisionScope precision(precision_);
   const Tensor& kernel = variables_[0].value;
   if (split_ == Split::Column) {
     Tensor bias = use_bias_ ? variables_[1].value : Tensor();

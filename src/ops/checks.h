@@ -21,6 +21,12 @@ inline void require_rank(const Tensor& t, int rank, const char* op, const char* 
   if (t.rank() != rank) fail("{}: argument '{}' must have rank {}, got shape {}", op, arg, rank, t.shape().str());
 }
 
+// Whether an op's products on `device` are bf16 now (the thread's precision, the device's support).
+bool products_in_bf16(Device device);
+// C = op(A)·op(B) on `device`, in bf16 products (gemm_bf16) or float32 (gemm).
+void product(bool bf16, Device device, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+             const float* b, int64_t ldb, float* c, int64_t ldc);
+
 inline void require_same_shape(const Tensor& a, const Tensor& b, const char* op) {
   if (!(a.shape() == b.shape())) fail("{}: shapes differ: {} vs {}", op, a.shape().str(), b.shape().str());
 }

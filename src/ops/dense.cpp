@@ -12,6 +12,7 @@ thread_local DeferredKernelGradients* deferred = nullptr;
 struct DenseNode : autograd::Node {
   Tensor x, kernel, y, z;  // z: pre-activation, kept only when the derivative needs it
   Activation act;
+  bool bf16;  // the products in bf16, as forward's
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
     int64_t b = x.dim(0), in = kernel.dim(0), units = kernel.dim(1);
@@ -24,18 +25,16 @@ struct DenseNode : autograd::Node {
     }
     if (needs(0)) {
       Tensor dx = Tensor::empty(x.shape(), DType::Float32, dy.device());
-      kernels::backend(dy.device())
-          .gemm(false, true, b, in, units, 1.0f, dz.buffer<float>(), units, kernel.buffer<float>(), units, 0.0f,
-                dx.buffer<float>(), in);
+      product(bf16, dy.device(), false, true, b, in, units, dz.buffer<float>(), units, kernel.buffer<float>(), units,
+              dx.buffer<float>(), in);
       tape.accumulate(input_slots[0], dx);
     }
     if (needs(1) && deferred != nullptr && deferred->defers(kernel)) {
-      deferred->add(kernel, x, dz);
+      deferred->add(kernel, x, dz, bf16);
     } else if (needs(1)) {
       Tensor dk = Tensor::empty(kernel.shape(), DType::Float32, dy.device());
-      kernels::backend(dy.device())
-          .gemm(true, false, in, units, b, 1.0f, x.buffer<float>(), in, dz.buffer<float>(), units, 0.0f,
-                dk.buffer<float>(), units);
+      product(bf16, dy.device(), true, false, in, units, b, x.buffer<float>(), in, dz.buffer<float>(), units,
+              dk.buffer<float>(), units);
       tape.accumulate(input_slots[1], dk);
     }
     if (needs(2)) {
@@ -59,16 +58,17 @@ DeferredKernelGradients::Kept* DeferredKernelGradients::find(const Tensor& kerne
 }
 
 void DeferredKernelGradients::defer(const Tensor& kernel) {
-  if (find(kernel) == nullptr) kept_.push_back({kernel, {}, {}});
+  if (find(kernel) == nullptr) kept_.push_back({kernel, {}, {}, false});
 }
 
 bool DeferredKernelGradients::defers(const Tensor& kernel) const {
   return std::any_of(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.kernel.id() == kernel.id(); });
 }
 
-void DeferredKernelGradients::add(const Tensor& kernel, const Tensor& x, const Tensor& dz) {
+void DeferredKernelGradients::add(const Tensor& kernel, const Tensor& x, const Tensor& dz, bool bf16) {
   Kept* k = find(kernel);
   if (k == nullptr) fail("DeferredKernelGradients: kernel {} was not deferred", kernel.shape().str());
+  k->bf16 = bf16;
   k->xs.push_back(x);
   k->dzs.push_back(dz);
 }
@@ -92,9 +92,8 @@ Tensor DeferredKernelGradients::gradient(const Tensor& kernel) {
       return all;
     };
     Tensor x = stacked(k->xs, in), dz = stacked(k->dzs, units);
-    kernels::backend(kernel.device())
-        .gemm(true, false, in, units, rows, 1.0f, x.buffer<float>(), in, dz.buffer<float>(), units, 0.0f,
-              dk.buffer<float>(), units);
+    product(k->bf16, kernel.device(), true, false, in, units, rows, x.buffer<float>(), in, dz.buffer<float>(), units,
+            dk.buffer<float>(), units);
   }
   k->xs.clear();
   k->dzs.clear();
@@ -121,9 +120,9 @@ Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activ
   Tensor x = x_in.contiguous();
   int64_t b = x.dim(0), in = kernel.dim(0), units = kernel.dim(1);
   Tensor y = Tensor::empty({b, units}, DType::Float32, x.device());
-  kernels::backend(x.device())
-      .gemm(false, false, b, units, in, 1.0f, x.buffer<float>(), in, kernel.buffer<float>(), units, 0.0f,
-            y.buffer<float>(), units);
+  bool bf16 = products_in_bf16(x.device());
+  product(bf16, x.device(), false, false, b, units, in, x.buffer<float>(), in, kernel.buffer<float>(), units,
+          y.buffer<float>(), units);
   GradientTape* tape = autograd::tracking_tape({&x_in, &kernel, &bias});
   const float* bias_data = bias.defined() ? bias.buffer<float>() : nullptr;
   Tensor z;
@@ -140,6 +139,7 @@ Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activ
     node->y = y;
     node->z = z;
     node->act = act;
+    node->bf16 = bf16;
     autograd::record(tape, node, {&x_in, &kernel, &bias}, y);
   }
   return y;

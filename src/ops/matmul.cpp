@@ -8,6 +8,7 @@ namespace {
 struct MatmulNode : autograd::Node {
   Tensor a, b;
   bool ta, tb;
+  bool bf16;  // the products in bf16, as forward's
   void backward(GradientTape& tape, const Tensor& dy) override {
     Tensor g = dy.contiguous();
     int64_t m = g.dim(0), n = g.dim(1);
@@ -16,26 +17,22 @@ struct MatmulNode : autograd::Node {
       Tensor da = Tensor::empty(a.shape(), DType::Float32, g.device());
       // ta: da(K,M) = b·dyᵀ ; else da(M,K) = dy·bᵀ
       if (ta)
-        kernels::backend(g.device())
-            .gemm(tb, true, k, m, n, 1.0f, b.buffer<float>(), b.dim(1), g.buffer<float>(), n, 0.0f, da.buffer<float>(),
-                  m);
+        product(bf16, g.device(), tb, true, k, m, n, b.buffer<float>(), b.dim(1), g.buffer<float>(), n,
+                da.buffer<float>(), m);
       else
-        kernels::backend(g.device())
-            .gemm(false, !tb, m, k, n, 1.0f, g.buffer<float>(), n, b.buffer<float>(), b.dim(1), 0.0f,
-                  da.buffer<float>(), k);
+        product(bf16, g.device(), false, !tb, m, k, n, g.buffer<float>(), n, b.buffer<float>(), b.dim(1),
+                da.buffer<float>(), k);
       tape.accumulate(input_slots[0], da);
     }
     if (needs(1)) {
       Tensor db = Tensor::empty(b.shape(), DType::Float32, g.device());
       // tb: db(N,K) = dyᵀ·a ; else db(K,N) = aᵀ·dy
       if (tb)
-        kernels::backend(g.device())
-            .gemm(true, ta, n, k, m, 1.0f, g.buffer<float>(), n, a.buffer<float>(), a.dim(1), 0.0f, db.buffer<float>(),
-                  k);
+        product(bf16, g.device(), true, ta, n, k, m, g.buffer<float>(), n, a.buffer<float>(), a.dim(1),
+                db.buffer<float>(), k);
       else
-        kernels::backend(g.device())
-            .gemm(!ta, false, k, n, m, 1.0f, a.buffer<float>(), a.dim(1), g.buffer<float>(), n, 0.0f,
-                  db.buffer<float>(), n);
+        product(bf16, g.device(), !ta, false, k, n, m, a.buffer<float>(), a.dim(1), g.buffer<float>(), n,
+                db.buffer<float>(), n);
       tape.accumulate(input_slots[1], db);
     }
   }
@@ -56,15 +53,16 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in, bool transpose_a, bool tra
     fail("matmul: inner dimensions differ: a gives {} (shape {}), b gives {} (shape {})", k, a.shape().str(), kb,
          b.shape().str());
   Tensor y = Tensor::empty({m, n}, DType::Float32, a.device());
-  kernels::backend(a.device())
-      .gemm(transpose_a, transpose_b, m, n, k, 1.0f, a.buffer<float>(), a.dim(1), b.buffer<float>(), b.dim(1), 0.0f,
-            y.buffer<float>(), n);
+  bool bf16 = products_in_bf16(a.device());
+  product(bf16, a.device(), transpose_a, transpose_b, m, n, k, a.buffer<float>(), a.dim(1), b.buffer<float>(), b.dim(1),
+          y.buffer<float>(), n);
   if (auto* tape = autograd::tracking_tape({&a_in, &b_in})) {
     auto* node = new MatmulNode();
     node->a = a;
     node->b = b;
     node->ta = transpose_a;
     node->tb = transpose_b;
+    node->bf16 = bf16;
     autograd::record(tape, node, {&a_in, &b_in}, y);
   }
   return y;

@@ -53,6 +53,16 @@ void moving_average(float* moving, const float* value, int64_t n, float momentum
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// The same with bf16 products (mixed precision): op(A) and op(B) rounded to bf16 (to nearest,
+// ties to even), float32 accumulation and C (gemm_bf16.cpp).
+void gemm_bf16(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// Whether the CPU multiplies bf16 in hardware (AVX512_BF16 or AMX, as oneDNN sees it; its
+// ONEDNN_MAX_CPU_ISA can lower it): without, bf16 products would be slower than float32.
+bool bf16_products_native();
+// x rounded to bf16 (to nearest, ties to even; the upper 16 bits of the float32 it stands for).
+void round_to_bf16(const float* x, uint16_t* y, int64_t n);
+
 // y(rows,cols) = act(y + bias) in place; bias may be null. Softmax acts per row.
 void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act);
 // dz = dy · act'(z) given z (pre-activation, may be null when act needs only y) and y = act(z).

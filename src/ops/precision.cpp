@@ -1,0 +1,26 @@
+// The thread's compute precision (PrecisionScope in tandem/ops.h).
+#include "ops/checks.h"
+
+namespace tandem::ops {
+namespace {
+thread_local Precision current = Precision::Float32;
+}  // namespace
+
+PrecisionScope::PrecisionScope(Precision precision) : previous_(current) { current = precision; }
+PrecisionScope::~PrecisionScope() { current = previous_; }
+Precision compute_precision() { return current; }
+
+bool has_bf16_products(Device device) { return kernels::backend(device).has_bf16_products(); }
+
+bool products_in_bf16(Device device) {
+  return current == Precision::MixedBFloat16 && kernels::backend(device).has_bf16_products();
+}
+
+void product(bool bf16, Device device, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+             const float* b, int64_t ldb, float* c, int64_t ldc) {
+  kernels::Backend& kernels = kernels::backend(device);
+  if (bf16) kernels.gemm_bf16(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  else kernels.gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+}
+
+}  // namespace tandem::ops
