@@ -17,7 +17,7 @@ ops::Precision precision_of(const std::string& name, const char* what) {
     static std::atomic<bool> said{false};
     if (!ops::has_bf16_products(Device::cpu()) && !said.exchange(true))
       std::fprintf(stderr,
-                   "mixed_bfloat16: this CPU has no bf16 instructions (AVX512_BF16 or AMX); "
+                   "mixed_bfloat16: this CPU has no bf16 instructions (AVX512_BF16 or AMX, as oneDNN sees them); "
                    "the products stay float32\n");
     return ops::Precision::MixedBFloat16;
   }

@@ -112,6 +112,33 @@ TEST(Cli, TheAffinityMaskAndOmpNumThreadsAreRespected) {
   EXPECT_NE(r.output.find("threads: ceiling 3 from OMP_NUM_THREADS"), std::string::npos) << r.output;
 }
 
+// --precision mixed_bf16 trains; where the CPU has no bf16 instructions (here made so with
+// oneDNN's ONEDNN_MAX_CPU_ISA) the products stay float32 and one line says so.
+TEST(Cli, MixedBf16TrainsAndFallsBackToFloat32WithOneLineWithoutBf16Instructions) {
+  testing::TempDir dir;
+  make_mnist(dir.file("mnist"), 300, 100);
+  std::vector<std::string> fit{"fit",        "--data-dir", dir.path(), "--epochs",         "2", "--precision",
+                               "mixed_bf16", "--model",    "mlp5",     "--checkpoint-dir", "",  "--log-dir",
+                               "",           "--verbose",  "1",        "--seed",           "3"};
+  const std::string note =
+      "mixed_bfloat16: this CPU has no bf16 instructions (AVX512_BF16 or AMX, as oneDNN sees them); the products "
+      "stay float32";
+  Outcome r = run(fit, dir, [] { setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE", 1); });
+  ASSERT_EQ(r.code, 0) << r.output;
+  size_t at = r.output.find(note);
+  EXPECT_NE(at, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(note, at + 1), std::string::npos) << "said more than once\n" << r.output;
+  EXPECT_NE(r.output.find("test accuracy"), std::string::npos) << r.output;
+  fit[6] = "float32";
+  Outcome plain = run(fit, dir);
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  auto result = [](const std::string& out) {  // "Test loss: … - test accuracy: …%", without the time
+    size_t at = out.rfind("Test loss");
+    return at == std::string::npos ? out : out.substr(at, out.find(" (", at) - at);
+  };
+  EXPECT_EQ(result(r.output), result(plain.output)) << "the fallback is float32 itself";
+}
+
 // --verbose 2 says how many threads and why; asking for more than the usable cores is noted,
 // and training still runs (at most the usable cores at once).
 TEST(Cli, VerboseTwoPrintsTheThreadChoiceAndTooManyThreadsStillTrain) {

@@ -287,6 +287,35 @@ std::vector<std::vector<float>> train_deterministic(const std::function<std::uni
   return out;
 }
 
+// Under Keras' mixed_bfloat16 policy (bf16 products where the CPU has them) deterministic mode
+// keeps its promise: the same bits whatever the number of replicas. The second convolution reads
+// 16 channels, so its products are bf16 too.
+TEST(Deterministic, MixedBfloat16KeepsTheBitsWhateverTheNumberOfReplicas) {
+  auto convs = [] {
+    auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
+    m->add(Conv2D(16, 3, {.padding = "same", .activation = "relu", .input_shape = Shape{6, 6, 3}}));
+    m->add(Conv2D(8, 3, {.activation = "relu"}));
+    m->add(Flatten());
+    m->add(Dense(4, "softmax"));
+    m->compile(optimizers::Adam(0.01f), "sparse_categorical_crossentropy", {"accuracy"});
+    return m;
+  };
+  using Make = std::function<std::unique_ptr<Sequential>()>;
+  for (auto [name, make, per_sample] : {std::tuple<std::string, Make, Shape>{"dense", dense_model, {6}},
+                                        std::tuple<std::string, Make, Shape>{"convolutions", convs, {6, 6, 3}}}) {
+    Data d = blobs(90, per_sample);
+    auto plain = train_deterministic(make, d, {.num_replicas = 1, .threads_per_replica = 1});
+    mixed_precision::set_global_policy("mixed_bfloat16");
+    auto one = train_deterministic(make, d, {.num_replicas = 1, .threads_per_replica = 1});
+    for (int replicas : {2, 3, 4})
+      EXPECT_EQ(train_deterministic(make, d, {.num_replicas = replicas, .threads_per_replica = 1}), one)
+          << name << ", " << replicas << " replicas";
+    EXPECT_EQ(train_deterministic(make, d, {.num_replicas = 2}), one) << name << ", 2 replicas, default threads";
+    mixed_precision::set_global_policy("float32");
+    if (ops::has_bf16_products(Device::cpu())) EXPECT_NE(one, plain) << name << ": the policy changed no product";
+  }
+}
+
 TEST(Deterministic, BitwiseIdenticalWhateverTheNumberOfReplicas) {
   using Make = std::function<std::unique_ptr<Sequential>()>;
   struct Case {

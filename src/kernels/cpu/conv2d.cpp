@@ -4,7 +4,9 @@
 // The batch is cut into chunks of whole images fixed by the shape (core::split_chunks), each a
 // single-threaded primitive run on the intra-op pool; the weight gradient is each chunk's own,
 // summed in chunk order, so the bits do not depend on the thread count. Primitives are cached
-// per thread, keyed by the chunk's shape.
+// per thread, keyed by the chunk's shape. With bf16 products (Conv2dShape::bf16) the primitives
+// take x, dy and the kernel as bf16 (the kernel rounded by its reorder, x and dy by each chunk into
+// a buffer of its thread) and give float32.
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -20,6 +22,7 @@ namespace {
 using dnnl::memory;
 using tag = memory::format_tag;
 constexpr auto f32 = memory::data_type::f32;
+constexpr auto bf16 = memory::data_type::bf16;
 
 // A reorder between Keras' HWIO kernel and the layout a primitive chose, with its buffer.
 struct WeightsLayout {
@@ -31,7 +34,7 @@ struct WeightsLayout {
   void init(const memory::desc& plain, const memory::desc& chosen, bool to_chosen, const dnnl::engine& engine) {
     needed = !(plain == chosen);
     if (!needed) return;
-    buffer.resize(chosen.get_size() / sizeof(float));
+    buffer.resize((chosen.get_size() + sizeof(float) - 1) / sizeof(float));
     const memory::desc& src = to_chosen ? plain : chosen;
     const memory::desc& dst = to_chosen ? chosen : plain;
     from = memory(src, engine, nullptr);
@@ -47,17 +50,19 @@ struct ConvPrimitives {
   dnnl::convolution_backward_weights backward_weights;
   WeightsLayout forward_weights, backward_data_weights, weight_gradient;
   memory src_m, bias_m, dst_m, fwd_weights_m, bwd_data_weights_m, bwd_weights_m;
+  memory src_in_m, dst_in_m;                           // x and dy as the primitives read them (bf16 with bf16 products)
   std::vector<float> zero_bias, unused_bias_gradient;  // for layers without a bias
 };
 
 void make_conv(ConvPrimitives& p, const Conv2dShape& s) {
   auto& ctx = dnnl_context();
   p.shape = s;
-  memory::desc src({s.n, s.c, s.h, s.w}, f32, tag::nhwc);
+  auto in = s.bf16 ? bf16 : f32;  // what the products read
+  memory::desc src({s.n, s.c, s.h, s.w}, f32, tag::nhwc), src_in({s.n, s.c, s.h, s.w}, in, tag::nhwc);
   memory::desc hwio({s.f, s.c, s.kh, s.kw}, f32, tag::hwio);
-  memory::desc any_weights({s.f, s.c, s.kh, s.kw}, f32, tag::any);
+  memory::desc any_weights({s.f, s.c, s.kh, s.kw}, in, tag::any), any_gradient({s.f, s.c, s.kh, s.kw}, f32, tag::any);
   memory::desc bias({s.f}, f32, tag::x);
-  memory::desc dst({s.n, s.f, s.oh, s.ow}, f32, tag::nhwc);
+  memory::desc dst({s.n, s.f, s.oh, s.ow}, f32, tag::nhwc), dst_in({s.n, s.f, s.oh, s.ow}, in, tag::nhwc);
   memory::dims strides{s.sh, s.sw}, pad_l{s.pad_top, s.pad_left}, pad_r{s.pad_bottom, s.pad_right};
   auto algo = dnnl::algorithm::convolution_direct;
   dnnl::primitive_attr attr;
@@ -67,11 +72,12 @@ void make_conv(ConvPrimitives& p, const Conv2dShape& s) {
     attr.set_post_ops(ops);
   }
   dnnl::convolution_forward::primitive_desc fpd(
-      {dnnl::prop_kind::forward_training, algo, src, any_weights, bias, dst, strides, pad_l, pad_r}, attr, ctx.engine);
-  dnnl::convolution_backward_data::primitive_desc bdpd({algo, src, any_weights, dst, strides, pad_l, pad_r}, ctx.engine,
-                                                       fpd);
-  dnnl::convolution_backward_weights::primitive_desc bwpd({algo, src, any_weights, bias, dst, strides, pad_l, pad_r},
-                                                          ctx.engine, fpd);
+      {dnnl::prop_kind::forward_training, algo, src_in, any_weights, bias, dst, strides, pad_l, pad_r}, attr,
+      ctx.engine);
+  dnnl::convolution_backward_data::primitive_desc bdpd({algo, src, any_weights, dst_in, strides, pad_l, pad_r},
+                                                       ctx.engine, fpd);
+  dnnl::convolution_backward_weights::primitive_desc bwpd(
+      {algo, src_in, any_gradient, bias, dst_in, strides, pad_l, pad_r}, ctx.engine, fpd);
   p.forward = dnnl::convolution_forward(fpd);
   p.backward_data = dnnl::convolution_backward_data(bdpd);
   p.backward_weights = dnnl::convolution_backward_weights(bwpd);
@@ -81,6 +87,8 @@ void make_conv(ConvPrimitives& p, const Conv2dShape& s) {
   p.zero_bias.assign(static_cast<size_t>(s.f), 0.0f);
   p.unused_bias_gradient.resize(static_cast<size_t>(s.f));
   p.src_m = memory(src, ctx.engine, nullptr);
+  p.src_in_m = memory(src_in, ctx.engine, nullptr);
+  p.dst_in_m = memory(dst_in, ctx.engine, nullptr);
   p.bias_m = memory(bias, ctx.engine, nullptr);
   p.dst_m = memory(dst, ctx.engine, nullptr);
   p.fwd_weights_m = memory(fpd.weights_desc(), ctx.engine, nullptr);
@@ -133,6 +141,18 @@ Conv2dShape conv2d_shape(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
 
 namespace {
 
+// The chunk's x (which 0) or dy (1), per_image values an image, as the primitives read them: itself,
+// or rounded to bf16 into the thread's buffer for it.
+const void* as_read(const ConvPrimitives& p, int which, const float* values, int64_t per_image) {
+  if (!p.shape.bf16) return values;
+  thread_local std::vector<uint16_t> rounded[2];
+  auto n = static_cast<size_t>(p.shape.n * per_image);
+  std::vector<uint16_t>& out = rounded[which];
+  if (out.size() < n) out.resize(n);
+  round_to_bf16(values, out.data(), static_cast<int64_t>(n));
+  return out.data();
+}
+
 uint64_t next_call() {
   static std::atomic<uint64_t> calls{0};
   return calls.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -169,7 +189,7 @@ void for_image_chunks(const Conv2dShape& s, const F& fn) {
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y) {
   for_image_chunks(s, [&](ConvPrimitives& p, int64_t first, uint64_t call) {
-    dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_m, x + first * s.h * s.w * s.c},
+    dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_in_m, as_read(p, 0, x + first * s.h * s.w * s.c, s.h * s.w * s.c)},
                              {DNNL_ARG_WEIGHTS, &p.fwd_weights_m, to_primitive_layout(p.forward_weights, kernel, call)},
                              {DNNL_ARG_BIAS, &p.bias_m, bias != nullptr ? bias : p.zero_bias.data()},
                              {DNNL_ARG_DST, &p.dst_m, y + first * s.oh * s.ow * s.f}});
@@ -179,7 +199,7 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, c
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* kernel, float* dx) {
   for_image_chunks(s, [&](ConvPrimitives& p, int64_t first, uint64_t call) {
     dnnl_execute(p.backward_data,
-                 {{DNNL_ARG_DIFF_DST, &p.dst_m, dy + first * s.oh * s.ow * s.f},
+                 {{DNNL_ARG_DIFF_DST, &p.dst_in_m, as_read(p, 1, dy + first * s.oh * s.ow * s.f, s.oh * s.ow * s.f)},
                   {DNNL_ARG_WEIGHTS, &p.bwd_data_weights_m, to_primitive_layout(p.backward_data_weights, kernel, call)},
                   {DNNL_ARG_DIFF_SRC, &p.src_m, dx + first * s.h * s.w * s.c}});
   });
@@ -191,8 +211,8 @@ void backward_weights_part(const Conv2dShape& s, const float* x, const float* dy
   ConvPrimitives& p = conv_primitives(s);
   if (dbias == nullptr) dbias = p.unused_bias_gradient.data();
   WeightsLayout& g = p.weight_gradient;
-  dnnl_execute(p.backward_weights, {{DNNL_ARG_SRC, &p.src_m, x},
-                                    {DNNL_ARG_DIFF_DST, &p.dst_m, dy},
+  dnnl_execute(p.backward_weights, {{DNNL_ARG_SRC, &p.src_in_m, as_read(p, 0, x, s.h * s.w * s.c)},
+                                    {DNNL_ARG_DIFF_DST, &p.dst_in_m, as_read(p, 1, dy, s.oh * s.ow * s.f)},
                                     {DNNL_ARG_DIFF_WEIGHTS, &p.bwd_weights_m, g.needed ? g.buffer.data() : dkernel},
                                     {DNNL_ARG_DIFF_BIAS, &p.bias_m, dbias}});
   if (g.needed) dnnl_execute(g.reorder, {{DNNL_ARG_FROM, &g.from, g.buffer.data()}, {DNNL_ARG_TO, &g.to, dkernel}});

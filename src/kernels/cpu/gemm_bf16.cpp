@@ -4,13 +4,15 @@
 // the intra-op pool; C is cut as gemm cuts it (rows or 16-column lines, fixed by the shape), each
 // chunk a single-threaded matmul: the bits do not depend on the thread count. Primitives are
 // cached per thread, keyed by the chunk's shape.
+#include <immintrin.h>
+
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <tuple>
 #include <vector>
 
 #include "core/parallel.h"
-#include "core/vectorize.h"
 #include "kernels/cpu/dnnl_context.h"
 #include "kernels/cpu/kernels.h"
 
@@ -20,7 +22,7 @@ namespace {
 using dnnl::memory;
 using dt = memory::data_type;
 
-TANDEM_VECTORIZE void round_span(const float* x, uint16_t* y, int64_t n) {
+void round_portable(const float* x, uint16_t* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u;
     std::memcpy(&u, x + i, sizeof u);
@@ -28,6 +30,37 @@ TANDEM_VECTORIZE void round_span(const float* x, uint16_t* y, int64_t n) {
     uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     y[i] = static_cast<uint16_t>(nan ? (u >> 16) | 0x40u : rounded);  // a NaN stays a (quiet) NaN
   }
+}
+
+// The CPU's own rounding (VCVTNE2PS2BF16: to nearest even, NaNs quiet; it reads subnormal inputs as
+// zeros), 32 values per instruction.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_avx512(const float* x, uint16_t* y,
+                                                                                  int64_t n) {
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(x + i));
+    _mm512_storeu_si512(y + i, reinterpret_cast<__m512i&>(r));
+  }
+  if (i < n) {
+    auto tail = static_cast<__mmask16>((1u << std::min<int64_t>(n - i, 16)) - 1);
+    __m256bh low = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(tail, x + i));
+    _mm256_mask_storeu_epi16(y + i, tail, reinterpret_cast<__m256i&>(low));
+    if (n - i > 16) {
+      auto high_mask = static_cast<__mmask16>((1u << (n - i - 16)) - 1);
+      __m256bh high = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(high_mask, x + i + 16));
+      _mm256_mask_storeu_epi16(y + i + 16, high_mask, reinterpret_cast<__m256i&>(high));
+    }
+  }
+}
+
+bool cpu_rounds_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+
+void round_span(const float* x, uint16_t* y, int64_t n) {
+  if (cpu_rounds_bf16()) round_avx512(x, y, n);
+  else round_portable(x, y, n);
 }
 
 // rows × cols of x (row stride ld) into y, packed (row stride cols), in chunks of rows.
@@ -88,7 +121,7 @@ bool bf16_products_native() {
   return native;
 }
 
-void round_to_bf16(const float* x, uint16_t* y, int64_t n) { round_matrix(x, n, 1, n, y); }
+void round_to_bf16(const float* x, uint16_t* y, int64_t n) { round_span(x, y, n); }
 
 void gemm_bf16(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {

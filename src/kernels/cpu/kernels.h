@@ -60,7 +60,8 @@ void gemm_bf16(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
 // Whether the CPU multiplies bf16 in hardware (AVX512_BF16 or AMX, as oneDNN sees it; its
 // ONEDNN_MAX_CPU_ISA can lower it): without, bf16 products would be slower than float32.
 bool bf16_products_native();
-// x rounded to bf16 (to nearest, ties to even; the upper 16 bits of the float32 it stands for).
+// x rounded to bf16 (to nearest, ties to even; the upper 16 bits of the float32 it stands for), on
+// this thread.
 void round_to_bf16(const float* x, uint16_t* y, int64_t n);
 
 // y(rows,cols) = act(y + bias) in place; bias may be null. Softmax acts per row.
@@ -101,6 +102,7 @@ struct Conv2dShape {
   int64_t pad_top, pad_left, pad_bottom, pad_right;
   int64_t oh, ow;           // output spatial size
   bool fused_relu = false;  // forward applies ReLU as a oneDNN post-op
+  bool bf16 = false;        // products in bf16 (x, the kernel and dy rounded), float32 accumulation and results
   bool operator==(const Conv2dShape&) const = default;
 };
 Conv2dShape conv2d_shape(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t f, int64_t sh,
