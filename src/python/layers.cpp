@@ -5,11 +5,14 @@ namespace tandem::python {
 
 void register_layers(py::module_& m) {
   using namespace layers;
+  m.def("set_global_policy", &mixed_precision::set_global_policy, py::arg("name"));
+  m.def("global_policy", &mixed_precision::global_policy);
   py::class_<Layer, std::shared_ptr<Layer>>(m, "Layer")
       .def_property_readonly("name", &Layer::name)
       .def_property_readonly("type", &Layer::type)
       .def_property_readonly("built", &Layer::built)
       .def("count_params", &Layer::count_params)
+      .def_property_readonly("dtype_policy", &Layer::dtype_policy)
       .def_property_readonly("output_shape",
                              [](const Layer& l) {
                                std::vector<int64_t> s(l.output_shape().begin(), l.output_shape().end());
