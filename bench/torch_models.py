@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The peer: PyTorch training the same reference models, same batch, same data shape.
 
-Usage: /usr/bin/python3 bench/torch_models.py WORKLOAD THREADS [SECONDS]   (THREADS 0: PyTorch's default)
+Usage: /usr/bin/python3 bench/torch_models.py WORKLOAD THREADS [SECONDS] [bf16]   (THREADS 0: PyTorch's default;
+bf16: the step under torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision on a CPU)
 Prints one JSON line like bench_models. Run one workload per process (peak RSS is per process).
 """
 import json
@@ -37,15 +38,17 @@ def make_optimizer(kind, model):
 
 def main():
     workloads = {"mlp25": ("mlp", 25), "mlp256": ("mlp", 256), "mlp5_50": ("mlp5", 50),
-                 "mlp5_256": ("mlp5", 256), "cnn64": ("cnn", 64), "cnn256": ("cnn", 256)}
+                 "mlp5_256": ("mlp5", 256), "cnn64": ("cnn", 64), "cnn256": ("cnn", 256),
+                 "cifar_mlp256": ("cifar-mlp", 256)}
     name, threads = sys.argv[1], int(sys.argv[2])
     seconds = float(sys.argv[3]) if len(sys.argv) > 3 else 6.0
+    bf16 = len(sys.argv) > 4 and sys.argv[4] == "bf16"
     kind, batch = workloads[name]
     if threads > 0:
         torch.set_num_threads(threads)
     torch.manual_seed(0)
     n = 60000
-    x = torch.rand(n, 1, 28, 28) if kind == "cnn" else torch.rand(n, 784)
+    x = torch.rand(n, 1, 28, 28) if kind == "cnn" else torch.rand(n, 3, 32, 32) if kind == "cifar-mlp" else torch.rand(n, 784)
     y = torch.randint(0, 10, (n,))
     model = make_model(kind)
     opt = make_optimizer(kind, model)
@@ -58,7 +61,8 @@ def main():
             idx = perm[begin:begin + batch]
             xb, yb = x[idx], y[idx]
             opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(xb), yb)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = loss_fn(model(xb).float(), yb)
             loss.backward()
             opt.step()
         return rows / (time.perf_counter() - start)
@@ -73,6 +77,7 @@ def main():
     best = max(run(rows) for _ in range(3))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"workload": name, "threads": threads, "samples_per_s": round(best),
+                      "precision": "autocast_bf16" if bf16 else "float32",
                       "peak_rss_mb": round(rss, 1), "torch": torch.__version__}))
 
 
