@@ -1,12 +1,32 @@
 // Parameter updates, written so that the compiler vectorizes each loop (one pass over memory).
+// They run with subnormal numbers flushed to zero (as TensorFlow runs its ops): a moment that
+// decays toward zero (Adam's m and v where a weight's gradient is zero or tiny) otherwise passes
+// through the subnormal range, where each operation costs the CPU a microcode assist. The mlp at
+// batch 25 spent 78% of its step in adam_update so (perf), one tenth of its floor's speed.
+#include <xmmintrin.h>
+
 #include <cmath>
 
 #include "kernels/cpu/kernels.h"
 
 namespace tandem::kernels::cpu {
+namespace {
+// Subnormal inputs read as zero (DAZ) and subnormal results written as zero (FTZ) while alive.
+class SubnormalsFlushed {
+ public:
+  SubnormalsFlushed() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }
+  ~SubnormalsFlushed() { _mm_setcsr(saved_); }
+  SubnormalsFlushed(const SubnormalsFlushed&) = delete;
+  SubnormalsFlushed& operator=(const SubnormalsFlushed&) = delete;
+
+ private:
+  unsigned saved_;
+};
+}  // namespace
 
 TANDEM_VECTORIZE void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum,
                                  bool nesterov) {
+  SubnormalsFlushed flushed;
   if (momentum == 0.0f) {
     for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
     return;
@@ -29,6 +49,7 @@ TANDEM_VECTORIZE void sgd_update(float* w, const float* g, float* velocity, int6
 
 TANDEM_VECTORIZE void adam_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                                   float beta2, float epsilon, int64_t step) {
+  SubnormalsFlushed flushed;
   // Keras' form: the bias corrections fold into the step size, epsilon stays outside the sqrt.
   double t = static_cast<double>(step);
   float alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(beta2, t)) / (1.0 - std::pow(beta1, t)));
@@ -45,6 +66,7 @@ TANDEM_VECTORIZE void adam_update(float* w, const float* g, float* m, float* v, 
 
 TANDEM_VECTORIZE void rmsprop_update(float* w, const float* g, float* mean_square, float* velocity, int64_t n, float lr,
                                      float rho, float momentum, float epsilon) {
+  SubnormalsFlushed flushed;
   for (int64_t i = 0; i < n; ++i) {
     float ms = rho * mean_square[i] + (1.0f - rho) * g[i] * g[i];
     mean_square[i] = ms;
@@ -60,6 +82,7 @@ TANDEM_VECTORIZE void rmsprop_update(float* w, const float* g, float* mean_squar
 }
 
 TANDEM_VECTORIZE void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon) {
+  SubnormalsFlushed flushed;
   for (int64_t i = 0; i < n; ++i) {
     float a = accumulator[i] + g[i] * g[i];
     accumulator[i] = a;
