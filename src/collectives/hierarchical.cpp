@@ -76,6 +76,7 @@ class Hierarchical : public Communicator {
     if (workers_->rank() != root_worker) local_->broadcast(data, count, dtype, 0);
   }
   bool sends_to_every_rank() const override { return workers_->size() == 1; }
+  bool shares_memory() const override { return workers_->size() == 1 && local_->shares_memory(); }
   void send(const void* data, int64_t count, DataType dtype, int peer, int tag) override {
     local_->send(data, count, dtype, local_peer(peer, "send"), tag);
   }

@@ -384,6 +384,7 @@ class InProcessCommunicator : public Communicator {
   int size() const override { return group_->size(); }
   int local_rank() const override { return rank_; }
   int local_size() const override { return group_->size(); }
+  bool shares_memory() const override { return true; }
 
   void all_reduce(void* data, int64_t count, DataType dtype, ReduceOp op) override {
     Timeline::Span span(timeline_, "all_reduce", nullptr, count * static_cast<int64_t>(data_type_size(dtype)));

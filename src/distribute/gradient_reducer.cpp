@@ -61,8 +61,16 @@ void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int rep
     int most = 1;
     for (int q = 0; q < replicas; ++q)
       most = std::max(most, split.first_part[static_cast<size_t>(q) + 1] - split.first_part[static_cast<size_t>(q)]);
+    shared_ = comm != nullptr && comm->shares_memory();
+    chained_ = !shared_ && comm != nullptr && comm->size() > 1 && comm->sends_to_every_rank();
+    if (shared_) {
+      parts_.assign(static_cast<size_t>(most), {});
+      std::vector<float>().swap(gathered_);
+      sets_ = 0;  // no bucket: the sums are replica 0's buffer
+      bucket_ = Tensor();
+      return;
+    }
     reserve_sets(most);
-    chained_ = comm != nullptr && comm->size() > 1 && comm->sends_to_every_rank();
     if (chained_) std::vector<float>().swap(gathered_);  // the running sum travels instead
     else gathered_.resize(static_cast<size_t>(total_ * sets_ * replicas));
   }
@@ -156,6 +164,12 @@ void GradientReducer::reduce_now(float* data, int64_t count) {
 void GradientReducer::add(int k, std::span<Tensor> grads) {
   ++added_;
   if (policy_.kind == GradientReduction::Kind::Ordered) {
+    if (shared_) {
+      std::vector<Tensor>& part = parts_[static_cast<size_t>(k)];
+      part.clear();
+      for (const Tensor& g : grads) part.push_back(g.contiguous());
+      return;
+    }
     for (size_t i = 0; i < grads.size(); ++i) pack(k, i, grads[i]);
     return;
   }
@@ -253,6 +267,7 @@ void GradientReducer::grouped_finish() {
 
 // Every replica gets every part's gradients and sums them in part order into its first set.
 void GradientReducer::ordered_finish() {
+  if (shared_) return shared_finish();
   if (chained_) return chained_finish();
   const BatchSplit& split = *split_;
   float* bucket = bucket_.data<float>();
@@ -315,6 +330,55 @@ void GradientReducer::chained_finish() {
   if (running_[static_cast<size_t>(total_)] != 0.0f)
     std::memcpy(bucket, sum, static_cast<size_t>(total_) * sizeof(float));
   else std::fill_n(bucket, total_, 0.0f);
+}
+
+// Each element gets the additions ordered_finish gives it, in the same order (the first part with
+// rows copied, the next ones added), so the bits are the same; but nothing is packed, sent or
+// summed twice: replica r sums elements [total·r/R, total·(r+1)/R) of every part, reading the
+// other replicas' gradients in place, into replica 0's buffer, which every replica then reads.
+void GradientReducer::shared_finish() {
+  const BatchSplit& split = *split_;
+  int q = comm_->rank(), replicas = comm_->size();
+  size_t sources = sources_.size();
+  published_.grads.assign(parts_.size() * sources, nullptr);
+  for (size_t k = 0; k < parts_.size(); ++k)
+    for (size_t i = 0; i < parts_[k].size(); ++i) published_.grads[k * sources + i] = parts_[k][i].data<float>();
+  // A new buffer each step (the allocator's pool keeps it cheap): the replicas' views of the last
+  // one may outlive the step.
+  if (q == 0) published_.out = Tensor::empty({total_});
+  Timeline::Span span(timeline_, "wait");
+  auto mine = reinterpret_cast<int64_t>(&published_);
+  tables_.resize(static_cast<size_t>(replicas));
+  comm_->all_gather(&mine, 1, tables_.data(), DataType::Int64);  // after it every replica's parts are readable
+  auto table = [&](int r) { return reinterpret_cast<const Published*>(tables_[static_cast<size_t>(r)]); };
+  Tensor sums = table(0)->out;  // a replica's own handle, taken before the barrier
+  float* out = sums.data<float>();
+  int64_t lo = total_ * q / replicas, hi = total_ * (q + 1) / replicas;
+  constexpr int64_t kChunk = 4096;  // the parts' values of a chunk are added while it stays in cache
+  for (size_t i = 0; i < sources; ++i) {
+    int64_t from = std::max(lo, offsets_[i]), to = std::min(hi, offsets_[i] + sources_[i].numel());
+    for (int64_t at = from; at < to; at += kChunk) {
+      int64_t n = std::min(kChunk, to - at), within = at - offsets_[i];
+      bool started = false;
+      for (int r = 0; r < replicas; ++r) {
+        int first = split.first_part[static_cast<size_t>(r)];
+        for (int p = first; p < split.first_part[static_cast<size_t>(r) + 1]; ++p) {
+          if (split.begin(p) == split.end(p)) continue;
+          const float* g = table(r)->grads[static_cast<size_t>(p - first) * sources + i] + within;
+          if (!started) std::memcpy(out + at, g, static_cast<size_t>(n) * sizeof(float));
+          else add_in_place(out + at, g, n);
+          started = true;
+        }
+      }
+      if (!started) std::fill_n(out + at, n, 0.0f);
+    }
+  }
+  comm_->barrier();  // every slice summed; the parts may go
+  for (std::vector<Tensor>& part : parts_) part.clear();
+  if (q == 0) published_.out = Tensor();
+  reduced_.clear();
+  for (size_t i = 0; i < sources; ++i)
+    reduced_.push_back(sums.slice(offsets_[i], offsets_[i] + sources_[i].numel()).reshape(sources_[i].shape()));
 }
 
 std::vector<Tensor> reduce_replica_gradients(const ReplicaContext& replica, GradientReduction policy,

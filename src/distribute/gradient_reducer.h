@@ -44,6 +44,9 @@ class GradientReducer {
   // The same sum handed along the replicas: each folds its parts onto the running sum the one
   // before sends it, the last gives the total to all.
   void chained_finish();
+  // The same sum where the replicas share memory: each sums a slice of the elements over every
+  // replica's parts, read where backward left them, into one buffer every replica reads.
+  void shared_finish();
   GradientReduction policy_;
   std::vector<Tensor> sources_;
   std::vector<int64_t> offsets_;  // of each gradient in a set
@@ -60,6 +63,15 @@ class GradientReducer {
   std::vector<float> gathered_;  // ordered: every replica's sets
   std::vector<float> running_;   // chained: the running sum, then whether it has begun
   bool chained_ = false;         // ordered, on a group whose send reaches every rank
+  bool shared_ = false;          // ordered, on a group in this process (shared_finish)
+  // Shared: this replica's parts' gradients (kept, not packed), and what it publishes of them.
+  std::vector<std::vector<Tensor>> parts_;
+  struct Published {
+    std::vector<const float*> grads;  // [k · sources + i]: part k's gradient i, null without rows
+    Tensor out;                       // replica 0's: the sums, each replica summing its slice into it
+  };
+  Published published_;
+  std::vector<int64_t> tables_;  // every replica's Published, by address
   std::vector<std::span<float>> buffers_;
   // Bucketed: sources [frontier_, n) packed; bucket [reduced_from_, total_) all-reduced.
   std::vector<bool> done_;

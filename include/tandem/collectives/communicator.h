@@ -104,6 +104,9 @@ class Communicator {
   // Whether send and recv reach every rank of the group (a group of replicas over several
   // processes passes messages within a process only).
   virtual bool sends_to_every_rank() const { return true; }
+  // Whether every rank runs in this process (threads of one address space), so that a rank may
+  // read memory another rank published (through a collective) until they next synchronize.
+  virtual bool shares_memory() const { return false; }
   // The phase of the job this process is in ("training", "checkpoint writing", ...): said to the
   // other processes, so that a failure names it; returns the phase before. Only communicators
   // across processes keep it.
