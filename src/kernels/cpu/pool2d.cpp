@@ -1,12 +1,17 @@
-// Max and average pooling through oneDNN, channels last. Max pooling keeps oneDNN's workspace
-// (the argmax record) for the backward pass. As for convolutions, the batch is cut into chunks
-// of whole images fixed by the shape, each a single-threaded primitive on the intra-op pool; the
-// workspace is laid out image by image, so a chunk's part starts at its first image.
+// Pooling, channels last. Max pooling is a loop of its own: each output value is the maximum of
+// its window (padding excluded; the first in window order, row by row, where several are equal),
+// and the workspace keeps the window index of that maximum (int32, one per output value) for
+// backward, which adds each output gradient there in output order. oneDNN's max pooling took 40%
+// of the cnn's step at batch 64 (0.12 ms forward for 8 images of 26 × 26 × 32, as much backward);
+// this one reads each input value once, vectorized along the channels. Average pooling goes
+// through oneDNN. As for convolutions, the batch is cut into chunks of whole images fixed by the
+// shape, each on the intra-op pool; the workspace is laid out image by image.
 #include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "core/parallel.h"
+#include "core/vectorize.h"
 #include "kernels/cpu/dnnl_context.h"
 #include "kernels/cpu/kernels.h"
 #include "tandem/error.h"
@@ -52,6 +57,79 @@ PoolPrimitives& pool_primitives(const Pool2dShape& s) {
     if (entry->shape == s) return *entry;
   cache.push_back(std::make_unique<PoolPrimitives>(make_pool(s)));
   return *cache.back();
+}
+
+// y = max(y, x) along c channels, a = k where x is the larger.
+TANDEM_VECTORIZE void fold_max(const float* x, float* y, int32_t* a, int32_t k, int64_t c) {
+  for (int64_t i = 0; i < c; ++i) {
+    bool larger = x[i] > y[i];
+    y[i] = larger ? x[i] : y[i];
+    a[i] = larger ? k : a[i];
+  }
+}
+
+void max_pool_image(const Pool2dShape& s, const float* x, float* y, int32_t* arg) {
+  for (int64_t oh = 0; oh < s.oh; ++oh)
+    for (int64_t ow = 0; ow < s.ow; ++ow) {
+      float* yo = y + (oh * s.ow + ow) * s.c;
+      int32_t* ao = arg + (oh * s.ow + ow) * s.c;
+      bool any = false;
+      for (int64_t i = 0; i < s.ph; ++i) {
+        int64_t hi = oh * s.sh - s.pad_top + i;
+        if (hi < 0 || hi >= s.h) continue;
+        for (int64_t j = 0; j < s.pw; ++j) {
+          int64_t wj = ow * s.sw - s.pad_left + j;
+          if (wj < 0 || wj >= s.w) continue;
+          const float* xi = x + (hi * s.w + wj) * s.c;
+          auto k = static_cast<int32_t>(i * s.pw + j);
+          if (any) {
+            fold_max(xi, yo, ao, k, s.c);
+            continue;
+          }
+          std::copy(xi, xi + s.c, yo);
+          std::fill(ao, ao + s.c, k);
+          any = true;
+        }
+      }
+      if (!any) {  // a window in the padding alone
+        std::fill(yo, yo + s.c, 0.0f);
+        std::fill(ao, ao + s.c, -1);
+      }
+    }
+}
+
+// dx += dy along c channels where the window index of the maximum is k.
+TANDEM_VECTORIZE void add_where(const float* dy, const int32_t* a, int32_t k, float* dx, int64_t c) {
+  for (int64_t i = 0; i < c; ++i) dx[i] += a[i] == k ? dy[i] : 0.0f;
+}
+
+// Each window position's channels in one pass (output order: overlapping windows add in it).
+void max_pool_image_backward(const Pool2dShape& s, const float* dy, const int32_t* arg, float* dx) {
+  std::fill(dx, dx + s.h * s.w * s.c, 0.0f);
+  for (int64_t oh = 0; oh < s.oh; ++oh)
+    for (int64_t ow = 0; ow < s.ow; ++ow) {
+      const float* d = dy + (oh * s.ow + ow) * s.c;
+      const int32_t* a = arg + (oh * s.ow + ow) * s.c;
+      for (int64_t i = 0; i < s.ph; ++i) {
+        int64_t hi = oh * s.sh - s.pad_top + i;
+        if (hi < 0 || hi >= s.h) continue;
+        for (int64_t j = 0; j < s.pw; ++j) {
+          int64_t wj = ow * s.sw - s.pad_left + j;
+          if (wj >= 0 && wj < s.w) add_where(d, a, static_cast<int32_t>(i * s.pw + j), dx + (hi * s.w + wj) * s.c, s.c);
+        }
+      }
+    }
+}
+
+// Runs fn(image) on every image, in chunks of whole images fixed by the shape.
+template <class F>
+void for_images(const Pool2dShape& s, const F& fn) {
+  double work = 4.0 * static_cast<double>(s.n * s.oh * s.ow * s.c * s.ph * s.pw);  // a few operations a value
+  int64_t chunks = core::split_chunks(s.n, work);
+  core::parallel_for(chunks, work, [&](int64_t c) {
+    core::Range r = core::chunk_range(s.n, chunks, c);
+    for (int64_t i = r.begin; i < r.end; ++i) fn(i);
+  });
 }
 
 Pool2dShape images(Pool2dShape s, int64_t n) {
@@ -103,12 +181,20 @@ Pool2dShape pool2d_shape(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t
                      geometry.ow};
 }
 
-// Room for the whole batch's primitive and for its chunks' image-by-image parts.
+// Max: the window index of each output value. Average: room for the whole batch's primitive and
+// for its chunks' image-by-image parts (none, as oneDNN keeps no workspace for it).
 size_t pool2d_workspace_bytes(const Pool2dShape& s) {
+  if (s.kind == PoolKind::Max) return static_cast<size_t>(s.n * s.oh * s.ow * s.c) * sizeof(int32_t);
   return std::max(pool_primitives(s).workspace_bytes, workspace_per_image(s) * static_cast<size_t>(s.n));
 }
 
 void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* workspace) {
+  if (s.kind == PoolKind::Max) {
+    int64_t in = s.h * s.w * s.c, out = s.oh * s.ow * s.c;
+    return for_images(s, [&](int64_t i) {
+      max_pool_image(s, x + i * in, y + i * out, static_cast<int32_t*>(workspace) + i * out);
+    });
+  }
   for_image_chunks(s, [&](PoolPrimitives& p, int64_t first, size_t workspace_at) {
     const float* xs = x + first * s.h * s.w * s.c;
     float* ys = y + first * s.oh * s.ow * s.c;
@@ -121,6 +207,12 @@ void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* worksp
 }
 
 void pool2d_backward(const Pool2dShape& s, const float* dy, const void* workspace, float* dx) {
+  if (s.kind == PoolKind::Max) {
+    int64_t in = s.h * s.w * s.c, out = s.oh * s.ow * s.c;
+    return for_images(s, [&](int64_t i) {
+      max_pool_image_backward(s, dy + i * out, static_cast<const int32_t*>(workspace) + i * out, dx + i * in);
+    });
+  }
   for_image_chunks(s, [&](PoolPrimitives& p, int64_t first, size_t workspace_at) {
     const float* dys = dy + first * s.oh * s.ow * s.c;
     float* dxs = dx + first * s.h * s.w * s.c;
