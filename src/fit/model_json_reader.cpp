@@ -275,6 +275,19 @@ std::unique_ptr<Sequential> model_from_json(const std::string& text, const Model
           "BatchNormalization or Activation",
           where, type);
     }
+    // A mixed-precision dtype policy: Keras 2's {"class_name": "Policy", "config": {"name": …}},
+    // Keras 3's DTypePolicy alike, or the name alone.
+    if (c.has("dtype")) {
+      const json& d = raw["dtype"];
+      std::string policy = d.is_string() ? d.get<std::string>()
+                           : d.is_object() && d.contains("config") && d["config"].is_object()
+                               ? d["config"].value("name", "")
+                               : "";
+      if (policy == "mixed_bfloat16" || policy == "mixed_float16") {
+        c.mark_read("dtype");
+        model->layers().back()->set_dtype_policy(policy);  // mixed_float16 is refused, naming the layer
+      }
+    }
     c.check_rest();
   }
   return model;

@@ -64,6 +64,40 @@ TEST(ModelJson, ToJsonReadsBackToTheSameModelAndWeights) {
   }
 }
 
+// A layer under Keras' mixed_bfloat16 policy keeps it through the file, in Keras 2's Policy object;
+// Keras 3's DTypePolicy and the name alone are read too, and mixed_float16 is refused naming the layer.
+TEST(ModelJson, MixedPrecisionPoliciesAreReadAndWritten) {
+  Sequential model({.name = "mixed", .seed = 2});
+  model.add(Dense(8, "relu", {.input_shape = Shape{4}}));
+  model.add(Dense(2));
+  model.layers()[0]->set_dtype_policy("mixed_bfloat16");
+  std::string text = model.to_json();
+  EXPECT_NE(text.find(R"("dtype":{"class_name":"Policy","config":{"name":"mixed_bfloat16"}})"), std::string::npos)
+      << text;
+  auto back = model_from_json(text);
+  EXPECT_EQ(back->layers()[0]->dtype_policy(), "mixed_bfloat16");
+  EXPECT_EQ(back->layers()[1]->dtype_policy(), "float32");
+  EXPECT_EQ(back->to_json(), text);
+  auto with_dtype = [](const std::string& dtype) {
+    return R"({"class_name": "Sequential", "config": {"name": "s", "layers": [{"class_name": "Dense", "config": )"
+           R"({"name": "d", "units": 3, "batch_input_shape": [null, 4], "dtype": )" +
+           dtype + "}}]}}";
+  };
+  EXPECT_EQ(model_from_json(with_dtype(R"({"module": "keras", "class_name": "DTypePolicy", "config": )"
+                                       R"({"name": "mixed_bfloat16"}, "registered_name": null})"))
+                ->layers()[0]
+                ->dtype_policy(),
+            "mixed_bfloat16");
+  EXPECT_EQ(model_from_json(with_dtype(R"("mixed_bfloat16")"))->layers()[0]->dtype_policy(), "mixed_bfloat16");
+  try {
+    model_from_json(with_dtype(R"("mixed_float16")"));
+    ADD_FAILURE() << "mixed_float16 was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Dense \"d\": 'mixed_float16' is not supported"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ModelJson, BadTextIsNamed) {
   auto message = [](const std::string& text) {
     try {

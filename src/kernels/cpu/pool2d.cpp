@@ -191,9 +191,8 @@ size_t pool2d_workspace_bytes(const Pool2dShape& s) {
 void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* workspace) {
   if (s.kind == PoolKind::Max) {
     int64_t in = s.h * s.w * s.c, out = s.oh * s.ow * s.c;
-    return for_images(s, [&](int64_t i) {
-      max_pool_image(s, x + i * in, y + i * out, static_cast<int32_t*>(workspace) + i * out);
-    });
+    return for_images(
+        s, [&](int64_t i) { max_pool_image(s, x + i * in, y + i * out, static_cast<int32_t*>(workspace) + i * out); });
   }
   for_image_chunks(s, [&](PoolPrimitives& p, int64_t first, size_t workspace_at) {
     const float* xs = x + first * s.h * s.w * s.c;
