@@ -13,6 +13,7 @@ void register_layers(py::module_& m) {
       .def_property_readonly("built", &Layer::built)
       .def("count_params", &Layer::count_params)
       .def_property_readonly("dtype_policy", &Layer::dtype_policy)
+      .def("set_dtype_policy", &Layer::set_dtype_policy, py::arg("name"))
       .def_property_readonly("output_shape",
                              [](const Layer& l) {
                                std::vector<int64_t> s(l.output_shape().begin(), l.output_shape().end());

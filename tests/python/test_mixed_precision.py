@@ -48,6 +48,11 @@ def test_policy_names_and_layers_taking_the_global_policy(tf, policy):
         policy.set_global_policy("mixed_float16")
     with pytest.raises(tf.Error, match="unknown dtype policy 'half'"):
         policy.Policy("half")
+    # Keras' per-layer dtype, by name or Policy
+    assert tf.keras.layers.Dense(4, dtype="mixed_bfloat16").dtype_policy == "mixed_bfloat16"
+    assert tf.keras.layers.Conv2D(4, 3, dtype=policy.Policy("mixed_bfloat16")).dtype_policy == "mixed_bfloat16"
+    with pytest.raises(tf.Error, match="unknown dtype policy 'float64'"):
+        tf.keras.layers.Dense(4, dtype="float64")
 
 
 def test_mixed_bfloat16_mlp_trains_within_a_point_of_float32(tf, policy):

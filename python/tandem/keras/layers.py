@@ -59,9 +59,9 @@ def Dense(units, activation=None, use_bias=True, kernel_initializer="glorot_unif
         input_shape: per-sample input shape of the first layer, e.g. (784,).
     """
     _no_extra(kwargs, "Dense")
-    return _tandem.Dense(int(units), _activation(activation, "Dense"), bool(use_bias),
-                         _initializer(kernel_initializer, "Dense"), _initializer(bias_initializer, "Dense"),
-                         name or "", _shape(input_shape, input_dim, "Dense"))
+    return _policy(_tandem.Dense(int(units), _activation(activation, "Dense"), bool(use_bias),
+                                 _initializer(kernel_initializer, "Dense"), _initializer(bias_initializer, "Dense"),
+                                 name or "", _shape(input_shape, input_dim, "Dense")), kwargs)
 
 
 def Dropout(rate, noise_shape=None, seed=None, name=None, input_shape=None, **kwargs):
@@ -76,10 +76,11 @@ def Conv2D(filters, kernel_size, strides=(1, 1), padding="valid", activation=Non
            kernel_initializer="glorot_uniform", bias_initializer="zeros", name=None, input_shape=None, **kwargs):
     """2D convolution over (batch, height, width, channels) inputs (channels last, as Keras)."""
     _no_extra(kwargs, "Conv2D")
-    return _tandem.Conv2D(int(filters), _pair(kernel_size, "Conv2D", "kernel_size"), _pair(strides, "Conv2D", "strides"),
-                          padding, _activation(activation, "Conv2D"), bool(use_bias),
-                          _initializer(kernel_initializer, "Conv2D"), _initializer(bias_initializer, "Conv2D"),
-                          name or "", _shape(input_shape, None, "Conv2D"))
+    return _policy(_tandem.Conv2D(int(filters), _pair(kernel_size, "Conv2D", "kernel_size"),
+                                  _pair(strides, "Conv2D", "strides"), padding, _activation(activation, "Conv2D"),
+                                  bool(use_bias), _initializer(kernel_initializer, "Conv2D"),
+                                  _initializer(bias_initializer, "Conv2D"), name or "", _shape(input_shape, None, "Conv2D")),
+                   kwargs)
 
 
 def MaxPooling2D(pool_size=(2, 2), strides=None, padding="valid", name=None, input_shape=None, **kwargs):
@@ -135,6 +136,14 @@ class InputLayer:
 def Input(shape=None, batch_size=None, name=None, **kwargs):
     """The per-sample shape of a model's input, as keras.Input: ``Sequential([Input((784,)), Dense(10)])``."""
     return InputLayer(shape=shape, batch_size=batch_size, name=name, **kwargs)
+
+
+def _policy(layer, kwargs):
+    """Keras' per-layer ``dtype``: a policy name ("float32", "mixed_bfloat16") or a Policy."""
+    dtype = kwargs.get("dtype")
+    if dtype is not None:
+        layer.set_dtype_policy(getattr(dtype, "name", dtype))
+    return layer
 
 
 def _no_extra(kwargs, what):
