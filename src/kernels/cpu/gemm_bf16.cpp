@@ -1,9 +1,9 @@
 // GEMM with bf16 products (mixed precision): op(A) and op(B) are rounded to bf16 (to nearest,
 // ties to even), multiplied by oneDNN's matmul (AMX or AVX512_BF16 where the CPU has them) with
 // float32 accumulation, and C stays float32. The operands are rounded once per call, in chunks on
-// the intra-op pool; C is cut as gemm cuts it (rows or 16-column lines, fixed by the shape), each
-// chunk a single-threaded matmul: the bits do not depend on the thread count. Primitives are
-// cached per thread, keyed by the chunk's shape.
+// the intra-op pool; C is cut as gemm cuts it (gemm_chunks.h), each chunk a single-threaded
+// matmul: the bits do not depend on the thread count. Primitives are cached per thread, keyed by
+// the chunk's shape.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/dnnl_context.h"
+#include "kernels/cpu/gemm_chunks.h"
 #include "kernels/cpu/kernels.h"
 
 namespace tandem::kernels::cpu {
@@ -135,30 +136,11 @@ void gemm_bf16(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
   round_matrix(a, lda, transpose_a ? k : m, a_cols, a16);
   round_matrix(b, ldb, transpose_b ? n : k, b_cols, b16);
 
-  double work = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  bool by_rows = m >= n;
-  int64_t granule = by_rows ? 8 : 16;
-  int64_t units = by_rows ? m : n;
-  int64_t chunks = core::split_chunks(units, work, granule);
-  core::parallel_for(chunks, work, [&](int64_t chunk) {
-    auto [begin, end] = core::chunk_range(units, chunks, chunk, granule);
-    if (begin == end) return;
-    const uint16_t* a_part = a16;
-    const uint16_t* b_part = b16;
-    float* c_part;
-    int64_t rows = m, cols = n;
-    if (by_rows) {
-      a_part = transpose_a ? a16 + begin : a16 + begin * a_cols;
-      c_part = c + begin * ldc;
-      rows = end - begin;
-    } else {
-      b_part = transpose_b ? b16 + begin * b_cols : b16 + begin;
-      c_part = c + begin;
-      cols = end - begin;
-    }
+  for_gemm_chunks(m, n, k, [&](int64_t row, int64_t rows, int64_t col, int64_t cols) {
     Matmul& mm = matmul_for({rows, cols, k, transpose_a, transpose_b, a_cols, b_cols, ldc, alpha, beta});
-    dnnl_execute(mm.primitive,
-                 {{DNNL_ARG_SRC, &mm.a, a_part}, {DNNL_ARG_WEIGHTS, &mm.b, b_part}, {DNNL_ARG_DST, &mm.c, c_part}});
+    dnnl_execute(mm.primitive, {{DNNL_ARG_SRC, &mm.a, operand_at(a16, transpose_a, a_cols, row, 0)},
+                                {DNNL_ARG_WEIGHTS, &mm.b, operand_at(b16, transpose_b, b_cols, 0, col)},
+                                {DNNL_ARG_DST, &mm.c, c + row * ldc + col}});
   });
 }
 
