@@ -111,13 +111,16 @@ class MpiCommunicator : public Communicator {
     thread_ = std::thread([this] { serve(); });
   }
   ~MpiCommunicator() override {
+    bool in_mpi = false;
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
+      in_mpi = serving_;
     }
     changed_.notify_all();
     // A thread still inside MPI after a failure never returns: leave it to the process's exit.
-    if (control_->failed()) thread_.detach();
+    // Out of MPI it enters MPI no more once the job has failed (serve), and ends.
+    if (control_->failed() && in_mpi) thread_.detach();
     else thread_.join();
     if (!control_->failed()) {
       MPI_Group_free(&group_);
@@ -442,6 +445,8 @@ class MpiCommunicator : public Communicator {
       }
       std::exception_ptr error;
       try {
+        if (control_->failed())  // the other ranks may be gone: MPI would not return
+          fail("{} #{}: {}", kind_name(static_cast<Kind>(op->call.kind)), op->seq, control_->failure());
         Timeline::Span span(timeline, kind_name(static_cast<Kind>(op->call.kind)), "communication", bytes_of(op->call));
         agree_and_run(*op);
       } catch (...) {
