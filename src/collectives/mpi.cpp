@@ -1,7 +1,7 @@
 // The communicator over MPI (tandem/collectives/mpi.h; the process's world and MPI's start and
-// end are in mpi_world.cpp). Collectives run with MPI's blocking calls (Open MPI's tuned
-// algorithms; float sums over 3 ranks or more, and compressed ones, with the rank-ordered sum of
-// mpi_ordered_sum.cpp) in the order submitted: on a thread of the communicator, or on the caller while
+// end are in mpi_world.cpp, the check of every call across the ranks in mpi_calls.cpp).
+// Collectives run with MPI's blocking calls (Open MPI's tuned algorithms; float sums over 3 ranks
+// or more, and compressed ones, with the rank-ordered sum of mpi_ordered_sum.cpp) in the order submitted: on a thread of the communicator, or on the caller while
 // that thread is idle; callers wait with the timeout, watching the control plane. Point to point
 // messages are posted by the caller (MPI_THREAD_MULTIPLE) and tested until done.
 #ifdef TANDEM_WITH_MPI
@@ -12,7 +12,6 @@
 #include <climits>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
@@ -23,50 +22,9 @@
 
 namespace tandem::distribute::detail {
 
-const char* kind_name(Kind k) {
-  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier", "split"};
-  return names[static_cast<int>(k)];
-}
-
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-MPI_Datatype mpi_type(DataType dtype) {
-  switch (dtype) {
-    case DataType::Float32: return MPI_FLOAT;
-    case DataType::Float64: return MPI_DOUBLE;
-    case DataType::Int64: return MPI_INT64_T;
-  }
-  return MPI_DATATYPE_NULL;
-}
-
-MPI_Op mpi_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Mean: return MPI_SUM;
-    case ReduceOp::Min: return MPI_MIN;
-    case ReduceOp::Max: return MPI_MAX;
-  }
-  return MPI_OP_NULL;
-}
-
-const char* op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Mean: return "mean";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-  }
-  return "?";
-}
-
-void divide(void* data, int64_t count, DataType dtype, int by) {
-  if (dtype == DataType::Float32)
-    for (float* p = static_cast<float*>(data); count-- > 0; ++p) *p /= static_cast<float>(by);
-  else if (dtype == DataType::Float64)
-    for (double* p = static_cast<double*>(data); count-- > 0; ++p) *p /= static_cast<double>(by);
-}
 
 int to_int(int64_t count, const char* what) {
   if (count < 0 || count > INT_MAX) fail("MPI {}: {} values is out of range (0 to {})", what, count, INT_MAX);
@@ -108,6 +66,10 @@ class MpiCommunicator : public Communicator {
     void* upper = nullptr;
     MPI_Comm_get_attr(comm_, MPI_TAG_UB, &upper, &found);
     tag_limit_ = found != 0 ? *static_cast<int*>(upper) : 32767;
+    agreement_ = std::make_unique<CallAgreement>(
+        comm_, [this](void* data, int64_t count, DataType dtype, ReduceOp op) { reduce(data, count, dtype, op); },
+        [this](int rank) { return control_->who(world_rank(rank)); },
+        [this](const std::string& message) { control_->report_failure(message); });
     thread_ = std::thread([this] { serve(); });
   }
   ~MpiCommunicator() override {
@@ -409,7 +371,7 @@ class MpiCommunicator : public Communicator {
     std::exception_ptr error;
     try {
       Timeline::Span span(timeline, kind_name(static_cast<Kind>(call.kind)), nullptr, bytes_of(call));
-      agree_and_run(*op);
+      agreement_->run(op->call, op->seq, op->data, op->send, op->run);
     } catch (...) {
       error = std::current_exception();
     }
@@ -448,7 +410,7 @@ class MpiCommunicator : public Communicator {
         if (control_->failed())  // the other ranks may be gone: MPI would not return
           fail("{} #{}: {}", kind_name(static_cast<Kind>(op->call.kind)), op->seq, control_->failure());
         Timeline::Span span(timeline, kind_name(static_cast<Kind>(op->call.kind)), "communication", bytes_of(op->call));
-        agree_and_run(*op);
+        agreement_->run(op->call, op->seq, op->data, op->send, op->run);
       } catch (...) {
         error = std::current_exception();
       }
@@ -483,95 +445,6 @@ class MpiCommunicator : public Communicator {
       lock.unlock();
       std::fprintf(stderr, "error: %s\n", control_->failure().c_str());
       MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-  }
-
-  // The ranks agree on the call, and it runs (mpi_calls.h): as the expected collective with a
-  // flag where every rank expects one it may make so, else after an exchange of every rank's call.
-  void agree_and_run(Op& op) {
-    if (const Call* expected = cache_.expected(); expected != nullptr && flaggable(*expected)) {
-      Call shape = *expected;
-      if (run_flagged(shape, shape == op.call ? &op : nullptr)) {
-        cache_.agreed(op.call, true);
-        return;
-      }
-    }
-    agree(op);
-    cache_.agreed(op.call, false);
-    op.run();
-  }
-
-  static bool flaggable(const Call& c) {
-    auto kind = static_cast<Kind>(c.kind);
-    return kind == Kind::Barrier ||
-           ((kind == Kind::AllGather || (kind == Kind::AllReduce && c.arg < 4)) && bytes_of(c) <= kFlaggedBytes);
-  }
-
-  // Makes the collective `shape` describes, on `mine`'s values where its call is that one (else on
-  // zeros), with one value more per rank: whether the rank's call differs. True when none did;
-  // then `mine` has its results. Else nothing of `mine` was touched.
-  bool run_flagged(const Call& shape, Op* mine) {
-    int64_t differs = mine == nullptr ? 1 : 0;
-    auto kind = static_cast<Kind>(shape.kind);
-    if (kind == Kind::Barrier) {
-      check_mpi(MPI_Allreduce(MPI_IN_PLACE, &differs, 1, MPI_INT64_T, MPI_MAX, comm_), "MPI_Allreduce");
-      return differs == 0;
-    }
-    auto dtype = static_cast<DataType>(shape.dtype);
-    size_t width = data_type_size(dtype), n = static_cast<size_t>(shape.count), row = (n + 1) * width;
-    auto put_flag = [&](char* at, int64_t value) {
-      if (dtype == DataType::Float32) *reinterpret_cast<float*>(at) = static_cast<float>(value);
-      else if (dtype == DataType::Float64) *reinterpret_cast<double*>(at) = static_cast<double>(value);
-      else *reinterpret_cast<int64_t*>(at) = value;
-    };
-    auto flag_at = [&](const char* at) {
-      if (dtype == DataType::Float32) return *reinterpret_cast<const float*>(at) != 0.0f;
-      if (dtype == DataType::Float64) return *reinterpret_cast<const double*>(at) != 0.0;
-      return *reinterpret_cast<const int64_t*>(at) != 0;
-    };
-    if (kind == Kind::AllReduce) {
-      auto op = static_cast<ReduceOp>(shape.arg);
-      flagged_.resize(row);
-      if (mine != nullptr) std::memcpy(flagged_.data(), mine->data, n * width);
-      else std::memset(flagged_.data(), 0, n * width);
-      put_flag(flagged_.data() + n * width, op == ReduceOp::Min ? -differs : differs);  // any nonzero survives
-      reduce(flagged_.data(), shape.count + 1, dtype, op);
-      if (flag_at(flagged_.data() + n * width)) return false;
-      std::memcpy(mine->data, flagged_.data(), n * width);
-      if (op == ReduceOp::Mean) divide(mine->data, shape.count, dtype, size_);
-      return true;
-    }
-    auto ranks = static_cast<size_t>(size_);
-    flagged_.resize(row * (ranks + 1));
-    char* send = flagged_.data();
-    char* recv = send + row;
-    if (mine != nullptr) std::memcpy(send, mine->send, n * width);
-    else std::memset(send, 0, n * width);
-    put_flag(send + n * width, differs);
-    check_mpi(MPI_Allgather(send, static_cast<int>(n + 1), mpi_type(dtype), recv, static_cast<int>(n + 1),
-                            mpi_type(dtype), comm_),
-              "MPI_Allgather");
-    for (size_t r = 0; r < ranks; ++r)
-      if (flag_at(recv + r * row + n * width)) return false;
-    for (size_t r = 0; r < ranks; ++r)
-      std::memcpy(static_cast<char*>(mine->data) + r * n * width, recv + r * row, n * width);
-    return true;
-  }
-
-  void agree(const Op& op) {
-    std::vector<Call>& calls = calls_;  // one operation runs at a time (caller or thread)
-    calls.resize(static_cast<size_t>(size_));
-    check_mpi(MPI_Allgather(&op.call, 4, MPI_INT64_T, calls.data(), 4, MPI_INT64_T, comm_), "MPI_Allgather");
-    for (int r = 0; r < size_; ++r) {
-      const Call& c = calls[static_cast<size_t>(r)];
-      if (c.kind == op.call.kind && c.dtype == op.call.dtype && c.count == op.call.count && c.arg == op.call.arg)
-        continue;
-      int low = std::min(r, rank_), high = std::max(r, rank_);
-      std::string message = fmt::format("ranks disagree at collective #{}: {} calls {}, {} calls {}", op.seq,
-                                        control_->who(world_rank(low)), describe(calls[static_cast<size_t>(low)]),
-                                        control_->who(world_rank(high)), describe(calls[static_cast<size_t>(high)]));
-      control_->report_failure(message);
-      fail("{}", message);
     }
   }
 
@@ -627,38 +500,16 @@ class MpiCommunicator : public Communicator {
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Op> > queue_;
   int64_t submitted_ = 0;
-  bool stop_ = false, serving_ = false;               // serving_: the communication thread is in an operation
-  std::shared_ptr<Op> caller_op_;                     // a synchronous one running on its caller's thread
-  std::vector<float> packed_;                         // grouped all-reduces
-  OrderedSum ordered_sum_;                            // float sums over 3 ranks or more, compressed sums
-  std::vector<Call> calls_;                           // every rank's call, exchanged when the ranks expect none
-  CallCache cache_;                                   // the call expected next
-  std::vector<char> flagged_;                         // an expected collective's values and flags
-  static constexpr int64_t kFlaggedBytes = 16 << 10;  // larger calls are exchanged first (a copy costs more)
-  Timeline* timeline_ = nullptr;                      // under mutex_
+  bool stop_ = false, serving_ = false;       // serving_: the communication thread is in an operation
+  std::shared_ptr<Op> caller_op_;             // a synchronous one running on its caller's thread
+  std::vector<float> packed_;                 // grouped all-reduces
+  OrderedSum ordered_sum_;                    // float sums over 3 ranks or more, compressed sums
+  std::unique_ptr<CallAgreement> agreement_;  // every call checked across the ranks (mpi_calls.h)
+  Timeline* timeline_ = nullptr;              // under mutex_
   std::thread thread_;
 };
 
 }  // namespace
-
-std::string describe(const Call& c) {
-  auto kind = static_cast<Kind>(c.kind);
-  if (kind == Kind::Barrier || kind == Kind::Split) return kind_name(kind);
-  std::string what =
-      fmt::format("{} of {} {} values", kind_name(kind), c.count, data_type_name(static_cast<DataType>(c.dtype)));
-  if (kind == Kind::Broadcast) return what + fmt::format(" from rank {}", c.arg);
-  if (kind == Kind::AllReduce && c.arg >= 4)
-    return what + fmt::format(" ({}, {} on the wire)", op_name(static_cast<ReduceOp>(c.arg % 4)),
-                              compression_name(static_cast<Compression>(c.arg / 4)));
-  if (kind != Kind::AllGather) return what + fmt::format(" ({})", op_name(static_cast<ReduceOp>(c.arg)));
-  return what;
-}
-
-int64_t bytes_of(const Call& c) {
-  return c.count * (c.arg >= 4 && static_cast<Kind>(c.kind) == Kind::AllReduce
-                        ? 2
-                        : static_cast<int64_t>(data_type_size(static_cast<DataType>(c.dtype))));
-}
 
 std::unique_ptr<Communicator> make_mpi_communicator(MPI_Comm comm, std::shared_ptr<ControlPlane> control, bool world) {
   return std::make_unique<MpiCommunicator>(comm, std::move(control), world);

@@ -8,10 +8,14 @@
 // was do the ranks exchange their calls in full (to name both sides). So a repeated step pays no
 // round trip of its own, and a mismatched call is still named on every rank (Horovod's response
 // cache does the same with its tensor names).
+#include <mpi.h>
+
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "tandem/collectives/communicator.h"
 
@@ -19,6 +23,10 @@ namespace tandem::distribute::detail {
 
 enum class Kind : int64_t { AllReduce, ReduceScatter, AllGather, Broadcast, Barrier, Split };
 const char* kind_name(Kind k);
+const char* op_name(ReduceOp op);
+MPI_Datatype mpi_type(DataType dtype);
+MPI_Op mpi_op(ReduceOp op);  // a mean's is the sum
+void divide(void* data, int64_t count, DataType dtype, int by);
 
 struct Call {
   int64_t kind, dtype, count, arg;  // arg: the reduce op (+ 4 × the compression), the root, or 0
@@ -62,6 +70,34 @@ class CallCache {
   size_t at_ = 0;
   uint64_t context_ = 0;  // their hash
   std::unordered_map<uint64_t, Call> next_;
+};
+
+// The check of every collective's call across the ranks of `comm`, one collective at a time.
+class CallAgreement {
+ public:
+  // reduce: the communicator's sum (a mean's), minimum or maximum in place over the ranks;
+  // name: a rank's name in messages; report: says a failure to every rank.
+  CallAgreement(MPI_Comm comm, std::function<void(void*, int64_t, DataType, ReduceOp)> reduce,
+                std::function<std::string(int)> name, std::function<void(const std::string&)> report);
+  // Collective number `seq`, `call` on this rank: once the ranks agree, make() makes it, unless
+  // the collective every rank expected was it and already ran on `data` (an all-reduce's values,
+  // an all-gather's output) and `send` (an all-gather's values). A mismatch throws, naming both
+  // ranks and their calls, after reporting it.
+  void run(const Call& call, int64_t seq, void* data, const void* send, const std::function<void()>& make);
+
+ private:
+  static bool flaggable(const Call& c);
+  bool run_flagged(const Call& shape, bool mine, void* data, const void* send);
+  void exchange(const Call& call, int64_t seq);
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+  std::function<void(void*, int64_t, DataType, ReduceOp)> reduce_;
+  std::function<std::string(int)> name_;
+  std::function<void(const std::string&)> report_;
+  std::vector<Call> calls_;                           // every rank's call, exchanged when the ranks expect none
+  CallCache cache_;                                   // the call expected next
+  std::vector<char> flagged_;                         // an expected collective's values and flags
+  static constexpr int64_t kFlaggedBytes = 16 << 10;  // larger calls are exchanged first (a copy costs more)
 };
 
 }  // namespace tandem::distribute::detail
