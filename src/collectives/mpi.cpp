@@ -1,9 +1,10 @@
 // The communicator over MPI (tandem/collectives/mpi.h; the process's world and MPI's start and
 // end are in mpi_world.cpp, the check of every call across the ranks in mpi_calls.cpp).
 // Collectives run with MPI's blocking calls (Open MPI's tuned algorithms; float sums over 3 ranks
-// or more, and compressed ones, with the rank-ordered sum of mpi_ordered_sum.cpp) in the order submitted: on a thread of the communicator, or on the caller while
-// that thread is idle; callers wait with the timeout, watching the control plane. Point to point
-// messages are posted by the caller (MPI_THREAD_MULTIPLE) and tested until done.
+// or more, and compressed ones, with the rank-ordered sum of mpi_ordered_sum.cpp) in the order
+// submitted: on a thread of the communicator, or on the caller while that thread is idle; callers
+// wait with the timeout, watching the control plane. Point to point messages are posted by the
+// caller (MPI_THREAD_MULTIPLE) and tested until done.
 #ifdef TANDEM_WITH_MPI
 #include "collectives/mpi_communicator.h"
 
