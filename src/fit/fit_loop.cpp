@@ -78,6 +78,8 @@ TrainingPosition FitLoop::begin() {
   for (const auto& layer : m.layers_) {
     if (!architecture.empty()) architecture += ' ';
     architecture += layer->type();
+    // Another precision gives other bits: a mixed layer's policy is part of the run.
+    if (layer->dtype_policy() != "float32") architecture += "(" + layer->dtype_policy() + ")";
   }
   for (Variable* v : m.variables()) architecture += " " + v->name + v->value.shape().str();
   m.run_signature_["architecture"] = architecture;

@@ -127,6 +127,15 @@ TEST(BackupAndRestore, ABackupOfAnotherRunIsRefusedNamingEachDifference) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("backup.safetensors.tmp-99999")));
   EXPECT_TRUE(std::filesystem::exists(dir.file("backup.safetensors"))) << "the other run's backup is kept";
 
+  // The same run under another precision (bf16 products) is another run too.
+  auto mixed = small_model();
+  mixed->layers()[0]->set_dtype_policy("mixed_bfloat16");
+  FitOptions third = first;
+  third.callbacks = {std::make_shared<BackupAndRestore>(dir.path(), BackupAndRestoreOptions{.save_freq = 5})};
+  EXPECT_TRUE(testing::throws_error([&] { mixed->fit(d.x, d.y, third); },
+                                    {"is of another run, so it is not resumed", "architecture: \"Dense Dropout",
+                                     "\" in the backup, \"Dense(mixed_bfloat16) Dropout"}));
+
   // The run that wrote it, started again: resumed to the end.
   auto same = small_model();
   FitOptions again = first;
