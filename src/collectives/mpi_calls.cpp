@@ -124,12 +124,12 @@ bool CallAgreement::run_flagged(const Call& shape, bool mine, void* data, const 
   if (kind == Kind::AllReduce) {
     auto op = static_cast<ReduceOp>(shape.arg);
     flagged_.resize(row);
-    if (mine) std::memcpy(flagged_.data(), data, n * width);
+    if (mine && n > 0) std::memcpy(flagged_.data(), data, n * width);
     else std::memset(flagged_.data(), 0, n * width);
     put_flag(flagged_.data() + n * width, op == ReduceOp::Min ? -differs : differs);  // any nonzero survives
     reduce_(flagged_.data(), shape.count + 1, dtype, op);
     if (flag_at(flagged_.data() + n * width)) return false;
-    std::memcpy(data, flagged_.data(), n * width);
+    if (n > 0) std::memcpy(data, flagged_.data(), n * width);
     if (op == ReduceOp::Mean) divide(data, shape.count, dtype, size_);
     return true;
   }
@@ -137,7 +137,7 @@ bool CallAgreement::run_flagged(const Call& shape, bool mine, void* data, const 
   flagged_.resize(row * (ranks + 1));
   char* out = flagged_.data();
   char* in = out + row;
-  if (mine) std::memcpy(out, send, n * width);
+  if (mine && n > 0) std::memcpy(out, send, n * width);
   else std::memset(out, 0, n * width);
   put_flag(out + n * width, differs);
   check_mpi(
@@ -145,7 +145,8 @@ bool CallAgreement::run_flagged(const Call& shape, bool mine, void* data, const 
       "MPI_Allgather");
   for (size_t r = 0; r < ranks; ++r)
     if (flag_at(in + r * row + n * width)) return false;
-  for (size_t r = 0; r < ranks; ++r) std::memcpy(static_cast<char*>(data) + r * n * width, in + r * row, n * width);
+  for (size_t r = 0; r < ranks && n > 0; ++r)  // (an all-gather of nothing may pass no buffer)
+    std::memcpy(static_cast<char*>(data) + r * n * width, in + r * row, n * width);
   return true;
 }
 

@@ -73,6 +73,9 @@ void collectives_round(Communicator& c) {
   c.all_reduce(std::span<float>(low), ReduceOp::Min);
   c.all_reduce(std::span<float>(high), ReduceOp::Max);
   expect(low[3] == -static_cast<float>(n) && high[0] == -1.0f, "all_reduce min and max float32");
+  // nothing at all, and no buffer for it
+  c.all_reduce(nullptr, 0, DataType::Float32, ReduceOp::Sum);
+  c.all_gather(nullptr, 0, nullptr, DataType::Int64);
   // grouped buffers
   std::vector<float> a(3, 1.0f), b(2, 2.0f);
   std::vector<std::span<float>> group{a, b};
