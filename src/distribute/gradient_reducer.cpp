@@ -64,7 +64,8 @@ void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int rep
     shared_ = comm != nullptr && comm->shares_memory();
     chained_ = !shared_ && comm != nullptr && comm->size() > 1 && comm->sends_to_every_rank();
     if (shared_) {
-      parts_.assign(static_cast<size_t>(most), {});
+      parts_.resize(static_cast<size_t>(most));  // each part's list keeps its room from step to step
+      for (std::vector<Tensor>& part : parts_) part.clear();
       std::vector<float>().swap(gathered_);
       sets_ = 0;  // no bucket: the sums are replica 0's buffer
       bucket_ = Tensor();
