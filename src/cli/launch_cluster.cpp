@@ -25,8 +25,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,18 +45,38 @@ namespace {
 volatile sig_atomic_t interrupted = 0;
 void on_signal(int signal) { interrupted = signal; }
 
-// A free TCP port on 127.0.0.1 (the kernel's choice; released for the task to take).
-int free_port() {
+// Whether a TCP port on 127.0.0.1 is free to bind now (closed again at once).
+bool port_free(int port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) fail("launch: cannot make a TCP socket: {}", std::strerror(errno));
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof a;
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length) != 0)
-    fail("launch: no free TCP port on 127.0.0.1: {}", std::strerror(errno));
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  bool free = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
   close(fd);
-  return ntohs(a.sin_port);
+  return free;
+}
+
+// `count` distinct free TCP ports on 127.0.0.1, drawn at random outside the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range): a port from that range could meanwhile become the source port
+// of some connection, even one of this job's own tasks, before the task that owns it listens.
+std::vector<int> free_ports(int count) {
+  int low = 32768, high = 60999;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> low >> high;
+  // The larger of the spans below and above the ephemeral range, keeping clear of well-known ports.
+  int first = 10000, last = low - 1;
+  if (last - first < 65535 - high) first = high + 1, last = 65535;
+  if (last - first < 1000) first = 1024, last = 65535;  // an unusual range: anywhere unprivileged
+  std::mt19937 draw(std::random_device{}());
+  std::uniform_int_distribution<int> pick(first, last);
+  std::vector<int> ports;
+  for (int tries = 0; static_cast<int>(ports.size()) < count; ++tries) {
+    if (tries == 10000) fail("launch: found no {} free TCP ports on 127.0.0.1 in {}-{}", count, first, last);
+    int port = pick(draw);
+    if (std::find(ports.begin(), ports.end(), port) == ports.end() && port_free(port)) ports.push_back(port);
+  }
+  return ports;
 }
 
 struct Task {
@@ -180,9 +202,11 @@ void end_all(std::vector<Task>& tasks, std::chrono::milliseconds grace) {
 }  // namespace
 
 distribute::ClusterSpec loopback_cluster(int servers, int workers) {
-  std::vector<std::string> chief{"127.0.0.1:" + std::to_string(free_port())}, worker, ps;
-  for (int i = 0; i < workers; ++i) worker.push_back("127.0.0.1:" + std::to_string(free_port()));
-  for (int i = 0; i < servers; ++i) ps.push_back("127.0.0.1:" + std::to_string(free_port()));
+  std::vector<int> ports = free_ports(1 + workers + servers);
+  auto address = [&](int i) { return "127.0.0.1:" + std::to_string(ports[static_cast<size_t>(i)]); };
+  std::vector<std::string> chief{address(0)}, worker, ps;
+  for (int i = 0; i < workers; ++i) worker.push_back(address(1 + i));
+  for (int i = 0; i < servers; ++i) ps.push_back(address(1 + workers + i));
   nlohmann::json spec = {{"cluster", {{"chief", chief}, {"worker", worker}, {"ps", ps}}}};
   return distribute::ClusterSpec::parse(spec.dump(), "launch");
 }
