@@ -59,6 +59,12 @@ class Layer {
   const Shape& input_shape() const { return input_shape_; }
 
   virtual Tensor call(const Tensor& x, const CallContext& ctx) = 0;
+  // This layer's call and then `next`'s, as one op, where the layer can fuse the two (Conv2D with
+  // ReLU, then max pooling); nothing where it cannot. call_layers asks each layer of a model.
+  virtual std::optional<Tensor> call_with_next(const Layer& next, const Tensor& x, const CallContext& ctx) {
+    (void)next, (void)x, (void)ctx;
+    return std::nullopt;
+  }
   // Deterministic replicated training: the parts one by one, unless the layer needs them together.
   virtual void call_parts(BatchParts& parts);
   virtual bool needs_parts_together() const { return false; }
@@ -196,6 +202,7 @@ class Conv2D : public Layer {
   std::string type() const override { return "Conv2D"; }
   std::string default_name() const override { return "conv2d"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  std::optional<Tensor> call_with_next(const Layer& next, const Tensor& x, const CallContext& ctx) override;
   int64_t filters() const { return filters_; }
   Size2 kernel_size() const { return kernel_size_; }
   const Conv2DOptions& options() const { return options_; }
@@ -222,6 +229,7 @@ class Pooling2D : public Layer {
   std::string type() const override { return max_ ? "MaxPooling2D" : "AveragePooling2D"; }
   std::string default_name() const override { return max_ ? "max_pooling2d" : "average_pooling2d"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool is_max() const { return max_; }
   Size2 pool_size() const { return pool_size_; }
   Size2 strides() const { return strides_; }
   Padding padding() const { return padding_; }

@@ -74,6 +74,11 @@ std::pair<int64_t, int64_t> window_output_size(int64_t h, int64_t w, int64_t kh,
 // x:(N,H,W,C) -> (N,OH,OW,C).
 Tensor max_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w, Padding padding);
 Tensor avg_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w, Padding padding);
+// max_pool2d(conv2d(x, kernel, bias, ..., Activation::ReLU), pool ...) in one op: the same values and
+// gradients, without keeping or passing over the convolution's output in backward.
+Tensor conv2d_max_pool2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, int64_t stride_h, int64_t stride_w,
+                         Padding padding, int64_t pool_h, int64_t pool_w, int64_t pool_stride_h, int64_t pool_stride_w,
+                         Padding pool_padding);
 
 // x:(..., C) normalized per channel. In training, uses the batch statistics and updates
 // moving_mean/moving_variance in place (momentum as in Keras); otherwise uses the moving ones.

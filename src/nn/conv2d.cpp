@@ -41,4 +41,16 @@ Tensor Conv2D::call(const Tensor& x, const CallContext&) {
                      options_.strides.w, padding_, activation_);
 }
 
+std::optional<Tensor> Conv2D::call_with_next(const Layer& next, const Tensor& x, const CallContext&) {
+  const auto* pool = dynamic_cast<const Pooling2D*>(&next);
+  if (activation_ != tandem::Activation::ReLU || pool == nullptr || !pool->is_max() || !pool->built() ||
+      next.device() != device())
+    return std::nullopt;
+  check_input(x);
+  ops::PrecisionScope precision(precision_);
+  return ops::conv2d_max_pool2d(x, variables_[0].value, options_.use_bias ? variables_[1].value : Tensor(),
+                                options_.strides.h, options_.strides.w, padding_, pool->pool_size().h,
+                                pool->pool_size().w, pool->strides().h, pool->strides().w, pool->padding());
+}
+
 }  // namespace tandem::layers

@@ -98,13 +98,15 @@ void Layer::place_on(Device device) {
 Tensor call_layers(std::span<const std::shared_ptr<Layer>> layers, const Tensor& x, const CallContext& ctx) {
   if (!x.defined()) fail("call_layers: the input is undefined");
   Tensor h = x;
-  for (const auto& layer : layers) {
-    if (!layer->device()) {
-      h = layer->call(ops::to_device(h, x.device()), ctx);
-      continue;
-    }
-    ComputeOn on(*layer->device());
-    h = layer->call(ops::to_device(h, *layer->device()), ctx);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    Layer& layer = *layers[i];
+    std::optional<ComputeOn> on;
+    if (layer.device()) on.emplace(*layer.device());
+    h = ops::to_device(h, layer.device().value_or(x.device()));
+    std::optional<Tensor> fused;
+    if (i + 1 < layers.size()) fused = layer.call_with_next(*layers[i + 1], h, ctx);
+    if (fused) ++i;
+    h = fused ? *fused : layer.call(h, ctx);
   }
   return ops::to_device(h, x.device());
 }

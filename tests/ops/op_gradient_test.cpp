@@ -365,6 +365,29 @@ std::vector<OpCase> op_cases() {
                      },
                      [=](const RefInputs& in) { return reference::pool2d(in[0], g, pc.max); }});
   }
+  // The fused ReLU convolution and max pooling: non-overlapping windows, and overlapping ones
+  // over a padded input after a strided convolution.
+  struct FusedCase {
+    const char* name;
+    int64_t conv_stride, p, s;
+    Padding pad;
+  };
+  for (FusedCase fc : {FusedCase{"conv2d_max_pool2d", 1, 2, 2, Padding::Valid},
+                       FusedCase{"conv2d_max_pool2d_overlapping", 2, 3, 1, Padding::Same}}) {
+    auto conv = reference::conv_geometry(2, 6, 7, 3, 3, 3, 4, fc.conv_stride, fc.conv_stride, Padding::Same);
+    auto pool = reference::conv_geometry(2, conv.oh, conv.ow, 4, fc.p, fc.p, 4, fc.s, fc.s, fc.pad);
+    cases.push_back({fc.name,
+                     {{2, 6, 7, 3}, {3, 3, 3, 4}, {4}},
+                     [=](const Inputs& in) {
+                       return ops::conv2d_max_pool2d(in[0], in[1], in[2], fc.conv_stride, fc.conv_stride, Padding::Same,
+                                                     fc.p, fc.p, fc.s, fc.s, fc.pad);
+                     },
+                     [=](const RefInputs& in) {
+                       Vec y =
+                           reference::activation(reference::conv2d(in[0], in[1], &in[2], conv), 4, Activation::ReLU);
+                       return reference::pool2d(y, pool, true);
+                     }});
+  }
   for (bool training : {true, false}) {
     cases.push_back({training ? "batch_norm_training" : "batch_norm_inference",
                      {{6, 4}, {4}, {4}},
