@@ -131,6 +131,15 @@ class CountingBackend : public kernels::Backend {
   void pool2d_backward(const kernels::Pool2dShape& s, const float* dy, const void* ws, float* dx) override {
     cpu().pool2d_backward(s, dy, ws, dx);
   }
+  void conv2d_max_pool2d_forward(const kernels::Conv2dShape& conv, const kernels::Pool2dShape& pool, const float* x,
+                                 const float* k, const float* b, float* p, void* ws) override {
+    cpu().conv2d_max_pool2d_forward(conv, pool, x, k, b, p, ws);
+  }
+  void conv2d_max_pool2d_backward(const kernels::Conv2dShape& conv, const kernels::Pool2dShape& pool, const float* x,
+                                  const float* k, const float* p, const void* ws, const float* dp, float* dx, float* dk,
+                                  float* db) override {
+    cpu().conv2d_max_pool2d_backward(conv, pool, x, k, p, ws, dp, dx, dk, db);
+  }
   void sgd_update(float* w, const float* g, float* v, int64_t n, float lr, float momentum, bool nesterov) override {
     cpu().sgd_update(w, g, v, n, lr, momentum, nesterov);
   }

@@ -106,6 +106,15 @@ class CpuBackend final : public Backend {
   void pool2d_backward(const Pool2dShape& s, const float* dy, const void* workspace, float* dx) override {
     cpu::pool2d_backward(s, dy, workspace, dx);
   }
+  void conv2d_max_pool2d_forward(const Conv2dShape& conv, const Pool2dShape& pool, const float* x, const float* kernel,
+                                 const float* bias, float* p, void* workspace) override {
+    cpu::conv2d_max_pool2d_forward(conv, pool, x, kernel, bias, p, workspace);
+  }
+  void conv2d_max_pool2d_backward(const Conv2dShape& conv, const Pool2dShape& pool, const float* x, const float* kernel,
+                                  const float* p, const void* workspace, const float* dp, float* dx, float* dkernel,
+                                  float* dbias) override {
+    cpu::conv2d_max_pool2d_backward(conv, pool, x, kernel, p, workspace, dp, dx, dkernel, dbias);
+  }
   void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum,
                   bool nesterov) override {
     cpu::sgd_update(w, g, velocity, n, lr, momentum, nesterov);

@@ -82,6 +82,11 @@ class Backend {
   virtual size_t pool2d_workspace_bytes(const Pool2dShape& s) = 0;
   virtual void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* workspace) = 0;
   virtual void pool2d_backward(const Pool2dShape& s, const float* dy, const void* workspace, float* dx) = 0;
+  virtual void conv2d_max_pool2d_forward(const Conv2dShape& conv, const Pool2dShape& pool, const float* x,
+                                         const float* kernel, const float* bias, float* p, void* workspace) = 0;
+  virtual void conv2d_max_pool2d_backward(const Conv2dShape& conv, const Pool2dShape& pool, const float* x,
+                                          const float* kernel, const float* p, const void* workspace, const float* dp,
+                                          float* dx, float* dkernel, float* dbias) = 0;
 
   // Optimizer updates, element by element.
   virtual void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum,

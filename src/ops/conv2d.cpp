@@ -8,42 +8,40 @@ namespace tandem::ops {
 namespace {
 
 struct Conv2dNode : autograd::Node {
-  Conv2dRun run;
+  Tensor x, kernel, y, z;
+  Activation act;
+  kernels::Conv2dShape shape;
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
-    if (run.act != Activation::Linear) {
+    if (act != Activation::Linear) {
       Tensor dz = Tensor::empty(dy.shape(), DType::Float32, dy.device());
       kernels::backend(dy.device())
-          .activation_backward(dy.buffer<float>(), run.z.defined() ? run.z.buffer<float>() : nullptr,
-                               run.y.buffer<float>(), dz.buffer<float>(), dy.numel() / run.shape.f, run.shape.f,
-                               run.act);
+          .activation_backward(dy.buffer<float>(), z.defined() ? z.buffer<float>() : nullptr, y.buffer<float>(),
+                               dz.buffer<float>(), dy.numel() / shape.f, shape.f, act);
       dy = dz;
     }
-    conv2d_gradients(run, dy, *this, tape);
+    if (needs(0)) {
+      Tensor dx = Tensor::empty(x.shape(), DType::Float32, dy.device());
+      kernels::backend(dy.device())
+          .conv2d_backward_data(shape, dy.buffer<float>(), kernel.buffer<float>(), dx.buffer<float>());
+      tape.accumulate(input_slots[0], dx);
+    }
+    if (needs(1) || needs(2)) {
+      Tensor dk = Tensor::empty(kernel.shape(), DType::Float32, dy.device());
+      Tensor db = Tensor::empty({shape.f}, DType::Float32, dy.device());
+      kernels::backend(dy.device())
+          .conv2d_backward_weights(shape, x.buffer<float>(), dy.buffer<float>(), dk.buffer<float>(),
+                                   db.buffer<float>());
+      tape.accumulate(input_slots[1], dk);
+      tape.accumulate(input_slots[2], db);
+    }
   }
 };
 
 }  // namespace
 
-void conv2d_gradients(const Conv2dRun& run, const Tensor& dz, const autograd::Node& node, GradientTape& tape) {
-  kernels::Backend& backend = kernels::backend(dz.device());
-  if (node.needs(0)) {
-    Tensor dx = Tensor::empty(run.x.shape(), DType::Float32, dz.device());
-    backend.conv2d_backward_data(run.shape, dz.buffer<float>(), run.kernel.buffer<float>(), dx.buffer<float>());
-    tape.accumulate(node.input_slots[0], dx);
-  }
-  if (node.needs(1) || node.needs(2)) {
-    Tensor dk = Tensor::empty(run.kernel.shape(), DType::Float32, dz.device());
-    Tensor db = Tensor::empty({run.shape.f}, DType::Float32, dz.device());
-    backend.conv2d_backward_weights(run.shape, run.x.buffer<float>(), dz.buffer<float>(), dk.buffer<float>(),
-                                    db.buffer<float>());
-    tape.accumulate(node.input_slots[1], dk);
-    tape.accumulate(node.input_slots[2], db);
-  }
-}
-
-Conv2dRun run_conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, int64_t stride_h,
-                     int64_t stride_w, Padding padding, Activation act, bool for_tape) {
+kernels::Conv2dShape conv2d_shape_of(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, int64_t stride_h,
+                                     int64_t stride_w, Padding padding, Activation act) {
   const char* op = "conv2d";
   require_float(x_in, op, "x");
   require_float(kernel_in, op, "kernel");
@@ -61,41 +59,42 @@ Conv2dRun run_conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& 
     if (bias.rank() != 1 || bias.dim(0) != kernel_in.dim(3))
       fail("conv2d: bias has shape {}, expected ({},)", bias.shape().str(), kernel_in.dim(3));
   }
-  Conv2dRun run;
-  auto& s = run.shape;
-  s = kernels::cpu::conv2d_shape(x_in.dim(0), x_in.dim(1), x_in.dim(2), x_in.dim(3), kernel_in.dim(0), kernel_in.dim(1),
-                                 kernel_in.dim(3), stride_h, stride_w, padding);
+  auto s = kernels::cpu::conv2d_shape(x_in.dim(0), x_in.dim(1), x_in.dim(2), x_in.dim(3), kernel_in.dim(0),
+                                      kernel_in.dim(1), kernel_in.dim(3), stride_h, stride_w, padding);
   if (s.oh < 1 || s.ow < 1)
     fail("conv2d: a {}x{} kernel does not fit the {}x{} input with 'valid' padding", s.kh, s.kw, s.h, s.w);
   s.fused_relu = act == Activation::ReLU;
-  // Backward's products too (the run keeps the shape). Over fewer than 16 input channels the
+  // Backward's products too (the node keeps the shape). Over fewer than 16 input channels the
   // products stay float32: oneDNN's bf16 convolutions are slower there (the cnn preset's first
   // layer, 1 channel, as ONEDNN_VERBOSE timed each call: forward 0.18 against 0.11 ms, backward-weights
   // 0.23 against 0.14 ms).
   s.bf16 = s.c >= 16 && products_in_bf16(x_in.device());
-  run.act = act;
-  run.x = x_in.contiguous();
-  run.kernel = kernel_in.contiguous();
-  run.y = Tensor::empty({s.n, s.oh, s.ow, s.f}, DType::Float32, run.x.device());
-  kernels::Backend& backend = kernels::backend(run.x.device());
-  backend.conv2d_forward(s, run.x.buffer<float>(), run.kernel.buffer<float>(),
-                         bias.defined() ? bias.contiguous().buffer<float>() : nullptr, run.y.buffer<float>());
-  if (!s.fused_relu && act != Activation::Linear) {
-    if (for_tape && kernels::cpu::activation_backward_needs_input(act)) run.z = run.y.clone();
-    backend.bias_activation(run.y.buffer<float>(), nullptr, run.y.numel() / s.f, s.f, act);
-  }
-  return run;
+  return s;
 }
 
-Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, int64_t stride_h, int64_t stride_w,
+Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, int64_t stride_h, int64_t stride_w,
               Padding padding, Activation act) {
-  GradientTape* tape = autograd::tracking_tape({&x, &kernel, &bias});
-  Conv2dRun run = run_conv2d(x, kernel, bias, stride_h, stride_w, padding, act, tape != nullptr);
-  Tensor y = run.y;
+  auto s = conv2d_shape_of(x_in, kernel_in, bias, stride_h, stride_w, padding, act);
+  Tensor x = x_in.contiguous(), kernel = kernel_in.contiguous();
+  Tensor y = Tensor::empty({s.n, s.oh, s.ow, s.f}, DType::Float32, x.device());
+  kernels::backend(x.device())
+      .conv2d_forward(s, x.buffer<float>(), kernel.buffer<float>(),
+                      bias.defined() ? bias.contiguous().buffer<float>() : nullptr, y.buffer<float>());
+  GradientTape* tape = autograd::tracking_tape({&x_in, &kernel_in, &bias});
+  Tensor z;
+  if (!s.fused_relu && act != Activation::Linear) {
+    if (tape && kernels::cpu::activation_backward_needs_input(act)) z = y.clone();
+    kernels::backend(x.device()).bias_activation(y.buffer<float>(), nullptr, y.numel() / s.f, s.f, act);
+  }
   if (tape) {
     auto* node = new Conv2dNode();
-    node->run = std::move(run);
-    autograd::record(tape, node, {&x, &kernel, &bias}, y);
+    node->x = x;
+    node->kernel = kernel;
+    node->y = y;
+    node->z = z;
+    node->act = act;
+    node->shape = s;
+    autograd::record(tape, node, {&x_in, &kernel_in, &bias}, y);
   }
   return y;
 }

@@ -50,23 +50,26 @@ std::vector<std::vector<float>> run(const Geometry& g, bool fused, const Tensor&
 }
 
 TEST(Conv2dMaxPool, TheSameBitsAsTheConvolutionThenThePool) {
-  // 16 input channels, so that under mixed_bfloat16 the convolution's products are bf16 too.
-  Tensor x = testing::random_tensor({3, 11, 10, 16}, 1);
-  Tensor kernel = testing::random_tensor({3, 3, 16, 8}, 2, -0.3f, 0.3f);
-  Tensor bias = testing::random_tensor({8}, 3, -0.2f, 0.2f);
-  for (const char* policy : {"float32", "mixed_bfloat16"})
-    for (Geometry g :
-         {Geometry{1, Padding::Valid, 2, 2, Padding::Valid, true},
-          Geometry{1, Padding::Same, 2, 2, Padding::Same, false}, Geometry{2, Padding::Same, 3, 1, Padding::Same, true},
-          Geometry{1, Padding::Valid, 3, 2, Padding::Valid, true}}) {
-      ops::PrecisionScope scope(std::string(policy) == "mixed_bfloat16" ? ops::Precision::MixedBFloat16
-                                                                        : ops::Precision::Float32);
-      auto fused = run(g, true, x, kernel, bias), apart = run(g, false, x, kernel, bias);
-      ASSERT_EQ(fused.size(), apart.size());
-      for (size_t i = 0; i < fused.size(); ++i)
-        EXPECT_TRUE(same_bits(fused[i], apart[i]))
-            << policy << ", pool " << g.pool << " stride " << g.pool_stride << ": output/gradient #" << i;
-    }
+  // 16 input channels, so that under mixed_bfloat16 the convolution's products are bf16 too. The
+  // larger batch is cut into 4 chunks of 2 or 3 images (the fused op computes chunk by chunk).
+  for (int64_t batch : {3, 10}) {
+    Tensor x = testing::random_tensor({batch, 11, 10, 16}, 1);
+    Tensor kernel = testing::random_tensor({3, 3, 16, 32}, 2, -0.3f, 0.3f);
+    Tensor bias = testing::random_tensor({32}, 3, -0.2f, 0.2f);
+    for (const char* policy : {"float32", "mixed_bfloat16"})
+      for (Geometry g : {Geometry{1, Padding::Valid, 2, 2, Padding::Valid, true},
+                         Geometry{1, Padding::Same, 2, 2, Padding::Same, false},
+                         Geometry{2, Padding::Same, 3, 1, Padding::Same, true},
+                         Geometry{1, Padding::Valid, 3, 2, Padding::Valid, true}}) {
+        ops::PrecisionScope scope(std::string(policy) == "mixed_bfloat16" ? ops::Precision::MixedBFloat16
+                                                                          : ops::Precision::Float32);
+        auto fused = run(g, true, x, kernel, bias), apart = run(g, false, x, kernel, bias);
+        ASSERT_EQ(fused.size(), apart.size());
+        for (size_t i = 0; i < fused.size(); ++i)
+          EXPECT_TRUE(same_bits(fused[i], apart[i])) << "batch " << batch << ", " << policy << ", pool " << g.pool
+                                                     << " stride " << g.pool_stride << ": output/gradient #" << i;
+      }
+  }
 }
 
 // A model's Conv2D with ReLU then MaxPooling2D runs as the fused op: the same output and

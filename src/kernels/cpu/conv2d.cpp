@@ -217,35 +217,81 @@ void backward_weights_part(const Conv2dShape& s, const float* x, const float* dy
                                     {DNNL_ARG_DIFF_BIAS, &p.bias_m, dbias}});
   if (g.needed) dnnl_execute(g.reorder, {{DNNL_ARG_FROM, &g.from, g.buffer.data()}, {DNNL_ARG_TO, &g.to, dkernel}});
 }
-}  // namespace
 
-void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias) {
+// Each chunk's weight and bias gradients, part(chunk, images, dkernel, dbias), into a slot of the
+// calling thread's scratch, on the intra-op pool; then summed in chunk order.
+template <class Part>
+void sum_chunk_gradients(const Conv2dShape& s, float* dkernel, float* dbias, const Part& part) {
   ImageChunks chunks = image_chunks(s);
-  if (chunks.count == 1) return backward_weights_part(s, x, dy, dkernel, dbias);
-  // Each chunk's gradients go to a slot of the calling thread's scratch, then are summed in chunk order.
+  if (chunks.count == 1) return part(0, core::Range{0, s.n}, dkernel, dbias);
   int64_t weights = s.kh * s.kw * s.c * s.f, slot = weights + s.f;
   thread_local std::vector<float> scratch;
   if (scratch.size() < static_cast<size_t>(slot * chunks.count))
     scratch.resize(static_cast<size_t>(slot * chunks.count));
   float* parts = scratch.data();
-  int64_t in_image = s.h * s.w * s.c, out_image = s.oh * s.ow * s.f;
   core::parallel_for(chunks.count, chunks.work, [&](int64_t c) {
     core::Range r = chunks.range(c, s.n);
-    float* part = parts + c * slot;
-    if (r.begin == r.end) {
-      std::fill(part, part + slot, 0.0f);
-      return;
-    }
-    backward_weights_part(images(s, r), x + r.begin * in_image, dy + r.begin * out_image, part, part + weights);
+    float* slot_c = parts + c * slot;
+    if (r.begin == r.end) return std::fill(slot_c, slot_c + slot, 0.0f);
+    part(c, r, slot_c, slot_c + weights);
   });
   std::copy(parts, parts + weights, dkernel);
   if (dbias != nullptr) std::copy(parts + weights, parts + slot, dbias);
   for (int64_t c = 1; c < chunks.count; ++c) {
-    const float* part = parts + c * slot;
-    for (int64_t i = 0; i < weights; ++i) dkernel[i] += part[i];
+    const float* part_c = parts + c * slot;
+    for (int64_t i = 0; i < weights; ++i) dkernel[i] += part_c[i];
     if (dbias != nullptr)
-      for (int64_t i = 0; i < s.f; ++i) dbias[i] += part[weights + i];
+      for (int64_t i = 0; i < s.f; ++i) dbias[i] += part_c[weights + i];
   }
+}
+
+// A buffer of the calling thread for `values` floats (which: 0 a chunk's output, 1 its gradient).
+float* thread_buffer(int which, int64_t values) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& b = buffers[which];
+  if (b.size() < static_cast<size_t>(values)) b.resize(static_cast<size_t>(values));
+  return b.data();
+}
+
+}  // namespace
+
+void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias) {
+  int64_t in_image = s.h * s.w * s.c, out_image = s.oh * s.ow * s.f;
+  sum_chunk_gradients(s, dkernel, dbias, [&](int64_t, core::Range r, float* dk, float* db) {
+    backward_weights_part(images(s, r), x + r.begin * in_image, dy + r.begin * out_image, dk, db);
+  });
+}
+
+void conv2d_forward_chunks(const Conv2dShape& s, const float* x, const float* kernel, const float* bias,
+                           const ConvChunkOutput& then) {
+  int64_t out_image = s.oh * s.ow * s.f;
+  for_image_chunks(s, [&](ConvPrimitives& p, int64_t first, uint64_t call) {
+    float* y = thread_buffer(0, p.shape.n * out_image);
+    dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_in_m, as_read(p, 0, x + first * s.h * s.w * s.c, s.h * s.w * s.c)},
+                             {DNNL_ARG_WEIGHTS, &p.fwd_weights_m, to_primitive_layout(p.forward_weights, kernel, call)},
+                             {DNNL_ARG_BIAS, &p.bias_m, bias != nullptr ? bias : p.zero_bias.data()},
+                             {DNNL_ARG_DST, &p.dst_m, y}});
+    then(first, p.shape.n, y);
+  });
+}
+
+void conv2d_backward_chunks(const Conv2dShape& s, const float* x, const float* kernel, const ConvChunkGradient& fill_dy,
+                            float* dx, float* dkernel, float* dbias) {
+  int64_t in_image = s.h * s.w * s.c, out_image = s.oh * s.ow * s.f;
+  uint64_t call = next_call();
+  sum_chunk_gradients(s, dkernel, dbias, [&](int64_t, core::Range r, float* dk, float* db) {
+    Conv2dShape chunk = images(s, r);
+    float* dy = thread_buffer(1, chunk.n * out_image);
+    fill_dy(r.begin, chunk.n, dy);
+    if (dx != nullptr) {
+      ConvPrimitives& p = conv_primitives(chunk);
+      dnnl_execute(p.backward_data, {{DNNL_ARG_DIFF_DST, &p.dst_in_m, as_read(p, 1, dy, out_image)},
+                                     {DNNL_ARG_WEIGHTS, &p.bwd_data_weights_m,
+                                      to_primitive_layout(p.backward_data_weights, kernel, call)},
+                                     {DNNL_ARG_DIFF_SRC, &p.src_m, dx + r.begin * in_image}});
+    }
+    backward_weights_part(chunk, x + r.begin * in_image, dy, dk, db);
+  });
 }
 
 }  // namespace tandem::kernels::cpu

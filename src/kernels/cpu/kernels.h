@@ -1,6 +1,7 @@
 #pragma once
 // CPU kernels on raw, contiguous, row-major float32 buffers. Ops check shapes; kernels trust them.
 #include <cstdint>
+#include <functional>
 
 #include "core/vectorize.h"
 #include "tandem/op_types.h"
@@ -110,6 +111,17 @@ Conv2dShape conv2d_shape(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y);
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* kernel, float* dx);
 void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias);
+// The same, a chunk of images at a time (the chunks conv2d_forward and conv2d_backward_weights cut,
+// so the bits are theirs), with the chunk's output or output gradient in a buffer of its thread
+// instead of the batch's: forward hands each chunk's output to then(first image, images, y);
+// backward has fill_dy(first image, images, dy) write each chunk's output gradient, then runs the
+// chunk's backward-data (where dx is not null) and backward-weights (dbias may be null).
+using ConvChunkOutput = std::function<void(int64_t first, int64_t images, const float* y)>;
+using ConvChunkGradient = std::function<void(int64_t first, int64_t images, float* dy)>;
+void conv2d_forward_chunks(const Conv2dShape& s, const float* x, const float* kernel, const float* bias,
+                           const ConvChunkOutput& then);
+void conv2d_backward_chunks(const Conv2dShape& s, const float* x, const float* kernel, const ConvChunkGradient& fill_dy,
+                            float* dx, float* dkernel, float* dbias);
 
 enum class PoolKind : uint8_t { Max, Average };
 struct Pool2dShape {
@@ -125,5 +137,15 @@ Pool2dShape pool2d_shape(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t
 size_t pool2d_workspace_bytes(const Pool2dShape& s);
 void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* workspace);
 void pool2d_backward(const Pool2dShape& s, const float* dy, const void* workspace, float* dx);
+// A ReLU convolution (conv.fused_relu) then max pooling over its output (pool), a chunk of images
+// at a time: the convolution's output never leaves its thread's buffer. p and workspace as
+// pool2d_forward's.
+void conv2d_max_pool2d_forward(const Conv2dShape& conv, const Pool2dShape& pool, const float* x, const float* kernel,
+                               const float* bias, float* p, void* workspace);
+// Its backward from dp, the pooled output's gradient: ReLU's derivative where p > 0, the pool's
+// backward and the convolution's, chunk by chunk (dx null where not wanted; dbias may be null).
+void conv2d_max_pool2d_backward(const Conv2dShape& conv, const Pool2dShape& pool, const float* x, const float* kernel,
+                                const float* p, const void* workspace, const float* dp, float* dx, float* dkernel,
+                                float* dbias);
 
 }  // namespace tandem::kernels::cpu

@@ -103,9 +103,17 @@ TANDEM_VECTORIZE void add_where(const float* dy, const int32_t* a, int32_t k, fl
   for (int64_t i = 0; i < c; ++i) dx[i] += a[i] == k ? dy[i] : 0.0f;
 }
 
+// dx = dy along c channels where the window index of the maximum is k, else 0.
+TANDEM_VECTORIZE void set_where(const float* dy, const int32_t* a, int32_t k, float* dx, int64_t c) {
+  for (int64_t i = 0; i < c; ++i) dx[i] = a[i] == k ? dy[i] : 0.0f;
+}
+
 // Each window position's channels in one pass (output order: overlapping windows add in it).
+// Where the windows tile the input (each value in exactly one), each dx value is written once.
 void max_pool_image_backward(const Pool2dShape& s, const float* dy, const int32_t* arg, float* dx) {
-  std::fill(dx, dx + s.h * s.w * s.c, 0.0f);
+  bool tiles = s.sh == s.ph && s.sw == s.pw && s.oh * s.sh - s.pad_top >= s.h && s.ow * s.sw - s.pad_left >= s.w;
+  auto* write = tiles ? set_where : add_where;
+  if (!tiles) std::fill(dx, dx + s.h * s.w * s.c, 0.0f);
   for (int64_t oh = 0; oh < s.oh; ++oh)
     for (int64_t ow = 0; ow < s.ow; ++ow) {
       const float* d = dy + (oh * s.ow + ow) * s.c;
@@ -115,7 +123,7 @@ void max_pool_image_backward(const Pool2dShape& s, const float* dy, const int32_
         if (hi < 0 || hi >= s.h) continue;
         for (int64_t j = 0; j < s.pw; ++j) {
           int64_t wj = ow * s.sw - s.pad_left + j;
-          if (wj >= 0 && wj < s.w) add_where(d, a, static_cast<int32_t>(i * s.pw + j), dx + (hi * s.w + wj) * s.c, s.c);
+          if (wj >= 0 && wj < s.w) write(d, a, static_cast<int32_t>(i * s.pw + j), dx + (hi * s.w + wj) * s.c, s.c);
         }
       }
     }
@@ -222,6 +230,39 @@ void pool2d_backward(const Pool2dShape& s, const float* dy, const void* workspac
                     {DNNL_ARG_WORKSPACE, &p.workspace_m, static_cast<const char*>(workspace) + workspace_at}});
     else dnnl_execute(p.backward, {{DNNL_ARG_DIFF_DST, &p.dst_m, dys}, {DNNL_ARG_DIFF_SRC, &p.src_m, dxs}});
   });
+}
+
+namespace {
+// m = dp where p > 0, else 0: ReLU's derivative, read from the pooled values.
+TANDEM_VECTORIZE void where_positive(const float* dp, const float* p, float* m, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) m[i] = p[i] > 0.0f ? dp[i] : 0.0f;
+}
+}  // namespace
+
+void conv2d_max_pool2d_forward(const Conv2dShape& conv, const Pool2dShape& pool, const float* x, const float* kernel,
+                               const float* bias, float* p, void* workspace) {
+  int64_t in = pool.h * pool.w * pool.c, out = pool.oh * pool.ow * pool.c;
+  auto* arg = static_cast<int32_t*>(workspace);
+  conv2d_forward_chunks(conv, x, kernel, bias, [&](int64_t first, int64_t images, const float* y) {
+    for (int64_t i = 0; i < images; ++i)
+      max_pool_image(pool, y + i * in, p + (first + i) * out, arg + (first + i) * out);
+  });
+}
+
+void conv2d_max_pool2d_backward(const Conv2dShape& conv, const Pool2dShape& pool, const float* x, const float* kernel,
+                                const float* p, const void* workspace, const float* dp, float* dx, float* dkernel,
+                                float* dbias) {
+  int64_t in = pool.h * pool.w * pool.c, out = pool.oh * pool.ow * pool.c;
+  const auto* arg = static_cast<const int32_t*>(workspace);
+  auto fill_dy = [&](int64_t first, int64_t images, float* dy) {
+    thread_local std::vector<float> masked;
+    masked.resize(static_cast<size_t>(out));
+    for (int64_t i = first; i < first + images; ++i) {
+      where_positive(dp + i * out, p + i * out, masked.data(), out);
+      max_pool_image_backward(pool, masked.data(), arg + i * out, dy + (i - first) * in);
+    }
+  };
+  conv2d_backward_chunks(conv, x, kernel, fill_dy, dx, dkernel, dbias);
 }
 
 }  // namespace tandem::kernels::cpu
