@@ -354,11 +354,13 @@ std::vector<OpCase> op_cases() {
   };
   for (PoolCase pc :
        {PoolCase{"max_pool_valid", true, 2, 2, Padding::Valid}, PoolCase{"max_pool_same_s1", true, 3, 1, Padding::Same},
-        PoolCase{"avg_pool_valid", false, 2, 2, Padding::Valid},
-        PoolCase{"avg_pool_same", false, 3, 2, Padding::Same}}) {
-    auto g = reference::conv_geometry(2, 5, 6, 3, pc.p, pc.p, 3, pc.s, pc.s, pc.pad);
+        PoolCase{"avg_pool_valid", false, 2, 2, Padding::Valid}, PoolCase{"avg_pool_same", false, 3, 2, Padding::Same},
+        PoolCase{"max_pool_tiling", true, 2, 2, Padding::Valid}}) {
+    // The last: windows that tile the input (4 × 6) exactly, each value in one window.
+    int64_t h = std::string(pc.name) == "max_pool_tiling" ? 4 : 5;
+    auto g = reference::conv_geometry(2, h, 6, 3, pc.p, pc.p, 3, pc.s, pc.s, pc.pad);
     cases.push_back({pc.name,
-                     {{2, 5, 6, 3}},
+                     {{2, h, 6, 3}},
                      [=](const Inputs& in) {
                        return pc.max ? ops::max_pool2d(in[0], pc.p, pc.p, pc.s, pc.s, pc.pad)
                                      : ops::avg_pool2d(in[0], pc.p, pc.p, pc.s, pc.s, pc.pad);
@@ -369,15 +371,16 @@ std::vector<OpCase> op_cases() {
   // over a padded input after a strided convolution.
   struct FusedCase {
     const char* name;
-    int64_t conv_stride, p, s;
+    int64_t w, conv_stride, p, s;
     Padding pad;
   };
-  for (FusedCase fc : {FusedCase{"conv2d_max_pool2d", 1, 2, 2, Padding::Valid},
-                       FusedCase{"conv2d_max_pool2d_overlapping", 2, 3, 1, Padding::Same}}) {
-    auto conv = reference::conv_geometry(2, 6, 7, 3, 3, 3, 4, fc.conv_stride, fc.conv_stride, Padding::Same);
+  for (FusedCase fc : {FusedCase{"conv2d_max_pool2d", 7, 1, 2, 2, Padding::Valid},
+                       FusedCase{"conv2d_max_pool2d_tiling", 8, 1, 2, 2, Padding::Valid},
+                       FusedCase{"conv2d_max_pool2d_overlapping", 7, 2, 3, 1, Padding::Same}}) {
+    auto conv = reference::conv_geometry(2, 6, fc.w, 3, 3, 3, 4, fc.conv_stride, fc.conv_stride, Padding::Same);
     auto pool = reference::conv_geometry(2, conv.oh, conv.ow, 4, fc.p, fc.p, 4, fc.s, fc.s, fc.pad);
     cases.push_back({fc.name,
-                     {{2, 6, 7, 3}, {3, 3, 3, 4}, {4}},
+                     {{2, 6, fc.w, 3}, {3, 3, 3, 4}, {4}},
                      [=](const Inputs& in) {
                        return ops::conv2d_max_pool2d(in[0], in[1], in[2], fc.conv_stride, fc.conv_stride, Padding::Same,
                                                      fc.p, fc.p, fc.s, fc.s, fc.pad);

@@ -68,7 +68,59 @@ TANDEM_VECTORIZE void fold_max(const float* x, float* y, int32_t* a, int32_t k, 
   }
 }
 
+// 2 × 2 windows at stride 2, each inside the input (the default MaxPooling2D's): one output row
+// of `count` positions from input rows x and x + w·c, each window in registers, stored once.
+TANDEM_VECTORIZE void max_pool_2x2_row(const float* x, int64_t w, int64_t c, int64_t count, float* y, int32_t* arg) {
+  const float* below = x + w * c;
+  for (int64_t o = 0; o < count; ++o) {
+    const float *r0 = x + 2 * o * c, *r1 = below + 2 * o * c;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      float m = r0[ch];
+      int32_t k = 0;
+      float v = r0[c + ch];
+      k = v > m ? 1 : k;
+      m = v > m ? v : m;
+      v = r1[ch];
+      k = v > m ? 2 : k;
+      m = v > m ? v : m;
+      v = r1[c + ch];
+      k = v > m ? 3 : k;
+      m = v > m ? v : m;
+      y[o * c + ch] = m;
+      arg[o * c + ch] = k;
+    }
+  }
+}
+
+// Its backward where the windows tile the input: each input value written once, dy where its
+// window's maximum was, else 0.
+TANDEM_VECTORIZE void max_unpool_2x2_row(const float* dy, const int32_t* arg, int64_t w, int64_t c, int64_t count,
+                                         float* dx) {
+  float* below = dx + w * c;
+  for (int64_t o = 0; o < count; ++o) {
+    float *r0 = dx + 2 * o * c, *r1 = below + 2 * o * c;
+    for (int64_t ch = 0; ch < c; ++ch) {
+      float d = dy[o * c + ch];
+      int32_t k = arg[o * c + ch];
+      r0[ch] = k == 0 ? d : 0.0f;
+      r0[c + ch] = k == 1 ? d : 0.0f;
+      r1[ch] = k == 2 ? d : 0.0f;
+      r1[c + ch] = k == 3 ? d : 0.0f;
+    }
+  }
+}
+
+bool is_2x2_inside(const Pool2dShape& s) {
+  return s.ph == 2 && s.pw == 2 && s.sh == 2 && s.sw == 2 && s.pad_top == 0 && s.pad_left == 0 && 2 * s.oh <= s.h &&
+         2 * s.ow <= s.w;
+}
+
 void max_pool_image(const Pool2dShape& s, const float* x, float* y, int32_t* arg) {
+  if (is_2x2_inside(s)) {
+    for (int64_t oh = 0; oh < s.oh; ++oh)
+      max_pool_2x2_row(x + 2 * oh * s.w * s.c, s.w, s.c, s.ow, y + oh * s.ow * s.c, arg + oh * s.ow * s.c);
+    return;
+  }
   for (int64_t oh = 0; oh < s.oh; ++oh)
     for (int64_t ow = 0; ow < s.ow; ++ow) {
       float* yo = y + (oh * s.ow + ow) * s.c;
@@ -111,6 +163,11 @@ TANDEM_VECTORIZE void set_where(const float* dy, const int32_t* a, int32_t k, fl
 // Each window position's channels in one pass (output order: overlapping windows add in it).
 // Where the windows tile the input (each value in exactly one), each dx value is written once.
 void max_pool_image_backward(const Pool2dShape& s, const float* dy, const int32_t* arg, float* dx) {
+  if (is_2x2_inside(s) && 2 * s.oh == s.h && 2 * s.ow == s.w) {
+    for (int64_t oh = 0; oh < s.oh; ++oh)
+      max_unpool_2x2_row(dy + oh * s.ow * s.c, arg + oh * s.ow * s.c, s.w, s.c, s.ow, dx + 2 * oh * s.w * s.c);
+    return;
+  }
   bool tiles = s.sh == s.ph && s.sw == s.pw && s.oh * s.sh - s.pad_top >= s.h && s.ow * s.sw - s.pad_left >= s.w;
   auto* write = tiles ? set_where : add_where;
   if (!tiles) std::fill(dx, dx + s.h * s.w * s.c, 0.0f);
