@@ -338,6 +338,27 @@ std::vector<OpCase> op_cases() {
                      [=](const Inputs& in) { return ops::conv2d(in[0], in[1], in[2], cc.sh, cc.sw, cc.pad); },
                      [=](const RefInputs& in) { return reference::conv2d(in[0], in[1], &in[2], g); }});
   }
+  // Few input values per window and whole 16-filter blocks: Tandem's own loops
+  // (kernels::cpu::conv2d_is_small), over 1 and 3 channels, strided, with ReLU, 48 filters (a block
+  // of 2 and one of 1).
+  struct SmallCase {
+    const char* name;
+    int64_t c, kh, f, stride;
+    Activation act;
+  };
+  for (SmallCase sc : {SmallCase{"conv2d_small_grey", 1, 3, 16, 1, Activation::Linear},
+                       SmallCase{"conv2d_small_rgb_strided_relu", 3, 3, 48, 2, Activation::ReLU},
+                       SmallCase{"conv2d_small_5x5", 1, 5, 32, 1, Activation::ReLU}}) {
+    auto g = reference::conv_geometry(2, 9, 11, sc.c, sc.kh, sc.kh, sc.f, sc.stride, sc.stride, Padding::Valid);
+    cases.push_back({sc.name,
+                     {{2, 9, 11, sc.c}, {sc.kh, sc.kh, sc.c, sc.f}, {sc.f}},
+                     [=](const Inputs& in) {
+                       return ops::conv2d(in[0], in[1], in[2], sc.stride, sc.stride, Padding::Valid, sc.act);
+                     },
+                     [=](const RefInputs& in) {
+                       return reference::activation(reference::conv2d(in[0], in[1], &in[2], g), sc.f, sc.act);
+                     }});
+  }
   for (Activation a : {Activation::ReLU, Activation::ELU, Activation::GELU}) {
     auto g = reference::conv_geometry(2, 5, 5, 3, 3, 3, 4, 1, 1, Padding::Same);
     cases.push_back(
@@ -367,27 +388,31 @@ std::vector<OpCase> op_cases() {
                      },
                      [=](const RefInputs& in) { return reference::pool2d(in[0], g, pc.max); }});
   }
-  // The fused ReLU convolution and max pooling: non-overlapping windows, and overlapping ones
-  // over a padded input after a strided convolution.
+  // The fused ReLU convolution and max pooling: non-overlapping windows, windows that tile the
+  // input, overlapping ones over a padded input after a strided convolution, and a convolution of
+  // Tandem's own loops (valid, 16 filters) under tiling windows.
   struct FusedCase {
     const char* name;
-    int64_t w, conv_stride, p, s;
+    int64_t w, f, conv_stride;
+    Padding conv_pad;
+    int64_t p, s;
     Padding pad;
   };
-  for (FusedCase fc : {FusedCase{"conv2d_max_pool2d", 7, 1, 2, 2, Padding::Valid},
-                       FusedCase{"conv2d_max_pool2d_tiling", 8, 1, 2, 2, Padding::Valid},
-                       FusedCase{"conv2d_max_pool2d_overlapping", 7, 2, 3, 1, Padding::Same}}) {
-    auto conv = reference::conv_geometry(2, 6, fc.w, 3, 3, 3, 4, fc.conv_stride, fc.conv_stride, Padding::Same);
-    auto pool = reference::conv_geometry(2, conv.oh, conv.ow, 4, fc.p, fc.p, 4, fc.s, fc.s, fc.pad);
+  for (FusedCase fc : {FusedCase{"conv2d_max_pool2d", 7, 4, 1, Padding::Same, 2, 2, Padding::Valid},
+                       FusedCase{"conv2d_max_pool2d_tiling", 8, 4, 1, Padding::Same, 2, 2, Padding::Valid},
+                       FusedCase{"conv2d_max_pool2d_overlapping", 7, 4, 2, Padding::Same, 3, 1, Padding::Same},
+                       FusedCase{"conv2d_max_pool2d_small", 10, 16, 1, Padding::Valid, 2, 2, Padding::Valid}}) {
+    auto conv = reference::conv_geometry(2, 6, fc.w, 3, 3, 3, fc.f, fc.conv_stride, fc.conv_stride, fc.conv_pad);
+    auto pool = reference::conv_geometry(2, conv.oh, conv.ow, fc.f, fc.p, fc.p, fc.f, fc.s, fc.s, fc.pad);
     cases.push_back({fc.name,
-                     {{2, 6, fc.w, 3}, {3, 3, 3, 4}, {4}},
+                     {{2, 6, fc.w, 3}, {3, 3, 3, fc.f}, {fc.f}},
                      [=](const Inputs& in) {
-                       return ops::conv2d_max_pool2d(in[0], in[1], in[2], fc.conv_stride, fc.conv_stride, Padding::Same,
+                       return ops::conv2d_max_pool2d(in[0], in[1], in[2], fc.conv_stride, fc.conv_stride, fc.conv_pad,
                                                      fc.p, fc.p, fc.s, fc.s, fc.pad);
                      },
                      [=](const RefInputs& in) {
                        Vec y =
-                           reference::activation(reference::conv2d(in[0], in[1], &in[2], conv), 4, Activation::ReLU);
+                           reference::activation(reference::conv2d(in[0], in[1], &in[2], conv), fc.f, Activation::ReLU);
                        return reference::pool2d(y, pool, true);
                      }});
   }

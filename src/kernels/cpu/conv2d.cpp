@@ -185,9 +185,28 @@ void for_image_chunks(const Conv2dShape& s, const F& fn) {
   });
 }
 
+// A small convolution's forward (conv2d_is_small), each chunk's output to `y_of(first image)`;
+// then(first, images, y) after each.
+template <class Y, class Then>
+void small_forward_chunks(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, const Y& y_of,
+                          const Then& then) {
+  ImageChunks chunks = image_chunks(s);
+  core::parallel_for(chunks.count, chunks.work, [&](int64_t c) {
+    core::Range r = chunks.range(c, s.n);
+    if (r.begin == r.end) return;
+    float* y = y_of(r);
+    conv2d_small_forward(images(s, r), x + r.begin * s.h * s.w * s.c, kernel, bias, y);
+    then(r.begin, r.end - r.begin, y);
+  });
+}
+
 }  // namespace
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y) {
+  if (conv2d_is_small(s))
+    return small_forward_chunks(
+        s, x, kernel, bias, [&](core::Range r) { return y + r.begin * s.oh * s.ow * s.f; },
+        [](int64_t, int64_t, const float*) {});
   for_image_chunks(s, [&](ConvPrimitives& p, int64_t first, uint64_t call) {
     dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_in_m, as_read(p, 0, x + first * s.h * s.w * s.c, s.h * s.w * s.c)},
                              {DNNL_ARG_WEIGHTS, &p.fwd_weights_m, to_primitive_layout(p.forward_weights, kernel, call)},
@@ -208,6 +227,7 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* ke
 namespace {
 // One chunk's weight and bias gradients, the weights in Keras' HWIO layout.
 void backward_weights_part(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias) {
+  if (conv2d_is_small(s)) return conv2d_small_backward_weights(s, x, dy, dkernel, dbias);
   ConvPrimitives& p = conv_primitives(s);
   if (dbias == nullptr) dbias = p.unused_bias_gradient.data();
   WeightsLayout& g = p.weight_gradient;
@@ -265,6 +285,9 @@ void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* 
 void conv2d_forward_chunks(const Conv2dShape& s, const float* x, const float* kernel, const float* bias,
                            const ConvChunkOutput& then) {
   int64_t out_image = s.oh * s.ow * s.f;
+  if (conv2d_is_small(s))
+    return small_forward_chunks(
+        s, x, kernel, bias, [&](core::Range r) { return thread_buffer(0, (r.end - r.begin) * out_image); }, then);
   for_image_chunks(s, [&](ConvPrimitives& p, int64_t first, uint64_t call) {
     float* y = thread_buffer(0, p.shape.n * out_image);
     dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_in_m, as_read(p, 0, x + first * s.h * s.w * s.c, s.h * s.w * s.c)},

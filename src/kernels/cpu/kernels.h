@@ -111,6 +111,11 @@ Conv2dShape conv2d_shape(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh,
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y);
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* kernel, float* dx);
 void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias);
+// Few input values per window (kh·kw·c ≤ 32, float32 products): Tandem's own loops, for one chunk
+// of images (conv2d_forward and conv2d_backward_weights take them for such shapes).
+bool conv2d_is_small(const Conv2dShape& s);
+void conv2d_small_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y);
+void conv2d_small_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias);
 // The same, a chunk of images at a time (the chunks conv2d_forward and conv2d_backward_weights cut,
 // so the bits are theirs), with the chunk's output or output gradient in a buffer of its thread
 // instead of the batch's: forward hands each chunk's output to then(first image, images, y);

@@ -70,10 +70,11 @@ TANDEM_VECTORIZE void fold_max(const float* x, float* y, int32_t* a, int32_t k, 
 
 // 2 × 2 windows at stride 2, each inside the input (the default MaxPooling2D's): one output row
 // of `count` positions from input rows x and x + w·c, each window in registers, stored once.
-TANDEM_VECTORIZE void max_pool_2x2_row(const float* x, int64_t w, int64_t c, int64_t count, float* y, int32_t* arg) {
+TANDEM_VECTORIZE void max_pool_2x2_row(const float* x, int64_t w, int64_t c, int64_t count, float* __restrict y,
+                                       int32_t* __restrict arg) {
   const float* below = x + w * c;
   for (int64_t o = 0; o < count; ++o) {
-    const float *r0 = x + 2 * o * c, *r1 = below + 2 * o * c;
+    const float* __restrict r0 = x + 2 * o * c, * __restrict r1 = below + 2 * o * c;
     for (int64_t ch = 0; ch < c; ++ch) {
       float m = r0[ch];
       int32_t k = 0;
@@ -94,11 +95,11 @@ TANDEM_VECTORIZE void max_pool_2x2_row(const float* x, int64_t w, int64_t c, int
 
 // Its backward where the windows tile the input: each input value written once, dy where its
 // window's maximum was, else 0.
-TANDEM_VECTORIZE void max_unpool_2x2_row(const float* dy, const int32_t* arg, int64_t w, int64_t c, int64_t count,
-                                         float* dx) {
+TANDEM_VECTORIZE void max_unpool_2x2_row(const float* __restrict dy, const int32_t* __restrict arg, int64_t w,
+                                         int64_t c, int64_t count, float* dx) {
   float* below = dx + w * c;
   for (int64_t o = 0; o < count; ++o) {
-    float *r0 = dx + 2 * o * c, *r1 = below + 2 * o * c;
+    float* __restrict r0 = dx + 2 * o * c, * __restrict r1 = below + 2 * o * c;
     for (int64_t ch = 0; ch < c; ++ch) {
       float d = dy[o * c + ch];
       int32_t k = arg[o * c + ch];
