@@ -94,14 +94,18 @@ TANDEM_VECTORIZE void max_pool_2x2_row(const float* x, int64_t w, int64_t c, int
 }
 
 // Its backward where the windows tile the input: each input value written once, dy where its
-// window's maximum was, else 0.
-TANDEM_VECTORIZE void max_unpool_2x2_row(const float* __restrict dy, const int32_t* __restrict arg, int64_t w,
-                                         int64_t c, int64_t count, float* dx) {
+// window's maximum was, else 0; with `positive` (the pooled output), dy only where that is > 0
+// (ReLU's derivative, for conv2d_max_pool2d).
+template <bool Masked>
+TANDEM_VECTORIZE void max_unpool_2x2_row(const float* __restrict dy, const int32_t* __restrict arg,
+                                         const float* __restrict positive, int64_t w, int64_t c, int64_t count,
+                                         float* dx) {
   float* below = dx + w * c;
   for (int64_t o = 0; o < count; ++o) {
     float* __restrict r0 = dx + 2 * o * c, * __restrict r1 = below + 2 * o * c;
     for (int64_t ch = 0; ch < c; ++ch) {
       float d = dy[o * c + ch];
+      if constexpr (Masked) d = positive[o * c + ch] > 0.0f ? d : 0.0f;
       int32_t k = arg[o * c + ch];
       r0[ch] = k == 0 ? d : 0.0f;
       r0[c + ch] = k == 1 ? d : 0.0f;
@@ -163,10 +167,14 @@ TANDEM_VECTORIZE void set_where(const float* dy, const int32_t* a, int32_t k, fl
 
 // Each window position's channels in one pass (output order: overlapping windows add in it).
 // Where the windows tile the input (each value in exactly one), each dx value is written once.
+bool unpools_2x2(const Pool2dShape& s) { return is_2x2_inside(s) && 2 * s.oh == s.h && 2 * s.ow == s.w; }
+
 void max_pool_image_backward(const Pool2dShape& s, const float* dy, const int32_t* arg, float* dx) {
-  if (is_2x2_inside(s) && 2 * s.oh == s.h && 2 * s.ow == s.w) {
-    for (int64_t oh = 0; oh < s.oh; ++oh)
-      max_unpool_2x2_row(dy + oh * s.ow * s.c, arg + oh * s.ow * s.c, s.w, s.c, s.ow, dx + 2 * oh * s.w * s.c);
+  if (unpools_2x2(s)) {
+    for (int64_t oh = 0; oh < s.oh; ++oh) {
+      int64_t at = oh * s.ow * s.c;
+      max_unpool_2x2_row<false>(dy + at, arg + at, nullptr, s.w, s.c, s.ow, dx + 2 * oh * s.w * s.c);
+    }
     return;
   }
   bool tiles = s.sh == s.ph && s.sw == s.pw && s.oh * s.sh - s.pad_top >= s.h && s.ow * s.sw - s.pad_left >= s.w;
@@ -316,8 +324,16 @@ void conv2d_max_pool2d_backward(const Conv2dShape& conv, const Pool2dShape& pool
     thread_local std::vector<float> masked;
     masked.resize(static_cast<size_t>(out));
     for (int64_t i = first; i < first + images; ++i) {
+      float* dz = dy + (i - first) * in;
+      if (unpools_2x2(pool)) {
+        for (int64_t oh = 0; oh < pool.oh; ++oh) {
+          int64_t at = i * out + oh * pool.ow * pool.c;
+          max_unpool_2x2_row<true>(dp + at, arg + at, p + at, pool.w, pool.c, pool.ow, dz + 2 * oh * pool.w * pool.c);
+        }
+        continue;
+      }
       where_positive(dp + i * out, p + i * out, masked.data(), out);
-      max_pool_image_backward(pool, masked.data(), arg + i * out, dy + (i - first) * in);
+      max_pool_image_backward(pool, masked.data(), arg + i * out, dz);
     }
   };
   conv2d_backward_chunks(conv, x, kernel, fill_dy, dx, dkernel, dbias);
