@@ -227,7 +227,7 @@ void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* ke
 namespace {
 // One chunk's weight and bias gradients, the weights in Keras' HWIO layout.
 void backward_weights_part(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias) {
-  if (conv2d_is_small(s)) return conv2d_small_backward_weights(s, x, dy, dkernel, dbias);
+  if (conv2d_is_small(s)) return conv2d_small_backward_weights(s, x, ConvOutputGradient{dy}, dkernel, dbias);
   ConvPrimitives& p = conv_primitives(s);
   if (dbias == nullptr) dbias = p.unused_bias_gradient.data();
   WeightsLayout& g = p.weight_gradient;
@@ -279,6 +279,14 @@ void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* 
   int64_t in_image = s.h * s.w * s.c, out_image = s.oh * s.ow * s.f;
   sum_chunk_gradients(s, dkernel, dbias, [&](int64_t, core::Range r, float* dk, float* db) {
     backward_weights_part(images(s, r), x + r.begin * in_image, dy + r.begin * out_image, dk, db);
+  });
+}
+
+void conv2d_small_weight_gradients(const Conv2dShape& s, const float* x,
+                                   const std::function<ConvOutputGradient(int64_t first)>& gradient_of, float* dkernel,
+                                   float* dbias) {
+  sum_chunk_gradients(s, dkernel, dbias, [&](int64_t, core::Range r, float* dk, float* db) {
+    conv2d_small_backward_weights(images(s, r), x + r.begin * s.h * s.w * s.c, gradient_of(r.begin), dk, db);
   });
 }
 

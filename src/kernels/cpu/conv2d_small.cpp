@@ -71,14 +71,24 @@ TANDEM_VECTORIZE void small_forward_block(const Conv2dShape& s, const int64_t* _
     }
 }
 
+typedef int32_t IntLanes __attribute__((vector_size(kLanes * sizeof(int32_t))));
+inline IntLanes load_ints(const void* p) {
+  IntLanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
 // One image, filters [f0, f0 + 16), taps [t0, t0 + kTaps) (past the last: repeats of it, not
 // written): each tap's weight gradient over the image's positions in order, added to dkernel; with
-// dbias, the bias gradient too.
+// dbias, the bias gradient too. Unpooled: the output gradient read from a 2 × 2 max pooling's (the
+// same values unpool_2x2 would write).
+template <bool Unpooled>
 TANDEM_VECTORIZE void small_weights_block(const Conv2dShape& s, const int64_t* __restrict taps, int64_t k, int64_t t0,
-                                          const float* __restrict x, const float* __restrict dy, int64_t f0,
+                                          const float* __restrict x, const ConvOutputGradient& g, int64_t f0,
                                           float* __restrict dkernel, float* __restrict dbias) {
   int64_t offset[kTaps];
   Lanes acc[kTaps], bias_acc{};
+  const Lanes zero{};
 #pragma GCC unroll 9
   for (int64_t u = 0; u < kTaps; ++u) {
     offset[u] = taps[std::min(t0 + u, k - 1)];
@@ -87,14 +97,28 @@ TANDEM_VECTORIZE void small_weights_block(const Conv2dShape& s, const int64_t* _
   for (int64_t oh = 0; oh < s.oh; ++oh)
     for (int64_t ow = 0; ow < s.ow; ++ow) {
       const float* at = x + (oh * s.sh * s.w + ow * s.sw) * s.c;
-      Lanes d = load(dy + (oh * s.ow + ow) * s.f + f0);
+      Lanes d;
+      if constexpr (Unpooled) {
+        int64_t pooled = ((oh / 2) * (s.ow / 2) + ow / 2) * s.f + f0;
+        // Masks by integer arithmetic (vector comparisons here compile to scalar code): all ones
+        // where the window's maximum is this position, and where p's bits are those of a float in
+        // (0, +inf] (so not where p is NaN, which is not > 0).
+        auto window = static_cast<int32_t>((oh % 2) * 2 + ow % 2);
+        IntLanes arg = load_ints(g.arg + pooled), p = load_ints(g.p + pooled), dp = load_ints(g.dp + pooled);
+        IntLanes here = ((arg ^ window) - 1) >> 31;
+        IntLanes positive = (-p >> 31) & ((p - 0x7f800001) >> 31);
+        IntLanes bits = dp & here & positive;
+        std::memcpy(&d, &bits, sizeof d);
+      } else {
+        d = load(g.dy + (oh * s.ow + ow) * s.f + f0);
+      }
 #pragma GCC unroll 9
       for (int64_t u = 0; u < kTaps; ++u) acc[u] += at[offset[u]] * d;
       bias_acc += d;
     }
   for (int64_t u = 0; u < std::min(kTaps, k - t0); ++u) {
-    float* g = dkernel + (t0 + u) * s.f + f0;
-    store(g, load(g) + acc[u]);
+    float* gk = dkernel + (t0 + u) * s.f + f0;
+    store(gk, load(gk) + acc[u]);
   }
   if (dbias != nullptr) store(dbias + f0, load(dbias + f0) + bias_acc);
 }
@@ -120,17 +144,26 @@ void conv2d_small_forward(const Conv2dShape& s, const float* x, const float* ker
   }
 }
 
-void conv2d_small_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel,
+void conv2d_small_backward_weights(const Conv2dShape& s, const float* x, const ConvOutputGradient& g, float* dkernel,
                                    float* dbias) {
   std::vector<int64_t> taps = tap_offsets(s);
   auto k = static_cast<int64_t>(taps.size());
   std::fill(dkernel, dkernel + k * s.f, 0.0f);
   if (dbias != nullptr) std::fill(dbias, dbias + s.f, 0.0f);
-  for (int64_t n = 0; n < s.n; ++n)
+  bool unpooled = g.dy == nullptr;
+  int64_t out_image = s.oh * s.ow * s.f, pooled_image = out_image / 4;
+  for (int64_t n = 0; n < s.n; ++n) {
+    const float* image = x + n * s.h * s.w * s.c;
+    ConvOutputGradient at = unpooled ? ConvOutputGradient{nullptr, g.dp + n * pooled_image, g.arg + n * pooled_image,
+                                                          g.p + n * pooled_image}
+                                     : ConvOutputGradient{g.dy + n * out_image};
     for (int64_t f0 = 0; f0 < s.f; f0 += kLanes)
-      for (int64_t t0 = 0; t0 < k; t0 += kTaps)
-        small_weights_block(s, taps.data(), k, t0, x + n * s.h * s.w * s.c, dy + n * s.oh * s.ow * s.f, f0, dkernel,
-                            t0 == 0 ? dbias : nullptr);
+      for (int64_t t0 = 0; t0 < k; t0 += kTaps) {
+        float* db = t0 == 0 ? dbias : nullptr;
+        if (unpooled) small_weights_block<true>(s, taps.data(), k, t0, image, at, f0, dkernel, db);
+        else small_weights_block<false>(s, taps.data(), k, t0, image, at, f0, dkernel, db);
+      }
+  }
 }
 
 }  // namespace tandem::kernels::cpu
