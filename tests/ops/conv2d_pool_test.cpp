@@ -50,12 +50,14 @@ std::vector<std::vector<float>> run(const Geometry& g, bool fused, const Tensor&
 }
 
 TEST(Conv2dMaxPool, TheSameBitsAsTheConvolutionThenThePool) {
-  // 16 input channels, so that under mixed_bfloat16 the convolution's products are bf16 too. The
-  // larger batch is cut into 4 chunks of 2 or 3 images (the fused op computes chunk by chunk). The
-  // first two geometries tile the convolution's output with 2 × 2 windows.
-  for (int64_t batch : {3, 10}) {
-    Tensor x = testing::random_tensor({batch, 12, 10, 16}, 1);
-    Tensor kernel = testing::random_tensor({3, 3, 16, 32}, 2, -0.3f, 0.3f);
+  // 16 input channels, so that under mixed_bfloat16 the convolution's products are bf16 too; 1, so
+  // that the valid convolutions run Tandem's own loops (kernels::cpu::conv2d_is_small), whose
+  // backward reads the pooled gradient directly where 2 × 2 windows tile the output. The larger
+  // batch is cut into 4 chunks of 2 or 3 images (the fused op computes chunk by chunk). The first
+  // two geometries tile the convolution's output with 2 × 2 windows.
+  for (auto [batch, channels] : {std::pair<int64_t, int64_t>{3, 16}, {10, 16}, {3, 1}, {10, 1}}) {
+    Tensor x = testing::random_tensor({batch, 12, 10, channels}, 1);
+    Tensor kernel = testing::random_tensor({3, 3, channels, 32}, 2, -0.3f, 0.3f);
     Tensor bias = testing::random_tensor({32}, 3, -0.2f, 0.2f);
     for (const char* policy : {"float32", "mixed_bfloat16"})
       for (Geometry g : {Geometry{1, Padding::Valid, 2, 2, Padding::Valid, true},
@@ -67,8 +69,9 @@ TEST(Conv2dMaxPool, TheSameBitsAsTheConvolutionThenThePool) {
         auto fused = run(g, true, x, kernel, bias), apart = run(g, false, x, kernel, bias);
         ASSERT_EQ(fused.size(), apart.size());
         for (size_t i = 0; i < fused.size(); ++i)
-          EXPECT_TRUE(same_bits(fused[i], apart[i])) << "batch " << batch << ", " << policy << ", pool " << g.pool
-                                                     << " stride " << g.pool_stride << ": output/gradient #" << i;
+          EXPECT_TRUE(same_bits(fused[i], apart[i]))
+              << "batch " << batch << ", " << channels << " channels, " << policy << ", pool " << g.pool << " stride "
+              << g.pool_stride << ": output/gradient #" << i;
       }
   }
 }
