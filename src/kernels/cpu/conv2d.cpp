@@ -6,7 +6,9 @@
 // summed in chunk order, so the bits do not depend on the thread count. Primitives are cached
 // per thread, keyed by the chunk's shape. With bf16 products (Conv2dShape::bf16) the primitives
 // take x, dy and the kernel as bf16 (the kernel rounded by its reorder, x and dy by each chunk into
-// a buffer of its thread) and give float32.
+// a buffer of its thread) and give float32. A convolution over few input values per window
+// (conv2d_is_small: a first layer over images) runs Tandem's own loops (conv2d_small.cpp) instead
+// of the forward and backward-weights primitives, in the same chunks.
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -185,34 +187,39 @@ void for_image_chunks(const Conv2dShape& s, const F& fn) {
   });
 }
 
-// A small convolution's forward (conv2d_is_small), each chunk's output to `y_of(first image)`;
-// then(first, images, y) after each.
+// Each chunk's forward into y_of(its images), then then(first image, images, y): Tandem's own
+// loops for a small convolution (conv2d_is_small), else oneDNN's primitive.
 template <class Y, class Then>
-void small_forward_chunks(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, const Y& y_of,
-                          const Then& then) {
+void forward_chunks(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, const Y& y_of,
+                    const Then& then) {
   ImageChunks chunks = image_chunks(s);
+  uint64_t call = next_call();
+  int64_t in_image = s.h * s.w * s.c;
   core::parallel_for(chunks.count, chunks.work, [&](int64_t c) {
     core::Range r = chunks.range(c, s.n);
     if (r.begin == r.end) return;
+    Conv2dShape chunk = images(s, r);
     float* y = y_of(r);
-    conv2d_small_forward(images(s, r), x + r.begin * s.h * s.w * s.c, kernel, bias, y);
-    then(r.begin, r.end - r.begin, y);
+    if (conv2d_is_small(chunk)) {
+      conv2d_small_forward(chunk, x + r.begin * in_image, kernel, bias, y);
+    } else {
+      ConvPrimitives& p = conv_primitives(chunk);
+      dnnl_execute(p.forward,
+                   {{DNNL_ARG_SRC, &p.src_in_m, as_read(p, 0, x + r.begin * in_image, in_image)},
+                    {DNNL_ARG_WEIGHTS, &p.fwd_weights_m, to_primitive_layout(p.forward_weights, kernel, call)},
+                    {DNNL_ARG_BIAS, &p.bias_m, bias != nullptr ? bias : p.zero_bias.data()},
+                    {DNNL_ARG_DST, &p.dst_m, y}});
+    }
+    then(r.begin, chunk.n, y);
   });
 }
 
 }  // namespace
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y) {
-  if (conv2d_is_small(s))
-    return small_forward_chunks(
-        s, x, kernel, bias, [&](core::Range r) { return y + r.begin * s.oh * s.ow * s.f; },
-        [](int64_t, int64_t, const float*) {});
-  for_image_chunks(s, [&](ConvPrimitives& p, int64_t first, uint64_t call) {
-    dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_in_m, as_read(p, 0, x + first * s.h * s.w * s.c, s.h * s.w * s.c)},
-                             {DNNL_ARG_WEIGHTS, &p.fwd_weights_m, to_primitive_layout(p.forward_weights, kernel, call)},
-                             {DNNL_ARG_BIAS, &p.bias_m, bias != nullptr ? bias : p.zero_bias.data()},
-                             {DNNL_ARG_DST, &p.dst_m, y + first * s.oh * s.ow * s.f}});
-  });
+  forward_chunks(
+      s, x, kernel, bias, [&](core::Range r) { return y + r.begin * s.oh * s.ow * s.f; },
+      [](int64_t, int64_t, const float*) {});
 }
 
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* kernel, float* dx) {
@@ -293,17 +300,8 @@ void conv2d_small_weight_gradients(const Conv2dShape& s, const float* x,
 void conv2d_forward_chunks(const Conv2dShape& s, const float* x, const float* kernel, const float* bias,
                            const ConvChunkOutput& then) {
   int64_t out_image = s.oh * s.ow * s.f;
-  if (conv2d_is_small(s))
-    return small_forward_chunks(
-        s, x, kernel, bias, [&](core::Range r) { return thread_buffer(0, (r.end - r.begin) * out_image); }, then);
-  for_image_chunks(s, [&](ConvPrimitives& p, int64_t first, uint64_t call) {
-    float* y = thread_buffer(0, p.shape.n * out_image);
-    dnnl_execute(p.forward, {{DNNL_ARG_SRC, &p.src_in_m, as_read(p, 0, x + first * s.h * s.w * s.c, s.h * s.w * s.c)},
-                             {DNNL_ARG_WEIGHTS, &p.fwd_weights_m, to_primitive_layout(p.forward_weights, kernel, call)},
-                             {DNNL_ARG_BIAS, &p.bias_m, bias != nullptr ? bias : p.zero_bias.data()},
-                             {DNNL_ARG_DST, &p.dst_m, y}});
-    then(first, p.shape.n, y);
-  });
+  forward_chunks(
+      s, x, kernel, bias, [&](core::Range r) { return thread_buffer(0, (r.end - r.begin) * out_image); }, then);
 }
 
 void conv2d_backward_chunks(const Conv2dShape& s, const float* x, const float* kernel, const ConvChunkGradient& fill_dy,
