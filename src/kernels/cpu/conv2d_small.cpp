@@ -36,7 +36,7 @@ inline Lanes load(const float* p) {
 inline void store(float* p, Lanes v) { std::memcpy(p, &v, sizeof v); }
 
 // One image, filters [f0, f0 + 16·Blocks): y(oh, ow) = bias + Σ over taps in kernel order of
-// x · kernel, kPositions positions of a row at once (a row's last block repeats its last position).
+// x · kernel, kPositions positions at once.
 template <int Blocks>
 TANDEM_VECTORIZE void small_forward_block(const Conv2dShape& s, const int64_t* __restrict taps, int64_t k,
                                           const float* __restrict x, const float* __restrict kernel,
@@ -44,31 +44,33 @@ TANDEM_VECTORIZE void small_forward_block(const Conv2dShape& s, const int64_t* _
   const Lanes zero{};
   Lanes start[Blocks];
   for (int b = 0; b < Blocks; ++b) start[b] = bias != nullptr ? load(bias + f0 + b * kLanes) : zero;
-  for (int64_t oh = 0; oh < s.oh; ++oh)
-    for (int64_t ow0 = 0; ow0 < s.ow; ow0 += kPositions) {
-      const float* at[kPositions];
-      Lanes acc[kPositions][Blocks];
+  // Positions in output order across rows, kPositions at a time (the last block repeats the
+  // image's last position); (oh, ow) is the block's first.
+  int64_t positions = s.oh * s.ow;
+  for (int64_t first = 0, oh = 0, ow = 0; first < positions; first += kPositions) {
+    const float* at[kPositions];
+    Lanes acc[kPositions][Blocks];
+#pragma GCC unroll 8
+    for (int64_t q = 0; q < kPositions; ++q) {
+      at[q] = x + (oh * s.sh * s.w + ow * s.sw) * s.c;
+      for (int b = 0; b < Blocks; ++b) acc[q][b] = start[b];
+      if (first + q + 1 < positions && ++ow == s.ow) ow = 0, ++oh;
+    }
+    for (int64_t t = 0; t < k; ++t) {
+      Lanes w[Blocks];
+      for (int b = 0; b < Blocks; ++b) w[b] = load(kernel + t * s.f + f0 + b * kLanes);
+      int64_t offset = taps[t];
 #pragma GCC unroll 8
       for (int64_t q = 0; q < kPositions; ++q) {
-        at[q] = x + (oh * s.sh * s.w + std::min(ow0 + q, s.ow - 1) * s.sw) * s.c;
-        for (int b = 0; b < Blocks; ++b) acc[q][b] = start[b];
+        float v = at[q][offset];
+        for (int b = 0; b < Blocks; ++b) acc[q][b] += v * w[b];
       }
-      for (int64_t t = 0; t < k; ++t) {
-        Lanes w[Blocks];
-        for (int b = 0; b < Blocks; ++b) w[b] = load(kernel + t * s.f + f0 + b * kLanes);
-        int64_t offset = taps[t];
-#pragma GCC unroll 8
-        for (int64_t q = 0; q < kPositions; ++q) {
-          float v = at[q][offset];
-          for (int b = 0; b < Blocks; ++b) acc[q][b] += v * w[b];
-        }
-      }
-      int64_t positions = std::min(kPositions, s.ow - ow0);
-      for (int64_t q = 0; q < positions; ++q)
-        for (int b = 0; b < Blocks; ++b)
-          store(y + (oh * s.ow + ow0 + q) * s.f + f0 + b * kLanes,
-                s.fused_relu ? (acc[q][b] > zero ? acc[q][b] : zero) : acc[q][b]);
     }
+    for (int64_t q = 0; q < std::min(kPositions, positions - first); ++q)
+      for (int b = 0; b < Blocks; ++b)
+        store(y + (first + q) * s.f + f0 + b * kLanes,
+              s.fused_relu ? (acc[q][b] > zero ? acc[q][b] : zero) : acc[q][b]);
+  }
 }
 
 typedef int32_t IntLanes __attribute__((vector_size(kLanes * sizeof(int32_t))));
