@@ -290,10 +290,11 @@ void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* 
 }
 
 void conv2d_small_weight_gradients(const Conv2dShape& s, const float* x,
-                                   const std::function<ConvOutputGradient(int64_t first)>& gradient_of, float* dkernel,
-                                   float* dbias) {
+                                   const std::function<ConvOutputGradient(int64_t first, int64_t images)>& gradient_of,
+                                   float* dkernel, float* dbias) {
   sum_chunk_gradients(s, dkernel, dbias, [&](int64_t, core::Range r, float* dk, float* db) {
-    conv2d_small_backward_weights(images(s, r), x + r.begin * s.h * s.w * s.c, gradient_of(r.begin), dk, db);
+    conv2d_small_backward_weights(images(s, r), x + r.begin * s.h * s.w * s.c, gradient_of(r.begin, r.end - r.begin),
+                                  dk, db);
   });
 }
 

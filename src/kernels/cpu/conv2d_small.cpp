@@ -83,7 +83,7 @@ inline IntLanes load_ints(const void* p) {
 // One image, filters [f0, f0 + 16), taps [t0, t0 + kTaps) (past the last: repeats of it, not
 // written): each tap's weight gradient over the image's positions in order, added to dkernel; with
 // dbias, the bias gradient too. Unpooled: the output gradient read from a 2 × 2 max pooling's (the
-// same values unpool_2x2 would write).
+// same values its backward would write).
 template <bool Unpooled>
 TANDEM_VECTORIZE void small_weights_block(const Conv2dShape& s, const int64_t* __restrict taps, int64_t k, int64_t t0,
                                           const float* __restrict x, const ConvOutputGradient& g, int64_t f0,
@@ -102,14 +102,10 @@ TANDEM_VECTORIZE void small_weights_block(const Conv2dShape& s, const int64_t* _
       Lanes d;
       if constexpr (Unpooled) {
         int64_t pooled = ((oh / 2) * (s.ow / 2) + ow / 2) * s.f + f0;
-        // Masks by integer arithmetic (vector comparisons here compile to scalar code): all ones
-        // where the window's maximum is this position, and where p's bits are those of a float in
-        // (0, +inf] (so not where p is NaN, which is not > 0).
+        // The mask by integer arithmetic (a vector comparison here compiles to scalar code): all
+        // ones where the window's maximum is this position.
         auto window = static_cast<int32_t>((oh % 2) * 2 + ow % 2);
-        IntLanes arg = load_ints(g.arg + pooled), p = load_ints(g.p + pooled), dp = load_ints(g.dp + pooled);
-        IntLanes here = ((arg ^ window) - 1) >> 31;
-        IntLanes positive = (-p >> 31) & ((p - 0x7f800001) >> 31);
-        IntLanes bits = dp & here & positive;
+        IntLanes arg = load_ints(g.arg + pooled), bits = load_ints(g.dp + pooled) & (((arg ^ window) - 1) >> 31);
         std::memcpy(&d, &bits, sizeof d);
       } else {
         d = load(g.dy + (oh * s.ow + ow) * s.f + f0);
@@ -156,8 +152,7 @@ void conv2d_small_backward_weights(const Conv2dShape& s, const float* x, const C
   int64_t out_image = s.oh * s.ow * s.f, pooled_image = out_image / 4;
   for (int64_t n = 0; n < s.n; ++n) {
     const float* image = x + n * s.h * s.w * s.c;
-    ConvOutputGradient at = unpooled ? ConvOutputGradient{nullptr, g.dp + n * pooled_image, g.arg + n * pooled_image,
-                                                          g.p + n * pooled_image}
+    ConvOutputGradient at = unpooled ? ConvOutputGradient{nullptr, g.dp + n * pooled_image, g.arg + n * pooled_image}
                                      : ConvOutputGradient{g.dy + n * out_image};
     for (int64_t f0 = 0; f0 < s.f; f0 += kLanes)
       for (int64_t t0 = 0; t0 < k; t0 += kTaps) {

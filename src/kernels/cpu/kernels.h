@@ -116,22 +116,22 @@ void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* 
 bool conv2d_is_small(const Conv2dShape& s);
 void conv2d_small_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y);
 // Where a convolution's backward reads its output's gradient: dy, (n, oh, ow, f); or, with dy null,
-// unpooled from the gradient dp of a 2 × 2 max pooling at stride 2 that tiles the output (as a
-// ReLU convolution then max pooling has it): dp where the window's maximum was (arg, the pooling's
-// window indices) and the pooled output p is positive, else 0.
+// unpooled from the gradient dp of a 2 × 2 max pooling at stride 2 that tiles the output: dp where
+// the window's maximum was (arg, the pooling's window indices), else 0 (a ReLU convolution then
+// max pooling: dp already 0 where the pooled output is not positive).
 struct ConvOutputGradient {
   const float* dy = nullptr;
   const float* dp = nullptr;
   const int32_t* arg = nullptr;
-  const float* p = nullptr;
 };
 void conv2d_small_backward_weights(const Conv2dShape& s, const float* x, const ConvOutputGradient& g, float* dkernel,
                                    float* dbias);
 // A small convolution's weight and bias gradients over the chunks conv2d_backward_weights cuts (and
-// summed as it sums them), each chunk's output gradient from gradient_of(its first image).
+// summed as it sums them), each chunk's output gradient from gradient_of(first image, images), on
+// the thread that computes the chunk.
 void conv2d_small_weight_gradients(const Conv2dShape& s, const float* x,
-                                   const std::function<ConvOutputGradient(int64_t first)>& gradient_of, float* dkernel,
-                                   float* dbias);
+                                   const std::function<ConvOutputGradient(int64_t first, int64_t images)>& gradient_of,
+                                   float* dkernel, float* dbias);
 // The same, a chunk of images at a time (the chunks conv2d_forward and conv2d_backward_weights cut,
 // so the bits are theirs), with the chunk's output or output gradient in a buffer of its thread
 // instead of the batch's: forward hands each chunk's output to then(first image, images, y);

@@ -336,12 +336,16 @@ void conv2d_max_pool2d_backward(const Conv2dShape& conv, const Pool2dShape& pool
       max_pool_image_backward(pool, masked.data(), arg + i * out, dz);
     }
   };
-  // A small convolution's weight gradients read the pooled gradient directly (no unpooled copy).
+  // A small convolution's weight gradients read the pooled gradient (ReLU's derivative taken
+  // there, a chunk at a time) directly: no unpooled copy.
   if (dx == nullptr && conv2d_is_small(conv) && unpools_2x2(pool))
     return conv2d_small_weight_gradients(
         conv, x,
-        [&](int64_t first) {
-          return ConvOutputGradient{nullptr, dp + first * out, arg + first * out, p + first * out};
+        [&](int64_t first, int64_t images) {
+          thread_local std::vector<float> masked;
+          masked.resize(static_cast<size_t>(images * out));
+          where_positive(dp + first * out, p + first * out, masked.data(), images * out);
+          return ConvOutputGradient{nullptr, masked.data(), arg + first * out};
         },
         dkernel, dbias);
   conv2d_backward_chunks(conv, x, kernel, fill_dy, dx, dkernel, dbias);
