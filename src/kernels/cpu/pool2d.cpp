@@ -94,18 +94,14 @@ TANDEM_VECTORIZE void max_pool_2x2_row(const float* x, int64_t w, int64_t c, int
 }
 
 // Its backward where the windows tile the input: each input value written once, dy where its
-// window's maximum was, else 0; with `positive` (the pooled output), dy only where that is > 0
-// (ReLU's derivative, for conv2d_max_pool2d).
-template <bool Masked>
-TANDEM_VECTORIZE void max_unpool_2x2_row(const float* __restrict dy, const int32_t* __restrict arg,
-                                         const float* __restrict positive, int64_t w, int64_t c, int64_t count,
-                                         float* dx) {
+// window's maximum was, else 0.
+TANDEM_VECTORIZE void max_unpool_2x2_row(const float* __restrict dy, const int32_t* __restrict arg, int64_t w,
+                                         int64_t c, int64_t count, float* dx) {
   float* below = dx + w * c;
   for (int64_t o = 0; o < count; ++o) {
     float* __restrict r0 = dx + 2 * o * c, * __restrict r1 = below + 2 * o * c;
     for (int64_t ch = 0; ch < c; ++ch) {
       float d = dy[o * c + ch];
-      if constexpr (Masked) d = positive[o * c + ch] > 0.0f ? d : 0.0f;
       int32_t k = arg[o * c + ch];
       r0[ch] = k == 0 ? d : 0.0f;
       r0[c + ch] = k == 1 ? d : 0.0f;
@@ -173,7 +169,7 @@ void max_pool_image_backward(const Pool2dShape& s, const float* dy, const int32_
   if (unpools_2x2(s)) {
     for (int64_t oh = 0; oh < s.oh; ++oh) {
       int64_t at = oh * s.ow * s.c;
-      max_unpool_2x2_row<false>(dy + at, arg + at, nullptr, s.w, s.c, s.ow, dx + 2 * oh * s.w * s.c);
+      max_unpool_2x2_row(dy + at, arg + at, s.w, s.c, s.ow, dx + 2 * oh * s.w * s.c);
     }
     return;
   }
@@ -320,34 +316,26 @@ void conv2d_max_pool2d_backward(const Conv2dShape& conv, const Pool2dShape& pool
                                 float* dbias) {
   int64_t in = pool.h * pool.w * pool.c, out = pool.oh * pool.ow * pool.c;
   const auto* arg = static_cast<const int32_t*>(workspace);
-  auto fill_dy = [&](int64_t first, int64_t images, float* dy) {
+  // ReLU's derivative on a chunk's pooled gradient, into a buffer of the chunk's thread.
+  auto masked_chunk = [&](int64_t first, int64_t images) {
     thread_local std::vector<float> masked;
-    masked.resize(static_cast<size_t>(out));
-    for (int64_t i = first; i < first + images; ++i) {
-      float* dz = dy + (i - first) * in;
-      if (unpools_2x2(pool)) {
-        for (int64_t oh = 0; oh < pool.oh; ++oh) {
-          int64_t at = i * out + oh * pool.ow * pool.c;
-          max_unpool_2x2_row<true>(dp + at, arg + at, p + at, pool.w, pool.c, pool.ow, dz + 2 * oh * pool.w * pool.c);
-        }
-        continue;
-      }
-      where_positive(dp + i * out, p + i * out, masked.data(), out);
-      max_pool_image_backward(pool, masked.data(), arg + i * out, dz);
-    }
+    masked.resize(static_cast<size_t>(images * out));
+    where_positive(dp + first * out, p + first * out, masked.data(), images * out);
+    return masked.data();
   };
-  // A small convolution's weight gradients read the pooled gradient (ReLU's derivative taken
-  // there, a chunk at a time) directly: no unpooled copy.
+  // A small convolution's weight gradients read that directly: no unpooled copy.
   if (dx == nullptr && conv2d_is_small(conv) && unpools_2x2(pool))
     return conv2d_small_weight_gradients(
         conv, x,
         [&](int64_t first, int64_t images) {
-          thread_local std::vector<float> masked;
-          masked.resize(static_cast<size_t>(images * out));
-          where_positive(dp + first * out, p + first * out, masked.data(), images * out);
-          return ConvOutputGradient{nullptr, masked.data(), arg + first * out};
+          return ConvOutputGradient{nullptr, masked_chunk(first, images), arg + first * out};
         },
         dkernel, dbias);
+  auto fill_dy = [&](int64_t first, int64_t images, float* dy) {
+    const float* masked = masked_chunk(first, images);
+    for (int64_t i = 0; i < images; ++i)
+      max_pool_image_backward(pool, masked + i * out, arg + (first + i) * out, dy + i * in);
+  };
   conv2d_backward_chunks(conv, x, kernel, fill_dy, dx, dkernel, dbias);
 }
 
