@@ -26,14 +26,24 @@ std::vector<int64_t> tap_offsets(const Conv2dShape& s) {
   return offsets;
 }
 
-// 16 floats, one AVX-512 register (two AVX2 ones, four SSE ones, as each clone compiles it).
+// 16 floats, one AVX-512 register (two AVX2 ones, four SSE ones, as each clone compiles it). The
+// helpers are inlined into each clone and the vectors stay inside this file's functions, so GCC's
+// -Wpsabi note (vectors passed between code built for different ISAs) does not apply.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
 typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
-inline Lanes load(const float* p) {
+inline __attribute__((always_inline)) Lanes load(const float* p) {
   Lanes v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store(float* p, Lanes v) { std::memcpy(p, &v, sizeof v); }
+inline __attribute__((always_inline)) void store(float* p, Lanes v) { std::memcpy(p, &v, sizeof v); }
+typedef int32_t IntLanes __attribute__((vector_size(kLanes * sizeof(int32_t))));
+inline __attribute__((always_inline)) IntLanes load_ints(const void* p) {
+  IntLanes v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
 
 // One image, filters [f0, f0 + 16·Blocks): y(oh, ow) = bias + Σ over taps in kernel order of
 // x · kernel, kPositions positions at once.
@@ -73,13 +83,6 @@ TANDEM_VECTORIZE void small_forward_block(const Conv2dShape& s, const int64_t* _
   }
 }
 
-typedef int32_t IntLanes __attribute__((vector_size(kLanes * sizeof(int32_t))));
-inline IntLanes load_ints(const void* p) {
-  IntLanes v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
 // One image, filters [f0, f0 + 16), taps [t0, t0 + kTaps) (past the last: repeats of it, not
 // written): each tap's weight gradient over the image's positions in order, added to dkernel; with
 // dbias, the bias gradient too. Unpooled: the output gradient read from a 2 × 2 max pooling's (the
@@ -90,7 +93,6 @@ TANDEM_VECTORIZE void small_weights_block(const Conv2dShape& s, const int64_t* _
                                           float* __restrict dkernel, float* __restrict dbias) {
   int64_t offset[kTaps];
   Lanes acc[kTaps], bias_acc{};
-  const Lanes zero{};
 #pragma GCC unroll 9
   for (int64_t u = 0; u < kTaps; ++u) {
     offset[u] = taps[std::min(t0 + u, k - 1)];
@@ -120,6 +122,8 @@ TANDEM_VECTORIZE void small_weights_block(const Conv2dShape& s, const int64_t* _
   }
   if (dbias != nullptr) store(dbias + f0, load(dbias + f0) + bias_acc);
 }
+
+#pragma GCC diagnostic pop
 
 }  // namespace
 
