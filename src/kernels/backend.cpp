@@ -35,6 +35,13 @@ class CpuBackend final : public Backend {
     cpu::gemm_bf16(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
   bool has_bf16_products() override { return cpu::bf16_products_native(); }
+  void round_bf16(const float* x, int64_t ld, int64_t rows, int64_t cols, uint16_t* y) override {
+    cpu::round_matrix_to_bf16(x, ld, rows, cols, y);
+  }
+  void gemm_bf16_rounded(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const uint16_t* a, const uint16_t* b,
+                         float* c, int64_t ldc) override {
+    cpu::gemm_bf16_rounded(ta, tb, m, n, k, 1.0f, a, b, 0.0f, c, ldc);
+  }
   void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act) override {
     cpu::bias_activation(y, bias, rows, cols, act);
   }

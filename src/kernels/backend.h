@@ -42,6 +42,11 @@ class Backend {
                          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                          int64_t ldc) = 0;
   virtual bool has_bf16_products() = 0;
+  // The same on operands rounded once by round_bf16 (kernels/cpu/kernels.h: round_matrix_to_bf16,
+  // gemm_bf16_rounded), for a product whose operands another product reuses.
+  virtual void round_bf16(const float* x, int64_t ld, int64_t rows, int64_t cols, uint16_t* y) = 0;
+  virtual void gemm_bf16_rounded(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const uint16_t* a,
+                                 const uint16_t* b, float* c, int64_t ldc) = 0;
   virtual void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act) = 0;
   virtual void activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows,
                                    int64_t cols, Activation act) = 0;

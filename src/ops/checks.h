@@ -27,6 +27,13 @@ bool products_in_bf16(Device device);
 void product(bool bf16, Device device, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
              const float* b, int64_t ldb, float* c, int64_t ldc);
 
+// t (rows × cols, contiguous float32) rounded to bf16 on its device, for products that share an
+// operand (Backend::gemm_bf16_rounded): a UInt8 tensor of 2·rows·cols bytes.
+Tensor rounded_bf16(const Tensor& t, int64_t rows, int64_t cols);
+inline const uint16_t* bf16_data(const Tensor& rounded) {
+  return reinterpret_cast<const uint16_t*>(rounded.buffer<uint8_t>());
+}
+
 inline void require_same_shape(const Tensor& a, const Tensor& b, const char* op) {
   if (!(a.shape() == b.shape())) fail("{}: shapes differ: {} vs {}", op, a.shape().str(), b.shape().str());
 }

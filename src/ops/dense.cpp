@@ -11,30 +11,42 @@ thread_local DeferredKernelGradients* deferred = nullptr;
 
 struct DenseNode : autograd::Node {
   Tensor x, kernel, y, z;  // z: pre-activation, kept only when the derivative needs it
+  Tensor x16, kernel16;    // with bf16 products: x and the kernel as forward rounded them, for backward's
   Activation act;
   bool bf16;  // the products in bf16, as forward's
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
     int64_t b = x.dim(0), in = kernel.dim(0), units = kernel.dim(1);
+    kernels::Backend& backend = kernels::backend(dy.device());
     Tensor dz = dy;
     if (act != Activation::Linear) {
       dz = Tensor::empty(dy.shape(), DType::Float32, dy.device());
-      kernels::backend(dy.device())
-          .activation_backward(dy.buffer<float>(), z.defined() ? z.buffer<float>() : nullptr, y.buffer<float>(),
-                               dz.buffer<float>(), b, units, act);
+      backend.activation_backward(dy.buffer<float>(), z.defined() ? z.buffer<float>() : nullptr, y.buffer<float>(),
+                                  dz.buffer<float>(), b, units, act);
     }
+    bool defers = needs(1) && deferred != nullptr && deferred->defers(kernel);
+    // dz rounded once for both products (each would round it alike).
+    Tensor dz16 = x16.defined() && (needs(0) || (needs(1) && !defers)) ? rounded_bf16(dz, b, units) : Tensor();
     if (needs(0)) {
       Tensor dx = Tensor::empty(x.shape(), DType::Float32, dy.device());
-      product(bf16, dy.device(), false, true, b, in, units, dz.buffer<float>(), units, kernel.buffer<float>(), units,
-              dx.buffer<float>(), in);
+      if (dz16.defined())
+        backend.gemm_bf16_rounded(false, true, b, in, units, bf16_data(dz16), bf16_data(kernel16), dx.buffer<float>(),
+                                  in);
+      else
+        product(bf16, dy.device(), false, true, b, in, units, dz.buffer<float>(), units, kernel.buffer<float>(), units,
+                dx.buffer<float>(), in);
       tape.accumulate(input_slots[0], dx);
     }
-    if (needs(1) && deferred != nullptr && deferred->defers(kernel)) {
+    if (defers) {
       deferred->add(kernel, x, dz, bf16);
     } else if (needs(1)) {
       Tensor dk = Tensor::empty(kernel.shape(), DType::Float32, dy.device());
-      product(bf16, dy.device(), true, false, in, units, b, x.buffer<float>(), in, dz.buffer<float>(), units,
-              dk.buffer<float>(), units);
+      if (dz16.defined())
+        backend.gemm_bf16_rounded(true, false, in, units, b, bf16_data(x16), bf16_data(dz16), dk.buffer<float>(),
+                                  units);
+      else
+        product(bf16, dy.device(), true, false, in, units, b, x.buffer<float>(), in, dz.buffer<float>(), units,
+                dk.buffer<float>(), units);
       tape.accumulate(input_slots[1], dk);
     }
     if (needs(2)) {
@@ -121,9 +133,18 @@ Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activ
   int64_t b = x.dim(0), in = kernel.dim(0), units = kernel.dim(1);
   Tensor y = Tensor::empty({b, units}, DType::Float32, x.device());
   bool bf16 = products_in_bf16(x.device());
-  product(bf16, x.device(), false, false, b, units, in, x.buffer<float>(), in, kernel.buffer<float>(), units,
-          y.buffer<float>(), units);
   GradientTape* tape = autograd::tracking_tape({&x_in, &kernel, &bias});
+  // Under a tape, x and the kernel rounded once, for forward's product and backward's.
+  Tensor x16, kernel16;
+  if (bf16 && tape && b > 0 && in > 0 && units > 0) {
+    x16 = rounded_bf16(x, b, in);
+    kernel16 = rounded_bf16(kernel, in, units);
+    kernels::backend(x.device())
+        .gemm_bf16_rounded(false, false, b, units, in, bf16_data(x16), bf16_data(kernel16), y.buffer<float>(), units);
+  } else {
+    product(bf16, x.device(), false, false, b, units, in, x.buffer<float>(), in, kernel.buffer<float>(), units,
+            y.buffer<float>(), units);
+  }
   const float* bias_data = bias.defined() ? bias.buffer<float>() : nullptr;
   Tensor z;
   if (tape && kernels::cpu::activation_backward_needs_input(act)) {
@@ -138,6 +159,8 @@ Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activ
     node->kernel = kernel;
     node->y = y;
     node->z = z;
+    node->x16 = x16;
+    node->kernel16 = kernel16;
     node->act = act;
     node->bf16 = bf16;
     autograd::record(tape, node, {&x_in, &kernel, &bias}, y);

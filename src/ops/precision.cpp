@@ -23,4 +23,11 @@ void product(bool bf16, Device device, bool ta, bool tb, int64_t m, int64_t n, i
   else kernels.gemm(ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
+Tensor rounded_bf16(const Tensor& t, int64_t rows, int64_t cols) {
+  Tensor r = Tensor::empty({2 * rows * cols}, DType::UInt8, t.device());
+  kernels::backend(t.device())
+      .round_bf16(t.buffer<float>(), cols, rows, cols, reinterpret_cast<uint16_t*>(r.buffer<uint8_t>()));
+  return r;
+}
+
 }  // namespace tandem::ops

@@ -148,6 +148,13 @@ TEST(MixedPrecision, DenseAndConvGradientsAreFloat32sWithinBf16Precision) {
     EXPECT_LT(std::sqrt(error / norm), 1e-2) << names[i];
     EXPECT_GT(error, 0.0) << names[i] << ": the same bits as float32, so not bf16 products";
   }
+  // Under a tape dense rounds x and the kernel once for forward's product and backward's: the bits
+  // of gemm_bf16 on the float32 operands, as the deferred kernel gradient (gemm_bf16 on x and dz) is.
+  std::vector<float> direct(64 * 40);
+  kernels::cpu::gemm_bf16(false, false, 64, 40, 96, 1.0f, x.data<float>(), 96, kernel.data<float>(), 40, 0.0f,
+                          direct.data(), 40);
+  kernels::cpu::bias_activation(direct.data(), bias.data<float>(), 64, 40, tandem::Activation::Tanh);
+  EXPECT_EQ(mixed[0], direct) << "dense's forward against gemm_bf16";
   EXPECT_EQ(run(ops::Precision::MixedBFloat16, true)[3], mixed[3]) << "the deferred kernel gradient";
   int saved = num_threads_setting();
   for (int threads : {1, 2, 3}) {

@@ -132,10 +132,18 @@ void gemm_bf16(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t
   packed.resize(static_cast<size_t>(m * k + k * n));
   uint16_t* a16 = packed.data();
   uint16_t* b16 = a16 + m * k;
-  int64_t a_cols = transpose_a ? m : k, b_cols = transpose_b ? k : n;
-  round_matrix(a, lda, transpose_a ? k : m, a_cols, a16);
-  round_matrix(b, ldb, transpose_b ? n : k, b_cols, b16);
+  round_matrix(a, lda, transpose_a ? k : m, transpose_a ? m : k, a16);
+  round_matrix(b, ldb, transpose_b ? n : k, transpose_b ? k : n, b16);
+  gemm_bf16_rounded(transpose_a, transpose_b, m, n, k, alpha, a16, b16, beta, c, ldc);
+}
 
+void round_matrix_to_bf16(const float* x, int64_t ld, int64_t rows, int64_t cols, uint16_t* y) {
+  round_matrix(x, ld, rows, cols, y);
+}
+
+void gemm_bf16_rounded(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const uint16_t* a16, const uint16_t* b16, float beta, float* c, int64_t ldc) {
+  int64_t a_cols = transpose_a ? m : k, b_cols = transpose_b ? k : n;
   for_gemm_chunks(m, n, k, [&](int64_t row, int64_t rows, int64_t col, int64_t cols) {
     Matmul& mm = matmul_for({rows, cols, k, transpose_a, transpose_b, a_cols, b_cols, ldc, alpha, beta});
     dnnl_execute(mm.primitive, {{DNNL_ARG_SRC, &mm.a, operand_at(a16, transpose_a, a_cols, row, 0)},

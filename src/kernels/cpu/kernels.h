@@ -64,6 +64,12 @@ bool bf16_products_native();
 // x rounded to bf16 (to nearest, ties to even; the upper 16 bits of the float32 it stands for), on
 // this thread.
 void round_to_bf16(const float* x, uint16_t* y, int64_t n);
+// x (rows × cols, rows ld apart) rounded to bf16 into y, packed (rows × cols), on the intra-op pool.
+void round_matrix_to_bf16(const float* x, int64_t ld, int64_t rows, int64_t cols, uint16_t* y);
+// gemm_bf16 on operands already rounded and packed as stored (A: m × k, or k × m transposed; B:
+// k × n, or n × k): the same bits as gemm_bf16 on the float32 operands they were rounded from.
+void gemm_bf16_rounded(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const uint16_t* a, const uint16_t* b, float beta, float* c, int64_t ldc);
 
 // y(rows,cols) = act(y + bias) in place; bias may be null. Softmax acts per row.
 void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act);
