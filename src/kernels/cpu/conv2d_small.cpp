@@ -5,8 +5,8 @@
 // (the cnn preset's 1 → 32 channels 3×3 on 64 images, one core: forward 0.37 ms, backward-weights
 // 0.51 ms, 2026-11-26).
 #include <algorithm>
+#include <array>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/kernels.h"
 
@@ -17,12 +17,16 @@ constexpr int64_t kLanes = 16;     // filters a block: one AVX-512 register of f
 constexpr int64_t kPositions = 8;  // output positions forward computes together (independent sums)
 constexpr int64_t kTaps = 9;       // kernel taps backward sums together (a 3 × 3 window's)
 
-// The offset of each kernel tap (i, j, c) from its window's first input value, in kernel order.
-std::vector<int64_t> tap_offsets(const Conv2dShape& s) {
-  std::vector<int64_t> offsets;
+constexpr int64_t kMaxTaps = 32;  // conv2d_is_small's bound on kh·kw·c
+
+// The offset of each kernel tap (i, j, c) from its window's first input value, in kernel order
+// (kh·kw·c of them; no allocation on the step's path).
+std::array<int64_t, kMaxTaps> tap_offsets(const Conv2dShape& s) {
+  std::array<int64_t, kMaxTaps> offsets{};
+  int64_t t = 0;
   for (int64_t i = 0; i < s.kh; ++i)
     for (int64_t j = 0; j < s.kw; ++j)
-      for (int64_t c = 0; c < s.c; ++c) offsets.push_back((i * s.w + j) * s.c + c);
+      for (int64_t c = 0; c < s.c; ++c) offsets[static_cast<size_t>(t++)] = (i * s.w + j) * s.c + c;
   return offsets;
 }
 
@@ -129,13 +133,13 @@ TANDEM_VECTORIZE void small_weights_block(const Conv2dShape& s, const int64_t* _
 
 // Valid padding (every window inside the input), whole 16-filter blocks, float32 products.
 bool conv2d_is_small(const Conv2dShape& s) {
-  return !s.bf16 && s.kh * s.kw * s.c <= 32 && s.f % kLanes == 0 && s.pad_top == 0 && s.pad_left == 0 &&
+  return !s.bf16 && s.kh * s.kw * s.c <= kMaxTaps && s.f % kLanes == 0 && s.pad_top == 0 && s.pad_left == 0 &&
          s.pad_bottom == 0 && s.pad_right == 0;
 }
 
 void conv2d_small_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y) {
-  std::vector<int64_t> taps = tap_offsets(s);
-  auto k = static_cast<int64_t>(taps.size());
+  std::array<int64_t, kMaxTaps> taps = tap_offsets(s);
+  int64_t k = s.kh * s.kw * s.c;
   for (int64_t n = 0; n < s.n; ++n) {
     const float* image = x + n * s.h * s.w * s.c;
     float* out = y + n * s.oh * s.ow * s.f;
@@ -148,8 +152,8 @@ void conv2d_small_forward(const Conv2dShape& s, const float* x, const float* ker
 
 void conv2d_small_backward_weights(const Conv2dShape& s, const float* x, const ConvOutputGradient& g, float* dkernel,
                                    float* dbias) {
-  std::vector<int64_t> taps = tap_offsets(s);
-  auto k = static_cast<int64_t>(taps.size());
+  std::array<int64_t, kMaxTaps> taps = tap_offsets(s);
+  int64_t k = s.kh * s.kw * s.c;
   std::fill(dkernel, dkernel + k * s.f, 0.0f);
   if (dbias != nullptr) std::fill(dbias, dbias + s.f, 0.0f);
   bool unpooled = g.dy == nullptr;
