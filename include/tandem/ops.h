@@ -144,6 +144,13 @@ Precision compute_precision();  // this thread's
 // Whether `device` multiplies bf16 in hardware (the CPU: AVX512_BF16 or AMX).
 bool has_bf16_products(Device device);
 
+// A kernel's gradient as the products dense's backward deferred (DeferredKernelGradients::take):
+// Σ_j xs[j]ᵀ·dzs[j], xs[j] (rows_j × in), dzs[j] (rows_j × units), in bf16 products where bf16.
+struct KernelProducts {
+  std::vector<Tensor> xs, dzs;
+  bool bf16 = false;
+};
+
 // While alive on this thread, dense's backward for the kernels given to defer() keeps each call's
 // input and pre-activation gradient instead of adding xᵀ·dz to the kernel's gradient; gradient()
 // then computes the sum over the calls as one product of their rows stacked in call order. A
@@ -163,6 +170,8 @@ class DeferredKernelGradients {
   void add(const Tensor& kernel, const Tensor& x, const Tensor& dz, bool bf16);  // bf16: the product's precision
   // Σ over the calls kept of xᵀ·dz (zeros without any), and the calls forgotten.
   Tensor gradient(const Tensor& kernel);
+  // The calls kept, in call order, handed over and forgotten here.
+  KernelProducts take(const Tensor& kernel);
 
  private:
   struct Kept {
@@ -174,6 +183,19 @@ class DeferredKernelGradients {
   std::vector<Kept> kept_;
   DeferredKernelGradients* previous_;
 };
+
+// Deterministic training's kernel gradients, tile by tile: the kernel's rows cut into runs of
+// kernel_tile_rows (fixed by its shape alone), each tile of each product one product of its own
+// (float32: Backend::gemm_tn_ordered, each element one FMA chain over the rows, added to the
+// running sum in registers), the products of a part summed in order. A tile's bits so depend on
+// the shapes alone, not on which thread computes it or which other tiles it computes, and the same
+// tile can be summed over parts where their gradients are never whole.
+int64_t kernel_tile_rows(int64_t in, int64_t units);
+// Rows [row, row + rows) of `p`'s sum (rows ≤ kernel_tile_rows; zeros without products): written
+// to `out` (its first element, rows × units, row stride units), or added to it where `add`.
+// `scratch`: room for 2 · rows · units floats, used where a product is added.
+void kernel_products_tile(const KernelProducts& p, int64_t row, int64_t rows, int64_t units, bool add, float* out,
+                          float* scratch);
 
 // Deterministic replicated training cuts the global batch into a fixed list of parts
 // (micro-batches) spread over the replicas. Given this replica's parts' values (per_part each,

@@ -31,13 +31,38 @@ bool owns_memory(const std::vector<Tensor>& grads, size_t i) {
 
 }  // namespace
 
-GradientReducer::GradientReducer(GradientReduction policy, std::vector<Tensor> sources)
-    : policy_(policy), sources_(std::move(sources)), sums_(sources_.size()) {
-  for (const Tensor& s : sources_) {
+GradientReducer::GradientReducer(GradientReduction policy, std::vector<Tensor> sources, std::vector<bool> as_products)
+    : policy_(policy), sources_(std::move(sources)), as_products_(std::move(as_products)), sums_(sources_.size()) {
+  if (!as_products_.empty() && as_products_.size() != sources_.size())
+    fail("GradientReducer: {} flags for products, {} sources", as_products_.size(), sources_.size());
+  size_t scratch = 0;
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    const Tensor& s = sources_[i];
     offsets_.push_back(total_);
     total_ += s.numel();
+    if (as_products_.empty() || !as_products_[i]) continue;
+    if (policy_.kind != GradientReduction::Kind::Ordered || s.rank() != 2)
+      fail("GradientReducer: source {} ({}) taken as products needs the ordered policy and a rank-2 kernel", i,
+           s.shape().str());
+    scratch = std::max(scratch, static_cast<size_t>(2 * ops::kernel_tile_rows(s.dim(0), s.dim(1)) * s.dim(1)));
   }
+  if (as_products_.empty()) as_products_.assign(sources_.size(), false);
+  scratch_.resize(scratch);
   on_ready_ = [this](size_t i) { bucket_ready(i); };
+}
+
+template <class F>
+void GradientReducer::for_each_tile(size_t i, const F& fn) const {
+  int64_t in = sources_[i].dim(0), units = sources_[i].dim(1), step = ops::kernel_tile_rows(in, units);
+  for (int64_t row = 0; row < in; row += step) fn(row, std::min(step, in - row), offsets_[i] + row * units);
+}
+
+// Part k's gradient i from its products, tile by tile, where pack would copy it.
+void GradientReducer::pack_products(int k, size_t i, const ops::KernelProducts& products) {
+  float* set = bucket_.data<float>() + k * total_;
+  for_each_tile(i, [&](int64_t row, int64_t rows, int64_t at) {
+    ops::kernel_products_tile(products, row, rows, sources_[i].dim(1), false, set + at, scratch_.data());
+  });
 }
 
 void GradientReducer::reserve_sets(int sets) {
@@ -65,6 +90,7 @@ void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int rep
     chained_ = !shared_ && comm != nullptr && comm->size() > 1 && comm->sends_to_every_rank();
     if (shared_) {
       parts_.resize(static_cast<size_t>(most));  // each part's list keeps its room from step to step
+      products_.resize(static_cast<size_t>(most));
       for (std::vector<Tensor>& part : parts_) part.clear();
       std::vector<float>().swap(gathered_);
       sets_ = 0;  // no bucket: the sums are replica 0's buffer
@@ -162,16 +188,26 @@ void GradientReducer::reduce_now(float* data, int64_t count) {
   comm_->all_reduce(data, count, DataType::Float32, ReduceOp::Sum);
 }
 
-void GradientReducer::add(int k, std::span<Tensor> grads) {
+void GradientReducer::add(int k, std::span<Tensor> grads, std::span<ops::KernelProducts> products) {
   ++added_;
   if (policy_.kind == GradientReduction::Kind::Ordered) {
+    bool any = std::find(as_products_.begin(), as_products_.end(), true) != as_products_.end();
+    if (any && products.size() != sources_.size())
+      fail("GradientReducer: part {} came with {} products for {} sources", k, products.size(), sources_.size());
     if (shared_) {
       std::vector<Tensor>& part = parts_[static_cast<size_t>(k)];
       part.clear();
-      for (const Tensor& g : grads) part.push_back(g.contiguous());
+      for (size_t i = 0; i < grads.size(); ++i) part.push_back(as_products_[i] ? Tensor() : grads[i].contiguous());
+      std::vector<ops::KernelProducts>& kept = products_[static_cast<size_t>(k)];
+      kept.resize(sources_.size());
+      for (size_t i = 0; i < sources_.size(); ++i)
+        if (as_products_[i]) kept[i] = std::move(products[i]);
       return;
     }
-    for (size_t i = 0; i < grads.size(); ++i) pack(k, i, grads[i]);
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (as_products_[i]) pack_products(k, i, products[i]);
+      else pack(k, i, grads[i]);
+    }
     return;
   }
   if (overlap_) return;                                     // packed during backward
@@ -342,8 +378,12 @@ void GradientReducer::shared_finish() {
   int q = comm_->rank(), replicas = comm_->size();
   size_t sources = sources_.size();
   published_.grads.assign(parts_.size() * sources, nullptr);
+  published_.products.assign(parts_.size() * sources, nullptr);
   for (size_t k = 0; k < parts_.size(); ++k)
-    for (size_t i = 0; i < parts_[k].size(); ++i) published_.grads[k * sources + i] = parts_[k][i].data<float>();
+    for (size_t i = 0; i < parts_[k].size(); ++i) {
+      if (as_products_[i]) published_.products[k * sources + i] = &products_[k][i];
+      else published_.grads[k * sources + i] = parts_[k][i].data<float>();
+    }
   // A new buffer each step (the allocator's pool keeps it cheap): the replicas' views of the last
   // one may outlive the step.
   if (q == 0) published_.out = Tensor::empty({total_});
@@ -355,27 +395,46 @@ void GradientReducer::shared_finish() {
   Tensor sums = table(0)->out;  // a replica's own handle, taken before the barrier
   float* out = sums.data<float>();
   int64_t lo = total_ * q / replicas, hi = total_ * (q + 1) / replicas;
+  // Replica r's parts p in part order, those with rows: fn(r, index of p among r's parts).
+  auto for_each_part = [&](const auto& fn) {
+    for (int r = 0; r < replicas; ++r) {
+      int first = split.first_part[static_cast<size_t>(r)];
+      for (int p = first; p < split.first_part[static_cast<size_t>(r) + 1]; ++p)
+        if (split.begin(p) != split.end(p)) fn(r, static_cast<size_t>(p - first));
+    }
+  };
   constexpr int64_t kChunk = 4096;  // the parts' values of a chunk are added while it stays in cache
   for (size_t i = 0; i < sources; ++i) {
+    if (as_products_[i]) {  // the tiles that start in this replica's slice, summed from the products
+      for_each_tile(i, [&](int64_t row, int64_t rows, int64_t at) {
+        if (at < lo || at >= hi) return;
+        bool started = false;
+        for_each_part([&](int r, size_t k) {
+          ops::kernel_products_tile(*table(r)->products[k * sources + i], row, rows, sources_[i].dim(1), started,
+                                    out + at, scratch_.data());
+          started = true;
+        });
+        if (!started) std::fill_n(out + at, rows * sources_[i].dim(1), 0.0f);
+      });
+      continue;
+    }
     int64_t from = std::max(lo, offsets_[i]), to = std::min(hi, offsets_[i] + sources_[i].numel());
     for (int64_t at = from; at < to; at += kChunk) {
       int64_t n = std::min(kChunk, to - at), within = at - offsets_[i];
       bool started = false;
-      for (int r = 0; r < replicas; ++r) {
-        int first = split.first_part[static_cast<size_t>(r)];
-        for (int p = first; p < split.first_part[static_cast<size_t>(r) + 1]; ++p) {
-          if (split.begin(p) == split.end(p)) continue;
-          const float* g = table(r)->grads[static_cast<size_t>(p - first) * sources + i] + within;
-          if (!started) std::memcpy(out + at, g, static_cast<size_t>(n) * sizeof(float));
-          else add_in_place(out + at, g, n);
-          started = true;
-        }
-      }
+      for_each_part([&](int r, size_t k) {
+        const float* g = table(r)->grads[k * sources + i] + within;
+        if (!started) std::memcpy(out + at, g, static_cast<size_t>(n) * sizeof(float));
+        else add_in_place(out + at, g, n);
+        started = true;
+      });
       if (!started) std::fill_n(out + at, n, 0.0f);
     }
   }
   comm_->barrier();  // every slice summed; the parts may go
   for (std::vector<Tensor>& part : parts_) part.clear();
+  for (std::vector<ops::KernelProducts>& kept : products_)
+    for (ops::KernelProducts& p : kept) p = {};
   if (q == 0) published_.out = Tensor();
   reduced_.clear();
   for (size_t i = 0; i < sources; ++i)

@@ -9,14 +9,17 @@
 
 #include "tandem/autograd.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/ops.h"
 #include "tandem/timeline.h"
 
 namespace tandem::distribute {
 
 class GradientReducer {
  public:
-  // `sources`: the replica's trainable variables' tensors, in order.
-  GradientReducer(GradientReduction policy, std::vector<Tensor> sources);
+  // `sources`: the replica's trainable variables' tensors, in order. `as_products` (ordered
+  // policy; empty: none): the sources whose gradients add() is given as dense's deferred products
+  // instead (rank-2 kernels), summed over the parts tile by tile (ops::kernel_products_tile).
+  GradientReducer(GradientReduction policy, std::vector<Tensor> sources, std::vector<bool> as_products = {});
   // A step starts: this replica (of `comm`'s group; null: the only one) computes its parts of
   // `split`; time spent waiting for reductions is recorded in `timeline` (null: nowhere).
   void begin(Communicator* comm, const BatchSplit& split, int replica, Timeline* timeline = nullptr);
@@ -25,8 +28,10 @@ class GradientReducer {
   // backward (the policy, or a step where the replicas' parts do not allow it). Not asked: the
   // gradients add() is given are packed and reduced after backward.
   const std::function<void(size_t)>* ready(std::span<Tensor> out);
-  // The gradients of the replica's k-th part (one per source; the reducer may keep the tensors).
-  void add(int k, std::span<Tensor> grads);
+  // The gradients of the replica's k-th part (one per source; the reducer may keep the tensors);
+  // for the sources taken as products, their products instead (`products`, one per source, kept
+  // until finish).
+  void add(int k, std::span<Tensor> grads, std::span<ops::KernelProducts> products = {});
   // Every part added: the gradients summed over every part of every replica (None: this
   // replica's own), one per source.
   std::span<const Tensor> finish();
@@ -37,6 +42,10 @@ class GradientReducer {
   void reduce_now(float* data, int64_t count);
   void calibrate();
   void pack(int k, size_t i, const Tensor& gradient);
+  void pack_products(int k, size_t i, const ops::KernelProducts& products);
+  // Source i's tiles (ops::kernel_tile_rows) in order: fn(first row, rows, first element).
+  template <class F>
+  void for_each_tile(size_t i, const F& fn) const;
   void bucket_ready(size_t i);
   void grouped_finish();
   void bucketed_finish();
@@ -49,8 +58,10 @@ class GradientReducer {
   void shared_finish();
   GradientReduction policy_;
   std::vector<Tensor> sources_;
-  std::vector<int64_t> offsets_;  // of each gradient in a set
-  int64_t total_ = 0;             // floats of one set
+  std::vector<bool> as_products_;  // per source (empty: none)
+  std::vector<float> scratch_;     // kernel_products_tile's
+  std::vector<int64_t> offsets_;   // of each gradient in a set
+  int64_t total_ = 0;              // floats of one set
   Communicator* comm_ = nullptr;
   const BatchSplit* split_ = nullptr;
   int replica_ = 0, sets_ = 0;
@@ -66,9 +77,11 @@ class GradientReducer {
   bool shared_ = false;          // ordered, on a group in this process (shared_finish)
   // Shared: this replica's parts' gradients (kept, not packed), and what it publishes of them.
   std::vector<std::vector<Tensor>> parts_;
+  std::vector<std::vector<ops::KernelProducts>> products_;  // per part, per source (as_products_)
   struct Published {
-    std::vector<const float*> grads;  // [k · sources + i]: part k's gradient i, null without rows
-    Tensor out;                       // replica 0's: the sums, each replica summing its slice into it
+    std::vector<const float*> grads;                   // [k · sources + i]: part k's gradient i, null without rows
+    std::vector<const ops::KernelProducts*> products;  // [k · sources + i], for the sources taken so
+    Tensor out;                                        // replica 0's: the sums, each replica summing its slice into it
   };
   Published published_;
   std::vector<int64_t> tables_;  // every replica's Published, by address

@@ -90,10 +90,24 @@ TrainStep::TrainStep(Strategy& strategy, const StepParts& parts)
   together_ = reduction_.kind == GradientReduction::Kind::Ordered &&
               std::any_of(layers.begin(), layers.end(), [](const auto& l) { return l->needs_parts_together(); });
   StopRecording detached;  // a replica's tape records on its thread, only while it steps
+  // Summed in part order, the Dense layers' kernel gradients are summed tile by tile from their
+  // products (ops::kernel_products_tile): no part's whole kernel gradient is written and read back.
+  bool products = reduction_.kind == GradientReduction::Kind::Ordered && !together_;
   for (int r = 0; r < replicas_.size(); ++r) {
     std::vector<Tensor> sources;
-    for (Variable* v : replicas_[r].trainable) sources.push_back(v->value);
-    work_.push_back(std::make_unique<ReplicaState>(reduction_, std::move(sources)));
+    std::vector<bool> as_products;
+    for (const auto& l : replicas_[r].layers)
+      for (size_t k = 0; k < l->variables().size(); ++k) {
+        const Variable& v = l->variables()[k];
+        if (!v.trainable) continue;
+        sources.push_back(v.value);
+        as_products.push_back(products && k == 0 && dynamic_cast<const layers::Dense*>(l.get()) != nullptr &&
+                              v.value.device().kind == Device::Kind::CPU);
+      }
+    if (sources.size() != replicas_[r].trainable.size())
+      fail("{}: replica {} has {} trainable variables in its layers but {} in its list", strategy.name(), r,
+           sources.size(), replicas_[r].trainable.size());
+    work_.push_back(std::make_unique<ReplicaState>(reduction_, std::move(sources), std::move(as_products)));
   }
   replica_job_ = [this](int r) { run_replica(r); };
 }
@@ -234,13 +248,23 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
   {
     Timeline::Span backward(timeline, "backward", work.thread_name.c_str());
     for (Tensor& g : work.grads) g = Tensor();  // the last step's go before backward makes new ones
-    work.tape.gradient(loss, work.sources, work.grads, work.reducer.ready(work.grads));
+    if (!work.defers()) {
+      work.tape.gradient(loss, work.sources, work.grads, work.reducer.ready(work.grads));
+    } else {
+      ops::DeferredKernelGradients deferred;
+      for (size_t i = 0; i < work.sources.size(); ++i)
+        if (work.as_products[i]) deferred.defer(work.sources[i]);
+      work.tape.gradient(loss, work.tape_sources, work.tape_grads);
+      for (size_t j = 0; j < work.tape_of.size(); ++j) work.grads[work.tape_of[j]] = std::move(work.tape_grads[j]);
+      for (size_t i = 0; i < work.sources.size(); ++i)
+        if (work.as_products[i]) work.products[i] = deferred.take(work.sources[i]);
+    }
   }
   part_losses_[static_cast<size_t>(p)] =
       whole ? static_cast<double>(loss.item()) * static_cast<double>(global) : ops::sum(per_sample).item();
   result_.predictions[static_cast<size_t>(p)] = h;
   result_.labels[static_cast<size_t>(p)] = y;
-  work.reducer.add(p - split_.first_part[static_cast<size_t>(global_replica(r))], work.grads);
+  work.reducer.add(p - split_.first_part[static_cast<size_t>(global_replica(r))], work.grads, work.products);
 }
 
 }  // namespace tandem::distribute

@@ -2,12 +2,18 @@
 // backward: dz = dy·act'(…) from y (and z for GELU); dx = dz·kernelᵀ; dkernel = xᵀ·dz; dbias = Σ_rows dz.
 #include <algorithm>
 
+#include "core/vectorize.h"
 #include "ops/checks.h"
 
 namespace tandem::ops {
 namespace {
 
 thread_local DeferredKernelGradients* deferred = nullptr;
+
+TANDEM_VECTORIZE void add_to(float* out, const float* g, int64_t n) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) out[i] += g[i];
+}
 
 struct DenseNode : autograd::Node {
   Tensor x, kernel, y, z;  // z: pre-activation, kept only when the derivative needs it
@@ -110,6 +116,51 @@ Tensor DeferredKernelGradients::gradient(const Tensor& kernel) {
   k->xs.clear();
   k->dzs.clear();
   return dk;
+}
+
+KernelProducts DeferredKernelGradients::take(const Tensor& kernel) {
+  Kept* k = find(kernel);
+  if (k == nullptr) fail("DeferredKernelGradients: kernel {} was not deferred", kernel.shape().str());
+  KernelProducts taken{std::move(k->xs), std::move(k->dzs), k->bf16};
+  k->xs.clear();
+  k->dzs.clear();
+  return taken;
+}
+
+int64_t kernel_tile_rows(int64_t in, int64_t units) {
+  // About 64 KB of gradient a tile, in whole runs of 8 rows: it stays in cache while the parts'
+  // products are added into it.
+  constexpr int64_t kTileFloats = 16384;
+  int64_t rows = std::max<int64_t>(8, kTileFloats / std::max<int64_t>(units, 1) / 8 * 8);
+  return std::min(rows, std::max<int64_t>(in, 1));
+}
+
+void kernel_products_tile(const KernelProducts& p, int64_t row, int64_t rows, int64_t units, bool add, float* out,
+                          float* scratch) {
+  int64_t n = rows * units;
+  if (p.xs.empty()) {
+    if (!add) std::fill_n(out, n, 0.0f);
+    return;
+  }
+  if (!p.bf16 && p.xs.size() == 1) {  // the usual case: the product added to out in registers
+    const Tensor& x = p.xs[0];
+    kernels::backend(x.device())
+        .gemm_tn_ordered(rows, units, x.dim(0), x.buffer<float>() + row, x.dim(1), p.dzs[0].buffer<float>(), units, add,
+                         out, units);
+    return;
+  }
+  float* part = add ? scratch : out;  // the part's sum, then added to out
+  for (size_t j = 0; j < p.xs.size(); ++j) {
+    const Tensor& x = p.xs[j];
+    int64_t in = x.dim(1);
+    float* c = j == 0 ? part : scratch + n;
+    if (x.dim(0) == 0) std::fill_n(c, n, 0.0f);
+    else
+      product(p.bf16, x.device(), true, false, rows, units, x.dim(0), x.buffer<float>() + row, in,
+              p.dzs[j].buffer<float>(), units, c, units);
+    if (j > 0) add_to(part, c, n);
+  }
+  if (add) add_to(out, part, n);
 }
 
 Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activation act) {

@@ -324,10 +324,20 @@ TEST(Deterministic, BitwiseIdenticalWhateverTheNumberOfReplicas) {
     Shape per_sample;
     bool like_default;  // differs from non-deterministic training only in summation order
   };
-  for (const Case& c : {Case{"dense", dense_model, {6}, true}, Case{"conv", conv_model, {6, 6, 1}, true},
-                        Case{"synchronized batch norm", batch_norm_model(true), {6}, true},
-                        Case{"synchronized batch norm after conv", batch_norm_model(true, true), {6, 6, 1}, true},
-                        Case{"ghost batch norm", batch_norm_model(false), {6}, false}}) {
+  // Kernel gradients summed tile by tile from their products (ops::kernel_products_tile): 300 × 70
+  // is two tiles, which two replicas sum apart, with 70 columns not a whole number of vectors.
+  auto wide = [] {
+    auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 5});
+    m->add(Dense(70, "relu", {.input_shape = Shape{300}}));
+    m->add(Dense(4, "softmax"));
+    m->compile(optimizers::Adam(0.01f), "sparse_categorical_crossentropy", {"accuracy"});
+    return m;
+  };
+  for (const Case& c :
+       {Case{"dense", dense_model, {6}, true}, Case{"wide dense", wide, {300}, true},
+        Case{"conv", conv_model, {6, 6, 1}, true}, Case{"synchronized batch norm", batch_norm_model(true), {6}, true},
+        Case{"synchronized batch norm after conv", batch_norm_model(true, true), {6, 6, 1}, true},
+        Case{"ghost batch norm", batch_norm_model(false), {6}, false}}) {
     Data d = blobs(90, c.per_sample);
     auto one = train_deterministic(c.make, d, {.num_replicas = 1, .threads_per_replica = 1});
     for (int replicas : {2, 3, 4, 8}) {

@@ -5,6 +5,8 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -31,6 +33,46 @@ TEST(Gemm, AllTransposesMatchNaive) {
         EXPECT_TRUE(testing::all_close(c, ref, 1e-4, 1e-4))
             << m << "x" << k << "x" << n << " ta=" << ta << " tb=" << tb;
       }
+}
+
+// gemm_tn_ordered: C (+)= Aᵀ·B with each element one FMA chain over k in order. Against a naive
+// double product, and bit for bit against that chain written out with std::fma, on shapes with
+// row and column tails (m not a multiple of 4, n not of 16), strided operands, and added to C.
+TEST(Gemm, OrderedTransposedProductIsOneFmaChainPerElement) {
+  for (auto [m, n, k] : {std::array<int64_t, 3>{37, 70, 32}, std::array<int64_t, 3>{8, 160, 3},
+                         std::array<int64_t, 3>{301, 10, 29}, std::array<int64_t, 3>{4, 64, 0}})
+    for (bool add : {false, true}) {
+      int64_t lda = m + 5, ldb = n + 3, ldc = n + 7;
+      std::vector<float> a(static_cast<size_t>(std::max<int64_t>(k, 1) * lda)),
+          b(static_cast<size_t>(std::max<int64_t>(k, 1) * ldb));
+      std::vector<float> c(static_cast<size_t>(m * ldc));
+      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
+      for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
+      std::vector<float> before = c;
+      kernels::cpu::gemm_tn_ordered(m, n, k, a.data(), lda, b.data(), ldb, add, c.data(), ldc);
+      int wrong = 0, far = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          float old = before[static_cast<size_t>(i * ldc + j)], got = c[static_cast<size_t>(i * ldc + j)];
+          if (j >= n) {  // outside C: untouched
+            wrong += got != old;
+            continue;
+          }
+          float chain = 0.0f;
+          double exact = add ? old : 0.0;
+          for (int64_t kk = 0; kk < k; ++kk) {
+            float x = a[static_cast<size_t>(kk * lda + i)], y = b[static_cast<size_t>(kk * ldb + j)];
+            chain = std::fma(x, y, chain);
+            exact += static_cast<double>(x) * y;
+          }
+          float want = add ? old + chain : chain;
+          wrong += std::memcmp(&got, &want, sizeof(float)) != 0;
+          far += std::abs(got - exact) > 1e-4 * (1.0 + std::abs(exact));
+        }
+      EXPECT_EQ(wrong, 0) << m << "x" << n << "x" << k << " add=" << add;
+      EXPECT_EQ(far, 0) << m << "x" << n << "x" << k << " add=" << add;
+    }
 }
 
 TEST(Conv2d, LargerShapesMatchNaive) {

@@ -71,6 +71,12 @@ void round_matrix_to_bf16(const float* x, int64_t ld, int64_t rows, int64_t cols
 void gemm_bf16_rounded(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                        const uint16_t* a, const uint16_t* b, float beta, float* c, int64_t ldc);
 
+// C(m × n) = Aᵀ·B, or C += Aᵀ·B where `add`, for A (k × m, rows lda apart) and B (k × n, ldb):
+// each element one FMA chain over k in order from zero, then stored or added to C once (AVX-512
+// where the CPU has it, else std::fma: the same bits), on the intra-op pool.
+void gemm_tn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                     bool add, float* c, int64_t ldc);
+
 // y(rows,cols) = act(y + bias) in place; bias may be null. Softmax acts per row.
 void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act);
 // dz = dy · act'(z) given z (pre-activation, may be null when act needs only y) and y = act(z).
