@@ -46,6 +46,7 @@ GradientReducer::GradientReducer(GradientReduction policy, std::vector<Tensor> s
            s.shape().str());
     scratch = std::max(scratch, static_cast<size_t>(2 * ops::kernel_tile_rows(s.dim(0), s.dim(1)) * s.dim(1)));
   }
+  any_products_ = std::find(as_products_.begin(), as_products_.end(), true) != as_products_.end();
   if (as_products_.empty()) as_products_.assign(sources_.size(), false);
   scratch_.resize(scratch);
   on_ready_ = [this](size_t i) { bucket_ready(i); };
@@ -191,8 +192,7 @@ void GradientReducer::reduce_now(float* data, int64_t count) {
 void GradientReducer::add(int k, std::span<Tensor> grads, std::span<ops::KernelProducts> products) {
   ++added_;
   if (policy_.kind == GradientReduction::Kind::Ordered) {
-    bool any = std::find(as_products_.begin(), as_products_.end(), true) != as_products_.end();
-    if (any && products.size() != sources_.size())
+    if (any_products_ && products.size() != sources_.size())
       fail("GradientReducer: part {} came with {} products for {} sources", k, products.size(), sources_.size());
     if (shared_) {
       std::vector<Tensor>& part = parts_[static_cast<size_t>(k)];

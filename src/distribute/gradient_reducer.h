@@ -58,10 +58,11 @@ class GradientReducer {
   void shared_finish();
   GradientReduction policy_;
   std::vector<Tensor> sources_;
-  std::vector<bool> as_products_;  // per source (empty: none)
-  std::vector<float> scratch_;     // kernel_products_tile's
-  std::vector<int64_t> offsets_;   // of each gradient in a set
-  int64_t total_ = 0;              // floats of one set
+  std::vector<bool> as_products_;  // per source
+  bool any_products_ = false;
+  std::vector<float> scratch_;    // kernel_products_tile's
+  std::vector<int64_t> offsets_;  // of each gradient in a set
+  int64_t total_ = 0;             // floats of one set
   Communicator* comm_ = nullptr;
   const BatchSplit* split_ = nullptr;
   int replica_ = 0, sets_ = 0;

@@ -33,26 +33,25 @@ struct DenseNode : autograd::Node {
     bool defers = needs(1) && deferred != nullptr && deferred->defers(kernel);
     // dz rounded once for both products (each would round it alike).
     Tensor dz16 = x16.defined() && (needs(0) || (needs(1) && !defers)) ? rounded_bf16(dz, b, units) : Tensor();
+    // C = op(A)·op(B), on the operands forward rounded where it did, else as they are.
+    auto multiply = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& a, const Tensor& a16,
+                        int64_t lda, const Tensor& bm, const Tensor& b16, int64_t ldb, Tensor& c) {
+      if (dz16.defined())
+        backend.gemm_bf16_rounded(ta, tb, m, n, k, bf16_data(a16), bf16_data(b16), c.buffer<float>(), n);
+      else
+        product(bf16, dy.device(), ta, tb, m, n, k, a.buffer<float>(), lda, bm.buffer<float>(), ldb, c.buffer<float>(),
+                n);
+    };
     if (needs(0)) {
       Tensor dx = Tensor::empty(x.shape(), DType::Float32, dy.device());
-      if (dz16.defined())
-        backend.gemm_bf16_rounded(false, true, b, in, units, bf16_data(dz16), bf16_data(kernel16), dx.buffer<float>(),
-                                  in);
-      else
-        product(bf16, dy.device(), false, true, b, in, units, dz.buffer<float>(), units, kernel.buffer<float>(), units,
-                dx.buffer<float>(), in);
+      multiply(false, true, b, in, units, dz, dz16, units, kernel, kernel16, units, dx);
       tape.accumulate(input_slots[0], dx);
     }
     if (defers) {
       deferred->add(kernel, x, dz, bf16);
     } else if (needs(1)) {
       Tensor dk = Tensor::empty(kernel.shape(), DType::Float32, dy.device());
-      if (dz16.defined())
-        backend.gemm_bf16_rounded(true, false, in, units, b, bf16_data(x16), bf16_data(dz16), dk.buffer<float>(),
-                                  units);
-      else
-        product(bf16, dy.device(), true, false, in, units, b, x.buffer<float>(), in, dz.buffer<float>(), units,
-                dk.buffer<float>(), units);
+      multiply(true, false, in, units, b, x, x16, in, dz, dz16, units, dk);
       tape.accumulate(input_slots[1], dk);
     }
     if (needs(2)) {
