@@ -17,52 +17,59 @@ __attribute__((target("avx512f"))) inline void store(float* at, __m512 acc, bool
   _mm512_mask_storeu_ps(at, m, add ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, at), acc) : acc);
 }
 
-// Rows [i0, i0 + 4) × columns [j0, j0 + 16·V) (the last vector `last` lanes wide) of C.
-template <int V>
+// Rows [i0, i0 + R) × columns [j0, j0 + 16·V) (the last vector `last` lanes wide) of C. Six rows
+// of four vectors keep 24 accumulators in registers: per k, 6 broadcasts and 4 loads feed 24 FMAs.
+template <int R, int V>
 __attribute__((target("avx512f,fma"))) void block_avx512(int64_t i0, int64_t j0, int64_t k, const float* a, int64_t lda,
                                                          const float* b, int64_t ldb, bool add, float* c, int64_t ldc,
                                                          __mmask16 last) {
-  __m512 c0[V], c1[V], c2[V], c3[V];
+  __m512 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) c0[v] = c1[v] = c2[v] = c3[v] = _mm512_setzero_ps();
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t kk = 0; kk < k; ++kk) {
     const float* brow = b + kk * ldb + j0;
     const float* arow = a + kk * lda + i0;
-    __m512 a0 = _mm512_set1_ps(arow[0]), a1 = _mm512_set1_ps(arow[1]), a2 = _mm512_set1_ps(arow[2]),
-           a3 = _mm512_set1_ps(arow[3]);
+    __m512 bv[V];
 #pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) {
-      __m512 bv = v + 1 < V ? _mm512_loadu_ps(brow + 16 * v) : _mm512_maskz_loadu_ps(last, brow + 16 * v);
-      c0[v] = _mm512_fmadd_ps(a0, bv, c0[v]);
-      c1[v] = _mm512_fmadd_ps(a1, bv, c1[v]);
-      c2[v] = _mm512_fmadd_ps(a2, bv, c2[v]);
-      c3[v] = _mm512_fmadd_ps(a3, bv, c3[v]);
+    for (int v = 0; v < V; ++v)
+      bv[v] = v + 1 < V ? _mm512_loadu_ps(brow + 16 * v) : _mm512_maskz_loadu_ps(last, brow + 16 * v);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      __m512 av = _mm512_set1_ps(arow[r]);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
   }
-  float* crow = c + i0 * ldc + j0;
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) {
-    __mmask16 m = v + 1 < V ? __mmask16(0xFFFF) : last;
-    store(crow + 16 * v, c0[v], add, m);
-    store(crow + ldc + 16 * v, c1[v], add, m);
-    store(crow + 2 * ldc + 16 * v, c2[v], add, m);
-    store(crow + 3 * ldc + 16 * v, c3[v], add, m);
-  }
+    for (int v = 0; v < V; ++v)
+      store(c + (i0 + r) * ldc + j0 + 16 * v, acc[r][v], add, v + 1 < V ? __mmask16(0xFFFF) : last);
 }
 
+template <int R>
 __attribute__((target("avx512f,fma"))) void rows_avx512(int64_t i0, int64_t n, int64_t k, const float* a, int64_t lda,
                                                         const float* b, int64_t ldb, bool add, float* c, int64_t ldc) {
   for (int64_t j0 = 0; j0 < n; j0 += 64) {
     int64_t width = std::min<int64_t>(64, n - j0), vectors = (width + 15) / 16, tail = width - 16 * (vectors - 1);
     auto last = static_cast<__mmask16>(tail == 16 ? 0xFFFFu : (1u << tail) - 1u);
     switch (vectors) {
-      case 4: block_avx512<4>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
-      case 3: block_avx512<3>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
-      case 2: block_avx512<2>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
-      default: block_avx512<1>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
+      case 4: block_avx512<R, 4>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
+      case 3: block_avx512<R, 3>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
+      case 2: block_avx512<R, 2>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
+      default: block_avx512<R, 1>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
     }
   }
 }
+
+using RowsKernel = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, bool, float*,
+                            int64_t);
+constexpr int64_t kRows = 6;  // rows of C a block keeps in registers
+// By the number of rows a block has (the last block of C may have fewer).
+constexpr RowsKernel kRowsAvx512[kRows + 1] = {nullptr,        rows_avx512<1>, rows_avx512<2>, rows_avx512<3>,
+                                               rows_avx512<4>, rows_avx512<5>, rows_avx512<6>};
 
 // The same sums without AVX-512: std::fma is the one rounding vfmadd makes, so the bits match.
 void rows_scalar(int64_t i0, int64_t rows, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
@@ -81,7 +88,6 @@ void gemm_tn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t ld
                      bool add, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-  constexpr int64_t kRows = 4;  // rows of C a block keeps in registers
   double work = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   int64_t blocks = (m + kRows - 1) / kRows;
   int64_t chunks = core::split_chunks(blocks, work, 1);
@@ -89,7 +95,7 @@ void gemm_tn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t ld
     auto [first, end] = core::chunk_range(blocks, chunks, chunk, 1);
     for (int64_t blk = first; blk < end; ++blk) {
       int64_t i0 = blk * kRows, rows = std::min(kRows, m - i0);
-      if (avx512 && rows == kRows) rows_avx512(i0, n, k, a, lda, b, ldb, add, c, ldc);
+      if (avx512) kRowsAvx512[rows](i0, n, k, a, lda, b, ldb, add, c, ldc);
       else rows_scalar(i0, rows, n, k, a, lda, b, ldb, add, c, ldc);  // the same bits
     }
   });
