@@ -37,10 +37,12 @@ TEST(Gemm, AllTransposesMatchNaive) {
 
 // gemm_tn_ordered: C (+)= Aᵀ·B with each element one FMA chain over k in order. Against a naive
 // double product, and bit for bit against that chain written out with std::fma, on shapes with
-// row and column tails (m not a multiple of 4, n not of 16), strided operands, and added to C.
+// row and column tails (m not a multiple of 6: tails of 1 to 5 rows; n not of 16), strided operands,
+// and added to C.
 TEST(Gemm, OrderedTransposedProductIsOneFmaChainPerElement) {
-  for (auto [m, n, k] : {std::array<int64_t, 3>{37, 70, 32}, std::array<int64_t, 3>{8, 160, 3},
-                         std::array<int64_t, 3>{301, 10, 29}, std::array<int64_t, 3>{4, 64, 0}})
+  for (auto [m, n, k] :
+       {std::array<int64_t, 3>{37, 70, 32}, std::array<int64_t, 3>{8, 160, 3}, std::array<int64_t, 3>{301, 10, 29},
+        std::array<int64_t, 3>{4, 64, 0}, std::array<int64_t, 3>{11, 48, 5}, std::array<int64_t, 3>{3, 16, 7}})
     for (bool add : {false, true}) {
       int64_t lda = m + 5, ldb = n + 3, ldc = n + 7;
       std::vector<float> a(static_cast<size_t>(std::max<int64_t>(k, 1) * lda)),
