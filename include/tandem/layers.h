@@ -68,6 +68,10 @@ class Layer {
   // Deterministic replicated training: the parts one by one, unless the layer needs them together.
   virtual void call_parts(BatchParts& parts);
   virtual bool needs_parts_together() const { return false; }
+  // Whether each output row depends on its input row alone, with the same bits whatever rows come
+  // with it (Dense's float32 products under ops::RowExactProducts): deterministic training may then
+  // run a replica's parts through it as one batch.
+  virtual bool stacks_rows() const { return false; }
   // After backward of a call_parts step (layers in reverse order).
   virtual void finish_parts() {}
 
@@ -150,6 +154,7 @@ class Dense : public Layer {
   std::string type() const override { return "Dense"; }
   std::string default_name() const override { return "dense"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool stacks_rows() const override;
   int64_t units() const { return units_; }
   Activation activation() const { return activation_; }
   const DenseOptions& options() const { return options_; }
@@ -174,6 +179,7 @@ class Dropout : public Layer {
   std::string type() const override { return "Dropout"; }
   std::string default_name() const override { return "dropout"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool stacks_rows() const override { return true; }
   float rate() const { return rate_; }
   std::shared_ptr<Layer> on_feature_slice(int64_t offset, int64_t width, int64_t features) const override;
 
@@ -270,6 +276,7 @@ class Flatten : public Layer {
   std::string type() const override { return "Flatten"; }
   std::string default_name() const override { return "flatten"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool stacks_rows() const override { return true; }
 
  private:
   Shape do_build(const Shape& input_shape, uint64_t seed) override;
@@ -316,6 +323,7 @@ class Activation : public Layer {
   std::string type() const override { return "Activation"; }
   std::string default_name() const override { return "activation"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool stacks_rows() const override { return true; }
   tandem::Activation activation() const { return activation_; }
   std::shared_ptr<Layer> on_feature_slice(int64_t offset, int64_t width, int64_t features) const override;
 

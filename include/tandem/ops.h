@@ -141,6 +141,25 @@ class PrecisionScope {
   Precision previous_;
 };
 Precision compute_precision();  // this thread's
+
+// While alive on this thread, dense's float32 products (forward's x·kernel, backward's
+// dz·kernelᵀ) give every output row bits of its own, whatever other rows are multiplied with it
+// (Backend::gemm_nn_ordered: each element one FMA chain in order), where a library's blocking
+// would depend on the row count. Deterministic training runs a replica's micro-batches as one
+// batch under it. bf16 products are not affected.
+class RowExactProducts {
+ public:
+  RowExactProducts();
+  ~RowExactProducts();
+  RowExactProducts(const RowExactProducts&) = delete;
+  RowExactProducts& operator=(const RowExactProducts&) = delete;
+
+ private:
+  bool previous_;
+};
+bool row_exact_products();  // in force on this thread
+// Whether `device` runs those products vectorised (the CPU: AVX-512), not one scalar FMA at a time.
+bool has_fast_row_exact_products(Device device);
 // Whether `device` multiplies bf16 in hardware (the CPU: AVX512_BF16 or AMX).
 bool has_bf16_products(Device device);
 
@@ -149,6 +168,11 @@ bool has_bf16_products(Device device);
 struct KernelProducts {
   std::vector<Tensor> xs, dzs;
   bool bf16 = false;
+  // Rows [begin, end) of every call's x and dz (views).
+  KernelProducts rows(int64_t begin, int64_t end) const;
+  // The bias gradient that goes with them: Σ over the calls, in call order, of dz's column sums
+  // (zeros of `units` without any call).
+  Tensor bias_gradient(int64_t units, Device device) const;
 };
 
 // While alive on this thread, dense's backward for the kernels given to defer() keeps each call's
@@ -165,8 +189,10 @@ class DeferredKernelGradients {
   DeferredKernelGradients& operator=(const DeferredKernelGradients&) = delete;
   // For dense: the deferral in force on this thread, or null.
   static DeferredKernelGradients* active();
-  void defer(const Tensor& kernel);
+  // with_bias: dense's backward leaves the bias gradient too (the caller sums the kept dz's rows).
+  void defer(const Tensor& kernel, bool with_bias = false);
   bool defers(const Tensor& kernel) const;
+  bool defers_bias(const Tensor& kernel) const;
   void add(const Tensor& kernel, const Tensor& x, const Tensor& dz, bool bf16);  // bf16: the product's precision
   // Σ over the calls kept of xᵀ·dz (zeros without any), and the calls forgotten.
   Tensor gradient(const Tensor& kernel);
@@ -178,6 +204,7 @@ class DeferredKernelGradients {
     Tensor kernel;
     std::vector<Tensor> xs, dzs;
     bool bf16;
+    bool with_bias = false;
   };
   Kept* find(const Tensor& kernel);
   std::vector<Kept> kept_;

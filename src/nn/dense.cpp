@@ -28,4 +28,6 @@ Tensor Dense::call(const Tensor& x, const CallContext&) {
   return ops::dense(x, variables_[0].value, options_.use_bias ? variables_[1].value : Tensor(), activation_);
 }
 
+bool Dense::stacks_rows() const { return precision_ == ops::Precision::Float32; }
+
 }  // namespace tandem::layers

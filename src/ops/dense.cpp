@@ -10,6 +10,15 @@ namespace {
 
 thread_local DeferredKernelGradients* deferred = nullptr;
 
+// out (cols × rows) = the transpose of m (rows × cols, rows ld apart).
+void transpose_into(const float* m, int64_t rows, int64_t cols, int64_t ld, float* out) {
+  constexpr int64_t kTile = 16;
+  for (int64_t i0 = 0; i0 < rows; i0 += kTile)
+    for (int64_t j0 = 0; j0 < cols; j0 += kTile)
+      for (int64_t i = i0; i < std::min(rows, i0 + kTile); ++i)
+        for (int64_t j = j0; j < std::min(cols, j0 + kTile); ++j) out[j * rows + i] = m[i * ld + j];
+}
+
 TANDEM_VECTORIZE void add_to(float* out, const float* g, int64_t n) {
 #pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) out[i] += g[i];
@@ -19,7 +28,8 @@ struct DenseNode : autograd::Node {
   Tensor x, kernel, y, z;  // z: pre-activation, kept only when the derivative needs it
   Tensor x16, kernel16;    // with bf16 products: x and the kernel as forward rounded them, for backward's
   Activation act;
-  bool bf16;  // the products in bf16, as forward's
+  bool bf16;       // the products in bf16, as forward's
+  bool row_exact;  // float32 products of row-exact bits (RowExactProducts), as forward's
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
     int64_t b = x.dim(0), in = kernel.dim(0), units = kernel.dim(1);
@@ -36,7 +46,11 @@ struct DenseNode : autograd::Node {
     // C = op(A)·op(B), on the operands forward rounded where it did, else as they are.
     auto multiply = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& a, const Tensor& a16,
                         int64_t lda, const Tensor& bm, const Tensor& b16, int64_t ldb, Tensor& c) {
-      if (dz16.defined())
+      if (row_exact && !ta && tb) {  // dz·kernelᵀ, each row its own bits: through kernelᵀ laid out
+        Tensor bt = Tensor::empty({k, n}, DType::Float32, dy.device());
+        transpose_into(bm.buffer<float>(), n, k, ldb, bt.buffer<float>());
+        backend.gemm_nn_ordered(m, n, k, a.buffer<float>(), lda, bt.buffer<float>(), n, c.buffer<float>(), n);
+      } else if (dz16.defined())
         backend.gemm_bf16_rounded(ta, tb, m, n, k, bf16_data(a16), bf16_data(b16), c.buffer<float>(), n);
       else
         product(bf16, dy.device(), ta, tb, m, n, k, a.buffer<float>(), lda, bm.buffer<float>(), ldb, c.buffer<float>(),
@@ -54,7 +68,7 @@ struct DenseNode : autograd::Node {
       multiply(true, false, in, units, b, x, x16, in, dz, dz16, units, dk);
       tape.accumulate(input_slots[1], dk);
     }
-    if (needs(2)) {
+    if (needs(2) && !(defers && deferred->defers_bias(kernel))) {
       Tensor db = Tensor::empty({units}, DType::Float32, dy.device());
       kernels::backend(dy.device()).column_sums(dz.buffer<float>(), b, units, db.buffer<float>());
       tape.accumulate(input_slots[2], db);
@@ -74,12 +88,18 @@ DeferredKernelGradients::Kept* DeferredKernelGradients::find(const Tensor& kerne
   return nullptr;
 }
 
-void DeferredKernelGradients::defer(const Tensor& kernel) {
-  if (find(kernel) == nullptr) kept_.push_back({kernel, {}, {}, false});
+void DeferredKernelGradients::defer(const Tensor& kernel, bool with_bias) {
+  if (Kept* k = find(kernel)) k->with_bias = k->with_bias || with_bias;
+  else kept_.push_back({kernel, {}, {}, false, with_bias});
 }
 
 bool DeferredKernelGradients::defers(const Tensor& kernel) const {
   return std::any_of(kept_.begin(), kept_.end(), [&](const Kept& k) { return k.kernel.id() == kernel.id(); });
+}
+
+bool DeferredKernelGradients::defers_bias(const Tensor& kernel) const {
+  return std::any_of(kept_.begin(), kept_.end(),
+                     [&](const Kept& k) { return k.kernel.id() == kernel.id() && k.with_bias; });
 }
 
 void DeferredKernelGradients::add(const Tensor& kernel, const Tensor& x, const Tensor& dz, bool bf16) {
@@ -124,6 +144,28 @@ KernelProducts DeferredKernelGradients::take(const Tensor& kernel) {
   k->xs.clear();
   k->dzs.clear();
   return taken;
+}
+
+KernelProducts KernelProducts::rows(int64_t begin, int64_t end) const {
+  KernelProducts part{{}, {}, bf16};
+  for (size_t j = 0; j < xs.size(); ++j) {
+    part.xs.push_back(xs[j].slice(begin, end));
+    part.dzs.push_back(dzs[j].slice(begin, end));
+  }
+  return part;
+}
+
+Tensor KernelProducts::bias_gradient(int64_t units, Device device) const {
+  if (dzs.empty()) return Tensor::zeros({units}, DType::Float32, device);
+  Tensor sum = Tensor::empty({units}, DType::Float32, device);
+  Tensor call = dzs.size() > 1 ? Tensor::empty({units}, DType::Float32, device) : Tensor();
+  for (size_t j = 0; j < dzs.size(); ++j) {
+    const Tensor& dz = dzs[j];
+    if (dz.dim(1) != units) fail("KernelProducts: dz has {} columns, the bias {}", dz.dim(1), units);
+    kernels::backend(device).column_sums(dz.buffer<float>(), dz.dim(0), units, (j == 0 ? sum : call).buffer<float>());
+    if (j > 0) add_to(sum.buffer<float>(), call.buffer<float>(), units);
+  }
+  return sum;
 }
 
 int64_t kernel_tile_rows(int64_t in, int64_t units) {
@@ -191,6 +233,9 @@ Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activ
     kernel16 = rounded_bf16(kernel, in, units);
     kernels::backend(x.device())
         .gemm_bf16_rounded(false, false, b, units, in, bf16_data(x16), bf16_data(kernel16), y.buffer<float>(), units);
+  } else if (!bf16 && row_exact_products()) {
+    kernels::backend(x.device())
+        .gemm_nn_ordered(b, units, in, x.buffer<float>(), in, kernel.buffer<float>(), units, y.buffer<float>(), units);
   } else {
     product(bf16, x.device(), false, false, b, units, in, x.buffer<float>(), in, kernel.buffer<float>(), units,
             y.buffer<float>(), units);
@@ -213,6 +258,7 @@ Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activ
     node->kernel16 = kernel16;
     node->act = act;
     node->bf16 = bf16;
+    node->row_exact = !bf16 && row_exact_products();
     autograd::record(tape, node, {&x_in, &kernel, &bias}, y);
   }
   return y;

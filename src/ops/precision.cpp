@@ -4,7 +4,13 @@
 namespace tandem::ops {
 namespace {
 thread_local Precision current = Precision::Float32;
+thread_local bool row_exact = false;
 }  // namespace
+
+RowExactProducts::RowExactProducts() : previous_(row_exact) { row_exact = true; }
+RowExactProducts::~RowExactProducts() { row_exact = previous_; }
+bool row_exact_products() { return row_exact; }
+bool has_fast_row_exact_products(Device device) { return kernels::backend(device).ordered_products_vectorised(); }
 
 PrecisionScope::PrecisionScope(Precision precision) : previous_(current) { current = precision; }
 PrecisionScope::~PrecisionScope() { current = previous_; }

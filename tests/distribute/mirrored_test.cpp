@@ -6,6 +6,7 @@
 #include "tandem/distribute/strategy.h"
 #include "tandem/model.h"
 #include "tandem/runtime.h"
+#include "tandem/timeline.h"
 #include "test_util.h"
 
 namespace tandem {
@@ -333,11 +334,26 @@ TEST(Deterministic, BitwiseIdenticalWhateverTheNumberOfReplicas) {
     m->compile(optimizers::Adam(0.01f), "sparse_categorical_crossentropy", {"accuracy"});
     return m;
   };
-  for (const Case& c :
-       {Case{"dense", dense_model, {6}, true}, Case{"wide dense", wide, {300}, true},
-        Case{"conv", conv_model, {6, 6, 1}, true}, Case{"synchronized batch norm", batch_norm_model(true), {6}, true},
-        Case{"synchronized batch norm after conv", batch_norm_model(true, true), {6, 6, 1}, true},
-        Case{"ghost batch norm", batch_norm_model(false), {6}, false}}) {
+  // Every layer that stacks the parts (Flatten, Activation, Dense without a bias), and activations
+  // whose derivatives round.
+  auto rowwise = [] {
+    auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 7});
+    m->add(Flatten({.input_shape = Shape{2, 3}}));
+    m->add(Dense(12, "tanh"));
+    m->add(Dense(12, "elu", {.use_bias = false}));
+    m->add(Dropout(0.2f));
+    m->add(Dense(8, "selu"));
+    m->add(Dense(6, "sigmoid"));
+    m->add(Dense(4));
+    m->add(layers::Activation("softmax"));
+    m->compile(optimizers::SGD(0.1f, {.momentum = 0.9f}), "sparse_categorical_crossentropy", {"accuracy"});
+    return m;
+  };
+  for (const Case& c : {Case{"dense", dense_model, {6}, true}, Case{"wide dense", wide, {300}, true},
+                        Case{"row-wise layers", rowwise, {2, 3}, true}, Case{"conv", conv_model, {6, 6, 1}, true},
+                        Case{"synchronized batch norm", batch_norm_model(true), {6}, true},
+                        Case{"synchronized batch norm after conv", batch_norm_model(true, true), {6, 6, 1}, true},
+                        Case{"ghost batch norm", batch_norm_model(false), {6}, false}}) {
     Data d = blobs(90, c.per_sample);
     auto one = train_deterministic(c.make, d, {.num_replicas = 1, .threads_per_replica = 1});
     for (int replicas : {2, 3, 4, 8}) {
@@ -359,6 +375,30 @@ TEST(Deterministic, BitwiseIdenticalWhateverTheNumberOfReplicas) {
       else if (vars[i]->name.find("moving") != std::string::npos)
         EXPECT_FALSE(close) << c.name << ": " << vars[i]->name;
     }
+  }
+}
+
+// A model of layers that compute each row alone runs each replica's micro-batches as one batch
+// (one forward a step per replica, not one per micro-batch), where the row-exact products are
+// vectorised; a model with a convolution runs them one by one.
+TEST(Deterministic, RowWiseModelsRunAReplicasPartsAsOneBatch) {
+  if (!ops::has_fast_row_exact_products(Device::cpu()))
+    GTEST_SKIP() << "this CPU has no AVX-512: deterministic steps run their micro-batches one by one";
+  using Make = std::function<std::unique_ptr<Sequential>()>;
+  for (auto [name, make, per_sample, forwards] :
+       {std::tuple<std::string, Make, Shape, int64_t>{"dense", dense_model, {6}, 2 * 2},
+        {"conv", conv_model, {6, 6, 1}, 2 * 8}}) {
+    distribute::MirroredStrategy strategy({.num_replicas = 2, .threads_per_replica = 1, .deterministic = true});
+    Timeline timeline;
+    strategy.set_timeline(&timeline);
+    std::unique_ptr<Sequential> model;
+    {
+      auto scope = strategy.scope();
+      model = make();
+    }
+    Data d = blobs(48, per_sample);
+    model->fit(d.x, d.y, {.epochs = 1, .batch_size = 24, .verbose = 0});  // 2 steps
+    EXPECT_EQ(timeline.totals()["forward"].count, forwards) << name;
   }
 }
 

@@ -77,6 +77,76 @@ TEST(Gemm, OrderedTransposedProductIsOneFmaChainPerElement) {
     }
 }
 
+// gemm_nn_ordered: C = A·B with each element one FMA chain over k in order. Bit for bit against
+// that chain written out with std::fma and close to a double product, on shapes with row tails (of
+// blocks of 5 and 6 rows), column tails (not whole vectors; 5-, 4- and 3-vector blocks), k across
+// its cache blocks of 64, k = 0, and strided operands. C outside its n columns stays untouched.
+TEST(Gemm, OrderedProductIsOneFmaChainPerElement) {
+  for (auto [m, n, k] :
+       {std::array<int64_t, 3>{37, 70, 32}, std::array<int64_t, 3>{8, 160, 130}, std::array<int64_t, 3>{301, 10, 29},
+        std::array<int64_t, 3>{4, 64, 0}, std::array<int64_t, 3>{11, 80, 5}, std::array<int64_t, 3>{3, 16, 7},
+        std::array<int64_t, 3>{62, 200, 65}, std::array<int64_t, 3>{31, 96, 1}}) {
+    int64_t lda = k + 3, ldb = n + 5, ldc = n + 7;
+    std::vector<float> a(static_cast<size_t>(m * lda)), b(static_cast<size_t>(std::max<int64_t>(k, 1) * ldb));
+    std::vector<float> c(static_cast<size_t>(m * ldc));
+    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
+    for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
+    std::vector<float> before = c;
+    kernels::cpu::gemm_nn_ordered(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc);
+    int wrong = 0, far = 0;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < ldc; ++j) {
+        float got = c[static_cast<size_t>(i * ldc + j)];
+        if (j >= n) {
+          wrong += got != before[static_cast<size_t>(i * ldc + j)];
+          continue;
+        }
+        float chain = 0.0f;
+        double exact = 0.0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          float x = a[static_cast<size_t>(i * lda + kk)], y = b[static_cast<size_t>(kk * ldb + j)];
+          chain = std::fma(x, y, chain);
+          exact += static_cast<double>(x) * y;
+        }
+        wrong += std::memcmp(&got, &chain, sizeof(float)) != 0;
+        far += std::abs(got - exact) > 1e-4 * (1.0 + std::abs(exact));
+      }
+    EXPECT_EQ(wrong, 0) << m << "x" << n << "x" << k;
+    EXPECT_EQ(far, 0) << m << "x" << n << "x" << k;
+  }
+}
+
+// Deterministic training runs a replica's micro-batches as one batch, so an activation and its
+// derivative must give each element the same bits wherever it falls in the array: in a vector
+// lane or in the scalar tail (no multiply-add fused in one and not in the other).
+TEST(Activations, EachElementHasTheSameBitsWhereverItFalls) {
+  const int64_t rows = 40, cols = 70, n = rows * cols;
+  std::vector<float> dy(n), y0(n), bias(cols);
+  for (int64_t i = 0; i < n; ++i) {
+    dy[static_cast<size_t>(i)] = static_cast<float>(std::sin(0.3 * static_cast<double>(i)));
+    y0[static_cast<size_t>(i)] = static_cast<float>(0.9 * std::cos(0.7 * static_cast<double>(i)));
+  }
+  for (int64_t j = 0; j < cols; ++j) bias[static_cast<size_t>(j)] = 0.01f * static_cast<float>(j % 9);
+  for (Activation act : {Activation::Linear, Activation::ReLU, Activation::ELU, Activation::SELU, Activation::Sigmoid,
+                         Activation::Tanh, Activation::GELU, Activation::Softmax}) {
+    std::vector<float> y = y0, dz(n);
+    kernels::cpu::bias_activation(y.data(), bias.data(), rows, cols, act);
+    kernels::cpu::activation_backward(dy.data(), y0.data(), y.data(), dz.data(), rows, cols, act);
+    int wrong = 0;
+    for (auto [from, to] : {std::pair<int64_t, int64_t>{1, 2}, {3, 40}, {7, 12}, {0, 33}, {5, 8}, {9, 13}}) {
+      int64_t m = (to - from) * cols, at = from * cols;
+      std::vector<float> part(y0.begin() + at, y0.begin() + at + m), dpart(static_cast<size_t>(m));
+      kernels::cpu::bias_activation(part.data(), bias.data(), to - from, cols, act);
+      kernels::cpu::activation_backward(dy.data() + at, y0.data() + at, part.data(), dpart.data(), to - from, cols,
+                                        act);
+      wrong += std::memcmp(part.data(), y.data() + at, static_cast<size_t>(m) * sizeof(float)) != 0;
+      wrong += std::memcmp(dpart.data(), dz.data() + at, static_cast<size_t>(m) * sizeof(float)) != 0;
+    }
+    EXPECT_EQ(wrong, 0) << "activation " << static_cast<int>(act);
+  }
+}
+
 TEST(Conv2d, LargerShapesMatchNaive) {
   Tensor x = testing::random_tensor({4, 28, 28, 3}, 3);
   Tensor k = testing::random_tensor({3, 3, 3, 32}, 4);

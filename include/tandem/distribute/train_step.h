@@ -78,6 +78,10 @@ class TrainStep : public StepRunner {
   // The replica's parts layer by layer on one tape, for layers that need them together (their
   // statistics over the global batch); each part's gradients stay apart through aliases.
   void compute_parts_together(ReplicaState& work, int r);
+  // The replica's parts as one batch, for models whose layers compute each row alone (under
+  // ops::RowExactProducts, a row's bits are the same as in its part alone); the Dense kernels' and
+  // biases' gradients, which sum over rows, still taken part by part.
+  void compute_parts_stacked(ReplicaState& work, int r);
   // Every part's values for a layer that needs the whole global batch, in part order.
   std::vector<double> gather_part_values(int r, std::span<const double> values, size_t per_part,
                                          const std::vector<int>& live);
@@ -90,6 +94,7 @@ class TrainStep : public StepRunner {
   Communicator* workers_;  // null: this process alone
   GradientReduction reduction_;
   bool together_ = false;
+  bool stacked_ = false;
   BatchSplit split_;
   const GlobalBatch* batch_ = nullptr;  // of the step running
   uint64_t key_ = 0;

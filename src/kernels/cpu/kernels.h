@@ -76,6 +76,13 @@ void gemm_bf16_rounded(bool transpose_a, bool transpose_b, int64_t m, int64_t n,
 // where the CPU has it, else std::fma: the same bits), on the intra-op pool.
 void gemm_tn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                      bool add, float* c, int64_t ldc);
+// C(m × n) = A·B for A (m × k, rows lda apart) and B (k × n, ldb): each element one FMA chain over
+// k in order from zero, so that a row of C has the same bits whatever other rows are multiplied
+// with it (AVX-512 where the CPU has it, else std::fma: the same bits), on the intra-op pool.
+void gemm_nn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                     float* c, int64_t ldc);
+// Whether the two run vectorised here (AVX-512), rather than one scalar FMA at a time.
+bool ordered_products_vectorised();
 
 // y(rows,cols) = act(y + bias) in place; bias may be null. Softmax acts per row.
 void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act);
