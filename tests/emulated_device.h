@@ -70,9 +70,9 @@ class CountingBackend : public kernels::Backend {
                        bool add, float* c, int64_t ldc) override {
     cpu().gemm_tn_ordered(m, n, k, a, lda, b, ldb, add, c, ldc);
   }
-  void gemm_nn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                       float* c, int64_t ldc) override {
-    cpu().gemm_nn_ordered(m, n, k, a, lda, b, ldb, c, ldc);
+  void gemm_ordered(bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                    float* c, int64_t ldc) override {
+    cpu().gemm_ordered(tb, m, n, k, a, lda, b, ldb, c, ldc);
   }
   bool ordered_products_vectorised() override { return cpu().ordered_products_vectorised(); }
   void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act) override {

@@ -144,7 +144,7 @@ Precision compute_precision();  // this thread's
 
 // While alive on this thread, dense's float32 products (forward's x·kernel, backward's
 // dz·kernelᵀ) give every output row bits of its own, whatever other rows are multiplied with it
-// (Backend::gemm_nn_ordered: each element one FMA chain in order), where a library's blocking
+// (Backend::gemm_ordered: each element one FMA chain in order), where a library's blocking
 // would depend on the row count. Deterministic training runs a replica's micro-batches as one
 // batch under it. bf16 products are not affected.
 class RowExactProducts {

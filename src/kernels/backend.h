@@ -50,9 +50,9 @@ class Backend {
   // C (+)= Aᵀ·B, each element's sum in k order whatever the shapes (cpu/kernels.h: gemm_tn_ordered).
   virtual void gemm_tn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                                int64_t ldb, bool add, float* c, int64_t ldc) = 0;
-  // C = A·B, each element's sum in k order whatever the shapes (cpu/kernels.h: gemm_nn_ordered).
-  virtual void gemm_nn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                               int64_t ldb, float* c, int64_t ldc) = 0;
+  // C = A·op(B), each element's sum in k order whatever the shapes (cpu/kernels.h: gemm_ordered).
+  virtual void gemm_ordered(bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                            const float* b, int64_t ldb, float* c, int64_t ldc) = 0;
   virtual bool ordered_products_vectorised() = 0;
   virtual void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Activation act) = 0;
   virtual void activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows,

@@ -10,15 +10,6 @@ namespace {
 
 thread_local DeferredKernelGradients* deferred = nullptr;
 
-// out (cols × rows) = the transpose of m (rows × cols, rows ld apart).
-void transpose_into(const float* m, int64_t rows, int64_t cols, int64_t ld, float* out) {
-  constexpr int64_t kTile = 16;
-  for (int64_t i0 = 0; i0 < rows; i0 += kTile)
-    for (int64_t j0 = 0; j0 < cols; j0 += kTile)
-      for (int64_t i = i0; i < std::min(rows, i0 + kTile); ++i)
-        for (int64_t j = j0; j < std::min(cols, j0 + kTile); ++j) out[j * rows + i] = m[i * ld + j];
-}
-
 TANDEM_VECTORIZE void add_to(float* out, const float* g, int64_t n) {
 #pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) out[i] += g[i];
@@ -46,11 +37,9 @@ struct DenseNode : autograd::Node {
     // C = op(A)·op(B), on the operands forward rounded where it did, else as they are.
     auto multiply = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& a, const Tensor& a16,
                         int64_t lda, const Tensor& bm, const Tensor& b16, int64_t ldb, Tensor& c) {
-      if (row_exact && !ta && tb) {  // dz·kernelᵀ, each row its own bits: through kernelᵀ laid out
-        Tensor bt = Tensor::empty({k, n}, DType::Float32, dy.device());
-        transpose_into(bm.buffer<float>(), n, k, ldb, bt.buffer<float>());
-        backend.gemm_nn_ordered(m, n, k, a.buffer<float>(), lda, bt.buffer<float>(), n, c.buffer<float>(), n);
-      } else if (dz16.defined())
+      if (row_exact && !ta)  // each row its own bits
+        backend.gemm_ordered(tb, m, n, k, a.buffer<float>(), lda, bm.buffer<float>(), ldb, c.buffer<float>(), n);
+      else if (dz16.defined())
         backend.gemm_bf16_rounded(ta, tb, m, n, k, bf16_data(a16), bf16_data(b16), c.buffer<float>(), n);
       else
         product(bf16, dy.device(), ta, tb, m, n, k, a.buffer<float>(), lda, bm.buffer<float>(), ldb, c.buffer<float>(),
@@ -235,7 +224,8 @@ Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activ
         .gemm_bf16_rounded(false, false, b, units, in, bf16_data(x16), bf16_data(kernel16), y.buffer<float>(), units);
   } else if (!bf16 && row_exact_products()) {
     kernels::backend(x.device())
-        .gemm_nn_ordered(b, units, in, x.buffer<float>(), in, kernel.buffer<float>(), units, y.buffer<float>(), units);
+        .gemm_ordered(false, b, units, in, x.buffer<float>(), in, kernel.buffer<float>(), units, y.buffer<float>(),
+                      units);
   } else {
     product(bf16, x.device(), false, false, b, units, in, x.buffer<float>(), in, kernel.buffer<float>(), units,
             y.buffer<float>(), units);

@@ -77,43 +77,61 @@ TEST(Gemm, OrderedTransposedProductIsOneFmaChainPerElement) {
     }
 }
 
-// gemm_nn_ordered: C = A·B with each element one FMA chain over k in order. Bit for bit against
+// gemm_ordered: C = A·op(B) with each element one FMA chain over k in order. Bit for bit against
 // that chain written out with std::fma and close to a double product, on shapes with row tails (of
 // blocks of 5 and 6 rows), column tails (not whole vectors; 5-, 4- and 3-vector blocks), k across
-// its cache blocks of 64, k = 0, and strided operands. C outside its n columns stays untouched.
+// its cache blocks of 64, k = 0, strided operands, and B as stored or transposed (laid out through
+// 16 × 16 blocks and edges). C outside its n columns stays untouched.
 TEST(Gemm, OrderedProductIsOneFmaChainPerElement) {
   for (auto [m, n, k] :
        {std::array<int64_t, 3>{37, 70, 32}, std::array<int64_t, 3>{8, 160, 130}, std::array<int64_t, 3>{301, 10, 29},
         std::array<int64_t, 3>{4, 64, 0}, std::array<int64_t, 3>{11, 80, 5}, std::array<int64_t, 3>{3, 16, 7},
-        std::array<int64_t, 3>{62, 200, 65}, std::array<int64_t, 3>{31, 96, 1}}) {
-    int64_t lda = k + 3, ldb = n + 5, ldc = n + 7;
-    std::vector<float> a(static_cast<size_t>(m * lda)), b(static_cast<size_t>(std::max<int64_t>(k, 1) * ldb));
-    std::vector<float> c(static_cast<size_t>(m * ldc));
-    for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
-    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
-    for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
-    std::vector<float> before = c;
-    kernels::cpu::gemm_nn_ordered(m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc);
-    int wrong = 0, far = 0;
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < ldc; ++j) {
-        float got = c[static_cast<size_t>(i * ldc + j)];
-        if (j >= n) {
-          wrong += got != before[static_cast<size_t>(i * ldc + j)];
-          continue;
+        std::array<int64_t, 3>{62, 200, 65}, std::array<int64_t, 3>{31, 96, 1}, std::array<int64_t, 3>{20, 33, 48}})
+    for (bool tb : {false, true}) {
+      int64_t lda = k + 3, ldb = (tb ? k : n) + 5, ldc = n + 7;
+      std::vector<float> a(static_cast<size_t>(m * lda)),
+          b(static_cast<size_t>(std::max<int64_t>(tb ? n : k, 1) * ldb));
+      std::vector<float> c(static_cast<size_t>(m * ldc));
+      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
+      for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
+      std::vector<float> before = c;
+      kernels::cpu::gemm_ordered(tb, m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc);
+      int wrong = 0, far = 0;
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          float got = c[static_cast<size_t>(i * ldc + j)];
+          if (j >= n) {
+            wrong += got != before[static_cast<size_t>(i * ldc + j)];
+            continue;
+          }
+          float chain = 0.0f;
+          double exact = 0.0;
+          for (int64_t kk = 0; kk < k; ++kk) {
+            float x = a[static_cast<size_t>(i * lda + kk)];
+            float y = b[static_cast<size_t>(tb ? j * ldb + kk : kk * ldb + j)];
+            chain = std::fma(x, y, chain);
+            exact += static_cast<double>(x) * y;
+          }
+          wrong += std::memcmp(&got, &chain, sizeof(float)) != 0;
+          far += std::abs(got - exact) > 1e-4 * (1.0 + std::abs(exact));
         }
-        float chain = 0.0f;
-        double exact = 0.0;
-        for (int64_t kk = 0; kk < k; ++kk) {
-          float x = a[static_cast<size_t>(i * lda + kk)], y = b[static_cast<size_t>(kk * ldb + j)];
-          chain = std::fma(x, y, chain);
-          exact += static_cast<double>(x) * y;
-        }
-        wrong += std::memcmp(&got, &chain, sizeof(float)) != 0;
-        far += std::abs(got - exact) > 1e-4 * (1.0 + std::abs(exact));
-      }
-    EXPECT_EQ(wrong, 0) << m << "x" << n << "x" << k;
-    EXPECT_EQ(far, 0) << m << "x" << n << "x" << k;
+      EXPECT_EQ(wrong, 0) << m << "x" << n << "x" << k << " tb=" << tb;
+      EXPECT_EQ(far, 0) << m << "x" << n << "x" << k << " tb=" << tb;
+    }
+}
+
+TEST(Transpose, MatchesTheDefinitionOnBlocksAndEdges) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 16}, {48, 32}, {37, 70}, {5, 3}, {16, 1}, {1, 40}}) {
+    int64_t ld = cols + 2;
+    std::vector<float> m(static_cast<size_t>(rows * ld)), out(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(i);
+    kernels::cpu::transpose(m.data(), rows, cols, ld, out.data());
+    int wrong = 0;
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        wrong += out[static_cast<size_t>(j * rows + i)] != m[static_cast<size_t>(i * ld + j)];
+    EXPECT_EQ(wrong, 0) << rows << " x " << cols;
   }
 }
 

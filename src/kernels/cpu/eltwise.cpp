@@ -65,7 +65,7 @@ TANDEM_VECTORIZE void backward_from_output(const float* dy, const float* y, floa
       for (int64_t i = 0; i < n; ++i) dz[i] = dy[i] * y[i] * (1.0f - y[i]);
       break;
     case Activation::Tanh:
-      for (int64_t i = 0; i < n; ++i) dz[i] = dy[i] * (1.0f - y[i] * y[i]);
+      for (int64_t i = 0; i < n; ++i) dz[i] = dy[i] * std::fma(-y[i], y[i], 1.0f);
       break;
     case Activation::Linear:
       for (int64_t i = 0; i < n; ++i) dz[i] = dy[i];

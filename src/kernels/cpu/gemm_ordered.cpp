@@ -1,4 +1,4 @@
-// gemm_tn_ordered: C (+)= Aᵀ·B, and gemm_nn_ordered: C = A·B, with each element one FMA chain
+// gemm_tn_ordered: C (+)= Aᵀ·B, and gemm_ordered: C = A·op(B), with each element one FMA chain
 // over k in order, so that its bits depend on nothing but its own k values: not on m, n, the block
 // it falls in, or the host's vector width. Deterministic training sums kernel gradients with the
 // first (xᵀ·dz over a micro-batch of a few dozen rows, added straight into the running sum while
@@ -192,9 +192,62 @@ bool ordered_products_vectorised() {
   return avx512;
 }
 
-void gemm_nn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                     float* c, int64_t ldc) {
+// out (cols × rows, rows apart) = mᵀ for m (rows × cols, ld apart): 16 × 16 blocks transposed in
+// registers (two rounds of unpacks, then 128-bit lanes), the edges one element at a time.
+static __attribute__((target("avx512f"))) void transpose_avx512(const float* m, int64_t rows, int64_t cols, int64_t ld,
+                                                                float* out) {
+  int64_t r0 = 0;
+  for (; r0 + 16 <= rows; r0 += 16) {
+    int64_t c0 = 0;
+    for (; c0 + 16 <= cols; c0 += 16) {
+      __m512 r[16], t[16], u[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(m + (r0 + i) * ld + c0);
+      for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      }
+      // u[4i + q], 128-bit lane L: rows 4i to 4i + 3 of column 4L + q.
+      for (int i = 0; i < 4; ++i) {
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        u[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+      }
+      for (int q = 0; q < 4; ++q) {
+        __m512 x0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x44), x1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xEE);
+        __m512 y0 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0x44),
+               y1 = _mm512_shuffle_f32x4(u[8 + q], u[12 + q], 0xEE);
+        _mm512_storeu_ps(out + (c0 + q) * rows + r0, _mm512_shuffle_f32x4(x0, y0, 0x88));
+        _mm512_storeu_ps(out + (c0 + 4 + q) * rows + r0, _mm512_shuffle_f32x4(x0, y0, 0xDD));
+        _mm512_storeu_ps(out + (c0 + 8 + q) * rows + r0, _mm512_shuffle_f32x4(x1, y1, 0x88));
+        _mm512_storeu_ps(out + (c0 + 12 + q) * rows + r0, _mm512_shuffle_f32x4(x1, y1, 0xDD));
+      }
+    }
+    for (int64_t i = r0; i < r0 + 16; ++i)
+      for (int64_t j = c0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
+  }
+  for (int64_t i = r0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
+}
+
+void transpose(const float* m, int64_t rows, int64_t cols, int64_t ld, float* out) {
+  if (ordered_products_vectorised()) return transpose_avx512(m, rows, cols, ld, out);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
+}
+
+void gemm_ordered(bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
+  if (transpose_b && k > 0) {  // B (n × k) laid out as k × n once, in this thread's buffer
+    thread_local std::vector<float> laid_out;
+    laid_out.resize(static_cast<size_t>(n * k));
+    transpose(b, n, k, ldb, laid_out.data());
+    b = laid_out.data();
+    ldb = n;
+  }
   double work = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   constexpr int64_t kRowGroup = 30;  // rows a chunk takes at least: whole blocks of 5 and of 6 rows
   int64_t groups = (m + kRowGroup - 1) / kRowGroup;

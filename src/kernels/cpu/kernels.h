@@ -76,11 +76,14 @@ void gemm_bf16_rounded(bool transpose_a, bool transpose_b, int64_t m, int64_t n,
 // where the CPU has it, else std::fma: the same bits), on the intra-op pool.
 void gemm_tn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                      bool add, float* c, int64_t ldc);
-// C(m × n) = A·B for A (m × k, rows lda apart) and B (k × n, ldb): each element one FMA chain over
-// k in order from zero, so that a row of C has the same bits whatever other rows are multiplied
-// with it (AVX-512 where the CPU has it, else std::fma: the same bits), on the intra-op pool.
-void gemm_nn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                     float* c, int64_t ldc);
+// C(m × n) = A·op(B) for A (m × k, rows lda apart) and B (k × n, or n × k where transpose_b; ldb):
+// each element one FMA chain over k in order from zero, so that a row of C has the same bits
+// whatever other rows are multiplied with it (AVX-512 where the CPU has it, else std::fma: the
+// same bits), on the intra-op pool. A transposed B is laid out once per call.
+void gemm_ordered(bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float* c, int64_t ldc);
+// out (cols × rows) = mᵀ for m (rows × cols, rows ld apart).
+void transpose(const float* m, int64_t rows, int64_t cols, int64_t ld, float* out);
 // Whether the two run vectorised here (AVX-512), rather than one scalar FMA at a time.
 bool ordered_products_vectorised();
 
