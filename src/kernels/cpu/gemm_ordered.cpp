@@ -6,6 +6,7 @@
 // second (each output row's bits its own, whatever rows come with it).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <utility>
@@ -17,92 +18,23 @@
 namespace tandem::kernels::cpu {
 namespace {
 
-// Taken by value: an accumulator whose address is taken is kept in memory, stored every iteration.
-__attribute__((target("avx512f"))) inline void store(float* at, __m512 acc, bool add, __mmask16 m) {
-  _mm512_mask_storeu_ps(at, m, add ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, at), acc) : acc);
-}
-
-// Rows [i0, i0 + R) × columns [j0, j0 + 16·V) (the last vector `last` lanes wide) of C. Six rows
-// of four vectors keep 24 accumulators in registers: per k, 6 broadcasts and 4 loads feed 24 FMAs.
-template <int R, int V>
-__attribute__((target("avx512f,fma"))) void block_avx512(int64_t i0, int64_t j0, int64_t k, const float* a, int64_t lda,
-                                                         const float* b, int64_t ldb, bool add, float* c, int64_t ldc,
-                                                         __mmask16 last) {
-  __m512 acc[R][V];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
-  for (int64_t kk = 0; kk < k; ++kk) {
-    const float* brow = b + kk * ldb + j0;
-    const float* arow = a + kk * lda + i0;
-    __m512 bv[V];
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v)
-      bv[v] = v + 1 < V ? _mm512_loadu_ps(brow + 16 * v) : _mm512_maskz_loadu_ps(last, brow + 16 * v);
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      __m512 av = _mm512_set1_ps(arow[r]);
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v)
-      store(c + (i0 + r) * ldc + j0 + 16 * v, acc[r][v], add, v + 1 < V ? __mmask16(0xFFFF) : last);
-}
-
-template <int R>
-__attribute__((target("avx512f,fma"))) void rows_avx512(int64_t i0, int64_t n, int64_t k, const float* a, int64_t lda,
-                                                        const float* b, int64_t ldb, bool add, float* c, int64_t ldc) {
-  for (int64_t j0 = 0; j0 < n; j0 += 64) {
-    int64_t width = std::min<int64_t>(64, n - j0), vectors = (width + 15) / 16, tail = width - 16 * (vectors - 1);
-    auto last = static_cast<__mmask16>(tail == 16 ? 0xFFFFu : (1u << tail) - 1u);
-    switch (vectors) {
-      case 4: block_avx512<R, 4>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
-      case 3: block_avx512<R, 3>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
-      case 2: block_avx512<R, 2>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
-      default: block_avx512<R, 1>(i0, j0, k, a, lda, b, ldb, add, c, ldc, last); break;
-    }
-  }
-}
-
-using RowsKernel = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, bool, float*,
-                            int64_t);
-constexpr int64_t kRows = 6;  // rows of C a block keeps in registers
-// By the number of rows a block has (the last block of C may have fewer).
-constexpr RowsKernel kRowsAvx512[kRows + 1] = {nullptr,        rows_avx512<1>, rows_avx512<2>, rows_avx512<3>,
-                                               rows_avx512<4>, rows_avx512<5>, rows_avx512<6>};
-
-// The same sums without AVX-512: std::fma is the one rounding vfmadd makes, so the bits match.
-void rows_scalar(int64_t i0, int64_t rows, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                 int64_t ldb, bool add, float* c, int64_t ldc) {
-  for (int64_t i = i0; i < i0 + rows; ++i)
-    for (int64_t j = 0; j < n; ++j) {
-      float acc = 0.0f;
-      for (int64_t kk = 0; kk < k; ++kk) acc = std::fma(a[kk * lda + i], b[kk * ldb + j], acc);
-      c[i * ldc + j] = add ? c[i * ldc + j] + acc : acc;
-    }
-}
-
-// C = A·B: rows [i0, i0 + R) × columns [j0, j0 + 16·V) (the last vector `last` lanes wide), over
-// k in [k0, k1): the chain goes on from C's value where k0 > 0 (a float stored and loaded back is
-// the same float, so cutting k into blocks that stay in cache changes no bit).
-template <int R, int V>
-__attribute__((target("avx512f,fma"))) void nn_block_avx512(int64_t i0, int64_t j0, int64_t k0, int64_t k1,
-                                                            const float* a, int64_t lda, const float* b, int64_t ldb,
-                                                            float* c, int64_t ldc, __mmask16 last) {
+// Rows [i0, i0 + R) × columns [j0, j0 + 16·V) of C (the last vector `last` lanes wide), the chains
+// over k in [k0, k1). A is m × k (rows lda apart), or stored transposed (k × m) where kTransposedA.
+// Each chain starts from zero, or where `resume` from C's value (a float stored and loaded back is
+// the same float, so cutting k into blocks that stay in cache changes no bit); it is then stored,
+// or added to C where `add`. Five rows of five vectors keep 25 accumulators in registers (six of
+// four, 24): per k, 5 broadcasts and 5 loads feed 25 FMAs.
+template <bool kTransposedA, int R, int V>
+__attribute__((target("avx512f,fma"))) void block_avx512(int64_t i0, int64_t j0, int64_t k0, int64_t k1, const float* a,
+                                                         int64_t lda, const float* b, int64_t ldb, bool resume,
+                                                         bool add, float* c, int64_t ldc, __mmask16 last) {
+  auto mask = [&](int v) { return v + 1 < V ? __mmask16(0xFFFF) : last; };
   __m512 acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v)
-      acc[r][v] = k0 == 0
-                      ? _mm512_setzero_ps()
-                      : _mm512_maskz_loadu_ps(v + 1 < V ? __mmask16(0xFFFF) : last, c + (i0 + r) * ldc + j0 + 16 * v);
-  const float* arow = a + i0 * lda;
+      acc[r][v] = resume ? _mm512_maskz_loadu_ps(mask(v), c + (i0 + r) * ldc + j0 + 16 * v) : _mm512_setzero_ps();
   for (int64_t kk = k0; kk < k1; ++kk) {
     const float* brow = b + kk * ldb + j0;
     __m512 bv[V];
@@ -111,7 +43,7 @@ __attribute__((target("avx512f,fma"))) void nn_block_avx512(int64_t i0, int64_t 
       bv[v] = v + 1 < V ? _mm512_loadu_ps(brow + 16 * v) : _mm512_maskz_loadu_ps(last, brow + 16 * v);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      __m512 av = _mm512_set1_ps(arow[r * lda + kk]);
+      __m512 av = _mm512_set1_ps(kTransposedA ? a[kk * lda + i0 + r] : a[(i0 + r) * lda + kk]);
 #pragma GCC unroll 8
       for (int v = 0; v < V; ++v) acc[r][v] = _mm512_fmadd_ps(av, bv[v], acc[r][v]);
     }
@@ -119,25 +51,29 @@ __attribute__((target("avx512f,fma"))) void nn_block_avx512(int64_t i0, int64_t 
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
-    for (int v = 0; v < V; ++v)
-      _mm512_mask_storeu_ps(c + (i0 + r) * ldc + j0 + 16 * v, v + 1 < V ? __mmask16(0xFFFF) : last, acc[r][v]);
+    for (int v = 0; v < V; ++v) {
+      float* at = c + (i0 + r) * ldc + j0 + 16 * v;
+      _mm512_mask_storeu_ps(at, mask(v),
+                            add ? _mm512_add_ps(_mm512_maskz_loadu_ps(mask(v), at), acc[r][v]) : acc[r][v]);
+    }
 }
 
-using NnBlock = void (*)(int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, float*,
-                         int64_t, __mmask16);
-template <int V>
-constexpr int kNnRows = V == 5 ? 5 : 6;  // rows a block of V vectors keeps: 25 or at most 24 accumulators
-template <int V, int... R>
-constexpr std::array<NnBlock, 7> nn_rows(std::integer_sequence<int, R...>) {
-  return {nullptr, nn_block_avx512<(R + 1 <= kNnRows<V> ? R + 1 : 1), V>...};
+using Block = void (*)(int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, bool, bool,
+                       float*, int64_t, __mmask16);
+constexpr int64_t rows_per_block(int vectors) { return vectors == 5 ? 5 : 6; }
+template <bool kTransposedA, int V, int... R>
+constexpr std::array<Block, 7> blocks_of(std::integer_sequence<int, R...>) {
+  return {nullptr, block_avx512<kTransposedA, (R + 1 <= rows_per_block(V) ? R + 1 : 1), V>...};
 }
-// [V][rows]: the block of V vectors and `rows` rows (1 to kNnRows<V>).
-constexpr std::array<std::array<NnBlock, 7>, 6> kNnBlocks = {std::array<NnBlock, 7>{},
-                                                             nn_rows<1>(std::make_integer_sequence<int, 6>{}),
-                                                             nn_rows<2>(std::make_integer_sequence<int, 6>{}),
-                                                             nn_rows<3>(std::make_integer_sequence<int, 6>{}),
-                                                             nn_rows<4>(std::make_integer_sequence<int, 6>{}),
-                                                             nn_rows<5>(std::make_integer_sequence<int, 6>{})};
+// [V][rows]: the block of V vectors and `rows` rows (1 to rows_per_block(V)).
+template <bool kTransposedA>
+constexpr std::array<std::array<Block, 7>, 6> kBlocks = {
+    std::array<Block, 7>{},
+    blocks_of<kTransposedA, 1>(std::make_integer_sequence<int, 6>{}),
+    blocks_of<kTransposedA, 2>(std::make_integer_sequence<int, 6>{}),
+    blocks_of<kTransposedA, 3>(std::make_integer_sequence<int, 6>{}),
+    blocks_of<kTransposedA, 4>(std::make_integer_sequence<int, 6>{}),
+    blocks_of<kTransposedA, 5>(std::make_integer_sequence<int, 6>{})};
 
 // C's columns in blocks of at most 5 vectors, as even as can be (160 columns: 5 + 5 vectors).
 struct ColumnBlock {
@@ -158,44 +94,57 @@ std::vector<ColumnBlock> column_blocks(int64_t n) {
   return blocks;
 }
 
-void nn_scalar(int64_t i0, int64_t rows, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-               float* c, int64_t ldc) {
-  for (int64_t i = i0; i < i0 + rows; ++i)
+// The same sums without AVX-512: std::fma is the one rounding vfmadd makes, so the bits match.
+template <bool kTransposedA>
+void rows_scalar(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                 bool add, float* c, int64_t ldc) {
+  for (int64_t i = i0; i < i1; ++i)
     for (int64_t j = 0; j < n; ++j) {
       float acc = 0.0f;
-      for (int64_t kk = 0; kk < k; ++kk) acc = std::fma(a[i * lda + kk], b[kk * ldb + j], acc);
-      c[i * ldc + j] = acc;
+      for (int64_t kk = 0; kk < k; ++kk)
+        acc = std::fma(kTransposedA ? a[kk * lda + i] : a[i * lda + kk], b[kk * ldb + j], acc);
+      c[i * ldc + j] = add ? c[i * ldc + j] + acc : acc;
     }
 }
 
-}  // namespace
-
-void gemm_tn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                     bool add, float* c, int64_t ldc) {
+// C (+)= op(A)·B over the intra-op pool, in chunks of whole groups of rows. `depth`: k is cut into
+// blocks of it (not where `add`: the chain must be whole before it is added to C).
+template <bool kTransposedA>
+void ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, bool add,
+             float* c, int64_t ldc, int64_t depth) {
   if (m <= 0 || n <= 0) return;
-  bool avx512 = ordered_products_vectorised();
   double work = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  int64_t blocks = (m + kRows - 1) / kRows;
-  int64_t chunks = core::split_chunks(blocks, work, 1);
+  constexpr int64_t kRowGroup = 30;  // rows a chunk takes at least: whole blocks of 5 and of 6 rows
+  int64_t groups = (m + kRowGroup - 1) / kRowGroup;
+  int64_t chunks = core::split_chunks(groups, work, 1);
+  bool avx512 = ordered_products_vectorised();
+  std::vector<ColumnBlock> blocks = avx512 ? column_blocks(n) : std::vector<ColumnBlock>{};
+  if (add || k <= 0) depth = std::max<int64_t>(k, 1);
   core::parallel_for(chunks, work, [&](int64_t chunk) {
-    auto [first, end] = core::chunk_range(blocks, chunks, chunk, 1);
-    for (int64_t blk = first; blk < end; ++blk) {
-      int64_t i0 = blk * kRows, rows = std::min(kRows, m - i0);
-      if (avx512) kRowsAvx512[rows](i0, n, k, a, lda, b, ldb, add, c, ldc);
-      else rows_scalar(i0, rows, n, k, a, lda, b, ldb, add, c, ldc);  // the same bits
+    auto [first, end] = core::chunk_range(groups, chunks, chunk, 1);
+    int64_t i_begin = first * kRowGroup, i_end = std::min(m, end * kRowGroup);
+    if (!avx512) return rows_scalar<kTransposedA>(i_begin, i_end, n, k, a, lda, b, ldb, add, c, ldc);
+    for (const ColumnBlock& col : blocks) {
+      int64_t step = rows_per_block(col.vectors);
+      for (int64_t k0 = 0; k0 < std::max<int64_t>(k, 1); k0 += depth) {
+        int64_t k1 = std::min(k, k0 + depth);
+        for (int64_t i0 = i_begin; i0 < i_end; i0 += step) {
+          auto rows = static_cast<size_t>(std::min(step, i_end - i0));
+          kBlocks<kTransposedA>[static_cast<size_t>(col.vectors)][rows](i0, col.j0, k0, k1, a, lda, b, ldb, k0 > 0, add,
+                                                                        c, ldc, col.last);
+        }
+      }
     }
   });
 }
 
-bool ordered_products_vectorised() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-  return avx512;
-}
-
 // out (cols × rows, rows apart) = mᵀ for m (rows × cols, ld apart): 16 × 16 blocks transposed in
-// registers (two rounds of unpacks, then 128-bit lanes), the edges one element at a time.
-static __attribute__((target("avx512f"))) void transpose_avx512(const float* m, int64_t rows, int64_t cols, int64_t ld,
-                                                                float* out) {
+// registers (two rounds of unpacks, then 128-bit lanes), the edges one element at a time. (GCC 12
+// warns of the unpacks' own undefined pass-through operand, which they never read.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) void transpose_avx512(const float* m, int64_t rows, int64_t cols, int64_t ld,
+                                                         float* out) {
   int64_t r0 = 0;
   for (; r0 + 16 <= rows; r0 += 16) {
     int64_t c0 = 0;
@@ -208,12 +157,12 @@ static __attribute__((target("avx512f"))) void transpose_avx512(const float* m, 
       }
       // u[4i + q], 128-bit lane L: rows 4i to 4i + 3 of column 4L + q.
       for (int i = 0; i < 4; ++i) {
-        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-        u[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+        __m512d p = _mm512_castps_pd(t[4 * i]), q = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d s = _mm512_castps_pd(t[4 * i + 2]), w = _mm512_castps_pd(t[4 * i + 3]);
+        u[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(p, s));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(p, s));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(q, w));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(q, w));
       }
       for (int q = 0; q < 4; ++q) {
         __m512 x0 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0x44), x1 = _mm512_shuffle_f32x4(u[q], u[4 + q], 0xEE);
@@ -231,11 +180,24 @@ static __attribute__((target("avx512f"))) void transpose_avx512(const float* m, 
   for (int64_t i = r0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
 }
+#pragma GCC diagnostic pop
+
+}  // namespace
+
+bool ordered_products_vectorised() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
+  return avx512;
+}
 
 void transpose(const float* m, int64_t rows, int64_t cols, int64_t ld, float* out) {
   if (ordered_products_vectorised()) return transpose_avx512(m, rows, cols, ld, out);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
+}
+
+void gemm_tn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                     bool add, float* c, int64_t ldc) {
+  ordered<true>(m, n, k, a, lda, b, ldb, add, c, ldc, k);
 }
 
 void gemm_ordered(bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
@@ -248,41 +210,9 @@ void gemm_ordered(bool transpose_b, int64_t m, int64_t n, int64_t k, const float
     b = laid_out.data();
     ldb = n;
   }
-  double work = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  constexpr int64_t kRowGroup = 30;  // rows a chunk takes at least: whole blocks of 5 and of 6 rows
-  int64_t groups = (m + kRowGroup - 1) / kRowGroup;
-  int64_t chunks = core::split_chunks(groups, work, 1);
-  if (!ordered_products_vectorised()) {
-    core::parallel_for(chunks, work, [&](int64_t chunk) {
-      auto [first, end] = core::chunk_range(groups, chunks, chunk, 1);
-      int64_t i0 = first * kRowGroup, i1 = std::min(m, end * kRowGroup);
-      nn_scalar(i0, i1 - i0, n, k, a, lda, b, ldb, c, ldc);  // the same bits
-    });
-    return;
-  }
-  if (k <= 0) {
-    for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
-    return;
-  }
-  // B's rows in blocks whose columns of a block stay in the first-level cache while every row of
-  // the chunk passes over them.
-  constexpr int64_t kDepth = 64;
-  std::vector<ColumnBlock> blocks = column_blocks(n);
-  core::parallel_for(chunks, work, [&](int64_t chunk) {
-    auto [first, end] = core::chunk_range(groups, chunks, chunk, 1);
-    int64_t i_begin = first * kRowGroup, i_end = std::min(m, end * kRowGroup);
-    for (const ColumnBlock& col : blocks) {
-      int64_t rows_per_block = col.vectors == 5 ? 5 : 6;
-      for (int64_t k0 = 0; k0 < k; k0 += kDepth) {
-        int64_t k1 = std::min(k, k0 + kDepth);
-        for (int64_t i0 = i_begin; i0 < i_end; i0 += rows_per_block) {
-          int64_t rows = std::min(rows_per_block, i_end - i0);
-          kNnBlocks[static_cast<size_t>(col.vectors)][static_cast<size_t>(rows)](i0, col.j0, k0, k1, a, lda, b, ldb, c,
-                                                                                 ldc, col.last);
-        }
-      }
-    }
-  });
+  // k in blocks of 64: a block's rows of B, for a block of C's columns, stay in the first-level
+  // cache while every row of the chunk passes over them.
+  ordered<false>(m, n, k, a, lda, b, ldb, false, c, ldc, 64);
 }
 
 }  // namespace tandem::kernels::cpu
