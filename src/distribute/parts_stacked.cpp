@@ -15,6 +15,7 @@
 #include "tandem/timeline.h"
 
 namespace tandem::distribute {
+
 void TrainStep::compute_parts_stacked(ReplicaState& work, int r) {
   int g = global_replica(r);
   int first = split_.first_part[static_cast<size_t>(g)], last = split_.first_part[static_cast<size_t>(g) + 1];
