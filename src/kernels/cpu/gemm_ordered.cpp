@@ -75,23 +75,19 @@ constexpr std::array<std::array<Block, 7>, 6> kBlocks = {
     blocks_of<kTransposedA, 4>(std::make_integer_sequence<int, 6>{}),
     blocks_of<kTransposedA, 5>(std::make_integer_sequence<int, 6>{})};
 
-// C's columns in blocks of at most 5 vectors, as even as can be (160 columns: 5 + 5 vectors).
+// C's columns in blocks of at most 5 vectors, as even as can be (160 columns: 5 + 5 vectors):
+// block i of column_block_count(n).
 struct ColumnBlock {
   int64_t j0;
   int vectors;
   __mmask16 last;
 };
-std::vector<ColumnBlock> column_blocks(int64_t n) {
-  int64_t vectors = (n + 15) / 16, count = (vectors + 4) / 5;
-  std::vector<ColumnBlock> blocks;
-  int64_t j0 = 0;
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t v = vectors / count + (i < vectors % count ? 1 : 0), width = std::min<int64_t>(16 * v, n - j0);
-    int64_t tail = width - 16 * (v - 1);
-    blocks.push_back({j0, static_cast<int>(v), static_cast<__mmask16>(tail == 16 ? 0xFFFFu : (1u << tail) - 1u)});
-    j0 += width;
-  }
-  return blocks;
+int64_t column_block_count(int64_t n) { return ((n + 15) / 16 + 4) / 5; }
+ColumnBlock column_block(int64_t n, int64_t i) {
+  int64_t vectors = (n + 15) / 16, count = column_block_count(n), rest = vectors % count;
+  int64_t v = vectors / count + (i < rest ? 1 : 0), j0 = 16 * (i * (vectors / count) + std::min(i, rest));
+  int64_t tail = std::min<int64_t>(16 * v, n - j0) - 16 * (v - 1);
+  return {j0, static_cast<int>(v), static_cast<__mmask16>(tail == 16 ? 0xFFFFu : (1u << tail) - 1u)};
 }
 
 // The same sums without AVX-512: std::fma is the one rounding vfmadd makes, so the bits match.
@@ -118,13 +114,13 @@ void ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const
   int64_t groups = (m + kRowGroup - 1) / kRowGroup;
   int64_t chunks = core::split_chunks(groups, work, 1);
   bool avx512 = ordered_products_vectorised();
-  std::vector<ColumnBlock> blocks = avx512 ? column_blocks(n) : std::vector<ColumnBlock>{};
   if (add || k <= 0) depth = std::max<int64_t>(k, 1);
   core::parallel_for(chunks, work, [&](int64_t chunk) {
     auto [first, end] = core::chunk_range(groups, chunks, chunk, 1);
     int64_t i_begin = first * kRowGroup, i_end = std::min(m, end * kRowGroup);
     if (!avx512) return rows_scalar<kTransposedA>(i_begin, i_end, n, k, a, lda, b, ldb, add, c, ldc);
-    for (const ColumnBlock& col : blocks) {
+    for (int64_t blk = 0; blk < column_block_count(n); ++blk) {
+      ColumnBlock col = column_block(n, blk);
       int64_t step = rows_per_block(col.vectors);
       for (int64_t k0 = 0; k0 < std::max<int64_t>(k, 1); k0 += depth) {
         int64_t k1 = std::min(k, k0 + depth);
