@@ -31,6 +31,12 @@ bool owns_memory(const std::vector<Tensor>& grads, size_t i) {
 
 }  // namespace
 
+template <class F>
+void GradientReducer::for_each_tile(size_t i, const F& fn) const {
+  int64_t in = sources_[i].dim(0), units = sources_[i].dim(1), step = ops::kernel_tile_rows(in, units);
+  for (int64_t row = 0; row < in; row += step) fn(row, std::min(step, in - row), offsets_[i] + row * units);
+}
+
 GradientReducer::GradientReducer(GradientReduction policy, std::vector<Tensor> sources, std::vector<bool> as_products)
     : policy_(policy), sources_(std::move(sources)), as_products_(std::move(as_products)), sums_(sources_.size()) {
   if (!as_products_.empty() && as_products_.size() != sources_.size())
@@ -49,13 +55,16 @@ GradientReducer::GradientReducer(GradientReduction policy, std::vector<Tensor> s
   any_products_ = std::find(as_products_.begin(), as_products_.end(), true) != as_products_.end();
   if (as_products_.empty()) as_products_.assign(sources_.size(), false);
   scratch_.resize(scratch);
+  constexpr int64_t kChunk = 4096;  // a gradient's values added while they stay in cache
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (as_products_[i]) {
+      for_each_tile(i, [&](int64_t row, int64_t rows, int64_t at) { pieces_.push_back({i, row, rows, at}); });
+      continue;
+    }
+    for (int64_t at = 0; at < sources_[i].numel(); at += kChunk)
+      pieces_.push_back({i, 0, std::min(kChunk, sources_[i].numel() - at), offsets_[i] + at});
+  }
   on_ready_ = [this](size_t i) { bucket_ready(i); };
-}
-
-template <class F>
-void GradientReducer::for_each_tile(size_t i, const F& fn) const {
-  int64_t in = sources_[i].dim(0), units = sources_[i].dim(1), step = ops::kernel_tile_rows(in, units);
-  for (int64_t row = 0; row < in; row += step) fn(row, std::min(step, in - row), offsets_[i] + row * units);
 }
 
 // Part k's gradient i from its products, tile by tile, where pack would copy it.
@@ -371,8 +380,12 @@ void GradientReducer::chained_finish() {
 
 // Each element gets the additions ordered_finish gives it, in the same order (the first part with
 // rows copied, the next ones added), so the bits are the same; but nothing is packed, sent or
-// summed twice: replica r sums elements [total·r/R, total·(r+1)/R) of every part, reading the
-// other replicas' gradients in place, into replica 0's buffer, which every replica then reads.
+// summed twice. The sums come in pieces (a kernel's tiles, a gradient's chunks of 4,096), each
+// summed over every replica's parts, read in place, into replica 0's buffer, which every replica
+// then reads. Replica r takes in turn the pieces that start in its slice of the elements, then
+// those left in the other replicas' slices: a piece's bits do not depend on who sums it, and a
+// replica that is slower (the small layers, or more of its reads from another core's cache) is
+// helped at the end.
 void GradientReducer::shared_finish() {
   const BatchSplit& split = *split_;
   int q = comm_->rank(), replicas = comm_->size();
@@ -387,6 +400,7 @@ void GradientReducer::shared_finish() {
   // A new buffer each step (the allocator's pool keeps it cheap): the replicas' views of the last
   // one may outlive the step.
   if (q == 0) published_.out = Tensor::empty({total_});
+  published_.next.store(0, std::memory_order_relaxed);  // published by the all-gather's barrier
   Timeline::Span span(timeline_, "wait");
   auto mine = reinterpret_cast<int64_t>(&published_);
   tables_.resize(static_cast<size_t>(replicas));
@@ -394,7 +408,6 @@ void GradientReducer::shared_finish() {
   auto table = [&](int r) { return reinterpret_cast<const Published*>(tables_[static_cast<size_t>(r)]); };
   Tensor sums = table(0)->out;  // a replica's own handle, taken before the barrier
   float* out = sums.data<float>();
-  int64_t lo = total_ * q / replicas, hi = total_ * (q + 1) / replicas;
   // Replica r's parts p in part order, those with rows: fn(r, index of p among r's parts).
   auto for_each_part = [&](const auto& fn) {
     for (int r = 0; r < replicas; ++r) {
@@ -403,35 +416,41 @@ void GradientReducer::shared_finish() {
         if (split.begin(p) != split.end(p)) fn(r, static_cast<size_t>(p - first));
     }
   };
-  constexpr int64_t kChunk = 4096;  // the parts' values of a chunk are added while it stays in cache
-  for (size_t i = 0; i < sources; ++i) {
-    if (as_products_[i]) {  // the tiles that start in this replica's slice, summed from the products
-      for_each_tile(i, [&](int64_t row, int64_t rows, int64_t at) {
-        if (at < lo || at >= hi) return;
-        bool started = false;
-        for_each_part([&](int r, size_t k) {
-          ops::kernel_products_tile(*table(r)->products[k * sources + i], row, rows, sources_[i].dim(1), started,
-                                    out + at, scratch_.data());
-          started = true;
-        });
-        if (!started) std::fill_n(out + at, rows * sources_[i].dim(1), 0.0f);
-      });
-      continue;
-    }
-    int64_t from = std::max(lo, offsets_[i]), to = std::min(hi, offsets_[i] + sources_[i].numel());
-    for (int64_t at = from; at < to; at += kChunk) {
-      int64_t n = std::min(kChunk, to - at), within = at - offsets_[i];
-      bool started = false;
+  auto sum_piece = [&](const Piece& piece) {
+    auto [i, row, count, at] = piece;
+    bool started = false;
+    if (as_products_[i]) {  // a tile, summed from the products
+      int64_t units = sources_[i].dim(1);
       for_each_part([&](int r, size_t k) {
-        const float* g = table(r)->grads[k * sources + i] + within;
-        if (!started) std::memcpy(out + at, g, static_cast<size_t>(n) * sizeof(float));
-        else add_in_place(out + at, g, n);
+        ops::kernel_products_tile(*table(r)->products[k * sources + i], row, count, units, started, out + at,
+                                  scratch_.data());
         started = true;
       });
-      if (!started) std::fill_n(out + at, n, 0.0f);
+      if (!started) std::fill_n(out + at, count * units, 0.0f);
+      return;
     }
+    int64_t within = at - offsets_[i];  // a chunk of `count` elements
+    for_each_part([&](int r, size_t k) {
+      const float* g = table(r)->grads[k * sources + i] + within;
+      if (!started) std::memcpy(out + at, g, static_cast<size_t>(count) * sizeof(float));
+      else add_in_place(out + at, g, count);
+      started = true;
+    });
+    if (!started) std::fill_n(out + at, count, 0.0f);
+  };
+  // The first piece of replica r's slice.
+  auto slice = [&](int r) {
+    int64_t from = total_ * r / replicas;
+    return std::partition_point(pieces_.begin(), pieces_.end(), [&](const Piece& p) { return p.at < from; }) -
+           pieces_.begin();
+  };
+  for (int turn = 0; turn < replicas; ++turn) {
+    int r = (q + turn) % replicas;
+    int64_t first = slice(r), end = slice(r + 1);
+    for (int64_t piece; (piece = first + table(r)->next.fetch_add(1, std::memory_order_relaxed)) < end;)
+      sum_piece(pieces_[static_cast<size_t>(piece)]);
   }
-  comm_->barrier();  // every slice summed; the parts may go
+  comm_->barrier();  // every piece summed; the parts may go
   for (std::vector<Tensor>& part : parts_) part.clear();
   for (std::vector<ops::KernelProducts>& kept : products_)
     for (ops::KernelProducts& p : kept) p = {};

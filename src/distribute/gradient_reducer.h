@@ -2,6 +2,7 @@
 // One replica's gradients through a training step, reduced over the replicas by the strategy's
 // policy (GradientReduction): the step hands it each of the replica's parts' gradients (and, for
 // the bucketed policy, each gradient as backward finishes it); finish() gives the reduced sums.
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <span>
@@ -53,8 +54,9 @@ class GradientReducer {
   // The same sum handed along the replicas: each folds its parts onto the running sum the one
   // before sends it, the last gives the total to all.
   void chained_finish();
-  // The same sum where the replicas share memory: each sums a slice of the elements over every
-  // replica's parts, read where backward left them, into one buffer every replica reads.
+  // The same sum where the replicas share memory: each sums pieces of the elements (those of its
+  // slice, then any left in the others') over every replica's parts, read where backward left
+  // them, into one buffer every replica reads.
   void shared_finish();
   GradientReduction policy_;
   std::vector<Tensor> sources_;
@@ -82,8 +84,19 @@ class GradientReducer {
   struct Published {
     std::vector<const float*> grads;                   // [k · sources + i]: part k's gradient i, null without rows
     std::vector<const ops::KernelProducts*> products;  // [k · sources + i], for the sources taken so
-    Tensor out;                                        // replica 0's: the sums, each replica summing its slice into it
+    Tensor out;                                        // replica 0's: the sums, each replica summing pieces into it
+    // The next piece of this replica's slice to sum, taken by any replica; on a cache line of its
+    // own (the other fields are read for every piece).
+    alignas(64) mutable std::atomic<int64_t> next{0};
+    char padding[64 - sizeof(std::atomic<int64_t>)];
   };
+  // Shared: the pieces of the sums the replicas take in turn, in order of the sources: a kernel's
+  // tiles (count rows from row) and the other gradients' chunks (count elements), each at element at.
+  struct Piece {
+    size_t source;
+    int64_t row, count, at;
+  };
+  std::vector<Piece> pieces_;
   Published published_;
   std::vector<int64_t> tables_;  // every replica's Published, by address
   std::vector<std::span<float>> buffers_;
