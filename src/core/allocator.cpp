@@ -20,6 +20,9 @@ constexpr size_t kAlignment = 64;
 // Each thread keeps a few freed blocks per class for itself, so that the training thread and
 // a pipeline or replica thread do not meet on the shared lock for every tensor.
 constexpr int kThreadCacheBlocks = 16;
+// Blocks move between a thread's cache and the pool in batches (a thread that frees what another
+// made, as replicas do with a step's shared tensors, would otherwise take the lock for each).
+constexpr int kTransferBlocks = kThreadCacheBlocks / 2;
 
 struct Pool {
   std::mutex mutex;
@@ -87,13 +90,15 @@ void* allocate(size_t bytes) {
   note_peak(p, p.bytes_in_use.fetch_add(block, std::memory_order_relaxed) + block);
   ThreadCache& local = thread_cache();
   if (local.count[c] > 0) return local.blocks[c][static_cast<size_t>(--local.count[c])];
-  {
+  {  // a batch from the pool: one lock for several blocks
     std::lock_guard lock(p.mutex);
-    if (void* head = p.free_lists[c]) {
+    while (local.count[c] < kTransferBlocks && p.free_lists[c] != nullptr) {
+      void* head = p.free_lists[c];
       p.free_lists[c] = *static_cast<void**>(head);
-      return head;
+      local.blocks[c][static_cast<size_t>(local.count[c]++)] = head;
     }
   }
+  if (local.count[c] > 0) return local.blocks[c][static_cast<size_t>(--local.count[c])];
   p.system_allocations.fetch_add(1, std::memory_order_relaxed);
   p.bytes_reserved.fetch_add(block, std::memory_order_relaxed);
   return system_allocate(block);
@@ -112,13 +117,15 @@ void deallocate(void* pointer, size_t bytes) {
   auto c = static_cast<size_t>(cls);
   p.bytes_in_use.fetch_sub(size_t{1} << cls, std::memory_order_relaxed);
   ThreadCache& local = thread_cache();
-  if (local.count[c] < kThreadCacheBlocks) {
-    local.blocks[c][static_cast<size_t>(local.count[c]++)] = pointer;
-    return;
+  if (local.count[c] == kThreadCacheBlocks) {  // a batch to the pool: one lock for several blocks
+    std::lock_guard lock(p.mutex);
+    for (int i = 0; i < kTransferBlocks; ++i) {
+      void* b = local.blocks[c][static_cast<size_t>(--local.count[c])];
+      *static_cast<void**>(b) = p.free_lists[c];
+      p.free_lists[c] = b;
+    }
   }
-  std::lock_guard lock(p.mutex);
-  *static_cast<void**>(pointer) = p.free_lists[c];
-  p.free_lists[c] = pointer;
+  local.blocks[c][static_cast<size_t>(local.count[c]++)] = pointer;
 }
 
 AllocatorStats stats() {
