@@ -10,8 +10,10 @@ struct AllocatorStats {
   uint64_t system_allocations = 0;  // blocks obtained from the system since start
   uint64_t pool_allocations = 0;    // every request, served from a free list or not
   uint64_t bytes_in_use = 0;
-  uint64_t bytes_reserved = 0;     // in use plus cached in free lists
-  uint64_t peak_bytes_in_use = 0;  // the most in use at once since start or reset_peak()
+  uint64_t bytes_reserved = 0;  // in use plus cached in free lists
+  // The most in use at once since start or reset_peak(), give or take 256 KiB a thread: each
+  // thread's counts join the shared one in steps of that much.
+  uint64_t peak_bytes_in_use = 0;
 };
 
 namespace memory {
