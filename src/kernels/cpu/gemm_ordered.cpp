@@ -36,6 +36,9 @@ __attribute__((target("avx512f,fma"))) void block_avx512(int64_t i0, int64_t j0,
     for (int v = 0; v < V; ++v)
       acc[r][v] = resume ? _mm512_maskz_loadu_ps(mask(v), c + (i0 + r) * ldc + j0 + 16 * v) : _mm512_setzero_ps();
   for (int64_t kk = k0; kk < k1; ++kk) {
+    // A transposed: this block reads a few floats of each of k rows far apart, which the hardware
+    // does not fetch ahead (each is on another page); the blocks to come read on along the rows.
+    if (kTransposedA) _mm_prefetch(reinterpret_cast<const char*>(a + kk * lda + i0 + 32), _MM_HINT_T0);
     const float* brow = b + kk * ldb + j0;
     __m512 bv[V];
 #pragma GCC unroll 8
