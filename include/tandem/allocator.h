@@ -8,7 +8,8 @@ namespace tandem {
 
 struct AllocatorStats {
   uint64_t system_allocations = 0;  // blocks obtained from the system since start
-  uint64_t pool_allocations = 0;    // every request, served from a free list or not
+  // Summed over the threads' own counts: exact while no thread allocates.
+  uint64_t pool_allocations = 0;  // every request, served from a free list or not
   uint64_t bytes_in_use = 0;
   uint64_t bytes_reserved = 0;  // in use plus cached in free lists
   // The most in use at once since start or reset_peak(), give or take 256 KiB a thread: each

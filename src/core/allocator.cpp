@@ -78,7 +78,9 @@ struct ThreadCache {
   ~ThreadCache() {  // a finished thread hands its blocks and counts back
     Pool& p = pool();
     std::lock_guard lock(p.mutex);
-    p.bytes_in_use.fetch_add(counts.pending.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    int64_t pending = counts.pending.load(std::memory_order_relaxed);
+    int64_t shared = p.bytes_in_use.fetch_add(pending, std::memory_order_relaxed) + pending;
+    if (shared > 0) note_peak(p, static_cast<uint64_t>(shared));
     p.finished_requests += counts.requests.load(std::memory_order_relaxed);
     std::erase(p.threads, &counts);
     for (int cls = 0; cls <= kMaxShift; ++cls)
@@ -180,8 +182,9 @@ std::pair<uint64_t, uint64_t> totals(Pool& p) {
 AllocatorStats stats() {
   Pool& p = pool();
   auto [requests, in_use] = totals(p);
+  note_peak(p, in_use);
   return AllocatorStats{p.system_allocations.load(), requests, in_use, p.bytes_reserved.load(),
-                        std::max(p.peak_bytes_in_use.load(), in_use)};
+                        p.peak_bytes_in_use.load()};
 }
 
 void reset_peak() {
