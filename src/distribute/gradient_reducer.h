@@ -86,9 +86,8 @@ class GradientReducer {
     std::vector<const ops::KernelProducts*> products;  // [k · sources + i], for the sources taken so
     Tensor out;                                        // replica 0's: the sums, each replica summing pieces into it
     // The next piece of this replica's slice to sum, taken by any replica; on a cache line of its
-    // own (the other fields are read for every piece).
+    // own (the other fields are read for every piece; the alignment pads the struct's end too).
     alignas(64) mutable std::atomic<int64_t> next{0};
-    char padding[64 - sizeof(std::atomic<int64_t>)];
   };
   // Shared: the pieces of the sums the replicas take in turn, in order of the sources: a kernel's
   // tiles (count rows from row) and the other gradients' chunks (count elements), each at element at.
