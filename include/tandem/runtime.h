@@ -29,4 +29,10 @@ int free_cores();
 // One paragraph on the calling thread's thread choice and why (tandem fit --verbose 2).
 std::string describe_threads();
 
+// The vector level Tandem's own kernels run at: "avx512" (x86-64-v4), "avx2" (x86-64-v3: AVX2 and
+// FMA) or "x86-64": the host's, capped by the environment variable TANDEM_MAX_ISA (avx2 or
+// avx512, read once; it caps oneDNN's kernels too unless ONEDNN_MAX_CPU_ISA is set). Deterministic
+// training gives the same bits at avx2 and avx512. Throws tandem::Error for another value.
+std::string cpu_isa();
+
 }  // namespace tandem

@@ -29,7 +29,7 @@ namespace tandem::distribute {
 namespace {
 
 // The sum of every buffer's element i, written back into every buffer, in one pass.
-TANDEM_VECTORIZE void sum_to_all(float* const* buffers, int count, int64_t n) {
+TANDEM_VECTORIZE void sum_to_all_loop(float* const* buffers, int count, int64_t n) {
   if (count == 2) {
     float* a = buffers[0];
     float* b = buffers[1];
@@ -46,6 +46,9 @@ TANDEM_VECTORIZE void sum_to_all(float* const* buffers, int count, int64_t n) {
     for (int q = 1; q < count; ++q) s += buffers[q][i];
     for (int q = 0; q < count; ++q) buffers[q][i] = s;
   }
+}
+void sum_to_all(float* const* buffers, int count, int64_t n) {
+  core::vectorized([&] { sum_to_all_loop(buffers, count, n); });
 }
 
 // Element i of the reduction of inputs[0..count)[i], in rank order.

@@ -50,7 +50,7 @@ namespace {
 // Sixteen counter blocks at once, lane by lane, so that the compiler turns each round into
 // vector multiplies (the scalar block() costs as much per block as this does per sixteen).
 TANDEM_VECTORIZE
-void blocks16(uint64_t first_block, uint64_t stream, uint64_t seed, float* out) {
+void blocks16_loop(uint64_t first_block, uint64_t stream, uint64_t seed, float* out) {
   uint32_t c0[16], c1[16], c2[16], c3[16];
   for (int l = 0; l < 16; ++l) {
     uint64_t counter = first_block + static_cast<uint64_t>(l);
@@ -79,6 +79,9 @@ void blocks16(uint64_t first_block, uint64_t stream, uint64_t seed, float* out) 
     out[4 * l + 2] = static_cast<float>(c2[l] >> 8) * 0x1p-24f;
     out[4 * l + 3] = static_cast<float>(c3[l] >> 8) * 0x1p-24f;
   }
+}
+void blocks16(uint64_t first_block, uint64_t stream, uint64_t seed, float* out) {
+  core::vectorized([&] { blocks16_loop(first_block, stream, seed, out); });
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "core/cpu_budget.h"
 #include "core/device_memory.h"
+#include "core/isa.h"
 #include "tandem/error.h"
 
 namespace tandem {
@@ -69,7 +70,13 @@ std::string describe_threads() {
   if (ceiling > b.usable)
     text += fmt::format(" The ceiling {} exceeds the {} usable core{}: at most {} run at once.", ceiling, b.usable,
                         b.usable == 1 ? "" : "s", b.usable);
+  text += fmt::format("\nvector level: {}{}", cpu_isa(),
+                      core::isa_capped()
+                          ? fmt::format(" (TANDEM_MAX_ISA caps this CPU's {})", core::isa_name(core::host_isa()))
+                          : std::string(", this CPU's own"));
   return text;
 }
+
+std::string cpu_isa() { return std::string(core::isa_name(core::isa())); }
 
 }  // namespace tandem

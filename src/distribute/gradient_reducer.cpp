@@ -10,9 +10,12 @@
 namespace tandem::distribute {
 namespace {
 
-TANDEM_VECTORIZE void add_in_place(float* out, const float* g, int64_t n) {
+TANDEM_VECTORIZE void add_in_place_loop(float* out, const float* g, int64_t n) {
 #pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) out[i] += g[i];
+}
+void add_in_place(float* out, const float* g, int64_t n) {
+  core::vectorized([&] { add_in_place_loop(out, g, n); });
 }
 
 // Whether gradient i is contiguous and shares no memory with the others (backward may hand one

@@ -2,6 +2,8 @@
 // (BatchNormalization: statistics over the global batch): every layer runs on all the replica's
 // parts before the next, on one tape. Each part uses its own aliases of the variables (views with
 // their own tape identity), so that its gradients stay apart, to be summed in part order.
+#include <optional>
+
 #include "distribute/replica_state.h"
 #include "tandem/distribute/train_step.h"
 #include "tandem/ops.h"
@@ -58,6 +60,8 @@ void TrainStep::compute_parts_together(ReplicaState& work, int r) {
     contexts.push_back(CallContext{true, RandomKey{seed_, key_, split_.begin(p)}});
   }
   size_t k = rep.trainable.size(), count = live.size();
+  std::optional<ops::RowExactProducts> exact;
+  if (exact_products_) exact.emplace();
   RestoreValues restore{rep.trainable, {}};
   for (Variable* v : rep.trainable) restore.originals.push_back(v->value);
   std::vector<Tensor> aliases(count * k), grads(count * k);

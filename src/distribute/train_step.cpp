@@ -96,7 +96,9 @@ TrainStep::TrainStep(Strategy& strategy, const StepParts& parts)
   // Parts stacked where every layer computes each row alone, every trainable variable is a Dense
   // kernel (summed from its products) or bias, and the row-exact products are vectorised here
   // (elsewhere the parts run one by one, as fast as before). The same on every replica and worker.
-  stacked_ = products && ops::has_fast_row_exact_products(Device::cpu()) &&
+  exact_products_ =
+      reduction_.kind == GradientReduction::Kind::Ordered && ops::has_fast_row_exact_products(Device::cpu());
+  stacked_ = products && exact_products_ &&
              std::all_of(layers.begin(), layers.end(), [](const auto& l) { return l->stacks_rows(); });
   std::vector<std::vector<Tensor>> sources(static_cast<size_t>(replicas_.size()));
   std::vector<std::vector<bool>> as_products(sources.size());
@@ -255,6 +257,8 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
   batch_->slice(begin, end, h, y);
   CallContext ctx{true, RandomKey{seed_, key_, begin}};
   Timeline* timeline = strategy_->timeline();
+  std::optional<ops::RowExactProducts> exact;
+  if (exact_products_) exact.emplace();
   std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", work.thread_name.c_str());
   work.tape.reset();
   h = layers::call_layers(replicas_[r].layers, h, ctx);

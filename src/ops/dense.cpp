@@ -10,9 +10,12 @@ namespace {
 
 thread_local DeferredKernelGradients* deferred = nullptr;
 
-TANDEM_VECTORIZE void add_to(float* out, const float* g, int64_t n) {
+TANDEM_VECTORIZE void add_to_loop(float* out, const float* g, int64_t n) {
 #pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) out[i] += g[i];
+}
+void add_to(float* out, const float* g, int64_t n) {
+  core::vectorized([&] { add_to_loop(out, g, n); });
 }
 
 struct DenseNode : autograd::Node {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/isa.h"
 #include "tandem/runtime.h"
 
 #include "cli/cli_util.h"
@@ -170,6 +171,58 @@ TEST(Cli, FitUnderMirroredStrategyReportsIt) {
   auto report = nlohmann::json::parse(io::read_file(dir.file("r.json")));
   EXPECT_EQ(report["strategy"], "mirrored:2");
   EXPECT_EQ(report["replicas"], 2);
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// Deterministic training keeps its bits at every vector level: the mlp5 (its replicas' micro-batches
+// stacked through the row-exact products) and the cnn (the small convolution's loops), each at
+// this host's level and with TANDEM_MAX_ISA=avx2 (AVX2 paths, and oneDNN capped to AVX2 too),
+// final weights and optimizer state equal bit for bit. On a host without AVX-512 both runs are
+// AVX2, and the test says so.
+TEST(Cli, DeterministicTrainingGivesTheSameBitsAtEveryVectorLevel) {
+  if (core::host_isa() < core::Isa::Avx2) GTEST_SKIP() << "this CPU has no AVX2 and FMA: one vector level only";
+  if (core::host_isa() < core::Isa::Avx512)
+    std::printf("note: this CPU has no AVX-512: both runs are AVX2; the kernels' own tests compare the levels\n");
+  testing::TempDir dir;
+  make_mnist(dir.file("mnist"), 240, 60);
+  for (std::string model : {"mlp5", "cnn"}) {
+    auto train = [&](const std::string& at, void (*in_child)()) {
+      std::string checkpoints = dir.file(model + "-" + at);
+      Outcome r = run({"fit", "--data-dir", dir.path(), "--model", model, "--epochs", "2", "--batch-size", "40",
+                       "--strategy", "mirrored:2:deterministic", "--checkpoint-dir", checkpoints, "--log-dir", "",
+                       "--verbose", "2", "--seed", "4"},
+                      dir, in_child);
+      EXPECT_EQ(r.code, 0) << r.output;
+      EXPECT_NE(r.output.find("vector level: " + at), std::string::npos) << r.output;
+      return io::load_safetensors(checkpoints + "/final.safetensors").tensors;
+    };
+    auto host = train(std::string(core::isa_name(core::host_isa())), [] { unsetenv("TANDEM_MAX_ISA"); });
+    auto avx2 = train("avx2", [] { setenv("TANDEM_MAX_ISA", "avx2", 1); });
+    ASSERT_EQ(host.size(), avx2.size()) << model;
+    ASSERT_GT(host.size(), 4u) << model << ": weights and optimizer state";
+    for (size_t i = 0; i < host.size(); ++i) {
+      EXPECT_EQ(host[i].first, avx2[i].first);
+      EXPECT_EQ(host[i].second.to_vector(), avx2[i].second.to_vector()) << model << ": " << host[i].first;
+    }
+  }
+}
+
+// A cap Tandem does not know is refused by name, with the values it takes.
+TEST(Cli, AnUnknownVectorLevelCapIsNamed) {
+  testing::TempDir dir;
+  make_mnist(dir.file("mnist"), 60, 20);
+  Outcome r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--checkpoint-dir", "", "--log-dir", ""}, dir,
+                  [] { setenv("TANDEM_MAX_ISA", "avx3", 1); });
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("TANDEM_MAX_ISA: expected avx2 or avx512 (or unset for the host's level, "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("got \"avx3\""), std::string::npos) << r.output;
 }
 
 }  // namespace

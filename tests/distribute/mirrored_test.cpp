@@ -380,10 +380,10 @@ TEST(Deterministic, BitwiseIdenticalWhateverTheNumberOfReplicas) {
 
 // A model of layers that compute each row alone runs each replica's micro-batches as one batch
 // (one forward a step per replica, not one per micro-batch), where the row-exact products are
-// vectorised; a model with a convolution runs them one by one.
+// vectorised (AVX2 or AVX-512); a model with a convolution runs them one by one.
 TEST(Deterministic, RowWiseModelsRunAReplicasPartsAsOneBatch) {
   if (!ops::has_fast_row_exact_products(Device::cpu()))
-    GTEST_SKIP() << "this CPU has no AVX-512: deterministic steps run their micro-batches one by one";
+    GTEST_SKIP() << "this CPU has no AVX2 and FMA: deterministic steps run their micro-batches one by one";
   using Make = std::function<std::unique_ptr<Sequential>()>;
   for (auto [name, make, per_sample, forwards] :
        {std::tuple<std::string, Make, Shape, int64_t>{"dense", dense_model, {6}, 2 * 2},

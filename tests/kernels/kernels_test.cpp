@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "kernels/cpu/kernels.h"
@@ -19,6 +20,14 @@
 
 namespace tandem {
 namespace {
+
+// The vector levels this host can run: plain x86-64 always, then AVX2 and AVX-512 where it has them.
+std::vector<core::Isa> levels_here() {
+  std::vector<core::Isa> levels{core::Isa::X86_64};
+  if (core::host_isa() >= core::Isa::Avx2) levels.push_back(core::Isa::Avx2);
+  if (core::host_isa() >= core::Isa::Avx512) levels.push_back(core::Isa::Avx512);
+  return levels;
+}
 
 // One product cut into no chunks, and two cut into several (by rows, by columns).
 TEST(Gemm, AllTransposesMatchNaive) {
@@ -37,92 +46,114 @@ TEST(Gemm, AllTransposesMatchNaive) {
 
 // gemm_tn_ordered: C (+)= Aᵀ·B with each element one FMA chain over k in order. Against a naive
 // double product, and bit for bit against that chain written out with std::fma, on shapes with
-// row and column tails (m not a multiple of 6: tails of 1 to 5 rows; n not of 16), strided operands,
-// and added to C.
+// row and column tails (m not a multiple of 6: tails of 1 to 5 rows; n not of 16 or of 8), strided
+// operands, and added to C; at every vector level the host has (AVX-512, AVX2 and plain blocks:
+// the same bits), and as dispatched.
 TEST(Gemm, OrderedTransposedProductIsOneFmaChainPerElement) {
-  for (auto [m, n, k] :
-       {std::array<int64_t, 3>{37, 70, 32}, std::array<int64_t, 3>{8, 160, 3}, std::array<int64_t, 3>{301, 10, 29},
-        std::array<int64_t, 3>{4, 64, 0}, std::array<int64_t, 3>{11, 48, 5}, std::array<int64_t, 3>{3, 16, 7}})
-    for (bool add : {false, true}) {
-      int64_t lda = m + 5, ldb = n + 3, ldc = n + 7;
-      std::vector<float> a(static_cast<size_t>(std::max<int64_t>(k, 1) * lda)),
-          b(static_cast<size_t>(std::max<int64_t>(k, 1) * ldb));
-      std::vector<float> c(static_cast<size_t>(m * ldc));
-      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
-      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
-      for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
-      std::vector<float> before = c;
-      kernels::cpu::gemm_tn_ordered(m, n, k, a.data(), lda, b.data(), ldb, add, c.data(), ldc);
-      int wrong = 0, far = 0;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < ldc; ++j) {
-          float old = before[static_cast<size_t>(i * ldc + j)], got = c[static_cast<size_t>(i * ldc + j)];
-          if (j >= n) {  // outside C: untouched
-            wrong += got != old;
-            continue;
+  std::vector<std::optional<core::Isa>> levels{std::nullopt};
+  for (core::Isa level : levels_here()) levels.push_back(level);
+  for (std::optional<core::Isa> level : levels)
+    for (auto [m, n, k] :
+         {std::array<int64_t, 3>{37, 70, 32}, std::array<int64_t, 3>{8, 160, 3}, std::array<int64_t, 3>{301, 10, 29},
+          std::array<int64_t, 3>{4, 64, 0}, std::array<int64_t, 3>{11, 48, 5}, std::array<int64_t, 3>{3, 16, 7}})
+      for (bool add : {false, true}) {
+        int64_t lda = m + 5, ldb = n + 3, ldc = n + 7;
+        std::vector<float> a(static_cast<size_t>(std::max<int64_t>(k, 1) * lda)),
+            b(static_cast<size_t>(std::max<int64_t>(k, 1) * ldb));
+        std::vector<float> c(static_cast<size_t>(m * ldc));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+        for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
+        for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
+        std::vector<float> before = c;
+        if (level) kernels::cpu::gemm_tn_ordered_at(*level, m, n, k, a.data(), lda, b.data(), ldb, add, c.data(), ldc);
+        else kernels::cpu::gemm_tn_ordered(m, n, k, a.data(), lda, b.data(), ldb, add, c.data(), ldc);
+        std::string at(level ? core::isa_name(*level) : "dispatched");
+        int wrong = 0, far = 0;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            float old = before[static_cast<size_t>(i * ldc + j)], got = c[static_cast<size_t>(i * ldc + j)];
+            if (j >= n) {  // outside C: untouched
+              wrong += got != old;
+              continue;
+            }
+            float chain = 0.0f;
+            double exact = add ? old : 0.0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+              float x = a[static_cast<size_t>(kk * lda + i)], y = b[static_cast<size_t>(kk * ldb + j)];
+              chain = std::fma(x, y, chain);
+              exact += static_cast<double>(x) * y;
+            }
+            float want = add ? old + chain : chain;
+            wrong += std::memcmp(&got, &want, sizeof(float)) != 0;
+            far += std::abs(got - exact) > 1e-4 * (1.0 + std::abs(exact));
           }
-          float chain = 0.0f;
-          double exact = add ? old : 0.0;
-          for (int64_t kk = 0; kk < k; ++kk) {
-            float x = a[static_cast<size_t>(kk * lda + i)], y = b[static_cast<size_t>(kk * ldb + j)];
-            chain = std::fma(x, y, chain);
-            exact += static_cast<double>(x) * y;
-          }
-          float want = add ? old + chain : chain;
-          wrong += std::memcmp(&got, &want, sizeof(float)) != 0;
-          far += std::abs(got - exact) > 1e-4 * (1.0 + std::abs(exact));
-        }
-      EXPECT_EQ(wrong, 0) << m << "x" << n << "x" << k << " add=" << add;
-      EXPECT_EQ(far, 0) << m << "x" << n << "x" << k << " add=" << add;
-    }
+        EXPECT_EQ(wrong, 0) << m << "x" << n << "x" << k << " add=" << add << " at " << at;
+        EXPECT_EQ(far, 0) << m << "x" << n << "x" << k << " add=" << add << " at " << at;
+      }
 }
 
 // gemm_ordered: C = A·op(B) with each element one FMA chain over k in order. Bit for bit against
 // that chain written out with std::fma and close to a double product, on shapes with row tails (of
 // blocks of 5 and 6 rows), column tails (not whole vectors; 5-, 4- and 3-vector blocks), k across
 // its cache blocks of 64, k = 0, strided operands, and B as stored or transposed (laid out through
-// 16 × 16 blocks and edges). C outside its n columns stays untouched.
+// 16 × 16 or 8 × 8 blocks and edges). C outside its n columns stays untouched. At every vector level
+// the host has, and as dispatched.
 TEST(Gemm, OrderedProductIsOneFmaChainPerElement) {
-  for (auto [m, n, k] :
-       {std::array<int64_t, 3>{37, 70, 32}, std::array<int64_t, 3>{8, 160, 130}, std::array<int64_t, 3>{301, 10, 29},
-        std::array<int64_t, 3>{4, 64, 0}, std::array<int64_t, 3>{11, 80, 5}, std::array<int64_t, 3>{3, 16, 7},
-        std::array<int64_t, 3>{62, 200, 65}, std::array<int64_t, 3>{31, 96, 1}, std::array<int64_t, 3>{20, 33, 48}})
-    for (bool tb : {false, true}) {
-      int64_t lda = k + 3, ldb = (tb ? k : n) + 5, ldc = n + 7;
-      std::vector<float> a(static_cast<size_t>(m * lda)),
-          b(static_cast<size_t>(std::max<int64_t>(tb ? n : k, 1) * ldb));
-      std::vector<float> c(static_cast<size_t>(m * ldc));
-      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
-      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
-      for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
-      std::vector<float> before = c;
-      kernels::cpu::gemm_ordered(tb, m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc);
-      int wrong = 0, far = 0;
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < ldc; ++j) {
-          float got = c[static_cast<size_t>(i * ldc + j)];
-          if (j >= n) {
-            wrong += got != before[static_cast<size_t>(i * ldc + j)];
-            continue;
+  std::vector<std::optional<core::Isa>> levels{std::nullopt};
+  for (core::Isa level : levels_here()) levels.push_back(level);
+  for (std::optional<core::Isa> level : levels)
+    for (auto [m, n, k] :
+         {std::array<int64_t, 3>{37, 70, 32}, std::array<int64_t, 3>{8, 160, 130}, std::array<int64_t, 3>{301, 10, 29},
+          std::array<int64_t, 3>{4, 64, 0}, std::array<int64_t, 3>{11, 80, 5}, std::array<int64_t, 3>{3, 16, 7},
+          std::array<int64_t, 3>{62, 200, 65}, std::array<int64_t, 3>{31, 96, 1}, std::array<int64_t, 3>{20, 33, 48}})
+      for (bool tb : {false, true}) {
+        int64_t lda = k + 3, ldb = (tb ? k : n) + 5, ldc = n + 7;
+        std::vector<float> a(static_cast<size_t>(m * lda)),
+            b(static_cast<size_t>(std::max<int64_t>(tb ? n : k, 1) * ldb));
+        std::vector<float> c(static_cast<size_t>(m * ldc));
+        for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+        for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(std::cos(0.11 * static_cast<double>(i)));
+        for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<float>(i % 7) - 3.0f;
+        std::vector<float> before = c;
+        if (level) kernels::cpu::gemm_ordered_at(*level, tb, m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc);
+        else kernels::cpu::gemm_ordered(tb, m, n, k, a.data(), lda, b.data(), ldb, c.data(), ldc);
+        std::string at(level ? core::isa_name(*level) : "dispatched");
+        int wrong = 0, far = 0;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            float got = c[static_cast<size_t>(i * ldc + j)];
+            if (j >= n) {
+              wrong += got != before[static_cast<size_t>(i * ldc + j)];
+              continue;
+            }
+            float chain = 0.0f;
+            double exact = 0.0;
+            for (int64_t kk = 0; kk < k; ++kk) {
+              float x = a[static_cast<size_t>(i * lda + kk)];
+              float y = b[static_cast<size_t>(tb ? j * ldb + kk : kk * ldb + j)];
+              chain = std::fma(x, y, chain);
+              exact += static_cast<double>(x) * y;
+            }
+            wrong += std::memcmp(&got, &chain, sizeof(float)) != 0;
+            far += std::abs(got - exact) > 1e-4 * (1.0 + std::abs(exact));
           }
-          float chain = 0.0f;
-          double exact = 0.0;
-          for (int64_t kk = 0; kk < k; ++kk) {
-            float x = a[static_cast<size_t>(i * lda + kk)];
-            float y = b[static_cast<size_t>(tb ? j * ldb + kk : kk * ldb + j)];
-            chain = std::fma(x, y, chain);
-            exact += static_cast<double>(x) * y;
-          }
-          wrong += std::memcmp(&got, &chain, sizeof(float)) != 0;
-          far += std::abs(got - exact) > 1e-4 * (1.0 + std::abs(exact));
-        }
-      EXPECT_EQ(wrong, 0) << m << "x" << n << "x" << k << " tb=" << tb;
-      EXPECT_EQ(far, 0) << m << "x" << n << "x" << k << " tb=" << tb;
-    }
+        EXPECT_EQ(wrong, 0) << m << "x" << n << "x" << k << " tb=" << tb << " at " << at;
+        EXPECT_EQ(far, 0) << m << "x" << n << "x" << k << " tb=" << tb << " at " << at;
+      }
+}
+
+// A level above the host's is refused, not run.
+TEST(Gemm, OrderedProductAtALevelTheHostLacksIsRefused) {
+  if (core::host_isa() == core::Isa::Avx512) GTEST_SKIP() << "this CPU has every level (AVX-512)";
+  std::vector<float> a(4, 1.0f), b(4, 1.0f), c(4);
+  EXPECT_TRUE(testing::throws_error(
+      [&] { kernels::cpu::gemm_ordered_at(core::Isa::Avx512, false, 2, 2, 2, a.data(), 2, b.data(), 2, c.data(), 2); },
+      {"vector level avx512 asked for, this CPU has"}));
 }
 
 TEST(Transpose, MatchesTheDefinitionOnBlocksAndEdges) {
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 16}, {48, 32}, {37, 70}, {5, 3}, {16, 1}, {1, 40}}) {
+  for (auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{16, 16}, {48, 32}, {37, 70}, {5, 3}, {16, 1}, {1, 40}, {8, 8}, {24, 13}, {9, 17}}) {
     int64_t ld = cols + 2;
     std::vector<float> m(static_cast<size_t>(rows * ld)), out(static_cast<size_t>(rows * cols));
     for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>(i);

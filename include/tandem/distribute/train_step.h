@@ -95,6 +95,9 @@ class TrainStep : public StepRunner {
   GradientReduction reduction_;
   bool together_ = false;
   bool stacked_ = false;
+  // Ordered policy: Dense's float32 products row-exact on every path (ops::RowExactProducts), so the
+  // bits depend on no library's blocking for the vector level (AVX2 or AVX-512) either.
+  bool exact_products_ = false;
   BatchSplit split_;
   const GlobalBatch* batch_ = nullptr;  // of the step running
   uint64_t key_ = 0;

@@ -13,9 +13,8 @@
 namespace tandem::kernels::cpu {
 namespace {
 
-constexpr int64_t kLanes = 16;     // filters a block: one AVX-512 register of floats
-constexpr int64_t kPositions = 8;  // output positions forward computes together (independent sums)
-constexpr int64_t kTaps = 9;       // kernel taps backward sums together (a 3 × 3 window's)
+constexpr int64_t kFilterBlock = 16;  // filters conv2d_is_small asks whole blocks of
+constexpr int64_t kTaps = 9;          // kernel taps backward sums together (a 3 × 3 window's)
 
 constexpr int64_t kMaxTaps = 32;  // conv2d_is_small's bound on kh·kw·c
 
@@ -30,68 +29,89 @@ std::array<int64_t, kMaxTaps> tap_offsets(const Conv2dShape& s) {
   return offsets;
 }
 
-// 16 floats, one AVX-512 register (two AVX2 ones, four SSE ones, as each clone compiles it). The
-// helpers are inlined into each clone and the vectors stay inside this file's functions, so GCC's
-// -Wpsabi note (vectors passed between code built for different ISAs) does not apply.
+// Vectors of filters as each level's registers hold them: 16 floats at AVX-512, 8 at AVX2 (and at
+// plain x86-64, two SSE registers). The helpers are inlined into each level's copy and the vectors
+// stay inside this file's functions, so GCC's -Wpsabi note (vectors passed between code built for
+// different ISAs) does not apply.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
-typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float))));
-inline __attribute__((always_inline)) Lanes load(const float* p) {
-  Lanes v;
+typedef float Lanes16 __attribute__((vector_size(16 * sizeof(float))));
+typedef float Lanes8 __attribute__((vector_size(8 * sizeof(float))));
+typedef int32_t IntLanes16 __attribute__((vector_size(16 * sizeof(int32_t))));
+typedef int32_t IntLanes8 __attribute__((vector_size(8 * sizeof(int32_t))));
+
+// Per level: the vector types, forward's output positions computed together (independent sums)
+// and its vectors of filters a pass (accumulators: positions × vectors, within the 32 registers of
+// AVX-512 and the 16 of AVX2 with the weights and a broadcast beside them).
+template <core::Isa L>
+struct Blocking;
+template <>
+struct Blocking<core::Isa::Avx512> {
+  using Lanes = Lanes16;
+  using IntLanes = IntLanes16;
+  static constexpr int kPositions = 8, kVectors = 2;
+};
+template <core::Isa L>
+struct Blocking {
+  using Lanes = Lanes8;
+  using IntLanes = IntLanes8;
+  static constexpr int kPositions = 6, kVectors = 2;
+};
+
+template <class V>
+TANDEM_VECTORIZE V load(const void* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline __attribute__((always_inline)) void store(float* p, Lanes v) { std::memcpy(p, &v, sizeof v); }
-typedef int32_t IntLanes __attribute__((vector_size(kLanes * sizeof(int32_t))));
-inline __attribute__((always_inline)) IntLanes load_ints(const void* p) {
-  IntLanes v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+template <class V>
+TANDEM_VECTORIZE void store(float* p, V v) {
+  std::memcpy(p, &v, sizeof v);
 }
 
-// One image, filters [f0, f0 + 16·Blocks): y(oh, ow) = bias + Σ over taps in kernel order of
-// x · kernel, kPositions positions at once.
-template <int Blocks>
+// One image, filters [f0, f0 + W·Vectors) for W-float Lanes: y(oh, ow) = bias + Σ over taps in
+// kernel order of x · kernel, Positions positions at once.
+template <class Lanes, int Positions, int Vectors>
 TANDEM_VECTORIZE void small_forward_block(const Conv2dShape& s, const int64_t* __restrict taps, int64_t k,
                                           const float* __restrict x, const float* __restrict kernel,
                                           const float* __restrict bias, int64_t f0, float* __restrict y) {
+  constexpr int64_t W = sizeof(Lanes) / sizeof(float);
   const Lanes zero{};
-  Lanes start[Blocks];
-  for (int b = 0; b < Blocks; ++b) start[b] = bias != nullptr ? load(bias + f0 + b * kLanes) : zero;
-  // Positions in output order across rows, kPositions at a time (the last block repeats the
-  // image's last position); (oh, ow) is the block's first.
+  Lanes start[Vectors];
+  for (int b = 0; b < Vectors; ++b) start[b] = bias != nullptr ? load<Lanes>(bias + f0 + b * W) : zero;
+  // Positions in output order across rows, Positions at a time (the last block repeats the image's
+  // last position); (oh, ow) is the block's first.
   int64_t positions = s.oh * s.ow;
-  for (int64_t first = 0, oh = 0, ow = 0; first < positions; first += kPositions) {
-    const float* at[kPositions];
-    Lanes acc[kPositions][Blocks];
+  for (int64_t first = 0, oh = 0, ow = 0; first < positions; first += Positions) {
+    const float* at[Positions];
+    Lanes acc[Positions][Vectors];
 #pragma GCC unroll 8
-    for (int64_t q = 0; q < kPositions; ++q) {
+    for (int64_t q = 0; q < Positions; ++q) {
       at[q] = x + (oh * s.sh * s.w + ow * s.sw) * s.c;
-      for (int b = 0; b < Blocks; ++b) acc[q][b] = start[b];
+      for (int b = 0; b < Vectors; ++b) acc[q][b] = start[b];
       if (first + q + 1 < positions && ++ow == s.ow) ow = 0, ++oh;
     }
     for (int64_t t = 0; t < k; ++t) {
-      Lanes w[Blocks];
-      for (int b = 0; b < Blocks; ++b) w[b] = load(kernel + t * s.f + f0 + b * kLanes);
+      Lanes w[Vectors];
+      for (int b = 0; b < Vectors; ++b) w[b] = load<Lanes>(kernel + t * s.f + f0 + b * W);
       int64_t offset = taps[t];
 #pragma GCC unroll 8
-      for (int64_t q = 0; q < kPositions; ++q) {
+      for (int64_t q = 0; q < Positions; ++q) {
         float v = at[q][offset];
-        for (int b = 0; b < Blocks; ++b) acc[q][b] += v * w[b];
+        for (int b = 0; b < Vectors; ++b) acc[q][b] += v * w[b];
       }
     }
-    for (int64_t q = 0; q < std::min(kPositions, positions - first); ++q)
-      for (int b = 0; b < Blocks; ++b)
-        store(y + (first + q) * s.f + f0 + b * kLanes,
-              s.fused_relu ? (acc[q][b] > zero ? acc[q][b] : zero) : acc[q][b]);
+    for (int64_t q = 0; q < std::min<int64_t>(Positions, positions - first); ++q)
+      for (int b = 0; b < Vectors; ++b)
+        store(y + (first + q) * s.f + f0 + b * W, s.fused_relu ? (acc[q][b] > zero ? acc[q][b] : zero) : acc[q][b]);
   }
 }
 
-// One image, filters [f0, f0 + 16), taps [t0, t0 + kTaps) (past the last: repeats of it, not
-// written): each tap's weight gradient over the image's positions in order, added to dkernel; with
-// dbias, the bias gradient too. Unpooled: the output gradient read from a 2 × 2 max pooling's (the
-// same values its backward would write).
-template <bool Unpooled>
+// One image, filters [f0, f0 + W) for W-float Lanes, taps [t0, t0 + kTaps) (past the last: repeats
+// of it, not written): each tap's weight gradient over the image's positions in order, added to
+// dkernel; with dbias, the bias gradient too. Unpooled: the output gradient read from a 2 × 2 max
+// pooling's (the same values its backward would write).
+template <class Lanes, class IntLanes, bool Unpooled>
 TANDEM_VECTORIZE void small_weights_block(const Conv2dShape& s, const int64_t* __restrict taps, int64_t k, int64_t t0,
                                           const float* __restrict x, const ConvOutputGradient& g, int64_t f0,
                                           float* __restrict dkernel, float* __restrict dbias) {
@@ -111,10 +131,11 @@ TANDEM_VECTORIZE void small_weights_block(const Conv2dShape& s, const int64_t* _
         // The mask by integer arithmetic (a vector comparison here compiles to scalar code): all
         // ones where the window's maximum is this position.
         auto window = static_cast<int32_t>((oh % 2) * 2 + ow % 2);
-        IntLanes arg = load_ints(g.arg + pooled), bits = load_ints(g.dp + pooled) & (((arg ^ window) - 1) >> 31);
+        IntLanes arg = load<IntLanes>(g.arg + pooled),
+                 bits = load<IntLanes>(g.dp + pooled) & (((arg ^ window) - 1) >> 31);
         std::memcpy(&d, &bits, sizeof d);
       } else {
-        d = load(g.dy + (oh * s.ow + ow) * s.f + f0);
+        d = load<Lanes>(g.dy + (oh * s.ow + ow) * s.f + f0);
       }
 #pragma GCC unroll 9
       for (int64_t u = 0; u < kTaps; ++u) acc[u] += at[offset[u]] * d;
@@ -122,9 +143,9 @@ TANDEM_VECTORIZE void small_weights_block(const Conv2dShape& s, const int64_t* _
     }
   for (int64_t u = 0; u < std::min(kTaps, k - t0); ++u) {
     float* gk = dkernel + (t0 + u) * s.f + f0;
-    store(gk, load(gk) + acc[u]);
+    store(gk, load<Lanes>(gk) + acc[u]);
   }
-  if (dbias != nullptr) store(dbias + f0, load(dbias + f0) + bias_acc);
+  if (dbias != nullptr) store(dbias + f0, load<Lanes>(dbias + f0) + bias_acc);
 }
 
 #pragma GCC diagnostic pop
@@ -133,21 +154,30 @@ TANDEM_VECTORIZE void small_weights_block(const Conv2dShape& s, const int64_t* _
 
 // Valid padding (every window inside the input), whole 16-filter blocks, float32 products.
 bool conv2d_is_small(const Conv2dShape& s) {
-  return !s.bf16 && s.kh * s.kw * s.c <= kMaxTaps && s.f % kLanes == 0 && s.pad_top == 0 && s.pad_left == 0 &&
+  return !s.bf16 && s.kh * s.kw * s.c <= kMaxTaps && s.f % kFilterBlock == 0 && s.pad_top == 0 && s.pad_left == 0 &&
          s.pad_bottom == 0 && s.pad_right == 0;
 }
 
 void conv2d_small_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y) {
   std::array<int64_t, kMaxTaps> taps = tap_offsets(s);
   int64_t k = s.kh * s.kw * s.c;
-  for (int64_t n = 0; n < s.n; ++n) {
-    const float* image = x + n * s.h * s.w * s.c;
-    float* out = y + n * s.oh * s.ow * s.f;
-    int64_t f0 = 0;
-    for (; f0 + 2 * kLanes <= s.f; f0 += 2 * kLanes)
-      small_forward_block<2>(s, taps.data(), k, image, kernel, bias, f0, out);
-    if (f0 < s.f) small_forward_block<1>(s, taps.data(), k, image, kernel, bias, f0, out);
-  }
+  core::vectorized([&](auto at_isa) {
+    using Level = Blocking<decltype(at_isa)::level>;
+    constexpr int64_t kPass = Level::kVectors * static_cast<int64_t>(sizeof(typename Level::Lanes) / sizeof(float));
+    for (int64_t n = 0; n < s.n; ++n) {
+      const float* image = x + n * s.h * s.w * s.c;
+      float* out = y + n * s.oh * s.ow * s.f;
+      int64_t f0 = 0;
+      for (; f0 + kPass <= s.f; f0 += kPass)
+        small_forward_block<typename Level::Lanes, Level::kPositions, Level::kVectors>(s, taps.data(), k, image, kernel,
+                                                                                       bias, f0, out);
+      // The rest (whole 16-filter blocks) a vector at a time.
+      constexpr int64_t W = sizeof(typename Level::Lanes) / sizeof(float);
+      for (; f0 < s.f; f0 += W)
+        small_forward_block<typename Level::Lanes, Level::kPositions, 1>(s, taps.data(), k, image, kernel, bias, f0,
+                                                                         out);
+    }
+  });
 }
 
 void conv2d_small_backward_weights(const Conv2dShape& s, const float* x, const ConvOutputGradient& g, float* dkernel,
@@ -158,17 +188,23 @@ void conv2d_small_backward_weights(const Conv2dShape& s, const float* x, const C
   if (dbias != nullptr) std::fill(dbias, dbias + s.f, 0.0f);
   bool unpooled = g.dy == nullptr;
   int64_t out_image = s.oh * s.ow * s.f, pooled_image = out_image / 4;
-  for (int64_t n = 0; n < s.n; ++n) {
-    const float* image = x + n * s.h * s.w * s.c;
-    ConvOutputGradient at = unpooled ? ConvOutputGradient{nullptr, g.dp + n * pooled_image, g.arg + n * pooled_image}
-                                     : ConvOutputGradient{g.dy + n * out_image};
-    for (int64_t f0 = 0; f0 < s.f; f0 += kLanes)
-      for (int64_t t0 = 0; t0 < k; t0 += kTaps) {
-        float* db = t0 == 0 ? dbias : nullptr;
-        if (unpooled) small_weights_block<true>(s, taps.data(), k, t0, image, at, f0, dkernel, db);
-        else small_weights_block<false>(s, taps.data(), k, t0, image, at, f0, dkernel, db);
-      }
-  }
+  core::vectorized([&](auto at_isa) {
+    using Level = Blocking<decltype(at_isa)::level>;
+    using Lanes = typename Level::Lanes;
+    using IntLanes = typename Level::IntLanes;
+    constexpr int64_t W = sizeof(Lanes) / sizeof(float);
+    for (int64_t n = 0; n < s.n; ++n) {
+      const float* image = x + n * s.h * s.w * s.c;
+      ConvOutputGradient at = unpooled ? ConvOutputGradient{nullptr, g.dp + n * pooled_image, g.arg + n * pooled_image}
+                                       : ConvOutputGradient{g.dy + n * out_image};
+      for (int64_t f0 = 0; f0 < s.f; f0 += W)
+        for (int64_t t0 = 0; t0 < k; t0 += kTaps) {
+          float* db = t0 == 0 ? dbias : nullptr;
+          if (unpooled) small_weights_block<Lanes, IntLanes, true>(s, taps.data(), k, t0, image, at, f0, dkernel, db);
+          else small_weights_block<Lanes, IntLanes, false>(s, taps.data(), k, t0, image, at, f0, dkernel, db);
+        }
+    }
+  });
 }
 
 }  // namespace tandem::kernels::cpu

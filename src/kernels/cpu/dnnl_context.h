@@ -15,6 +15,11 @@ struct DnnlContext {
 };
 DnnlContext& dnnl_context();  // one per thread
 
+// Caps oneDNN's instruction set to core::isa() where TANDEM_MAX_ISA lowers it (and the user set no
+// ONEDNN_MAX_CPU_ISA of their own), once, before oneDNN's first kernel: what a capped run measures is
+// the lower level throughout. Every entry into oneDNN calls it.
+void follow_isa_cap();
+
 struct DnnlArg {
   int kind;
   dnnl::memory* memory;

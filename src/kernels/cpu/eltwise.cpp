@@ -11,7 +11,7 @@ namespace {
 constexpr float kSeluScale = 1.0507009873554804934f;
 constexpr float kSeluAlpha = 1.6732632423543772848f;
 
-TANDEM_VECTORIZE void relu_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+TANDEM_VECTORIZE void relu_rows_loop(float* y, const float* b, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < rows; ++i) {
     float* r = y + i * cols;
     if (b)
@@ -20,15 +20,21 @@ TANDEM_VECTORIZE void relu_rows(float* y, const float* b, int64_t rows, int64_t 
       for (int64_t j = 0; j < cols; ++j) r[j] = std::max(r[j], 0.0f);
   }
 }
+void relu_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+  core::vectorized([&] { relu_rows_loop(y, b, rows, cols); });
+}
 
-TANDEM_VECTORIZE void bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+TANDEM_VECTORIZE void bias_rows_loop(float* y, const float* b, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < rows; ++i) {
     float* r = y + i * cols;
     for (int64_t j = 0; j < cols; ++j) r[j] += b[j];
   }
 }
+void bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
+  core::vectorized([&] { bias_rows_loop(y, b, rows, cols); });
+}
 
-TANDEM_VECTORIZE void elu_all(float* y, int64_t n, float scale, float alpha) {
+TANDEM_VECTORIZE void elu_all_loop(float* y, int64_t n, float scale, float alpha) {
   // exp of min(x, 0) for every element, so the loop has no branch and vectorizes.
   for (int64_t i = 0; i < n; ++i) {
     float x = y[i];
@@ -36,20 +42,29 @@ TANDEM_VECTORIZE void elu_all(float* y, int64_t n, float scale, float alpha) {
     y[i] = x > 0.0f ? scale * x : scale * alpha * (e - 1.0f);
   }
 }
-
-TANDEM_VECTORIZE void sigmoid_all(float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + vexp(-y[i]));
+void elu_all(float* y, int64_t n, float scale, float alpha) {
+  core::vectorized([&] { elu_all_loop(y, n, scale, alpha); });
 }
 
-TANDEM_VECTORIZE void tanh_all(float* y, int64_t n) {
+TANDEM_VECTORIZE void sigmoid_all_loop(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + vexp(-y[i]));
+}
+void sigmoid_all(float* y, int64_t n) {
+  core::vectorized([&] { sigmoid_all_loop(y, n); });
+}
+
+TANDEM_VECTORIZE void tanh_all_loop(float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = 1.0f - 2.0f / (vexp(2.0f * y[i]) + 1.0f);
+}
+void tanh_all(float* y, int64_t n) {
+  core::vectorized([&] { tanh_all_loop(y, n); });
 }
 
 void gelu_all(float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * y[i] * (1.0f + std::erf(y[i] * 0.70710678118654752f));
 }
 
-TANDEM_VECTORIZE void backward_from_output(const float* dy, const float* y, float* dz, int64_t n, Activation act) {
+TANDEM_VECTORIZE void backward_from_output_loop(const float* dy, const float* y, float* dz, int64_t n, Activation act) {
   switch (act) {
     case Activation::ReLU:
       for (int64_t i = 0; i < n; ++i) dz[i] = y[i] > 0.0f ? dy[i] : 0.0f;
@@ -72,6 +87,9 @@ TANDEM_VECTORIZE void backward_from_output(const float* dy, const float* y, floa
       break;
     default: break;
   }
+}
+void backward_from_output(const float* dy, const float* y, float* dz, int64_t n, Activation act) {
+  core::vectorized([&] { backward_from_output_loop(dy, y, dz, n, act); });
 }
 
 }  // namespace
@@ -121,12 +139,15 @@ void activation_backward(const float* dy, const float* z, const float* y, float*
   backward_from_output(dy, y, dz, n, act);
 }
 
-TANDEM_VECTORIZE void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) {
+TANDEM_VECTORIZE void column_sums_loop(const float* dy, int64_t rows, int64_t cols, float* db) {
   for (int64_t j = 0; j < cols; ++j) db[j] = 0.0f;
   for (int64_t i = 0; i < rows; ++i) {
     const float* r = dy + i * cols;
     for (int64_t j = 0; j < cols; ++j) db[j] += r[j];
   }
+}
+void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) {
+  core::vectorized([&] { column_sums_loop(dy, rows, cols, db); });
 }
 
 }  // namespace tandem::kernels::cpu

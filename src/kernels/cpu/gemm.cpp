@@ -4,6 +4,7 @@
 #include <dnnl.h>
 
 #include "kernels/cpu/dnnl_check.h"
+#include "kernels/cpu/dnnl_context.h"
 #include "kernels/cpu/gemm_chunks.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/cpu/signals_held.h"
@@ -13,6 +14,7 @@ namespace tandem::kernels::cpu {
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  follow_isa_cap();
   if (k == 0) {
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];

@@ -55,7 +55,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_avx51
 }
 
 bool cpu_rounds_bf16() {
-  static const bool has = __builtin_cpu_supports("avx512bf16");
+  static const bool has = core::isa() == core::Isa::Avx512 && __builtin_cpu_supports("avx512bf16");
   return has;
 }
 
@@ -118,6 +118,7 @@ Matmul& matmul_for(const MatmulKey& key) {
 }  // namespace
 
 bool bf16_products_native() {
+  follow_isa_cap();
   static const bool native = dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16;
   return native;
 }

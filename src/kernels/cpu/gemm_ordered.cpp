@@ -12,8 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/isa.h"
 #include "core/parallel.h"
 #include "kernels/cpu/kernels.h"
+#include "tandem/error.h"
 
 namespace tandem::kernels::cpu {
 namespace {
@@ -61,39 +63,92 @@ __attribute__((target("avx512f,fma"))) void block_avx512(int64_t i0, int64_t j0,
     }
 }
 
+// The same block with AVX2's 8-float registers: six rows of two vectors keep 12 accumulators (per
+// k, 6 broadcasts and 2 loads feed 12 FMAs; with the two B vectors and a broadcast, 15 of the 16
+// registers). The chains are the AVX-512 block's, so the bits are too. `tail`: the lanes of the
+// last vector that are columns of C.
+template <bool kTransposedA, int R, int V>
+__attribute__((target("avx2,fma"))) void block_avx2(int64_t i0, int64_t j0, int64_t k0, int64_t k1, const float* a,
+                                                    int64_t lda, const float* b, int64_t ldb, bool resume, bool add,
+                                                    float* c, int64_t ldc, int tail) {
+  const __m256i all = _mm256_set1_epi32(-1);
+  const __m256i last = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  __m256 acc[R][V];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v)
+      acc[r][v] =
+          resume ? _mm256_maskload_ps(c + (i0 + r) * ldc + j0 + 8 * v, (v + 1 < V ? all : last)) : _mm256_setzero_ps();
+  for (int64_t kk = k0; kk < k1; ++kk) {
+    if (kTransposedA) _mm_prefetch(reinterpret_cast<const char*>(a + kk * lda + i0 + 32), _MM_HINT_T0);
+    const float* brow = b + kk * ldb + j0;
+    __m256 bv[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v)
+      bv[v] = v + 1 < V ? _mm256_loadu_ps(brow + 8 * v) : _mm256_maskload_ps(brow + 8 * v, last);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      __m256 av = _mm256_broadcast_ss(kTransposedA ? a + kk * lda + i0 + r : a + (i0 + r) * lda + kk);
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(av, bv[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) {
+      float* at = c + (i0 + r) * ldc + j0 + 8 * v;
+      _mm256_maskstore_ps(at, (v + 1 < V ? all : last),
+                          add ? _mm256_add_ps(_mm256_maskload_ps(at, (v + 1 < V ? all : last)), acc[r][v]) : acc[r][v]);
+    }
+}
+
+template <class Mask>
 using Block = void (*)(int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, bool, bool,
-                       float*, int64_t, __mmask16);
-constexpr int64_t rows_per_block(int vectors) { return vectors == 5 ? 5 : 6; }
+                       float*, int64_t, Mask);
+constexpr int64_t rows_per_block_avx512(int vectors) { return vectors == 5 ? 5 : 6; }
 template <bool kTransposedA, int V, int... R>
-constexpr std::array<Block, 7> blocks_of(std::integer_sequence<int, R...>) {
-  return {nullptr, block_avx512<kTransposedA, (R + 1 <= rows_per_block(V) ? R + 1 : 1), V>...};
+constexpr std::array<Block<__mmask16>, 7> avx512_blocks_of(std::integer_sequence<int, R...>) {
+  return {nullptr, block_avx512<kTransposedA, (R + 1 <= rows_per_block_avx512(V) ? R + 1 : 1), V>...};
+}
+template <bool kTransposedA, int V, int... R>
+constexpr std::array<Block<int>, 7> avx2_blocks_of(std::integer_sequence<int, R...>) {
+  return {nullptr, block_avx2<kTransposedA, R + 1, V>...};
 }
 // [V][rows]: the block of V vectors and `rows` rows (1 to rows_per_block(V)).
 template <bool kTransposedA>
-constexpr std::array<std::array<Block, 7>, 6> kBlocks = {
-    std::array<Block, 7>{},
-    blocks_of<kTransposedA, 1>(std::make_integer_sequence<int, 6>{}),
-    blocks_of<kTransposedA, 2>(std::make_integer_sequence<int, 6>{}),
-    blocks_of<kTransposedA, 3>(std::make_integer_sequence<int, 6>{}),
-    blocks_of<kTransposedA, 4>(std::make_integer_sequence<int, 6>{}),
-    blocks_of<kTransposedA, 5>(std::make_integer_sequence<int, 6>{})};
+constexpr std::array<std::array<Block<__mmask16>, 7>, 6> kAvx512Blocks = {
+    std::array<Block<__mmask16>, 7>{},
+    avx512_blocks_of<kTransposedA, 1>(std::make_integer_sequence<int, 6>{}),
+    avx512_blocks_of<kTransposedA, 2>(std::make_integer_sequence<int, 6>{}),
+    avx512_blocks_of<kTransposedA, 3>(std::make_integer_sequence<int, 6>{}),
+    avx512_blocks_of<kTransposedA, 4>(std::make_integer_sequence<int, 6>{}),
+    avx512_blocks_of<kTransposedA, 5>(std::make_integer_sequence<int, 6>{})};
+template <bool kTransposedA>
+constexpr std::array<std::array<Block<int>, 7>, 3> kAvx2Blocks = {
+    std::array<Block<int>, 7>{}, avx2_blocks_of<kTransposedA, 1>(std::make_integer_sequence<int, 6>{}),
+    avx2_blocks_of<kTransposedA, 2>(std::make_integer_sequence<int, 6>{})};
 
-// C's columns in blocks of at most 5 vectors, as even as can be (160 columns: 5 + 5 vectors):
-// block i of column_block_count(n).
+// C's columns in blocks of at most `most` vectors of `width` floats, as even as can be (160 columns
+// in AVX-512's: 5 + 5 vectors; in AVX2's: 10 blocks of 2): block i of column_block_count(n).
 struct ColumnBlock {
   int64_t j0;
   int vectors;
-  __mmask16 last;
+  int tail;  // lanes of the last vector that are columns of C (1 to width)
 };
-int64_t column_block_count(int64_t n) { return ((n + 15) / 16 + 4) / 5; }
-ColumnBlock column_block(int64_t n, int64_t i) {
-  int64_t vectors = (n + 15) / 16, count = column_block_count(n), rest = vectors % count;
-  int64_t v = vectors / count + (i < rest ? 1 : 0), j0 = 16 * (i * (vectors / count) + std::min(i, rest));
-  int64_t tail = std::min<int64_t>(16 * v, n - j0) - 16 * (v - 1);
-  return {j0, static_cast<int>(v), static_cast<__mmask16>(tail == 16 ? 0xFFFFu : (1u << tail) - 1u)};
+int64_t column_block_count(int64_t n, int64_t width, int64_t most) {
+  return ((n + width - 1) / width + most - 1) / most;
+}
+ColumnBlock column_block(int64_t n, int64_t i, int64_t width, int64_t most) {
+  int64_t vectors = (n + width - 1) / width, count = column_block_count(n, width, most), rest = vectors % count;
+  int64_t v = vectors / count + (i < rest ? 1 : 0), j0 = width * (i * (vectors / count) + std::min(i, rest));
+  int64_t tail = std::min<int64_t>(width * v, n - j0) - width * (v - 1);
+  return {j0, static_cast<int>(v), static_cast<int>(tail)};
 }
 
-// The same sums without AVX-512: std::fma is the one rounding vfmadd makes, so the bits match.
+// The same sums without vectors (plain x86-64): std::fma is the one rounding vfmadd makes, so the
+// bits match.
 template <bool kTransposedA>
 void rows_scalar(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                  bool add, float* c, int64_t ldc) {
@@ -106,33 +161,52 @@ void rows_scalar(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, i
     }
 }
 
-// C (+)= op(A)·B over the intra-op pool, in chunks of whole groups of rows. `depth`: k is cut into
-// blocks of it (not where `add`: the chain must be whole before it is added to C).
+// Rows [i_begin, i_end) of C (+)= op(A)·B in blocks of `Width`-float vectors, k in blocks of `depth`.
+template <bool kTransposedA, int64_t Width, int64_t MostVectors, class Mask, class Table, class MakeMask>
+void blocks(const Table& table, MakeMask make_mask, int64_t i_begin, int64_t i_end, int64_t n, int64_t k,
+            const float* a, int64_t lda, const float* b, int64_t ldb, bool add, float* c, int64_t ldc, int64_t depth) {
+  for (int64_t blk = 0; blk < column_block_count(n, Width, MostVectors); ++blk) {
+    ColumnBlock col = column_block(n, blk, Width, MostVectors);
+    Mask last = make_mask(col.tail);
+    int64_t step = Width == 16 ? rows_per_block_avx512(col.vectors) : 6;
+    for (int64_t k0 = 0; k0 < std::max<int64_t>(k, 1); k0 += depth) {
+      int64_t k1 = std::min(k, k0 + depth);
+      for (int64_t i0 = i_begin; i0 < i_end; i0 += step) {
+        auto rows = static_cast<size_t>(std::min(step, i_end - i0));
+        table[static_cast<size_t>(col.vectors)][rows](i0, col.j0, k0, k1, a, lda, b, ldb, k0 > 0, add, c, ldc, last);
+      }
+    }
+  }
+}
+
+// C (+)= op(A)·B over the intra-op pool, in chunks of whole groups of rows, at vector level
+// `level`. `depth`: k is cut into blocks of it (not where `add`: the chain must be whole before it
+// is added to C).
 template <bool kTransposedA>
-void ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, bool add,
-             float* c, int64_t ldc, int64_t depth) {
+void ordered(core::Isa level, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+             bool add, float* c, int64_t ldc, int64_t depth) {
+  if (level > core::host_isa())
+    fail("ordered products: vector level {} asked for, this CPU has {}", core::isa_name(level),
+         core::isa_name(core::host_isa()));
   if (m <= 0 || n <= 0) return;
   double work = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   constexpr int64_t kRowGroup = 30;  // rows a chunk takes at least: whole blocks of 5 and of 6 rows
   int64_t groups = (m + kRowGroup - 1) / kRowGroup;
   int64_t chunks = core::split_chunks(groups, work, 1);
-  bool avx512 = ordered_products_vectorised();
   if (add || k <= 0) depth = std::max<int64_t>(k, 1);
   core::parallel_for(chunks, work, [&](int64_t chunk) {
     auto [first, end] = core::chunk_range(groups, chunks, chunk, 1);
     int64_t i_begin = first * kRowGroup, i_end = std::min(m, end * kRowGroup);
-    if (!avx512) return rows_scalar<kTransposedA>(i_begin, i_end, n, k, a, lda, b, ldb, add, c, ldc);
-    for (int64_t blk = 0; blk < column_block_count(n); ++blk) {
-      ColumnBlock col = column_block(n, blk);
-      int64_t step = rows_per_block(col.vectors);
-      for (int64_t k0 = 0; k0 < std::max<int64_t>(k, 1); k0 += depth) {
-        int64_t k1 = std::min(k, k0 + depth);
-        for (int64_t i0 = i_begin; i0 < i_end; i0 += step) {
-          auto rows = static_cast<size_t>(std::min(step, i_end - i0));
-          kBlocks<kTransposedA>[static_cast<size_t>(col.vectors)][rows](i0, col.j0, k0, k1, a, lda, b, ldb, k0 > 0, add,
-                                                                        c, ldc, col.last);
-        }
-      }
+    switch (level) {
+      case core::Isa::Avx512:
+        return blocks<kTransposedA, 16, 5, __mmask16>(
+            kAvx512Blocks<kTransposedA>, [](int tail) { return static_cast<__mmask16>((1u << tail) - 1u); }, i_begin,
+            i_end, n, k, a, lda, b, ldb, add, c, ldc, depth);
+      case core::Isa::Avx2:
+        return blocks<kTransposedA, 8, 2, int>(
+            kAvx2Blocks<kTransposedA>, [](int tail) { return tail; }, i_begin, i_end, n, k, a, lda, b, ldb, add, c, ldc,
+            depth);
+      case core::Isa::X86_64: return rows_scalar<kTransposedA>(i_begin, i_end, n, k, a, lda, b, ldb, add, c, ldc);
     }
   });
 }
@@ -181,26 +255,64 @@ __attribute__((target("avx512f"))) void transpose_avx512(const float* m, int64_t
 }
 #pragma GCC diagnostic pop
 
-}  // namespace
-
-bool ordered_products_vectorised() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma");
-  return avx512;
+// The same with AVX2: 8 × 8 blocks (unpacks, then 64-bit shuffles, then 128-bit lanes).
+__attribute__((target("avx2"))) void transpose_avx2(const float* m, int64_t rows, int64_t cols, int64_t ld,
+                                                    float* out) {
+  int64_t r0 = 0;
+  for (; r0 + 8 <= rows; r0 += 8) {
+    int64_t c0 = 0;
+    for (; c0 + 8 <= cols; c0 += 8) {
+      __m256 r[8], t[8], u[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(m + (r0 + i) * ld + c0);
+      for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      }
+      // u[4i + q], 128-bit lane L: rows 4i to 4i + 3 of column 4L + q.
+      for (int i = 0; i < 2; ++i) {
+        u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+      }
+      for (int q = 0; q < 4; ++q) {
+        _mm256_storeu_ps(out + (c0 + q) * rows + r0, _mm256_permute2f128_ps(u[q], u[4 + q], 0x20));
+        _mm256_storeu_ps(out + (c0 + 4 + q) * rows + r0, _mm256_permute2f128_ps(u[q], u[4 + q], 0x31));
+      }
+    }
+    for (int64_t i = r0; i < r0 + 8; ++i)
+      for (int64_t j = c0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
+  }
+  for (int64_t i = r0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
 }
 
+}  // namespace
+
+bool ordered_products_vectorised() { return core::isa() >= core::Isa::Avx2; }
+
 void transpose(const float* m, int64_t rows, int64_t cols, int64_t ld, float* out) {
-  if (ordered_products_vectorised()) return transpose_avx512(m, rows, cols, ld, out);
+  switch (core::isa()) {
+    case core::Isa::Avx512: return transpose_avx512(m, rows, cols, ld, out);
+    case core::Isa::Avx2: return transpose_avx2(m, rows, cols, ld, out);
+    case core::Isa::X86_64: break;
+  }
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
 }
 
-void gemm_tn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
-                     bool add, float* c, int64_t ldc) {
-  ordered<true>(m, n, k, a, lda, b, ldb, add, c, ldc, k);
+void gemm_tn_ordered_at(core::Isa level, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                        int64_t ldb, bool add, float* c, int64_t ldc) {
+  ordered<true>(level, m, n, k, a, lda, b, ldb, add, c, ldc, k);
 }
 
-void gemm_ordered(bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                  int64_t ldb, float* c, int64_t ldc) {
+void gemm_tn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+                     bool add, float* c, int64_t ldc) {
+  gemm_tn_ordered_at(core::isa(), m, n, k, a, lda, b, ldb, add, c, ldc);
+}
+
+void gemm_ordered_at(core::Isa level, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
   if (transpose_b && k > 0) {  // B (n × k) laid out as k × n once, in this thread's buffer
     // On a 64-byte boundary: the blocks' loads of B rows would otherwise each span two cache lines
@@ -214,7 +326,12 @@ void gemm_ordered(bool transpose_b, int64_t m, int64_t n, int64_t k, const float
   }
   // k in blocks of 64: a block's rows of B, for a block of C's columns, stay in the first-level
   // cache while every row of the chunk passes over them.
-  ordered<false>(m, n, k, a, lda, b, ldb, false, c, ldc, 64);
+  ordered<false>(level, m, n, k, a, lda, b, ldb, false, c, ldc, 64);
+}
+
+void gemm_ordered(bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                  int64_t ldb, float* c, int64_t ldc) {
+  gemm_ordered_at(core::isa(), transpose_b, m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 }  // namespace tandem::kernels::cpu

@@ -72,19 +72,26 @@ void gemm_bf16_rounded(bool transpose_a, bool transpose_b, int64_t m, int64_t n,
                        const uint16_t* a, const uint16_t* b, float beta, float* c, int64_t ldc);
 
 // C(m × n) = Aᵀ·B, or C += Aᵀ·B where `add`, for A (k × m, rows lda apart) and B (k × n, ldb):
-// each element one FMA chain over k in order from zero, then stored or added to C once (AVX-512
-// where the CPU has it, else std::fma: the same bits), on the intra-op pool.
+// each element one FMA chain over k in order from zero, then stored or added to C once, on the
+// intra-op pool. AVX-512 and AVX2 blocks and plain std::fma give the same bits.
 void gemm_tn_ordered(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
                      bool add, float* c, int64_t ldc);
 // C(m × n) = A·op(B) for A (m × k, rows lda apart) and B (k × n, or n × k where transpose_b; ldb):
 // each element one FMA chain over k in order from zero, so that a row of C has the same bits
-// whatever other rows are multiplied with it (AVX-512 where the CPU has it, else std::fma: the
-// same bits), on the intra-op pool. A transposed B is laid out once per call.
+// whatever other rows are multiplied with it (and whatever the vector level), on the intra-op
+// pool. A transposed B is laid out once per call.
 void gemm_ordered(bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                   int64_t ldb, float* c, int64_t ldc);
+// The two at a given vector level, whatever core::isa() says (tests compare the levels; one above
+// the host's throws tandem::Error).
+void gemm_tn_ordered_at(core::Isa level, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                        int64_t ldb, bool add, float* c, int64_t ldc);
+void gemm_ordered_at(core::Isa level, bool transpose_b, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                     const float* b, int64_t ldb, float* c, int64_t ldc);
 // out (cols × rows) = mᵀ for m (rows × cols, rows ld apart).
 void transpose(const float* m, int64_t rows, int64_t cols, int64_t ld, float* out);
-// Whether the two run vectorised here (AVX-512), rather than one scalar FMA at a time.
+// Whether the two run vectorised here (AVX2 or AVX-512 at core::isa()), rather than one scalar FMA
+// at a time.
 bool ordered_products_vectorised();
 
 // y(rows,cols) = act(y + bias) in place; bias may be null. Softmax acts per row.

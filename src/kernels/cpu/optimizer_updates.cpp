@@ -24,8 +24,8 @@ class SubnormalsFlushed {
 };
 }  // namespace
 
-TANDEM_VECTORIZE void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum,
-                                 bool nesterov) {
+TANDEM_VECTORIZE void sgd_update_loop(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum,
+                                      bool nesterov) {
   SubnormalsFlushed flushed;
   if (momentum == 0.0f) {
     for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
@@ -46,9 +46,12 @@ TANDEM_VECTORIZE void sgd_update(float* w, const float* g, float* velocity, int6
     }
   }
 }
+void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum, bool nesterov) {
+  core::vectorized([&] { sgd_update_loop(w, g, velocity, n, lr, momentum, nesterov); });
+}
 
-TANDEM_VECTORIZE void adam_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                                  float beta2, float epsilon, int64_t step) {
+TANDEM_VECTORIZE void adam_update_loop(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+                                       float beta2, float epsilon, int64_t step) {
   SubnormalsFlushed flushed;
   // Keras' form: the bias corrections fold into the step size, epsilon stays outside the sqrt.
   double t = static_cast<double>(step);
@@ -63,9 +66,13 @@ TANDEM_VECTORIZE void adam_update(float* w, const float* g, float* m, float* v, 
     w[i] -= alpha * mi / (std::sqrt(vi) + epsilon);
   }
 }
+void adam_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                 float epsilon, int64_t step) {
+  core::vectorized([&] { adam_update_loop(w, g, m, v, n, lr, beta1, beta2, epsilon, step); });
+}
 
-TANDEM_VECTORIZE void rmsprop_update(float* w, const float* g, float* mean_square, float* velocity, int64_t n, float lr,
-                                     float rho, float momentum, float epsilon) {
+TANDEM_VECTORIZE void rmsprop_update_loop(float* w, const float* g, float* mean_square, float* velocity, int64_t n,
+                                          float lr, float rho, float momentum, float epsilon) {
   SubnormalsFlushed flushed;
   for (int64_t i = 0; i < n; ++i) {
     float ms = rho * mean_square[i] + (1.0f - rho) * g[i] * g[i];
@@ -80,14 +87,22 @@ TANDEM_VECTORIZE void rmsprop_update(float* w, const float* g, float* mean_squar
     }
   }
 }
+void rmsprop_update(float* w, const float* g, float* mean_square, float* velocity, int64_t n, float lr, float rho,
+                    float momentum, float epsilon) {
+  core::vectorized([&] { rmsprop_update_loop(w, g, mean_square, velocity, n, lr, rho, momentum, epsilon); });
+}
 
-TANDEM_VECTORIZE void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon) {
+TANDEM_VECTORIZE void adagrad_update_loop(float* w, const float* g, float* accumulator, int64_t n, float lr,
+                                          float epsilon) {
   SubnormalsFlushed flushed;
   for (int64_t i = 0; i < n; ++i) {
     float a = accumulator[i] + g[i] * g[i];
     accumulator[i] = a;
     w[i] -= lr * g[i] / (std::sqrt(a) + epsilon);
   }
+}
+void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon) {
+  core::vectorized([&] { adagrad_update_loop(w, g, accumulator, n, lr, epsilon); });
 }
 
 }  // namespace tandem::kernels::cpu

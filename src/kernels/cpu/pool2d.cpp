@@ -60,18 +60,21 @@ PoolPrimitives& pool_primitives(const Pool2dShape& s) {
 }
 
 // y = max(y, x) along c channels, a = k where x is the larger.
-TANDEM_VECTORIZE void fold_max(const float* x, float* y, int32_t* a, int32_t k, int64_t c) {
+TANDEM_VECTORIZE void fold_max_loop(const float* x, float* y, int32_t* a, int32_t k, int64_t c) {
   for (int64_t i = 0; i < c; ++i) {
     bool larger = x[i] > y[i];
     y[i] = larger ? x[i] : y[i];
     a[i] = larger ? k : a[i];
   }
 }
+void fold_max(const float* x, float* y, int32_t* a, int32_t k, int64_t c) {
+  core::vectorized([&] { fold_max_loop(x, y, a, k, c); });
+}
 
 // 2 × 2 windows at stride 2, each inside the input (the default MaxPooling2D's): one output row
 // of `count` positions from input rows x and x + w·c, each window in registers, stored once.
-TANDEM_VECTORIZE void max_pool_2x2_row(const float* x, int64_t w, int64_t c, int64_t count, float* __restrict y,
-                                       int32_t* __restrict arg) {
+TANDEM_VECTORIZE void max_pool_2x2_row_loop(const float* x, int64_t w, int64_t c, int64_t count, float* __restrict y,
+                                            int32_t* __restrict arg) {
   const float* below = x + w * c;
   for (int64_t o = 0; o < count; ++o) {
     const float* __restrict r0 = x + 2 * o * c, * __restrict r1 = below + 2 * o * c;
@@ -92,11 +95,15 @@ TANDEM_VECTORIZE void max_pool_2x2_row(const float* x, int64_t w, int64_t c, int
     }
   }
 }
+void max_pool_2x2_row(const float* x, int64_t w, int64_t c, int64_t count, float* __restrict y,
+                      int32_t* __restrict arg) {
+  core::vectorized([&] { max_pool_2x2_row_loop(x, w, c, count, y, arg); });
+}
 
 // Its backward where the windows tile the input: each input value written once, dy where its
 // window's maximum was, else 0.
-TANDEM_VECTORIZE void max_unpool_2x2_row(const float* __restrict dy, const int32_t* __restrict arg, int64_t w,
-                                         int64_t c, int64_t count, float* dx) {
+TANDEM_VECTORIZE void max_unpool_2x2_row_loop(const float* __restrict dy, const int32_t* __restrict arg, int64_t w,
+                                              int64_t c, int64_t count, float* dx) {
   float* below = dx + w * c;
   for (int64_t o = 0; o < count; ++o) {
     float* __restrict r0 = dx + 2 * o * c, * __restrict r1 = below + 2 * o * c;
@@ -109,6 +116,10 @@ TANDEM_VECTORIZE void max_unpool_2x2_row(const float* __restrict dy, const int32
       r1[c + ch] = k == 3 ? d : 0.0f;
     }
   }
+}
+void max_unpool_2x2_row(const float* __restrict dy, const int32_t* __restrict arg, int64_t w, int64_t c, int64_t count,
+                        float* dx) {
+  core::vectorized([&] { max_unpool_2x2_row_loop(dy, arg, w, c, count, dx); });
 }
 
 bool is_2x2_inside(const Pool2dShape& s) {
@@ -152,13 +163,19 @@ void max_pool_image(const Pool2dShape& s, const float* x, float* y, int32_t* arg
 }
 
 // dx += dy along c channels where the window index of the maximum is k.
-TANDEM_VECTORIZE void add_where(const float* dy, const int32_t* a, int32_t k, float* dx, int64_t c) {
+TANDEM_VECTORIZE void add_where_loop(const float* dy, const int32_t* a, int32_t k, float* dx, int64_t c) {
   for (int64_t i = 0; i < c; ++i) dx[i] += a[i] == k ? dy[i] : 0.0f;
+}
+void add_where(const float* dy, const int32_t* a, int32_t k, float* dx, int64_t c) {
+  core::vectorized([&] { add_where_loop(dy, a, k, dx, c); });
 }
 
 // dx = dy along c channels where the window index of the maximum is k, else 0.
-TANDEM_VECTORIZE void set_where(const float* dy, const int32_t* a, int32_t k, float* dx, int64_t c) {
+TANDEM_VECTORIZE void set_where_loop(const float* dy, const int32_t* a, int32_t k, float* dx, int64_t c) {
   for (int64_t i = 0; i < c; ++i) dx[i] = a[i] == k ? dy[i] : 0.0f;
+}
+void set_where(const float* dy, const int32_t* a, int32_t k, float* dx, int64_t c) {
+  core::vectorized([&] { set_where_loop(dy, a, k, dx, c); });
 }
 
 // Each window position's channels in one pass (output order: overlapping windows add in it).
@@ -296,9 +313,13 @@ void pool2d_backward(const Pool2dShape& s, const float* dy, const void* workspac
 
 namespace {
 // m = dp where p > 0, else 0: ReLU's derivative, read from the pooled values.
-TANDEM_VECTORIZE void where_positive(const float* dp, const float* p, float* m, int64_t n) {
+TANDEM_VECTORIZE void where_positive_loop(const float* dp, const float* p, float* m, int64_t n) {
   for (int64_t i = 0; i < n; ++i) m[i] = p[i] > 0.0f ? dp[i] : 0.0f;
 }
+void where_positive(const float* dp, const float* p, float* m, int64_t n) {
+  core::vectorized([&] { where_positive_loop(dp, p, m, n); });
+}
+
 }  // namespace
 
 void conv2d_max_pool2d_forward(const Conv2dShape& conv, const Pool2dShape& pool, const float* x, const float* kernel,

@@ -7,7 +7,7 @@
 #include "kernels/cpu/kernels.h"
 
 namespace tandem::kernels::cpu {
-TANDEM_VECTORIZE float softmax_row(const float* row, int64_t cols, float* p) {
+TANDEM_VECTORIZE float softmax_row_loop(const float* row, int64_t cols, float* p) {
   float m = row[0];
   for (int64_t j = 1; j < cols; ++j) m = std::max(m, row[j]);
   float s = 0.0f;
@@ -18,6 +18,9 @@ TANDEM_VECTORIZE float softmax_row(const float* row, int64_t cols, float* p) {
   float inv = 1.0f / s;
   for (int64_t j = 0; j < cols; ++j) p[j] *= inv;
   return std::log(s) + m;
+}
+float softmax_row(const float* row, int64_t cols, float* p) {
+  return core::vectorized([&] { return softmax_row_loop(row, cols, p); });
 }
 
 void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols, float* loss,
