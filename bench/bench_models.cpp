@@ -1,6 +1,10 @@
 // Training throughput of the reference models on MNIST-shaped data (60,000 × 784, random; the
-// CIFAR MLP on 60,000 × 32 × 32 × 3), beside the GEMM-only floor: the same matrix products alone
-// through oneDNN, no framework.
+// CIFAR MLP on 60,000 × 32 × 32 × 3), beside two floors: the GEMM-only floor (the same matrix
+// products alone through oneDNN, no framework) and the step floor (those products, plus the
+// optimizer's update moving its bytes at this host's measured bandwidth: bench_models' own
+// "update_bandwidth_gb_s", a memcpy over as many bytes as the update touches, best of many; the
+// update reads and writes each parameter's value, gradient and slots once a step, which no
+// framework can skip). "isa" is Tandem's vector level (TANDEM_MAX_ISA caps it).
 // Usage: bench_models WORKLOAD [threads] [seconds] [nofloor|floor] [STRATEGY: make_strategy's names, e.g.
 // mirrored:N[:deterministic], central:N, model-parallel:N]   WORKLOAD: mlp25 mlp256 mlp5_50 mlp5_256 cnn64
 // cifar_mlp256 (the floor: not for cifar_mlp256). An argument "mixed_bf16" anywhere trains under
@@ -14,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <dnnl.h>
 #include <omp.h>
@@ -110,6 +115,37 @@ double gemm_floor(const std::string& model, int64_t b, double seconds) {
       elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
     }
     best = std::max(best, static_cast<double>(steps * b) / elapsed);
+  }
+  return best;
+}
+
+// Bytes the optimizer's update reads and writes per parameter: Adam reads w, g, m, v and writes
+// w, m, v; SGD with momentum reads w, g, v and writes w, v; plain SGD reads w, g and writes w.
+double update_bytes_per_parameter(const std::string& model) {
+  if (model == "mlp5") return 5 * 4;
+  if (model == "cifar-mlp") return 3 * 4;
+  return 7 * 4;
+}
+
+// Bytes per second a memcpy moves (read and written, counted once each) over `bytes` in all: half
+// copied into the other half, in cache or memory as the update's own arrays are. Best of runs of
+// about 20 ms each over `seconds`.
+double copy_bandwidth(double bytes, double seconds) {
+  auto half = static_cast<size_t>(bytes / 2) / 64 * 64 + 64;
+  std::vector<char> from(half, 1), to(half, 2);
+  double best = 0;
+  auto end = Clock::now() + std::chrono::duration<double>(seconds);
+  while (Clock::now() < end) {
+    int64_t copies = 0;
+    auto t0 = Clock::now();
+    double elapsed = 0;
+    while (elapsed < 0.02) {
+      std::memcpy(to.data(), from.data(), half);
+      from[static_cast<size_t>(copies) % half] ^= to[half - 1];  // the copies are not the same copy
+      ++copies;
+      elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    best = std::max(best, 2.0 * static_cast<double>(half) * static_cast<double>(copies) / elapsed);
   }
   return best;
 }
@@ -228,15 +264,30 @@ int main(int argc, char** argv) try {
     std::printf("{\"timeline\": \"%s %s\", \"collectives_share_of_step\": %.4f}\n", it->name.c_str(),
                 strategy->name().c_str(), step > 0 ? collectives / step : 0.0);
   }
-  // A fourth argument "nofloor" skips the floor, for profiling the framework alone.
-  double floor = argc > 4 && std::strcmp(argv[4], "nofloor") == 0 ? 1.0 : gemm_floor(it->model, it->batch, 3.0);
+  // A fourth argument "nofloor" skips the floors, for profiling the framework alone.
+  bool floors = !(argc > 4 && std::strcmp(argv[4], "nofloor") == 0) && !cifar;
+  double floor = floors ? gemm_floor(it->model, it->batch, 3.0) : 1.0;
+  if (floors) {
+    int64_t parameters = 0;
+    for (Variable* v : model->variables())
+      if (v->trainable) parameters += v->value.numel();
+    double update_bytes = static_cast<double>(parameters) * update_bytes_per_parameter(it->model);
+    double bandwidth = copy_bandwidth(update_bytes, 1.0);
+    double step_seconds = static_cast<double>(it->batch) / floor + update_bytes / bandwidth;
+    double step_floor = static_cast<double>(it->batch) / step_seconds;
+    figures += fmt::format(
+        ", \"parameters\": {}, \"update_bytes\": {:.0f}, \"update_bandwidth_gb_s\": {:.1f}, "
+        "\"step_floor_samples_per_s\": "
+        "{:.0f}, \"fraction_of_step_floor\": {:.3f}",
+        parameters, update_bytes, bandwidth / 1e9, step_floor, best / step_floor);
+  }
   if (strategy && !strategy->is_chief()) return 0;  // the chief reports for every worker
   std::printf(
-      "{\"workload\": \"%s\", \"strategy\": \"%s\", \"threads\": %d, \"samples_per_s\": %.0f, \"peak_rss_mb\": %.1f, "
-      "\"data_mb\": %.1f, \"peak_training_mb\": %.1f, \"gemm_floor_samples_per_s\": %.0f, \"fraction_of_floor\": "
-      "%.3f, \"precision\": \"%s\", \"bf16_products\": %s%s}\n",
-      it->name.c_str(), strategy ? strategy->name().c_str() : "default", threads, best, rss, data_mb, training_mb,
-      floor, best / floor, mixed ? "mixed_bf16" : "float32",
+      "{\"workload\": \"%s\", \"strategy\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"samples_per_s\": %.0f, "
+      "\"peak_rss_mb\": %.1f, \"data_mb\": %.1f, \"peak_training_mb\": %.1f, \"gemm_floor_samples_per_s\": %.0f, "
+      "\"fraction_of_floor\": %.3f, \"precision\": \"%s\", \"bf16_products\": %s%s}\n",
+      it->name.c_str(), strategy ? strategy->name().c_str() : "default", threads, cpu_isa().c_str(), best, rss, data_mb,
+      training_mb, floor, best / floor, mixed ? "mixed_bf16" : "float32",
       mixed && ops::has_bf16_products(Device::cpu()) ? "true" : "false", figures.c_str());
 } catch (const tandem::Error& e) {
   std::fprintf(stderr, "error: %s\n", e.what());

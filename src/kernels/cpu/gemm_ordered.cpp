@@ -66,27 +66,28 @@ __attribute__((target("avx512f,fma"))) void block_avx512(int64_t i0, int64_t j0,
 // The same block with AVX2's 8-float registers: six rows of two vectors keep 12 accumulators (per
 // k, 6 broadcasts and 2 loads feed 12 FMAs; with the two B vectors and a broadcast, 15 of the 16
 // registers). The chains are the AVX-512 block's, so the bits are too. `tail`: the lanes of the
-// last vector that are columns of C.
-template <bool kTransposedA, int R, int V>
+// last vector that are columns of C; with kFull (tail 8) every vector is whole. A partial vector is
+// loaded under a mask but stored through a buffer a lane at a time: AMD's cores run vmaskmovps to
+// memory as microcode, some dozens of cycles each (a store per accumulator would cost as much as
+// the FMAs of a micro-batch's rows).
+template <bool kTransposedA, int R, int V, bool kFull>
 __attribute__((target("avx2,fma"))) void block_avx2(int64_t i0, int64_t j0, int64_t k0, int64_t k1, const float* a,
                                                     int64_t lda, const float* b, int64_t ldb, bool resume, bool add,
                                                     float* c, int64_t ldc, int tail) {
-  const __m256i all = _mm256_set1_epi32(-1);
   const __m256i last = _mm256_cmpgt_epi32(_mm256_set1_epi32(tail), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#define TANDEM_LOAD_LANES(p, v) (kFull || (v) + 1 < V ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, last))
   __m256 acc[R][V];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v)
-      acc[r][v] =
-          resume ? _mm256_maskload_ps(c + (i0 + r) * ldc + j0 + 8 * v, (v + 1 < V ? all : last)) : _mm256_setzero_ps();
+      acc[r][v] = resume ? TANDEM_LOAD_LANES(c + (i0 + r) * ldc + j0 + 8 * v, v) : _mm256_setzero_ps();
   for (int64_t kk = k0; kk < k1; ++kk) {
     if (kTransposedA) _mm_prefetch(reinterpret_cast<const char*>(a + kk * lda + i0 + 32), _MM_HINT_T0);
     const float* brow = b + kk * ldb + j0;
     __m256 bv[V];
 #pragma GCC unroll 8
-    for (int v = 0; v < V; ++v)
-      bv[v] = v + 1 < V ? _mm256_loadu_ps(brow + 8 * v) : _mm256_maskload_ps(brow + 8 * v, last);
+    for (int v = 0; v < V; ++v) bv[v] = TANDEM_LOAD_LANES(brow + 8 * v, v);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       __m256 av = _mm256_broadcast_ss(kTransposedA ? a + kk * lda + i0 + r : a + (i0 + r) * lda + kk);
@@ -99,9 +100,16 @@ __attribute__((target("avx2,fma"))) void block_avx2(int64_t i0, int64_t j0, int6
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
       float* at = c + (i0 + r) * ldc + j0 + 8 * v;
-      _mm256_maskstore_ps(at, (v + 1 < V ? all : last),
-                          add ? _mm256_add_ps(_mm256_maskload_ps(at, (v + 1 < V ? all : last)), acc[r][v]) : acc[r][v]);
+      __m256 value = add ? _mm256_add_ps(TANDEM_LOAD_LANES(at, v), acc[r][v]) : acc[r][v];
+      if (kFull || v + 1 < V) {
+        _mm256_storeu_ps(at, value);
+      } else {
+        alignas(32) float lanes[8];
+        _mm256_store_ps(lanes, value);
+        for (int l = 0; l < tail; ++l) at[l] = lanes[l];
+      }
     }
+#undef TANDEM_LOAD_LANES
 }
 
 template <class Mask>
@@ -112,9 +120,9 @@ template <bool kTransposedA, int V, int... R>
 constexpr std::array<Block<__mmask16>, 7> avx512_blocks_of(std::integer_sequence<int, R...>) {
   return {nullptr, block_avx512<kTransposedA, (R + 1 <= rows_per_block_avx512(V) ? R + 1 : 1), V>...};
 }
-template <bool kTransposedA, int V, int... R>
+template <bool kTransposedA, int V, bool kFull, int... R>
 constexpr std::array<Block<int>, 7> avx2_blocks_of(std::integer_sequence<int, R...>) {
-  return {nullptr, block_avx2<kTransposedA, R + 1, V>...};
+  return {nullptr, block_avx2<kTransposedA, R + 1, V, kFull>...};
 }
 // [V][rows]: the block of V vectors and `rows` rows (1 to rows_per_block(V)).
 template <bool kTransposedA>
@@ -125,10 +133,13 @@ constexpr std::array<std::array<Block<__mmask16>, 7>, 6> kAvx512Blocks = {
     avx512_blocks_of<kTransposedA, 3>(std::make_integer_sequence<int, 6>{}),
     avx512_blocks_of<kTransposedA, 4>(std::make_integer_sequence<int, 6>{}),
     avx512_blocks_of<kTransposedA, 5>(std::make_integer_sequence<int, 6>{})};
+// [V][rows], the last vector partial; and [V + 2][rows], every vector whole.
 template <bool kTransposedA>
-constexpr std::array<std::array<Block<int>, 7>, 3> kAvx2Blocks = {
-    std::array<Block<int>, 7>{}, avx2_blocks_of<kTransposedA, 1>(std::make_integer_sequence<int, 6>{}),
-    avx2_blocks_of<kTransposedA, 2>(std::make_integer_sequence<int, 6>{})};
+constexpr std::array<std::array<Block<int>, 7>, 5> kAvx2Blocks = {
+    std::array<Block<int>, 7>{}, avx2_blocks_of<kTransposedA, 1, false>(std::make_integer_sequence<int, 6>{}),
+    avx2_blocks_of<kTransposedA, 2, false>(std::make_integer_sequence<int, 6>{}),
+    avx2_blocks_of<kTransposedA, 1, true>(std::make_integer_sequence<int, 6>{}),
+    avx2_blocks_of<kTransposedA, 2, true>(std::make_integer_sequence<int, 6>{})};
 
 // C's columns in blocks of at most `most` vectors of `width` floats, as even as can be (160 columns
 // in AVX-512's: 5 + 5 vectors; in AVX2's: 10 blocks of 2): block i of column_block_count(n).
@@ -169,11 +180,12 @@ void blocks(const Table& table, MakeMask make_mask, int64_t i_begin, int64_t i_e
     ColumnBlock col = column_block(n, blk, Width, MostVectors);
     Mask last = make_mask(col.tail);
     int64_t step = Width == 16 ? rows_per_block_avx512(col.vectors) : 6;
+    auto entry = static_cast<size_t>(Width == 8 && col.tail == 8 ? col.vectors + 2 : col.vectors);  // AVX2: whole
     for (int64_t k0 = 0; k0 < std::max<int64_t>(k, 1); k0 += depth) {
       int64_t k1 = std::min(k, k0 + depth);
       for (int64_t i0 = i_begin; i0 < i_end; i0 += step) {
         auto rows = static_cast<size_t>(std::min(step, i_end - i0));
-        table[static_cast<size_t>(col.vectors)][rows](i0, col.j0, k0, k1, a, lda, b, ldb, k0 > 0, add, c, ldc, last);
+        table[entry][rows](i0, col.j0, k0, k1, a, lda, b, ldb, k0 > 0, add, c, ldc, last);
       }
     }
   }
