@@ -30,7 +30,7 @@ for w in dict.fromkeys(r["workload"] for r in rows if r.get("strategy") == "defa
 if len(levels) > 1:
     gaps = [(w, 100 * (fractions[(w, levels[0])][0] - fractions[(w, "avx2")][0]))
             for w, isa in fractions if isa == levels[0] and (w, "avx2") in fractions]
-    print("avx2's fraction of the gemm floor under " + host + "'s, points: " +
+    print("fraction of the gemm floor, " + host + " minus avx2, points: " +
           ", ".join(f"{w} {gap:+.0f}" for w, gap in gaps))
 print()
 print("deterministic against plain MirroredStrategy, 2 replicas x 1 thread, global batch 256")
