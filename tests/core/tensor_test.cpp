@@ -99,6 +99,15 @@ TEST(Philox, UniformsIsTheSameStreamInBlocks) {
   std::vector<float> bulk(13);
   rng.uniforms(5, 13, bulk.data());
   for (int i = 0; i < 13; ++i) EXPECT_EQ(bulk[i], rng.uniform(5 + i));
+  // Long runs go sixteen blocks (64 values) at a time in vectors: every value as the scalar block
+  // gives it, from an unaligned start, across a counter's 32-bit carry, with a scalar tail.
+  for (uint64_t first : {uint64_t{7}, (uint64_t{1} << 34) - 130}) {
+    std::vector<float> many(3 * 64 + 21);
+    rng.uniforms(first, static_cast<int64_t>(many.size()), many.data());
+    int wrong = 0;
+    for (size_t i = 0; i < many.size(); ++i) wrong += many[i] != rng.uniform(first + i);
+    EXPECT_EQ(wrong, 0) << "from " << first;
+  }
   double sum = 0;
   for (int i = 0; i < 10000; ++i) sum += rng.uniform(i);
   EXPECT_NEAR(sum / 10000, 0.5, 0.02);
