@@ -233,17 +233,25 @@ void ordered(core::Isa level, int64_t m, int64_t n, int64_t k, const float* a, i
   });
 }
 
-// out (cols × rows, rows apart) = mᵀ for m (rows × cols, ld apart): 16 × 16 blocks transposed in
-// registers (two rounds of unpacks, then 128-bit lanes), the edges one element at a time. (GCC 12
-// warns of the unpacks' own undefined pass-through operand, which they never read.)
+// What a transpose in whole `block` × `block` blocks leaves (block 0: everything), one element at
+// a time: the columns past the last whole block of each blocked row, then the rows past them.
+void transpose_edges(const float* m, int64_t rows, int64_t cols, int64_t ld, float* out, int64_t block) {
+  int64_t whole_rows = block > 0 ? rows / block * block : 0, whole_cols = block > 0 ? cols / block * block : 0;
+  for (int64_t i = 0; i < whole_rows; ++i)
+    for (int64_t j = whole_cols; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
+  for (int64_t i = whole_rows; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
+}
+
+// out (cols × rows, rows apart) = mᵀ for m (rows × cols, ld apart) in whole 16 × 16 blocks
+// transposed in registers (two rounds of unpacks, then 128-bit lanes; transpose_edges does the
+// rest). (GCC 12 warns of the unpacks' own undefined pass-through operand, which they never read.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 __attribute__((target("avx512f"))) void transpose_avx512(const float* m, int64_t rows, int64_t cols, int64_t ld,
                                                          float* out) {
-  int64_t r0 = 0;
-  for (; r0 + 16 <= rows; r0 += 16) {
-    int64_t c0 = 0;
-    for (; c0 + 16 <= cols; c0 += 16) {
+  for (int64_t r0 = 0; r0 + 16 <= rows; r0 += 16) {
+    for (int64_t c0 = 0; c0 + 16 <= cols; c0 += 16) {
       __m512 r[16], t[16], u[16];
       for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(m + (r0 + i) * ld + c0);
       for (int i = 0; i < 8; ++i) {
@@ -269,21 +277,15 @@ __attribute__((target("avx512f"))) void transpose_avx512(const float* m, int64_t
         _mm512_storeu_ps(out + (c0 + 12 + q) * rows + r0, _mm512_shuffle_f32x4(x1, y1, 0xDD));
       }
     }
-    for (int64_t i = r0; i < r0 + 16; ++i)
-      for (int64_t j = c0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
   }
-  for (int64_t i = r0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
 }
 #pragma GCC diagnostic pop
 
-// The same with AVX2: 8 × 8 blocks (unpacks, then 64-bit shuffles, then 128-bit lanes).
+// The same with AVX2 in whole 8 × 8 blocks (unpacks, then 64-bit shuffles, then 128-bit lanes).
 __attribute__((target("avx2"))) void transpose_avx2(const float* m, int64_t rows, int64_t cols, int64_t ld,
                                                     float* out) {
-  int64_t r0 = 0;
-  for (; r0 + 8 <= rows; r0 += 8) {
-    int64_t c0 = 0;
-    for (; c0 + 8 <= cols; c0 += 8) {
+  for (int64_t r0 = 0; r0 + 8 <= rows; r0 += 8) {
+    for (int64_t c0 = 0; c0 + 8 <= cols; c0 += 8) {
       __m256 r[8], t[8], u[8];
       for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(m + (r0 + i) * ld + c0);
       for (int i = 0; i < 4; ++i) {
@@ -302,11 +304,7 @@ __attribute__((target("avx2"))) void transpose_avx2(const float* m, int64_t rows
         _mm256_storeu_ps(out + (c0 + 4 + q) * rows + r0, _mm256_permute2f128_ps(u[q], u[4 + q], 0x31));
       }
     }
-    for (int64_t i = r0; i < r0 + 8; ++i)
-      for (int64_t j = c0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
   }
-  for (int64_t i = r0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
 }
 
 }  // namespace
@@ -315,12 +313,12 @@ bool ordered_products_vectorised() { return core::isa() >= core::Isa::Avx2; }
 
 void transpose(const float* m, int64_t rows, int64_t cols, int64_t ld, float* out) {
   switch (core::isa()) {
-    case core::Isa::Avx512: return transpose_avx512(m, rows, cols, ld, out);
-    case core::Isa::Avx2: return transpose_avx2(m, rows, cols, ld, out);
-    case core::Isa::X86_64: break;
+    case core::Isa::Avx512:
+      transpose_avx512(m, rows, cols, ld, out);
+      return transpose_edges(m, rows, cols, ld, out, 16);
+    case core::Isa::Avx2: transpose_avx2(m, rows, cols, ld, out); return transpose_edges(m, rows, cols, ld, out, 8);
+    case core::Isa::X86_64: return transpose_edges(m, rows, cols, ld, out, 0);
   }
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) out[j * rows + i] = m[i * ld + j];
 }
 
 void gemm_tn_ordered_at(core::Isa level, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
