@@ -44,9 +44,19 @@ class GradientTape:
         return self._tape.gradient(target, list(sources), output_gradients)
 
 __version__ = "0.10.0"
-__all__ = ["keras", "distribute", "hvd", "nn", "GradientTape", "Tensor", "Error", "FileError", "FileNotFoundError", "set_num_threads"]
+__all__ = ["keras", "distribute", "hvd", "nn", "GradientTape", "Tensor", "Error", "FileError", "FileNotFoundError", "set_num_threads",
+           "cpu_isa"]
 
 
 def set_num_threads(threads):
     """The intra-op threads of the calling thread's ops (0: one per usable core)."""
     _tandem.set_num_threads(int(threads))
+
+
+def cpu_isa():
+    """The vector level Tandem's own kernels run at: "avx512", "avx2" or "x86-64" (the CPU's,
+    capped by the environment variable TANDEM_MAX_ISA=avx2)."""
+    return _tandem.cpu_isa()
+
+
+cpu_isa()  # a TANDEM_MAX_ISA Tandem does not know is refused at import, by name

@@ -8,6 +8,8 @@
 // Both vector levels have FMA at every width (and scalar): a fused multiply-add written out
 // (std::fma) stays one instruction in a vector lane and in the loop's tail alike, so an
 // element-wise loop gives the same bits at both levels; plain x86-64 calls the library's fmaf.
+#include <type_traits>
+
 #include "core/isa.h"
 
 // Always inlined: into whichever copy of core::vectorized's lambda calls it. Called anywhere else,
@@ -19,8 +21,6 @@
 // vectors at v4, as GCC's arch=x86-64-v4 chooses.
 #define TANDEM_TARGET_V3 "avx2,fma,bmi,bmi2,lzcnt,movbe,f16c,popcnt,sse4.2"
 #define TANDEM_TARGET_V4 TANDEM_TARGET_V3 ",avx512f,avx512cd,avx512vl,avx512bw,avx512dq,prefer-vector-width=512"
-
-#include <type_traits>
 
 namespace tandem::core {
 

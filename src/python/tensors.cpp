@@ -141,6 +141,7 @@ void register_tensors(py::module_& m) {
   m.def("dataset_search_path", &data::dataset_search_path, py::arg("data_dir") = "");
   m.def("set_num_threads", &set_num_threads);
   m.def("num_threads", &num_threads);
+  m.def("cpu_isa", &cpu_isa, "The vector level Tandem's kernels run at (TANDEM_MAX_ISA caps it).");
 }
 
 }  // namespace tandem::python

@@ -90,3 +90,26 @@ def test_a_second_thread_cannot_race_a_training_model(tf):
     assert started.is_set()
     assert len(said) == 3 and all("already training or predicting in another thread" in s for s in said), said
     model.predict(x)  # free again once fit ended
+
+
+def test_the_vector_level_cap_is_honoured_or_refused_at_import():
+    """TANDEM_MAX_ISA=avx2 lowers the level (where the CPU has AVX2 and FMA); a value Tandem does
+    not know stops `import tandem` with an error naming it."""
+    import os
+    import subprocess
+    import sys
+    flags = set()
+    for line in open("/proc/cpuinfo"):
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    def run(cap):
+        env = dict(os.environ, TANDEM_MAX_ISA=cap)
+        return subprocess.run([sys.executable, "-c", "import tandem; print(tandem.cpu_isa())"], env=env,
+                              capture_output=True, text=True, timeout=120)
+    capped = run("avx2")
+    assert capped.returncode == 0, capped.stderr
+    assert capped.stdout.strip() == ("avx2" if {"avx2", "fma"} <= flags else "x86-64")
+    bad = run("avx3")
+    assert bad.returncode != 0
+    assert 'TANDEM_MAX_ISA: expected avx2 or avx512' in bad.stderr and 'got "avx3"' in bad.stderr, bad.stderr
