@@ -20,7 +20,7 @@
 namespace tandem::kernels::cpu {
 namespace {
 
-// Rows [i0, i0 + R) × columns [j0, j0 + 16·V) of C (the last vector `last` lanes wide), the chains
+// Rows [i0, i0 + R) × columns [j0, j0 + 16·V) of C (the last vector `tail` lanes wide), the chains
 // over k in [k0, k1). A is m × k (rows lda apart), or stored transposed (k × m) where kTransposedA.
 // Each chain starts from zero, or where `resume` from C's value (a float stored and loaded back is
 // the same float, so cutting k into blocks that stay in cache changes no bit); it is then stored,
@@ -29,7 +29,8 @@ namespace {
 template <bool kTransposedA, int R, int V>
 __attribute__((target("avx512f,fma"))) void block_avx512(int64_t i0, int64_t j0, int64_t k0, int64_t k1, const float* a,
                                                          int64_t lda, const float* b, int64_t ldb, bool resume,
-                                                         bool add, float* c, int64_t ldc, __mmask16 last) {
+                                                         bool add, float* c, int64_t ldc, int tail) {
+  const auto last = static_cast<__mmask16>((1u << tail) - 1u);
   auto mask = [&](int v) { return v + 1 < V ? __mmask16(0xFFFF) : last; };
   __m512 acc[R][V];
 #pragma GCC unroll 8
@@ -113,18 +114,17 @@ __attribute__((target("avx2,fma"))) void block_avx2(int64_t i0, int64_t j0, int6
 #undef TANDEM_LOAD_LANES
 }
 
-template <class Mask>
 using Block = void (*)(int64_t, int64_t, int64_t, int64_t, const float*, int64_t, const float*, int64_t, bool, bool,
-                       float*, int64_t, Mask);
+                       float*, int64_t, int);
 constexpr int64_t rows_per_block_avx512(int vectors) { return vectors == 5 ? 5 : 6; }
 template <bool kTransposedA, int V, int... R>
-constexpr std::array<Block<__mmask16>, 7> avx512_blocks_of(std::integer_sequence<int, R...>) {
+constexpr std::array<Block, 7> avx512_blocks_of(std::integer_sequence<int, R...>) {
   return {nullptr, block_avx512<kTransposedA, (R + 1 <= rows_per_block_avx512(V) ? R + 1 : 1), V>...};
 }
 // [V][rows]: the block of V vectors and `rows` rows (1 to rows_per_block(V)).
 template <bool kTransposedA>
-constexpr std::array<std::array<Block<__mmask16>, 7>, 6> kAvx512Blocks = {
-    std::array<Block<__mmask16>, 7>{},
+constexpr std::array<std::array<Block, 7>, 6> kAvx512Blocks = {
+    std::array<Block, 7>{},
     avx512_blocks_of<kTransposedA, 1>(std::make_integer_sequence<int, 6>{}),
     avx512_blocks_of<kTransposedA, 2>(std::make_integer_sequence<int, 6>{}),
     avx512_blocks_of<kTransposedA, 3>(std::make_integer_sequence<int, 6>{}),
@@ -134,16 +134,15 @@ constexpr std::array<std::array<Block<__mmask16>, 7>, 6> kAvx512Blocks = {
 // kAvx2Rows), `whole` where the last vector is too. (160 columns: 5 blocks of 4 vectors.)
 constexpr int kAvx2Rows = 3, kAvx2Vectors = 4;
 template <bool kTransposedA, bool kFull, int V, int... R>
-constexpr std::array<Block<int>, 7> avx2_row_blocks(std::integer_sequence<int, R...>) {
+constexpr std::array<Block, 7> avx2_row_blocks(std::integer_sequence<int, R...>) {
   return {nullptr, block_avx2<kTransposedA, (R + 1 <= kAvx2Rows ? R + 1 : 1), V, kFull>...};
 }
 template <bool kTransposedA, bool kFull, int... V>
-constexpr std::array<std::array<Block<int>, 7>, kAvx2Vectors + 1> avx2_blocks(std::integer_sequence<int, V...>) {
-  return {std::array<Block<int>, 7>{},
-          avx2_row_blocks<kTransposedA, kFull, V + 1>(std::make_integer_sequence<int, 6>{})...};
+constexpr std::array<std::array<Block, 7>, kAvx2Vectors + 1> avx2_blocks(std::integer_sequence<int, V...>) {
+  return {std::array<Block, 7>{}, avx2_row_blocks<kTransposedA, kFull, V + 1>(std::make_integer_sequence<int, 6>{})...};
 }
 template <bool kTransposedA>
-constexpr std::array<std::array<std::array<Block<int>, 7>, kAvx2Vectors + 1>, 2> kAvx2Blocks = {
+constexpr std::array<std::array<std::array<Block, 7>, kAvx2Vectors + 1>, 2> kAvx2Blocks = {
     avx2_blocks<kTransposedA, false>(std::make_integer_sequence<int, kAvx2Vectors>{}),
     avx2_blocks<kTransposedA, true>(std::make_integer_sequence<int, kAvx2Vectors>{})};
 
@@ -179,12 +178,11 @@ void rows_scalar(int64_t i0, int64_t i1, int64_t n, int64_t k, const float* a, i
 }
 
 // Rows [i_begin, i_end) of C (+)= op(A)·B in blocks of `Width`-float vectors, k in blocks of `depth`.
-template <bool kTransposedA, int64_t Width, int64_t MostVectors, class Mask, class Table, class MakeMask>
-void blocks(const Table& table, MakeMask make_mask, int64_t i_begin, int64_t i_end, int64_t n, int64_t k,
-            const float* a, int64_t lda, const float* b, int64_t ldb, bool add, float* c, int64_t ldc, int64_t depth) {
+template <bool kTransposedA, int64_t Width, int64_t MostVectors, class Table>
+void blocks(const Table& table, int64_t i_begin, int64_t i_end, int64_t n, int64_t k, const float* a, int64_t lda,
+            const float* b, int64_t ldb, bool add, float* c, int64_t ldc, int64_t depth) {
   for (int64_t blk = 0; blk < column_block_count(n, Width, MostVectors); ++blk) {
     ColumnBlock col = column_block(n, blk, Width, MostVectors);
-    Mask last = make_mask(col.tail);
     int64_t step = Width == 16 ? rows_per_block_avx512(col.vectors) : kAvx2Rows;
     const auto& row_blocks = [&]() -> const auto& {
       if constexpr (Width == 16) return table[static_cast<size_t>(col.vectors)];
@@ -195,7 +193,7 @@ void blocks(const Table& table, MakeMask make_mask, int64_t i_begin, int64_t i_e
       int64_t k1 = std::min(k, k0 + depth);
       for (int64_t i0 = i_begin; i0 < i_end; i0 += step) {
         auto rows = static_cast<size_t>(std::min(step, i_end - i0));
-        row_blocks[rows](i0, col.j0, k0, k1, a, lda, b, ldb, k0 > 0, add, c, ldc, last);
+        row_blocks[rows](i0, col.j0, k0, k1, a, lda, b, ldb, k0 > 0, add, c, ldc, col.tail);
       }
     }
   }
@@ -221,13 +219,11 @@ void ordered(core::Isa level, int64_t m, int64_t n, int64_t k, const float* a, i
     int64_t i_begin = first * kRowGroup, i_end = std::min(m, end * kRowGroup);
     switch (level) {
       case core::Isa::Avx512:
-        return blocks<kTransposedA, 16, 5, __mmask16>(
-            kAvx512Blocks<kTransposedA>, [](int tail) { return static_cast<__mmask16>((1u << tail) - 1u); }, i_begin,
-            i_end, n, k, a, lda, b, ldb, add, c, ldc, depth);
+        return blocks<kTransposedA, 16, 5>(kAvx512Blocks<kTransposedA>, i_begin, i_end, n, k, a, lda, b, ldb, add, c,
+                                           ldc, depth);
       case core::Isa::Avx2:
-        return blocks<kTransposedA, 8, kAvx2Vectors, int>(
-            kAvx2Blocks<kTransposedA>, [](int tail) { return tail; }, i_begin, i_end, n, k, a, lda, b, ldb, add, c, ldc,
-            depth);
+        return blocks<kTransposedA, 8, kAvx2Vectors>(kAvx2Blocks<kTransposedA>, i_begin, i_end, n, k, a, lda, b, ldb,
+                                                     add, c, ldc, depth);
       case core::Isa::X86_64: return rows_scalar<kTransposedA>(i_begin, i_end, n, k, a, lda, b, ldb, add, c, ldc);
     }
   });
