@@ -7,10 +7,28 @@
 
 #include <cmath>
 
+#include "core/parallel.h"
 #include "kernels/cpu/kernels.h"
 
 namespace tandem::kernels::cpu {
 namespace {
+// Runs loop(begin, count) over [0, n) in parts of whole cache lines, on the op's intra-op threads
+// when the arrays are large enough to pay for the hand-off. Each element is updated alone, so the
+// bits do not depend on how it is cut. `bytes` is what one element reads and writes: the work
+// counted per byte, as the update runs at memory speed (a 28-byte Adam element ~0.4 ns on one
+// core, as long as ~30 multiply-adds of a product). The cnn's Adam (347,146 parameters) took 14% of
+// a 2-thread step on one thread.
+template <class Loop>
+void over_elements(int64_t n, int bytes, const Loop& loop) {
+  constexpr int64_t kLine = 16;  // floats in a 64-byte cache line: no two threads write one line
+  double work = static_cast<double>(n) * bytes;
+  int64_t chunks = core::split_chunks(n, work, kLine);
+  core::parallel_for(chunks, work, [&](int64_t c) {
+    core::Range r = core::chunk_range(n, chunks, c, kLine);
+    if (r.end > r.begin) core::vectorized([&] { loop(r.begin, r.end - r.begin); });
+  });
+}
+
 // Subnormal inputs read as zero (DAZ) and subnormal results written as zero (FTZ) while alive.
 class SubnormalsFlushed {
  public:
@@ -47,7 +65,9 @@ TANDEM_VECTORIZE void sgd_update_loop(float* w, const float* g, float* velocity,
   }
 }
 void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum, bool nesterov) {
-  core::vectorized([&] { sgd_update_loop(w, g, velocity, n, lr, momentum, nesterov); });
+  over_elements(n, velocity && momentum != 0.0f ? 20 : 12, [&](int64_t i, int64_t count) {
+    sgd_update_loop(w + i, g + i, velocity ? velocity + i : nullptr, count, lr, momentum, nesterov);
+  });
 }
 
 TANDEM_VECTORIZE void adam_update_loop(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
@@ -68,7 +88,9 @@ TANDEM_VECTORIZE void adam_update_loop(float* w, const float* g, float* m, float
 }
 void adam_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
                  float epsilon, int64_t step) {
-  core::vectorized([&] { adam_update_loop(w, g, m, v, n, lr, beta1, beta2, epsilon, step); });
+  over_elements(n, 28, [&](int64_t i, int64_t count) {
+    adam_update_loop(w + i, g + i, m + i, v + i, count, lr, beta1, beta2, epsilon, step);
+  });
 }
 
 TANDEM_VECTORIZE void rmsprop_update_loop(float* w, const float* g, float* mean_square, float* velocity, int64_t n,
@@ -89,7 +111,10 @@ TANDEM_VECTORIZE void rmsprop_update_loop(float* w, const float* g, float* mean_
 }
 void rmsprop_update(float* w, const float* g, float* mean_square, float* velocity, int64_t n, float lr, float rho,
                     float momentum, float epsilon) {
-  core::vectorized([&] { rmsprop_update_loop(w, g, mean_square, velocity, n, lr, rho, momentum, epsilon); });
+  over_elements(n, velocity ? 28 : 20, [&](int64_t i, int64_t count) {
+    rmsprop_update_loop(w + i, g + i, mean_square + i, velocity ? velocity + i : nullptr, count, lr, rho, momentum,
+                        epsilon);
+  });
 }
 
 TANDEM_VECTORIZE void adagrad_update_loop(float* w, const float* g, float* accumulator, int64_t n, float lr,
@@ -102,7 +127,8 @@ TANDEM_VECTORIZE void adagrad_update_loop(float* w, const float* g, float* accum
   }
 }
 void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon) {
-  core::vectorized([&] { adagrad_update_loop(w, g, accumulator, n, lr, epsilon); });
+  over_elements(
+      n, 20, [&](int64_t i, int64_t count) { adagrad_update_loop(w + i, g + i, accumulator + i, count, lr, epsilon); });
 }
 
 }  // namespace tandem::kernels::cpu
