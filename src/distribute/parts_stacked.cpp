@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "distribute/replica_state.h"
+#include "distribute/step_body.h"
 #include "tandem/distribute/train_step.h"
 #include "tandem/ops.h"
 #include "tandem/timeline.h"
@@ -22,15 +23,15 @@ void TrainStep::compute_parts_stacked(ReplicaState& work, int r) {
   int64_t begin = split_.row[static_cast<size_t>(first)], end = split_.row[static_cast<size_t>(last)];
   Tensor h, y;
   batch_->slice(begin, end, h, y);
-  CallContext ctx{true, RandomKey{seed_, key_, begin}};  // dropout's masks are drawn per sample
   Timeline* timeline = strategy_->timeline();
   ops::RowExactProducts exact;
   std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", work.thread_name.c_str());
   work.tape.reset();
-  h = layers::call_layers(replicas_[r].layers, h, ctx);
-  Tensor per_sample = loss_.per_sample(y, h);
-  // Every row's gradient is 1 ÷ the global batch, as in the parts' own losses.
-  Tensor loss = ops::scale(ops::sum(per_sample), 1.0f / static_cast<float>(batch_->rows));
+  // Dropout's masks are drawn per row, and each row's gradient starts at 1 ÷ the global batch: as
+  // in the parts' own steps.
+  RowsForward step = forward_rows(replicas_[r].layers, loss_, h, y, {seed_, key_, begin, batch_->rows});
+  h = step.predictions;
+  const Tensor& per_sample = step.loss.per_sample;
   forward.reset();
   std::vector<ops::KernelProducts> kept(work.sources.size());
   {
@@ -42,7 +43,7 @@ void TrainStep::compute_parts_stacked(ReplicaState& work, int r) {
         bool with_bias = std::find(work.bias_of.begin(), work.bias_of.end(), static_cast<int>(i)) != work.bias_of.end();
         deferred.defer(work.sources[i], with_bias);
       }
-    work.tape.gradient(loss, work.tape_sources, work.tape_grads);
+    work.tape.gradient(step.loss.loss, work.tape_sources, work.tape_grads);
     for (size_t i = 0; i < work.sources.size(); ++i)
       if (work.as_products[i]) kept[i] = deferred.take(work.sources[i]);
   }

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "distribute/replica_state.h"
+#include "distribute/step_body.h"
 #include "tandem/distribute/train_step.h"
 #include "tandem/ops.h"
 
@@ -57,7 +58,7 @@ void TrainStep::compute_parts_together(ReplicaState& work, int r) {
     if (split_.begin(p) == split_.end(p)) continue;
     live.push_back(p);
     batch_->slice(split_.begin(p), split_.end(p), h.emplace_back(), y.emplace_back());
-    contexts.push_back(CallContext{true, RandomKey{seed_, key_, split_.begin(p)}});
+    contexts.push_back(BatchRows{seed_, key_, split_.begin(p), batch_->rows}.context());
   }
   size_t k = rep.trainable.size(), count = live.size();
   std::optional<ops::RowExactProducts> exact;
@@ -81,9 +82,9 @@ void TrainStep::compute_parts_together(ReplicaState& work, int r) {
   std::vector<Tensor> per_sample(count);
   Tensor loss;
   for (size_t i = 0; i < count; ++i) {
-    per_sample[i] = loss_.per_sample(y[i], h[i]);
-    Tensor part = ops::scale(ops::sum(per_sample[i]), 1.0f / static_cast<float>(batch_->rows));
-    loss = i == 0 ? part : ops::add(loss, part);
+    RowsLoss part = rows_loss(loss_, y[i], h[i], {seed_, key_, split_.begin(live[i]), batch_->rows});
+    per_sample[i] = part.per_sample;
+    loss = i == 0 ? part.loss : ops::add(loss, part.loss);
   }
   if (count > 0) work.tape.gradient(loss, aliases, grads);
   for (auto it = rep.layers.rbegin(); it != rep.layers.rend(); ++it) (*it)->finish_parts();

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "distribute/replica_state.h"
+#include "distribute/step_body.h"
 #include "tandem/devices.h"
 #include "tandem/ops.h"
 
@@ -253,18 +254,15 @@ void TrainStep::run_replica(int r) {
 
 void TrainStep::compute_part(ReplicaState& work, int r, int p) {
   int64_t begin = split_.begin(p), end = split_.end(p), global = batch_->rows;
-  Tensor h, y;
-  batch_->slice(begin, end, h, y);
-  CallContext ctx{true, RandomKey{seed_, key_, begin}};
+  Tensor x, y;
+  batch_->slice(begin, end, x, y);
   Timeline* timeline = strategy_->timeline();
   std::optional<ops::RowExactProducts> exact;
   if (exact_products_) exact.emplace();
   std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", work.thread_name.c_str());
   work.tape.reset();
-  h = layers::call_layers(replicas_[r].layers, h, ctx);
-  Tensor per_sample = loss_.per_sample(y, h);
-  bool whole = end - begin == global;  // one device's step: the batch mean
-  Tensor loss = whole ? ops::mean(per_sample) : ops::scale(ops::sum(per_sample), 1.0f / static_cast<float>(global));
+  RowsForward step = forward_rows(replicas_[r].layers, loss_, x, y, {seed_, key_, begin, global});
+  const Tensor& loss = step.loss.loss;
   forward.reset();
   {
     Timeline::Span backward(timeline, "backward", work.thread_name.c_str());
@@ -281,9 +279,11 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
         if (work.as_products[i]) work.products[i] = deferred.take(work.sources[i]);
     }
   }
-  part_losses_[static_cast<size_t>(p)] =
-      whole ? static_cast<double>(loss.item()) * static_cast<double>(global) : ops::sum(per_sample).item();
-  result_.predictions[static_cast<size_t>(p)] = h;
+  // One device's figure is its batch mean's; a part's, its sum.
+  part_losses_[static_cast<size_t>(p)] = step.loss.whole
+                                             ? static_cast<double>(loss.item()) * static_cast<double>(global)
+                                             : ops::sum(step.loss.per_sample).item();
+  result_.predictions[static_cast<size_t>(p)] = step.predictions;
   result_.labels[static_cast<size_t>(p)] = y;
   work.reducer.add(p - split_.first_part[static_cast<size_t>(global_replica(r))], work.grads, work.products);
 }

@@ -5,8 +5,10 @@
 // predictions go to fit's metrics (the pieces of a copy compute the same). At each epoch's end the model's variables and
 // its optimizer's slots are made whole again, for validation, callbacks and checkpoints.
 #include <exception>
+#include <optional>
 
 #include "distribute/model_parallel/shards.h"
+#include "distribute/step_body.h"
 #include "distribute/summed_metrics.h"
 #include "tandem/autograd.h"
 #include "tandem/devices.h"
@@ -55,20 +57,17 @@ class TensorParallelStep : public StepRunner {
       if (begin == end) {  // no rows for this copy: zeros to the sums over the copies
         for (Variable* v : device.trainable) grads.push_back(Tensor::zeros(v->value.shape()));
       } else {
-        Tensor h = begin == 0 && end == rows ? x : x.slice(begin, end), sum;
+        bool whole = begin == 0 && end == rows;
         GradientTape tape;
-        {
-          Timeline::Span forward(timeline, "forward", row);
-          CallContext ctx{true, RandomKey{seed_, key, begin}};  // as one device's step: the same dropout masks
-          h = layers::call_layers(device.layers, h, ctx);
-          Tensor per_sample = loss_.per_sample(end - begin == rows ? y : y.slice(begin, end), h);
-          sum = ops::sum(per_sample);
-        }
+        std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", row);
+        RowsForward step = forward_rows(device.layers, loss_, whole ? x : x.slice(begin, end),
+                                        whole ? y : y.slice(begin, end), {seed_, key, begin, rows});
+        forward.reset();
         Timeline::Span backward(timeline, "backward", row);
-        grads = tape.gradient(ops::scale(sum, 1.0f / static_cast<float>(rows)), device.trainable);
+        grads = tape.gradient(step.loss.loss, device.trainable);
         if (g % pieces == 0) {  // each copy's first piece speaks for it
-          sums[static_cast<size_t>(copy)] = sum.item();
-          predictions[static_cast<size_t>(copy)] = h;
+          sums[static_cast<size_t>(copy)] = ops::sum(step.loss.per_sample).item();
+          predictions[static_cast<size_t>(copy)] = step.predictions;
         }
       }
       Timeline::Span update(timeline, "update", row);

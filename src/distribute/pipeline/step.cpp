@@ -7,6 +7,7 @@
 #include <chrono>
 #include <exception>
 
+#include "distribute/step_body.h"
 #include "distribute/summed_metrics.h"
 #include "tandem/autograd.h"
 #include "tandem/distribute/pipeline.h"
@@ -247,16 +248,17 @@ class PipelineStep : public StepRunner {
         f.tape = std::make_unique<GradientTape>();
         if (!first) f.tape->watch(h);
         f.input = h;
-        CallContext ctx{true, RandomKey{seed_, key, begin}};  // the rows' masks of one device's step
-        Tensor out = layers::call_layers(stack, h, ctx);
+        BatchRows at{seed_, key, begin, rows};  // the micro-batch's rows of one device's step
+        Tensor out = layers::call_layers(stack, h, at.context());
+        RowsLoss loss;
         if (last) {
-          Tensor loss_sum = ops::sum(loss_.per_sample(y.slice(begin, end), out));
-          f.output = ops::scale(loss_sum, 1.0f / static_cast<float>(rows));
-          results_[static_cast<size_t>(k)] = {begin, end, loss_sum.item(), out};
+          loss = rows_loss(loss_, y.slice(begin, end), out, at);
+          f.output = loss.loss;
         } else {
           f.output = out.contiguous();
         }
         f.tape->end_recording();
+        if (last) results_[static_cast<size_t>(k)] = {begin, end, ops::sum(loss.per_sample).item(), out};
         if (!last) send(f.output, stage + 1, 2 * m);
         if (timeline != nullptr) timeline->record("forward", since, busy(since), device.row.c_str());
         else busy(since);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "distribute/step_body.h"
 #include "tandem/autograd.h"
 #include "tandem/ops.h"
 
@@ -84,23 +85,18 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     int64_t first_row = round[0], round_rows = round[1], pushes = round[2], clock = round[5];
     if (step.items.size() == 3) x = step.items[2].adopt(step.frames);  // the rows read in place from their frames
     else x = read_batch(link, parts, round[3], round[4], y);
-    int64_t rows = x.dim(0);
 
     if (!pulled) shards.request_pull(link, me);
     pulled = false;
     std::vector<int64_t> versions = shards.receive_pull(link);
     if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));  // the test's straggler
-    Tensor h = x, loss, per_sample;
+    RowsForward done;  // as fit's step: this worker's rows of the round
     std::vector<Tensor> grads;
     {
       GradientTape tape;
-      CallContext ctx{true, RandomKey{parts.seed, static_cast<uint64_t>(step.envelope.aux), first_row}};
-      h = layers::call_layers(model.layers, h, ctx);
-      per_sample = parts.loss.per_sample(y, h);
-      // As fit's step: the batch mean when the round is this batch, else its share of the round's mean.
-      loss = rows == round_rows ? ops::mean(per_sample)
-                                : ops::scale(ops::sum(per_sample), 1.0f / static_cast<float>(round_rows));
-      grads = tape.gradient(loss, model.trainable);
+      done = forward_rows(model.layers, parts.loss, x, y,
+                          {parts.seed, static_cast<uint64_t>(step.envelope.aux), first_row, round_rows});
+      grads = tape.gradient(done.loss.loss, model.trainable);
     }
     for (int s = 0; s < link.servers(); ++s) {
       Outgoing push(MessageType::Push, me, versions[static_cast<size_t>(s)],
@@ -127,8 +123,8 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     ++steps;
     if (staleness < 0) ++dropped;
     Outgoing result(MessageType::Result, me, step.envelope.step, staleness);
-    result.add(0, 0, Tensor::from_vector({1}, std::vector<float>{ops::sum(per_sample).item()}));
-    result.add(0, 1, h.contiguous());
+    result.add(0, 0, Tensor::from_vector({1}, std::vector<float>{ops::sum(done.loss.per_sample).item()}));
+    result.add(0, 1, done.predictions.contiguous());
     return result;
   };
 

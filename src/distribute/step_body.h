@@ -1,0 +1,49 @@
+#pragma once
+// What every runner computes on some rows of a global batch, stated once: TrainStep's parts (one
+// by one, stacked or together), a model-parallel copy, a pipeline's micro-batch, a
+// parameter-server worker's step. Two rules:
+// - Dropout draws each row's mask from (seed, step, the row's place in the global batch): a row
+//   gets the mask it would get on one device, however the batch is split (BatchRows::context).
+// - Backward starts from the rows' batch mean when they are the whole batch, else from their sum
+//   ÷ the global batch's rows, so that the parts' gradients add up to the batch mean's. Either way
+//   each row's gradient starts at 1 ÷ the global rows (mean's backward and scale's give the same
+//   float), so the split changes no gradient bit (rows_loss).
+// The caller keeps what is its own: the tape and when backward runs (a pipeline's waits for the
+// next stage), deferred kernel gradients, row-exact products, and what fit's metrics are told.
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "tandem/layers.h"
+#include "tandem/losses.h"
+
+namespace tandem::distribute {
+
+// Rows [first, first + n) of a global batch of `global` rows, in the step keyed `step` of a run
+// seeded `seed`.
+struct BatchRows {
+  uint64_t seed = 0;
+  uint64_t step = 0;
+  int64_t first = 0;
+  int64_t global = 0;
+  // Training mode, dropout keyed by the rows' place in the global batch.
+  CallContext context() const { return {true, RandomKey{seed, step, first}}; }
+};
+
+struct RowsLoss {
+  Tensor per_sample;   // each row's loss
+  Tensor loss;         // where backward starts
+  bool whole = false;  // the rows are the whole batch: `loss` is their mean
+};
+// The loss of `predictions` against `y`, these rows of the batch.
+RowsLoss rows_loss(const Loss& loss, const Tensor& y, const Tensor& predictions, const BatchRows& rows);
+
+struct RowsForward {
+  Tensor predictions;
+  RowsLoss loss;
+};
+// Forward over `stack` on the tape recording now, then rows_loss.
+RowsForward forward_rows(std::span<const std::shared_ptr<layers::Layer>> stack, const Loss& loss, const Tensor& x,
+                         const Tensor& y, const BatchRows& rows);
+
+}  // namespace tandem::distribute
