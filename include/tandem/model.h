@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -134,18 +135,33 @@ class Sequential {
   // The run fit is training: options.run_config and what fit records itself (see FitOptions).
   const std::map<std::string, std::string>& run_signature() const { return run_signature_; }
 
+  // What a training loop asks of the model (fit's, src/fit/fit_loop.h):
+  // Starts a run: its signature (options.run_config, then the architecture with each mixed layer's
+  // policy, the optimizer and learning rate, the batch size and the seed), the running metrics
+  // made afresh (loss first), stop_training and resume_from cleared.
+  void begin_run(const FitOptions& options);
+  // The running metrics of the epoch in progress (loss first), which checkpoints save;
+  // restore_running_metrics puts back those the last loaded checkpoint saved, for an epoch resumed
+  // in its middle. end_run lets them go.
+  std::span<Metric> running_metrics() { return running_metrics_; }
+  void restore_running_metrics();
+  void end_run() { running_metrics_.clear(); }
+  // Where the loop's training stands, for the checkpoints written from now on.
+  void set_position(TrainingPosition position) { position_ = position; }
+  // The model's replicas under its strategy made anew from the current weights (replica 0: its
+  // own layers); the optimizer's replica slots are copied again on the next step. The caller keeps
+  // them alive for as long as it steps with them.
+  std::shared_ptr<distribute::ModelReplicas> make_replicas();
+  // The loss and metrics on held-out data in inference mode, without evaluate's checks (fit's
+  // validation data was checked when fit began).
+  Logs validation_logs(const Tensor& x, const Tensor& y, int64_t batch_size);
+
  private:
   void check_compiled(const char* what) const;
   io::NamedTensors checked_load(const std::string& path, std::map<std::string, std::string>* metadata);
   void check_data(const Tensor& x, const Tensor& y, const char* what);
-  Logs run_evaluation(const Tensor& x, const Tensor& y, int64_t batch_size);
-  // The model's replicas under its strategy (replica 0: its own layers), from the current weights;
-  // the optimizer's replica slots are copied again on the next step.
-  void make_replicas();
   // The replica this thread runs as inside Strategy::run (made on first use), or null outside.
   distribute::ModelReplicas::Replica* running_replica(const Tensor* first_input);
-
-  friend class FitLoop;  // fit's loop (src/fit/fit_loop.h) trains the model's state below
 
   std::string name_;
   uint64_t seed_;

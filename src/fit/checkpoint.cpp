@@ -96,4 +96,9 @@ TrainingPosition Sequential::load_checkpoint(const std::string& path) {
   return position_;
 }
 
+void Sequential::restore_running_metrics() {
+  for (size_t i = 0; i < running_metrics_.size() && i < restored_metrics_.size(); ++i)
+    running_metrics_[i].restore(restored_metrics_[i]);
+}
+
 }  // namespace tandem

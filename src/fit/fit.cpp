@@ -102,6 +102,29 @@ void Sequential::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::v
   metric_names_ = std::move(metrics);
 }
 
+void Sequential::begin_run(const FitOptions& options) {
+  check_compiled("fit");
+  run_signature_ = options.run_config;
+  std::string architecture;
+  for (const auto& layer : layers_) {
+    if (!architecture.empty()) architecture += ' ';
+    architecture += layer->type();
+    // Another precision gives other bits: a mixed layer's policy is part of the run.
+    if (layer->dtype_policy() != "float32") architecture += "(" + layer->dtype_policy() + ")";
+  }
+  for (Variable* v : variables()) architecture += " " + v->name + v->value.shape().str();
+  run_signature_["architecture"] = architecture;
+  run_signature_["optimizer"] =
+      fmt::format("{} (learning rate {})", optimizer_->name(), optimizer_->current_learning_rate());
+  run_signature_["batch_size"] = std::to_string(options.batch_size);
+  run_signature_["seed"] = std::to_string(seed_);
+  running_metrics_.clear();
+  running_metrics_.emplace_back(Metric::Kind::Mean, "loss");
+  for (const std::string& name : metric_names_) running_metrics_.push_back(Metric::parse(name, *loss_));
+  stop_training = false;
+  resume_from.reset();
+}
+
 Optimizer& Sequential::optimizer() {
   check_compiled("optimizer");
   return *optimizer_;
@@ -221,7 +244,7 @@ History Sequential::fit(const data::Dataset& dataset, const FitOptions& options)
   return FitLoop(*this, options, steps, batches, x_val, y_val).run();
 }
 
-Logs Sequential::run_evaluation(const Tensor& x_in, const Tensor& y_in, int64_t batch) {
+Logs Sequential::validation_logs(const Tensor& x_in, const Tensor& y_in, int64_t batch) {
   StopRecording no_tape;
   bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
   Tensor y = sparse && y_in.dtype() != DType::Int32 ? y_in.astype(DType::Int32) : y_in.contiguous();
@@ -249,7 +272,7 @@ Logs Sequential::evaluate(const Tensor& x, const Tensor& y, const EvaluateOption
   if (!y.defined()) fail("evaluate: y is undefined");
   check_data(x, y, "evaluate");
   distribute::JobPhase phase(*strategy_, "evaluation");
-  Logs logs = run_evaluation(x, y, options.batch_size);
+  Logs logs = validation_logs(x, y, options.batch_size);
   if (options.verbose > 0) {
     std::string line = fmt::format("{}/{}", (x.dim(0) + options.batch_size - 1) / options.batch_size,
                                    (x.dim(0) + options.batch_size - 1) / options.batch_size);

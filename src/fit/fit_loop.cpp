@@ -17,7 +17,7 @@ FitLoop::FitLoop(Sequential& model, const FitOptions& options, int64_t steps, Ba
       y_val_(y_val) {}
 
 History FitLoop::run() {
-  distribute::Strategy* strategy = model_.strategy_;
+  distribute::Strategy* strategy = model_.strategy();
   if (strategy->serves()) return serve();
   distribute::set_job_phase(*strategy, "agreement checks");
   // Workers that differ would deadlock or silently train different things: compare first.
@@ -27,7 +27,7 @@ History FitLoop::run() {
   distribute::check_workers_agree(*strategy, "the data and settings", run_text);
   TrainingPosition start = begin();
   std::string model_text;
-  for (const auto& [key, value] : model_.run_signature_) model_text += fmt::format("{}: {}; ", key, value);
+  for (const auto& [key, value] : model_.run_signature()) model_text += fmt::format("{}: {}; ", key, value);
   distribute::check_workers_agree(*strategy, "the model, optimizer and batch size", model_text);
   distribute::set_job_phase(*strategy, "training");
   // Only the chief prints progress (the others train the same steps).
@@ -37,20 +37,19 @@ History FitLoop::run() {
     if (verbose_ > 0) std::printf("Epoch %d/%d\n", epoch + 1, options_.epochs);
     for (auto& cb : options_.callbacks) cb->on_epoch_begin(epoch, {});
     bar_.emplace(steps_, verbose_, stdout);
-    for (Metric& m : model_.running_metrics_) m.reset();
+    for (Metric& m : model_.running_metrics()) m.reset();
     int64_t first_step = 0;
     if (epoch == start.epoch && start.step > 0) {
       // Resuming mid-epoch: the same permutation (keyed by seed and epoch), the batches already
       // trained skipped, the epoch's running metrics as they were saved.
       first_step = start.step;
-      for (size_t i = 0; i < model_.running_metrics_.size() && i < model_.restored_metrics_.size(); ++i)
-        model_.running_metrics_[i].restore(model_.restored_metrics_[i]);
+      model_.restore_running_metrics();
     }
     end_epoch(epoch, train_epoch(epoch, first_step));
   }
   for (auto& cb : options_.callbacks) cb->on_train_end(logs_);
   for (auto& cb : options_.callbacks) cb->model = nullptr;
-  model_.running_metrics_.clear();
+  model_.end_run();
   return std::move(history_);
 }
 
@@ -58,63 +57,39 @@ History FitLoop::run() {
 // callbacks, no progress; the model learns its input shape from the data if it must.
 History FitLoop::serve() {
   if (!model_.built()) next_batch_(0, 0, false, batch_);
-  model_.make_replicas();
-  replicas_ = model_.replicas_;
-  distribute::set_job_phase(*model_.strategy_, "training");
-  model_.strategy_->serve({.replicas = *replicas_,
-                           .loss = *model_.loss_,
-                           .optimizer = *model_.optimizer_,
-                           .seed = model_.seed_,
-                           .metrics = {},
-                           .loss_metric = nullptr,
-                           .batch_at = batch_at_});
+  distribute::StepParts parts = step_parts(false);
+  distribute::set_job_phase(*model_.strategy(), "training");
+  model_.strategy()->serve(parts);
   return {};
 }
 
 TrainingPosition FitLoop::begin() {
-  Sequential& m = model_;
-  m.run_signature_ = options_.run_config;
-  std::string architecture;
-  for (const auto& layer : m.layers_) {
-    if (!architecture.empty()) architecture += ' ';
-    architecture += layer->type();
-    // Another precision gives other bits: a mixed layer's policy is part of the run.
-    if (layer->dtype_policy() != "float32") architecture += "(" + layer->dtype_policy() + ")";
-  }
-  for (Variable* v : m.variables()) architecture += " " + v->name + v->value.shape().str();
-  m.run_signature_["architecture"] = architecture;
-  m.run_signature_["optimizer"] =
-      fmt::format("{} (learning rate {})", m.optimizer_->name(), m.optimizer_->current_learning_rate());
-  m.run_signature_["batch_size"] = std::to_string(options_.batch_size);
-  m.run_signature_["seed"] = std::to_string(m.seed_);
-  m.running_metrics_.clear();
-  m.running_metrics_.emplace_back(Metric::Kind::Mean, "loss");
-  for (const std::string& name : m.metric_names_) m.running_metrics_.push_back(Metric::parse(name, *m.loss_));
-  for (auto& cb : options_.callbacks) cb->model = &m;
-  m.stop_training = false;
-  m.resume_from.reset();
+  model_.begin_run(options_);
+  for (auto& cb : options_.callbacks) cb->model = &model_;
   for (auto& cb : options_.callbacks) cb->on_train_begin({});
   TrainingPosition start{options_.initial_epoch, 0};
-  if (m.resume_from) start = *m.resume_from;  // a callback restored a backup
-  m.resume_from.reset();
+  if (model_.resume_from) start = *model_.resume_from;  // a callback restored a backup
+  model_.resume_from.reset();
   return start;
 }
 
-void FitLoop::make_runner() {
-  model_.make_replicas();  // from the current weights and optimizer state
-  replicas_ = model_.replicas_;
-  runner_ = model_.strategy_->make_step({.replicas = *replicas_,
-                                         .loss = *model_.loss_,
-                                         .optimizer = *model_.optimizer_,
-                                         .seed = model_.seed_,
-                                         .metrics = std::span<Metric>(model_.running_metrics_).subspan(1),
-                                         .loss_metric = &model_.running_metrics_[0],
-                                         .batch_at = batch_at_});
+distribute::StepParts FitLoop::step_parts(bool with_metrics) {
+  replicas_ = model_.make_replicas();  // from the current weights and optimizer state
+  std::span<Metric> metrics = model_.running_metrics();
+  return {.replicas = *replicas_,
+          .loss = model_.loss(),
+          .optimizer = model_.optimizer(),
+          .seed = model_.seed(),
+          .metrics = with_metrics ? metrics.subspan(1) : std::span<Metric>(),
+          .loss_metric = with_metrics ? &metrics[0] : nullptr,
+          .batch_at = batch_at_};
 }
+
+void FitLoop::make_runner() { runner_ = model_.strategy()->make_step(step_parts(true)); }
 
 const Logs& FitLoop::current_logs() {
   logs_.clear();
-  for (const Metric& m : model_.running_metrics_) logs_.emplace_back(m.name(), m.result());
+  for (const Metric& m : model_.running_metrics()) logs_.emplace_back(m.name(), m.result());
   if (runner_)
     for (auto& figure : runner_->epoch_figures()) logs_.push_back(std::move(figure));
   return logs_;
@@ -132,9 +107,9 @@ int64_t FitLoop::train_epoch(int epoch, int64_t first_step) {
     if (!have) break;
     if (step < first_step) continue;
     for (auto& cb : callbacks) cb->on_batch_begin(step, {});
-    std::optional<double> loss = runner_->run(batch_, static_cast<uint64_t>(model_.optimizer_->iterations()));
-    if (loss) model_.running_metrics_[0].update_mean(*loss, batch_.rows);  // the global batch's loss
-    model_.position_ = TrainingPosition{epoch, step + 1};
+    std::optional<double> loss = runner_->run(batch_, static_cast<uint64_t>(model_.optimizer().iterations()));
+    if (loss) model_.running_metrics()[0].update_mean(*loss, batch_.rows);  // the global batch's loss
+    model_.set_position({epoch, step + 1});
     if (bar_->due(step + 1)) bar_->update(step + 1, current_logs());
     if (!callbacks.empty()) {
       current_logs();
@@ -147,16 +122,16 @@ int64_t FitLoop::train_epoch(int epoch, int64_t first_step) {
 
 void FitLoop::end_epoch(int epoch, int64_t steps_done) {
   if (runner_) runner_->finish_epoch();
-  model_.position_ = TrainingPosition{epoch + 1, 0};
+  model_.set_position({epoch + 1, 0});
   current_logs();
   if (x_val_.defined()) {
-    distribute::JobPhase phase(*model_.strategy_, "validation");
-    Logs val = model_.run_evaluation(x_val_, y_val_, options_.batch_size);
+    distribute::JobPhase phase(*model_.strategy(), "validation");
+    Logs val = model_.validation_logs(x_val_, y_val_, options_.batch_size);
     for (const auto& [name, value] : val) logs_.emplace_back("val_" + name, value);
   }
   for (auto& cb : options_.callbacks) cb->on_epoch_logs(epoch, logs_);
   bar_->finish(steps_done, logs_);
-  logs_.emplace_back("lr", model_.optimizer_->current_learning_rate());
+  logs_.emplace_back("lr", model_.optimizer().current_learning_rate());
   for (const auto& [name, value] : logs_) history_.history[name].push_back(value);
   history_.epochs.push_back(epoch);
   for (auto& cb : options_.callbacks) cb->on_epoch_end(epoch, logs_);

@@ -28,7 +28,11 @@ class FitLoop {
   History serve();
   // The run's signature, the metrics, on_train_begin; where training starts (a restored backup's position).
   TrainingPosition begin();
-  // The model's replicas (from the current weights and optimizer state) and the strategy's runner.
+  // The model's replicas made anew (from the current weights and optimizer state), kept in
+  // replicas_, and what a step runner is made of (fit's running metrics, or none for a task
+  // that serves).
+  distribute::StepParts step_parts(bool with_metrics);
+  // The strategy's runner, from step_parts.
   void make_runner();
   // Epoch `epoch` from batch first_step on: the batches it ended after.
   int64_t train_epoch(int epoch, int64_t first_step);

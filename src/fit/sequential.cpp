@@ -51,9 +51,10 @@ Tensor Sequential::call(const Tensor& x, const CallContext& ctx) {
   return layers::call_layers(layers_, x, ctx);
 }
 
-void Sequential::make_replicas() {
+std::shared_ptr<distribute::ModelReplicas> Sequential::make_replicas() {
   replicas_ = std::make_shared<distribute::ModelReplicas>(*strategy_, layers_);
   strategy_->forget_replica_optimizers();
+  return replicas_;
 }
 
 distribute::ModelReplicas::Replica* Sequential::running_replica(const Tensor* first_input) {
