@@ -48,7 +48,7 @@ struct ModelParallelOptions {
   std::shared_ptr<Communicator> processes;
 };
 
-class ModelParallelStrategy : public MirroredStrategy {
+class ModelParallelStrategy : public Strategy {
  public:
   explicit ModelParallelStrategy(int num_shards)
       : ModelParallelStrategy(ModelParallelOptions{.num_shards = num_shards}) {}
@@ -76,8 +76,16 @@ class ModelParallelStrategy : public MirroredStrategy {
     return options_.data_replicas > 1 ? data_.at(static_cast<size_t>(device)).get() : nullptr;
   }
   UpdateRule& update_rule() const override;
-  // MirroredStrategy's, between cutting the devices' pieces from the whole model and writing
-  // them back into it (a custom loop's step; fit's step keeps the pieces until the epoch ends).
+  // This process's devices: a thread group each (device 0: the calling thread), as
+  // MirroredStrategy's replicas; their group, of which the tensor and data groups are split.
+  Communicator& communicator(int device) override;
+  int threads_per_replica() const override;
+  ReplicaThreads& devices() { return *threads_; }
+  // Every device of this process computes the whole batch.
+  void split_batch(int64_t rows, BatchSplit& split) const override;
+  // The devices run fn, between cutting their pieces from the whole model and writing them back
+  // into it (a custom loop's step; fit's step runs devices() and keeps the pieces until the
+  // epoch ends).
   void for_each_replica(const std::function<void(int replica)>& fn) override;
   std::unique_ptr<StepRunner> make_step(const StepParts& parts) override;
   // Also the devices' group collectives record their spans ("all_reduce", "all_gather").
@@ -90,6 +98,7 @@ class ModelParallelStrategy : public MirroredStrategy {
 
  private:
   ModelParallelOptions options_;
+  std::unique_ptr<ReplicaThreads> threads_;  // first made, last gone: after the groups split from it
   std::unique_ptr<Shards> shards_;
   std::vector<std::unique_ptr<Communicator>> tensor_, data_;
 };

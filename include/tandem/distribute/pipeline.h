@@ -74,7 +74,7 @@ struct PipelineOptions {
   bool defer_kernel_gradients = true;
 };
 
-class PipelineStrategy : public MirroredStrategy {
+class PipelineStrategy : public Strategy {
  public:
   explicit PipelineStrategy(PipelineOptions options);
   ~PipelineStrategy() override;
@@ -109,7 +109,13 @@ class PipelineStrategy : public MirroredStrategy {
   Communicator& data_group(int device) { return *data_.at(static_cast<size_t>(device)); }
   // The optimizer whose slots a checkpoint gathers (the model's, set by the step).
   void set_model_optimizer(Optimizer* optimizer) { optimizer_ = optimizer; }
-  // Refused: the stages run in fit's step alone.
+  // This process's devices: a thread group each (device 0: the calling thread), as
+  // MirroredStrategy's replicas; their group, of which the pipe and data groups are split.
+  Communicator& communicator(int device) override;
+  int threads_per_replica() const override;
+  ReplicaThreads& devices() { return *threads_; }
+  void split_batch(int64_t rows, BatchSplit& split) const override;
+  // Refused: the stages run in fit's step alone (on devices()).
   void for_each_replica(const std::function<void(int replica)>& fn) override;
   std::unique_ptr<StepRunner> make_step(const StepParts& parts) override;
   void set_timeline(Timeline* timeline) override;
@@ -120,6 +126,7 @@ class PipelineStrategy : public MirroredStrategy {
   // The cuts for this stack (balanced on the first call for a stack, then kept).
   const std::vector<int>& cuts_for(const std::vector<std::shared_ptr<layers::Layer>>& layers) const;
   PipelineOptions options_;
+  std::unique_ptr<ReplicaThreads> threads_;  // first made, last gone: after the groups split from it
   mutable std::mutex mutex_;
   mutable std::vector<int> cuts_;
   mutable std::vector<double> costs_;

@@ -34,7 +34,8 @@
 namespace tandem::distribute {
 
 class Strategy;
-class StepRunner;  // tandem/distribute/step_runner.h
+class StepRunner;      // tandem/distribute/step_runner.h
+class ReplicaThreads;  // src/distribute/replica_threads.h
 struct StepParts;
 
 // One value per replica (tf.distribute's PerReplica): what run() takes and returns.
@@ -134,6 +135,9 @@ class Strategy {
   virtual void for_each_replica(const std::function<void(int replica)>& fn) = 0;
   // Replica r's handle on the group the replicas reduce in (pluggable: in-process now).
   virtual Communicator& communicator(int replica) = 0;
+  // The intra-op threads each of this process's replicas runs with, where the strategy runs
+  // them on threads of their own (0: the replicas are not its threads).
+  virtual int threads_per_replica() const { return 0; }
   // Replica r's handle on the group the global batch is split over (ReplicaContext::batch_group):
   // by default all the replicas; null where each computes the whole batch.
   virtual Communicator* batch_group(int replica) { return &communicator(replica); }
@@ -368,8 +372,8 @@ class MirroredStrategy : public Strategy {
   std::string name() const override;
   int num_replicas_in_sync() const override { return replicas_; }
   void for_each_replica(const std::function<void(int replica)>& fn) override;
-  Communicator& communicator(int replica) override { return *comm_.at(static_cast<size_t>(replica)); }
-  int threads_per_replica() const { return threads_per_replica_; }
+  Communicator& communicator(int replica) override;
+  int threads_per_replica() const override { return threads_per_replica_; }
   const MirroredOptions& options() const { return options_; }
   // Deterministic: micro_batches fixed parts, reduced in order; else one part per replica,
   // grouped or bucketed.
@@ -378,14 +382,9 @@ class MirroredStrategy : public Strategy {
 
  private:
   std::vector<std::unique_ptr<Communicator>> make_cross_device_ops() const;
-  void run_replica(int r, const std::function<void(int)>& job);  // errors kept, the others told
-  struct Workers;
   MirroredOptions options_;
-  void start_replica_thread(int r, bool pin, const std::vector<int>& cpus);
-  void stop_workers();
   int replicas_, threads_per_replica_;
-  std::vector<std::unique_ptr<Communicator>> comm_;
-  std::unique_ptr<Workers> workers_;
+  std::unique_ptr<ReplicaThreads> threads_;
 };
 
 // Variables live once, on the host; compute is replicated as in MirroredStrategy (replica

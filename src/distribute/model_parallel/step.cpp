@@ -7,9 +7,10 @@
 #include <exception>
 #include <optional>
 
+#include "distribute/device_step.h"
 #include "distribute/model_parallel/shards.h"
+#include "distribute/replica_threads.h"
 #include "distribute/step_body.h"
-#include "distribute/summed_metrics.h"
 #include "tandem/autograd.h"
 #include "tandem/devices.h"
 #include "tandem/distribute/step_runner.h"
@@ -19,28 +20,16 @@
 namespace tandem::distribute {
 namespace {
 
-class TensorParallelStep : public StepRunner {
+class TensorParallelStep : public DeviceStep {
  public:
   TensorParallelStep(ModelParallelStrategy& strategy, const StepParts& parts)
-      : strategy_(strategy),
-        replicas_(parts.replicas),
-        loss_(parts.loss),
-        optimizer_(parts.optimizer),
-        seed_(parts.seed),
-        metrics_(parts.metrics),
-        first_(strategy.first_local_replica()),
-        processes_(strategy.worker_communicator()) {
+      : DeviceStep(strategy, parts), strategy_(strategy) {
     for (int d = 0; d < replicas_.size(); ++d) device_names_.push_back(fmt::format("device {}", first_ + d));
-  }
-  bool lazy_batches() const override { return false; }
-  // Over processes: every one reads the same batches.
-  void check_batch(bool have, int64_t rows, int epoch, int64_t step) override {
-    if (processes_ != nullptr) check_same_batch(strategy_.name(), *processes_, have, rows, epoch, step, batch_sizes_);
   }
 
   std::optional<double> run(const GlobalBatch& batch, uint64_t key) override {
-    Tensor x = batch.x, y = batch.y;
-    if (!x.defined()) batch.slice(0, batch.rows, x, y);
+    Tensor x, y;
+    whole_batch(batch, x, y);
     const ModelParallelOptions& mesh = strategy_.model_parallel_options();
     int pieces = mesh.num_shards, copies = mesh.data_replicas;
     int64_t rows = x.dim(0);
@@ -48,7 +37,7 @@ class TensorParallelStep : public StepRunner {
     std::vector<Tensor> predictions(static_cast<size_t>(copies));
     if (strategy_.shards().whole_holds()) strategy_.shards().reslice();
     Timeline* timeline = strategy_.timeline();
-    strategy_.MirroredStrategy::for_each_replica([&](int d) {  // the devices hold until the epoch ends
+    strategy_.devices().run([&](int d) {  // the devices hold until the epoch ends
       ModelReplicas::Replica& device = replicas_[d];
       const char* row = device_names_[static_cast<size_t>(d)].c_str();
       int g = first_ + d, copy = g / pieces;
@@ -73,15 +62,12 @@ class TensorParallelStep : public StepRunner {
       Timeline::Span update(timeline, "update", row);
       optimizer_.apply(device.trainable, grads);
     });
-    double loss = 0.0;
-    summed_.start(metrics_);
-    for (int c = 0; c < copies; ++c) {
+    return report(copies, rows, [&](int c) -> std::optional<Reported> {
       int64_t begin = rows * c / copies, end = rows * (c + 1) / copies;
-      if (begin == end || !predictions[static_cast<size_t>(c)].defined()) continue;  // no rows, or another process's
-      loss += sums[static_cast<size_t>(c)];
-      for (Metric& m : metrics_) m.update(copies == 1 ? y : y.slice(begin, end), predictions[static_cast<size_t>(c)]);
-    }
-    return summed_.finish(processes_, metrics_, loss) / static_cast<double>(rows);
+      if (begin == end || !predictions[static_cast<size_t>(c)].defined()) return {};  // no rows, or another process's
+      return Reported{copies == 1 ? y : y.slice(begin, end), predictions[static_cast<size_t>(c)],
+                      sums[static_cast<size_t>(c)]};
+    });
   }
 
   void finish_epoch() override { strategy_.shards().write_back(&optimizer_); }
@@ -98,16 +84,7 @@ class TensorParallelStep : public StepRunner {
 
  private:
   ModelParallelStrategy& strategy_;
-  ModelReplicas& replicas_;
-  const Loss& loss_;
-  Optimizer& optimizer_;
-  uint64_t seed_;
-  std::span<Metric> metrics_;
   std::vector<std::string> device_names_;  // the timeline's rows
-  int first_;                              // this process's first device
-  Communicator* processes_;                // over processes: their group; else null
-  std::vector<int64_t> batch_sizes_;
-  SummedMetrics summed_;
 };
 
 }  // namespace

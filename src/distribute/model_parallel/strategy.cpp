@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "distribute/model_parallel/shards.h"
+#include "distribute/replica_threads.h"
 #include "tandem/collectives/replica_context.h"
 
 namespace tandem::distribute {
@@ -57,12 +58,12 @@ class ModelParallelUpdate : public UpdateRule {
 
 }  // namespace
 
-ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options)
-    : MirroredStrategy(MirroredOptions{
-          .num_replicas = options.processes ? 1 : std::max(1, options.num_shards) * std::max(1, options.data_replicas),
-          .threads_per_replica = options.threads_per_shard,
-          .pin_threads = !options.processes}),
-      options_(options) {
+ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options) : options_(options) {
+  int devices = options.processes ? 1 : std::max(1, options.num_shards) * std::max(1, options.data_replicas);
+  threads_ = std::make_unique<ReplicaThreads>(
+      *this, devices,
+      threads_per_device("ModelParallelStrategy", devices, "threads_per_shard", options.threads_per_shard),
+      !options.processes, [devices] { return make_in_process_communicators(devices); }, "ModelParallelStrategy");
   if (options.num_shards < 1) fail("ModelParallelStrategy: num_shards must be at least 1, got {}", options.num_shards);
   if (options.data_replicas < 1)
     fail("ModelParallelStrategy: data_replicas must be at least 1, got {}", options.data_replicas);
@@ -77,7 +78,7 @@ ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options)
   } else {
     tensor_.resize(static_cast<size_t>(n));
     data_.resize(static_cast<size_t>(n));
-    MirroredStrategy::for_each_replica([&](int r) {  // split is collective: every device at once
+    threads_->run([&](int r) {  // split is collective: every device at once
       tensor_[static_cast<size_t>(r)] = communicator(r).split(r / t, r % t);
       data_[static_cast<size_t>(r)] = communicator(r).split(r % t, r / t);
     });
@@ -89,6 +90,12 @@ ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options)
 }
 
 ModelParallelStrategy::~ModelParallelStrategy() = default;
+
+Communicator& ModelParallelStrategy::communicator(int device) { return threads_->communicator(device); }
+int ModelParallelStrategy::threads_per_replica() const { return threads_->threads_per_replica(); }
+void ModelParallelStrategy::split_batch(int64_t rows, BatchSplit& split) const {
+  split.even(rows, num_local_replicas(), num_local_replicas());
+}
 
 std::string ModelParallelStrategy::name() const {
   if (options_.data_replicas > 1)
@@ -159,14 +166,14 @@ void ModelParallelStrategy::for_each_replica(const std::function<void(int replic
         "model-parallel:{} in the loop",
         name(), options_.data_replicas, options_.data_replicas, options_.num_shards);
   if (shards_->whole_holds()) shards_->reslice();
-  MirroredStrategy::for_each_replica(fn);
+  threads_->run(fn);
   // A custom loop's step: the whole model holds again between steps.
   shards_->write_back(nullptr);
   shards_->hand_to_model();
 }
 
 void ModelParallelStrategy::set_timeline(Timeline* timeline) {
-  MirroredStrategy::set_timeline(timeline);
+  Strategy::set_timeline(timeline);
   for (auto* groups : {&tensor_, &data_})
     for (auto& group : *groups)
       if (group) group->set_timeline(timeline);

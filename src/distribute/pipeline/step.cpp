@@ -7,8 +7,9 @@
 #include <chrono>
 #include <exception>
 
+#include "distribute/device_step.h"
+#include "distribute/replica_threads.h"
 #include "distribute/step_body.h"
-#include "distribute/summed_metrics.h"
 #include "tandem/autograd.h"
 #include "tandem/distribute/pipeline.h"
 #include "tandem/distribute/step_runner.h"
@@ -40,20 +41,14 @@ std::vector<bool> schedule_of(PipelineSchedule schedule, int stage, int stages, 
   return order;
 }
 
-class PipelineStep : public StepRunner {
+class PipelineStep : public DeviceStep {
  public:
   PipelineStep(PipelineStrategy& strategy, const StepParts& parts)
-      : strategy_(strategy),
-        replicas_(parts.replicas),
-        loss_(parts.loss),
-        optimizer_(parts.optimizer),
-        seed_(parts.seed),
-        metrics_(parts.metrics),
+      : DeviceStep(strategy, parts),
+        strategy_(strategy),
         stages_(strategy.pipeline_options().num_stages),
         copies_(strategy.pipeline_options().data_replicas),
         micro_(strategy.pipeline_options().micro_batches),
-        first_(strategy.first_local_replica()),
-        processes_(strategy.worker_communicator()),
         devices_(static_cast<size_t>(strategy.num_local_replicas())) {
     strategy.set_model_optimizer(&optimizer_);
     for (int d = 0; d < replicas_.size(); ++d) {
@@ -66,18 +61,12 @@ class PipelineStep : public StepRunner {
         if (auto* bn = dynamic_cast<layers::BatchNormalization*>(l.get())) device.batch_norms.push_back(bn);
     }
   }
-  bool lazy_batches() const override { return false; }
-  // Over processes: every one reads the same batches (stage 0 takes their inputs, the last stages
-  // their labels).
-  void check_batch(bool have, int64_t rows, int epoch, int64_t step) override {
-    if (processes_ != nullptr) check_same_batch(strategy_.name(), *processes_, have, rows, epoch, step, batch_sizes_);
-  }
   // Over processes: every stage's variables to every process (validation, callbacks, evaluation).
   void finish_epoch() override { strategy_.share_stages(); }
 
   std::optional<double> run(const GlobalBatch& batch, uint64_t key) override {
-    Tensor x = batch.x, y = batch.y;
-    if (!x.defined()) batch.slice(0, batch.rows, x, y);
+    Tensor x, y;  // stage 0 takes the inputs, the last stages the labels
+    whole_batch(batch, x, y);
     int64_t rows = x.dim(0);
     int total = copies_ * micro_;
     if (copies_ > 1 && rows < copies_)
@@ -89,7 +78,7 @@ class PipelineStep : public StepRunner {
     make_optimizers();
     Clock::time_point start = Clock::now();
     try {
-      strategy_.MirroredStrategy::for_each_replica([&](int d) {
+      strategy_.devices().run([&](int d) {
         try {
           run_device(d, x, y, rows, key);
         } catch (const std::exception& e) {  // the other stages and copies stop waiting for this one
@@ -113,17 +102,13 @@ class PipelineStep : public StepRunner {
     }
     optimizer_.set_iterations(optimizers_[0]->iterations());
     // The last stages' losses and predictions (over processes, summed over them).
-    double loss = 0.0;
-    summed_.start(metrics_);
-    for (int k = 0; k < total; ++k) {
+    double loss = report(total, rows, [&](int k) -> std::optional<Reported> {
       const Result& r = results_[static_cast<size_t>(k)];
-      if (!r.predictions.defined()) continue;  // no rows, or another process's
-      loss += r.loss_sum;
-      for (Metric& m : metrics_) m.update(y.slice(r.begin, r.end), r.predictions);
-    }
+      if (!r.predictions.defined()) return {};  // no rows, or another process's
+      return Reported{y.slice(r.begin, r.end), r.predictions, r.loss_sum};
+    });
     results_.clear();
-    loss = summed_.finish(processes_, metrics_, loss);
-    return loss / static_cast<double>(rows);
+    return loss;
   }
 
   std::vector<std::pair<std::string, double>> epoch_figures() override {
@@ -317,16 +302,7 @@ class PipelineStep : public StepRunner {
   }
 
   PipelineStrategy& strategy_;
-  ModelReplicas& replicas_;
-  const Loss& loss_;
-  Optimizer& optimizer_;
-  uint64_t seed_;
-  std::span<Metric> metrics_;
   int stages_, copies_, micro_;
-  int first_;                // this process's first device
-  Communicator* processes_;  // over processes: their group; else null
-  std::vector<int64_t> batch_sizes_;
-  SummedMetrics summed_;
   std::vector<Device> devices_;
   std::vector<Result> results_;
   std::vector<std::unique_ptr<Optimizer>> optimizers_;

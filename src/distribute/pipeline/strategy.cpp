@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "distribute/replica_threads.h"
 #include "tandem/autograd.h"
 #include "tandem/distribute/pipeline.h"
 #include "tandem/ops.h"
@@ -93,13 +94,13 @@ std::vector<int> balanced_cuts(const std::vector<double>& costs, int stages) {
 
 }  // namespace
 
-PipelineStrategy::PipelineStrategy(PipelineOptions options)
-    : MirroredStrategy(MirroredOptions{
-          .num_replicas = options.processes ? 1 : std::max(1, options.num_stages) * std::max(1, options.data_replicas),
-          .threads_per_replica = std::max(1, options.threads_per_stage),
-          .pin_threads = !options.processes}),
-      options_(std::move(options)) {
+PipelineStrategy::PipelineStrategy(PipelineOptions options) : options_(std::move(options)) {
   const PipelineOptions& o = options_;
+  int devices = o.processes ? 1 : std::max(1, o.num_stages) * std::max(1, o.data_replicas);
+  threads_ = std::make_unique<ReplicaThreads>(
+      *this, devices,
+      threads_per_device("PipelineStrategy", devices, "threads_per_stage", std::max(1, o.threads_per_stage)),
+      !o.processes, [devices] { return make_in_process_communicators(devices); }, "PipelineStrategy");
   if (o.processes && o.processes->size() != std::max(1, o.num_stages) * std::max(1, o.data_replicas))
     fail(
         "PipelineStrategy: {} stage{} × {} cop{} of the pipeline need {} processes, one device each, and {} were "
@@ -136,7 +137,7 @@ void PipelineStrategy::make_groups() {
   }
   pipe_.resize(static_cast<size_t>(n));
   data_.resize(static_cast<size_t>(n));
-  MirroredStrategy::for_each_replica([&](int r) {  // split is collective: every device at once
+  threads_->run([&](int r) {  // split is collective: every device at once
     pipe_[static_cast<size_t>(r)] = communicator(r).split(r / s, r % s);
     data_[static_cast<size_t>(r)] = communicator(r).split(r % s, r / s);
   });
@@ -144,6 +145,12 @@ void PipelineStrategy::make_groups() {
 }
 
 PipelineStrategy::~PipelineStrategy() = default;
+
+Communicator& PipelineStrategy::communicator(int device) { return threads_->communicator(device); }
+int PipelineStrategy::threads_per_replica() const { return threads_->threads_per_replica(); }
+void PipelineStrategy::split_batch(int64_t rows, BatchSplit& split) const {
+  split.even(rows, num_local_replicas(), num_local_replicas());
+}
 
 std::string PipelineStrategy::name() const {
   std::string pipe = fmt::format("pipeline:{}:{}", options_.num_stages, options_.micro_batches);
@@ -259,7 +266,7 @@ void PipelineStrategy::for_each_replica(const std::function<void(int)>&) {
 }
 
 void PipelineStrategy::set_timeline(Timeline* timeline) {
-  MirroredStrategy::set_timeline(timeline);
+  Strategy::set_timeline(timeline);
   for (auto* groups : {&pipe_, &data_})
     for (auto& group : *groups)
       if (group) group->set_timeline(timeline);
