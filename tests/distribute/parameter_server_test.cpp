@@ -111,7 +111,7 @@ TEST(PsWire, HeadersRoundTripAndBadFramesAreRefusedByName) {
   EXPECT_NE(refused(bad, 80).find("magic"), std::string::npos);
   bad = frame;
   bad[4] = 9;
-  EXPECT_NE(refused(bad, 80).find("wire version 9 (this build speaks 1)"), std::string::npos);
+  EXPECT_NE(refused(bad, 80).find(fmt::format("wire version 9 (this build speaks {})", kVersion)), std::string::npos);
   bad = frame;
   bad[6] = 99;
   EXPECT_NE(refused(bad, 80).find("unknown message type 99"), std::string::npos);
@@ -127,6 +127,40 @@ TEST(PsWire, HeadersRoundTripAndBadFramesAreRefusedByName) {
             std::string::npos);
   std::vector<std::string_view> odd{frame};
   EXPECT_NE(error_of([&] { decode_items(odd); }).find("1 frames"), std::string::npos);
+}
+
+// A step's info travels in 64-bit fields: steps and clocks past 2^31 arrive as sent; anything but
+// its bytes with consistent fields is refused by name.
+TEST(PsWire, StepInfoRoundTripsWithoutNarrowingAndBadOnesAreRefused) {
+  StepInfo sent{.first_row = 25,
+                .round_rows = 75,
+                .pushes = 3,
+                .epoch = 7,
+                .step = (int64_t{1} << 33) + 5,
+                .clock = (int64_t{1} << 40) + 9};
+  Tensor bytes = encode(sent);
+  auto item_of = [](const Tensor& t) {
+    return Item{
+        Header{.type = MessageType::Step, .dtype = t.dtype(), .shape = t.shape()},
+        std::string_view(static_cast<const char*>(t.raw()), static_cast<size_t>(t.numel()) * dtype_size(t.dtype()))};
+  };
+  StepInfo back = decode_step_info(item_of(bytes));
+  EXPECT_EQ(back.first_row, 25);
+  EXPECT_EQ(back.round_rows, 75);
+  EXPECT_EQ(back.pushes, 3);
+  EXPECT_EQ(back.epoch, 7);
+  EXPECT_EQ(back.step, sent.step);
+  EXPECT_EQ(back.clock, sent.clock);
+  Tensor old_form = Tensor::from_vector({6}, std::vector<int32_t>{0, 25, 1, 0, 3, 3});
+  EXPECT_NE(error_of([&] {
+              decode_step_info(item_of(old_form));
+            }).find("a step's info is a uint8 tensor of shape [48], got int32"),
+            std::string::npos);
+  for (StepInfo bad : {StepInfo{.first_row = 75, .round_rows = 75, .pushes = 1}, StepInfo{.round_rows = 0, .pushes = 1},
+                       StepInfo{.round_rows = 5, .pushes = 0}, StepInfo{.round_rows = 5, .pushes = 1, .step = -1},
+                       StepInfo{.round_rows = 5, .pushes = 1, .epoch = int64_t{1} << 32}})
+    EXPECT_NE(error_of([&] { decode_step_info(item_of(encode(bad))); }).find("a step's info is inconsistent"),
+              std::string::npos);
 }
 
 TEST(PsPlacement, ShardsCoverEachVariableOnDistinctServersAndBalanceTheBytes) {

@@ -158,15 +158,11 @@ void Coordinator::dispatch(int w, const Batch& b, int64_t key, int64_t first_row
   Outgoing step(MessageType::Step, 0, id, key);
   int64_t clock = started_[static_cast<size_t>(w)]++;
   if (chief_.options.mode == PsMode::Asynchronous) ++chief_.steps_ahead[clock - slowest()];
-  step.add(
-      0, 0,
-      Tensor::from_vector({6}, std::vector<int32_t>{static_cast<int32_t>(first_row), static_cast<int32_t>(round_rows),
-                                                    static_cast<int32_t>(pushes), b.epoch, static_cast<int32_t>(b.step),
-                                                    static_cast<int32_t>(clock)}));
+  step.add(0, 0, encode(StepInfo{first_row, round_rows, pushes, b.epoch, b.step, clock}));
   step.add(0, 1, b.y);
   if (b.x.defined()) step.add(0, 2, b.x);
   in_flight_[id] = Sent{w, b, key, first_row, round_rows, pushes, Tensor(), Tensor(), false};
-  if (!chief_.options.record.empty()) chief_.record.steps.push_back({w, b.epoch, static_cast<int32_t>(b.step)});
+  if (!chief_.options.record.empty()) chief_.record.steps.push_back({w, b.epoch, record_field(b.step, "step")});
   try {
     step.send(link_.own_socket(), &link_.worker_route(w));
   } catch (const std::exception&) {  // the worker is gone; its control connection will say so

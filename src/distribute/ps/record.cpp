@@ -1,12 +1,20 @@
 // Records of asynchronous parameter-server runs (record.h).
 #include "distribute/ps/record.h"
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include "tandem/error.h"
 #include "tandem/io.h"
 
 namespace tandem::distribute::ps {
+
+int32_t record_field(int64_t value, const char* what) {
+  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max())
+    fail("--record: {} {} does not fit the record's 32-bit field; record a shorter run", what, value);
+  return static_cast<int32_t>(value);
+}
 
 void write_record(const std::string& path, const PsRecord& record) {
   nlohmann::json out = {{"tandem_ps_record", 1},       {"workers", record.workers},

@@ -27,6 +27,10 @@ struct PsRecord {
   std::vector<std::vector<Event>> applied;    // per server
 };
 
+// A count kept in one of the record's 32-bit fields; an Error naming `what` where it does not fit
+// (a run too long to record), never a narrowed value.
+int32_t record_field(int64_t value, const char* what);
+
 void write_record(const std::string& path, const PsRecord& record);  // atomically
 // A missing or malformed file is an Error naming what was expected.
 PsRecord read_record(const std::string& path);

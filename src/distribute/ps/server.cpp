@@ -81,9 +81,9 @@ void ParameterServer::check_replayed(const Incoming& request) {
 
 PsRecord::Event ParameterServer::event_of(const Incoming& request) const {
   bool push = request.envelope.type == MessageType::Push;
-  return {push ? PsRecord::kPush : PsRecord::kPull, static_cast<int32_t>(request.envelope.variable),
-          static_cast<int32_t>(push ? request.envelope.aux : 0),
-          static_cast<int32_t>(push ? request.envelope.step : version_)};
+  return {push ? PsRecord::kPush : PsRecord::kPull, record_field(request.envelope.variable, "worker"),
+          record_field(push ? request.envelope.aux : 0, "clock"),
+          record_field(push ? request.envelope.step : version_, "version")};
 }
 
 void ParameterServer::answer_in_recorded_order(zmq::socket_t& socket) {

@@ -2,6 +2,7 @@
 #include "distribute/ps/wire.h"
 
 #include <cstring>
+#include <limits>
 
 #include "tandem/error.h"
 
@@ -134,6 +135,33 @@ std::vector<Item> decode_items(std::span<const std::string_view> frames) {
     }
   }
   return items;
+}
+
+Tensor encode(const StepInfo& info) {
+  Tensor t = Tensor::empty(Shape{kStepInfoBytes}, DType::UInt8);
+  char* p = static_cast<char*>(t.raw());
+  int64_t at = 0;
+  for (int64_t field : {info.first_row, info.round_rows, info.pushes, info.epoch, info.step, info.clock}) {
+    put(p + at, field);
+    at += 8;
+  }
+  return t;
+}
+
+StepInfo decode_step_info(const Item& item) {
+  if (item.header.dtype != DType::UInt8 || item.header.shape != Shape{kStepInfoBytes})
+    fail("parameter-server message: a step's info is a uint8 tensor of shape [{}], got {} {}", kStepInfoBytes,
+         dtype_name(item.header.dtype), item.header.shape.str());
+  const char* p = item.payload.data();
+  StepInfo info{get<int64_t>(p),      get<int64_t>(p + 8),  get<int64_t>(p + 16),
+                get<int64_t>(p + 24), get<int64_t>(p + 32), get<int64_t>(p + 40)};
+  if (info.round_rows < 1 || info.first_row < 0 || info.first_row >= info.round_rows || info.pushes < 1 ||
+      info.epoch < 0 || info.epoch > std::numeric_limits<int32_t>::max() || info.step < 0 || info.clock < 0)
+    fail(
+        "parameter-server message: a step's info is inconsistent: first row {} of a round of {} rows, {} pushes, "
+        "epoch {}, step {}, clock {}",
+        info.first_row, info.round_rows, info.pushes, info.epoch, info.step, info.clock);
+  return info;
 }
 
 }  // namespace tandem::distribute::ps

@@ -18,7 +18,7 @@
 namespace tandem::distribute::ps {
 
 inline constexpr uint32_t kMagic = 0x31535054;  // "TPS1"
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;         // 2: a step's info as StepInfo (64-bit fields)
 inline constexpr size_t kHeaderBytes = 96;
 inline constexpr int kMaxRank = 6;
 
@@ -78,5 +78,18 @@ struct Item {
 // Frames (header, payload, header, payload, ...) → items; an Error for an odd count or a bad frame
 // (naming the item).
 std::vector<Item> decode_items(std::span<const std::string_view> frames);
+
+// What a Step message's first item tells the worker it is handed to: where its rows start in the
+// round and the round's rows (a synchronous round is cut over its workers), the pushes that
+// complete the round, the batch (its epoch and step: a worker reading the data itself reads it by
+// position), and the worker's clock (its steps handed out before this one). Travels as 8
+// little-endian bytes a field (a UInt8 tensor of kStepInfoBytes), so no step or clock is narrowed.
+struct StepInfo {
+  int64_t first_row = 0, round_rows = 0, pushes = 0, epoch = 0, step = 0, clock = 0;
+};
+inline constexpr int64_t kStepInfoBytes = 6 * 8;
+Tensor encode(const StepInfo& info);
+// An Error naming what is wrong for anything but a StepInfo's bytes with consistent fields.
+StepInfo decode_step_info(const Item& item);
 
 }  // namespace tandem::distribute::ps

@@ -79,12 +79,10 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
 
   // One step: pull, forward and backward, push; the result for the chief.
   auto train = [&](const Incoming& step) {
-    Tensor info = step.items[0].tensor(), y = step.items[1].adopt(step.frames), x;
-    // First row in the round, the round's rows, its pushes, position (epoch, step), this worker's clock.
-    const int32_t* round = info.data<int32_t>();
-    int64_t first_row = round[0], round_rows = round[1], pushes = round[2], clock = round[5];
+    StepInfo info = decode_step_info(step.items[0]);
+    Tensor y = step.items[1].adopt(step.frames), x;
     if (step.items.size() == 3) x = step.items[2].adopt(step.frames);  // the rows read in place from their frames
-    else x = read_batch(link, parts, round[3], round[4], y);
+    else x = read_batch(link, parts, static_cast<int>(info.epoch), info.step, y);
 
     if (!pulled) shards.request_pull(link, me);
     pulled = false;
@@ -95,12 +93,12 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     {
       GradientTape tape;
       done = forward_rows(model.layers, parts.loss, x, y,
-                          {parts.seed, static_cast<uint64_t>(step.envelope.aux), first_row, round_rows});
+                          {parts.seed, static_cast<uint64_t>(step.envelope.aux), info.first_row, info.round_rows});
       grads = tape.gradient(done.loss.loss, model.trainable);
     }
     for (int s = 0; s < link.servers(); ++s) {
       Outgoing push(MessageType::Push, me, versions[static_cast<size_t>(s)],
-                    options.mode == PsMode::Synchronous ? pushes : clock);
+                    options.mode == PsMode::Synchronous ? info.pushes : info.clock);
       for (size_t i : shards.on_server(s)) {
         const ShardPlacement& p = shards.placement()[i];
         push.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
@@ -159,8 +157,7 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
       Outgoing(MessageType::Aborted, me).send(chief);
       continue;
     }
-    if (step.envelope.type != MessageType::Step || step.items.size() < 2 || step.items.size() > 3 ||
-        step.items[0].header.dtype != DType::Int32 || step.items[0].header.shape.numel() != 6)
+    if (step.envelope.type != MessageType::Step || step.items.size() < 2 || step.items.size() > 3)
       fail("ParameterServerStrategy: {} got a {} message from the chief where a step was due",
            link.describe(link.task()), message_type_name(step.envelope.type));
     std::optional<Outgoing> result;
