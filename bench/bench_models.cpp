@@ -25,6 +25,7 @@
 
 #include "tandem/allocator.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/distribute/strategy_registry.h"
 #include "tandem/tandem.h"
 #include "tandem/timeline.h"
 

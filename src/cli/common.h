@@ -11,6 +11,7 @@
 
 #include "tandem/data/loaders.h"
 #include "tandem/distribute/cluster.h"
+#include "tandem/distribute/strategy_registry.h"
 #include "tandem/tandem.h"
 
 namespace tandem::cli {

@@ -43,9 +43,20 @@ std::vector<std::string> split_list(const std::string& list) {
   return out;
 }
 
+// The family of the strategy a row names (as the registry has it; data parallel where it knows none).
+distribute::StrategyFamily family_of(const std::string& name) {
+  const distribute::StrategyEntry* entry = distribute::strategy_entry(name);
+  return entry != nullptr ? entry->family : distribute::StrategyFamily::DataParallel;
+}
+// A row's registered name ("ps-sync" for "ps-sync:1x3:1"), empty for none.
+std::string entry_name(const std::string& name) {
+  const distribute::StrategyEntry* entry = distribute::strategy_entry(name);
+  return entry != nullptr ? entry->name : std::string();
+}
+
 bool launched(const std::string& name) {
-  return name.starts_with("multiworker") || name.starts_with("ps-async") || name.starts_with("ps-sync") ||
-         name.starts_with("ps-ssp");
+  const distribute::StrategyEntry* entry = distribute::strategy_entry(name);
+  return entry != nullptr && entry->needs_launcher;
 }
 
 // multiworker:N: N processes of `tandem fit` under `tandem launch`; ps-async:PxW, ps-sync:PxW[:B]
@@ -54,7 +65,7 @@ bool launched(const std::string& name) {
 // The chief's report is the row.
 Row train_on_workers(const std::string& name, const CompareFlags& f) {
   std::vector<std::string> parts = split(name, ':');
-  bool ps = !name.starts_with("multiworker");
+  bool ps = family_of(name) == distribute::StrategyFamily::ParameterServer;
   std::vector<std::string> launch_args, counts = parts.size() >= 2 ? split(parts[1], 'x') : std::vector<std::string>{};
   // ps-sync:PxW:B and ps-ssp:PxW:S: the fit's strategy is ps-sync:B, ps-ssp:S.
   bool takes_third = parts[0] == "ps-sync" || parts[0] == "ps-ssp";
@@ -262,8 +273,8 @@ std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
 void answer_the_tutorial(const std::vector<Row>& rows, const CompareFlags& f) {
   const Row *async = nullptr, *sync = nullptr;
   for (const Row& r : rows) {
-    if (r.strategy.starts_with("ps-async") && !async) async = &r;
-    if (r.strategy.starts_with("ps-sync") && std::count(r.strategy.begin(), r.strategy.end(), ':') == 1 && !sync)
+    if (entry_name(r.strategy) == "ps-async" && !async) async = &r;
+    if (entry_name(r.strategy) == "ps-sync" && std::count(r.strategy.begin(), r.strategy.end(), ':') == 1 && !sync)
       sync = &r;  // plain synchronous: no backup workers
   }
   if (!async || !sync) return;
@@ -300,21 +311,23 @@ void answer_the_tutorial(const std::vector<Row>& rows, const CompareFlags& f) {
 void answer_the_split(const std::vector<Row>& rows) {
   const Row *split = nullptr, *one = nullptr;
   std::vector<const Row*> ways;
+  using Family = distribute::StrategyFamily;
   auto is_split = [](const std::string& s) {
-    return s.starts_with("model-parallel") || s.starts_with("pipeline") || s.find('+') != std::string::npos;
+    return family_of(s) == Family::ModelParallel || family_of(s) == Family::Pipeline;
   };
   for (const Row& r : rows) {
-    if (r.strategy.starts_with("model-parallel") && !split) split = &r;
-    if (r.strategy == "default" && !one) one = &r;
-    if (is_split(r.strategy) || r.strategy.starts_with("mirrored")) ways.push_back(&r);
+    if (family_of(r.strategy) == Family::ModelParallel && r.strategy.find('+') == std::string::npos && !split)
+      split = &r;
+    if (entry_name(r.strategy) == "default" && !one) one = &r;
+    if (is_split(r.strategy) || entry_name(r.strategy) == "mirrored") ways.push_back(&r);
   }
   if (!split)
     for (const Row& r : rows)
-      if (r.strategy.starts_with("pipeline") && !split) split = &r;
+      if (family_of(r.strategy) == Family::Pipeline && r.strategy.find('+') == std::string::npos && !split) split = &r;
   if (!split || !one) return;
   double speed = split->samples_per_second / one->samples_per_second;
   std::printf("Split %s, is training any faster? %s: %s trains %.0f samples/s, %.2fx one device's %.0f.\n",
-              split->strategy.starts_with("pipeline") ? "into stages" : "vertically",
+              family_of(split->strategy) == Family::Pipeline ? "into stages" : "vertically",
               speed > 1.05   ? "Yes"
               : speed < 0.95 ? "No, slower"
                              : "About the same",
@@ -330,10 +343,10 @@ void answer_the_split(const std::vector<Row>& rows) {
   for (const Row* r : ways)
     if (r != best) others += fmt::format("{}{} {:.0f}", others.empty() ? "" : ", ", r->strategy, r->samples_per_second);
   std::printf("Which split pays for this model? %s: %s %.0f samples/s (%s).\n",
-              best->strategy.starts_with("pipeline")          ? "Stages of the model"
-              : best->strategy.find('+') != std::string::npos ? "Both the data and the model"
-              : best->strategy.starts_with("model-parallel")  ? "Splitting the model"
-                                                              : "Splitting the data",
+              best->strategy.find('+') != std::string::npos        ? "Both the data and the model"
+              : family_of(best->strategy) == Family::Pipeline      ? "Stages of the model"
+              : family_of(best->strategy) == Family::ModelParallel ? "Splitting the model"
+                                                                   : "Splitting the data",
               best->strategy.c_str(), best->samples_per_second, others.c_str());
 }
 
@@ -346,7 +359,7 @@ void run_compare(const CompareFlags& f) {
   for (const std::string& n : names) rows.push_back(train_under(n, f));
   const Row* base = nullptr;
   for (const Row& r : rows)
-    if (r.strategy == "default") base = &r;
+    if (entry_name(r.strategy) == "default") base = &r;
   if (!base) base = &rows.front();
 
   std::printf("\n%s on %s, %d epochs, global batch %lld, seed %llu:\n", f.common.model.c_str(),
@@ -375,7 +388,7 @@ void run_compare(const CompareFlags& f) {
     if (&r == base || r.samples_per_second >= base->samples_per_second) continue;
     int64_t per_replica = f.common.batch_size / r.replicas;
     std::string why;
-    if (r.strategy.starts_with("ps-"))
+    if (family_of(r.strategy) == distribute::StrategyFamily::ParameterServer)
       why = fmt::format(
           "every step moves the whole model twice over loopback (a pull before the batch, a push after) and passes "
           "the batch and its predictions through the chief, beside {} rows of compute; {} workers, the servers and "

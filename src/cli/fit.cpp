@@ -16,6 +16,18 @@
 namespace tandem::cli {
 namespace {
 
+// --strategy's help: every registered strategy's grammar and line.
+std::string strategy_help() {
+  std::string text;
+  for (const distribute::StrategyEntry& e : distribute::strategy_entries())
+    text += fmt::format("{}{}: {}", text.empty() ? "" : "; ", e.grammar, e.help);
+  return text +
+         "; or mirrored:D+model-parallel:T or mirrored:D+pipeline:S[:M] (D copies of the split model, each on its rows "
+         "of the batch). --threads is then per replica or device. --batch-size is the global batch, except on a "
+         "parameter-server cluster (TF_CONFIG; `tandem launch --ps P --workers W` starts one here), where it is the "
+         "batch each worker computes per step and an epoch is one pass over the data by all the workers together";
+}
+
 // "64MB", "1.5GB", "500KB", "64MiB" or a count of bytes.
 int64_t parse_bytes(const std::string& text, const char* flag) {
   auto [value, unit] = number_and_unit(text).value_or(std::make_pair(0.0, std::string()));
@@ -205,7 +217,8 @@ void run_fit(FitFlags f) {
   settings.ps_replay = f.replay;
   settings.ps_min_workers = f.min_workers;
   if (!f.device_memory.empty()) {
-    if (f.strategy.find("model-parallel") == std::string::npos)
+    const distribute::StrategyEntry* entry = distribute::strategy_entry(f.strategy);
+    if (entry != nullptr && std::ranges::find(entry->flags, "device-memory") == entry->flags.end())
       fail("fit: --device-memory applies to --strategy model-parallel:N (model-parallel:1 is one device), not \"{}\"",
            f.strategy);
     settings.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
@@ -344,10 +357,10 @@ void run_fit(FitFlags f) {
     }
     for (const auto& [name, values] : history.history)
       if (name == "staleness" || name == "max_staleness" || name == "dropped") r[name] = values;  // per epoch
-    if (auto* ps = dynamic_cast<distribute::ParameterServerStrategy*>(strategy.get()); ps && ps->is_chief()) {
-      nlohmann::json ahead = nlohmann::json::object();  // steps started, by steps ahead of the slowest worker
-      for (auto [steps, count] : ps->steps_ahead()) ahead[std::to_string(steps)] = count;
-      if (!ahead.empty()) r["steps_ahead_of_slowest"] = ahead;
+    for (const auto& [name, counts] : strategy->report_counts()) {
+      nlohmann::json by = nlohmann::json::object();
+      for (auto [key, count] : counts) by[std::to_string(key)] = count;
+      r[name] = by;
     }
     io::write_file_atomically(f.report, r.dump(2) + "\n");
   }
@@ -397,22 +410,7 @@ void add_fit(CLI::App& app) {
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--report", flags->report, "write a JSON summary of the run to this file (default: none)")
       ->capture_default_str();
-  cmd->add_option("--strategy", flags->strategy,
-                  "default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]] or "
-                  "local_sgd[:N[:K]] (N replicas, default one per core; K steps between weight averages, default 4; "
-                  "--threads is then per replica), or multiworker[:W[:L]][:deterministic][:zero] under `tandem launch` "
-                  "(W workers, L replicas each; --batch-size is the global batch; zero: each worker keeps 1/W of the "
-                  "optimizer's state, ZeRO stage 1), or ps-async, ps-sync[:B] (B backup "
-                  "workers: each round applies the first W - B gradients) or ps-ssp:S (no worker more than S steps "
-                  "ahead of the slowest) on every task of a parameter-server cluster "
-                  "(TF_CONFIG; `tandem launch --ps P --workers W` starts one here): "
-                  "--batch-size is then the batch each worker computes per step, and an epoch is one pass over the "
-                  "data by all the workers together; or model-parallel:N (the Dense layers split over N devices, "
-                  "core groups of --threads threads each), or pipeline:S[:M][:gpipe|:1f1b] (the layers cut into S "
-                  "stages, each global batch into M micro-batches, default 4, scheduled one forward one backward "
-                  "or GPipe; under `tandem launch -np S` one stage per process), or mirrored:D+model-parallel:T or "
-                  "mirrored:D+pipeline:S[:M] (D copies of the split model, each on its rows of the batch)")
-      ->capture_default_str();
+  cmd->add_option("--strategy", flags->strategy, strategy_help())->capture_default_str();
   cmd->add_option("--cluster", flags->cluster,
                   "ps-async, ps-sync: a file holding the cluster spec as TF_CONFIG's JSON (default: the TF_CONFIG "
                   "environment variable, as with TensorFlow)")

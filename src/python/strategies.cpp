@@ -2,6 +2,7 @@
 #include "python/binding.h"
 
 #include "tandem/distribute/model_parallel.h"
+#include "tandem/distribute/strategy_registry.h"
 #include "tandem/hvd.h"
 
 namespace tandem::python {

@@ -2,6 +2,7 @@
 // distribute_values_from_function, and a tape + Optimizer::apply loop under MirroredStrategy
 // and CentralStorageStrategy giving the single-device result on the same global batch.
 #include "tandem/distribute/strategy.h"
+#include "tandem/distribute/strategy_registry.h"
 #include "tandem/model.h"
 #include "test_util.h"
 

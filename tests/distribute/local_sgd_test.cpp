@@ -4,6 +4,7 @@
 // make_strategy as the command line takes it.
 #include "tandem/distribute/local_sgd.h"
 
+#include "tandem/distribute/strategy_registry.h"
 #include "tandem/model.h"
 #include "test_util.h"
 

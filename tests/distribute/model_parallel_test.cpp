@@ -10,6 +10,7 @@
 #include "distribute/split_models.h"
 #include "tandem/collectives/communicator.h"
 #include "tandem/distribute/model_parallel.h"
+#include "tandem/distribute/strategy_registry.h"
 #include "tandem/model.h"
 #include "tandem/timeline.h"
 #include "test_util.h"

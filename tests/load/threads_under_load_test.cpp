@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "tandem/distribute/strategy.h"
+#include "tandem/distribute/strategy_registry.h"
 #include "tandem/model.h"
 #include "tandem/runtime.h"
 #include "test_util.h"

@@ -123,6 +123,8 @@ class ParameterServerStrategy : public Strategy {
   // The chief, asynchronous: how many steps ahead of the slowest worker's finished steps each step
   // started (the staleness histogram of the report), over every fit; empty elsewhere.
   std::map<int64_t, int64_t> steps_ahead() const;
+  // On the chief: {"steps_ahead_of_slowest": steps_ahead()} where steps were started.
+  std::map<std::string, std::map<int64_t, int64_t>> report_counts() const override;
   int num_workers() const { return cluster_.count("worker"); }
   int num_servers() const { return cluster_.count("ps"); }
 

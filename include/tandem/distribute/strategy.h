@@ -17,6 +17,7 @@
 // fit runs the same hooks through one training step (tandem/distribute/train_step.h).
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -138,6 +139,9 @@ class Strategy {
   // The intra-op threads each of this process's replicas runs with, where the strategy runs
   // them on threads of their own (0: the replicas are not its threads).
   virtual int threads_per_replica() const { return 0; }
+  // Counts a run's report gives beside its figures, by name (the parameter-server chief's steps by
+  // how far ahead of the slowest worker each started); none by default.
+  virtual std::map<std::string, std::map<int64_t, int64_t>> report_counts() const { return {}; }
   // Replica r's handle on the group the global batch is split over (ReplicaContext::batch_group):
   // by default all the replicas; null where each computes the whole batch.
   virtual Communicator* batch_group(int replica) { return &communicator(replica); }
@@ -399,36 +403,7 @@ class CentralStorageStrategy : public MirroredStrategy {
   UpdateRule& update_rule() const override;
 };
 
-// A strategy from its name as `tandem --strategy` takes it: "default" (null), "one_device",
-// "mirrored", "mirrored:N", "mirrored:N:deterministic", "central", "central:N" (N replicas;
-// without N one per core), "local_sgd", "local_sgd:N", "local_sgd:N:K" (weights averaged every K
-// steps; 4 without K).
-// "multiworker" (one replica per worker, as many workers as launched), "multiworker:W" (W workers
-// expected), "multiworker:W:L" (L replicas per worker), each with ":deterministic" allowed last:
-// MultiWorkerMirroredStrategy, whose collectives give up after `timeout` (on_failure runs first).
-struct StrategySettings {
-  int threads_per_replica = 0;
-  std::chrono::milliseconds timeout = std::chrono::seconds(30);
-  std::function<void(const std::string&)> on_failure;
-  // Mirrored and multiworker: tensor fusion and compression (MirroredOptions says what each does).
-  int64_t bucket_bytes = 0;
-  std::chrono::microseconds cycle_time{0};
-  Compression compression = Compression::None;
-  // ps-async and ps-sync: the cluster spec's file (empty: the TF_CONFIG environment variable),
-  // and the size above which a variable is split into shards over the servers (0: never).
-  std::string cluster_file;
-  int64_t shard_bytes = 0;
-  bool prefetch = false;  // ps-async: ParameterServerOptions::prefetch
-  // model-parallel:N: each device's memory for the variables and slots (0: no limit).
-  int64_t device_memory_bytes = 0;
-  // ps-*: CurveZMQ keys (ParameterServerOptions::auth_dir), or a trusted network (insecure).
-  std::string auth_dir;
-  bool insecure = false;
-  std::string ps_record, ps_replay;  // ps-async: ParameterServerOptions::record and replay
-  int ps_min_workers = 1;            // ps-sync: ParameterServerOptions::min_workers
-};
-std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings);
-std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);
+// Strategies by name (make_strategy): tandem/distribute/strategy_registry.h.
 
 // Across the workers of `strategy` (nothing with one process): every worker passes its `text`
 // for `what` (the model, the optimizer, the batch size...); where they differ, an Error names

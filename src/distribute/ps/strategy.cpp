@@ -140,6 +140,12 @@ void ParameterServerStrategy::for_each_replica(const std::function<void(int repl
 
 Communicator& ParameterServerStrategy::communicator(int replica) { return *comm_.at(static_cast<size_t>(replica)); }
 
+std::map<std::string, std::map<int64_t, int64_t>> ParameterServerStrategy::report_counts() const {
+  std::map<int64_t, int64_t> ahead = steps_ahead();
+  if (!is_chief() || ahead.empty()) return {};
+  return {{"steps_ahead_of_slowest", std::move(ahead)}};
+}
+
 std::map<int64_t, int64_t> ParameterServerStrategy::steps_ahead() const {
   return chief_ ? chief_->steps_ahead : std::map<int64_t, int64_t>{};
 }

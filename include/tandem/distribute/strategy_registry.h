@@ -1,0 +1,70 @@
+#pragma once
+// Strategies by name ("mirrored:2:deterministic", "ps-sync:1", "mirrored:2+pipeline:2:8"): each
+// strategy's room registers an entry (its name, grammar, one line of help, its traits and its
+// factory, which parses the rest of the name), and make_strategy, the command line's help,
+// `tandem compare` and the Python module ask the registry instead of testing names themselves.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/distribute/strategy.h"
+
+namespace tandem::distribute {
+
+// What a strategy is made with beside its name: the settings any strategy may read, then the
+// options of the families that read them (fit's flags fill them; a family reads only its own).
+struct StrategySettings {
+  int threads_per_replica = 0;
+  std::chrono::milliseconds timeout = std::chrono::seconds(30);
+  std::function<void(const std::string&)> on_failure;
+  // Mirrored and multiworker: tensor fusion and compression (MirroredOptions says what each does).
+  int64_t bucket_bytes = 0;
+  std::chrono::microseconds cycle_time{0};
+  Compression compression = Compression::None;
+  // Parameter servers: the cluster spec's file (empty: the TF_CONFIG environment variable), the
+  // size above which a variable is split into shards over the servers (0: never), and
+  // ParameterServerOptions' prefetch, auth_dir, insecure, record, replay and min_workers.
+  std::string cluster_file;
+  int64_t shard_bytes = 0;
+  bool prefetch = false;
+  std::string auth_dir;
+  bool insecure = false;
+  std::string ps_record, ps_replay;
+  int ps_min_workers = 1;
+  // Model parallelism: each device's memory for the variables and slots (0: no limit).
+  int64_t device_memory_bytes = 0;
+};
+
+enum class StrategyFamily { OneDevice, DataParallel, ParameterServer, ModelParallel, Pipeline };
+
+struct StrategyEntry {
+  std::string name;     // a spec's first word: "mirrored", "ps-sync"
+  std::string grammar;  // "mirrored[:N[:deterministic]]"
+  std::string help;     // one line, for --strategy's help
+  StrategyFamily family = StrategyFamily::DataParallel;
+  bool needs_launcher = false;  // its workers are processes that `tandem launch` starts
+  bool copies = false;          // may follow "mirrored:D+" (D copies of a split model)
+  // The command line's flags it reads beyond the common ones ("device-memory").
+  std::vector<std::string> flags;
+  // The strategy `words` names (the spec split at ':', words[0] == name), as `copies` copies of it
+  // (1 unless the spec began "mirrored:D+"); an Error from bad_strategy where the words are wrong.
+  std::function<std::unique_ptr<Strategy>(const std::string& spec, const std::vector<std::string>& words, int copies,
+                                          const StrategySettings& settings)>
+      make;
+};
+
+// Every registered strategy, in the order of the grammar.
+const std::vector<StrategyEntry>& strategy_entries();
+// The entry `spec` names (the family of "mirrored:D+pipeline:S" is the pipeline's), or null.
+const StrategyEntry* strategy_entry(const std::string& spec);
+// The grammar of every name, for errors and help: "default, one_device, mirrored[:N[...]], ...".
+std::string strategy_grammar();
+// Refuses `spec`, saying why and what the names are.
+[[noreturn]] void bad_strategy(const std::string& spec, const std::string& why);
+
+std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings);
+std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);
+
+}  // namespace tandem::distribute

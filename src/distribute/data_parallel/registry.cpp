@@ -1,0 +1,112 @@
+// The data-parallel room's strategies by name (strategy_registry.h): default, one_device,
+// mirrored, central, local_sgd, multiworker.
+#include "distribute/strategy_words.h"
+#include "tandem/distribute/local_sgd.h"
+#include "tandem/distribute/multi_worker.h"
+#include "tandem/runtime.h"
+
+namespace tandem::distribute {
+namespace {
+
+StrategyEntry single(const char* name, const char* help, std::unique_ptr<Strategy> (*make)()) {
+  return {.name = name,
+          .grammar = name,
+          .help = help,
+          .family = StrategyFamily::OneDevice,
+          .make = [make](const std::string& spec, const std::vector<std::string>& words, int,
+                         const StrategySettings&) -> std::unique_ptr<Strategy> {
+            if (words.size() > 1) bad_strategy(spec, "\"" + words[0] + "\" takes no replica count or options");
+            return make();
+          }};
+}
+
+// mirrored, central and local_sgd: [:N[:...]] replicas of this process.
+std::unique_ptr<Strategy> replicated(const std::string& spec, const std::vector<std::string>& words,
+                                     const StrategySettings& settings) {
+  if (words.size() > 3) bad_strategy(spec, "too many parts");
+  int replicas = 0;
+  if (words.size() > 1) {
+    std::optional<int> n = count_in_name(words[1], kMaxThreads);
+    if (!n)
+      bad_strategy(spec, fmt::format("the replica count \"{}\" is not a number from 1 to {}", words[1], kMaxThreads));
+    replicas = *n;
+  }
+  if (words[0] == "local_sgd") {
+    LocalSgdOptions options{.num_replicas = replicas, .threads_per_replica = settings.threads_per_replica};
+    if (words.size() > 2) {
+      std::optional<int> k = count_in_name(words[2], 999999);
+      if (!k)
+        bad_strategy(spec, fmt::format("the steps between averages \"{}\" is not a number from 1 to 999999", words[2]));
+      options.sync_every = *k;
+    }
+    return std::make_unique<LocalSgdStrategy>(options);
+  }
+  MirroredOptions options{.num_replicas = replicas, .threads_per_replica = settings.threads_per_replica};
+  options.bucket_bytes = settings.bucket_bytes;
+  options.cycle_time = settings.cycle_time;
+  options.compression = settings.compression;
+  if (words.size() > 2) {
+    if (words[2] != "deterministic") bad_strategy(spec, "unknown option \"" + words[2] + "\"");
+    options.deterministic = true;
+  }
+  if (words[0] == "central") return std::make_unique<CentralStorageStrategy>(options);
+  return std::make_unique<MirroredStrategy>(options);
+}
+
+std::unique_ptr<Strategy> multiworker(const std::string& spec, std::vector<std::string> words,
+                                      const StrategySettings& settings) {
+  MultiWorkerOptions options;
+  options.threads_per_replica = settings.threads_per_replica;
+  options.bucket_bytes = settings.bucket_bytes;
+  options.cycle_time = settings.cycle_time;
+  options.compression = settings.compression;
+  options.timeout = settings.timeout;
+  options.on_failure = settings.on_failure;
+  while (words.size() > 1 && (words.back() == "deterministic" || words.back() == "zero")) {
+    (words.back() == "zero" ? options.zero : options.deterministic) = true;
+    words.pop_back();
+  }
+  if (words.size() > 3) bad_strategy(spec, "too many parts");
+  for (size_t i = 1; i < words.size(); ++i) {
+    std::optional<int> n = count_in_name(words[i], kMaxThreads);
+    if (!n)
+      bad_strategy(spec, fmt::format("the {} count \"{}\" is not a number from 1 to {}",
+                                     i == 1 ? "worker" : "local replica", words[i], kMaxThreads));
+    (i == 1 ? options.num_workers : options.local_replicas) = *n;
+  }
+  return std::make_unique<MultiWorkerMirroredStrategy>(options);
+}
+
+StrategyEntry replicated_entry(const char* name, const char* grammar, const char* help) {
+  return {.name = name,
+          .grammar = grammar,
+          .help = help,
+          .make = [](const std::string& spec, const std::vector<std::string>& words, int,
+                     const StrategySettings& settings) { return replicated(spec, words, settings); }};
+}
+
+}  // namespace
+
+void add_data_parallel_strategies(std::vector<StrategyEntry>& entries) {
+  entries.push_back(single("default", "the model as it is, on this thread's cores",
+                           [] { return std::unique_ptr<Strategy>(std::make_unique<DefaultStrategy>()); }));
+  entries.push_back(single("one_device", "one replica, with a strategy's scope and run",
+                           [] { return std::unique_ptr<Strategy>(std::make_unique<OneDeviceStrategy>()); }));
+  entries.push_back(replicated_entry(
+      "mirrored", "mirrored[:N[:deterministic]]",
+      "N replicas on this machine's cores (default one per core), gradients all-reduced; deterministic: the same "
+      "bits for any N"));
+  entries.push_back(replicated_entry("central", "central[:N[:deterministic]]",
+                                     "N replicas computing on one copy of the variables, updated once"));
+  entries.push_back(replicated_entry("local_sgd", "local_sgd[:N[:K]]",
+                                     "N replicas stepping alone, their weights averaged every K steps (default 4)"));
+  entries.push_back({.name = "multiworker",
+                     .grammar = "multiworker[:W[:L]][:deterministic][:zero]",
+                     .help = "W worker processes under `tandem launch` with L replicas each; zero: each worker keeps "
+                             "1/W of the optimizer's state (ZeRO stage 1)",
+                     .needs_launcher = true,
+                     .make = [](const std::string& spec, const std::vector<std::string>& words, int,
+                                const StrategySettings& settings) { return multiworker(spec, words, settings); }});
+}
+
+}  // namespace tandem::distribute
