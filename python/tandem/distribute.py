@@ -46,8 +46,14 @@ class Strategy:
 
     def __init__(self, spec, threads_per_replica=0, auth_dir=None, insecure=False, record=None, replay=None,
                  min_workers=1):
-        self._handle = _tandem.Strategy(spec, int(threads_per_replica), str(auth_dir or ""), bool(insecure),
-                                        str(record or ""), str(replay or ""), int(min_workers))
+        settings = _tandem.StrategySettings()
+        settings.threads_per_replica = int(threads_per_replica)
+        settings.auth_dir = str(auth_dir or "")
+        settings.insecure = bool(insecure)
+        settings.record = str(record or "")
+        settings.replay = str(replay or "")
+        settings.min_workers = int(min_workers)
+        self._handle = _tandem.Strategy(spec, settings)
 
     def scope(self):
         """Models made inside train under this strategy."""
@@ -121,7 +127,7 @@ class MirroredStrategy(Strategy):
                  deterministic=False):
         n = _count(devices, num_replicas, "MirroredStrategy")
         if deterministic:  # Tandem's: the bits do not depend on the replica count
-            n = n or _tandem.Strategy("mirrored", 0).num_replicas_in_sync
+            n = n or Strategy("mirrored").num_replicas_in_sync
             super().__init__(f"mirrored:{n}:deterministic", threads_per_replica)
             return
         super().__init__("mirrored" if n is None else f"mirrored:{n}", threads_per_replica)

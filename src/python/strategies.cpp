@@ -8,22 +8,41 @@
 namespace tandem::python {
 
 void register_strategies(py::module_& m) {
+  // The options a strategy's name does not carry, as the command line's flags fill them
+  // (strategy_registry.h); each family reads its own.
+  py::class_<distribute::StrategySettings>(m, "StrategySettings")
+      .def(py::init<>())
+      .def_readwrite("threads_per_replica", &distribute::StrategySettings::threads_per_replica)
+      .def_property(
+          "timeout", [](const distribute::StrategySettings& s) { return s.timeout.count() / 1000.0; },
+          [](distribute::StrategySettings& s, double seconds) {
+            if (!(seconds > 0)) fail("StrategySettings: timeout must be positive seconds, got {}", seconds);
+            s.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+          })
+      .def_readwrite("bucket_bytes", &distribute::StrategySettings::bucket_bytes)
+      .def_readwrite("cluster_file", &distribute::StrategySettings::cluster_file)
+      .def_readwrite("shard_bytes", &distribute::StrategySettings::shard_bytes)
+      .def_readwrite("prefetch", &distribute::StrategySettings::prefetch)
+      .def_readwrite("auth_dir", &distribute::StrategySettings::auth_dir)
+      .def_readwrite("insecure", &distribute::StrategySettings::insecure)
+      .def_readwrite("record", &distribute::StrategySettings::ps_record)
+      .def_readwrite("replay", &distribute::StrategySettings::ps_replay)
+      .def_readwrite("min_workers", &distribute::StrategySettings::ps_min_workers)
+      .def_readwrite("device_memory_bytes", &distribute::StrategySettings::device_memory_bytes);
+  // The registered strategies: (name, grammar, help) in the grammar's order.
+  m.def("strategy_names", [] {
+    std::vector<std::tuple<std::string, std::string, std::string>> out;
+    for (const distribute::StrategyEntry& e : distribute::strategy_entries())
+      out.emplace_back(e.name, e.grammar, e.help);
+    return out;
+  });
   py::class_<StrategyHandle, std::shared_ptr<StrategyHandle>>(m, "Strategy")
-      .def(py::init([](const std::string& spec, int threads_per_replica, std::string auth_dir, bool insecure,
-                       std::string record, std::string replay, int min_workers) {
+      .def(py::init([](const std::string& spec, const distribute::StrategySettings& settings) {
              auto h = std::make_shared<StrategyHandle>();
-             distribute::StrategySettings settings;
-             settings.threads_per_replica = threads_per_replica;
-             settings.auth_dir = std::move(auth_dir);
-             settings.insecure = insecure;
-             settings.ps_record = std::move(record);
-             settings.ps_replay = std::move(replay);
-             settings.ps_min_workers = min_workers;
              h->strategy = distribute::make_strategy(spec, settings);
              return h;
            }),
-           py::arg("spec"), py::arg("threads_per_replica"), py::arg("auth_dir") = "", py::arg("insecure") = false,
-           py::arg("record") = "", py::arg("replay") = "", py::arg("min_workers") = 1)
+           py::arg("spec"), py::arg("settings"))
       .def_property_readonly("name", [](StrategyHandle& h) { return h.strategy->name(); })
       .def_property_readonly("num_replicas_in_sync",
                              [](StrategyHandle& h) { return h.strategy->num_replicas_in_sync(); })

@@ -52,6 +52,21 @@ def test_each_strategy_by_scope_trains_as_one_device(tf, make, replicas):
     assert tf.distribute.get_strategy() is None  # the scope closed
 
 
+def test_strategies_come_from_the_registry_with_their_options(tf):
+    from tandem import _tandem
+    names = [name for name, _, _ in _tandem.strategy_names()]
+    assert names[:3] == ["default", "one_device", "mirrored"]
+    assert {"ps-async", "ps-sync", "ps-ssp", "model-parallel", "pipeline", "multiworker"} <= set(names)
+    settings = _tandem.StrategySettings()
+    settings.threads_per_replica = 1
+    settings.device_memory_bytes = 1_500_000  # read by model-parallel: a model needing more is refused at fit
+    assert _tandem.Strategy("model-parallel:2", settings).num_replicas_in_sync == 2
+    with pytest.raises(tf.Error, match=r'unknown strategy "mirored"; expected default, one_device, mirrored'):
+        _tandem.Strategy("mirored:2", settings)
+    with pytest.raises(tf.Error, match="timeout must be positive"):
+        settings.timeout = 0
+
+
 def test_pipeline_mistakes_are_named(tf):
     with pytest.raises(tf.Error, match="micro_batches must be a positive int"):
         tf.distribute.PipelineStrategy(2, 0)
