@@ -198,6 +198,32 @@ void finish_timeline(distribute::Strategy& strategy, Timeline& timeline, const s
         1e3 * seconds("update") / static_cast<double>(steps));
 }
 
+// A strategy's own flags are refused with another strategy (the registry says which read which):
+// a user who passes one believes it acts.
+void check_strategy_flags(const FitFlags& f) {
+  const distribute::StrategyEntry* entry = distribute::strategy_entry(f.strategy);
+  if (entry == nullptr) return;  // make_strategy names the mistake
+  std::pair<const char*, bool> given[] = {{"fusion-mb", f.fusion_mb > 0},
+                                          {"cycle-time-ms", f.cycle_time_ms > 0},
+                                          {"compression", f.compression != "none"},
+                                          {"cluster", !f.cluster.empty()},
+                                          {"shard-mb", f.shard_mb > 0},
+                                          {"prefetch", f.prefetch},
+                                          {"auth", !f.auth.empty()},
+                                          {"insecure", f.insecure},
+                                          {"record", !f.record.empty()},
+                                          {"replay", !f.replay.empty()},
+                                          {"min-workers", f.min_workers != 1},
+                                          {"device-memory", !f.device_memory.empty()}};
+  for (const auto& [flag, set] : given) {
+    if (!set || std::ranges::find(entry->flags, flag) != entry->flags.end()) continue;
+    std::string readers;
+    for (const distribute::StrategyEntry& e : distribute::strategy_entries())
+      if (std::ranges::find(e.flags, flag) != e.flags.end()) readers += (readers.empty() ? "" : ", ") + e.grammar;
+    fail("fit: --{} applies to --strategy {}, not \"{}\"", flag, readers, f.strategy);
+  }
+}
+
 void run_fit(FitFlags f) {
   auto start = std::chrono::steady_clock::now();
   f.common.apply();
@@ -216,13 +242,8 @@ void run_fit(FitFlags f) {
   settings.ps_record = f.record;
   settings.ps_replay = f.replay;
   settings.ps_min_workers = f.min_workers;
-  if (!f.device_memory.empty()) {
-    const distribute::StrategyEntry* entry = distribute::strategy_entry(f.strategy);
-    if (entry != nullptr && std::ranges::find(entry->flags, "device-memory") == entry->flags.end())
-      fail("fit: --device-memory applies to --strategy model-parallel:N (model-parallel:1 is one device), not \"{}\"",
-           f.strategy);
-    settings.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
-  }
+  check_strategy_flags(f);
+  if (!f.device_memory.empty()) settings.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, settings);
   distribute::set_job_phase(*strategy, "start-up");  // the model, the data, the run directory
   std::unique_ptr<Timeline> timeline;

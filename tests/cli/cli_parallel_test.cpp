@@ -89,6 +89,26 @@ TEST(Cli, BadStrategiesAreNamed) {
   EXPECT_NE(r.output.find("1024"), std::string::npos) << r.output;
 }
 
+// A strategy's own flag given with another strategy is refused, naming those that read it (the
+// registry's entries say which): it would otherwise be ignored while the user believes it acts.
+TEST(Cli, AFlagOfAnotherStrategyIsRefused) {
+  testing::TempDir dir;
+  Outcome r = run({"fit", "--strategy", "mirrored:2", "--record", "run.record"}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("fit: --record applies to --strategy ps-async, ps-sync[:B], ps-ssp:S, not \"mirrored:2\""),
+            std::string::npos)
+      << r.output;
+  r = run({"fit", "--strategy", "local_sgd:2", "--fusion-mb", "1"}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("--fusion-mb applies to --strategy mirrored[:N[:deterministic]], central"), std::string::npos)
+      << r.output;
+  r = run({"fit", "--strategy", "pipeline:2", "--device-memory", "1MB"}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("--device-memory applies to --strategy model-parallel:N, not \"pipeline:2\""),
+            std::string::npos)
+      << r.output;
+}
+
 // A launcher's binding (taskset, mpirun) and OMP_NUM_THREADS set the threads.
 TEST(Cli, TheAffinityMaskAndOmpNumThreadsAreRespected) {
   testing::TempDir dir;

@@ -1,5 +1,7 @@
 // The data-parallel room's strategies by name (strategy_registry.h): default, one_device,
 // mirrored, central, local_sgd, multiworker.
+#include <string_view>
+
 #include "distribute/strategy_words.h"
 #include "tandem/distribute/local_sgd.h"
 #include "tandem/distribute/multi_worker.h"
@@ -77,10 +79,14 @@ std::unique_ptr<Strategy> multiworker(const std::string& spec, std::vector<std::
   return std::make_unique<MultiWorkerMirroredStrategy>(options);
 }
 
+// Tensor fusion and compression: what the replicas' gradient reduction reads.
+const std::vector<std::string> kFusionFlags{"fusion-mb", "cycle-time-ms", "compression"};
+
 StrategyEntry replicated_entry(const char* name, const char* grammar, const char* help) {
   return {.name = name,
           .grammar = grammar,
           .help = help,
+          .flags = std::string_view(name) == "local_sgd" ? std::vector<std::string>{} : kFusionFlags,
           .make = [](const std::string& spec, const std::vector<std::string>& words, int,
                      const StrategySettings& settings) { return replicated(spec, words, settings); }};
 }
@@ -105,6 +111,7 @@ void add_data_parallel_strategies(std::vector<StrategyEntry>& entries) {
                      .help = "W worker processes under `tandem launch` with L replicas each; zero: each worker keeps "
                              "1/W of the optimizer's state (ZeRO stage 1)",
                      .needs_launcher = true,
+                     .flags = kFusionFlags,
                      .make = [](const std::string& spec, const std::vector<std::string>& words, int,
                                 const StrategySettings& settings) { return multiworker(spec, words, settings); }});
 }
