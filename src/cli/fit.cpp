@@ -236,12 +236,12 @@ void run_fit(FitFlags f) {
   settings.compression = compression_named(f.compression);
   settings.cluster_file = f.cluster;
   settings.shard_bytes = static_cast<int64_t>(f.shard_mb * 1024 * 1024);
-  settings.prefetch = f.prefetch;
-  settings.auth_dir = f.auth;
-  settings.insecure = f.insecure;
-  settings.ps_record = f.record;
-  settings.ps_replay = f.replay;
-  settings.ps_min_workers = f.min_workers;
+  settings.ps.prefetch = f.prefetch;
+  settings.ps.auth_dir = f.auth;
+  settings.ps.insecure = f.insecure;
+  settings.ps.record = f.record;
+  settings.ps.replay = f.replay;
+  settings.ps.min_workers = f.min_workers;
   check_strategy_flags(f);
   if (!f.device_memory.empty()) settings.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, settings);

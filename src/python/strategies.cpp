@@ -22,12 +22,24 @@ void register_strategies(py::module_& m) {
       .def_readwrite("bucket_bytes", &distribute::StrategySettings::bucket_bytes)
       .def_readwrite("cluster_file", &distribute::StrategySettings::cluster_file)
       .def_readwrite("shard_bytes", &distribute::StrategySettings::shard_bytes)
-      .def_readwrite("prefetch", &distribute::StrategySettings::prefetch)
-      .def_readwrite("auth_dir", &distribute::StrategySettings::auth_dir)
-      .def_readwrite("insecure", &distribute::StrategySettings::insecure)
-      .def_readwrite("record", &distribute::StrategySettings::ps_record)
-      .def_readwrite("replay", &distribute::StrategySettings::ps_replay)
-      .def_readwrite("min_workers", &distribute::StrategySettings::ps_min_workers)
+      .def_property(
+          "prefetch", [](const distribute::StrategySettings& s) { return s.ps.prefetch; },
+          [](distribute::StrategySettings& s, bool v) { s.ps.prefetch = v; })
+      .def_property(
+          "auth_dir", [](const distribute::StrategySettings& s) { return s.ps.auth_dir; },
+          [](distribute::StrategySettings& s, std::string v) { s.ps.auth_dir = std::move(v); })
+      .def_property(
+          "insecure", [](const distribute::StrategySettings& s) { return s.ps.insecure; },
+          [](distribute::StrategySettings& s, bool v) { s.ps.insecure = v; })
+      .def_property(
+          "record", [](const distribute::StrategySettings& s) { return s.ps.record; },
+          [](distribute::StrategySettings& s, std::string v) { s.ps.record = std::move(v); })
+      .def_property(
+          "replay", [](const distribute::StrategySettings& s) { return s.ps.replay; },
+          [](distribute::StrategySettings& s, std::string v) { s.ps.replay = std::move(v); })
+      .def_property(
+          "min_workers", [](const distribute::StrategySettings& s) { return s.ps.min_workers; },
+          [](distribute::StrategySettings& s, int v) { s.ps.min_workers = v; })
       .def_readwrite("device_memory_bytes", &distribute::StrategySettings::device_memory_bytes);
   // The registered strategies: (name, grammar, help) in the grammar's order.
   m.def("strategy_names", [] {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/strategy.h"
 
 namespace tandem::distribute {
@@ -24,15 +25,12 @@ struct StrategySettings {
   std::chrono::microseconds cycle_time{0};
   Compression compression = Compression::None;
   // Parameter servers: the cluster spec's file (empty: the TF_CONFIG environment variable), the
-  // size above which a variable is split into shards over the servers (0: never), and
-  // ParameterServerOptions' prefetch, auth_dir, insecure, record, replay and min_workers.
+  // size above which a variable is split into shards over the servers (0: never), and their
+  // options (prefetch, auth_dir, insecure, record, replay, min_workers; the mode, staleness bound
+  // and backup workers come from the name, the timeout and the partitioner from the above).
   std::string cluster_file;
   int64_t shard_bytes = 0;
-  bool prefetch = false;
-  std::string auth_dir;
-  bool insecure = false;
-  std::string ps_record, ps_replay;
-  int ps_min_workers = 1;
+  ParameterServerOptions ps;
   // Model parallelism: each device's memory for the variables and slots (0: no limit).
   int64_t device_memory_bytes = 0;
 };

@@ -22,15 +22,9 @@ std::unique_ptr<Strategy> parameter_servers(const std::string& spec, const std::
     bad_strategy(spec, "ps-ssp:S takes a staleness bound S of 0 or more");
   ClusterSpec cluster =
       settings.cluster_file.empty() ? ClusterSpec::from_environment() : ClusterSpec::from_file(settings.cluster_file);
-  ParameterServerOptions options;
+  ParameterServerOptions options = settings.ps;
   options.mode = sync ? PsMode::Synchronous : PsMode::Asynchronous;
   options.timeout = settings.timeout;
-  options.prefetch = settings.prefetch;
-  options.auth_dir = settings.auth_dir;
-  options.insecure = settings.insecure;
-  options.record = settings.ps_record;
-  options.replay = settings.ps_replay;
-  options.min_workers = settings.ps_min_workers;
   if (ssp) options.max_staleness = bound.value_or(0);
   if (sync) options.backup_workers = backups.value_or(0);
   if (settings.shard_bytes > 0) options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
