@@ -8,6 +8,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tandem/data/loaders.h"
 #include "tandem/distribute/cluster.h"
@@ -84,6 +86,11 @@ std::vector<std::string> split(const std::string& text, char separator);
 // exceeds the usable cores.
 std::string describe_parallelism(const distribute::Strategy* strategy, int threads_flag);
 void warn_about_parallelism(const distribute::Strategy& strategy, int threads_flag);
+
+// From the strategies' registry (strategy_flags.cpp): --strategy's help, and the refusal of a
+// strategy's own flag (given: flag name, whether it was set) with a strategy that does not read it.
+std::string strategy_help();
+void check_strategy_flags(const std::string& spec, const std::vector<std::pair<const char*, bool>>& given);
 
 // The test accuracy after every epoch, and the training time until it first reached `target`.
 class TargetAccuracy : public Callback {

@@ -16,18 +16,6 @@
 namespace tandem::cli {
 namespace {
 
-// --strategy's help: every registered strategy's grammar and line.
-std::string strategy_help() {
-  std::string text;
-  for (const distribute::StrategyEntry& e : distribute::strategy_entries())
-    text += fmt::format("{}{}: {}", text.empty() ? "" : "; ", e.grammar, e.help);
-  return text +
-         "; or mirrored:D+model-parallel:T or mirrored:D+pipeline:S[:M] (D copies of the split model, each on its rows "
-         "of the batch). --threads is then per replica or device. --batch-size is the global batch, except on a "
-         "parameter-server cluster (TF_CONFIG; `tandem launch --ps P --workers W` starts one here), where it is the "
-         "batch each worker computes per step and an epoch is one pass over the data by all the workers together";
-}
-
 // "64MB", "1.5GB", "500KB", "64MiB" or a count of bytes.
 int64_t parse_bytes(const std::string& text, const char* flag) {
   auto [value, unit] = number_and_unit(text).value_or(std::make_pair(0.0, std::string()));
@@ -198,30 +186,21 @@ void finish_timeline(distribute::Strategy& strategy, Timeline& timeline, const s
         1e3 * seconds("update") / static_cast<double>(steps));
 }
 
-// A strategy's own flags are refused with another strategy (the registry says which read which):
-// a user who passes one believes it acts.
-void check_strategy_flags(const FitFlags& f) {
-  const distribute::StrategyEntry* entry = distribute::strategy_entry(f.strategy);
-  if (entry == nullptr) return;  // make_strategy names the mistake
-  std::pair<const char*, bool> given[] = {{"fusion-mb", f.fusion_mb > 0},
-                                          {"cycle-time-ms", f.cycle_time_ms > 0},
-                                          {"compression", f.compression != "none"},
-                                          {"cluster", !f.cluster.empty()},
-                                          {"shard-mb", f.shard_mb > 0},
-                                          {"prefetch", f.prefetch},
-                                          {"auth", !f.auth.empty()},
-                                          {"insecure", f.insecure},
-                                          {"record", !f.record.empty()},
-                                          {"replay", !f.replay.empty()},
-                                          {"min-workers", f.min_workers != 1},
-                                          {"device-memory", !f.device_memory.empty()}};
-  for (const auto& [flag, set] : given) {
-    if (!set || std::ranges::find(entry->flags, flag) != entry->flags.end()) continue;
-    std::string readers;
-    for (const distribute::StrategyEntry& e : distribute::strategy_entries())
-      if (std::ranges::find(e.flags, flag) != e.flags.end()) readers += (readers.empty() ? "" : ", ") + e.grammar;
-    fail("fit: --{} applies to --strategy {}, not \"{}\"", flag, readers, f.strategy);
-  }
+// Which of the strategies' own flags this fit was given (check_strategy_flags refuses the ones its
+// strategy does not read).
+std::vector<std::pair<const char*, bool>> strategy_flags_given(const FitFlags& f) {
+  return {{"fusion-mb", f.fusion_mb > 0},
+          {"cycle-time-ms", f.cycle_time_ms > 0},
+          {"compression", f.compression != "none"},
+          {"cluster", !f.cluster.empty()},
+          {"shard-mb", f.shard_mb > 0},
+          {"prefetch", f.prefetch},
+          {"auth", !f.auth.empty()},
+          {"insecure", f.insecure},
+          {"record", !f.record.empty()},
+          {"replay", !f.replay.empty()},
+          {"min-workers", f.min_workers != 1},
+          {"device-memory", !f.device_memory.empty()}};
 }
 
 void run_fit(FitFlags f) {
@@ -242,7 +221,7 @@ void run_fit(FitFlags f) {
   settings.ps.record = f.record;
   settings.ps.replay = f.replay;
   settings.ps.min_workers = f.min_workers;
-  check_strategy_flags(f);
+  check_strategy_flags(f.strategy, strategy_flags_given(f));
   if (!f.device_memory.empty()) settings.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, settings);
   distribute::set_job_phase(*strategy, "start-up");  // the model, the data, the run directory

@@ -1,0 +1,33 @@
+// What the strategies' registry gives fit's flags (common.h): --strategy's help, and the check that
+// a strategy's own flags come only with a strategy that reads them.
+#include <algorithm>
+
+#include "cli/common.h"
+
+namespace tandem::cli {
+
+// --strategy's help: every registered strategy's grammar and line.
+std::string strategy_help() {
+  std::string text;
+  for (const distribute::StrategyEntry& e : distribute::strategy_entries())
+    text += fmt::format("{}{}: {}", text.empty() ? "" : "; ", e.grammar, e.help);
+  return text +
+         "; or mirrored:D+model-parallel:T or mirrored:D+pipeline:S[:M] (D copies of the split model, each on its rows "
+         "of the batch). --threads is then per replica or device. --batch-size is the global batch, except on a "
+         "parameter-server cluster (TF_CONFIG; `tandem launch --ps P --workers W` starts one here), where it is the "
+         "batch each worker computes per step and an epoch is one pass over the data by all the workers together";
+}
+
+void check_strategy_flags(const std::string& spec, const std::vector<std::pair<const char*, bool>>& given) {
+  const distribute::StrategyEntry* entry = distribute::strategy_entry(spec);
+  if (entry == nullptr) return;  // make_strategy names the mistake
+  for (const auto& [flag, set] : given) {
+    if (!set || std::ranges::find(entry->flags, flag) != entry->flags.end()) continue;
+    std::string readers;
+    for (const distribute::StrategyEntry& e : distribute::strategy_entries())
+      if (std::ranges::find(e.flags, flag) != e.flags.end()) readers += (readers.empty() ? "" : ", ") + e.grammar;
+    fail("fit: --{} applies to --strategy {}, not \"{}\"", flag, readers, spec);
+  }
+}
+
+}  // namespace tandem::cli
