@@ -18,6 +18,12 @@ namespace tandem {
 struct CallContext {
   bool training = false;
   RandomKey random;  // seed and step for dropout; the layer mixes in its own index
+  // Where a step that runs several calls before one update collects what it applies once (a
+  // pipeline stage's micro-batches, a replica's stacked parts); null: each call's own. Passed
+  // with the call, not kept by the thread: Dense hands its kernel's gradient to the first,
+  // BatchNormalization its moving statistics to the second.
+  ops::DeferredKernelGradients* kernel_gradients = nullptr;
+  ops::DeferredMovingStatistics* moving_statistics = nullptr;
 };
 
 // A height × width pair that also accepts one number for both (Keras' int-or-tuple).

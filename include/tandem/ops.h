@@ -29,10 +29,16 @@ struct RandomKey {
 
 namespace ops {
 
+class DeferredKernelGradients;
+class DeferredMovingStatistics;
+
 // a:(M,K) b:(K,N) -> (M,N); transposes apply to the stored matrices.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
-// x:(B,I) kernel:(I,U) bias:(U) or undefined -> act(x·kernel + bias):(B,U). Fused.
-Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation act);
+// x:(B,I) kernel:(I,U) bias:(U) or undefined -> act(x·kernel + bias):(B,U). Fused. With
+// `deferred` (which must outlive backward), backward hands the kernel's gradient to it where it
+// defers this kernel (DeferredKernelGradients).
+Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias, Activation act,
+             DeferredKernelGradients* deferred = nullptr);
 // Elementwise activation; Softmax acts on the last axis.
 Tensor activation(const Tensor& x, Activation act);
 inline Tensor relu(const Tensor& x) { return activation(x, Activation::ReLU); }
@@ -85,24 +91,24 @@ Tensor conv2d_max_pool2d(const Tensor& x, const Tensor& kernel, const Tensor& bi
 // With replicas (training under a strategy with more than one): synchronized, the statistics are those of the
 // global batch (forward and backward), as one device computes them; otherwise each replica
 // normalizes with its own batch's and the moving statistics move toward the replicas' average,
-// so that they stay mirrored either way.
+// so that they stay mirrored either way. With `deferred`, the moving statistics are left for it
+// to move (DeferredMovingStatistics).
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& moving_mean,
                   Tensor& moving_variance, float momentum, float epsilon, bool training,
-                  const distribute::ReplicaContext* replicas = nullptr, bool synchronized = false);
+                  const distribute::ReplicaContext* replicas = nullptr, bool synchronized = false,
+                  DeferredMovingStatistics* deferred = nullptr);
 
-// While alive on this thread, training batch_norm leaves the moving statistics as they are and
-// keeps each call's batch statistics; apply() then moves each layer's moving statistics once,
+// Given to training batch_norm calls (CallContext::moving_statistics, passed on by the
+// BatchNormalization layer), it leaves the moving statistics as they are and keeps each call's
+// batch statistics; apply() then moves each layer's moving statistics once,
 // toward the average of its calls' (summed in call order). A pipeline stage's micro-batches, each
 // normalized with its own statistics (ghost batches), so move them once per global batch, as
 // unsynchronized replicas move theirs toward their average.
 class DeferredMovingStatistics {
  public:
-  DeferredMovingStatistics();
-  ~DeferredMovingStatistics();
+  DeferredMovingStatistics() = default;
   DeferredMovingStatistics(const DeferredMovingStatistics&) = delete;
   DeferredMovingStatistics& operator=(const DeferredMovingStatistics&) = delete;
-  // For batch_norm: the deferral in force on this thread, or null.
-  static DeferredMovingStatistics* active();
   void add(Tensor& moving_mean, Tensor& moving_variance, std::span<const float> mean, std::span<const float> variance,
            float momentum);
   // What the calls of the layer whose moving mean is `moving_mean` (`channels` wide) kept: Σ of
@@ -121,7 +127,6 @@ class DeferredMovingStatistics {
     std::vector<double> sums;  // as sums() gives them
   };
   std::vector<Layer> layers_;
-  DeferredMovingStatistics* previous_;
 };
 
 // Mixed precision (Keras' "mixed_bfloat16" policy; layers hold theirs, nn's mixed_precision): while
@@ -175,7 +180,8 @@ struct KernelProducts {
   Tensor bias_gradient(int64_t units, Device device) const;
 };
 
-// While alive on this thread, dense's backward for the kernels given to defer() keeps each call's
+// Given to dense calls (CallContext::kernel_gradients, passed on by the Dense layer), it makes
+// their backward, for the kernels given to defer(), keep each call's
 // input and pre-activation gradient instead of adding xᵀ·dz to the kernel's gradient; gradient()
 // then computes the sum over the calls as one product of their rows stacked in call order. A
 // pipeline stage's micro-batches so pay one product over the global batch's rows, as one device
@@ -183,12 +189,9 @@ struct KernelProducts {
 // memory-bound on a wide layer), at the cost of keeping those inputs until the step's end.
 class DeferredKernelGradients {
  public:
-  DeferredKernelGradients();
-  ~DeferredKernelGradients();
+  DeferredKernelGradients() = default;
   DeferredKernelGradients(const DeferredKernelGradients&) = delete;
   DeferredKernelGradients& operator=(const DeferredKernelGradients&) = delete;
-  // For dense: the deferral in force on this thread, or null.
-  static DeferredKernelGradients* active();
   // with_bias: dense's backward leaves the bias gradient too (the caller sums the kept dz's rows).
   void defer(const Tensor& kernel, bool with_bias = false);
   bool defers(const Tensor& kernel) const;
@@ -208,7 +211,6 @@ class DeferredKernelGradients {
   };
   Kept* find(const Tensor& kernel);
   std::vector<Kept> kept_;
-  DeferredKernelGradients* previous_;
 };
 
 // Deterministic training's kernel gradients, tile by tile: the kernel's rows cut into runs of

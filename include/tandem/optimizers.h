@@ -52,27 +52,15 @@ class UpdateRoute {
   virtual void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> gradients) = 0;
 };
 
-// While alive, this thread's Optimizer::apply calls go to `route` (a strategy sets its update rule
-// on each replica's thread); the previous route comes back after.
-class RoutingUpdates {
- public:
-  explicit RoutingUpdates(UpdateRoute* route);
-  ~RoutingUpdates();
-  RoutingUpdates(const RoutingUpdates&) = delete;
-  RoutingUpdates& operator=(const RoutingUpdates&) = delete;
-
- private:
-  UpdateRoute* saved_;
-};
-
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual std::string name() const = 0;
   // Applies one update to each variable from its gradient (same order, same shapes), or hands
   // them to the route in force: the optimizer's own (hvd::DistributedOptimizer sets one), else
-  // the thread's (inside a strategy's replica, its update rule: with MirroredStrategy the
-  // gradients are summed over the replicas, then every replica updates its own copy).
+  // the running replica's (ReplicaContext::update_route, a strategy's update rule: with
+  // MirroredStrategy the gradients are summed over the replicas, then every replica updates its
+  // own copy).
   void apply(std::span<Variable* const> variables, std::span<const Tensor> gradients);
   // The update itself, here, on these variables with this optimizer's slots.
   void apply_here(std::span<Variable* const> variables, std::span<const Tensor> gradients);

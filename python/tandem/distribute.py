@@ -7,7 +7,7 @@ the strategy; nothing else changes.
         model.compile(...)
     model.fit(x, y, batch_size=256)                          # the global batch, split over replicas
 """
-import threading
+import weakref
 
 from . import _tandem
 from .errors import Error
@@ -17,26 +17,15 @@ __all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "OneDeviceS
            "get_strategy",
            "has_strategy", "experimental", "PerReplica", "ReduceOp"]
 
-_scopes = threading.local()
-
-
-def _stack():
-    if not hasattr(_scopes, "stack"):
-        _scopes.stack = []
-    return _scopes.stack
-
-
 class _Scope:
     def __init__(self, strategy):
         self._strategy = strategy
 
     def __enter__(self):
-        self._strategy._handle.enter()
-        _stack().append(self._strategy)
+        self._strategy._handle.enter()  # on the engine's one stack of scopes, this thread's
         return self._strategy
 
     def __exit__(self, *exc):
-        _stack().pop()
         self._strategy._handle.exit()
         return False
 
@@ -53,7 +42,7 @@ class Strategy:
         settings.record = str(record or "")
         settings.replay = str(replay or "")
         settings.min_workers = int(min_workers)
-        self._handle = _tandem.Strategy(spec, settings)
+        self._handle = _tandem.Strategy(spec, settings, weakref.ref(self))
 
     def scope(self):
         """Models made inside train under this strategy."""
@@ -219,12 +208,11 @@ class PipelineStrategy(Strategy):
 
 def get_strategy():
     """The strategy whose scope is open on this thread (None outside any scope: the default)."""
-    stack = _stack()
-    return stack[-1] if stack else None
+    return _tandem.current_strategy()
 
 
 def has_strategy():
-    return bool(_stack())
+    return _tandem.current_strategy() is not None
 
 
 class experimental:  # noqa: N801 - tf.distribute.experimental's names

@@ -27,9 +27,15 @@ void TrainStep::compute_parts_stacked(ReplicaState& work, int r) {
   ops::RowExactProducts exact;
   std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", work.thread_name.c_str());
   work.tape.reset();
+  ops::DeferredKernelGradients deferred;
+  for (size_t i = 0; i < work.sources.size(); ++i)
+    if (work.as_products[i]) {
+      bool with_bias = std::find(work.bias_of.begin(), work.bias_of.end(), static_cast<int>(i)) != work.bias_of.end();
+      deferred.defer(work.sources[i], with_bias);
+    }
   // Dropout's masks are drawn per row, and each row's gradient starts at 1 ÷ the global batch: as
   // in the parts' own steps.
-  RowsForward step = forward_rows(replicas_[r].layers, loss_, h, y, {seed_, key_, begin, batch_->rows});
+  RowsForward step = forward_rows(replicas_[r].layers, loss_, h, y, {seed_, key_, begin, batch_->rows, &deferred});
   h = step.predictions;
   const Tensor& per_sample = step.loss.per_sample;
   forward.reset();
@@ -37,12 +43,6 @@ void TrainStep::compute_parts_stacked(ReplicaState& work, int r) {
   {
     Timeline::Span backward(timeline, "backward", work.thread_name.c_str());
     for (Tensor& grad : work.grads) grad = Tensor();
-    ops::DeferredKernelGradients deferred;
-    for (size_t i = 0; i < work.sources.size(); ++i)
-      if (work.as_products[i]) {
-        bool with_bias = std::find(work.bias_of.begin(), work.bias_of.end(), static_cast<int>(i)) != work.bias_of.end();
-        deferred.defer(work.sources[i], with_bias);
-      }
     work.tape.gradient(step.loss.loss, work.tape_sources, work.tape_grads);
     for (size_t i = 0; i < work.sources.size(); ++i)
       if (work.as_products[i]) kept[i] = deferred.take(work.sources[i]);

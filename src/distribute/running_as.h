@@ -1,6 +1,6 @@
 #pragma once
-// A thread running as one replica of a strategy: its replica context and the strategy's update
-// rule set while alive (strategies set it on each replica's thread).
+// A thread running as one replica of a strategy: its replica context, which carries the
+// strategy's update rule, set while alive (strategies set it on each replica's thread).
 #include "tandem/distribute/strategy.h"
 
 namespace tandem::distribute {
@@ -16,14 +16,13 @@ class RunningAs {
                  s->first_row(r),
                  r,
                  s->num_local_replicas(),
-                 s->batch_group(r)},
-        as_(context_),
-        rule_(&s->update_rule()) {}
+                 s->batch_group(r),
+                 &s->update_rule()},
+        as_(context_) {}
 
  private:
   ReplicaContext context_;
   AsReplica as_;
-  RoutingUpdates rule_;
 };
 
 }  // namespace tandem::distribute

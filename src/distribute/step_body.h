@@ -9,7 +9,8 @@
 //   each row's gradient starts at 1 ÷ the global rows (mean's backward and scale's give the same
 //   float), so the split changes no gradient bit (rows_loss).
 // The caller keeps what is its own: the tape and when backward runs (a pipeline's waits for the
-// next stage), deferred kernel gradients, row-exact products, and what fit's metrics are told.
+// next stage), deferred kernel gradients and moving statistics (given with the rows), row-exact
+// products, and what fit's metrics are told.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -26,8 +27,11 @@ struct BatchRows {
   uint64_t step = 0;
   int64_t first = 0;
   int64_t global = 0;
+  // What the runner collects over several calls before it applies it (CallContext's): null, each call's own.
+  ops::DeferredKernelGradients* kernel_gradients = nullptr;
+  ops::DeferredMovingStatistics* moving_statistics = nullptr;
   // Training mode, dropout keyed by the rows' place in the global batch.
-  CallContext context() const { return {true, RandomKey{seed, step, first}}; }
+  CallContext context() const { return {true, RandomKey{seed, step, first}, kernel_gradients, moving_statistics}; }
 };
 
 struct RowsLoss {

@@ -10,7 +10,9 @@
 
 namespace tandem::distribute {
 namespace {
-thread_local Strategy* scope_strategy = nullptr;
+// The scopes open on this thread, innermost last: C++'s Scope objects and the Python module's
+// `with strategy.scope()` alike.
+thread_local std::vector<Strategy*> open_scopes;
 }  // namespace
 
 std::shared_ptr<layers::Layer> Strategy::replica_layer(const layers::Layer& layer, int) const {
@@ -31,9 +33,23 @@ void Strategy::split_batch(int64_t rows, BatchSplit& split) const {
   split.even(rows, num_replicas_in_sync(), num_replicas_in_sync());
 }
 
-Strategy::Scope::Scope(Strategy* s) : previous_(scope_strategy) { scope_strategy = s; }
-Strategy::Scope::~Scope() { scope_strategy = previous_; }
-Strategy* current_strategy() { return scope_strategy; }
+void enter_scope(Strategy* s) { open_scopes.push_back(s); }
+void exit_scope(Strategy* s) {
+  if (open_scopes.empty() || open_scopes.back() != s)
+    fail(
+        "the scope of {} is not the innermost open on this thread ({}): scopes close in the order opposite to "
+        "their opening, on the thread that opened them",
+        s != nullptr ? s->name() : "no strategy",
+        open_scopes.empty() ? "none is open"
+                            : "the innermost is " + (open_scopes.back() != nullptr ? open_scopes.back()->name()
+                                                                                   : std::string("no strategy's")));
+  open_scopes.pop_back();
+}
+Strategy::Scope::Scope(Strategy* s) : strategy_(s) { enter_scope(s); }
+Strategy::Scope::~Scope() {
+  if (!open_scopes.empty() && open_scopes.back() == strategy_) open_scopes.pop_back();
+}
+Strategy* current_strategy() { return open_scopes.empty() ? nullptr : open_scopes.back(); }
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& values) {
   check_per_replica(values.size(), "reduce");
   const Shape& shape = values[0].shape();

@@ -261,22 +261,26 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
   if (exact_products_) exact.emplace();
   std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", work.thread_name.c_str());
   work.tape.reset();
-  RowsForward step = forward_rows(replicas_[r].layers, loss_, x, y, {seed_, key_, begin, global});
+  std::optional<ops::DeferredKernelGradients> deferred;
+  if (work.defers()) {
+    deferred.emplace();
+    for (size_t i = 0; i < work.sources.size(); ++i)
+      if (work.as_products[i]) deferred->defer(work.sources[i]);
+  }
+  RowsForward step =
+      forward_rows(replicas_[r].layers, loss_, x, y, {seed_, key_, begin, global, deferred ? &*deferred : nullptr});
   const Tensor& loss = step.loss.loss;
   forward.reset();
   {
     Timeline::Span backward(timeline, "backward", work.thread_name.c_str());
     for (Tensor& g : work.grads) g = Tensor();  // the last step's go before backward makes new ones
-    if (!work.defers()) {
+    if (!deferred) {
       work.tape.gradient(loss, work.sources, work.grads, work.reducer.ready(work.grads));
     } else {
-      ops::DeferredKernelGradients deferred;
-      for (size_t i = 0; i < work.sources.size(); ++i)
-        if (work.as_products[i]) deferred.defer(work.sources[i]);
       work.tape.gradient(loss, work.tape_sources, work.tape_grads);
       for (size_t j = 0; j < work.tape_of.size(); ++j) work.grads[work.tape_of[j]] = std::move(work.tape_grads[j]);
       for (size_t i = 0; i < work.sources.size(); ++i)
-        if (work.as_products[i]) work.products[i] = deferred.take(work.sources[i]);
+        if (work.as_products[i]) work.products[i] = deferred->take(work.sources[i]);
     }
   }
   // One device's figure is its batch mean's; a part's, its sum.

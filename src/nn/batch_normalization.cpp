@@ -24,7 +24,7 @@ Tensor BatchNormalization::call(const Tensor& x, const CallContext& ctx) {
   check_input(x);
   return ops::batch_norm(x, variables_[0].value, variables_[1].value, variables_[2].value, variables_[3].value,
                          options_.momentum, options_.epsilon, ctx.training, distribute::replica_context(),
-                         options_.synchronized);
+                         options_.synchronized, ctx.moving_statistics);
 }
 
 void BatchNormalization::call_parts(BatchParts& parts) {

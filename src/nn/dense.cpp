@@ -22,10 +22,11 @@ Shape Dense::do_build(const Shape& input_shape, uint64_t seed) {
   return Shape{units_};
 }
 
-Tensor Dense::call(const Tensor& x, const CallContext&) {
+Tensor Dense::call(const Tensor& x, const CallContext& ctx) {
   check_input(x);
   ops::PrecisionScope precision(precision_);
-  return ops::dense(x, variables_[0].value, options_.use_bias ? variables_[1].value : Tensor(), activation_);
+  return ops::dense(x, variables_[0].value, options_.use_bias ? variables_[1].value : Tensor(), activation_,
+                    ctx.kernel_gradients);
 }
 
 bool Dense::stacks_rows() const { return precision_ == ops::Precision::Float32; }

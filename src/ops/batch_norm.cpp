@@ -64,11 +64,9 @@ void move_toward(Tensor& moving, std::span<const float> value, float momentum) {
   on(moving).moving_average(moving.buffer<float>(), v.buffer<float>(), moving.numel(), momentum);
 }
 
-thread_local DeferredMovingStatistics* deferred = nullptr;
-
-// The moving statistics toward these, now or when the deferral in force applies.
+// The moving statistics toward these, now or when `deferred` (if any) applies.
 void move_both(Tensor& moving_mean, Tensor& moving_variance, std::span<const float> mean,
-               std::span<const float> variance, float momentum) {
+               std::span<const float> variance, float momentum, DeferredMovingStatistics* deferred) {
   if (deferred != nullptr) return deferred->add(moving_mean, moving_variance, mean, variance, momentum);
   move_toward(moving_mean, mean, momentum);
   move_toward(moving_variance, variance, momentum);
@@ -187,10 +185,6 @@ void check_parameters(const char* op, const Tensor& x, const Tensor& gamma, cons
 
 }  // namespace
 
-DeferredMovingStatistics::DeferredMovingStatistics() : previous_(deferred) { deferred = this; }
-DeferredMovingStatistics::~DeferredMovingStatistics() { deferred = previous_; }
-DeferredMovingStatistics* DeferredMovingStatistics::active() { return deferred; }
-
 void DeferredMovingStatistics::add(Tensor& moving_mean, Tensor& moving_variance, std::span<const float> mean,
                                    std::span<const float> variance, float momentum) {
   auto it = std::find_if(layers_.begin(), layers_.end(),
@@ -228,7 +222,7 @@ void DeferredMovingStatistics::apply() {
 
 Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, Tensor& moving_mean,
                   Tensor& moving_variance, float momentum, float epsilon, bool training,
-                  const distribute::ReplicaContext* replicas, bool synchronized) {
+                  const distribute::ReplicaContext* replicas, bool synchronized, DeferredMovingStatistics* deferred) {
   const char* op = "batch_norm";
   CrossReplicaSum cross_replica;
   if (training && replicas != nullptr && replicas->batch_group != nullptr && replicas->batch_group->size() > 1)
@@ -279,7 +273,7 @@ Tensor batch_norm(const Tensor& x_in, const Tensor& gamma, const Tensor& beta, T
         toward_mean[j] = static_cast<float>(both[j] / with_rows),
         toward_var[j] = static_cast<float>(both[cu + j] / with_rows);
     }
-    move_both(moving_mean, moving_variance, toward_mean, toward_var, momentum);
+    move_both(moving_mean, moving_variance, toward_mean, toward_var, momentum, deferred);
   } else {
     Tensor mm = moving_mean.to(Device::cpu()), mv = moving_variance.to(Device::cpu());
     for (size_t j = 0; j < cu; ++j) {
@@ -379,7 +373,7 @@ std::vector<Tensor> batch_norm_parts(std::span<const Tensor> xs, std::span<const
       toward_var[j] = static_cast<float>(total[2 + 2 * j] / total[0]);
     }
   }
-  move_both(moving_mean, moving_variance, toward_mean, toward_var, momentum);
+  move_both(moving_mean, moving_variance, toward_mean, toward_var, momentum, nullptr);
 
   std::vector<Tensor> y(x.size());
   auto shared = std::make_shared<PartsBackward>();

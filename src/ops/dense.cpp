@@ -8,8 +8,6 @@
 namespace tandem::ops {
 namespace {
 
-thread_local DeferredKernelGradients* deferred = nullptr;
-
 TANDEM_VECTORIZE void add_to_loop(float* out, const float* g, int64_t n) {
 #pragma GCC ivdep
   for (int64_t i = 0; i < n; ++i) out[i] += g[i];
@@ -22,8 +20,9 @@ struct DenseNode : autograd::Node {
   Tensor x, kernel, y, z;  // z: pre-activation, kept only when the derivative needs it
   Tensor x16, kernel16;    // with bf16 products: x and the kernel as forward rounded them, for backward's
   Activation act;
-  bool bf16;       // the products in bf16, as forward's
-  bool row_exact;  // float32 products of row-exact bits (RowExactProducts), as forward's
+  bool bf16;                          // the products in bf16, as forward's
+  bool row_exact;                     // float32 products of row-exact bits (RowExactProducts), as forward's
+  DeferredKernelGradients* deferred;  // forward's: where the kernel's gradient may go instead
   void backward(GradientTape& tape, const Tensor& dy_in) override {
     Tensor dy = dy_in.contiguous();
     int64_t b = x.dim(0), in = kernel.dim(0), units = kernel.dim(1);
@@ -69,10 +68,6 @@ struct DenseNode : autograd::Node {
 };
 
 }  // namespace
-
-DeferredKernelGradients::DeferredKernelGradients() : previous_(deferred) { deferred = this; }
-DeferredKernelGradients::~DeferredKernelGradients() { deferred = previous_; }
-DeferredKernelGradients* DeferredKernelGradients::active() { return deferred; }
 
 DeferredKernelGradients::Kept* DeferredKernelGradients::find(const Tensor& kernel) {
   for (Kept& k : kept_)
@@ -196,7 +191,8 @@ void kernel_products_tile(const KernelProducts& p, int64_t row, int64_t rows, in
   if (add) add_to(out, part, n);
 }
 
-Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activation act) {
+Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activation act,
+             DeferredKernelGradients* deferred) {
   require_float(x_in, "dense", "x");
   require_float(kernel, "dense", "kernel");
   require_device(kernel, x_in, "dense", "kernel");
@@ -212,7 +208,7 @@ Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activ
       fail("dense: bias has shape {}, expected ({},)", bias.shape().str(), kernel.dim(1));
   }
   // Softmax stays a node of its own so that a cross-entropy loss can take the logits from it.
-  if (act == Activation::Softmax) return activation(dense(x_in, kernel, bias, Activation::Linear), act);
+  if (act == Activation::Softmax) return activation(dense(x_in, kernel, bias, Activation::Linear, deferred), act);
   Tensor x = x_in.contiguous();
   int64_t b = x.dim(0), in = kernel.dim(0), units = kernel.dim(1);
   Tensor y = Tensor::empty({b, units}, DType::Float32, x.device());
@@ -252,6 +248,7 @@ Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activ
     node->act = act;
     node->bf16 = bf16;
     node->row_exact = !bf16 && row_exact_products();
+    node->deferred = deferred;
     autograd::record(tape, node, {&x_in, &kernel, &bias}, y);
   }
   return y;

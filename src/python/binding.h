@@ -34,9 +34,11 @@ MonitorMode monitor_mode(const std::string& mode);
 
 // --- strategies ---
 
+// A strategy made from Python; `owner` is a weak reference to the tandem.distribute object that
+// holds it (what get_strategy() returns for it).
 struct StrategyHandle {
   std::shared_ptr<distribute::Strategy> strategy;
-  std::vector<std::unique_ptr<distribute::Strategy::Scope>> scopes;  // entered, innermost last
+  py::object owner;
 };
 
 // --- the model ---

@@ -1,6 +1,8 @@
 // tandem._tandem's strategies: scopes, run and reduce, hvd.
 #include "python/binding.h"
 
+#include <map>
+
 #include "tandem/distribute/model_parallel.h"
 #include "tandem/distribute/strategy_registry.h"
 #include "tandem/hvd.h"
@@ -48,13 +50,19 @@ void register_strategies(py::module_& m) {
       out.emplace_back(e.name, e.grammar, e.help);
     return out;
   });
+  // The handles made here by their strategies, so that the innermost scope's strategy (C++'s one
+  // stack of scopes) finds its Python object.
+  static std::map<const distribute::Strategy*, std::weak_ptr<StrategyHandle>> made;
   py::class_<StrategyHandle, std::shared_ptr<StrategyHandle>>(m, "Strategy")
-      .def(py::init([](const std::string& spec, const distribute::StrategySettings& settings) {
+      .def(py::init([](const std::string& spec, const distribute::StrategySettings& settings, py::object owner) {
              auto h = std::make_shared<StrategyHandle>();
              h->strategy = distribute::make_strategy(spec, settings);
+             h->owner = std::move(owner);
+             std::erase_if(made, [](const auto& entry) { return entry.second.expired(); });
+             made[h->strategy.get()] = h;
              return h;
            }),
-           py::arg("spec"), py::arg("settings"))
+           py::arg("spec"), py::arg("settings"), py::arg("owner") = py::none())
       .def_property_readonly("name", [](StrategyHandle& h) { return h.strategy->name(); })
       .def_property_readonly("num_replicas_in_sync",
                              [](StrategyHandle& h) { return h.strategy->num_replicas_in_sync(); })
@@ -103,13 +111,15 @@ void register_strategies(py::module_& m) {
              py::gil_scoped_release nogil;
              return h.strategy->reduce(reduce_op, per);
            })
-      .def("enter",
-           [](StrategyHandle& h) {
-             h.scopes.push_back(std::make_unique<distribute::Strategy::Scope>(h.strategy.get()));
-           })
-      .def("exit", [](StrategyHandle& h) {
-        if (!h.scopes.empty()) h.scopes.pop_back();
-      });
+      .def("enter", [](StrategyHandle& h) { distribute::enter_scope(h.strategy.get()); })
+      .def("exit", [](StrategyHandle& h) { distribute::exit_scope(h.strategy.get()); });
+  // The object whose strategy's scope is the innermost open on this thread (its handle's owner,
+  // called: a weak reference), or None.
+  m.def("current_strategy", []() -> py::object {
+    auto it = made.find(distribute::current_strategy());
+    std::shared_ptr<StrategyHandle> h = it != made.end() ? it->second.lock() : nullptr;
+    return h && !h->owner.is_none() ? h->owner() : py::none();
+  });
   // The model made in a scope keeps its strategy: Model(...) under enter() is tied to it here.
   m.def("attach_strategy", [](ModelHandle& model, StrategyHandle& strategy) { model.strategy = strategy.strategy; });
 

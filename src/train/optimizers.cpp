@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/backend.h"
+#include "tandem/collectives/replica_context.h"
 
 namespace tandem {
 
@@ -35,20 +36,19 @@ void Optimizer::build(std::span<Variable* const> variables) {
 }
 
 namespace {
-thread_local UpdateRoute* thread_route = nullptr;
 std::atomic<uint64_t> next_id{1};
 }  // namespace
-
-RoutingUpdates::RoutingUpdates(UpdateRoute* route) : saved_(thread_route) { thread_route = route; }
-RoutingUpdates::~RoutingUpdates() { thread_route = saved_; }
 
 Optimizer::Id::Id() : value(next_id.fetch_add(1, std::memory_order_relaxed)) {}
 
 void Optimizer::apply(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
   if (variables.size() != gradients.size())
     fail("{}: {} variables but {} gradients", name(), variables.size(), gradients.size());
-  if (UpdateRoute* route = route_ != nullptr ? route_.get() : thread_route)
-    return route->apply(*this, variables, gradients);
+  // Its own route (Horovod's DistributedOptimizer), else the running replica's (a strategy's rule).
+  UpdateRoute* route = route_.get();
+  if (const distribute::ReplicaContext* replica = distribute::replica_context(); route == nullptr && replica != nullptr)
+    route = replica->update_route;
+  if (route != nullptr) return route->apply(*this, variables, gradients);
   apply_here(variables, gradients);
 }
 

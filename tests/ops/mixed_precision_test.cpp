@@ -128,7 +128,7 @@ TEST(MixedPrecision, DenseAndConvGradientsAreFloat32sWithinBf16Precision) {
     for (const Tensor* t : {&x, &kernel, &bias, &image, &filters}) tape.watch(*t);
     std::optional<ops::DeferredKernelGradients> defer;
     if (deferred) defer.emplace().defer(kernel);
-    Tensor y = ops::dense(x, kernel, bias, tandem::Activation::Tanh);
+    Tensor y = ops::dense(x, kernel, bias, tandem::Activation::Tanh, defer ? &*defer : nullptr);
     Tensor z = ops::conv2d(image, filters, Tensor(), 1, 1, Padding::Same, tandem::Activation::ReLU);
     Tensor loss = ops::add(ops::sum(ops::mul(y, y)), ops::sum(ops::mul(z, z)));
     std::vector<Tensor> grads = tape.gradient(loss, std::vector<Tensor>{x, kernel, bias, image, filters});

@@ -27,7 +27,7 @@ DenseRun run_dense(const Tensor& x, const Tensor& kernel, const Tensor& bias, co
   tape.watch(bias);
   ops::DeferredKernelGradients deferred;
   deferred.defer(kernel, true);
-  Tensor y = ops::dense(x, kernel, bias, Activation::Tanh);
+  Tensor y = ops::dense(x, kernel, bias, Activation::Tanh, &deferred);
   Tensor loss = ops::sum(ops::mul(y, w));
   std::vector<Tensor> grads = tape.gradient(loss, std::vector<Tensor>{x});
   DenseRun out{y.to_vector(), grads[0].to_vector(), {}, deferred.take(kernel)};
@@ -77,7 +77,7 @@ TEST(RowExactProducts, EndsWithItsScopeAndLeavesTheBiasGradientOnce) {
   ops::DeferredKernelGradients deferred;
   deferred.defer(kernel, true);
   EXPECT_TRUE(deferred.defers_bias(kernel));
-  Tensor loss = ops::sum(ops::dense(x, kernel, bias, Activation::Linear));
+  Tensor loss = ops::sum(ops::dense(x, kernel, bias, Activation::Linear, &deferred));
   std::vector<Tensor> grads = tape.gradient(loss, std::vector<Tensor>{bias});
   EXPECT_EQ(grads[0].to_vector(), std::vector<float>(3, 0.0f)) << "backward summed the bias gradient itself";
   EXPECT_EQ(deferred.take(kernel).bias_gradient(3, Device::cpu()).to_vector(), std::vector<float>(3, 5.0f));

@@ -1,13 +1,19 @@
 #pragma once
 // The replica this thread runs as (tf.distribute.get_replica_context()). A strategy sets it while
-// a replica's step runs; what acts across replicas below the strategies reads it: optimizers sum
-// gradients, synchronized batch normalization sums its statistics.
+// a replica's step runs; what acts across replicas below the strategies reads it: optimizers hand
+// their gradients to its update route, synchronized batch normalization sums its statistics. It
+// is the one piece of wiring carried by the thread (as TensorFlow's replica context is), because
+// a Keras-style step function calls the optimizer and the layers without naming the replica.
 #include <cstdint>
 #include <span>
 #include <vector>
 
 #include "tandem/collectives/communicator.h"
 #include "tandem/tensor.h"
+
+namespace tandem {
+class UpdateRoute;  // tandem/optimizers.h
+}
 
 namespace tandem::distribute {
 
@@ -27,6 +33,9 @@ struct ReplicaContext {
   // (batch normalization's statistics, the loss's global batch size) sums over it. Null where
   // every replica computes the whole batch (model parallelism's devices).
   Communicator* batch_group = nullptr;
+  // Where Optimizer::apply sends this replica's gradients (the strategy's update rule); null: the
+  // optimizer updates here.
+  UpdateRoute* update_route = nullptr;
 
   int num_replicas_in_sync() const { return num_replicas; }
   // Each tensor reduced over the replicas, fused into one collective; every replica calls it

@@ -239,7 +239,7 @@ class Strategy {
     Scope& operator=(const Scope&) = delete;
 
    private:
-    Strategy* previous_;
+    Strategy* strategy_;
   };
   Scope scope() { return Scope(this); }
 
@@ -282,8 +282,13 @@ class Strategy {
   }
 };
 
-// The strategy of the innermost live scope on this thread, or null (the default strategy).
+// The strategy of the innermost live scope on this thread, or null (the default strategy). One
+// stack of scopes per thread, which Strategy::Scope and, for a binding whose scopes are not C++
+// objects (Python's `with`), enter_scope and exit_scope open and close; exit_scope refuses a
+// scope that is not the innermost.
 Strategy* current_strategy();
+void enter_scope(Strategy* s);
+void exit_scope(Strategy* s);
 
 // The phase of the job this process is in ("training"): said to the other processes of `strategy`
 // (one process: nothing), so that a worker that dies or stops is named with what it was doing.

@@ -233,7 +233,7 @@ class PipelineStep : public DeviceStep {
         f.tape = std::make_unique<GradientTape>();
         if (!first) f.tape->watch(h);
         f.input = h;
-        BatchRows at{seed_, key, begin, rows};  // the micro-batch's rows of one device's step
+        BatchRows at{seed_, key, begin, rows, &kernels, &moving};  // the micro-batch's rows of one device's step
         Tensor out = layers::call_layers(stack, h, at.context());
         RowsLoss loss;
         if (last) {

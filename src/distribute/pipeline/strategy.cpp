@@ -48,7 +48,7 @@ std::vector<double> layer_costs(const std::vector<std::shared_ptr<Layer>>& layer
       for (int m = 0; m < micro; ++m) {
         GradientTape tape;
         if (i > 0) tape.watch(h);
-        out = copy->call(h, CallContext{true, RandomKey{1, static_cast<uint64_t>(round), 0}});
+        out = copy->call(h, CallContext{true, RandomKey{1, static_cast<uint64_t>(round), 0}, &kernels});
         tape.gradient(out, sources, Tensor::full(out.shape(), 1.0f));
       }
       if (deferred) kernels.gradient(copy->variables()[0].value);
