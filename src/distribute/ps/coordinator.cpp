@@ -27,6 +27,7 @@ std::string weights_hash(const std::vector<Variable*>& variables) {
 
 Coordinator::Coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts)
     : chief_(chief),
+      policy_(make_dispatch_policy(chief.options)),
       link_(chief.link),
       metrics_(parts.metrics),
       loss_(parts.loss_metric),
@@ -43,9 +44,9 @@ Coordinator::Coordinator(ParameterServerStrategy::Chief& chief, const StepParts&
   }
   steps_ = rounds_ = parts.optimizer.iterations();  // dropout keys go on from a restored step
   for (int w = link_.workers() - 1; w >= 0; --w) free_.push_back(w);
-  started_.assign(static_cast<size_t>(link_.workers()), 0);
-  finished_.assign(static_cast<size_t>(link_.workers()), 0);
-  alive_.assign(static_cast<size_t>(link_.workers()), true);
+  clocks_.started.assign(static_cast<size_t>(link_.workers()), 0);
+  clocks_.finished.assign(static_cast<size_t>(link_.workers()), 0);
+  clocks_.alive.assign(static_cast<size_t>(link_.workers()), true);
   if (servers_may_die()) {
     link_.set_wait_hook([this] {
       for (int s = 0; s < link_.servers(); ++s)
@@ -67,7 +68,8 @@ Coordinator::~Coordinator() {
 
 std::optional<double> Coordinator::run(const GlobalBatch& batch, uint64_t) {
   if (epoch_done_) {
-    staleness_sum_ = staleness_max_ = applied_ = dropped_ = recorded_ = handed_again_ = workers_lost_ = 0;
+    counts_ = {};
+    recorded_ = handed_again_ = workers_lost_ = 0;
     not_trained_ = 0;
     epoch_done_ = false;
   }
@@ -78,11 +80,9 @@ std::optional<double> Coordinator::run(const GlobalBatch& batch, uint64_t) {
   } else {
     batch.gather(0, batch.rows, nullptr, b.y);  // the worker reads the rows
   }
-  if (streaming()) {  // asynchronous, or synchronous with backup workers: each free worker steps
+  if (!rounds()) {  // each batch to a free worker, as the policy picks it
     hand_again_what_died();
-    int64_t pushes = chief_.options.mode == PsMode::Asynchronous  // a round's
-                         ? 1
-                         : workers() - chief_.options.backup_workers;
+    int64_t pushes = policy_->pushes(workers());
     dispatch(chief_.replay ? take_recorded_worker(b) : take_free_worker(), b, steps_, 0, b.y.dim(0) * pushes, pushes);
     ++steps_;
   } else {
@@ -119,45 +119,19 @@ void Coordinator::finish_epoch() {
   epoch_done_ = true;
 }
 
-std::vector<std::pair<std::string, double>> Coordinator::epoch_figures() {
-  if (chief_.options.backup_workers > 0) return {{"dropped", static_cast<double>(dropped_)}};
-  if (chief_.options.mode != PsMode::Asynchronous) return {};
-  double mean = applied_ > 0 ? static_cast<double>(staleness_sum_) / static_cast<double>(applied_) : 0.0;
-  return {{"staleness", mean}, {"max_staleness", static_cast<double>(staleness_max_)}};
-}
-
-int Coordinator::next_free_worker() {
-  if (free_.empty()) return -1;
-  auto pick = std::prev(free_.end());
-  if (int64_t bound = chief_.options.max_staleness; bound >= 0) {
-    pick = std::min_element(free_.begin(), free_.end(), [&](int a, int b) {
-      return started_[static_cast<size_t>(a)] < started_[static_cast<size_t>(b)];
-    });
-    if (started_[static_cast<size_t>(*pick)] - slowest() > bound) return -1;
-  }
-  int w = *pick;
-  free_.erase(pick);
-  return w;
-}
+std::vector<std::pair<std::string, double>> Coordinator::epoch_figures() { return policy_->figures(counts_); }
 
 int Coordinator::take_free_worker() {
   int w;
-  while ((w = next_free_worker()) < 0) wait_for_change();
+  while ((w = policy_->take(free_, clocks_)) < 0) wait_for_change();
   return w;
-}
-
-int64_t Coordinator::slowest() const {
-  int64_t least = -1;
-  for (size_t w = 0; w < finished_.size(); ++w)
-    if (alive_[w] && (least < 0 || finished_[w] < least)) least = finished_[w];
-  return std::max<int64_t>(least, 0);
 }
 
 void Coordinator::dispatch(int w, const Batch& b, int64_t key, int64_t first_row, int64_t round_rows, int64_t pushes) {
   int64_t id = next_id_++;
   Outgoing step(MessageType::Step, 0, id, key);
-  int64_t clock = started_[static_cast<size_t>(w)]++;
-  if (chief_.options.mode == PsMode::Asynchronous) ++chief_.steps_ahead[clock - slowest()];
+  int64_t clock = clocks_.started[static_cast<size_t>(w)]++;
+  if (policy_->counts_lead()) ++chief_.steps_ahead[clock - clocks_.slowest()];
   step.add(0, 0, encode(StepInfo{first_row, round_rows, pushes, b.epoch, b.step, clock}));
   step.add(0, 1, b.y);
   if (b.x.defined()) step.add(0, 2, b.x);
@@ -171,15 +145,10 @@ void Coordinator::dispatch(int w, const Batch& b, int64_t key, int64_t first_row
   }
 }
 
-bool Coordinator::servers_may_die() const {
-  return chief_.options.mode == PsMode::Asynchronous && chief_.options.max_staleness < 0 &&
-         chief_.options.replay.empty();
-}
-
 void Coordinator::grow_workers(int count) {
-  alive_.resize(static_cast<size_t>(count), false);
-  started_.resize(static_cast<size_t>(count), 0);
-  finished_.resize(static_cast<size_t>(count), 0);
+  clocks_.alive.resize(static_cast<size_t>(count), false);
+  clocks_.started.resize(static_cast<size_t>(count), 0);
+  clocks_.finished.resize(static_cast<size_t>(count), 0);
 }
 
 void Coordinator::take_messages() {
@@ -195,7 +164,7 @@ void Coordinator::handle(const Incoming& message) {
   if (message.envelope.type == MessageType::Ready) return greet(message);
   if (message.envelope.type == MessageType::Aborted) {
     auto w = static_cast<int>(message.envelope.variable);
-    if (called_back_.erase(w) > 0 && alive_[static_cast<size_t>(w)]) free_.push_back(w);
+    if (called_back_.erase(w) > 0 && clocks_.alive[static_cast<size_t>(w)]) free_.push_back(w);
     return;
   }
   finish_one(message);
@@ -240,29 +209,19 @@ void Coordinator::finish_one(const Incoming& result) {
   sent.loss = result.items[0].tensor();
   sent.predictions = result.items[1].tensor();
   sent.done = true;
-  ++finished_[static_cast<size_t>(sent.worker)];
+  ++clocks_.finished[static_cast<size_t>(sent.worker)];
   if (result.envelope.aux < 0) {
-    ++dropped_;
+    ++counts_.dropped;
   } else {
-    staleness_sum_ += result.envelope.aux;
-    staleness_max_ = std::max(staleness_max_, result.envelope.aux);
-    ++applied_;
+    counts_.staleness_sum += result.envelope.aux;
+    counts_.staleness_max = std::max(counts_.staleness_max, result.envelope.aux);
+    ++counts_.applied;
   }
-  if (streaming()) {
+  if (!rounds()) {
     record(sent);
     int w = sent.worker;
     in_flight_.erase(it);
-    if (chief_.options.backup_workers == 0 || result.envelope.aux < 0) {
-      free_.push_back(w);  // a dropped gradient's worker goes on at once, with the round in progress
-      return;
-    }
-    // Backup workers, as SyncReplicasOptimizer's tokens: a worker whose gradient is in the round
-    // waits for the round to be applied (its W - B gradients in), then all start the next.
-    in_round_.push_back(w);
-    if (static_cast<int>(in_round_.size()) == workers() - chief_.options.backup_workers) {
-      free_.insert(free_.end(), in_round_.rbegin(), in_round_.rend());
-      in_round_.clear();
-    }
+    policy_->finished(w, result.envelope.aux < 0, workers(), free_);
   }
 }
 
@@ -280,7 +239,7 @@ void Coordinator::finish_round() {
   auto pushes = static_cast<int64_t>(round_.size());
   std::vector<int> workers;  // those alive, in order (a worker that died is out of the rounds)
   for (int w = 0; w < this->workers(); ++w)
-    if (alive_[static_cast<size_t>(w)]) workers.push_back(w);
+    if (clocks_.alive[static_cast<size_t>(w)]) workers.push_back(w);
   for (size_t i = 0; i < round_.size(); ++i) {
     dispatch(workers[i], round_[i], rounds_, first, rows, pushes);
     first += round_[i].y.dim(0);

@@ -1,21 +1,19 @@
 #pragma once
 // The chief's step runner under ParameterServerStrategy (the class; its parts: coordinator.cpp,
 // handing out steps and taking their results; coordinator_faults.cpp, tasks that die and come
-// back; coordinator_record.cpp, --record and --replay): fit's batches handed to the workers.
-// Asynchronous: each batch to the next free worker, at once; with a staleness bound S, to a free
-// worker at most S steps ahead of the slowest (else the batch waits for results). Synchronous with
-// B backup workers: as asynchronous, each step a share of a round of W - B pushes, which the servers
-// apply without waiting for the rest (dropped, counted). Synchronous: a round of one batch
-// per worker, each told the round's rows (its share of the round's mean) and size (the pushes a
-// server sums before its update); the next round starts when every result of this one is in.
+// back; coordinator_record.cpp, --record and --replay): fit's batches handed to the workers, as the
+// mode's dispatch policy says (dispatch.h: asynchronous, bounded staleness, synchronous rounds,
+// backup workers). A step goes out as its StepInfo (wire.h): its rows' place in the round, the
+// round's rows and pushes, its batch and the worker's clock.
 // Where fit's batches can be read by position (tensors in memory), a step names its batch (epoch,
 // step) and carries only its labels, which the worker checks against the rows it reads itself (as
 // TensorFlow's workers read their own datasets); else the step carries the rows.
-// Asynchronous without a bound, workers and servers may die and come back: a dead worker's steps
-// in flight are handed to the others (at least once: its gradient may have reached the servers
-// already), and a worker started again greets the chief and gets the next free step; when a
-// server dies, every worker's step is called back, the server started again is greeted and given
-// its shards from the chief's copy (kept at each epoch's end), and the called-back steps go out again.
+// Where the policy lets workers and servers die (asynchronous without a bound): a dead worker's
+// steps in flight are handed to the others (at least once: its gradient may have reached the
+// servers already), and a worker started again greets the chief and gets the next free step; when
+// a server dies, every worker's step is called back, the server started again is greeted and
+// given its shards from the chief's copy (kept at each epoch's end), and the called-back steps go
+// out again. Synchronous rounds drop a worker that dies from the rounds instead.
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -26,10 +24,9 @@
 #include <vector>
 
 #include "distribute/ps/chief.h"
+#include "distribute/ps/dispatch.h"
 
 namespace tandem::distribute::ps {
-
-inline constexpr int64_t kMaxWorkers = 4096;  // as `tandem launch --workers` allows
 
 class Coordinator : public StepRunner {
  public:
@@ -58,13 +55,7 @@ class Coordinator : public StepRunner {
     bool done = false;
   };
 
-  bool streaming() const { return chief_.options.mode == PsMode::Asynchronous || chief_.options.backup_workers > 0; }
-
-  // A free worker that may start its next step (taken from the free list), or -1. Without a
-  // staleness bound, the one freed last; with bound S, the free worker furthest behind, if it is
-  // at most S steps ahead of the slowest worker's finished steps.
-  int next_free_worker();
-
+  // A free worker that may start its next step, as the policy picks it, once there is one.
   int take_free_worker();
 
   // --replay: the worker that took this step in the recorded run, once it is free.
@@ -73,20 +64,14 @@ class Coordinator : public StepRunner {
   // --record: the servers' journals since the last epoch's end added, the whole record written.
   void write_record();
 
-  // The finished steps of the slowest worker alive.
-  int64_t slowest() const;
-
   void dispatch(int w, const Batch& b, int64_t key, int64_t first_row, int64_t round_rows, int64_t pushes);
 
-  // Asynchronous without a bound (not a replay): a worker may die and another take its steps, a
-  // server may die and be restored. Synchronous without backup workers: a worker may die and be
-  // dropped from its round.
-  bool servers_may_die() const;
-  bool workers_may_die() const { return servers_may_die() || rounds(); }
-  bool rounds() const { return chief_.options.mode == PsMode::Synchronous && chief_.options.backup_workers == 0; }
-  int alive_count() const { return static_cast<int>(std::count(alive_.begin(), alive_.end(), true)); }
+  bool servers_may_die() const { return policy_->servers_may_die(); }
+  bool workers_may_die() const { return policy_->workers_may_die(); }
+  bool rounds() const { return policy_->rounds(); }
+  int alive_count() const { return static_cast<int>(std::count(clocks_.alive.begin(), clocks_.alive.end(), true)); }
   // The workers the job has had: the spec's, and those added while it runs.
-  int workers() const { return static_cast<int>(alive_.size()); }
+  int workers() const { return static_cast<int>(clocks_.alive.size()); }
   int worker_rank(int w) const { return 1 + link_.servers() + w; }
   void grow_workers(int count);
 
@@ -142,13 +127,12 @@ class Coordinator : public StepRunner {
   void close_round();
 
   ParameterServerStrategy::Chief& chief_;
+  std::unique_ptr<DispatchPolicy> policy_;
   ps::ClusterLink& link_;
   std::span<Metric> metrics_;
   Metric* loss_;
-  std::vector<int> free_;
-  std::vector<int> in_round_;                // backup workers: whose gradients the round in progress holds
-  std::vector<int64_t> started_, finished_;  // each worker's steps handed out and finished (its clock)
-  std::vector<bool> alive_;                  // false: died (expendable), not back
+  std::vector<int> free_;  // freed last at the back
+  WorkerClocks clocks_;
   std::map<int64_t, Sent> in_flight_;
   std::deque<Sent> orphans_;  // steps whose worker died (or were called back) before their result came
   std::deque<LostServer> lost_servers_;
@@ -161,7 +145,7 @@ class Coordinator : public StepRunner {
   double copy_seconds_ = 0;  // taking it, over the epochs
   std::vector<Batch> round_;
   int64_t next_id_ = 0, steps_ = 0, rounds_ = 0;
-  int64_t staleness_sum_ = 0, staleness_max_ = 0, applied_ = 0, dropped_ = 0;
+  ResultCounts counts_;  // this epoch's
   // This epoch's steps whose results came; of them, those handed again; workers lost.
   int64_t recorded_ = 0, handed_again_ = 0, workers_lost_ = 0, not_trained_ = 0;
   bool epoch_done_ = false;

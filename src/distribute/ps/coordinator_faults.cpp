@@ -12,7 +12,7 @@ namespace tandem::distribute::ps {
 
 void Coordinator::lose_worker(int w) {
   size_t before = orphans_.size();
-  alive_[static_cast<size_t>(w)] = false;
+  clocks_.alive[static_cast<size_t>(w)] = false;
   called_back_.erase(w);
   orphan_steps_of(w);
   if (rounds()) {
@@ -32,7 +32,7 @@ void Coordinator::orphan_steps_of(int w) {
       ++it;
     }
   }
-  started_[static_cast<size_t>(w)] = finished_[static_cast<size_t>(w)];
+  clocks_.started[static_cast<size_t>(w)] = clocks_.finished[static_cast<size_t>(w)];
   std::erase(free_, w);
 }
 
@@ -91,7 +91,7 @@ void Coordinator::restore_server(const LostServer& lost) {
                lost.what.c_str());
   size_t orphans = orphans_.size();
   for (int w = 0; w < workers(); ++w) {
-    if (!alive_[static_cast<size_t>(w)]) continue;
+    if (!clocks_.alive[static_cast<size_t>(w)]) continue;
     orphan_steps_of(w);  // and out of the free list until it answers
     try {
       Outgoing(MessageType::Abort, 0).send(link_.own_socket(), &link_.worker_route(w));
@@ -105,7 +105,7 @@ void Coordinator::restore_server(const LostServer& lost) {
         "ParameterServerStrategy: {} was not started again within {} s (tandem launch starts a dead server again, "
         "--restarts; or start its task by hand)",
         name, link_.timeout().count() / 1000.0);
-  chief_.init_server(lost.server, finished_);
+  chief_.init_server(lost.server, clocks_.finished);
   auto deadline = std::chrono::steady_clock::now() + link_.timeout();
   while (!called_back_.empty()) {
     if (std::chrono::steady_clock::now() > deadline) {
@@ -140,7 +140,8 @@ void Coordinator::greet(const Incoming& hello) {
         link_.workers(), w);
   else if (w >= kMaxWorkers)
     refusal = fmt::format("worker {} is past the most workers a job takes ({})", w, kMaxWorkers);
-  else if (w < workers() && (alive_[static_cast<size_t>(w)] || !link_.control().lost(worker_rank(static_cast<int>(w)))))
+  else if (w < workers() &&
+           (clocks_.alive[static_cast<size_t>(w)] || !link_.control().lost(worker_rank(static_cast<int>(w)))))
     refusal = fmt::format("{} is already running", link_.describe({"worker", static_cast<int>(w)}));
   if (!refusal.empty()) {
     Outgoing no(MessageType::Refused, 0);
@@ -153,7 +154,7 @@ void Coordinator::greet(const Incoming& hello) {
   }
   if (w >= workers()) grow_workers(static_cast<int>(w) + 1);  // a worker added to the running job
   link_.welcome_worker(static_cast<int>(w), hello.route);
-  alive_[static_cast<size_t>(w)] = true;
+  clocks_.alive[static_cast<size_t>(w)] = true;
   free_.push_back(static_cast<int>(w));
   std::fprintf(stderr, "chief: %s joined the running job; it gets the next step\n",
                link_.describe({"worker", static_cast<int>(w)}).c_str());

@@ -42,7 +42,8 @@ void ParameterServer::serve(zmq::socket_t& socket, const std::function<bool()>& 
       answer(socket, *request);
     }
     if (!going_on_) {
-      if (!ahead_counts_.empty()) std::fprintf(stderr, "%s\n", describe_clocks().c_str());
+      if (std::string line = updates_ ? updates_->describe(name_) : ""; !line.empty())
+        std::fprintf(stderr, "%s\n", line.c_str());
       return;
     }
   }
@@ -118,15 +119,9 @@ void ParameterServer::answer_in_recorded_order(zmq::socket_t& socket) {
     }
 }
 
-std::string ParameterServer::describe_clocks() const {
-  int64_t pushes = 0;
-  std::string counts;
-  for (auto [ahead, count] : ahead_counts_) {
-    pushes += count;
-    counts += fmt::format("{}{}: {}", counts.empty() ? "" : ", ", ahead, count);
-  }
-  return fmt::format("{}: {} pushes applied; steps their worker was ahead of the slowest: {} ({})", name_, pushes,
-                     counts, bound_ >= 0 ? fmt::format("bound {}", bound_) : std::string("no bound"));
+const std::map<int64_t, int64_t>& ParameterServer::ahead_counts() const {
+  static const std::map<int64_t, int64_t> none;
+  return updates_ ? updates_->ahead_counts() : none;
 }
 
 // The first ten refusals and then every thousandth are logged: a flood of garbage does not flood the log.
@@ -141,7 +136,8 @@ bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
   MessageType type = request.envelope.type;
   if (!initialized_ && (type == MessageType::Pull || type == MessageType::Push || type == MessageType::Fetch))
     fail("{} before init: the chief has not given this server its variables yet", message_type_name(type));
-  if (journaling_ && !synchronous_ && (type == MessageType::Pull || type == MessageType::Push))
+  bool journals = journaling_ && updates_ && updates_->journals();
+  if (journals && (type == MessageType::Pull || type == MessageType::Push))
     journal_.push_back(event_of(request));  // a push that fails below is not applied: taken back there
   switch (type) {
     case MessageType::Init:
@@ -166,13 +162,13 @@ bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
       try {
         push(request, answer);
       } catch (const Error&) {
-        if (journaling_ && !synchronous_) journal_.pop_back();
+        if (journals) journal_.pop_back();
         throw;
       }
       return true;
     }
     case MessageType::CloseRound:
-      if (synchronous_ && !round_.empty()) apply_round();
+      if (updates_) updates_->close_round();
       answer = Outgoing(MessageType::Ready, 0, version_);
       return true;
     case MessageType::Fetch: state(answer); return true;
@@ -189,8 +185,7 @@ void ParameterServer::init(const Incoming& request) {
   initialized_ = false;  // until this init is through
   shards_.clear();
   index_.clear();
-  round_.clear();
-  of_worker_.clear();
+  updates_.reset();
   std::vector<const Item*> slots;
   const Item* clocks = nullptr;
   journaling_ = false;
@@ -255,19 +250,17 @@ void ParameterServer::init(const Incoming& request) {
   }
   state[0].second = Tensor::from_vector({1}, std::vector<int32_t>{static_cast<int32_t>(request.envelope.step)});
   optimizer_->load_state(state, variables_);
-  int64_t mode = request.envelope.aux;
-  if (mode < 0) fail("init: mode {} (expected 0 asynchronous, 1 synchronous, 2 + S bounded staleness)", mode);
-  synchronous_ = mode == 1;
-  bound_ = mode >= 2 ? mode - 2 : -1;
-  clocks_.assign(static_cast<size_t>(workers_), 0);
+  std::vector<int64_t> given;  // a restore's clocks
   if (clocks != nullptr) {
     if (clocks->header.dtype != DType::Int32 || clocks->header.shape.numel() != workers_)
       fail("init: the workers' clocks are {} {}, expected int32 [{}]", dtype_name(clocks->header.dtype),
            clocks->header.shape.str(), workers_);
-    Tensor given = clocks->tensor();
-    for (int w = 0; w < workers_; ++w) clocks_[static_cast<size_t>(w)] = given.data<int32_t>()[w];
+    Tensor t = clocks->tensor();
+    given.assign(t.data<int32_t>(), t.data<int32_t>() + workers_);
   }
-  ahead_counts_.clear();
+  updates_ =
+      make_update_policy(request.envelope.aux, *optimizer_, variables_, workers_, std::move(given),
+                         [this](Optimizer& optimizer, std::vector<Tensor>& gradients) { apply(optimizer, gradients); });
   version_ = 0;
   initialized_ = true;
 }
@@ -296,72 +289,19 @@ void ParameterServer::apply(Optimizer& optimizer, std::vector<Tensor>& gradients
   ++version_;
 }
 
-Optimizer& ParameterServer::optimizer_of(uint32_t worker) {
-  auto& mine = of_worker_[worker];
-  if (!mine) mine = optimizer_->replicate(variables_);  // from the state the chief gave
-  return *mine;
-}
-
 void ParameterServer::push(const Incoming& request, Outgoing& answer) {
   std::vector<Tensor> gradients = gradients_of(request);
   int64_t computed_on = request.envelope.step;
   if (computed_on < 0 || computed_on > version_)
     fail("push: computed on version {}, this server is at {}", computed_on, version_);
-  int64_t staleness = version_ - computed_on;
-  if (!synchronous_) {
-    // The worker's clock against the slowest worker's, by the pushes applied here.
-    uint32_t worker = request.envelope.variable;
-    int64_t clock = request.envelope.aux;
-    if (worker >= clocks_.size() && bound_ < 0 && worker < 4096)
-      clocks_.resize(worker + 1, 0);  // a worker added to the running job
-    if (worker >= clocks_.size()) fail("push: from worker {}, of {}", worker, clocks_.size());
-    if (clock < 0) fail("push: worker {}'s clock is {}", worker, clock);
-    auto slowest = std::min_element(clocks_.begin(), clocks_.end());
-    int64_t ahead = clock - *slowest;
-    if (bound_ >= 0 && ahead > bound_)
-      fail("push: worker {}'s step {} is {} steps ahead of worker {}, which has finished {} (the bound is {})", worker,
-           clock, ahead, slowest - clocks_.begin(), *slowest, bound_);
-    apply(optimizer_of(worker), gradients);
-    clocks_[worker] = std::max(clocks_[worker], clock + 1);
-    ++ahead_counts_[std::max<int64_t>(ahead, 0)];
-    answer = Outgoing(MessageType::Pushed, 0, version_, staleness);
-    return;
-  }
-  int64_t size = request.envelope.aux;
-  uint32_t worker = request.envelope.variable;
-  if (size < 1) fail("push: a synchronous round of {} pushes", size);
-  if (size > workers_) fail("push: a round of {} pushes from {} workers", size, workers_);
-  if (computed_on < version_) {  // a round already applied without it (backup workers): dropped as stale
-    answer = Outgoing(MessageType::Pushed, 0, version_, -1);
-    ++dropped_;
-    return;
-  }
-  if (round_.empty()) round_size_ = size;
-  if (size != round_size_) fail("push: a round of {} pushes, the round in progress has {}", size, round_size_);
-  if (size == workers_ && round_.count(worker)) fail("push: worker {} pushed twice in one round", worker);
-  round_.emplace(worker, std::move(gradients));
-  if (static_cast<int64_t>(round_.size()) == round_size_) apply_round();
-  answer = Outgoing(MessageType::Pushed, 0, version_, staleness);
-}
-
-void ParameterServer::apply_round() {
-  std::vector<Tensor> sum = std::move(round_.begin()->second);  // in worker order
-  for (auto it = std::next(round_.begin()); it != round_.end(); ++it)
-    for (size_t i = 0; i < sum.size(); ++i) {
-      float* to = sum[i].data<float>();
-      const float* from = it->second[i].data<float>();
-      for (int64_t k = 0, n = sum[i].numel(); k < n; ++k) to[k] += from[k];
-    }
-  round_.clear();
-  apply(*optimizer_, sum);
+  int64_t said =
+      updates_->push({request.envelope.variable, request.envelope.aux, computed_on, version_, std::move(gradients)});
+  answer = Outgoing(MessageType::Pushed, 0, version_, said);
 }
 
 void ParameterServer::state(Outgoing& answer) {
-  Optimizer& saved = !synchronous_ && of_worker_.count(0) ? *of_worker_[0] : *optimizer_;
-  std::vector<std::pair<std::string, Tensor>> state = saved.state();
-  int64_t iterations = saved.iterations();
-  for (auto& [worker, optimizer] : of_worker_) iterations = std::max(iterations, optimizer->iterations());
-  answer = Outgoing(MessageType::State, 0, iterations, version_);
+  std::vector<std::pair<std::string, Tensor>> state = updates_->saved().state();
+  answer = Outgoing(MessageType::State, 0, updates_->iterations(), version_);
   size_t per = shards_.empty() ? 0 : (state.size() - 1) / shards_.size();
   for (size_t i = 0; i < shards_.size(); ++i) {
     answer.add(shards_[i].variable, shards_[i].shard, shards_[i].value.value.clone());

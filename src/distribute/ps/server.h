@@ -1,12 +1,10 @@
 #pragma once
 // A parameter server: the shards of the variables placed on it and, beside them, the optimizer
-// with its slots, which applies the workers' pushes. Asynchronous: each push is applied as it
-// arrives, through the pushing worker's own copy of the optimizer's state (as in between-graph
-// replication, where every worker builds its own optimizer: a worker's momentum sums its own
-// gradients, not the others' stale ones; checkpoints keep worker 0's). Synchronous: a round's pushes (one per worker, each its gradient already scaled by the
-// round's rows) are summed in worker order and applied once. One thread serves every request in
-// arrival order; a message that does not decode, or names a shard or shape the server does not
-// hold, is refused (answered with the reason, counted and logged), and serving goes on.
+// with its slots, which applies the workers' pushes as the mode's update policy says (updates.h:
+// asynchronous, each push at once through its worker's own optimizer state; synchronous, a
+// round's pushes summed and applied once). One thread serves every request in arrival order; a
+// message that does not decode, or names a shard or shape the server does not hold, is refused
+// (answered with the reason, counted and logged), and serving goes on.
 // Asynchronous, it may keep a journal of the pulls it answered and the pushes it applied (for
 // --record), or be given such an order to follow (--replay): requests that come early are held
 // until their turn, so that every answer and update is that of the recorded run.
@@ -22,6 +20,7 @@
 
 #include "distribute/ps/record.h"
 #include "distribute/ps/transport.h"
+#include "distribute/ps/updates.h"
 #include "tandem/optimizers.h"
 
 namespace tandem::distribute::ps {
@@ -39,11 +38,10 @@ class ParameterServer {
   bool handle(const Incoming& request, Outgoing& answer);
   int64_t version() const { return version_; }
   int64_t refused() const { return refused_; }
-  int64_t dropped() const { return dropped_; }  // synchronous: pushes that came after their round
+  int64_t dropped() const { return updates_ ? updates_->dropped() : 0; }  // synchronous: pushes after their round
   // Asynchronous: the pushes applied, by how many steps their worker was ahead of the slowest
-  // worker (by the clocks of the pushes applied here), and that as the log's line.
-  const std::map<int64_t, int64_t>& ahead_counts() const { return ahead_counts_; }
-  std::string describe_clocks() const;
+  // worker (by the clocks of the pushes applied here).
+  const std::map<int64_t, int64_t>& ahead_counts() const;
 
  private:
   struct Shard {
@@ -56,32 +54,20 @@ class ParameterServer {
   void answer(zmq::socket_t& socket, const Incoming& request);  // handle(), its answer sent
   PsRecord::Event event_of(const Incoming& request) const;      // a worker's pull or push, as journalled
   void push(const Incoming& request, Outgoing& answer);
-  void apply_round();  // synchronous: the round's pushes summed in worker order, one update
-  void apply(Optimizer& optimizer, std::vector<Tensor>& gradients);
-  Optimizer& optimizer_of(uint32_t worker);  // asynchronous: the worker's copy
+  void apply(Optimizer& optimizer, std::vector<Tensor>& gradients);  // one update: the version + 1
   // The push's gradients in shard order, checked (every shard once, float32, the shard's shape).
   std::vector<Tensor> gradients_of(const Incoming& request) const;
   void state(Outgoing& answer);
   void log_refusal(const std::string& what);
   std::string name_;
+  std::unique_ptr<Optimizer> optimizer_;   // as initialized
+  std::unique_ptr<UpdatePolicy> updates_;  // the init's mode's
   int workers_;
-  std::unique_ptr<Optimizer> optimizer_;  // as initialized; synchronous: the one applying
-  std::map<uint32_t, std::unique_ptr<Optimizer>> of_worker_;
   std::vector<Shard> shards_;
   std::vector<Variable*> variables_;
   std::map<std::pair<uint32_t, uint32_t>, size_t> index_;
-  bool initialized_ = false;  // an init has come
-  bool synchronous_ = false;
-  int64_t bound_ = -1;           // asynchronous: the staleness bound (-1: none)
-  std::vector<int64_t> clocks_;  // asynchronous: each worker's steps applied here
-  std::map<int64_t, int64_t> ahead_counts_;
-  int64_t version_ = 0;  // updates applied
-  // Synchronous: the round's pushes by worker, and how many the round has.
-  // With backup workers (a round of fewer pushes than workers), a worker may push twice into one
-  // round; the sum runs by worker, then arrival.
-  std::multimap<uint32_t, std::vector<Tensor>> round_;
-  int64_t round_size_ = 0;
-  int64_t dropped_ = 0;
+  bool initialized_ = false;         // an init has come
+  int64_t version_ = 0;              // updates applied
   std::atomic<int64_t> refused_{0};  // read by other threads (refused())
   bool journaling_ = false;
   std::vector<PsRecord::Event> journal_;  // since the chief last asked

@@ -21,6 +21,7 @@ inline constexpr uint32_t kMagic = 0x31535054;  // "TPS1"
 inline constexpr uint16_t kVersion = 2;         // 2: a step's info as StepInfo (64-bit fields)
 inline constexpr size_t kHeaderBytes = 96;
 inline constexpr int kMaxRank = 6;
+inline constexpr int64_t kMaxWorkers = 4096;  // in one job, as `tandem launch --workers` allows
 
 enum class MessageType : uint16_t {
   Pull = 1,         // worker → server: every shard it holds, at its current version (no payload)
@@ -34,8 +35,8 @@ enum class MessageType : uint16_t {
                     // items (aux k: slot k - 1), and on a restore the workers' clocks (aux -1, int32 [W]);
                     // aux = the mode: 0 asynchronous, 1 synchronous, 2 + S asynchronous with staleness bound S
   Ready = 6,        // server → chief: initialized; worker → chief: ready for a step (aux = the worker's index)
-  Step = 7,         // chief → worker: int32 [first row in the round, the round's rows, its pushes, epoch,
-                    // step in the epoch, the worker's clock], then y (and x when not read by position);
+  Step = 7,         // chief → worker: its StepInfo (below: first row in the round, the round's rows, its
+                    // pushes, epoch, step in the epoch, the worker's clock), then y (and x when not read by position);
                     // step = the step's number, aux = the dropout key
   Result = 8,       // worker → chief: loss sum, predictions; step = the step's number; aux = staleness (-1: dropped)
   Fetch = 9,        // chief → server: every shard's value and optimizer state

@@ -1,0 +1,68 @@
+#pragma once
+// How a parameter server applies the workers' pushes: one policy per mode, made by the chief's
+// init. The server (server.h) keeps the shards, the transport, the journal and the replay; the
+// policy decides when a push updates the shards and with which optimizer state.
+// - Asynchronous: each push applied as it arrives, through the pushing worker's own copy of the
+//   optimizer's state (as in between-graph replication, where every worker builds its own
+//   optimizer: a worker's momentum sums its own gradients, not the others' stale ones; checkpoints
+//   keep worker 0's). Each worker's clock is kept (its steps applied here); with a staleness bound
+//   S, a push more than S steps ahead of the slowest worker is refused.
+// - Synchronous: a round's pushes (each a gradient already scaled by the round's rows) summed in
+//   worker order and applied once; a push computed on a version the round has left behind (backup
+//   workers: the round was applied without it) is dropped.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tandem/optimizers.h"
+
+namespace tandem::distribute::ps {
+
+// A worker's push, checked by the server (its gradients in shard order, computed on a version
+// not past the server's).
+struct Push {
+  uint32_t worker = 0;
+  int64_t aux = 0;          // the envelope's: the worker's clock (asynchronous), the round's pushes (synchronous)
+  int64_t computed_on = 0;  // the version the gradients were computed on
+  int64_t version = 0;      // the server's, as the push came
+  std::vector<Tensor> gradients;
+};
+
+class UpdatePolicy {
+ public:
+  // One update of the server's shards by `optimizer` with `gradients`: the version goes up by one.
+  using Apply = std::function<void(Optimizer& optimizer, std::vector<Tensor>& gradients)>;
+  virtual ~UpdatePolicy() = default;
+  // The push applied (now or with its round); returns what the answer says: the staleness it was
+  // applied with, or -1: dropped. An Error for a push the mode refuses.
+  virtual int64_t push(Push push) = 0;
+  // The round in progress applied with the pushes it has (a worker of it died).
+  virtual void close_round() {}
+  // The optimizer state a checkpoint keeps, and the iterations it reports.
+  virtual Optimizer& saved() = 0;
+  virtual int64_t iterations() { return saved().iterations(); }
+  // Whether each pull and push is journalled for --record (and replayed in order for --replay).
+  virtual bool journals() const { return false; }
+  // Pushes dropped (synchronous), and the pushes applied by how many steps their worker was ahead of
+  // the slowest (asynchronous).
+  virtual int64_t dropped() const { return 0; }
+  virtual const std::map<int64_t, int64_t>& ahead_counts() const;
+  // The log's line at the end (empty: none).
+  virtual std::string describe(const std::string& server) const {
+    (void)server;
+    return {};
+  }
+};
+
+// For the init's mode (0 asynchronous, 1 synchronous, 2 + S asynchronous with staleness bound S):
+// the policy over `variables` (the server's shards) from `optimizer` (built and loaded with their
+// state); `clocks`: the workers' clocks so far (a restore; empty: zeros).
+std::unique_ptr<UpdatePolicy> make_update_policy(int64_t mode, Optimizer& optimizer,
+                                                 std::span<Variable* const> variables, int workers,
+                                                 std::vector<int64_t> clocks, UpdatePolicy::Apply apply);
+
+}  // namespace tandem::distribute::ps

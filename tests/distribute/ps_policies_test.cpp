@@ -1,0 +1,182 @@
+// The parameter servers' policies on their own: the chief's dispatch policy per mode (which free
+// worker steps next, who is freed when a result comes, what the epoch reports) and a server's
+// update policy per mode (when a push updates the shards, with which optimizer state). Whole
+// clusters running them are ps_cluster_test.cpp's and ps_faults_test.cpp's.
+#include <gtest/gtest.h>
+
+#include "distribute/ps/dispatch.h"
+#include "distribute/ps/updates.h"
+#include "test_util.h"
+
+namespace tandem::testing {
+namespace {
+
+using namespace distribute::ps;
+using distribute::ParameterServerOptions;
+using distribute::PsMode;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+ParameterServerOptions options(PsMode mode, int64_t bound = -1, int backups = 0, std::string replay = "") {
+  ParameterServerOptions o;
+  o.mode = mode;
+  o.max_staleness = bound;
+  o.backup_workers = backups;
+  o.replay = std::move(replay);
+  return o;
+}
+
+WorkerClocks clocks(std::vector<int64_t> started, std::vector<int64_t> finished) {
+  std::vector<bool> alive(started.size(), true);
+  return {std::move(started), std::move(finished), std::move(alive)};
+}
+
+TEST(PsDispatch, AsynchronousHandsEachBatchToTheWorkerFreedLastAndSurvivesDeaths) {
+  auto policy = make_dispatch_policy(options(PsMode::Asynchronous));
+  std::vector<int> free{2, 0, 1};
+  EXPECT_FALSE(policy->rounds());
+  EXPECT_EQ(policy->pushes(3), 1);
+  EXPECT_EQ(policy->take(free, clocks({0, 9, 0}, {0, 0, 0})), 1);  // no bound: however far ahead
+  EXPECT_EQ(free, (std::vector<int>{2, 0}));
+  policy->finished(1, false, 3, free);
+  EXPECT_EQ(free, (std::vector<int>{2, 0, 1}));
+  EXPECT_TRUE(policy->servers_may_die() && policy->workers_may_die() && policy->counts_lead());
+  EXPECT_FALSE(make_dispatch_policy(options(PsMode::Asynchronous, -1, 0, "run.json"))->servers_may_die())
+      << "a replay forces the recorded order: no task may die";
+  auto figures = policy->figures({.staleness_sum = 6, .staleness_max = 3, .applied = 4});
+  ASSERT_EQ(figures.size(), 2u);
+  EXPECT_EQ(figures[0], (std::pair<std::string, double>{"staleness", 1.5}));
+  EXPECT_EQ(figures[1], (std::pair<std::string, double>{"max_staleness", 3.0}));
+}
+
+TEST(PsDispatch, BoundedStalenessPicksTheWorkerFurthestBehindWithinTheBound) {
+  auto policy = make_dispatch_policy(options(PsMode::Asynchronous, 1));
+  std::vector<int> free{0, 1};
+  // Worker 1 has started fewer steps: it goes first, though worker 1 was freed last.
+  EXPECT_EQ(policy->take(free, clocks({3, 1, 1}, {2, 1, 1})), 1);
+  // Worker 0 has started 3, the slowest has finished 1: 2 ahead, over the bound of 1.
+  EXPECT_EQ(policy->take(free, clocks({3, 2, 1}, {2, 1, 1})), -1);
+  EXPECT_EQ(free, (std::vector<int>{0}));
+  // The slowest finishes a step: 1 ahead, within the bound.
+  EXPECT_EQ(policy->take(free, clocks({3, 2, 2}, {2, 2, 2})), 0);
+  EXPECT_FALSE(policy->servers_may_die() || policy->workers_may_die());
+  EXPECT_TRUE(policy->counts_lead());
+}
+
+TEST(PsDispatch, SynchronousRoundsGatherBatchesAndDropAWorkerThatDies) {
+  auto policy = make_dispatch_policy(options(PsMode::Synchronous));
+  EXPECT_TRUE(policy->rounds());
+  EXPECT_TRUE(policy->workers_may_die());
+  EXPECT_FALSE(policy->servers_may_die() || policy->counts_lead());
+  EXPECT_TRUE(policy->figures({.staleness_sum = 1, .applied = 1}).empty());
+}
+
+TEST(PsDispatch, BackupWorkersHoldTheRoundsWorkersUntilItCloses) {
+  auto policy = make_dispatch_policy(options(PsMode::Synchronous, -1, 1));
+  EXPECT_FALSE(policy->rounds());
+  EXPECT_EQ(policy->pushes(3), 2);  // a round of W - B pushes
+  std::vector<int> free;
+  policy->finished(2, false, 3, free);
+  EXPECT_TRUE(free.empty()) << "a worker whose push is in the round waits for the round";
+  policy->finished(0, true, 3, free);
+  EXPECT_EQ(free, (std::vector<int>{0})) << "a dropped push's worker goes on at once";
+  policy->finished(1, false, 3, free);
+  EXPECT_EQ(free, (std::vector<int>{0, 1, 2}));  // the round closed: both of its workers freed
+  auto figures = policy->figures({.dropped = 4});
+  ASSERT_EQ(figures.size(), 1u);
+  EXPECT_EQ(figures[0], (std::pair<std::string, double>{"dropped", 4.0}));
+}
+
+// A server's shards as the update policies see them: one variable of two floats, updated by the
+// optimizer given (SGD, learning rate 1: the value minus the gradient), the version counted.
+struct Shards {
+  Variable v{.name = "v", .value = Tensor::from_vector({2}, std::vector<float>{10, 20})};
+  std::vector<Variable*> variables{&v};
+  std::unique_ptr<Optimizer> optimizer = std::make_unique<optimizers::SGD>(1.0f);
+  int64_t version = 0;
+  std::vector<const Optimizer*> applied_by;
+  UpdatePolicy::Apply apply = [this](Optimizer& o, std::vector<Tensor>& gradients) {
+    o.apply_here(variables, gradients);
+    applied_by.push_back(&o);
+    ++version;
+  };
+  Shards() { optimizer->build(variables); }
+  Push push(uint32_t worker, int64_t aux, int64_t computed_on, std::vector<float> g) {
+    return {worker, aux, computed_on, version, {Tensor::from_vector({2}, std::move(g))}};
+  }
+};
+
+TEST(PsUpdates, SynchronousSumsARoundInWorkerOrderAndDropsALatePush) {
+  Shards s;
+  auto policy = make_update_policy(1, *s.optimizer, s.variables, 3, {}, s.apply);
+  EXPECT_FALSE(policy->journals());
+  EXPECT_EQ(policy->push(s.push(2, 2, 0, {1, 2})), 0);
+  EXPECT_EQ(s.version, 0) << "a round of 2 waits for its second push";
+  EXPECT_EQ(policy->push(s.push(0, 2, 0, {3, 4})), 0);
+  EXPECT_EQ(s.version, 1);
+  EXPECT_EQ(s.v.value.to_vector(), (std::vector<float>{6, 14}));
+  EXPECT_EQ(policy->push(s.push(1, 2, 0, {100, 100})), -1) << "computed on version 0, the round applied without it";
+  EXPECT_EQ(policy->dropped(), 1);
+  EXPECT_EQ(s.v.value.to_vector(), (std::vector<float>{6, 14}));
+  EXPECT_NE(error_of([&] {
+              policy->push(s.push(0, 4, 1, {0, 0}));
+            }).find("a round of 4 pushes from 3 workers"),
+            std::string::npos);
+  EXPECT_EQ(policy->push(s.push(1, 2, 1, {1, 1})), 0);
+  policy->close_round();  // a worker of the round died: applied with the one push it has
+  EXPECT_EQ(s.version, 2);
+  EXPECT_EQ(s.v.value.to_vector(), (std::vector<float>{5, 13}));
+  EXPECT_EQ(&policy->saved(), s.optimizer.get());
+}
+
+TEST(PsUpdates, AsynchronousAppliesEachPushThroughItsWorkersOwnOptimizer) {
+  Shards s;
+  auto policy = make_update_policy(0, *s.optimizer, s.variables, 2, {}, s.apply);
+  EXPECT_TRUE(policy->journals());
+  EXPECT_EQ(policy->push(s.push(1, 0, 0, {1, 1})), 0);
+  EXPECT_EQ(policy->push(s.push(0, 0, 0, {1, 1})), 1) << "computed on version 0, applied at 1: staleness 1";
+  EXPECT_EQ(s.v.value.to_vector(), (std::vector<float>{8, 18}));
+  ASSERT_EQ(s.applied_by.size(), 2u);
+  EXPECT_NE(s.applied_by[0], s.applied_by[1]) << "each worker updates through its own copy of the state";
+  EXPECT_EQ(&policy->saved(), s.applied_by[1]) << "checkpoints keep worker 0's";
+  EXPECT_EQ(policy->iterations(), 1);
+  EXPECT_EQ(policy->push(s.push(5, 0, 2, {0, 0})), 0) << "a worker added to the running job is taken";
+  EXPECT_EQ(policy->ahead_counts(), (std::map<int64_t, int64_t>{{0, 3}}));
+  EXPECT_NE(policy->describe("ps:0").find("ps:0: 3 pushes applied"), std::string::npos) << policy->describe("ps:0");
+  EXPECT_NE(error_of([&] {
+              policy->push(s.push(0, -1, 3, {0, 0}));
+            }).find("worker 0's clock is -1"),
+            std::string::npos);
+}
+
+TEST(PsUpdates, BoundedStalenessStartsFromARestoresClocksAndRefusesAWorkerTooFarAhead) {
+  Shards s;
+  auto policy = make_update_policy(2 + 1, *s.optimizer, s.variables, 2, {4, 2}, s.apply);
+  EXPECT_NE(error_of([&] {
+              policy->push(s.push(0, 4, 0, {1, 1}));
+            }).find("worker 0's step 4 is 2 steps ahead of worker 1, which has finished 2 (the bound is 1)"),
+            std::string::npos);
+  EXPECT_EQ(s.version, 0);
+  EXPECT_EQ(policy->push(s.push(1, 2, 0, {1, 1})), 0);
+  EXPECT_EQ(policy->push(s.push(0, 4, 0, {1, 1})), 1);  // worker 1 has finished 3 now: 1 ahead
+  EXPECT_NE(error_of([&] {
+              policy->push(s.push(7, 0, 2, {0, 0}));
+            }).find("push: from worker 7, of 2"),
+            std::string::npos)
+      << "under a bound, no worker joins beyond the cluster";
+  EXPECT_NE(error_of([] {
+              Shards t;
+              make_update_policy(-1, *t.optimizer, t.variables, 1, {}, t.apply);
+            }).find("init: mode -1"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::testing
