@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
 
 import numpy as np
 import pytest
@@ -83,6 +84,24 @@ def test_scope_nests_and_models_keep_their_strategy(tf):
         assert tf.distribute.get_strategy() is outer
     del inner  # the model keeps its strategy alive
     assert m._model.strategy_name == "one_device"
+
+
+def test_scopes_are_the_engines_one_stack_per_thread(tf):
+    outer, inner = tf.distribute.OneDeviceStrategy(), tf.distribute.MirroredStrategy(num_replicas=2)
+    a, b = outer.scope(), inner.scope()
+    a.__enter__()
+    b.__enter__()
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(tf.distribute.get_strategy()))
+    worker.start()
+    worker.join()
+    assert seen == [None] and tf.distribute.get_strategy() is inner
+    with pytest.raises(tf.Error, match="the scope of one_device is not the innermost open on this thread"):
+        a.__exit__(None, None, None)
+    b.__exit__(None, None, None)
+    assert tf.distribute.get_strategy() is outer and tf.distribute.has_strategy()
+    a.__exit__(None, None, None)
+    assert tf.distribute.get_strategy() is None and not tf.distribute.has_strategy()
 
 
 SCRIPT = textwrap.dedent("""
