@@ -226,7 +226,7 @@ int main(int argc, char** argv) try {
   bool timed = argc > 6 && std::strcmp(argv[6], "timeline") == 0;
   if (timed) {
     if (!strategy) fail("bench_models: a timeline needs a strategy");
-    strategy->set_timeline(&timeline);
+    strategy->extended().set_timeline(&timeline);
   }
   // Train on slices of the data sized to run about `seconds`/3, three times; report the best.
   int64_t per_run = std::min<int64_t>(n, it->batch * 40);
@@ -241,7 +241,7 @@ int main(int argc, char** argv) try {
       std::min<int64_t>(n, std::max<int64_t>(it->batch, static_cast<int64_t>(per_run * (seconds / 3) / one)));
   rows -= rows % it->batch;
   // Workers of a multi-worker strategy train the same rows (the fewest any of them chose).
-  distribute::Communicator* workers = strategy ? strategy->worker_communicator() : nullptr;
+  distribute::Communicator* workers = strategy ? strategy->extended().worker_communicator() : nullptr;
   if (workers != nullptr) workers->all_reduce(std::span<int64_t>(&rows, 1), distribute::ReduceOp::Min);
   double best = 0;
   std::string figures;  // what the runner adds to the epoch's logs (a pipeline's bubble), of the fastest run
@@ -282,7 +282,7 @@ int main(int argc, char** argv) try {
         "{:.0f}, \"fraction_of_step_floor\": {:.3f}",
         parameters, update_bytes, bandwidth / 1e9, step_floor, best / step_floor);
   }
-  if (strategy && !strategy->is_chief()) return 0;  // the chief reports for every worker
+  if (strategy && !strategy->extended().is_chief()) return 0;  // the chief reports for every worker
   std::printf(
       "{\"workload\": \"%s\", \"strategy\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"samples_per_s\": %.0f, "
       "\"peak_rss_mb\": %.1f, \"data_mb\": %.1f, \"peak_training_mb\": %.1f, \"gemm_floor_samples_per_s\": %.0f, "

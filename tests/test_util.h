@@ -4,13 +4,25 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "tandem/error.h"
 #include "tandem/random.h"
 #include "tandem/tensor.h"
 
 namespace tandem::testing {
+
+// What `f` throws as a tandem::Error, or "(no error)".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 inline Tensor random_tensor(const Shape& shape, uint64_t seed, float low = -1.0f, float high = 1.0f) {
   Tensor t = Tensor::empty(shape);

@@ -90,6 +90,8 @@ void warn_about_parallelism(const distribute::Strategy& strategy, int threads_fl
 // From the strategies' registry (strategy_flags.cpp): --strategy's help, and the refusal of a
 // strategy's own flag (given: flag name, whether it was set) with a strategy that does not read it.
 std::string strategy_help();
+// A strategy's own flag's help: the strategies that read `flag` (the registry's), then `text`.
+std::string for_strategies(const char* flag, const std::string& text);
 void check_strategy_flags(const std::string& spec, const std::vector<std::pair<const char*, bool>>& given);
 
 // The test accuracy after every epoch, and the training time until it first reached `target`.

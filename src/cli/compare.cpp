@@ -48,10 +48,11 @@ distribute::StrategyFamily family_of(const std::string& name) {
   const distribute::StrategyEntry* entry = distribute::strategy_entry(name);
   return entry != nullptr ? entry->family : distribute::StrategyFamily::DataParallel;
 }
-// A row's registered name ("ps-sync" for "ps-sync:1x3:1"), empty for none.
-std::string entry_name(const std::string& name) {
+// Which of the closing questions a row answers (its registry entry's role).
+using Role = distribute::CompareRole;
+Role role_of(const std::string& name) {
   const distribute::StrategyEntry* entry = distribute::strategy_entry(name);
-  return entry != nullptr ? entry->name : std::string();
+  return entry != nullptr ? entry->compare_role : Role::None;
 }
 
 bool launched(const std::string& name) {
@@ -59,34 +60,18 @@ bool launched(const std::string& name) {
   return entry != nullptr && entry->needs_launcher;
 }
 
-// multiworker:N: N processes of `tandem fit` under `tandem launch`; ps-async:PxW, ps-sync:PxW[:B]
-// (B backup workers), ps-ssp:PxW:S (staleness bound S): a cluster of P servers and W workers (and
-// the chief) under `tandem launch --ps P --workers W`.
-// The chief's report is the row.
+// A strategy whose workers are processes (its row names how many, "multiworker:2",
+// "ps-sync:1x3:1"): `tandem fit` under `tandem launch`, as its registry entry plans it. The
+// chief's report is the row.
 Row train_on_workers(const std::string& name, const CompareFlags& f) {
-  std::vector<std::string> parts = split(name, ':');
-  bool ps = family_of(name) == distribute::StrategyFamily::ParameterServer;
-  std::vector<std::string> launch_args, counts = parts.size() >= 2 ? split(parts[1], 'x') : std::vector<std::string>{};
-  // ps-sync:PxW:B and ps-ssp:PxW:S: the fit's strategy is ps-sync:B, ps-ssp:S.
-  bool takes_third = parts[0] == "ps-sync" || parts[0] == "ps-ssp";
-  if (ps && (parts.size() > (takes_third ? 3u : 2u) || (parts[0] == "ps-ssp" && parts.size() != 3)))
-    fail("--strategies: \"{}\": expected {}", name,
-         parts[0] == "ps-ssp"    ? "ps-ssp:PxW:S"
-         : parts[0] == "ps-sync" ? "ps-sync:PxW or ps-sync:PxW:B"
-                                 : "ps-async:PxW");
-  std::string fit_strategy = ps && parts.size() == 3 ? parts[0] + ":" + parts[2] : ps ? parts[0] : name;
-  auto number = [](const std::string& n) {
-    return !n.empty() && n.size() < 5 && n.find_first_not_of("0123456789") == std::string::npos && std::stoi(n) > 0;
-  };
-  if (ps) {
-    if (counts.size() != 2 || !number(counts[0]) || !number(counts[1]))
-      fail("--strategies: \"{}\": name the servers and workers to launch, e.g. {}:1x3", name, parts[0]);
-    launch_args = {"--ps", counts[0], "--workers", counts[1]};
-  } else {
-    if (parts.size() < 2 || !number(parts[1]))
-      fail("--strategies: \"{}\": name the workers to launch, e.g. multiworker:2", name);
-    launch_args = {"-np", parts[1]};
+  distribute::LaunchPlan plan;
+  try {
+    plan = distribute::strategy_entry(name)->launch(name);
+  } catch (const Error& e) {
+    fail("--strategies: {}", e.what());
   }
+  const std::vector<std::string>& launch_args = plan.launcher_args;
+  const std::string& fit_strategy = plan.fit_strategy;
   char self[4096] = {};
   ssize_t length = readlink("/proc/self/exe", self, sizeof self - 1);
   if (length <= 0) fail("compare: cannot find the tandem executable to launch ({})", std::strerror(errno));
@@ -145,9 +130,9 @@ Row train_on_workers(const std::string& name, const CompareFlags& f) {
   row.final_loss = j["final_training_loss"].get<double>();
   row.test_loss = j["test_loss"].get<double>();
   row.test_accuracy = j["test_accuracy"].get<double>();
-  if (ps) {
+  if (plan.workers > 0) {
     row.strategy = name;  // with its servers and workers
-    row.replicas = std::stoi(counts[1]);
+    row.replicas = plan.workers;
   }
   if (j.contains("seconds_to_target") && !j["seconds_to_target"].is_null())
     row.seconds_to_target = j["seconds_to_target"].get<double>();
@@ -273,8 +258,9 @@ std::string svg_chart(const std::vector<Row>& rows, const std::string& title) {
 void answer_the_tutorial(const std::vector<Row>& rows, const CompareFlags& f) {
   const Row *async = nullptr, *sync = nullptr;
   for (const Row& r : rows) {
-    if (entry_name(r.strategy) == "ps-async" && !async) async = &r;
-    if (entry_name(r.strategy) == "ps-sync" && std::count(r.strategy.begin(), r.strategy.end(), ':') == 1 && !sync)
+    if (role_of(r.strategy) == Role::AsynchronousUpdates && !async) async = &r;
+    if (role_of(r.strategy) == Role::SynchronousUpdates && std::count(r.strategy.begin(), r.strategy.end(), ':') == 1 &&
+        !sync)
       sync = &r;  // plain synchronous: no backup workers
   }
   if (!async || !sync) return;
@@ -318,8 +304,8 @@ void answer_the_split(const std::vector<Row>& rows) {
   for (const Row& r : rows) {
     if (family_of(r.strategy) == Family::ModelParallel && r.strategy.find('+') == std::string::npos && !split)
       split = &r;
-    if (entry_name(r.strategy) == "default" && !one) one = &r;
-    if (is_split(r.strategy) || entry_name(r.strategy) == "mirrored") ways.push_back(&r);
+    if (role_of(r.strategy) == Role::OneDevice && !one) one = &r;
+    if (is_split(r.strategy) || role_of(r.strategy) == Role::DataSplit) ways.push_back(&r);
   }
   if (!split)
     for (const Row& r : rows)
@@ -359,7 +345,7 @@ void run_compare(const CompareFlags& f) {
   for (const std::string& n : names) rows.push_back(train_under(n, f));
   const Row* base = nullptr;
   for (const Row& r : rows)
-    if (entry_name(r.strategy) == "default") base = &r;
+    if (role_of(r.strategy) == Role::OneDevice) base = &r;
   if (!base) base = &rows.front();
 
   std::printf("\n%s on %s, %d epochs, global batch %lld, seed %llu:\n", f.common.model.c_str(),
@@ -454,14 +440,9 @@ void add_compare(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
   cmd->add_option("--strategies", flags->strategies,
-                  "comma-separated: default, one_device, mirrored[:N[:deterministic]], central[:N[:deterministic]], "
-                  "local_sgd[:N[:K]], multiworker:N[:L][:deterministic] (N processes under tandem launch), "
-                  "ps-async:PxW, ps-sync:PxW[:B], ps-ssp:PxW:S (P parameter servers and W workers under tandem launch "
-                  "--ps P --workers W; "
-                  "--batch-size is then each worker's batch), model-parallel:N (the Dense layers split over N "
-                  "devices), pipeline:S[:M][:gpipe|:1f1b] (S stages, M "
-                  "micro-batches), mirrored:D+model-parallel:T or mirrored:D+pipeline:S[:M] (D copies of either), "
-                  "multiworker:N:zero (ZeRO stage 1)")
+                  "comma-separated: " + distribute::compare_grammar() +
+                      " (P parameter servers and W workers, or W worker processes, are started under tandem launch; "
+                      "on parameter servers --batch-size is each worker's batch)")
       ->capture_default_str();
   cmd->add_option("--target-accuracy", flags->target_accuracy,
                   "evaluate on the test split after every epoch: the table gives the training seconds to first reach "

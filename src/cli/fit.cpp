@@ -53,14 +53,14 @@ struct FitFlags {
   std::string strategy = "default";
   double timeout = 30.0;         // seconds a worker waits for the others
   double fusion_mb = 0.0;        // tensor fusion buckets (0: one all-reduce after backward)
-  std::string cluster;           // ps-async, ps-sync: the cluster spec's file (empty: TF_CONFIG)
-  double shard_mb = 0.0;         // ps-async, ps-sync: variables above this size are split over the servers
+  std::string cluster;           // parameter servers: the cluster spec's file (empty: TF_CONFIG)
+  double shard_mb = 0.0;         // parameter servers: variables above this size are split over the servers
   double target_accuracy = 0.0;  // test accuracy after every epoch, and the time to reach this
   bool prefetch = false;         // ps-async: the next pull right after each push
   std::string auth;              // ps-*: CurveZMQ keys' directory
   bool insecure = false;         // ps-*: listening on a non-loopback address without keys
   std::string record, replay;    // ps-async: the order of the servers' updates, written or forced
-  int min_workers = 1;           // ps-sync: the job ends when fewer workers are left
+  int min_workers = 1;           // synchronous rounds: the job ends when fewer workers are left
   std::string device_memory;     // model-parallel:N: each device's memory ("64MB")
   double cycle_time_ms = 0.0;
   std::string compression = "none";
@@ -128,7 +128,7 @@ void end_on_worker_failure(const std::string& message) {
 
 // The chief's choice of `text` on every worker (the run directory, chosen where it is created).
 void from_chief(distribute::Strategy& strategy, std::string& text) {
-  distribute::Communicator* workers = strategy.worker_communicator();
+  distribute::Communicator* workers = strategy.extended().worker_communicator();
   if (workers == nullptr || workers->size() == 1) return;
   std::vector<int64_t> buffer(1 + (text.size() + 7) / 8, 0);
   buffer[0] = static_cast<int64_t>(text.size());
@@ -148,7 +148,7 @@ distribute::Compression compression_named(const std::string& name) {
 
 // Each worker's timeline file: `path` itself with one process, else with ".rank<R>" before its extension.
 std::string timeline_file(distribute::Strategy& strategy, const std::string& path) {
-  const distribute::Communicator* workers = strategy.worker_communicator();
+  const distribute::Communicator* workers = strategy.extended().worker_communicator();
   if (workers == nullptr || workers->size() == 1) return path;
   std::filesystem::path p(path);
   return (p.parent_path() / fmt::format("{}.rank{}{}", p.stem().string(), workers->rank(), p.extension().string()))
@@ -156,18 +156,18 @@ std::string timeline_file(distribute::Strategy& strategy, const std::string& pat
 }
 
 std::unique_ptr<Timeline> start_timeline(distribute::Strategy& strategy, const std::string& path) {
-  distribute::Communicator* workers = strategy.worker_communicator();
+  distribute::Communicator* workers = strategy.extended().worker_communicator();
   int rank = workers != nullptr ? workers->rank() : 0;
   auto timeline = std::make_unique<Timeline>(rank, fmt::format("rank {}", rank));
   io::write_file_atomically(timeline_file(strategy, path), "");  // writable now, not after training
-  strategy.set_timeline(timeline.get());
+  strategy.extended().set_timeline(timeline.get());
   return timeline;
 }
 
 // Writes the trace and says where it went and how much of the all-reduce the backward pass hid:
 // the time the step waited for reductions against the time they took on the communication thread.
 void finish_timeline(distribute::Strategy& strategy, Timeline& timeline, const std::string& path, int verbose) {
-  strategy.set_timeline(nullptr);
+  strategy.extended().set_timeline(nullptr);
   std::string file = timeline_file(strategy, path);
   timeline.write(file);
   if (verbose == 0) return;
@@ -227,7 +227,7 @@ void run_fit(FitFlags f) {
   distribute::set_job_phase(*strategy, "start-up");  // the model, the data, the run directory
   std::unique_ptr<Timeline> timeline;
   if (!f.timeline.empty()) timeline = start_timeline(*strategy, f.timeline);
-  bool chief = strategy->is_chief();
+  bool chief = strategy->extended().is_chief();
   if (!chief) f.verbose = 0;  // the chief speaks for every worker
   if (chief) choose_run_directory(f);
   from_chief(*strategy, f.checkpoint_dir);
@@ -261,7 +261,7 @@ void run_fit(FitFlags f) {
                      .validation_split = f.validation_split,
                      .verbose = f.verbose};
   if (chief) check_checkpoint_dir(f.checkpoint_dir, f.overwrite);
-  // The strategy's kind, not its replica count: "mirrored:2:deterministic" -> "mirrored:deterministic".
+  // The strategy's kind, not its counts: its name's words that are not numbers.
   std::string strategy_kind;
   for (const std::string& part : split(strategy->name(), ':'))
     if (part.find_first_not_of("0123456789") != std::string::npos)
@@ -292,7 +292,7 @@ void run_fit(FitFlags f) {
 
   auto train_start = std::chrono::steady_clock::now();
   History history = model.fit(data.train.x, data.train.y, options);
-  if (strategy->serves()) return;  // a parameter server or worker: the chief ended the job
+  if (strategy->extended().serves()) return;  // a parameter server or worker: the chief ended the job
   double train_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - train_start).count();
   if (nan_guard->terminated()) {
     std::string last = f.checkpoint_dir.empty() ? std::string() : latest_checkpoint(f.checkpoint_dir);
@@ -310,7 +310,7 @@ void run_fit(FitFlags f) {
   distribute::set_job_phase(*strategy, "the final report");
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!chief) {
-    if (!f.checkpoint_dir.empty() && strategy->collects_state_together()) model.state();  // the final one's
+    if (!f.checkpoint_dir.empty() && strategy->extended().collects_state_together()) model.state();  // the final one's
     return;
   }
   std::printf("Test loss: %.4f - test accuracy: %.2f%% (%.1f s wall)\n", log_value(test, "loss"),
@@ -357,7 +357,7 @@ void run_fit(FitFlags f) {
     }
     for (const auto& [name, values] : history.history)
       if (name == "staleness" || name == "max_staleness" || name == "dropped") r[name] = values;  // per epoch
-    for (const auto& [name, counts] : strategy->report_counts()) {
+    for (const auto& [name, counts] : strategy->extended().report_counts()) {
       nlohmann::json by = nlohmann::json::object();
       for (auto [key, count] : counts) by[std::to_string(key)] = count;
       r[name] = by;
@@ -412,44 +412,56 @@ void add_fit(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--strategy", flags->strategy, strategy_help())->capture_default_str();
   cmd->add_option("--cluster", flags->cluster,
-                  "ps-async, ps-sync: a file holding the cluster spec as TF_CONFIG's JSON (default: the TF_CONFIG "
-                  "environment variable, as with TensorFlow)")
+                  for_strategies("cluster",
+                                 "a file holding the cluster spec as TF_CONFIG's JSON (default: the "
+                                 "TF_CONFIG environment variable, as with TensorFlow)"))
       ->check(CLI::ExistingFile);
   cmd->add_option("--shard-mb", flags->shard_mb,
-                  "ps-async, ps-sync: split a variable larger than this many MiB into shards over the servers "
-                  "(0: each variable whole on one server)")
+                  for_strategies("shard-mb",
+                                 "split a variable larger than this many MiB into shards over the "
+                                 "servers (0: each variable whole on one server)"))
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_flag("--prefetch", flags->prefetch,
-                "ps-async: each worker asks for the next step's variables right after its push (more samples/s, "
-                "gradients about one update staler)");
+                for_strategies("prefetch",
+                               "asynchronous, each worker asks for the next step's variables right "
+                               "after its push (more samples/s, gradients about one update staler)"));
   cmd->add_option("--auth", flags->auth,
-                  "ps-*: encrypt and authenticate every connection with the CurveZMQ keys in this directory "
-                  "(`tandem keys DIR` makes them); servers admit only the public keys in DIR/allowed");
+                  for_strategies("auth",
+                                 "encrypt and authenticate every connection with the CurveZMQ keys in this "
+                                 "directory (`tandem keys DIR` makes them); servers admit only the public "
+                                 "keys in DIR/allowed"));
   cmd->add_flag("--insecure", flags->insecure,
-                "ps-*: let the chief and the servers listen on non-loopback addresses without --auth (a network "
-                "you trust)");
+                for_strategies("insecure",
+                               "let the chief and the servers listen on non-loopback addresses "
+                               "without --auth (a network you trust)"));
   cmd->add_option("--record", flags->record,
-                  "ps-async: write to this file, at each epoch's end, which worker took each step and the order in "
-                  "which the servers answered pulls and applied pushes (for --replay)");
+                  for_strategies("record",
+                                 "asynchronous, write to this file, at each epoch's end, which worker "
+                                 "took each step and the order in which the servers answered pulls and "
+                                 "applied pushes (for --replay)"));
   cmd->add_option("--replay", flags->replay,
-                  "ps-async: run again the run that --record wrote this file for, forcing its order: the final "
-                  "weights are bitwise the recorded run's");
+                  for_strategies("replay",
+                                 "run again the run that --record wrote this file for, forcing its "
+                                 "order: the final weights are bitwise the recorded run's"));
   cmd->add_option("--min-workers", flags->min_workers,
-                  "ps-sync: a worker that dies is dropped from the rounds; the job ends when fewer than this many "
-                  "are left")
+                  for_strategies("min-workers",
+                                 "synchronous rounds, a worker that dies is dropped from them; the "
+                                 "job ends when fewer than this many are left"))
       ->capture_default_str();
   cmd->add_option("--device-memory", flags->device_memory,
-                  "model-parallel:N: each device's memory for the variables and optimizer slots (64MB, 1.5GB, 500KB "
-                  "or bytes): a model that needs more on a device is refused before training");
+                  for_strategies("device-memory",
+                                 "each device's memory for the variables and optimizer slots "
+                                 "(64MB, 1.5GB, 500KB or bytes): a model that needs more on a "
+                                 "device is refused before training"));
   cmd->add_option("--target-accuracy", flags->target_accuracy,
                   "evaluate on the test split after every epoch and say how many training seconds it took to "
                   "first reach this test accuracy (a fraction: 0.98; 0: no such evaluation)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--timeout", flags->timeout,
-                  "seconds a worker of multiworker waits for the others (a dead, stopped or stuck one) before "
-                  "every worker stops, naming it")
+                  "seconds a process of a multi-process job waits for the others (a dead, stopped or stuck one) "
+                  "before every process stops, naming it")
       ->capture_default_str()
       ->check(finite_number & CLI::Range(0.1, 86400.0));
   cmd->add_option("--fusion-mb", flags->fusion_mb,

@@ -56,8 +56,9 @@ void CommonFlags::apply() const {
 
 std::string describe_parallelism(const distribute::Strategy* strategy, int threads_flag) {
   std::string text = describe_threads();
-  if (strategy != nullptr && strategy->threads_per_replica() > 0) {
-    int replicas = strategy->num_replicas_in_sync(), per = strategy->threads_per_replica(), cores = usable_cores();
+  if (strategy != nullptr && strategy->extended().threads_per_replica() > 0) {
+    int replicas = strategy->num_replicas_in_sync(), per = strategy->extended().threads_per_replica(),
+        cores = usable_cores();
     text += fmt::format("\nstrategy {}: {} replica{} × {} intra-op thread{} ({}){}", strategy->name(), replicas,
                         replicas == 1 ? "" : "s", per, per == 1 ? "" : "s",
                         threads_flag > 0 ? "--threads is per replica" : "usable cores ÷ replicas",

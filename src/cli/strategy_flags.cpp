@@ -6,16 +6,16 @@
 
 namespace tandem::cli {
 
-// --strategy's help: every registered strategy's grammar and line.
+// --strategy's help: the registry's, then what the name changes in the other flags.
 std::string strategy_help() {
-  std::string text;
-  for (const distribute::StrategyEntry& e : distribute::strategy_entries())
-    text += fmt::format("{}{}: {}", text.empty() ? "" : "; ", e.grammar, e.help);
-  return text +
-         "; or mirrored:D+model-parallel:T or mirrored:D+pipeline:S[:M] (D copies of the split model, each on its rows "
-         "of the batch). --threads is then per replica or device. --batch-size is the global batch, except on a "
+  return distribute::strategy_help() +
+         ". --threads is then per replica or device. --batch-size is the global batch, except on a "
          "parameter-server cluster (TF_CONFIG; `tandem launch --ps P --workers W` starts one here), where it is the "
          "batch each worker computes per step and an epoch is one pass over the data by all the workers together";
+}
+
+std::string for_strategies(const char* flag, const std::string& text) {
+  return distribute::strategies_reading(flag) + ": " + text;
 }
 
 void check_strategy_flags(const std::string& spec, const std::vector<std::pair<const char*, bool>>& given) {

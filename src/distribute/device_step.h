@@ -24,8 +24,8 @@ class DeviceStep : public StepRunner {
         optimizer_(parts.optimizer),
         seed_(parts.seed),
         metrics_(parts.metrics),
-        first_(strategy.first_local_replica()),
-        processes_(strategy.worker_communicator()),
+        first_(strategy.extended().first_local_replica()),
+        processes_(strategy.extended().worker_communicator()),
         owner_(strategy) {}
   bool lazy_batches() const override { return false; }
   void check_batch(bool have, int64_t rows, int epoch, int64_t step) override {

@@ -16,12 +16,12 @@ std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
     if (t.dim(0) != rows)
       fail("distribute_dataset: element components have {} and {} rows; every component needs the batch's", rows,
            t.dim(0));
-  strategy_->split_batch(rows, split_);
+  strategy_->extended().split_batch(rows, split_);
   PerReplica<data::Element> out;
-  int first = strategy_->first_local_replica();
+  int first = strategy_->extended().first_local_replica();
   auto row_of = [&](int replica) { return split_.begin(split_.first_part[static_cast<size_t>(replica)]); };
   out.first_row = row_of(first);
-  for (int r = first; r < first + strategy_->num_local_replicas(); ++r) {
+  for (int r = first; r < first + strategy_->extended().num_local_replicas(); ++r) {
     data::Element part;
     for (const Tensor& t : *batch) part.push_back(t.slice(row_of(r), row_of(r + 1)));
     out.values.push_back(std::move(part));

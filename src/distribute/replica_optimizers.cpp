@@ -7,7 +7,7 @@
 
 namespace tandem::distribute {
 
-struct Strategy::ReplicaOptimizers {
+struct StrategyExtended::ReplicaOptimizers {
   struct Copies {
     std::vector<std::unique_ptr<Optimizer>> of_replica;  // [0] unused: the optimizer itself
     bool ready = false;
@@ -16,11 +16,11 @@ struct Strategy::ReplicaOptimizers {
   std::map<uint64_t, Copies> by_optimizer;  // by Optimizer::id
 };
 
-Strategy::Strategy() : replica_optimizers_(std::make_unique<ReplicaOptimizers>()) {}
-Strategy::~Strategy() = default;
+StrategyExtended::StrategyExtended() : replica_optimizers_(std::make_unique<ReplicaOptimizers>()) {}
+StrategyExtended::~StrategyExtended() = default;
 
-Optimizer& Strategy::replica_optimizer(Optimizer& optimizer, const ReplicaContext& replica,
-                                       std::span<Variable* const> variables) {
+Optimizer& StrategyExtended::replica_optimizer(Optimizer& optimizer, const ReplicaContext& replica,
+                                               std::span<Variable* const> variables) {
   int r = replica.local_replica_id;  // the copies are this process's
   ReplicaOptimizers& all = *replica_optimizers_;
   ReplicaOptimizers::Copies* copies = nullptr;
@@ -51,7 +51,7 @@ Optimizer& Strategy::replica_optimizer(Optimizer& optimizer, const ReplicaContex
   return *mine;
 }
 
-void Strategy::forget_replica_optimizers() {
+void StrategyExtended::forget_replica_optimizers() {
   std::lock_guard lock(replica_optimizers_->mutex);
   replica_optimizers_->by_optimizer.clear();
 }

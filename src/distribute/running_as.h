@@ -10,14 +10,14 @@ class RunningAs {
  public:
   RunningAs(Strategy* s, int r)
       : context_{s,
-                 &s->communicator(r),
-                 s->first_local_replica() + r,
+                 &s->extended().communicator(r),
+                 s->extended().first_local_replica() + r,
                  s->num_replicas_in_sync(),
-                 s->first_row(r),
+                 s->extended().first_row(r),
                  r,
-                 s->num_local_replicas(),
-                 s->batch_group(r),
-                 &s->update_rule()},
+                 s->extended().num_local_replicas(),
+                 s->extended().batch_group(r),
+                 &s->extended().update_rule()},
         as_(context_) {}
 
  private:

@@ -15,11 +15,11 @@ namespace {
 thread_local std::vector<Strategy*> open_scopes;
 }  // namespace
 
-std::shared_ptr<layers::Layer> Strategy::replica_layer(const layers::Layer& layer, int) const {
+std::shared_ptr<layers::Layer> StrategyExtended::replica_layer(const layers::Layer& layer, int) const {
   return layer.replicate();
 }
 
-std::vector<std::shared_ptr<layers::Layer>> Strategy::replica_layers(
+std::vector<std::shared_ptr<layers::Layer>> StrategyExtended::replica_layers(
     const std::vector<std::shared_ptr<layers::Layer>>& layers, int replica) const {
   if (replica == 0) return layers;
   std::vector<std::shared_ptr<layers::Layer>> out;
@@ -27,9 +27,9 @@ std::vector<std::shared_ptr<layers::Layer>> Strategy::replica_layers(
   return out;
 }
 
-UpdateRule& Strategy::update_rule() const { return mirrored_update_rule(); }
+UpdateRule& StrategyExtended::update_rule() const { return mirrored_update_rule(); }
 
-void Strategy::split_batch(int64_t rows, BatchSplit& split) const {
+void StrategyExtended::split_batch(int64_t rows, BatchSplit& split) const {
   split.even(rows, num_replicas_in_sync(), num_replicas_in_sync());
 }
 

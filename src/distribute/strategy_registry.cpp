@@ -2,6 +2,8 @@
 // make_strategy, which finds a name's entry and lets it read the rest.
 #include "tandem/distribute/strategy_registry.h"
 
+#include <algorithm>
+
 #include "distribute/strategy_words.h"
 #include "tandem/collectives/mpi.h"
 #include "tandem/error.h"
@@ -66,6 +68,31 @@ std::string strategy_grammar() {
   for (const StrategyEntry& e : strategy_entries())
     if (e.copies) copies += (copies.empty() ? "" : " or ") + e.grammar;
   return text + "or mirrored:D+ (" + copies + ")";
+}
+
+std::string strategy_help() {
+  std::string text, copies;
+  for (const StrategyEntry& e : strategy_entries()) {
+    text += fmt::format("{}{}: {}", text.empty() ? "" : "; ", e.grammar, e.help);
+    if (e.copies) copies += (copies.empty() ? "" : " or ") + fmt::format("mirrored:D+{}", e.grammar);
+  }
+  return text + "; or " + copies + " (D copies of the split model, each on its rows of the batch)";
+}
+
+std::string compare_grammar() {
+  std::string text, copies;
+  for (const StrategyEntry& e : strategy_entries()) {
+    text += (e.needs_launcher ? e.launch_grammar : e.grammar) + ", ";
+    if (e.copies) copies += (copies.empty() ? "" : " or ") + fmt::format("mirrored:D+{}", e.grammar);
+  }
+  return text + copies;
+}
+
+std::string strategies_reading(const std::string& flag) {
+  std::string names;
+  for (const StrategyEntry& e : strategy_entries())
+    if (std::find(e.flags.begin(), e.flags.end(), flag) != e.flags.end()) names += (names.empty() ? "" : ", ") + e.name;
+  return names;
 }
 
 void bad_strategy(const std::string& spec, const std::string& why) {

@@ -26,7 +26,8 @@ void GlobalBatch::slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) cons
   }
 }
 
-ModelReplicas::ModelReplicas(const Strategy& strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers)
+ModelReplicas::ModelReplicas(const StrategyExtended& strategy,
+                             const std::vector<std::shared_ptr<layers::Layer>>& layers)
     : replicas_(static_cast<size_t>(strategy.num_local_replicas())) {
   // Placement (with_device) is one model's; a strategy's replicas are devices of their own.
   for (const auto& l : layers)
@@ -72,12 +73,12 @@ void check_placed_memory(ModelReplicas& replicas, const Optimizer& optimizer) {
 
 }  // namespace
 
-std::unique_ptr<StepRunner> Strategy::make_step(const StepParts& parts) {
+std::unique_ptr<StepRunner> StrategyExtended::make_step(const StepParts& parts) {
   check_placed_memory(parts.replicas, parts.optimizer);
   return std::make_unique<TrainStep>(*this, parts);
 }
 
-TrainStep::TrainStep(Strategy& strategy, const StepParts& parts)
+TrainStep::TrainStep(StrategyExtended& strategy, const StepParts& parts)
     : strategy_(&strategy),
       replicas_(parts.replicas),
       loss_(parts.loss),

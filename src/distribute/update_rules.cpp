@@ -17,12 +17,12 @@ class MirroredUpdate : public UpdateRule {
     const ReplicaContext* replica = replica_context();
     if (replica->num_replicas == 1) return optimizer.apply_here(variables, gradients);
     apply_reduced(optimizer, variables,
-                  reduce_replica_gradients(*replica, replica->strategy->gradient_reduction(), gradients));
+                  reduce_replica_gradients(*replica, replica->strategy->extended().gradient_reduction(), gradients));
   }
   void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
                      std::span<const Tensor> reduced) override {
     const ReplicaContext& replica = *replica_context();
-    replica.strategy->replica_optimizer(optimizer, replica, variables).apply_here(variables, reduced);
+    replica.strategy->extended().replica_optimizer(optimizer, replica, variables).apply_here(variables, reduced);
   }
 };
 

@@ -11,7 +11,7 @@
 namespace tandem::distribute {
 
 void check_workers_agree(Strategy& strategy, const std::string& what, const std::string& text) {
-  Communicator* workers = strategy.worker_communicator();
+  Communicator* workers = strategy.extended().worker_communicator();
   if (workers == nullptr || workers->size() == 1) return;
   auto n = static_cast<size_t>(workers->size());
   std::vector<int64_t> lengths(n);

@@ -19,11 +19,11 @@ double log_value(const Logs& logs, const std::string& name) {
   fail("logs: no value named \"{}\"; have: {}", name, have);
 }
 
-bool Callback::writes_files() const { return model == nullptr || model->strategy()->is_chief(); }
+bool Callback::writes_files() const { return model == nullptr || model->strategy()->extended().is_chief(); }
 
 bool Callback::takes_part_only() const {
   if (writes_files()) return false;
-  if (model->strategy()->collects_state_together()) model->state();
+  if (model->strategy()->extended().collects_state_together()) model->state();
   return true;
 }
 

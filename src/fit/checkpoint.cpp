@@ -15,10 +15,10 @@ std::vector<std::pair<std::string, Tensor>> Sequential::state() {
   std::vector<std::pair<std::string, Tensor>> out;
   for (Variable* v : variables()) out.emplace_back(v->name, v->value);
   if (optimizer_) {
-    if (!strategy_->collects_state_together()) optimizer_->build(trainable_variables());
+    if (!strategy_->extended().collects_state_together()) optimizer_->build(trainable_variables());
     for (auto& entry : optimizer_->state()) out.push_back(std::move(entry));
   }
-  strategy_->collect_state(out);
+  strategy_->extended().collect_state(out);
   return out;
 }
 

@@ -18,7 +18,7 @@ FitLoop::FitLoop(Sequential& model, const FitOptions& options, int64_t steps, Ba
 
 History FitLoop::run() {
   distribute::Strategy* strategy = model_.strategy();
-  if (strategy->serves()) return serve();
+  if (strategy->extended().serves()) return serve();
   distribute::set_job_phase(*strategy, "agreement checks");
   // Workers that differ would deadlock or silently train different things: compare first.
   std::string run_text = fmt::format("steps per epoch {}, epochs {}, validation rows {}", steps_, options_.epochs,
@@ -31,7 +31,7 @@ History FitLoop::run() {
   distribute::check_workers_agree(*strategy, "the model, optimizer and batch size", model_text);
   distribute::set_job_phase(*strategy, "training");
   // Only the chief prints progress (the others train the same steps).
-  verbose_ = strategy->is_chief() ? options_.verbose : 0;
+  verbose_ = strategy->extended().is_chief() ? options_.verbose : 0;
   if (model_.built()) make_runner();
   for (int epoch = start.epoch; epoch < options_.epochs && !model_.stop_training; ++epoch) {
     if (verbose_ > 0) std::printf("Epoch %d/%d\n", epoch + 1, options_.epochs);
@@ -59,7 +59,7 @@ History FitLoop::serve() {
   if (!model_.built()) next_batch_(0, 0, false, batch_);
   distribute::StepParts parts = step_parts(false);
   distribute::set_job_phase(*model_.strategy(), "training");
-  model_.strategy()->serve(parts);
+  model_.strategy()->extended().serve(parts);
   return {};
 }
 
@@ -85,7 +85,7 @@ distribute::StepParts FitLoop::step_parts(bool with_metrics) {
           .batch_at = batch_at_};
 }
 
-void FitLoop::make_runner() { runner_ = model_.strategy()->make_step(step_parts(true)); }
+void FitLoop::make_runner() { runner_ = model_.strategy()->extended().make_step(step_parts(true)); }
 
 const Logs& FitLoop::current_logs() {
   logs_.clear();

@@ -52,8 +52,8 @@ Tensor Sequential::call(const Tensor& x, const CallContext& ctx) {
 }
 
 std::shared_ptr<distribute::ModelReplicas> Sequential::make_replicas() {
-  replicas_ = std::make_shared<distribute::ModelReplicas>(*strategy_, layers_);
-  strategy_->forget_replica_optimizers();
+  replicas_ = std::make_shared<distribute::ModelReplicas>(strategy_->extended(), layers_);
+  strategy_->extended().forget_replica_optimizers();
   return replicas_;
 }
 

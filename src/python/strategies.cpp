@@ -66,11 +66,11 @@ void register_strategies(py::module_& m) {
       .def_property_readonly("name", [](StrategyHandle& h) { return h.strategy->name(); })
       .def_property_readonly("num_replicas_in_sync",
                              [](StrategyHandle& h) { return h.strategy->num_replicas_in_sync(); })
-      .def_property_readonly("is_chief", [](StrategyHandle& h) { return h.strategy->is_chief(); })
+      .def_property_readonly("is_chief", [](StrategyHandle& h) { return h.strategy->extended().is_chief(); })
       .def("run",
            [](StrategyHandle& h, py::function fn, const py::tuple& args) {
              distribute::Strategy& s = *h.strategy;
-             int replicas = s.num_local_replicas();
+             int replicas = s.extended().num_local_replicas();
              // Each argument's rows split evenly over this process's replicas, in order (the
              // global batch, as a distributed dataset's batch would arrive).
              std::vector<Tensor> whole;

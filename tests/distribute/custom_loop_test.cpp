@@ -204,7 +204,7 @@ class IndependentReplicas : public distribute::MirroredStrategy {
     void apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,
                        std::span<const Tensor> grads) override {
       const distribute::ReplicaContext& replica = *distribute::replica_context();
-      replica.strategy->replica_optimizer(optimizer, replica, variables).apply_here(variables, grads);
+      replica.strategy->extended().replica_optimizer(optimizer, replica, variables).apply_here(variables, grads);
     }
   };
 };

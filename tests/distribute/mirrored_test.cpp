@@ -419,7 +419,7 @@ TEST(Deterministic, RowWiseModelsRunAReplicasPartsAsOneBatch) {
         {"conv", conv_model, {6, 6, 1}, 2 * 8}}) {
     distribute::MirroredStrategy strategy({.num_replicas = 2, .threads_per_replica = 1, .deterministic = true});
     Timeline timeline;
-    strategy.set_timeline(&timeline);
+    strategy.extended().set_timeline(&timeline);
     std::unique_ptr<Sequential> model;
     {
       auto scope = strategy.scope();

@@ -23,15 +23,6 @@ namespace {
 using distribute::ClusterSpec;
 using namespace distribute::ps;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(ClusterSpec, ReadsTfConfigAndNamesEveryMistake) {
   ClusterSpec spec = ClusterSpec::parse(
       R"({"cluster": {"chief": ["127.0.0.1:2000"], "worker": ["127.0.0.1:2001", "localhost:2002"], "ps": ["[::1]:2003"]},

@@ -15,15 +15,6 @@ using namespace distribute::ps;
 using distribute::ParameterServerOptions;
 using distribute::PsMode;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 ParameterServerOptions options(PsMode mode, int64_t bound = -1, int backups = 0, std::string replay = "") {
   ParameterServerOptions o;
   o.mode = mode;

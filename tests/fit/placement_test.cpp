@@ -16,21 +16,13 @@ namespace tandem {
 namespace {
 
 using namespace layers;
+using testing::error_of;
 
 // The process's logical devices for one test, back to the one default device after it.
 struct Devices {
   explicit Devices(const std::vector<CpuDeviceOptions>& devices) { set_cpu_devices(devices); }
   ~Devices() { set_cpu_devices({{}}); }
 };
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(Placement, DevicesCountTheirTensorsAndRefuseWhatDoesNotFit) {
   Devices devices({{}, {.threads = 1}, {.memory_limit_bytes = 4000}});

@@ -60,7 +60,7 @@ class LocalSgdStrategy : public MirroredStrategy {
         for (int64_t i = 0, n = c.numel(); i < n; ++i) p[i] *= scale;
         own.push_back(c);
       }
-      Optimizer& mine = replica.strategy->replica_optimizer(optimizer, replica, variables);
+      Optimizer& mine = replica.strategy->extended().replica_optimizer(optimizer, replica, variables);
       mine.apply_here(variables, own);
       if (mine.iterations() % every != 0 || replica.num_replicas == 1) return;
       std::vector<Tensor> values;

@@ -111,12 +111,15 @@ struct GradientReduction {
   Compression compression = Compression::None;
 };
 
-class Strategy {
+// The hooks a strategy implements and the runners call (tf.distribute's StrategyExtended): how
+// replicas run, where their variables live, how a batch is cut and gradients meet, the step
+// runner, checkpoints, processes. A user holds a Strategy; a runner (fit's loop, TrainStep, the
+// strategies' rooms, the command line's reports) reaches these through Strategy::extended().
+class StrategyExtended {
  public:
-  Strategy();
-  virtual ~Strategy();
-  Strategy(const Strategy&) = delete;
-  Strategy& operator=(const Strategy&) = delete;
+  virtual ~StrategyExtended();
+  StrategyExtended(const StrategyExtended&) = delete;
+  StrategyExtended& operator=(const StrategyExtended&) = delete;
   virtual std::string name() const = 0;          // "mirrored:2"
   virtual int num_replicas_in_sync() const = 0;  // over every process
   // Processes (MultiWorkerMirroredStrategy): this one runs num_local_replicas() of the replicas,
@@ -146,32 +149,6 @@ class Strategy {
   // by default all the replicas; null where each computes the whole batch.
   virtual Communicator* batch_group(int replica) { return &communicator(replica); }
 
-  // fn(args[r]) on every replica r (or fn() with no args): the per-replica results.
-  template <class F, class A>
-  auto run(F&& fn, const PerReplica<A>& args) {
-    check_per_replica(args.size(), "run: per-replica arguments");
-    std::vector<int64_t> first_rows;
-    if constexpr (std::is_same_v<A, data::Element>) first_rows = first_rows_of(args);
-    FirstRows during(first_rows_, std::move(first_rows));
-    return collect([&](int r) -> decltype(auto) { return fn(args[r]); });
-  }
-  template <class F>
-  auto run(F&& fn) {
-    return collect([&](int) -> decltype(auto) { return fn(); });
-  }
-  // Elementwise over the replicas' tensors (same shapes), in replica order: summed, averaged, min or
-  // max; over several processes, every process's replicas (collective over the workers).
-  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& values);
-  // This process's replicas' tensors concatenated along `axis`, in replica order.
-  Tensor gather(const PerReplica<Tensor>& values, int axis = 0);
-  DistributedDataset distribute_dataset(const data::Dataset& dataset) const { return {dataset, *this}; }
-  // fn(replica) for every replica, on this thread: per-replica inputs made by the caller.
-  template <class F>
-  auto distribute_values_from_function(F&& fn) {
-    PerReplica<std::invoke_result_t<F&, int>> out;
-    for (int r = 0; r < num_local_replicas(); ++r) out.values.push_back(fn(r));
-    return out;
-  }
   // Where replica r's variables live (r > 0; replica 0 uses the model's own layers): by default
   // a copy of its own (mirrored); central storage shares the trainable ones.
   virtual std::shared_ptr<layers::Layer> replica_layer(const layers::Layer& layer, int replica) const;
@@ -229,6 +206,53 @@ class Strategy {
   // (a model-parallel strategy's devices all compute the whole batch: 0).
   virtual int64_t first_row(int r) const { return first_rows_.empty() ? -1 : first_rows_[static_cast<size_t>(r)]; }
 
+ protected:
+  StrategyExtended();
+  // The split batch's first rows while Strategy::run runs one (empty: none).
+  std::vector<int64_t> first_rows_;
+
+ private:
+  Timeline* timeline_ = nullptr;
+  struct ReplicaOptimizers;  // replica_optimizer's copies (src/distribute/replica_optimizers.cpp)
+  std::unique_ptr<ReplicaOptimizers> replica_optimizers_;
+};
+
+// What a user does with a strategy, as tf.distribute.Strategy: its scope, run a step function on
+// every replica, reduce or gather what they return, split a dataset's batches. Its hooks are the
+// StrategyExtended it is (extended()); a new strategy derives from Strategy and overrides them.
+class Strategy : protected StrategyExtended {
+ public:
+  using StrategyExtended::name;
+  using StrategyExtended::num_replicas_in_sync;
+  StrategyExtended& extended() { return *this; }
+  const StrategyExtended& extended() const { return *this; }
+
+  // fn(args[r]) on every replica r (or fn() with no args): the per-replica results.
+  template <class F, class A>
+  auto run(F&& fn, const PerReplica<A>& args) {
+    check_per_replica(args.size(), "run: per-replica arguments");
+    std::vector<int64_t> first_rows;
+    if constexpr (std::is_same_v<A, data::Element>) first_rows = first_rows_of(args);
+    FirstRows during(first_rows_, std::move(first_rows));
+    return collect([&](int r) -> decltype(auto) { return fn(args[r]); });
+  }
+  template <class F>
+  auto run(F&& fn) {
+    return collect([&](int) -> decltype(auto) { return fn(); });
+  }
+  // Elementwise over the replicas' tensors (same shapes), in replica order: summed, averaged, min or
+  // max; over several processes, every process's replicas (collective over the workers).
+  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& values);
+  // This process's replicas' tensors concatenated along `axis`, in replica order.
+  Tensor gather(const PerReplica<Tensor>& values, int axis = 0);
+  DistributedDataset distribute_dataset(const data::Dataset& dataset) const { return {dataset, *this}; }
+  // fn(replica) for every replica, on this thread: per-replica inputs made by the caller.
+  template <class F>
+  auto distribute_values_from_function(F&& fn) {
+    PerReplica<std::invoke_result_t<F&, int>> out;
+    for (int r = 0; r < num_local_replicas(); ++r) out.values.push_back(fn(r));
+    return out;
+  }
   // While alive, models constructed on this thread train under the strategy (which must then
   // outlive them: a model keeps a pointer to it, as a Keras model keeps its strategy).
   class Scope {
@@ -259,10 +283,6 @@ class Strategy {
     }
     return first;
   }
-  std::vector<int64_t> first_rows_;
-  Timeline* timeline_ = nullptr;
-  struct ReplicaOptimizers;  // replica_optimizer's copies (src/distribute/replica_optimizers.cpp)
-  std::unique_ptr<ReplicaOptimizers> replica_optimizers_;
   void check_per_replica(int size, const char* what) const {
     if (size != num_local_replicas())
       fail("{}: {} values for {} replicas of {}{}", what, size, num_local_replicas(), name(),
@@ -293,13 +313,16 @@ void exit_scope(Strategy* s);
 // The phase of the job this process is in ("training"): said to the other processes of `strategy`
 // (one process: nothing), so that a worker that dies or stops is named with what it was doing.
 // Returns the phase before.
-inline std::string set_job_phase(Strategy& strategy, const std::string& phase) { return strategy.set_phase(phase); }
+inline std::string set_job_phase(Strategy& strategy, const std::string& phase) {
+  return strategy.extended().set_phase(phase);
+}
 
 // set_job_phase for a scope ("checkpoint writing"), then the phase before.
 class JobPhase {
  public:
-  JobPhase(Strategy& strategy, const std::string& phase) : strategy_(strategy), before_(strategy.set_phase(phase)) {}
-  ~JobPhase() { strategy_.set_phase(before_); }
+  JobPhase(Strategy& strategy, const std::string& phase)
+      : strategy_(strategy), before_(strategy.extended().set_phase(phase)) {}
+  ~JobPhase() { strategy_.extended().set_phase(before_); }
   JobPhase(const JobPhase&) = delete;
   JobPhase& operator=(const JobPhase&) = delete;
 

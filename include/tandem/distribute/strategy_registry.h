@@ -37,6 +37,21 @@ struct StrategySettings {
 
 enum class StrategyFamily { OneDevice, DataParallel, ParameterServer, ModelParallel, Pipeline };
 
+// Which of `tandem compare`'s closing questions a strategy's row answers: the one device a split
+// is measured against, the data split beside the model splits, the asynchronous and the
+// synchronous parameter-server runs the last tutorial compares.
+enum class CompareRole { None, OneDevice, DataSplit, AsynchronousUpdates, SynchronousUpdates };
+
+// How `tandem compare` starts a strategy whose workers are processes: `tandem launch`'s arguments
+// and the strategy each process's `tandem fit` is given.
+struct LaunchPlan {
+  std::vector<std::string> launcher_args;
+  std::string fit_strategy;
+  // A cluster's workers, which the chief's report does not count as its replicas (the row then keeps
+  // its own name, with the tasks); 0: the report's replicas and name.
+  int workers = 0;
+};
+
 struct StrategyEntry {
   std::string name;     // a spec's first word: "mirrored", "ps-sync"
   std::string grammar;  // "mirrored[:N[:deterministic]]"
@@ -46,6 +61,11 @@ struct StrategyEntry {
   bool copies = false;          // may follow "mirrored:D+" (D copies of a split model)
   // The command line's flags it reads beyond the common ones ("device-memory").
   std::vector<std::string> flags;
+  CompareRole compare_role = CompareRole::None;
+  // needs_launcher: a compare row's grammar, with the processes to start ("ps-sync:PxW[:B]"), and
+  // the row's name as its launch; an Error naming the row and that grammar where it is wrong.
+  std::string launch_grammar;
+  std::function<LaunchPlan(const std::string& row)> launch;
   // The strategy `words` names (the spec split at ':', words[0] == name), as `copies` copies of it
   // (1 unless the spec began "mirrored:D+"); an Error from bad_strategy where the words are wrong.
   std::function<std::unique_ptr<Strategy>(const std::string& spec, const std::vector<std::string>& words, int copies,
@@ -59,6 +79,12 @@ const std::vector<StrategyEntry>& strategy_entries();
 const StrategyEntry* strategy_entry(const std::string& spec);
 // The grammar of every name, for errors and help: "default, one_device, mirrored[:N[...]], ...".
 std::string strategy_grammar();
+// --strategy's help: every name's grammar and line, then the names of D copies of a split model.
+std::string strategy_help();
+// The names `tandem compare` takes: the grammar of each, with the processes to launch where it has them.
+std::string compare_grammar();
+// The names of the strategies that read the command-line flag `flag` ("cluster"), ", "-separated.
+std::string strategies_reading(const std::string& flag);
 // Refuses `spec`, saying why and what the names are.
 [[noreturn]] void bad_strategy(const std::string& spec, const std::string& why);
 

@@ -32,7 +32,7 @@ class ModelReplicas {
     std::vector<Variable*> variables, trainable;
     uint64_t training_calls = 0;  // inside Strategy::run: keys each training call's dropout
   };
-  ModelReplicas(const Strategy& strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers);
+  ModelReplicas(const StrategyExtended& strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers);
   int size() const { return static_cast<int>(replicas_.size()); }
   Replica& operator[](int r) { return replicas_[static_cast<size_t>(r)]; }
 
@@ -50,7 +50,7 @@ void check_same_batch(const std::string& strategy, Communicator& workers, bool h
 // step to the next.
 class TrainStep : public StepRunner {
  public:
-  TrainStep(Strategy& strategy, const StepParts& parts);
+  TrainStep(StrategyExtended& strategy, const StepParts& parts);
   ~TrainStep() override;
   TrainStep(const TrainStep&) = delete;
   TrainStep& operator=(const TrainStep&) = delete;
@@ -85,7 +85,7 @@ class TrainStep : public StepRunner {
   // Every part's values for a layer that needs the whole global batch, in part order.
   std::vector<double> gather_part_values(int r, std::span<const double> values, size_t per_part,
                                          const std::vector<int>& live);
-  Strategy* strategy_;
+  StrategyExtended* strategy_;
   ModelReplicas& replicas_;
   const Loss& loss_;
   Optimizer& optimizer_;

@@ -10,11 +10,13 @@
 namespace tandem::distribute {
 namespace {
 
-StrategyEntry single(const char* name, const char* help, std::unique_ptr<Strategy> (*make)()) {
+StrategyEntry single(const char* name, const char* help, std::unique_ptr<Strategy> (*make)(),
+                     CompareRole role = CompareRole::None) {
   return {.name = name,
           .grammar = name,
           .help = help,
           .family = StrategyFamily::OneDevice,
+          .compare_role = role,
           .make = [make](const std::string& spec, const std::vector<std::string>& words, int,
                          const StrategySettings&) -> std::unique_ptr<Strategy> {
             if (words.size() > 1) bad_strategy(spec, "\"" + words[0] + "\" takes no replica count or options");
@@ -82,11 +84,13 @@ std::unique_ptr<Strategy> multiworker(const std::string& spec, std::vector<std::
 // Tensor fusion and compression: what the replicas' gradient reduction reads.
 const std::vector<std::string> kFusionFlags{"fusion-mb", "cycle-time-ms", "compression"};
 
-StrategyEntry replicated_entry(const char* name, const char* grammar, const char* help) {
+StrategyEntry replicated_entry(const char* name, const char* grammar, const char* help,
+                               CompareRole role = CompareRole::None) {
   return {.name = name,
           .grammar = grammar,
           .help = help,
           .flags = std::string_view(name) == "local_sgd" ? std::vector<std::string>{} : kFusionFlags,
+          .compare_role = role,
           .make = [](const std::string& spec, const std::vector<std::string>& words, int,
                      const StrategySettings& settings) { return replicated(spec, words, settings); }};
 }
@@ -94,14 +98,16 @@ StrategyEntry replicated_entry(const char* name, const char* grammar, const char
 }  // namespace
 
 void add_data_parallel_strategies(std::vector<StrategyEntry>& entries) {
-  entries.push_back(single("default", "the model as it is, on this thread's cores",
-                           [] { return std::unique_ptr<Strategy>(std::make_unique<DefaultStrategy>()); }));
+  entries.push_back(single(
+      "default", "the model as it is, on this thread's cores",
+      [] { return std::unique_ptr<Strategy>(std::make_unique<DefaultStrategy>()); }, CompareRole::OneDevice));
   entries.push_back(single("one_device", "one replica, with a strategy's scope and run",
                            [] { return std::unique_ptr<Strategy>(std::make_unique<OneDeviceStrategy>()); }));
   entries.push_back(replicated_entry(
       "mirrored", "mirrored[:N[:deterministic]]",
       "N replicas on this machine's cores (default one per core), gradients all-reduced; deterministic: the same "
-      "bits for any N"));
+      "bits for any N",
+      CompareRole::DataSplit));
   entries.push_back(replicated_entry("central", "central[:N[:deterministic]]",
                                      "N replicas computing on one copy of the variables, updated once"));
   entries.push_back(replicated_entry("local_sgd", "local_sgd[:N[:K]]",
@@ -112,6 +118,15 @@ void add_data_parallel_strategies(std::vector<StrategyEntry>& entries) {
                              "1/W of the optimizer's state (ZeRO stage 1)",
                      .needs_launcher = true,
                      .flags = kFusionFlags,
+                     .launch_grammar = "multiworker:W[:L][:deterministic][:zero]",
+                     .launch =
+                         [](const std::string& row) {
+                           // multiworker:W...: W processes of `tandem launch -np W`, each fit given the row's name.
+                           std::vector<std::string> words = words_of(row);
+                           if (words.size() < 2 || !count_in_name(words[1], 9999))
+                             fail("\"{}\": name the workers to launch, e.g. multiworker:2", row);
+                           return LaunchPlan{{"-np", words[1]}, row};
+                         },
                      .make = [](const std::string& spec, const std::vector<std::string>& words, int,
                                 const StrategySettings& settings) { return multiworker(spec, words, settings); }});
 }

@@ -93,7 +93,7 @@ void ShardedUpdate::apply(Optimizer& optimizer, std::span<Variable* const> varia
   if (!reduced_by_step_) return apply_reduced(optimizer, variables, gradients);
   const ReplicaContext* replica = replica_context();
   apply_reduced(optimizer, variables,
-                reduce_replica_gradients(*replica, replica->strategy->gradient_reduction(), gradients));
+                reduce_replica_gradients(*replica, replica->strategy->extended().gradient_reduction(), gradients));
 }
 
 void ShardedUpdate::apply_reduced(Optimizer& optimizer, std::span<Variable* const> variables,

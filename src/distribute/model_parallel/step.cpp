@@ -36,7 +36,7 @@ class TensorParallelStep : public DeviceStep {
     std::vector<double> sums(static_cast<size_t>(copies), 0.0);
     std::vector<Tensor> predictions(static_cast<size_t>(copies));
     if (strategy_.shards().whole_holds()) strategy_.shards().reslice();
-    Timeline* timeline = strategy_.timeline();
+    Timeline* timeline = strategy_.extended().timeline();
     strategy_.devices().run([&](int d) {  // the devices hold until the epoch ends
       ModelReplicas::Replica& device = replicas_[d];
       const char* row = device_names_[static_cast<size_t>(d)].c_str();

@@ -178,7 +178,7 @@ class PipelineStep : public DeviceStep {
     int g = first_ + d, stage = g % stages_, copy = g / stages_, total = copies_ * micro_;
     bool first = stage == 0, last = stage + 1 == stages_;
     Communicator& pipe = strategy_.pipe_group(d);
-    Timeline* timeline = strategy_.timeline();
+    Timeline* timeline = strategy_.extended().timeline();
     device.busy = 0.0;
     ops::DeferredKernelGradients kernels;
     if (strategy_.pipeline_options().defer_kernel_gradients)

@@ -6,27 +6,25 @@
 namespace tandem::distribute::ps {
 namespace {
 
-std::vector<std::pair<std::string, double>> staleness_figures(const ResultCounts& c) {
-  double mean = c.applied > 0 ? static_cast<double>(c.staleness_sum) / static_cast<double>(c.applied) : 0.0;
-  return {{"staleness", mean}, {"max_staleness", static_cast<double>(c.staleness_max)}};
-}
-
+// Each batch to the worker freed last; tasks may die (not under a replay's forced order).
 class Asynchronous : public DispatchPolicy {
  public:
-  explicit Asynchronous(bool replay) : replay_(replay) {}
-  bool servers_may_die() const override { return !replay_; }
+  explicit Asynchronous(bool tasks_may_die) : tasks_may_die_(tasks_may_die) {}
+  bool servers_may_die() const override { return tasks_may_die_; }
   bool counts_lead() const override { return true; }
-  std::vector<std::pair<std::string, double>> figures(const ResultCounts& counts) const override {
-    return staleness_figures(counts);
+  std::vector<std::pair<std::string, double>> figures(const ResultCounts& c) const override {
+    double mean = c.applied > 0 ? static_cast<double>(c.staleness_sum) / static_cast<double>(c.applied) : 0.0;
+    return {{"staleness", mean}, {"max_staleness", static_cast<double>(c.staleness_max)}};
   }
 
  private:
-  bool replay_;
+  bool tasks_may_die_;
 };
 
-class BoundedStaleness : public DispatchPolicy {
+// Asynchronous, each batch to the free worker furthest behind within the bound; no task may die.
+class BoundedStaleness : public Asynchronous {
  public:
-  explicit BoundedStaleness(int64_t bound) : bound_(bound) {}
+  explicit BoundedStaleness(int64_t bound) : Asynchronous(false), bound_(bound) {}
   int take(std::vector<int>& free, const WorkerClocks& clocks) override {
     if (free.empty()) return -1;
     auto pick = std::min_element(free.begin(), free.end(), [&](int a, int b) {
@@ -36,10 +34,6 @@ class BoundedStaleness : public DispatchPolicy {
     int w = *pick;
     free.erase(pick);
     return w;
-  }
-  bool counts_lead() const override { return true; }
-  std::vector<std::pair<std::string, double>> figures(const ResultCounts& counts) const override {
-    return staleness_figures(counts);
   }
 
  private:
@@ -98,7 +92,7 @@ std::unique_ptr<DispatchPolicy> make_dispatch_policy(const ParameterServerOption
     return std::make_unique<SynchronousRounds>();
   }
   if (options.max_staleness >= 0) return std::make_unique<BoundedStaleness>(options.max_staleness);
-  return std::make_unique<Asynchronous>(!options.replay.empty());
+  return std::make_unique<Asynchronous>(options.replay.empty());
 }
 
 }  // namespace tandem::distribute::ps
