@@ -45,10 +45,10 @@ void exit_scope(Strategy* s) {
                                                                                    : std::string("no strategy's")));
   open_scopes.pop_back();
 }
-Strategy::Scope::Scope(Strategy* s) : strategy_(s) { enter_scope(s); }
-Strategy::Scope::~Scope() {
-  if (!open_scopes.empty() && open_scopes.back() == strategy_) open_scopes.pop_back();
-}
+Strategy::Scope::Scope(Strategy* s) : depth_(open_scopes.size()) { enter_scope(s); }
+// The stack as it was when this scope opened: what opened after it and did not close (an
+// exception between a binding's enter and exit) closes with it.
+Strategy::Scope::~Scope() { open_scopes.resize(std::min(open_scopes.size(), depth_)); }
 Strategy* current_strategy() { return open_scopes.empty() ? nullptr : open_scopes.back(); }
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& values) {
   check_per_replica(values.size(), "reduce");

@@ -35,10 +35,13 @@ MonitorMode monitor_mode(const std::string& mode);
 // --- strategies ---
 
 // A strategy made from Python; `owner` is a weak reference to the tandem.distribute object that
-// holds it (what get_strategy() returns for it).
+// holds it (what get_strategy() returns for it). While a scope of it is open, `open` holds that
+// object (or, without one, the handle's own), so that the strategy outlives the scope's entry on
+// the engine's stack even where the Python code keeps no reference.
 struct StrategyHandle {
   std::shared_ptr<distribute::Strategy> strategy;
   py::object owner;
+  std::vector<py::object> open;
 };
 
 // --- the model ---

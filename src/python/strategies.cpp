@@ -111,8 +111,17 @@ void register_strategies(py::module_& m) {
              py::gil_scoped_release nogil;
              return h.strategy->reduce(reduce_op, per);
            })
-      .def("enter", [](StrategyHandle& h) { distribute::enter_scope(h.strategy.get()); })
-      .def("exit", [](StrategyHandle& h) { distribute::exit_scope(h.strategy.get()); });
+      .def("enter",
+           [](py::object self) {
+             auto& h = self.cast<StrategyHandle&>();
+             py::object owner = h.owner.is_none() ? py::object(py::none()) : h.owner();
+             distribute::enter_scope(h.strategy.get());
+             h.open.push_back(owner.is_none() ? self : owner);
+           })
+      .def("exit", [](StrategyHandle& h) {
+        distribute::exit_scope(h.strategy.get());
+        if (!h.open.empty()) h.open.pop_back();
+      });
   // The object whose strategy's scope is the innermost open on this thread (its handle's owner,
   // called: a weak reference), or None.
   m.def("current_strategy", []() -> py::object {

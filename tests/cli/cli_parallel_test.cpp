@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/isa.h"
+#include "tandem/distribute/strategy_registry.h"
 #include "tandem/runtime.h"
 
 #include "cli/cli_util.h"
@@ -87,6 +88,33 @@ TEST(Cli, BadStrategiesAreNamed) {
   r = run({"fit", "--threads", "1025"}, dir);
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.output.find("1024"), std::string::npos) << r.output;
+}
+
+// compare's rows of processes, planned by their registry entries: the launcher's arguments, the
+// name each process's fit is given, and a wrong row named with its grammar before anything runs.
+TEST(Cli, CompareRowsOfProcessesAreLaunchedAsTheirEntriesPlanThem) {
+  auto plan = [](const std::string& row) { return distribute::strategy_entry(row)->launch(row); };
+  distribute::LaunchPlan sync = plan("ps-sync:1x3:1");
+  EXPECT_EQ(sync.launcher_args, (std::vector<std::string>{"--ps", "1", "--workers", "3"}));
+  EXPECT_EQ(sync.fit_strategy, "ps-sync:1");
+  EXPECT_EQ(sync.workers, 3);
+  EXPECT_EQ(plan("ps-ssp:2x4:3").fit_strategy, "ps-ssp:3");
+  EXPECT_EQ(plan("ps-async:1x2").fit_strategy, "ps-async");
+  distribute::LaunchPlan workers = plan("multiworker:2:deterministic");
+  EXPECT_EQ(workers.launcher_args, (std::vector<std::string>{"-np", "2"}));
+  EXPECT_EQ(workers.fit_strategy, "multiworker:2:deterministic");
+  EXPECT_EQ(workers.workers, 0) << "the processes' report counts its replicas";
+  EXPECT_EQ(testing::error_of([&] { plan("ps-ssp:1x2"); }), "\"ps-ssp:1x2\": expected ps-ssp:PxW:S");
+  EXPECT_EQ(testing::error_of([&] { plan("ps-async:1x2:1"); }), "\"ps-async:1x2:1\": expected ps-async:PxW");
+  EXPECT_EQ(testing::error_of([&] { plan("ps-sync:1"); }),
+            "\"ps-sync:1\": name the servers and workers to launch, e.g. ps-sync:1x3");
+  EXPECT_EQ(testing::error_of([&] { plan("multiworker"); }),
+            "\"multiworker\": name the workers to launch, e.g. multiworker:2");
+  testing::TempDir dir;
+  Outcome r = run({"compare", "--strategies", "ps-sync:1x3x4"}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("--strategies: \"ps-sync:1x3x4\": name the servers and workers to launch"), std::string::npos)
+      << r.output;
 }
 
 // A strategy's own flag given with another strategy is refused, naming those that read it (the

@@ -270,6 +270,11 @@ TEST(StrategyScopes, NestOnOneStackPerThreadAndCloseInnermostFirst) {
   }
   EXPECT_EQ(distribute::current_strategy(), nullptr);
   EXPECT_THROW(distribute::exit_scope(&inner), Error);
+  {
+    auto scope = outer.scope();
+    distribute::enter_scope(&inner);  // left open, as an exception between enter and exit leaves it
+  }
+  EXPECT_EQ(distribute::current_strategy(), nullptr) << "a scope closes what opened after it and stayed open";
 }
 
 TEST(MirroredStrategy, LocalBatchNormalizationKeepsTheMovingStatisticsMirrored) {

@@ -49,8 +49,8 @@ TEST(PsDispatch, AsynchronousHandsEachBatchToTheWorkerFreedLastAndSurvivesDeaths
 
 TEST(PsDispatch, BoundedStalenessPicksTheWorkerFurthestBehindWithinTheBound) {
   auto policy = make_dispatch_policy(options(PsMode::Asynchronous, 1));
-  std::vector<int> free{0, 1};
-  // Worker 1 has started fewer steps: it goes first, though worker 1 was freed last.
+  std::vector<int> free{1, 0};
+  // Worker 1 has started fewer steps: it goes first, though worker 0 was freed last.
   EXPECT_EQ(policy->take(free, clocks({3, 1, 1}, {2, 1, 1})), 1);
   // Worker 0 has started 3, the slowest has finished 1: 2 ahead, over the bound of 1.
   EXPECT_EQ(policy->take(free, clocks({3, 2, 1}, {2, 1, 1})), -1);
@@ -137,12 +137,15 @@ TEST(PsUpdates, AsynchronousAppliesEachPushThroughItsWorkersOwnOptimizer) {
   ASSERT_EQ(s.applied_by.size(), 2u);
   EXPECT_NE(s.applied_by[0], s.applied_by[1]) << "each worker updates through its own copy of the state";
   EXPECT_EQ(&policy->saved(), s.applied_by[1]) << "checkpoints keep worker 0's";
-  EXPECT_EQ(policy->iterations(), 1);
-  EXPECT_EQ(policy->push(s.push(5, 0, 2, {0, 0})), 0) << "a worker added to the running job is taken";
-  EXPECT_EQ(policy->ahead_counts(), (std::map<int64_t, int64_t>{{0, 3}}));
-  EXPECT_NE(policy->describe("ps:0").find("ps:0: 3 pushes applied"), std::string::npos) << policy->describe("ps:0");
+  EXPECT_EQ(policy->push(s.push(1, 1, 2, {0, 0})), 0);
+  EXPECT_EQ(s.applied_by[2], s.applied_by[0]) << "worker 1's second push, through its own copy again";
+  EXPECT_EQ(policy->saved().iterations(), 1);
+  EXPECT_EQ(policy->iterations(), 2) << "the most any worker's copy has stepped";
+  EXPECT_EQ(policy->push(s.push(5, 0, 3, {0, 0})), 0) << "a worker added to the running job is taken";
+  EXPECT_EQ(policy->ahead_counts(), (std::map<int64_t, int64_t>{{0, 4}}));
+  EXPECT_NE(policy->describe("ps:0").find("ps:0: 4 pushes applied"), std::string::npos) << policy->describe("ps:0");
   EXPECT_NE(error_of([&] {
-              policy->push(s.push(0, -1, 3, {0, 0}));
+              policy->push(s.push(0, -1, 4, {0, 0}));
             }).find("worker 0's clock is -1"),
             std::string::npos);
 }

@@ -104,6 +104,21 @@ def test_scopes_are_the_engines_one_stack_per_thread(tf):
     assert tf.distribute.get_strategy() is None and not tf.distribute.has_strategy()
 
 
+def test_a_scope_keeps_its_strategy_alive_while_open(tf):
+    import gc
+    tf.distribute.MirroredStrategy(num_replicas=2).scope().__enter__()  # no reference kept
+    gc.collect()
+    strategy = tf.distribute.get_strategy()
+    assert strategy is not None and strategy.num_replicas_in_sync == 2
+    x, y = small_data()
+    model = tf.keras.Sequential([tf.keras.layers.Dense(5, input_shape=(x.shape[1],))])
+    model.compile(optimizer="sgd", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=16, epochs=1, verbose=0)
+    assert model._model.strategy_name == "mirrored:2"
+    strategy.scope().__exit__(None, None, None)
+    assert tf.distribute.get_strategy() is None
+
+
 SCRIPT = textwrap.dedent("""
     import os, sys
     import numpy as np

@@ -263,7 +263,7 @@ class Strategy : protected StrategyExtended {
     Scope& operator=(const Scope&) = delete;
 
    private:
-    Strategy* strategy_;
+    size_t depth_;  // the scopes open on this thread before this one
   };
   Scope scope() { return Scope(this); }
 
