@@ -1,7 +1,7 @@
 """The Keras API (tf.keras) over Tandem's engine."""
-from . import layers, optimizers, losses, callbacks, datasets, models, mixed_precision
+from . import layers, optimizers, losses, callbacks, datasets, models, mixed_precision, utils
 from .models import Sequential, model_from_json
 from .layers import Input
 
 __all__ = ["Sequential", "Input", "model_from_json", "layers", "optimizers", "losses", "callbacks", "datasets",
-           "models", "mixed_precision"]
+           "models", "mixed_precision", "utils"]

@@ -25,16 +25,23 @@ def _batch_size(batch_size, default=32):
     return int(batch_size)
 
 
+def _seed_of(seed):
+    from . import utils
+
+    return utils.default_seed() if seed is None else int(seed)
+
+
 class Sequential:
     """A linear stack of layers, trained with compile / fit / evaluate / predict as in Keras.
 
     Made inside ``strategy.scope()``, the model trains under that strategy (replicas, processes,
     parameter servers, split layers); otherwise on this process's cores. ``seed`` fixes the
-    weights, dropout and shuffling (Tandem's runs repeat bit for bit).
+    weights, dropout and shuffling (Tandem's runs repeat bit for bit); without one, the last
+    ``keras.utils.set_random_seed``'s, else 0.
     """
 
-    def __init__(self, layers=None, name=None, seed=0):
-        self._adopt(_tandem.Model(name or "sequential", int(seed)))
+    def __init__(self, layers=None, name=None, seed=None):
+        self._adopt(_tandem.Model(name or "sequential", _seed_of(seed)))
         for layer in layers or []:
             self.add(layer)
 
@@ -232,10 +239,10 @@ class Sequential:
         return f"<tandem.keras.Sequential {self.name!r}: {len(self._model.layers)} layers>"
 
 
-def model_from_json(json_string, custom_objects=None, seed=0):
+def model_from_json(json_string, custom_objects=None, seed=None):
     """A model from Keras' JSON (``model.to_json()``, or a Keras file's architecture)."""
     if not isinstance(json_string, str):
         raise Error(f"model_from_json: expected a JSON string, got {type(json_string).__name__}")
     model = Sequential.__new__(Sequential)
-    model._adopt(_tandem.model_from_json(json_string, int(seed)))
+    model._adopt(_tandem.model_from_json(json_string, _seed_of(seed)))
     return model

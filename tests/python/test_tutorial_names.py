@@ -1,0 +1,81 @@
+"""The TensorFlow names the reference tutorials use beyond today's: keras.utils (to_categorical,
+set_random_seed) and compat.v1's strategies, with TF1's graph API refused by name."""
+import random
+
+import numpy as np
+import pytest
+
+
+def test_to_categorical_is_keras_one_hot(tf):
+    out = tf.keras.utils.to_categorical([0, 2, 1, 2])
+    assert out.dtype == np.float32 and out.shape == (4, 3)
+    np.testing.assert_array_equal(out, np.eye(3, dtype=np.float32)[[0, 2, 1, 2]])
+    # A trailing axis of 1 is dropped (labels as a column), the class count as given, the dtype as asked.
+    col = tf.keras.utils.to_categorical(np.array([[1], [3]], dtype=np.int64), num_classes=5, dtype="float64")
+    assert col.dtype == np.float64 and col.shape == (2, 5)
+    np.testing.assert_array_equal(col.argmax(axis=1), [1, 3])
+    # Other leading shapes are kept; whole floats are class indices (the R tutorial's labels are doubles).
+    grid = tf.keras.utils.to_categorical(np.array([[0.0, 1.0], [1.0, 0.0]]), 2)
+    assert grid.shape == (2, 2, 2) and grid[0, 1, 1] == 1 and grid[1, 0, 1] == 1 and grid.sum() == 4
+
+
+def test_to_categorical_names_a_bad_label(tf):
+    with pytest.raises(tf.Error, match=r"label 10 at index 2 is outside \[0, 10\)"):
+        tf.keras.utils.to_categorical([1, 2, 10], num_classes=10)
+    with pytest.raises(tf.Error, match=r"label -1 at index 0 is outside \[0, 3\)"):
+        tf.keras.utils.to_categorical([-1, 2])
+    with pytest.raises(tf.Error, match=r"label 1.5 at index 1 is not a class index"):
+        tf.keras.utils.to_categorical([0.0, 1.5])
+    with pytest.raises(tf.Error, match="num_classes must be a positive int, got 0"):
+        tf.keras.utils.to_categorical([0], num_classes=0)
+
+
+def test_to_categorical_labels_train_with_categorical_cross_entropy(tf):
+    from conftest import small_data
+
+    x, y = small_data()
+    model = tf.keras.Sequential([tf.keras.layers.Dense(5, activation="softmax", input_shape=(x.shape[1],))], seed=1)
+    model.compile(optimizer="sgd", loss="categorical_crossentropy", metrics=["accuracy"])
+    history = model.fit(x, tf.keras.utils.to_categorical(y, 5), batch_size=32, epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2
+
+
+def test_set_random_seed_seeds_python_numpy_and_the_next_models(tf):
+    def weights():
+        model = tf.keras.Sequential([tf.keras.layers.Dense(4, input_shape=(3,))])
+        return model.get_weights()[0]
+
+    tf.keras.utils.set_random_seed(7)
+    a, r, n = weights(), random.random(), np.random.rand()
+    tf.keras.utils.set_random_seed(7)
+    b, r2, n2 = weights(), random.random(), np.random.rand()
+    np.testing.assert_array_equal(a, b)
+    assert (r, n) == (r2, n2)
+    tf.keras.utils.set_random_seed(8)
+    assert not np.array_equal(weights(), a)
+    explicit = tf.keras.Sequential([tf.keras.layers.Dense(4, input_shape=(3,))], seed=7).get_weights()[0]
+    np.testing.assert_array_equal(explicit, a)  # a model's own seed wins, whatever was set
+    tf.keras.utils.set_random_seed(0)  # the default again, for the tests after
+    with pytest.raises(tf.Error, match="seed must be an int of 0 or more, got -1"):
+        tf.keras.utils.set_random_seed(-1)
+
+
+def test_compat_v1_strategies_are_todays_classes(tf):
+    v1 = tf.compat.v1.distribute
+    assert v1.MirroredStrategy is tf.distribute.MirroredStrategy
+    assert v1.experimental.CentralStorageStrategy is tf.distribute.experimental.CentralStorageStrategy
+    assert v1.experimental.MultiWorkerMirroredStrategy is tf.distribute.experimental.MultiWorkerMirroredStrategy
+    assert v1.experimental.ParameterServerStrategy is tf.distribute.experimental.ParameterServerStrategy
+    strategy = tf.compat.v1.distribute.MirroredStrategy()  # the R tutorial's first strategy
+    with strategy.scope():
+        assert tf.distribute.get_strategy() is strategy
+
+
+def test_compat_v1_refuses_the_graph_api_by_name(tf):
+    with pytest.raises(AttributeError, match=r"no TensorFlow 1 graph API .*tf.compat.v1.Session does not exist"):
+        tf.compat.v1.Session()
+    with pytest.raises(AttributeError, match=r"tf.compat.v1.placeholder does not exist"):
+        tf.compat.v1.placeholder
+    with pytest.raises(AttributeError, match=r"tf.compat.v1.distribute.experimental.TPUStrategy does not exist"):
+        tf.compat.v1.distribute.experimental.TPUStrategy
+    assert not hasattr(tf.compat.v1, "__wrapped__")  # dunder lookups stay plain AttributeErrors
