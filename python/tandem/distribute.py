@@ -139,7 +139,8 @@ class OneDeviceStrategy(Strategy):
 
 class MultiWorkerMirroredStrategy(Strategy):
     """Synchronous data parallelism over the processes `tandem launch -np N -- python3 train.py`
-    starts (one replica each), gradients all-reduced over MPI."""
+    starts (one replica each), gradients all-reduced over MPI. Started without a launcher and
+    without TF_CONFIG, the process is the only worker, as TensorFlow runs it without a cluster."""
 
     def __init__(self, communication_options=None, cluster_resolver=None, num_workers=None, deterministic=False,
                  zero=False):

@@ -80,12 +80,39 @@ TEST(MultiWorker, WorkersWithDifferentDataAreNamed) {
   EXPECT_NE(w.output.find("steps per epoch 3"), std::string::npos) << w.output;
 }
 
-TEST(MultiWorker, StartedWithoutALauncherSaysHowToLaunch) {
+// Without a launcher and without TF_CONFIG the process is the one worker, as TensorFlow runs
+// MultiWorkerMirroredStrategy without a cluster, and says so; with TF_CONFIG naming a cluster but
+// no launcher it cannot reach the others, and says how to launch.
+TEST(MultiWorker, StartedWithoutALauncherIsOneWorkerOrSaysHowToLaunch) {
   TempDir dir;
-  Watched w = run_watched({TANDEM_CLI, "fit", "--strategy", "multiworker", "--epochs", "1"}, dir, 60);
+  make_mnist(dir.file("data/mnist"), 300, 60);
+  Watched alone =
+      run_watched({TANDEM_CLI, "fit", "--strategy", "multiworker", "--data-dir", dir.file("data"), "--epochs", "1",
+                   "--batch-size", "50", "--threads", "1", "--report", dir.file("report.json")},
+                  dir, 120);
+  ASSERT_EQ(alone.code, 0) << alone.output;
+  EXPECT_NE(alone.output.find("no launcher and no TF_CONFIG, so this process is the only worker"), std::string::npos)
+      << alone.output;
+  auto report = nlohmann::json::parse(io::read_file(dir.file("report.json")));
+  EXPECT_EQ(report["strategy"], "multiworker:1") << report.dump();
+  // The same fit under the default strategy: one worker of one replica trains to its weights.
+  Watched one = run_watched({TANDEM_CLI, "fit", "--data-dir", dir.file("data"), "--epochs", "1", "--batch-size", "50",
+                             "--threads", "1", "--report", dir.file("default.json")},
+                            dir, 120);
+  ASSERT_EQ(one.code, 0) << one.output;
+  auto plain = nlohmann::json::parse(io::read_file(dir.file("default.json")));
+  EXPECT_EQ(report["final_training_loss"], plain["final_training_loss"]) << report.dump() << plain.dump();
+  EXPECT_EQ(report["test_accuracy"], plain["test_accuracy"]);
+  Watched w = run_watched({"/usr/bin/env",
+                           "TF_CONFIG={\"cluster\": {\"worker\": [\"localhost:2222\"]}, "
+                           "\"task\": {\"type\": \"worker\", \"index\": 0}}",
+                           TANDEM_CLI, "fit", "--strategy", "multiworker", "--epochs", "1"},
+                          dir, 60);
   EXPECT_NE(w.code, 0);
   if (distribute::mpi_built()) {
-    EXPECT_NE(w.output.find("was not started by a launcher"), std::string::npos) << w.output;
+    EXPECT_NE(w.output.find("TF_CONFIG names a cluster, but this process was not started by a launcher"),
+              std::string::npos)
+        << w.output;
     EXPECT_NE(w.output.find("tandem launch -np 2 -- <this command>"), std::string::npos) << w.output;
   } else {
     EXPECT_NE(w.output.find("built without MPI"), std::string::npos) << w.output;

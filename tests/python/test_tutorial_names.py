@@ -79,3 +79,24 @@ def test_compat_v1_refuses_the_graph_api_by_name(tf):
     with pytest.raises(AttributeError, match=r"tf.compat.v1.distribute.experimental.TPUStrategy does not exist"):
         tf.compat.v1.distribute.experimental.TPUStrategy
     assert not hasattr(tf.compat.v1, "__wrapped__")  # dunder lookups stay plain AttributeErrors
+
+
+def test_the_r_tutorials_strategies_are_made_and_train_in_one_process(tf, capfd):
+    from conftest import small_data
+
+    x, y = small_data()
+    strategies = {
+        "mirrored": tf.compat.v1.distribute.MirroredStrategy(),
+        "central_storage": tf.distribute.experimental.CentralStorageStrategy(),
+        # No launcher and no TF_CONFIG: this process is the one worker, as TensorFlow runs it.
+        "multiworker_mirrored": tf.distribute.experimental.MultiWorkerMirroredStrategy(),
+    }
+    assert "this process is the only worker" in capfd.readouterr().err
+    assert strategies["multiworker_mirrored"].name == "multiworker:1"
+    for name, strategy in strategies.items():
+        with strategy.scope():
+            model = tf.keras.Sequential([tf.keras.layers.Dense(5, activation="softmax", input_shape=(20,))], seed=3)
+            model.compile(optimizer="rmsprop", loss="categorical_crossentropy", metrics=["accuracy"])
+        history = model.fit(x, tf.keras.utils.to_categorical(y, 5), batch_size=32, epochs=2, verbose=0,
+                            validation_split=0.2)
+        assert len(history.history["val_loss"]) == 2, name

@@ -1,6 +1,9 @@
 #pragma once
 // MultiWorkerMirroredStrategy (tf.distribute's): one worker per process, on one machine or many,
-// started together by an MPI launcher (`tandem launch -np N -- ...`, mpirun, srun). Each worker
+// started together by an MPI launcher (`tandem launch -np N -- ...`, mpirun, srun). Started with
+// neither a launcher nor TF_CONFIG, the process is the one worker (as TensorFlow without a
+// cluster), its local_replicas on this machine's cores; with TF_CONFIG but no launcher, it is
+// refused, saying how to launch. Each worker
 // holds local_replicas replicas (threads, as MirroredStrategy); a step's gradients are summed
 // among them, all-reduced across the workers over MPI, and handed back (hierarchical). The batch
 // given to fit is the global batch: worker w's replicas compute rows [B·g/R, B·(g+1)/R) for their

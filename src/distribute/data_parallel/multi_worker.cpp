@@ -3,6 +3,7 @@
 #include "tandem/distribute/multi_worker.h"
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -16,13 +17,21 @@ namespace {
 
 std::shared_ptr<Communicator> world(const MultiWorkerOptions& o) {
   if (o.workers) return o.workers;
+  bool launched = started_by_mpi_launcher();
+  if (!launched && std::getenv("TF_CONFIG") == nullptr) {
+    // No launcher and no cluster: as TensorFlow, this process is the one worker.
+    std::fprintf(stderr,
+                 "MultiWorkerMirroredStrategy: no launcher and no TF_CONFIG, so this process is the only worker "
+                 "(`tandem launch -np N -- <this command>` starts N)\n");
+    return std::shared_ptr<Communicator>(make_in_process_communicators(1, o.timeout)[0].release());
+  }
   if (!mpi_built()) fail("MultiWorkerMirroredStrategy: this Tandem was built without MPI (install libopenmpi-dev)");
-  if (!started_by_mpi_launcher())
+  if (!launched)
     fail(
-        "MultiWorkerMirroredStrategy: this process was not started by a launcher, so it has no other workers. Start "
-        "every worker at once: `tandem launch -np 2 -- <this command>` on one machine, `tandem launch -np 4 -H "
-        "host1:2,host2:2 -- <this command>` on several, or with TF_CONFIG set (`tandem launch -- <this command>`); "
-        "mpirun and srun work too");
+        "MultiWorkerMirroredStrategy: TF_CONFIG names a cluster, but this process was not started by a launcher, so "
+        "it cannot reach the other workers. Start every worker at once: `tandem launch -- <this command>` with "
+        "TF_CONFIG set, `tandem launch -np 2 -- <this command>` on one machine, or `tandem launch -np 4 -H "
+        "host1:2,host2:2 -- <this command>` on several; mpirun and srun work too");
   return make_mpi_world_communicator({.timeout = o.timeout, .on_failure = o.on_failure});
 }
 
