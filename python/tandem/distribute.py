@@ -15,7 +15,8 @@ from .errors import Error
 __all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "OneDeviceStrategy",
            "MultiWorkerMirroredStrategy", "ParameterServerStrategy", "ModelParallelStrategy", "PipelineStrategy",
            "get_strategy",
-           "has_strategy", "experimental", "PerReplica", "ReduceOp"]
+           "has_strategy", "experimental", "PerReplica", "ReduceOp", "CrossDeviceOps", "NcclAllReduce",
+           "HierarchicalCopyAllReduce", "ReductionToOneDevice"]
 
 class _Scope:
     def __init__(self, strategy):
@@ -34,7 +35,7 @@ class Strategy:
     """A distribution strategy by its Tandem name ('mirrored:4', 'ps-async', 'model-parallel:2', ...)."""
 
     def __init__(self, spec, threads_per_replica=0, auth_dir=None, insecure=False, record=None, replay=None,
-                 min_workers=1):
+                 min_workers=1, timeout=None, bucket_bytes=0, partitioner=None):
         settings = _tandem.StrategySettings()
         settings.threads_per_replica = int(threads_per_replica)
         settings.auth_dir = str(auth_dir or "")
@@ -42,6 +43,11 @@ class Strategy:
         settings.record = str(record or "")
         settings.replay = str(replay or "")
         settings.min_workers = int(min_workers)
+        if timeout is not None:
+            settings.timeout = float(timeout)
+        settings.bucket_bytes = int(bucket_bytes)
+        if partitioner is not None:
+            settings.partitioner = partitioner
         self._handle = _tandem.Strategy(spec, settings, weakref.ref(self))
 
     def scope(self):
@@ -100,6 +106,10 @@ def _count(devices, num, what):
     if devices is not None:
         if isinstance(devices, str) or not hasattr(devices, "__len__") or len(devices) == 0:
             raise Error(f"{what}: devices must be a non-empty list such as ['/cpu:0', '/cpu:1'], got {devices!r}")
+        for device in devices:  # each a replica on this machine's cores
+            if "cpu" not in str(device).lower():
+                raise Error(f"{what}: device {device!r} is not a CPU; Tandem's replicas are this machine's cores "
+                            "('/cpu:0', '/cpu:1', ...)")
         return len(devices)
     if num is not None:
         if isinstance(num, bool) or not isinstance(num, int) or num <= 0:
@@ -108,12 +118,119 @@ def _count(devices, num, what):
     return None
 
 
+def _cpu_device(device, what):
+    """A TensorFlow device string naming this machine's CPU ('/cpu:0', '/device:CPU:0', ...), else an Error."""
+    name = str(device).lower().split("/device:")[-1].lstrip("/")
+    if name not in ("cpu:0", "cpu"):
+        raise Error(f"{what}: {device!r} is not this machine's CPU ('/cpu:0'); Tandem's replicas are its cores"
+                    + (" (there is no GPU device)" if "gpu" in name else ""))
+
+
+def _refuse_cluster_resolver(cluster_resolver, what):
+    if cluster_resolver is not None:
+        raise Error(f"{what}: cluster_resolver is not supported yet; Tandem reads the cluster from TF_CONFIG "
+                    "(set it, and start the tasks with `tandem launch`)")
+
+
+class CrossDeviceOps:
+    """How the replicas' gradients are summed (tf.distribute's cross_device_ops). On this machine's
+    CPU replicas every kind is the same in-process all-reduce: the sum, in replica order."""
+
+    def __init__(self, num_packs=1):
+        if isinstance(num_packs, bool) or not isinstance(num_packs, int) or num_packs < 1:
+            raise Error(f"{type(self).__name__}: num_packs must be a positive int, got {num_packs!r}")
+
+
+class NcclAllReduce(CrossDeviceOps):
+    """NCCL's all-reduce between GPUs; on CPU replicas, the in-process all-reduce (the same sum)."""
+
+
+class HierarchicalCopyAllReduce(CrossDeviceOps):
+    """A hierarchical copy between GPUs; on CPU replicas, the in-process all-reduce (the same sum)."""
+
+
+class ReductionToOneDevice(CrossDeviceOps):
+    """Sums on one device, then copies back; on CPU replicas, the in-process all-reduce (the same sum)."""
+
+    def __init__(self, reduce_to_device=None, accumulation_dtype=None):
+        super().__init__()
+        if reduce_to_device is not None:
+            _cpu_device(reduce_to_device, "ReductionToOneDevice")
+        if accumulation_dtype not in (None, "float32"):
+            raise Error(f"ReductionToOneDevice: Tandem sums float32 gradients in float32, not {accumulation_dtype!r}")
+
+
+class CommunicationImplementation:  # noqa: N801 - tf.distribute.experimental's enum
+    AUTO = "AUTO"
+    RING = "RING"
+    NCCL = "NCCL"
+
+
+class CommunicationOptions:
+    """How MultiWorkerMirroredStrategy's workers all-reduce: ``bytes_per_pack`` (gradients packed
+    in buckets of this size and all-reduced while backward goes on; 0: one all-reduce after it),
+    ``timeout_seconds`` (how long a worker waits for the others before every worker stops, naming
+    the one missing), ``implementation`` (AUTO or RING: Tandem's MPI all-reduce; NCCL is for GPUs
+    and refused)."""
+
+    def __init__(self, bytes_per_pack=0, timeout_seconds=None, implementation=CommunicationImplementation.AUTO):
+        if isinstance(bytes_per_pack, bool) or not isinstance(bytes_per_pack, int) or bytes_per_pack < 0:
+            raise Error(f"CommunicationOptions: bytes_per_pack must be an int >= 0, got {bytes_per_pack!r}")
+        if timeout_seconds is not None and not (isinstance(timeout_seconds, (int, float)) and timeout_seconds > 0):
+            raise Error(f"CommunicationOptions: timeout_seconds must be positive seconds, got {timeout_seconds!r}")
+        implementation = getattr(implementation, "name", implementation)
+        if implementation not in (CommunicationImplementation.AUTO, CommunicationImplementation.RING):
+            raise Error(f"CommunicationOptions: implementation {implementation!r}: Tandem's workers all-reduce over "
+                        "MPI on CPUs; use AUTO or RING (NCCL is for GPUs)")
+        self.bytes_per_pack = bytes_per_pack
+        self.timeout_seconds = timeout_seconds
+        self.implementation = implementation
+
+
+class _Partitioner:
+    def __init__(self, made):
+        self._partitioner = made
+
+
+class MinSizePartitioner(_Partitioner):
+    """Shards of at least ``min_shard_bytes`` each, at most ``max_shards`` (and one per server)."""
+
+    def __init__(self, min_shard_bytes=256 << 10, max_shards=1, bytes_per_string=16):
+        super().__init__(_tandem.Partitioner.min_size(int(min_shard_bytes), int(max_shards)))
+
+
+class FixedShardsPartitioner(_Partitioner):
+    """``num_shards`` shards of every variable (at most one per server and per row)."""
+
+    def __init__(self, num_shards):
+        super().__init__(_tandem.Partitioner.fixed_shards(int(num_shards)))
+
+
+class MaxSizePartitioner(_Partitioner):
+    """As few shards as keep each within ``max_shard_bytes``, at most ``max_shards`` (None: no
+    limit; always at most one per server)."""
+
+    def __init__(self, max_shard_bytes, max_shards=None, bytes_per_string=16):
+        super().__init__(_tandem.Partitioner.max_size(int(max_shard_bytes), int(max_shards or 0)))
+
+
+class partitioners:  # noqa: N801 - tf.distribute.experimental.partitioners
+    MinSizePartitioner = MinSizePartitioner
+    FixedShardsPartitioner = FixedShardsPartitioner
+    MaxSizePartitioner = MaxSizePartitioner
+
+
 class MirroredStrategy(Strategy):
     """Synchronous data parallelism over replicas in this process (one per core by default; or
-    one per entry of ``devices``, or ``num_replicas``), gradients summed before every update."""
+    one per entry of ``devices``, or ``num_replicas``), gradients summed before every update.
+    ``cross_device_ops``: any of NcclAllReduce, HierarchicalCopyAllReduce, ReductionToOneDevice,
+    which on CPU replicas are one and the same in-process sum."""
 
     def __init__(self, devices=None, cross_device_ops=None, num_replicas=None, threads_per_replica=0,
                  deterministic=False):
+        if cross_device_ops is not None and not isinstance(cross_device_ops, CrossDeviceOps):
+            raise Error("MirroredStrategy: cross_device_ops must be NcclAllReduce(), HierarchicalCopyAllReduce() or "
+                        f"ReductionToOneDevice(), got {type(cross_device_ops).__name__}")
         n = _count(devices, num_replicas, "MirroredStrategy")
         if deterministic:  # Tandem's: the bits do not depend on the replica count
             n = n or Strategy("mirrored").num_replicas_in_sync
@@ -126,6 +243,8 @@ class CentralStorageStrategy(Strategy):
     """Replicas in this process sharing one copy of the variables, updated once per step."""
 
     def __init__(self, compute_devices=None, parameter_device=None, num_replicas=None, threads_per_replica=0):
+        if parameter_device is not None:
+            _cpu_device(parameter_device, "CentralStorageStrategy: parameter_device")
         n = _count(compute_devices, num_replicas, "CentralStorageStrategy")
         super().__init__("central" if n is None else f"central:{n}", threads_per_replica)
 
@@ -134,6 +253,7 @@ class OneDeviceStrategy(Strategy):
     """Everything on one device."""
 
     def __init__(self, device="/cpu:0"):
+        _cpu_device(device, "OneDeviceStrategy")
         super().__init__("one_device")
 
 
@@ -145,9 +265,16 @@ class MultiWorkerMirroredStrategy(Strategy):
     def __init__(self, communication_options=None, cluster_resolver=None, num_workers=None, deterministic=False,
                  zero=False):
         """``zero=True``: ZeRO stage 1, each worker keeps and updates the optimizer's state for its
-        1/N of every variable (gradients reduce-scattered, updated pieces all-gathered)."""
+        1/N of every variable (gradients reduce-scattered, updated pieces all-gathered).
+        ``communication_options``: a CommunicationOptions (its pack size and timeout)."""
+        _refuse_cluster_resolver(cluster_resolver, "MultiWorkerMirroredStrategy")
+        options = communication_options or CommunicationOptions()
+        if not isinstance(options, CommunicationOptions):
+            raise Error("MultiWorkerMirroredStrategy: communication_options must be a CommunicationOptions, got "
+                        f"{type(options).__name__}")
         spec = "multiworker" if num_workers is None else f"multiworker:{int(num_workers)}"
-        super().__init__(spec + (":deterministic" if deterministic else "") + (":zero" if zero else ""))
+        super().__init__(spec + (":deterministic" if deterministic else "") + (":zero" if zero else ""),
+                         timeout=options.timeout_seconds, bucket_bytes=options.bytes_per_pack)
 
 
 class ParameterServerStrategy(Strategy):
@@ -164,6 +291,11 @@ class ParameterServerStrategy(Strategy):
                  backup_workers=0, auth_dir=None, insecure=False, record=None, replay=None, min_workers=1):
         if mode not in ("async", "sync"):
             raise Error(f"ParameterServerStrategy: mode must be 'async' or 'sync', got {mode!r}")
+        _refuse_cluster_resolver(cluster_resolver, "ParameterServerStrategy")
+        if variable_partitioner is not None and not isinstance(variable_partitioner, _Partitioner):
+            raise Error("ParameterServerStrategy: variable_partitioner must be one of "
+                        "tf.distribute.experimental.partitioners (MinSizePartitioner, FixedShardsPartitioner, "
+                        f"MaxSizePartitioner), got {type(variable_partitioner).__name__}")
 
         def count(value, name, with_mode):  # an int >= 0 that only one mode takes
             if mode != with_mode or isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -178,7 +310,8 @@ class ParameterServerStrategy(Strategy):
         if isinstance(min_workers, bool) or not isinstance(min_workers, int) or min_workers < 1:
             raise Error(f"ParameterServerStrategy: min_workers must be an int >= 1, got {min_workers!r}")
         super().__init__(spec, auth_dir=auth_dir, insecure=insecure, record=record, replay=replay,
-                         min_workers=min_workers)
+                         min_workers=min_workers,
+                         partitioner=variable_partitioner._partitioner if variable_partitioner else None)
 
 
 class ModelParallelStrategy(Strategy):
@@ -220,3 +353,6 @@ class experimental:  # noqa: N801 - tf.distribute.experimental's names
     CentralStorageStrategy = CentralStorageStrategy
     MultiWorkerMirroredStrategy = MultiWorkerMirroredStrategy
     ParameterServerStrategy = ParameterServerStrategy
+    CommunicationOptions = CommunicationOptions
+    CommunicationImplementation = CommunicationImplementation
+    partitioners = partitioners

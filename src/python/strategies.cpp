@@ -12,6 +12,12 @@ namespace tandem::python {
 void register_strategies(py::module_& m) {
   // The options a strategy's name does not carry, as the command line's flags fill them
   // (strategy_registry.h); each family reads its own.
+  // How a parameter server's variables are cut (tf.distribute.experimental.partitioners).
+  py::class_<distribute::Partitioner>(m, "Partitioner")
+      .def_static("min_size", &distribute::Partitioner::min_size, py::arg("min_shard_bytes"), py::arg("max_shards"))
+      .def_static("fixed_shards", &distribute::Partitioner::fixed_shards, py::arg("num_shards"))
+      .def_static("max_size", &distribute::Partitioner::max_size, py::arg("max_shard_bytes"), py::arg("max_shards"))
+      .def_property_readonly("kind", [](const distribute::Partitioner& p) { return static_cast<int>(p.kind); });
   py::class_<distribute::StrategySettings>(m, "StrategySettings")
       .def(py::init<>())
       .def_readwrite("threads_per_replica", &distribute::StrategySettings::threads_per_replica)
@@ -42,6 +48,9 @@ void register_strategies(py::module_& m) {
       .def_property(
           "min_workers", [](const distribute::StrategySettings& s) { return s.ps.min_workers; },
           [](distribute::StrategySettings& s, int v) { s.ps.min_workers = v; })
+      .def_property(
+          "partitioner", [](const distribute::StrategySettings& s) { return s.ps.partitioner; },
+          [](distribute::StrategySettings& s, const distribute::Partitioner& p) { s.ps.partitioner = p; })
       .def_readwrite("device_memory_bytes", &distribute::StrategySettings::device_memory_bytes);
   // The registered strategies: (name, grammar, help) in the grammar's order.
   m.def("strategy_names", [] {

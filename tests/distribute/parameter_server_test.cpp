@@ -181,6 +181,16 @@ TEST(PsPlacement, ShardsCoverEachVariableOnDistinctServersAndBalanceTheBytes) {
   auto fixed = distribute::place_variables({{5, 2}}, 4, distribute::Partitioner::fixed_shards(8));
   EXPECT_EQ(fixed.size(), 4u);  // at most one shard per server
   EXPECT_THROW(distribute::place_variables(shapes, 0, {}), Error);
+  // MaxSizePartitioner: as few shards as keep each within the size (100 rows of 40 bytes within
+  // 1,000 bytes: 4 shards), capped by max_shards and, as every partitioner, by the servers.
+  EXPECT_EQ(distribute::place_variables({{100, 10}}, 8, distribute::Partitioner::max_size(1000)).size(), 4u);
+  EXPECT_EQ(distribute::place_variables({{100, 10}}, 8, distribute::Partitioner::max_size(1000, 3)).size(), 3u);
+  EXPECT_EQ(distribute::place_variables({{100, 10}}, 2, distribute::Partitioner::max_size(1000)).size(), 2u);
+  EXPECT_EQ(distribute::place_variables({{100, 10}}, 8, distribute::Partitioner::max_size(4000)).size(), 1u);
+  EXPECT_NE(error_of([] {
+              distribute::place_variables({{4}}, 1, distribute::Partitioner::max_size(0));
+            }).find("MaxSizePartitioner: max_shard_bytes 0 must be positive"),
+            std::string::npos);
 }
 
 // A server on a free loopback port, serving on its own thread, and a DEALER client that drives it

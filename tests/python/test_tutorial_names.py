@@ -100,3 +100,44 @@ def test_the_r_tutorials_strategies_are_made_and_train_in_one_process(tf, capfd)
         history = model.fit(x, tf.keras.utils.to_categorical(y, 5), batch_size=32, epochs=2, verbose=0,
                             validation_split=0.2)
         assert len(history.history["val_loss"]) == 2, name
+
+
+def test_tensorflows_arguments_act_or_are_refused(tf):
+    d = tf.distribute
+    # cross_device_ops: on CPU replicas every kind is the same in-process sum; anything else is refused.
+    for ops in (d.NcclAllReduce(), d.HierarchicalCopyAllReduce(num_packs=2), d.ReductionToOneDevice("/cpu:0")):
+        assert d.MirroredStrategy(num_replicas=2, cross_device_ops=ops).num_replicas_in_sync == 2
+    with pytest.raises(tf.Error, match="cross_device_ops must be NcclAllReduce"):
+        d.MirroredStrategy(cross_device_ops="nccl")
+    with pytest.raises(tf.Error, match="device '/gpu:0' is not a CPU"):
+        d.MirroredStrategy(devices=["/gpu:0", "/gpu:1"])
+    with pytest.raises(tf.Error, match=r"OneDeviceStrategy: '/gpu:0' is not this machine's CPU .*no GPU device"):
+        d.OneDeviceStrategy("/gpu:0")
+    assert d.OneDeviceStrategy("/device:CPU:0").num_replicas_in_sync == 1
+    with pytest.raises(tf.Error, match="parameter_device: '/job:ps/task:0' is not this machine's CPU"):
+        d.experimental.CentralStorageStrategy(parameter_device="/job:ps/task:0")
+    # communication_options: its pack size and timeout reach the workers; NCCL is refused.
+    options = d.experimental.CommunicationOptions(bytes_per_pack=1 << 20, timeout_seconds=5,
+                                                  implementation=d.experimental.CommunicationImplementation.RING)
+    assert d.MultiWorkerMirroredStrategy(communication_options=options).name == "multiworker:1"
+    with pytest.raises(tf.Error, match="implementation 'NCCL'"):
+        d.experimental.CommunicationOptions(implementation=d.experimental.CommunicationImplementation.NCCL)
+    with pytest.raises(tf.Error, match="cluster_resolver is not supported yet"):
+        d.MultiWorkerMirroredStrategy(cluster_resolver=object())
+    with pytest.raises(tf.Error, match="variable_partitioner must be one of"):
+        d.ParameterServerStrategy(variable_partitioner=lambda shape: 2)
+    # An unknown keyword is Python's TypeError, naming it; so are Horovod's that Tandem does not act on.
+    with pytest.raises(TypeError, match="num_gpus"):
+        d.MirroredStrategy(num_gpus=2)
+    with pytest.raises(TypeError, match="compression"):
+        tf.hvd.DistributedOptimizer("sgd", compression=tf.hvd.Compression.fp16)
+    with pytest.raises(TypeError, match="device"):
+        tf.hvd.callbacks.MetricAverageCallback(device="/gpu:0")
+
+
+def test_partitioners_are_the_engines():
+    import tandem.distribute as d
+
+    assert d.experimental.partitioners.MinSizePartitioner(min_shard_bytes=1024, max_shards=4)._partitioner.kind == 1
+    assert d.experimental.partitioners.FixedShardsPartitioner(3)._partitioner.kind == 2
+    assert d.experimental.partitioners.MaxSizePartitioner(1 << 20)._partitioner.kind == 3

@@ -32,16 +32,20 @@ namespace tandem::distribute {
 
 // How a variable is cut into shards along its first axis (tf.distribute.experimental.partitioners).
 struct Partitioner {
-  enum class Kind { None, MinSize, FixedShards };
+  enum class Kind { None, MinSize, FixedShards, MaxSize };
   Kind kind = Kind::None;
   int64_t min_shard_bytes = int64_t{256} << 10;  // MinSize: shards of at least this many bytes...
-  int max_shards = 1;                            // ...and at most this many (and the servers)
+  int max_shards = 1;                            // ...and at most this many (MaxSize: 0, no limit)
   int num_shards = 1;                            // FixedShards
+  int64_t max_shard_bytes = 0;                   // MaxSize: shards of at most this many bytes
   static Partitioner none() { return {}; }
   static Partitioner min_size(int64_t min_shard_bytes = int64_t{256} << 10, int max_shards = 1) {
-    return {Kind::MinSize, min_shard_bytes, max_shards, 1};
+    return {Kind::MinSize, min_shard_bytes, max_shards, 1, 0};
   }
-  static Partitioner fixed_shards(int num_shards) { return {Kind::FixedShards, 0, 1, num_shards}; }
+  static Partitioner fixed_shards(int num_shards) { return {Kind::FixedShards, 0, 1, num_shards, 0}; }
+  static Partitioner max_size(int64_t max_shard_bytes, int max_shards = 0) {
+    return {Kind::MaxSize, 0, max_shards, 1, max_shard_bytes};
+  }
 };
 
 // Shard `shard` of variable `variable`: rows [begin, end) of its first axis, held by `server`.

@@ -1,5 +1,6 @@
 // Variables cut into shards and placed on the servers (place_variables, parameter_server.h).
 #include <algorithm>
+#include <limits>
 
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/error.h"
@@ -14,6 +15,9 @@ std::vector<ShardPlacement> place_variables(const std::vector<Shape>& shapes, in
          partitioner.max_shards);
   if (partitioner.kind == Partitioner::Kind::FixedShards && partitioner.num_shards < 1)
     fail("FixedShardsPartitioner: num_shards must be positive, got {}", partitioner.num_shards);
+  if (partitioner.kind == Partitioner::Kind::MaxSize && (partitioner.max_shard_bytes < 1 || partitioner.max_shards < 0))
+    fail("MaxSizePartitioner: max_shard_bytes {} must be positive and max_shards {} positive (or 0: no limit)",
+         partitioner.max_shard_bytes, partitioner.max_shards);
   std::vector<ShardPlacement> shards;
   std::vector<int64_t> bytes;
   for (size_t v = 0; v < shapes.size(); ++v) {
@@ -23,6 +27,9 @@ std::vector<ShardPlacement> place_variables(const std::vector<Shape>& shapes, in
     if (partitioner.kind == Partitioner::Kind::MinSize)
       n = std::clamp<int64_t>(size / partitioner.min_shard_bytes, 1, partitioner.max_shards);
     else if (partitioner.kind == Partitioner::Kind::FixedShards) n = partitioner.num_shards;
+    else if (partitioner.kind == Partitioner::Kind::MaxSize)  // as few shards as keep each within the size
+      n = std::min<int64_t>((size + partitioner.max_shard_bytes - 1) / partitioner.max_shard_bytes,
+                            partitioner.max_shards > 0 ? partitioner.max_shards : std::numeric_limits<int64_t>::max());
     n = std::max<int64_t>(1, std::min({n, static_cast<int64_t>(servers), s.rank() > 0 ? rows : 1}));
     for (int64_t k = 0; k < n; ++k) {
       int64_t begin = rows * k / n, end = rows * (k + 1) / n;
