@@ -16,14 +16,13 @@ std::optional<PerReplica<data::Element>> DistributedDataset::Iterator::next() {
     if (t.dim(0) != rows)
       fail("distribute_dataset: element components have {} and {} rows; every component needs the batch's", rows,
            t.dim(0));
-  strategy_->extended().split_batch(rows, split_);
+  const StrategyExtended& strategy = strategy_->extended();
   PerReplica<data::Element> out;
-  int first = strategy_->extended().first_local_replica();
-  auto row_of = [&](int replica) { return split_.begin(split_.first_part[static_cast<size_t>(replica)]); };
-  out.first_row = row_of(first);
-  for (int r = first; r < first + strategy_->extended().num_local_replicas(); ++r) {
+  out.first_row = strategy.replica_rows(rows, 0).first;
+  for (int r = 0; r < strategy.num_local_replicas(); ++r) {
+    auto [begin, end] = strategy.replica_rows(rows, r);
     data::Element part;
-    for (const Tensor& t : *batch) part.push_back(t.slice(row_of(r), row_of(r + 1)));
+    for (const Tensor& t : *batch) part.push_back(t.slice(begin, end));
     out.values.push_back(std::move(part));
   }
   return out;

@@ -33,6 +33,13 @@ void StrategyExtended::split_batch(int64_t rows, BatchSplit& split) const {
   split.even(rows, num_replicas_in_sync(), num_replicas_in_sync());
 }
 
+std::pair<int64_t, int64_t> StrategyExtended::replica_rows(int64_t rows, int replica) const {
+  BatchSplit split;
+  split_batch(rows, split);
+  auto g = static_cast<size_t>(first_local_replica() + replica);
+  return {split.begin(split.first_part.at(g)), split.begin(split.first_part.at(g + 1))};
+}
+
 void enter_scope(Strategy* s) { open_scopes.push_back(s); }
 void exit_scope(Strategy* s) {
   if (open_scopes.empty() || open_scopes.back() != s)

@@ -80,8 +80,9 @@ void register_strategies(py::module_& m) {
            [](StrategyHandle& h, py::function fn, const py::tuple& args) {
              distribute::Strategy& s = *h.strategy;
              int replicas = s.extended().num_local_replicas();
-             // Each argument's rows split evenly over this process's replicas, in order (the
-             // global batch, as a distributed dataset's batch would arrive).
+             // Each argument is the global batch, cut for the replicas as the strategy cuts a
+             // distributed dataset's batch (StrategyExtended::replica_rows: evenly over mirrored
+             // replicas; whole for each model-parallel device of a copy).
              std::vector<Tensor> whole;
              for (const py::handle& a : args)
                whole.push_back(tensor_from(py::reinterpret_borrow<py::object>(a), "run"));
@@ -90,11 +91,13 @@ void register_strategies(py::module_& m) {
                data::Element e;
                for (const Tensor& t : whole) {
                  if (t.rank() == 0) throw Error("run: arguments need a batch axis to split over the replicas");
-                 int64_t n = t.dim(0);
-                 e.push_back(t.slice(n * r / replicas, n * (r + 1) / replicas));
+                 auto [begin, end] = s.extended().replica_rows(t.dim(0), r);
+                 e.push_back(t.slice(begin, end));
                }
                parts.values.push_back(std::move(e));
              }
+             if (!whole.empty() && whole[0].rank() > 0)
+               parts.first_row = s.extended().replica_rows(whole[0].dim(0), 0).first;
              std::vector<py::object> results(static_cast<size_t>(replicas));
              {
                py::gil_scoped_release nogil;

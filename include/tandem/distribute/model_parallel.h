@@ -81,8 +81,10 @@ class ModelParallelStrategy : public Strategy {
   Communicator& communicator(int device) override;
   int threads_per_replica() const override;
   ReplicaThreads& devices() { return *threads_; }
-  // Every device of this process computes the whole batch.
+  // fit's runner feeds every device its copy's whole batch itself; this even split only numbers
+  // the rows. A custom loop's devices each take their copy's rows whole (replica_rows).
   void split_batch(int64_t rows, BatchSplit& split) const override;
+  std::pair<int64_t, int64_t> replica_rows(int64_t rows, int device) const override;
   // The devices run fn, between cutting their pieces from the whole model and writing them back
   // into it (a custom loop's step; fit's step runs devices() and keeps the pieces until the
   // epoch ends).

@@ -172,6 +172,10 @@ class StrategyExtended {
   // How fit's global batch of `rows` rows is cut into parts and which replica computes which.
   // By default one part per replica, rows [B·r/N, B·(r+1)/N) to replica r.
   virtual void split_batch(int64_t rows, BatchSplit& split) const;
+  // The rows [begin, end) of a global batch of `rows` rows that this process's replica `replica`
+  // computes in a custom loop (a distributed dataset's batch; Python's run cuts its arguments so):
+  // by default its parts of split_batch. Model parallelism's devices each take their copy's rows whole.
+  virtual std::pair<int64_t, int64_t> replica_rows(int64_t rows, int replica) const;
   // How the step reduces the replicas' gradients before the update rule applies them.
   virtual GradientReduction gradient_reduction() const { return {}; }
   // The runner of fit's steps for a model under this strategy (tandem/distribute/step_runner.h):

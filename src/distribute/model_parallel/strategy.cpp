@@ -97,6 +97,11 @@ void ModelParallelStrategy::split_batch(int64_t rows, BatchSplit& split) const {
   split.even(rows, num_local_replicas(), num_local_replicas());
 }
 
+std::pair<int64_t, int64_t> ModelParallelStrategy::replica_rows(int64_t rows, int device) const {
+  int64_t copy = (first_local_replica() + device) / options_.num_shards, copies = options_.data_replicas;
+  return {rows * copy / copies, rows * (copy + 1) / copies};
+}
+
 std::string ModelParallelStrategy::name() const {
   if (options_.data_replicas > 1)
     return fmt::format("mirrored:{}+model-parallel:{}", options_.data_replicas, options_.num_shards);
