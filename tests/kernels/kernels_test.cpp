@@ -373,8 +373,11 @@ int process_threads() {
 // primitive made at more threads would, and its waits would spin on shared cores).
 TEST(Runtime, OneThreadStartsNoOtherThread) {
   std::thread([] {}).join();  // a sanitizer's own background thread starts with the first thread
-  int before = process_threads(), during = 0;
+  int before = 0, during = 0;
   std::thread([&] {
+    // Counted on the thread that runs the ops, before them: a thread of the process's start-up
+    // that ends meanwhile (seen on a loaded CI host) is not taken for one the ops started.
+    before = process_threads();
     set_num_threads(1);
     Tensor x = testing::random_tensor({16, 24, 24, 3}, 1), kernel = testing::random_tensor({3, 3, 3, 8}, 2);
     GradientTape tape;
@@ -386,7 +389,7 @@ TEST(Runtime, OneThreadStartsNoOtherThread) {
     tape.gradient(ops::add(ops::sum(y), ops::sum(p)), std::vector<Tensor>{kernel, x});
     during = process_threads();
   }).join();
-  EXPECT_EQ(during, before + 1) << "threads other than the one running the ops were started";
+  EXPECT_LE(during, before) << "threads other than the one running the ops were started";
 }
 
 TEST(Runtime, ThreadCountsOutsideTheLimitAreRefusedNamingIt) {
