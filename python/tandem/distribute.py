@@ -16,7 +16,7 @@ __all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "OneDeviceS
            "MultiWorkerMirroredStrategy", "ParameterServerStrategy", "ModelParallelStrategy", "PipelineStrategy",
            "get_strategy",
            "has_strategy", "experimental", "PerReplica", "ReduceOp", "CrossDeviceOps", "NcclAllReduce",
-           "HierarchicalCopyAllReduce", "ReductionToOneDevice"]
+           "HierarchicalCopyAllReduce", "ReductionToOneDevice", "cluster_resolver"]
 
 class _Scope:
     def __init__(self, strategy):
@@ -127,9 +127,52 @@ def _cpu_device(device, what):
 
 
 def _refuse_cluster_resolver(cluster_resolver, what):
-    if cluster_resolver is not None:
-        raise Error(f"{what}: cluster_resolver is not supported yet; Tandem reads the cluster from TF_CONFIG "
-                    "(set it, and start the tasks with `tandem launch`)")
+    """A TFConfigClusterResolver is what Tandem reads anyway (this process's TF_CONFIG); any other
+    is refused until it can be passed on."""
+    if cluster_resolver is not None and not isinstance(cluster_resolver, TFConfigClusterResolver):
+        raise Error(f"{what}: only a TFConfigClusterResolver is taken as cluster_resolver for now, got "
+                    f"{type(cluster_resolver).__name__}; put the cluster in TF_CONFIG (and start the tasks with "
+                    "`tandem launch`)")
+
+
+class TFConfigClusterResolver:
+    """The cluster and this task as the TF_CONFIG environment variable gives them (as TensorFlow's):
+    ``cluster_spec()``, ``task_type``, ``task_id``. Tandem's strategies read TF_CONFIG themselves,
+    so passing one changes nothing; a task_type or task_id other than TF_CONFIG's is refused."""
+
+    def __init__(self, task_type=None, task_id=None, rpc_layer=None, environment=None):
+        import json
+        import os
+
+        text = os.environ.get("TF_CONFIG", "")
+        try:
+            config = json.loads(text) if text else {}
+        except ValueError as e:
+            raise Error(f"TFConfigClusterResolver: TF_CONFIG is not JSON ({e}): {text[:200]!r}") from None
+        if not isinstance(config, dict):
+            raise Error(f"TFConfigClusterResolver: TF_CONFIG must be a JSON object, got {text[:200]!r}")
+        task = config.get("task", {}) or {}
+        self._cluster = config.get("cluster", {}) or {}
+        self.task_type = task.get("type") if task_type is None else task_type
+        self.task_id = task.get("index", 0) if task_id is None else task_id
+        self.rpc_layer = rpc_layer or config.get("rpc_layer", "grpc")
+        self.environment = environment or config.get("environment", "")
+        for name, given, read in (("task_type", task_type, task.get("type")), ("task_id", task_id, task.get("index"))):
+            if given is not None and given != read:
+                raise Error(f"TFConfigClusterResolver: {name} {given!r} is not TF_CONFIG's ({read!r}); Tandem's "
+                            "tasks take theirs from TF_CONFIG")
+
+    def cluster_spec(self):
+        from .train import ClusterSpec
+
+        return ClusterSpec(self._cluster)
+
+    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+        return {}
+
+
+class cluster_resolver:  # noqa: N801 - tf.distribute.cluster_resolver's names
+    TFConfigClusterResolver = TFConfigClusterResolver
 
 
 class CrossDeviceOps:

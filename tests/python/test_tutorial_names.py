@@ -122,7 +122,7 @@ def test_tensorflows_arguments_act_or_are_refused(tf):
     assert d.MultiWorkerMirroredStrategy(communication_options=options).name == "multiworker:1"
     with pytest.raises(tf.Error, match="implementation 'NCCL'"):
         d.experimental.CommunicationOptions(implementation=d.experimental.CommunicationImplementation.NCCL)
-    with pytest.raises(tf.Error, match="cluster_resolver is not supported yet"):
+    with pytest.raises(tf.Error, match="only a TFConfigClusterResolver is taken as cluster_resolver for now, got object"):
         d.MultiWorkerMirroredStrategy(cluster_resolver=object())
     with pytest.raises(tf.Error, match="variable_partitioner must be one of"):
         d.ParameterServerStrategy(variable_partitioner=lambda shape: 2)
@@ -141,3 +141,29 @@ def test_partitioners_are_the_engines():
     assert d.experimental.partitioners.MinSizePartitioner(min_shard_bytes=1024, max_shards=4)._partitioner.kind == 1
     assert d.experimental.partitioners.FixedShardsPartitioner(3)._partitioner.kind == 2
     assert d.experimental.partitioners.MaxSizePartitioner(1 << 20)._partitioner.kind == 3
+
+
+def test_tf_config_cluster_resolver_reads_tf_config(tf, monkeypatch):
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["localhost:2222", "localhost:2223"], '
+                                    '"ps": ["localhost:2224"]}, "task": {"type": "worker", "index": 1}}')
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    assert (resolver.task_type, resolver.task_id) == ("worker", 1)
+    spec = resolver.cluster_spec()
+    assert spec == tf.train.ClusterSpec({"worker": ["localhost:2222", "localhost:2223"], "ps": ["localhost:2224"]})
+    assert sorted(spec.jobs) == ["ps", "worker"] and spec.num_tasks("worker") == 2
+    assert spec.task_address("worker", 1) == "localhost:2223"
+    with pytest.raises(tf.Error, match="task_id 0 is not TF_CONFIG's \\(1\\)"):
+        tf.distribute.cluster_resolver.TFConfigClusterResolver(task_id=0)
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    with pytest.raises(tf.Error, match="TF_CONFIG is not JSON"):
+        tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    monkeypatch.delenv("TF_CONFIG")
+    # Without TF_CONFIG: no cluster, and MultiWorkerMirroredStrategy takes it as the one worker.
+    alone = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    assert not alone.cluster_spec() and alone.task_type is None
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=alone)
+    assert strategy.name == "multiworker:1"
+    with pytest.raises(ValueError, match="No such job"):
+        tf.train.ClusterSpec({"worker": ["a:1"]}).num_tasks("chief")
+    with pytest.raises(tf.Error, match="job 'worker' needs a list of 'host:port' addresses"):
+        tf.train.ClusterSpec({"worker": "a:1"})
