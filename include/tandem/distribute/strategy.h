@@ -73,16 +73,15 @@ class DistributedDataset {
   class Iterator {
    public:
     Iterator(std::unique_ptr<data::Iterator> it, const Strategy& strategy) : it_(std::move(it)), strategy_(&strategy) {}
-    // The next global batch split per replica (this process's replicas) as the strategy splits
-    // fit's (split_batch: a replica's rows are those of its parts); nullopt at the end of the
-    // pass. A batch with fewer rows than replicas leaves some with none (0 rows): they
+    // The next global batch split per replica (this process's replicas) as the strategy cuts a
+    // custom loop's batch (replica_rows: by default a replica's parts of fit's split); nullopt at
+    // the end of the pass. A batch with fewer rows than replicas leaves some with none (0 rows): they
     // contribute zeros, as in fit.
     std::optional<PerReplica<data::Element>> next();
 
    private:
     std::unique_ptr<data::Iterator> it_;
     const Strategy* strategy_;
-    BatchSplit split_;
   };
   Iterator iterate(int epoch = 0) const { return Iterator(dataset_.iterate(epoch), *strategy_); }
 
