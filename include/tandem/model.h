@@ -31,6 +31,12 @@ struct FitOptions {
   int64_t batch_size = 32;
   double validation_split = 0.0;  // last fraction of x, y held out (before shuffling), as Keras
   std::optional<std::pair<Tensor, Tensor>> validation_data;
+  // Validation on a pipeline of (x, y) batches instead (one pass at each epoch's end).
+  std::optional<data::Dataset> validation_dataset;
+  // Training on a Dataset: batches per epoch (0: one pass). The dataset's iterator then runs on
+  // across epochs, as Keras' (repeat() makes it endless); if it runs out, training stops with a
+  // warning. Arrays always train on every row.
+  int64_t steps_per_epoch = 0;
   bool shuffle = true;
   std::vector<std::shared_ptr<Callback>> callbacks;
   int verbose = 1;  // 0 silent, 1 progress bar (one line per epoch when not a terminal), 2 one line per epoch
@@ -111,7 +117,12 @@ class Sequential {
   History fit(const data::Dataset& dataset, const FitOptions& options = {});
   // {"loss": …, metric: …} on the given data, in inference mode.
   Logs evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options = {});
+  // The same on a pipeline of (x, y) batches: one pass, or its first `steps` batches (0: all).
+  Logs evaluate(const data::Dataset& dataset, int64_t steps = 0, int verbose = 0);
+  // The outputs for x (zero rows: an empty (0, outputs...) tensor, as Keras).
   Tensor predict(const Tensor& x, int64_t batch_size = 32);
+  // The outputs for each batch of a pipeline (its elements' first component), concatenated.
+  Tensor predict(const data::Dataset& dataset, int64_t steps = 0);
 
   // Model state: every variable, then the optimizer's slots and step when compiled.
   std::vector<std::pair<std::string, Tensor>> state();
@@ -155,11 +166,16 @@ class Sequential {
   // The loss and metrics on held-out data in inference mode, without evaluate's checks (fit's
   // validation data was checked when fit began).
   Logs validation_logs(const Tensor& x, const Tensor& y, int64_t batch_size);
+  // The same on one pass of a pipeline of (x, y) batches (its first `steps`, 0: all).
+  Logs validation_logs(const data::Dataset& dataset, int64_t steps = 0);
 
  private:
   void check_compiled(const char* what) const;
   io::NamedTensors checked_load(const std::string& path, std::map<std::string, std::string>* metadata);
   void check_data(const Tensor& x, const Tensor& y, const char* what);
+  // A pipeline's (x, y) batch as fit and evaluate take it: x float32, y as the loss reads it.
+  std::pair<Tensor, Tensor> dataset_batch(const data::Element& element, const char* what);
+  Shape output_rows(int64_t rows) const;  // the shape of `rows` outputs
   // The replica this thread runs as inside Strategy::run (made on first use), or null outside.
   distribute::ModelReplicas::Replica* running_replica(const Tensor* first_input);
 

@@ -88,6 +88,19 @@ class TensorBatches {
   int64_t first_row_ = 0;  // of the current batch, in index_
 };
 
+// fit's validation at each epoch's end: options' dataset, else x_val, y_val (undefined: none).
+FitLoop::Validation validation_of(Sequential& model, const FitOptions& options, const Tensor& x_val, const Tensor& y_val) {
+  if (options.validation_dataset) {
+    const data::Dataset& d = *options.validation_dataset;
+    if (d.cardinality() == data::Dataset::kInfinite)
+      fail("fit: validation_data is an infinite dataset (repeat() without a count): take(n) of it");
+    return {[&model, d] { return model.validation_logs(d); }, fmt::format("a dataset of {} batches", d.cardinality())};
+  }
+  if (!x_val.defined()) return {nullptr, "none"};
+  return {[&model, x_val, y_val, batch = options.batch_size] { return model.validation_logs(x_val, y_val, batch); },
+          fmt::format("{} rows", x_val.dim(0))};
+}
+
 }  // namespace
 
 void Sequential::compile(const std::string& optimizer, Loss loss, std::vector<std::string> metrics) {
@@ -165,6 +178,9 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
   if (!(options.validation_split >= 0.0 && options.validation_split < 1.0))
     fail("fit: validation_split must be in [0, 1), got {}", options.validation_split);
   if (options.verbose < 0 || options.verbose > 2) fail("fit: verbose must be 0, 1 or 2, got {}", options.verbose);
+  if (options.steps_per_epoch != 0)
+    fail("fit: steps_per_epoch applies to a Dataset; with arrays every epoch covers x (got {})",
+         options.steps_per_epoch);
   if (!y_all.defined()) fail("fit: y is undefined");
   check_data(x_all, y_all, "fit");
 
@@ -203,7 +219,7 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
     if (!by_position) by_position = std::make_shared<TensorBatches>(x, y, batch, shuffled, seed);  // on first use
     return by_position->fill(epoch, step, false, out);
   };
-  return FitLoop(*this, options, steps, batches, x_val, y_val, at).run();
+  return FitLoop(*this, options, steps, batches, validation_of(*this, options, x_val, y_val), at).run();
 }
 
 History Sequential::fit(const data::Dataset& dataset, const FitOptions& options) {
@@ -211,38 +227,90 @@ History Sequential::fit(const data::Dataset& dataset, const FitOptions& options)
   if (options.epochs < 0) fail("fit: epochs must be non-negative, got {}", options.epochs);
   if (options.validation_split != 0.0)
     fail("fit: validation_split does not apply to a Dataset; pass validation_data or take()/skip() a split");
-  int64_t steps = dataset.cardinality();
-  if (steps == data::Dataset::kInfinite) fail("fit: the dataset is infinite (repeat() without a count)");
+  if (options.steps_per_epoch < 0) fail("fit: steps_per_epoch must be positive, got {}", options.steps_per_epoch);
+  bool runs_on = options.steps_per_epoch > 0;  // one iterator over the whole fit, as Keras'
+  int64_t steps = runs_on ? options.steps_per_epoch : dataset.cardinality();
+  if (steps == data::Dataset::kInfinite)
+    fail("fit: the dataset is infinite (repeat() without a count): pass steps_per_epoch");
   if (steps == data::Dataset::kUnknown) steps = -1;
-  bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
-  Tensor x_val, y_val;
-  if (options.validation_data) {
-    x_val = options.validation_data->first;
-    y_val = options.validation_data->second;
-  }
   std::unique_ptr<data::Iterator> it;
   int it_epoch = -1;
+  bool ran_out = false;
   auto batches = [&](int epoch, int64_t step, bool, distribute::GlobalBatch& out) {
-    Tensor& xb = out.x;
-    Tensor& yb = out.y;
-    if (it_epoch != epoch || step == 0) {
-      it = dataset.iterate(epoch);
+    if (runs_on ? !it : (it_epoch != epoch || step == 0)) {
+      it = dataset.iterate(runs_on ? 0 : epoch);
       it_epoch = epoch;
     }
-    auto e = it->next();
-    if (!e) return false;
-    if (e->size() != 2) fail("fit: dataset elements must be (x, y) batches, got {} components", e->size());
-    xb = (*e)[0];
-    yb = (*e)[1];
-    if (step == 0 && epoch == 0) check_data(xb, yb, "fit (dataset)");
-    if (xb.dtype() != DType::Float32) fail("fit: dataset x batches must be float32, got {}", dtype_name(xb.dtype()));
-    if (sparse && yb.dtype() != DType::Int32) yb = yb.astype(DType::Int32);
-    if (sparse && yb.rank() != 1) yb = yb.reshape({yb.dim(0)});
-    out.rows = xb.dim(0);
+    std::optional<data::Element> e = it->next();
+    if (!e) {
+      if (runs_on && !ran_out) {
+        std::fprintf(stderr,
+                     "fit: the dataset ran out after batch %lld of epoch %d; training stops (steps_per_epoch %lld "
+                     "for %d epochs needs more batches: repeat() the dataset)\n",
+                     static_cast<long long>(step), epoch + 1, static_cast<long long>(steps), options.epochs);
+        stop_training = true;
+        ran_out = true;
+      }
+      return false;
+    }
+    std::tie(out.x, out.y) = dataset_batch(*e, "fit (dataset)");
+    out.rows = out.x.dim(0);
     return true;
   };
-  return FitLoop(*this, options, steps, batches, x_val, y_val).run();
+  return FitLoop(*this, options, steps, batches, validation_of(*this, options, Tensor(), Tensor())).run();
 }
+
+std::pair<Tensor, Tensor> Sequential::dataset_batch(const data::Element& element, const char* what) {
+  if (element.size() != 2)
+    fail("{}: dataset elements must be (x, y) batches, got {} component{}", what, element.size(),
+         element.size() == 1 ? "" : "s");
+  Tensor x = element[0], y = element[1];
+  if (built() && (x.rank() < 2 || x.shape() == layers_.front()->input_shape()))
+    fail("{}: x has shape {}, one sample of the model's input {}: batch the dataset (.batch(n)) first", what,
+         x.shape().str(), layers_.front()->input_shape().str());
+  if (x.defined() && x.dtype() != DType::Float32) x = x.astype(DType::Float32);  // as Keras casts its inputs
+  check_data(x, y, what);
+  bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
+  if (sparse && y.dtype() != DType::Int32) y = y.astype(DType::Int32);
+  if (sparse && y.rank() != 1) y = y.reshape({y.dim(0)});
+  if (!sparse && y.dtype() != DType::Float32) y = y.astype(DType::Float32);
+  return {x, y};
+}
+
+namespace {
+
+// The loss and metrics of inference batches, as evaluate and validation report them.
+class Tally {
+ public:
+  Tally(const Loss& loss, const std::vector<std::string>& metric_names) : loss_(loss) {
+    for (const std::string& m : metric_names) metrics_.push_back(Metric::parse(m, loss));
+  }
+  void add(const Tensor& y, const Tensor& y_pred) {
+    loss_metric_.update_mean(ops::mean(loss_.per_sample(y, y_pred)).item(), y_pred.dim(0));
+    for (Metric& m : metrics_) m.update(y, y_pred);
+    ++batches_;
+  }
+  int64_t batches() const { return batches_; }
+  Logs logs() const {
+    Logs logs{{"loss", loss_metric_.result()}};
+    for (const Metric& m : metrics_) logs.emplace_back(m.name(), m.result());
+    return logs;
+  }
+
+ private:
+  const Loss& loss_;
+  Metric loss_metric_{Metric::Kind::Mean, "loss"};
+  std::vector<Metric> metrics_;
+  int64_t batches_ = 0;
+};
+
+void print_evaluation(int64_t batches, const Logs& logs) {
+  std::string line = fmt::format("{}/{}", batches, batches);
+  for (const auto& [name, value] : logs) line += fmt::format(" - {}: {:.4f}", name, value);
+  std::printf("%s\n", line.c_str());
+}
+
+}  // namespace
 
 Logs Sequential::validation_logs(const Tensor& x_in, const Tensor& y_in, int64_t batch) {
   StopRecording no_tape;
@@ -251,19 +319,26 @@ Logs Sequential::validation_logs(const Tensor& x_in, const Tensor& y_in, int64_t
   if (!sparse && y.dtype() != DType::Float32) y = y.astype(DType::Float32);
   if (sparse) y = y.reshape({y.dim(0)});
   Tensor x = x_in.contiguous();
-  Metric loss_metric(Metric::Kind::Mean, "loss");
-  std::vector<Metric> metrics;
-  for (const std::string& m : metric_names_) metrics.push_back(Metric::parse(m, *loss_));
+  Tally tally(*loss_, metric_names_);
   for (int64_t begin = 0, n = x.dim(0); begin < n; begin += batch) {
     int64_t end = std::min(n, begin + batch);
-    Tensor xb = x.slice(begin, end), yb = y.slice(begin, end);
-    Tensor y_pred = call(xb, CallContext{false, {}});
-    loss_metric.update_mean(ops::mean(loss_->per_sample(yb, y_pred)).item(), end - begin);
-    for (Metric& m : metrics) m.update(yb, y_pred);
+    tally.add(y.slice(begin, end), call(x.slice(begin, end), CallContext{false, {}}));
   }
-  Logs logs{{"loss", loss_metric.result()}};
-  for (const Metric& m : metrics) logs.emplace_back(m.name(), m.result());
-  return logs;
+  return tally.logs();
+}
+
+Logs Sequential::validation_logs(const data::Dataset& dataset, int64_t steps) {
+  StopRecording no_tape;
+  Tally tally(*loss_, metric_names_);
+  std::unique_ptr<data::Iterator> it = dataset.iterate(0);
+  while (steps == 0 || tally.batches() < steps) {
+    std::optional<data::Element> e = it->next();
+    if (!e) break;
+    auto [x, y] = dataset_batch(*e, "evaluate (dataset)");
+    tally.add(y, call(x, CallContext{false, {}}));
+  }
+  if (tally.batches() == 0) fail("evaluate: the dataset gave no batches");
+  return tally.logs();
 }
 
 Logs Sequential::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options) {
@@ -273,29 +348,78 @@ Logs Sequential::evaluate(const Tensor& x, const Tensor& y, const EvaluateOption
   check_data(x, y, "evaluate");
   distribute::JobPhase phase(*strategy_, "evaluation");
   Logs logs = validation_logs(x, y, options.batch_size);
-  if (options.verbose > 0) {
-    std::string line = fmt::format("{}/{}", (x.dim(0) + options.batch_size - 1) / options.batch_size,
-                                   (x.dim(0) + options.batch_size - 1) / options.batch_size);
-    for (const auto& [name, value] : logs) line += fmt::format(" - {}: {:.4f}", name, value);
-    std::printf("%s\n", line.c_str());
-  }
+  if (options.verbose > 0) print_evaluation((x.dim(0) + options.batch_size - 1) / options.batch_size, logs);
   return logs;
 }
 
+Logs Sequential::evaluate(const data::Dataset& dataset, int64_t steps, int verbose) {
+  check_compiled("evaluate");
+  if (steps < 0) fail("evaluate: steps must be positive, got {}", steps);
+  if (steps == 0 && dataset.cardinality() == data::Dataset::kInfinite)
+    fail("evaluate: the dataset is infinite (repeat() without a count): pass steps");
+  distribute::JobPhase phase(*strategy_, "evaluation");
+  Logs logs = validation_logs(dataset, steps);
+  if (verbose > 0) print_evaluation(steps > 0 ? steps : dataset.cardinality(), logs);
+  return logs;
+}
+
+
 Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
   if (batch_size <= 0) fail("predict: batch_size must be positive, got {}", batch_size);
+  if (x_in.defined() && x_in.rank() >= 2 && x_in.dim(0) == 0) {  // no rows: Keras' empty result
+    if (!built()) fail("predict: x has no rows and the model is not built, so its output shape is unknown");
+    Shape per_sample(std::span<const int64_t>(x_in.shape().begin() + 1, x_in.shape().end()));
+    if (!(per_sample == layers_.front()->input_shape()))
+      fail("predict: x has samples of shape {}, the model expects {}", per_sample.str(),
+           layers_.front()->input_shape().str());
+    return Tensor::empty(output_rows(0));
+  }
   check_data(x_in, Tensor(), "predict");
   StopRecording no_tape;
   Tensor x = x_in.contiguous();
-  Shape out_shape = layers_.back()->output_shape();
-  Shape full{x.dim(0)};
-  for (int64_t d : out_shape) full.push_back(d);
-  Tensor out = Tensor::empty(full);
+  Tensor out = Tensor::empty(output_rows(x.dim(0)));
   for (int64_t begin = 0, n = x.dim(0); begin < n; begin += batch_size) {
     int64_t end = std::min(n, begin + batch_size);
     out.slice(begin, end).copy_from(call(x.slice(begin, end), CallContext{false, {}}));
   }
   return out;
+}
+
+Tensor Sequential::predict(const data::Dataset& dataset, int64_t steps) {
+  if (steps < 0) fail("predict: steps must be positive, got {}", steps);
+  if (steps == 0 && dataset.cardinality() == data::Dataset::kInfinite)
+    fail("predict: the dataset is infinite (repeat() without a count): pass steps");
+  StopRecording no_tape;
+  std::vector<Tensor> outputs;
+  int64_t rows = 0;
+  std::unique_ptr<data::Iterator> it = dataset.iterate(0);
+  while (steps == 0 || static_cast<int64_t>(outputs.size()) < steps) {
+    std::optional<data::Element> e = it->next();
+    if (!e) break;
+    if (e->empty()) fail("predict: a dataset element has no components");
+    Tensor x = (*e)[0];
+    if (x.defined() && x.dtype() != DType::Float32) x = x.astype(DType::Float32);
+    check_data(x, Tensor(), "predict (dataset)");
+    outputs.push_back(call(x.contiguous(), CallContext{false, {}}));
+    rows += x.dim(0);
+  }
+  if (outputs.empty()) {
+    if (!built()) fail("predict: the dataset gave no batches and the model is not built");
+    return Tensor::empty(output_rows(0));
+  }
+  Tensor out = Tensor::empty(output_rows(rows));
+  int64_t at = 0;
+  for (const Tensor& o : outputs) {
+    out.slice(at, at + o.dim(0)).copy_from(o);
+    at += o.dim(0);
+  }
+  return out;
+}
+
+Shape Sequential::output_rows(int64_t rows) const {
+  Shape full{rows};
+  for (int64_t d : layers_.back()->output_shape()) full.push_back(d);
+  return full;
 }
 
 }  // namespace tandem

@@ -7,22 +7,21 @@
 namespace tandem {
 
 FitLoop::FitLoop(Sequential& model, const FitOptions& options, int64_t steps, BatchSource next_batch,
-                 const Tensor& x_val, const Tensor& y_val, distribute::BatchAt batch_at)
+                 Validation validation, distribute::BatchAt batch_at)
     : model_(model),
       options_(options),
       steps_(steps),
       next_batch_(std::move(next_batch)),
       batch_at_(std::move(batch_at)),
-      x_val_(x_val),
-      y_val_(y_val) {}
+      validation_(std::move(validation)) {}
 
 History FitLoop::run() {
   distribute::Strategy* strategy = model_.strategy();
   if (strategy->extended().serves()) return serve();
   distribute::set_job_phase(*strategy, "agreement checks");
   // Workers that differ would deadlock or silently train different things: compare first.
-  std::string run_text = fmt::format("steps per epoch {}, epochs {}, validation rows {}", steps_, options_.epochs,
-                                     x_val_.defined() ? x_val_.dim(0) : 0);
+  std::string run_text =
+      fmt::format("steps per epoch {}, epochs {}, validation {}", steps_, options_.epochs, validation_.text);
   for (const auto& [key, value] : options_.run_config) run_text += fmt::format(", {} {}", key, value);
   distribute::check_workers_agree(*strategy, "the data and settings", run_text);
   TrainingPosition start = begin();
@@ -124,9 +123,9 @@ void FitLoop::end_epoch(int epoch, int64_t steps_done) {
   if (runner_) runner_->finish_epoch();
   model_.set_position({epoch + 1, 0});
   current_logs();
-  if (x_val_.defined()) {
+  if (validation_.logs) {
     distribute::JobPhase phase(*model_.strategy(), "validation");
-    Logs val = model_.validation_logs(x_val_, y_val_, options_.batch_size);
+    Logs val = validation_.logs();
     for (const auto& [name, value] : val) logs_.emplace_back("val_" + name, value);
   }
   for (auto& cb : options_.callbacks) cb->on_epoch_logs(epoch, logs_);

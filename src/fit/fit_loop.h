@@ -18,10 +18,15 @@ class FitLoop {
   // Fills the batch with batch `step` of epoch `epoch` (called for every step in order); false
   // when the epoch has no more batches. `lazy`: rows may be left to GlobalBatch::gather.
   using BatchSource = std::function<bool(int epoch, int64_t step, bool lazy, distribute::GlobalBatch& batch)>;
-  // steps: per epoch (-1: until the source runs out); x_val undefined: no validation; batch_at:
-  // the same batches by position, where the source allows it.
-  FitLoop(Sequential& model, const FitOptions& options, int64_t steps, BatchSource next_batch, const Tensor& x_val,
-          const Tensor& y_val, distribute::BatchAt batch_at = nullptr);
+  // Validation at each epoch's end: its logs (empty: none) and what the workers compare of it.
+  struct Validation {
+    std::function<Logs()> logs;
+    std::string text;
+  };
+  // steps: per epoch (-1: until the source runs out); batch_at: the same batches by position,
+  // where the source allows it.
+  FitLoop(Sequential& model, const FitOptions& options, int64_t steps, BatchSource next_batch, Validation validation,
+          distribute::BatchAt batch_at = nullptr);
   History run();
 
  private:
@@ -45,7 +50,7 @@ class FitLoop {
   int64_t steps_;
   BatchSource next_batch_;
   distribute::BatchAt batch_at_;
-  const Tensor &x_val_, &y_val_;
+  Validation validation_;
   int verbose_ = 0;
   // Made at the first batch the model is built for (it may learn its input shape from it), kept
   // for the whole fit.

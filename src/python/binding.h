@@ -79,5 +79,6 @@ void register_layers(py::module_& m);
 void register_training(py::module_& m);
 void register_model(py::module_& m);
 void register_strategies(py::module_& m);
+void register_data(py::module_& m);
 
 }  // namespace tandem::python

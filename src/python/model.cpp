@@ -113,28 +113,61 @@ void register_model(py::module_& m) {
           "stop_training", [](ModelHandle& h) { return h.get().stop_training; },
           [](ModelHandle& h, bool v) { h.get().stop_training = v; })
       .def("fit",
-           [](ModelHandle& h, const py::array& x, const py::array& y, int epochs, int64_t batch_size,
-              double validation_split, std::optional<py::array> val_x, std::optional<py::array> val_y, bool shuffle,
+           [](ModelHandle& h, const py::object& x, const py::object& y, int epochs, int64_t batch_size,
+              int64_t steps_per_epoch, double validation_split, const py::object& validation, bool shuffle,
               const py::list& callbacks, int verbose, int initial_epoch) {
              FitOptions o;
              o.epochs = epochs;
              o.batch_size = batch_size;
+             o.steps_per_epoch = steps_per_epoch;
              o.validation_split = validation_split;
              o.shuffle = shuffle;
              o.verbose = verbose;
              o.initial_epoch = initial_epoch;
-             Tensor tx = from_numpy(x, "fit: x"), ty = from_numpy(y, "fit: y");
-             if (val_x && val_y)
-               o.validation_data = std::pair{from_numpy(*val_x, "fit: validation_data x"),
-                                             from_numpy(*val_y, "fit: validation_data y")};
+             // validation: None, a Dataset, or (x_val, y_val) arrays.
+             if (py::isinstance<data::Dataset>(validation)) {
+               o.validation_dataset = validation.cast<data::Dataset>();
+             } else if (!validation.is_none()) {
+               auto pair = validation.cast<py::tuple>();
+               o.validation_data = std::pair{from_numpy(pair[0].cast<py::array>(), "fit: validation_data x"),
+                                             from_numpy(pair[1].cast<py::array>(), "fit: validation_data y")};
+             }
+             std::optional<data::Dataset> dataset;
+             Tensor tx, ty;
+             if (py::isinstance<data::Dataset>(x)) {
+               dataset = x.cast<data::Dataset>();
+             } else {
+               tx = from_numpy(x.cast<py::array>(), "fit: x");
+               ty = from_numpy(y.cast<py::array>(), "fit: y");
+             }
              o.callbacks = callbacks_from(callbacks);
              Busy busy(h, "fit");
              History history;
              {
                py::gil_scoped_release nogil;
-               history = h.get().fit(tx, ty, o);
+               history = dataset ? h.get().fit(*dataset, o) : h.get().fit(tx, ty, o);
              }
              return py::make_tuple(history_dict(history), py::cast(history.epochs));
+           })
+      .def("evaluate_dataset",
+           [](ModelHandle& h, const data::Dataset& dataset, int64_t steps, int verbose) {
+             Busy busy(h, "evaluate");
+             Logs logs;
+             {
+               py::gil_scoped_release nogil;
+               logs = h.get().evaluate(dataset, steps, verbose);
+             }
+             return logs_dict(logs);
+           })
+      .def("predict_dataset",
+           [](ModelHandle& h, const data::Dataset& dataset, int64_t steps) {
+             Busy busy(h, "predict");
+             Tensor out;
+             {
+               py::gil_scoped_release nogil;
+               out = h.get().predict(dataset, steps);
+             }
+             return to_numpy(out);
            })
       .def("evaluate",
            [](ModelHandle& h, const py::array& x, const py::array& y, int64_t batch_size, int verbose) {

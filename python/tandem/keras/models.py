@@ -1,7 +1,7 @@
 """The Keras model (tf.keras.Sequential) over the engine's Sequential."""
 import numpy as np
 
-from .. import _tandem, _arrays
+from .. import _tandem, _arrays, data
 from ..errors import Error
 from . import callbacks as callbacks_module
 from .layers import InputLayer
@@ -23,6 +23,12 @@ def _batch_size(batch_size, default=32):
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
         raise Error(f"batch_size must be a positive int, got {batch_size!r}")
     return int(batch_size)
+
+
+def _steps(steps, what):
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps <= 0:
+        raise Error(f"{what} must be a positive int, got {steps!r}")
+    return int(steps)
 
 
 def _seed_of(seed):
@@ -132,21 +138,23 @@ class Sequential:
         self._model.compile(optimizer, getattr(loss, "_loss", loss), list(metrics))
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
-            validation_data=None, shuffle=True, initial_epoch=0, **kwargs):
+            validation_data=None, shuffle=True, initial_epoch=0, steps_per_epoch=None, **kwargs):
         """Trains the model for ``epochs`` passes over (x, y).
 
         Args:
             x: numpy array of samples (float32 C-contiguous arrays are used in place; anything
-                else is converted to float32 once).
-            y: numpy array of targets (integer labels, or float targets).
+                else is converted to float32 once), or a tandem.data.Dataset of (x, y) batches.
+            y: numpy array of targets (integer labels, or float targets); None with a Dataset.
             batch_size: samples per step (default 32).
             epochs: the epoch to end at (counting from 0 with initial_epoch).
             verbose: 'auto' or 1 (progress bar), 2 (one line per epoch), 0 (silent).
             callbacks: tandem.keras.callbacks objects, or your Callback subclasses.
             validation_split: the last fraction of x, y held out for validation.
-            validation_data: (x_val, y_val) to evaluate at each epoch's end.
-            shuffle: shuffle the training samples each epoch.
+            validation_data: (x_val, y_val) or a Dataset to evaluate at each epoch's end.
+            shuffle: shuffle the training samples each epoch (arrays; a Dataset shuffles itself).
             initial_epoch: the epoch to start at (resuming).
+            steps_per_epoch: with a Dataset, the batches of an epoch; its iterator then runs on
+                across epochs (repeat() it), and training stops with a warning if it runs out.
 
         Returns:
             A History whose ``history`` dict holds each logged value per epoch.
@@ -154,26 +162,47 @@ class Sequential:
         Ctrl-C stops between batches with KeyboardInterrupt; the weights of the last finished
         batch are kept. The GIL is released while the engine trains.
         """
-        unknown = sorted(k for k in kwargs if k not in ("steps_per_epoch", "workers", "use_multiprocessing",
-                                                        "max_queue_size"))
+        unknown = sorted(k for k in kwargs if k not in ("workers", "use_multiprocessing", "max_queue_size",
+                                                        "class_weight", "sample_weight", "validation_steps",
+                                                        "validation_batch_size", "validation_freq"))
         if unknown:
-            raise Error(f"fit: unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
-        if kwargs.get("steps_per_epoch") is not None:
-            raise Error("fit: steps_per_epoch is not supported with arrays; every epoch covers x")
-        x = _arrays.features(x, "fit")
-        y = _arrays.targets(y, "fit")
-        val_x = val_y = None
-        if validation_data is not None:
+            raise TypeError(f"fit() got an unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
+                            f"{', '.join(repr(k) for k in unknown)}")
+        for name in ("class_weight", "sample_weight", "validation_steps", "validation_batch_size"):
+            if kwargs.get(name) is not None:
+                raise Error(f"fit: {name} is not supported by Tandem")
+        if kwargs.get("validation_freq", 1) != 1:
+            raise Error("fit: validation_freq other than 1 is not supported by Tandem (validation runs every epoch)")
+        steps_per_epoch = 0 if steps_per_epoch is None else _steps(steps_per_epoch, "fit: steps_per_epoch")
+        if isinstance(x, data.Dataset):
+            if y is not None:
+                raise Error("fit: y must be None when x is a Dataset (its elements are (x, y) batches)")
+            if batch_size is not None:
+                raise Error("fit: batch_size does not apply to a Dataset (it is batched already: .batch(n))")
+            x = x._pairs("fit")
+        else:
+            if steps_per_epoch:
+                raise Error("fit: steps_per_epoch applies to a Dataset; with arrays every epoch covers x")
+            x = _arrays.features(x, "fit")
+            y = _arrays.targets(y, "fit")
+        validation = None
+        if isinstance(validation_data, data.Dataset):
+            validation = validation_data._pairs("fit (validation_data)")
+        elif validation_data is not None:
             try:
                 val_x, val_y = validation_data[:2]
             except (TypeError, ValueError):
-                raise Error("fit: validation_data must be a tuple (x_val, y_val)") from None
-            val_x = _arrays.features(val_x, "fit (validation_data)")
-            val_y = _arrays.targets(val_y, "fit (validation_data)")
+                raise Error("fit: validation_data must be a tuple (x_val, y_val) or a Dataset") from None
+            validation = (_arrays.features(val_x, "fit (validation_data)"),
+                          _arrays.targets(val_y, "fit (validation_data)"))
         verbose = _verbose(verbose)
         batch_size = _batch_size(batch_size)
         native = []
-        params = {"epochs": int(epochs), "steps": -(-len(x) // batch_size), "verbose": verbose}
+        if isinstance(x, _tandem.Dataset):
+            steps = steps_per_epoch or x.cardinality()
+            params = {"epochs": int(epochs), "steps": steps if steps >= 0 else None, "verbose": verbose}
+        else:
+            params = {"epochs": int(epochs), "steps": -(-len(x) // batch_size), "verbose": verbose}
         for cb in callbacks or []:
             if isinstance(cb, callbacks_module.Callback):
                 cb.set_model(self)
@@ -181,24 +210,39 @@ class Sequential:
             elif not isinstance(cb, _tandem.NativeCallback):
                 raise Error(f"fit: callbacks must be tandem.keras.callbacks objects or Callback subclasses, got {cb!r}")
             native.append(cb)
-        history, epochs_run = self._model.fit(x, y, int(epochs), batch_size, float(validation_split), val_x, val_y,
-                                              bool(shuffle), native, verbose, int(initial_epoch))
+        history, epochs_run = self._model.fit(x, y, int(epochs), batch_size, steps_per_epoch, float(validation_split),
+                                              validation, bool(shuffle), native, verbose, int(initial_epoch))
         self.history = callbacks_module.History(history, epochs_run, self, params)
         return self.history
 
-    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", return_dict=False, **kwargs):
-        """The loss and metrics on (x, y): a scalar loss without metrics, else [loss, metrics...]
-        (or a dict with return_dict=True), as Keras returns them."""
-        x = _arrays.features(x, "evaluate")
-        y = _arrays.targets(y, "evaluate")
-        logs = self._model.evaluate(x, y, _batch_size(batch_size), 0 if _verbose(verbose) == 0 else 1)
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", steps=None, return_dict=False, **kwargs):
+        """The loss and metrics on (x, y) or a Dataset of (x, y) batches: a scalar loss without
+        metrics, else [loss, metrics...] (or a dict with return_dict=True), as Keras returns them."""
+        printing = 0 if _verbose(verbose) == 0 else 1
+        if isinstance(x, data.Dataset):
+            if y is not None:
+                raise Error("evaluate: y must be None when x is a Dataset (its elements are (x, y) batches)")
+            steps = 0 if steps is None else _steps(steps, "evaluate: steps")
+            logs = self._model.evaluate_dataset(x._pairs("evaluate"), steps, printing)
+        else:
+            if steps is not None:
+                raise Error("evaluate: steps applies to a Dataset; with arrays all of x is evaluated")
+            x = _arrays.features(x, "evaluate")
+            y = _arrays.targets(y, "evaluate")
+            logs = self._model.evaluate(x, y, _batch_size(batch_size), printing)
         if return_dict:
             return logs
         values = list(logs.values())
         return values[0] if len(values) == 1 else values
 
-    def predict(self, x, batch_size=None, verbose="auto", **kwargs):
-        """The model's outputs for x, as a numpy array."""
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, **kwargs):
+        """The model's outputs for x (or each batch of a Dataset, whose elements are x or (x, y)
+        batches), as a numpy array; x without rows gives an empty array, as Keras."""
+        if isinstance(x, data.Dataset):
+            steps = 0 if steps is None else _steps(steps, "predict: steps")
+            return self._model.predict_dataset(x._native, steps)
+        if steps is not None:
+            raise Error("predict: steps applies to a Dataset; with arrays all of x is predicted")
         return self._model.predict(_arrays.features(x, "predict"), _batch_size(batch_size))
 
     def __call__(self, x, training=False):
