@@ -126,9 +126,12 @@ class Dataset:
     """A pipeline of elements, as tf.data.Dataset: build it with ``from_tensor_slices`` and chain
     stages; iterate it, or pass it to ``model.fit`` / ``evaluate`` / ``predict``."""
 
-    def __init__(self, native, structure):
+    def __init__(self, native, structure, passes=None):
         self._native = native
         self._structure = structure
+        # Iterators made over this pipeline and those built on it: each is a new pass, which a
+        # reshuffling shuffle orders anew (as TensorFlow's shuffle keeps its seed's state).
+        self._passes = passes if passes is not None else [0]
 
     # --- sources ---
 
@@ -156,7 +159,7 @@ class Dataset:
     # --- stages ---
 
     def _then(self, native, structure=None):
-        return Dataset(native, structure or self._structure)
+        return Dataset(native, structure or self._structure, self._passes)
 
     def batch(self, batch_size, drop_remainder=False, num_parallel_calls=None, deterministic=None, name=None):
         """``batch_size`` consecutive elements stacked on a new first axis (the last, shorter batch
@@ -257,8 +260,9 @@ class Dataset:
             raise TypeError("The dataset length is unknown.")
         return n
 
-    def _iterate(self, epoch=0):
-        it = self._native.iterate(int(epoch))
+    def _iterate(self):
+        it = self._native.iterate(self._passes[0])
+        self._passes[0] += 1
         while True:
             leaves = it.next()
             if leaves is None:
@@ -266,7 +270,7 @@ class Dataset:
             yield _pack(self._structure.get("Dataset"), leaves)
 
     def __iter__(self):
-        """The elements of one pass as numpy arrays."""
+        """The elements of one pass as numpy arrays (each pass a new order where a shuffle reshuffles)."""
         return self._iterate()
 
     def as_numpy_iterator(self):

@@ -9,14 +9,16 @@ the strategy; nothing else changes.
 """
 import weakref
 
-from . import _tandem
+import numpy as np
+
+from . import _tandem, data
 from .errors import Error
 
 __all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "OneDeviceStrategy",
            "MultiWorkerMirroredStrategy", "ParameterServerStrategy", "ModelParallelStrategy", "PipelineStrategy",
            "get_strategy",
            "has_strategy", "experimental", "PerReplica", "ReduceOp", "CrossDeviceOps", "NcclAllReduce",
-           "HierarchicalCopyAllReduce", "ReductionToOneDevice", "cluster_resolver"]
+           "HierarchicalCopyAllReduce", "ReductionToOneDevice", "cluster_resolver", "DistributedDataset", "InputContext"]
 
 class _Scope:
     def __init__(self, strategy):
@@ -63,12 +65,34 @@ class Strategy:
         return self._handle.name
 
     def run(self, fn, args=(), kwargs=None):
-        """Runs ``fn(*args)`` on every replica (its thread), each argument's rows split evenly over
-        the replicas (pass the global batch); returns a PerReplica of the results. Inside, the
-        model, the tape and the optimizer are the replica's, and apply_gradients sums over them."""
+        """Runs ``fn(*args)`` on every replica (its thread), each array's rows cut for the replicas
+        as the strategy cuts a batch (pass the global batch: an element of a distributed dataset,
+        or arrays; tuples and dicts of them keep their shape); returns a PerReplica of the
+        results. Inside, the model, the tape and the optimizer are the replica's, and
+        apply_gradients sums over them."""
         if kwargs:
             raise Error("run: keyword arguments are not supported; pass them positionally")
-        return PerReplica(self._handle.run(fn, tuple(args)))
+        leaves, structure = data._flatten(tuple(args))
+        leaves = [v if isinstance(v, _tandem.Tensor) else data._component(v, "run") for v in leaves]
+        return PerReplica(self._handle.run(lambda *parts: fn(*data._pack(structure, parts)), tuple(leaves)))
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        """The dataset's elements as global batches for ``run``, which cuts each for the replicas
+        (batch the dataset by the global batch size, e.g. 64 * num_replicas_in_sync)."""
+        if not isinstance(dataset, data.Dataset):
+            raise Error(f"experimental_distribute_dataset: expected a tandem.data.Dataset, got {dataset!r}")
+        return DistributedDataset(dataset, self)
+
+    def distribute_datasets_from_function(self, dataset_fn, options=None):
+        """``dataset_fn(input_context)`` makes a dataset of per-replica batches
+        (``input_context.get_per_replica_batch_size(global_batch)``); each of its
+        ``num_replicas_in_sync`` consecutive batches goes to one replica (they are joined into the
+        global batch ``run`` cuts: one copy of the rows)."""
+        context = InputContext(1, 0, self.num_replicas_in_sync)
+        dataset = dataset_fn(context)
+        if not isinstance(dataset, data.Dataset):
+            raise Error(f"distribute_datasets_from_function: the function returned {dataset!r}, not a Dataset")
+        return DistributedDataset(dataset, self, per_replica=True)
 
     def reduce(self, reduce_op, value, axis=None):
         """The per-replica values summed ("SUM") or averaged ("MEAN"), as a Tensor."""
@@ -85,6 +109,46 @@ class Strategy:
 
     def __repr__(self):
         return f"<tandem.distribute {type(self).__name__} {self.name!r}>"
+
+
+class InputContext:
+    """What a dataset function learns of the job (tf.distribute.InputContext)."""
+
+    def __init__(self, num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1):
+        self.num_input_pipelines = num_input_pipelines
+        self.input_pipeline_id = input_pipeline_id
+        self.num_replicas_in_sync = num_replicas_in_sync
+
+    def get_per_replica_batch_size(self, global_batch_size):
+        if global_batch_size % self.num_replicas_in_sync:
+            raise Error(f"get_per_replica_batch_size: the global batch {global_batch_size} does not divide over "
+                        f"{self.num_replicas_in_sync} replicas")
+        return global_batch_size // self.num_replicas_in_sync
+
+
+class DistributedDataset:
+    """A dataset whose elements are global batches for strategy.run
+    (strategy.experimental_distribute_dataset's result); iterate it as the dataset."""
+
+    def __init__(self, dataset, strategy, per_replica=False):
+        self._dataset = dataset
+        self._strategy = strategy
+        self._per_replica = per_replica
+
+    def __iter__(self):
+        if not self._per_replica:
+            yield from self._dataset
+            return
+        replicas = self._strategy.num_replicas_in_sync
+        group = []
+        for element in self._dataset:
+            group.append(data._flatten(element))
+            if len(group) == replicas:
+                structure = group[0][1]
+                joined = [np.concatenate([leaves[i] for leaves, _ in group]) for i in range(len(group[0][0]))]
+                yield data._pack(structure, joined)
+                group = []
+        # A last group shorter than the replicas is dropped, so that each replica gets its batch.
 
 
 class PerReplica:
