@@ -29,14 +29,14 @@ namespace tandem {
 struct FitOptions {
   int epochs = 1;
   int64_t batch_size = 32;
-  double validation_split = 0.0;  // last fraction of x, y held out (before shuffling), as Keras
-  std::optional<std::pair<Tensor, Tensor>> validation_data;
-  // Validation on a pipeline of (x, y) batches instead (one pass at each epoch's end).
-  std::optional<data::Dataset> validation_dataset;
   // Training on a Dataset: batches per epoch (0: one pass). The dataset's iterator then runs on
   // across epochs, as Keras' (repeat() makes it endless); if it runs out, training stops with a
   // warning. Arrays always train on every row.
   int64_t steps_per_epoch = 0;
+  double validation_split = 0.0;  // last fraction of x, y held out (before shuffling), as Keras
+  std::optional<std::pair<Tensor, Tensor>> validation_data;
+  // Validation on a pipeline of (x, y) batches instead (one pass at each epoch's end).
+  std::optional<data::Dataset> validation_dataset;
   bool shuffle = true;
   std::vector<std::shared_ptr<Callback>> callbacks;
   int verbose = 1;  // 0 silent, 1 progress bar (one line per epoch when not a terminal), 2 one line per epoch

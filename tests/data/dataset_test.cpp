@@ -193,7 +193,51 @@ TEST(Dataset, FitOnAPipelineEqualsFitOnTensors) {
                            {.epochs = 1, .verbose = 0});
   EXPECT_EQ(hc["loss"].size(), 1u);
   EXPECT_TRUE(testing::throws_error([&] { make()->fit(Dataset::from_tensor_slices({x}).batch(16), {.verbose = 0}); },
-                                    {"(x, y) batches, got 1 components"}));
+                                    {"(x, y) batches, got 1 component"}));
+  EXPECT_TRUE(testing::throws_error([&] { make()->fit(Dataset::from_tensor_slices({x, y}), {.verbose = 0}); },
+                                    {"x has shape (5,)", "batch the dataset"}));
+}
+
+// evaluate and predict read a pipeline as their arrays; steps_per_epoch runs one iterator on
+// across epochs and stops, warning, when it runs out; predict on zero rows is empty.
+TEST(Dataset, EvaluatePredictAndStepsPerEpochOnAPipeline) {
+  using namespace layers;
+  Tensor x = testing::random_tensor({48, 5}, 3);
+  std::vector<int32_t> l(48);
+  for (int i = 0; i < 48; ++i) l[static_cast<size_t>(i)] = i % 3;
+  Tensor y = Tensor::from_vector({48}, std::span<const int32_t>(l));
+  auto make = [] {
+    auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 5});
+    m->add(Dense(6, "relu", {.input_shape = Shape{5}}));
+    m->add(Dense(3, "softmax"));
+    m->compile(optimizers::SGD(0.1), "sparse_categorical_crossentropy", {"accuracy"});
+    return m;
+  };
+  auto a = make();
+  Dataset batches = Dataset::from_tensor_slices({x, y}).batch(16);
+  EXPECT_EQ(a->evaluate(batches), a->evaluate(x, y, {.batch_size = 16}));
+  EXPECT_EQ(a->predict(batches).to_vector(), a->predict(x).to_vector());
+  EXPECT_EQ(a->predict(Dataset::from_tensor_slices({x}).batch(20)).to_vector(), a->predict(x).to_vector());
+  EXPECT_EQ(a->predict(x.slice(0, 0)).shape(), (Shape{0, 3}));
+  EXPECT_EQ(a->evaluate(batches, 1), a->evaluate(x.slice(0, 16), y.slice(0, 16), {.batch_size = 16}));
+
+  // 3 epochs of 2 steps over an endless pipeline: its batches 0..5, i.e. the data twice.
+  auto endless = make(), ref = make();
+  History h = endless->fit(batches.repeat(), {.epochs = 3, .steps_per_epoch = 2, .verbose = 0});
+  EXPECT_EQ(h["loss"].size(), 3u);
+  ref->fit(batches.repeat(2), {.epochs = 1, .verbose = 0});
+  for (size_t i = 0; i < ref->variables().size(); ++i)
+    EXPECT_EQ(ref->variables()[i]->value.to_vector(), endless->variables()[i]->value.to_vector());
+  // 3 batches for 2 epochs of 2: the second epoch ends after one batch and training stops.
+  EXPECT_EQ(make()->fit(batches, {.epochs = 4, .steps_per_epoch = 2, .verbose = 0})["loss"].size(), 2u);
+  EXPECT_TRUE(testing::throws_error([&] { make()->fit(batches.repeat(), {.verbose = 0}); }, {"pass steps_per_epoch"}));
+  EXPECT_TRUE(testing::throws_error([&] { make()->fit(x, y, {.steps_per_epoch = 2, .verbose = 0}); },
+                                    {"steps_per_epoch applies to a Dataset"}));
+  FitOptions with_val{.epochs = 1, .verbose = 0};
+  with_val.validation_dataset = batches;
+  EXPECT_EQ(make()->fit(batches, with_val)["val_loss"], make()->fit(x, y, {.epochs = 1, .batch_size = 16,
+                                                                          .validation_data = std::pair{x, y},
+                                                                          .shuffle = false, .verbose = 0})["val_loss"]);
 }
 
 }  // namespace
