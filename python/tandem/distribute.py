@@ -18,7 +18,8 @@ __all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "OneDeviceS
            "MultiWorkerMirroredStrategy", "ParameterServerStrategy", "ModelParallelStrategy", "PipelineStrategy",
            "get_strategy",
            "has_strategy", "experimental", "PerReplica", "ReduceOp", "CrossDeviceOps", "NcclAllReduce",
-           "HierarchicalCopyAllReduce", "ReductionToOneDevice", "cluster_resolver", "DistributedDataset", "InputContext"]
+           "HierarchicalCopyAllReduce", "ReductionToOneDevice", "cluster_resolver", "DistributedDataset", "InputContext", "SimpleClusterResolver",
+           "TFConfigClusterResolver"]
 
 class _Scope:
     def __init__(self, strategy):
@@ -37,7 +38,7 @@ class Strategy:
     """A distribution strategy by its Tandem name ('mirrored:4', 'ps-async', 'model-parallel:2', ...)."""
 
     def __init__(self, spec, threads_per_replica=0, auth_dir=None, insecure=False, record=None, replay=None,
-                 min_workers=1, timeout=None, bucket_bytes=0, partitioner=None):
+                 min_workers=1, timeout=None, bucket_bytes=0, partitioner=None, cluster=""):
         settings = _tandem.StrategySettings()
         settings.threads_per_replica = int(threads_per_replica)
         settings.auth_dir = str(auth_dir or "")
@@ -48,6 +49,7 @@ class Strategy:
         if timeout is not None:
             settings.timeout = float(timeout)
         settings.bucket_bytes = int(bucket_bytes)
+        settings.cluster_json = cluster
         if partitioner is not None:
             settings.partitioner = partitioner
         self._handle = _tandem.Strategy(spec, settings, weakref.ref(self))
@@ -190,13 +192,16 @@ def _cpu_device(device, what):
                     + (" (there is no GPU device)" if "gpu" in name else ""))
 
 
-def _refuse_cluster_resolver(cluster_resolver, what):
-    """A TFConfigClusterResolver is what Tandem reads anyway (this process's TF_CONFIG); any other
-    is refused until it can be passed on."""
-    if cluster_resolver is not None and not isinstance(cluster_resolver, TFConfigClusterResolver):
-        raise Error(f"{what}: only a TFConfigClusterResolver is taken as cluster_resolver for now, got "
+def _cluster_json(cluster_resolver, what):
+    """The cluster and this task as TF_CONFIG's JSON for the engine: "" for a
+    TFConfigClusterResolver (the engine reads TF_CONFIG itself) or none."""
+    if cluster_resolver is None or isinstance(cluster_resolver, TFConfigClusterResolver):
+        return ""
+    if not isinstance(cluster_resolver, SimpleClusterResolver):
+        raise Error(f"{what}: cluster_resolver must be a TFConfigClusterResolver or a SimpleClusterResolver, got "
                     f"{type(cluster_resolver).__name__}; put the cluster in TF_CONFIG (and start the tasks with "
                     "`tandem launch`)")
+    return cluster_resolver._tf_config()
 
 
 class TFConfigClusterResolver:
@@ -235,8 +240,52 @@ class TFConfigClusterResolver:
         return {}
 
 
+class SimpleClusterResolver:
+    """A cluster given in code (tf.distribute.cluster_resolver.SimpleClusterResolver): a
+    ClusterSpec (or its dict) and this task's type and index, in TF_CONFIG's place."""
+
+    def __init__(self, cluster_spec, master="", task_type=None, task_id=None, environment="",
+                 num_accelerators=None, rpc_layer=None):
+        from .train import ClusterSpec
+
+        self._cluster = ClusterSpec(cluster_spec)
+        if num_accelerators:
+            raise Error(f"SimpleClusterResolver: num_accelerators {num_accelerators!r}: Tandem has no accelerators")
+        if task_type is not None and task_type not in self._cluster.jobs:
+            raise Error(f"SimpleClusterResolver: task_type {task_type!r} is not a job of the cluster "
+                        f"({', '.join(self._cluster.jobs)})")
+        if task_type is not None:
+            if isinstance(task_id, bool) or not isinstance(task_id, int) or \
+                    not 0 <= task_id < self._cluster.num_tasks(task_type):
+                raise Error(f"SimpleClusterResolver: task_id must be an index into the {task_type!r} job's "
+                            f"{self._cluster.num_tasks(task_type)} tasks, got {task_id!r}")
+        self.task_type = task_type
+        self.task_id = task_id
+        self.rpc_layer = rpc_layer or "grpc"
+        self.environment = environment
+        self._master = master
+
+    def cluster_spec(self):
+        return self._cluster
+
+    def master(self, task_type=None, task_id=None, rpc_layer=None):
+        return self._master
+
+    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+        return {}
+
+    def _tf_config(self):
+        import json
+
+        config = {"cluster": self._cluster.as_dict()}
+        if self.task_type is not None:
+            config["task"] = {"type": self.task_type, "index": int(self.task_id)}
+        return json.dumps(config)
+
+
 class cluster_resolver:  # noqa: N801 - tf.distribute.cluster_resolver's names
     TFConfigClusterResolver = TFConfigClusterResolver
+    SimpleClusterResolver = SimpleClusterResolver
 
 
 class CrossDeviceOps:
@@ -374,7 +423,12 @@ class MultiWorkerMirroredStrategy(Strategy):
         """``zero=True``: ZeRO stage 1, each worker keeps and updates the optimizer's state for its
         1/N of every variable (gradients reduce-scattered, updated pieces all-gathered).
         ``communication_options``: a CommunicationOptions (its pack size and timeout)."""
-        _refuse_cluster_resolver(cluster_resolver, "MultiWorkerMirroredStrategy")
+        if _cluster_json(cluster_resolver, "MultiWorkerMirroredStrategy"):
+            jobs = cluster_resolver.cluster_spec().as_dict()
+            if set(jobs) != {"worker"} or len(jobs["worker"]) != 1:
+                raise Error("MultiWorkerMirroredStrategy: a cluster of more than one task runs under `tandem launch` "
+                            "(-np N, or --tf-config with the cluster), which starts every worker; only a "
+                            f"SimpleClusterResolver of one worker is this process alone, got {jobs}")
         options = communication_options or CommunicationOptions()
         if not isinstance(options, CommunicationOptions):
             raise Error("MultiWorkerMirroredStrategy: communication_options must be a CommunicationOptions, got "
@@ -398,7 +452,7 @@ class ParameterServerStrategy(Strategy):
                  backup_workers=0, auth_dir=None, insecure=False, record=None, replay=None, min_workers=1):
         if mode not in ("async", "sync"):
             raise Error(f"ParameterServerStrategy: mode must be 'async' or 'sync', got {mode!r}")
-        _refuse_cluster_resolver(cluster_resolver, "ParameterServerStrategy")
+        cluster = _cluster_json(cluster_resolver, "ParameterServerStrategy")
         if variable_partitioner is not None and not isinstance(variable_partitioner, _Partitioner):
             raise Error("ParameterServerStrategy: variable_partitioner must be one of "
                         "tf.distribute.experimental.partitioners (MinSizePartitioner, FixedShardsPartitioner, "
@@ -417,7 +471,7 @@ class ParameterServerStrategy(Strategy):
         if isinstance(min_workers, bool) or not isinstance(min_workers, int) or min_workers < 1:
             raise Error(f"ParameterServerStrategy: min_workers must be an int >= 1, got {min_workers!r}")
         super().__init__(spec, auth_dir=auth_dir, insecure=insecure, record=record, replay=replay,
-                         min_workers=min_workers,
+                         min_workers=min_workers, cluster=cluster,
                          partitioner=variable_partitioner._partitioner if variable_partitioner else None)
 
 

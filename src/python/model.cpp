@@ -100,6 +100,7 @@ void register_model(py::module_& m) {
            })
       .def_property_readonly("built", [](ModelHandle& h) { return h.get().built(); })
       .def_property_readonly("name", [](ModelHandle& h) { return h.get().name(); })
+      .def_property_readonly("seed", [](ModelHandle& h) { return h.get().seed(); })
       .def_property_readonly("layers", [](ModelHandle& h) { return h.get().layers(); })
       .def_property_readonly("strategy_name", [](ModelHandle& h) { return h.get().strategy()->name(); })
       .def("compile",

@@ -29,6 +29,7 @@ void register_strategies(py::module_& m) {
           })
       .def_readwrite("bucket_bytes", &distribute::StrategySettings::bucket_bytes)
       .def_readwrite("cluster_file", &distribute::StrategySettings::cluster_file)
+      .def_readwrite("cluster_json", &distribute::StrategySettings::cluster_json)
       .def_readwrite("shard_bytes", &distribute::StrategySettings::shard_bytes)
       .def_property(
           "prefetch", [](const distribute::StrategySettings& s) { return s.ps.prefetch; },

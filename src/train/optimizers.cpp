@@ -1,6 +1,7 @@
 #include "tandem/optimizers.h"
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <cmath>
 
@@ -176,12 +177,14 @@ void Adagrad::update(Variable& v, const Tensor& g, std::span<Tensor> slots, floa
                       options_.epsilon);
 }
 
-std::unique_ptr<Optimizer> by_name(const std::string& name) {
+std::unique_ptr<Optimizer> by_name(const std::string& given) {
+  std::string name = given;  // Keras' names are any case ("SGD", "Adam", "RMSprop")
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
   if (name == "sgd") return std::make_unique<SGD>();
   if (name == "adam") return std::make_unique<Adam>();
   if (name == "rmsprop") return std::make_unique<RMSprop>();
   if (name == "adagrad") return std::make_unique<Adagrad>();
-  fail("optimizer: unknown optimizer \"{}\"; expected one of: sgd, adam, rmsprop, adagrad", name);
+  fail("optimizer: unknown optimizer \"{}\"; expected one of: sgd, adam, rmsprop, adagrad", given);
 }
 
 }  // namespace optimizers

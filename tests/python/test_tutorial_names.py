@@ -1,9 +1,15 @@
 """The TensorFlow names the reference tutorials use beyond today's: keras.utils (to_categorical,
 set_random_seed) and compat.v1's strategies, with TF1's graph API refused by name."""
+import os
 import random
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
+
+from conftest import CLI, small_data
 
 
 def test_to_categorical_is_keras_one_hot(tf):
@@ -122,7 +128,8 @@ def test_tensorflows_arguments_act_or_are_refused(tf):
     assert d.MultiWorkerMirroredStrategy(communication_options=options).name == "multiworker:1"
     with pytest.raises(tf.Error, match="implementation 'NCCL'"):
         d.experimental.CommunicationOptions(implementation=d.experimental.CommunicationImplementation.NCCL)
-    with pytest.raises(tf.Error, match="only a TFConfigClusterResolver is taken as cluster_resolver for now, got object"):
+    with pytest.raises(tf.Error, match="cluster_resolver must be a TFConfigClusterResolver or a SimpleClusterResolver, "
+                                       "got object"):
         d.MultiWorkerMirroredStrategy(cluster_resolver=object())
     with pytest.raises(tf.Error, match="variable_partitioner must be one of"):
         d.ParameterServerStrategy(variable_partitioner=lambda shape: 2)
@@ -167,3 +174,76 @@ def test_tf_config_cluster_resolver_reads_tf_config(tf, monkeypatch):
         tf.train.ClusterSpec({"worker": ["a:1"]}).num_tasks("chief")
     with pytest.raises(tf.Error, match="job 'worker' needs a list of 'host:port' addresses"):
         tf.train.ClusterSpec({"worker": "a:1"})
+
+
+SIMPLE_RESOLVER = textwrap.dedent("""
+    import json, os, sys
+    import numpy as np
+    import tandem as tf
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, size=(64, 6)).astype(np.float32)
+    y = (np.arange(64) % 4).astype(np.int32)
+    strategy = None
+    if sys.argv[1] == "cluster":  # the cluster from the resolver alone: TF_CONFIG is read, then removed
+        config = json.loads(os.environ.pop("TF_CONFIG"))
+        resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec(config["cluster"]), task_type=config["task"]["type"],
+            task_id=config["task"]["index"])
+        strategy = tf.distribute.ParameterServerStrategy(resolver, mode="sync")
+    def build():
+        m = tf.keras.Sequential([tf.keras.layers.Dense(4, activation="softmax", input_shape=(6,))], seed=3)
+        m.compile(optimizer="SGD", loss="sparse_categorical_crossentropy")
+        return m
+    if strategy is None:
+        m = build()
+    else:
+        with strategy.scope():
+            m = build()
+    m.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0)
+    if strategy is None or strategy.is_chief:
+        np.savez(sys.argv[2], *m.get_weights())
+""")
+
+
+def test_a_simple_cluster_resolver_gives_the_cluster(tf, tmp_path):
+    """Every task of `tandem launch --ps 1 --workers 1` makes its strategy from a
+    SimpleClusterResolver (TF_CONFIG removed first): the job runs and ends at one process's weights."""
+    script = tmp_path / "simple.py"
+    script.write_text(SIMPLE_RESOLVER)
+    for command in ([sys.executable, str(script), "alone", str(tmp_path / "alone.npz")],
+                    [str(CLI), "launch", "--ps", "1", "--workers", "1", "--", sys.executable, str(script), "cluster",
+                     str(tmp_path / "cluster.npz")]):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+    a, b = np.load(tmp_path / "alone.npz"), np.load(tmp_path / "cluster.npz")
+    for name in a.files:
+        np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=1e-6)
+    r = tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec({"worker": ["localhost:1"]}),
+                                                             task_type="worker", task_id=0)
+    assert r.cluster_spec().as_dict() == {"worker": ["localhost:1"]}
+    assert tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=r).name == "multiworker:1"
+    two = tf.distribute.cluster_resolver.SimpleClusterResolver({"worker": ["a:1", "b:1"]}, task_type="worker",
+                                                               task_id=1)
+    with pytest.raises(tf.Error, match="a cluster of more than one task runs under `tandem launch`"):
+        tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=two)
+    with pytest.raises(tf.Error, match="task_id must be an index into the 'worker' job's 2 tasks, got 2"):
+        tf.distribute.cluster_resolver.SimpleClusterResolver({"worker": ["a:1", "b:1"]}, task_type="worker", task_id=2)
+    with pytest.raises(tf.Error, match="task_type 'evaluator' is not a job of the cluster"):
+        tf.distribute.cluster_resolver.SimpleClusterResolver({"worker": ["a:1"]}, task_type="evaluator", task_id=0)
+
+
+def test_a_model_made_outside_a_scope_takes_the_scope_its_layers_are_added_in(tf):
+    """The R tutorial's order: keras_model_sequential(), then the layers inside with(scope)."""
+    x, y = small_data()
+    strategy = tf.distribute.MirroredStrategy(num_replicas=2)
+    model = tf.keras.Sequential()
+    assert model.distribute_strategy is None
+    with strategy.scope():
+        model.add(tf.keras.layers.Dense(5, activation="softmax", input_shape=(20,)))
+    assert model.distribute_strategy is strategy
+    model.compile(optimizer="RMSprop", loss="sparse_categorical_crossentropy")  # Keras' names in any case
+    model.fit(x, y, epochs=1, batch_size=32, verbose=0)
+    # A model with layers keeps its strategy: a later scope does not move it.
+    with tf.distribute.MirroredStrategy(num_replicas=2).scope():
+        model.add(tf.keras.layers.Dense(3))
+    assert model.distribute_strategy is strategy

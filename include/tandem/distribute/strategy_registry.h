@@ -24,11 +24,13 @@ struct StrategySettings {
   int64_t bucket_bytes = 0;
   std::chrono::microseconds cycle_time{0};
   Compression compression = Compression::None;
-  // Parameter servers: the cluster spec's file (empty: the TF_CONFIG environment variable), the
+  // Parameter servers: the cluster spec's file or text (both empty: the TF_CONFIG environment variable), the
   // size above which a variable is split into shards over the servers (0: never), and their
   // options (prefetch, auth_dir, insecure, record, replay, min_workers; the mode, staleness bound
   // and backup workers come from the name, the timeout and the partitioner from the above).
   std::string cluster_file;
+  // Or the cluster and this task as TF_CONFIG's JSON text (a cluster resolver's, from Python).
+  std::string cluster_json;
   int64_t shard_bytes = 0;
   ParameterServerOptions ps;
   // Model parallelism: each device's memory for the variables and slots (0: no limit).

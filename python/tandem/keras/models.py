@@ -62,6 +62,16 @@ class Sequential:
         self._input_shape = None
         self.history = None
 
+    def _adopt_open_scope(self):
+        """A model made outside any scope whose first layer is added inside one trains under that
+        scope's strategy, as TensorFlow's variables are made where the layer is built (the R
+        tutorial: keras_model_sequential(), then its layers inside with(strategy$scope(), ...))."""
+        from .. import distribute
+
+        if self._strategy is None and not self._model.layers and self._input_shape is None:
+            if distribute.get_strategy() is not None:
+                self._adopt(_tandem.Model(self._model.name, self._model.seed))
+
     # --- building ---
 
     def add(self, layer):
@@ -73,6 +83,7 @@ class Sequential:
             return
         if not isinstance(layer, _tandem.Layer):
             raise Error(f"Sequential.add: expected a layer (tandem.keras.layers.*), got {layer!r}")
+        self._adopt_open_scope()
         self._model.add(layer)
         if self._input_shape is not None and len(self._model.layers) == 1:
             self._model.build(self._input_shape)
