@@ -46,6 +46,8 @@ inline Tensor softmax(const Tensor& x) { return activation(x, Activation::Softma
 // The logits softmax computed `probabilities` from, or an undefined tensor when they did not come
 // from softmax: cross-entropy losses score probabilities through them (as Keras does).
 Tensor softmax_logits(const Tensor& probabilities);
+// Marks `probabilities` as softmax(logits) (a moved copy of softmax's output keeps that link).
+void note_softmax_of(const Tensor& probabilities, const Tensor& logits);
 
 // Elementwise arithmetic. add/sub/mul take equal shapes, or b of shape (last dim of a,) (bias).
 Tensor add(const Tensor& a, const Tensor& b);

@@ -14,7 +14,8 @@ The tutorials' TensorFlow code runs with its import changed::
 """
 from . import _tandem
 from .errors import Error, FileError, FileNotFoundError
-from . import data, keras, distribute, hvd, nn, compat, train
+from . import config, data, keras, distribute, hvd, nn, compat, train
+from .config import device
 from ._tandem import Tensor
 
 
@@ -44,7 +45,7 @@ class GradientTape:
         return self._tape.gradient(target, list(sources), output_gradients)
 
 __version__ = "0.10.0"
-__all__ = ["data", "keras", "distribute", "hvd", "nn", "compat", "train", "GradientTape", "Tensor", "Error", "FileError", "FileNotFoundError", "set_num_threads",
+__all__ = ["config", "device", "data", "keras", "distribute", "hvd", "nn", "compat", "train", "GradientTape", "Tensor", "Error", "FileError", "FileNotFoundError", "set_num_threads",
            "cpu_isa"]
 
 

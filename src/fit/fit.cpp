@@ -89,7 +89,8 @@ class TensorBatches {
 };
 
 // fit's validation at each epoch's end: options' dataset, else x_val, y_val (undefined: none).
-FitLoop::Validation validation_of(Sequential& model, const FitOptions& options, const Tensor& x_val, const Tensor& y_val) {
+FitLoop::Validation validation_of(Sequential& model, const FitOptions& options, const Tensor& x_val,
+                                  const Tensor& y_val) {
   if (options.validation_dataset) {
     const data::Dataset& d = *options.validation_dataset;
     if (d.cardinality() == data::Dataset::kInfinite)
@@ -362,7 +363,6 @@ Logs Sequential::evaluate(const data::Dataset& dataset, int64_t steps, int verbo
   if (verbose > 0) print_evaluation(steps > 0 ? steps : dataset.cardinality(), logs);
   return logs;
 }
-
 
 Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
   if (batch_size <= 0) fail("predict: batch_size must be positive, got {}", batch_size);

@@ -66,6 +66,10 @@ Tensor softmax_logits(const Tensor& probabilities) {
   return of != nullptr ? of->logits : Tensor();
 }
 
+void note_softmax_of(const Tensor& probabilities, const Tensor& logits) {
+  probabilities.impl()->note = std::make_unique<SoftmaxOf>(logits);
+}
+
 Tensor activation(const Tensor& x_in, Activation act) {
   require_float(x_in, "activation", "x");
   if (act == Activation::Softmax && x_in.rank() == 0) fail("activation: softmax needs at least one axis, got a scalar");
@@ -75,7 +79,7 @@ Tensor activation(const Tensor& x_in, Activation act) {
   if (y.numel() > 0)
     kernels::backend(y.device()).bias_activation(y.buffer<float>(), nullptr, y.numel() / cols, cols, act);
   // A cross-entropy loss on the probabilities uses the fused, numerically stable logits path (as Keras does).
-  if (act == Activation::Softmax) y.impl()->note = std::make_unique<SoftmaxOf>(x_in);
+  if (act == Activation::Softmax) note_softmax_of(y, x_in);
   if (auto* tape = autograd::tracking_tape({&x_in})) {
     auto* node = new ActivationNode();
     if (kernels::cpu::activation_backward_needs_input(act)) node->x = x;

@@ -26,6 +26,9 @@ Tensor to_device(const Tensor& x, Device device) {
     node->source = x.device();
     autograd::record(tape, node, {&x}, y);
   }
+  // A placed softmax layer's output, moved back, is still softmax of its (moved) logits: a loss
+  // scores it through them as it would on one device, to the same bits.
+  if (Tensor logits = softmax_logits(x); logits.defined()) note_softmax_of(y, to_device(logits, device));
   return y;
 }
 

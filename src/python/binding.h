@@ -80,5 +80,6 @@ void register_training(py::module_& m);
 void register_model(py::module_& m);
 void register_strategies(py::module_& m);
 void register_data(py::module_& m);
+void register_devices(py::module_& m);
 
 }  // namespace tandem::python

@@ -35,8 +35,8 @@ py::list to_list(const Element& element) {
 // made each a C-contiguous float32, int32 or uint8 array).
 Element from_result(const py::handle& result, const char* what) {
   if (!py::isinstance<py::list>(result) && !py::isinstance<py::tuple>(result))
-    throw Error(fmt::format("{}: expected the function's components as a list, got {}", what,
-                            std::string(py::repr(result))));
+    throw Error(
+        fmt::format("{}: expected the function's components as a list, got {}", what, std::string(py::repr(result))));
   Element out;
   for (const py::handle& h : result) out.push_back(tensor_from(py::reinterpret_borrow<py::object>(h), what));
   return out;
@@ -60,21 +60,20 @@ struct IteratorHandle {
 }  // namespace
 
 void register_data(py::module_& m) {
-  py::class_<IteratorHandle>(m, "DatasetIterator")
-      .def("next", [](IteratorHandle& h) -> py::object {
-        if (!h.it) return py::none();
-        std::optional<Element> e;
-        {
-          py::gil_scoped_release nogil;  // the pipeline's threads may need it for a map
-          e = h.it->next();
-        }
-        if (!e) {
-          py::gil_scoped_release nogil;
-          h.it.reset();
-          return py::none();
-        }
-        return to_list(*e);
-      });
+  py::class_<IteratorHandle>(m, "DatasetIterator").def("next", [](IteratorHandle& h) -> py::object {
+    if (!h.it) return py::none();
+    std::optional<Element> e;
+    {
+      py::gil_scoped_release nogil;  // the pipeline's threads may need it for a map
+      e = h.it->next();
+    }
+    if (!e) {
+      py::gil_scoped_release nogil;
+      h.it.reset();
+      return py::none();
+    }
+    return to_list(*e);
+  });
 
   py::class_<Dataset>(m, "Dataset")
       .def_static(

@@ -11,6 +11,11 @@ void register_layers(py::module_& m) {
       .def_property_readonly("name", &Layer::name)
       .def_property_readonly("type", &Layer::type)
       .def_property_readonly("built", &Layer::built)
+      .def_property_readonly("device",
+                             [](const Layer& l) -> py::object {
+                               if (!l.device()) return py::none();
+                               return py::str(l.device()->name());
+                             })
       .def("count_params", &Layer::count_params)
       .def_property_readonly("dtype_policy", &Layer::dtype_policy)
       .def("set_dtype_policy", &Layer::set_dtype_policy, py::arg("name"))

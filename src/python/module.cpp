@@ -11,6 +11,7 @@ PYBIND11_MODULE(_tandem, m) {
   tandem::python::register_tensors(m);
   tandem::python::register_layers(m);
   tandem::python::register_training(m);
+  tandem::python::register_devices(m);
   tandem::python::register_data(m);
   tandem::python::register_model(m);
   tandem::python::register_strategies(m);

@@ -1,8 +1,8 @@
 #include "tandem/optimizers.h"
 
 #include <algorithm>
-#include <cctype>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 
 #include "kernels/backend.h"

@@ -194,8 +194,11 @@ TEST(Dataset, FitOnAPipelineEqualsFitOnTensors) {
   EXPECT_EQ(hc["loss"].size(), 1u);
   EXPECT_TRUE(testing::throws_error([&] { make()->fit(Dataset::from_tensor_slices({x}).batch(16), {.verbose = 0}); },
                                     {"(x, y) batches, got 1 component"}));
-  EXPECT_TRUE(testing::throws_error([&] { make()->fit(Dataset::from_tensor_slices({x, y}), {.verbose = 0}); },
-                                    {"x has shape (5,)", "batch the dataset"}));
+  EXPECT_TRUE(testing::throws_error(
+      [&] {
+        make()->fit(Dataset::from_tensor_slices({x, y}), {.verbose = 0});
+      },
+      {"x has shape (5,)", "batch the dataset"}));
 }
 
 // evaluate and predict read a pipeline as their arrays; steps_per_epoch runs one iterator on
@@ -235,9 +238,12 @@ TEST(Dataset, EvaluatePredictAndStepsPerEpochOnAPipeline) {
                                     {"steps_per_epoch applies to a Dataset"}));
   FitOptions with_val{.epochs = 1, .verbose = 0};
   with_val.validation_dataset = batches;
-  EXPECT_EQ(make()->fit(batches, with_val)["val_loss"], make()->fit(x, y, {.epochs = 1, .batch_size = 16,
-                                                                          .validation_data = std::pair{x, y},
-                                                                          .shuffle = false, .verbose = 0})["val_loss"]);
+  EXPECT_EQ(make()->fit(batches, with_val)["val_loss"], make()->fit(x, y,
+                                                                    {.epochs = 1,
+                                                                     .batch_size = 16,
+                                                                     .validation_data = std::pair{x, y},
+                                                                     .shuffle = false,
+                                                                     .verbose = 0})["val_loss"]);
 }
 
 }  // namespace

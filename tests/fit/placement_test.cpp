@@ -174,6 +174,27 @@ TEST(Placement, AModelOnThreeDevicesTrainsAsOnOne) {
 // Layers placed on a device whose memory their variables and Adam's two slots exceed are refused
 // before the first step, naming the device, what they need and its limit; on a device with more
 // memory they train. A batch whose activations do not fit fails naming the device.
+// A softmax output layer on another device: the loss still scores its (moved) output through the
+// logits, as on one device, so training gives the same bits.
+TEST(Placement, APlacedSoftmaxLayerIsScoredThroughItsLogits) {
+  Devices devices({{}, {}});
+  Data d = data(96);
+  auto make = [](bool placed) {
+    auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
+    m->add(Dense(16, "relu", {.input_shape = Shape{20}}));
+    std::optional<DeviceScope> on;
+    if (placed) on.emplace(Device::cpu(1));
+    m->add(Dense(5, "softmax"));
+    m->compile(optimizers::Adam(0.01f), "sparse_categorical_crossentropy");
+    return m;
+  };
+  auto one = make(false), placed = make(true);
+  EXPECT_EQ(placed->layers()[1]->device(), Device::cpu(1));
+  one->fit(d.x, d.y, {.epochs = 2, .batch_size = 32, .verbose = 0});
+  placed->fit(d.x, d.y, {.epochs = 2, .batch_size = 32, .verbose = 0});
+  expect_same_bits(*one, *placed, "fit");
+}
+
 TEST(Placement, APlacementThatDoesNotFitIsRefusedBeforeTraining) {
   Devices devices({{}, {.memory_limit_bytes = 260'000}, {.memory_limit_bytes = 2'000'000}});
   Data d = data(64);

@@ -21,7 +21,7 @@ std::unique_ptr<Strategy> parameter_servers(const std::string& spec, const std::
   std::optional<int> bound;
   if (ssp && !(bound = count_in_name(words[1], 1000000)) && words[1] != "0")
     bad_strategy(spec, "ps-ssp:S takes a staleness bound S of 0 or more");
-  ClusterSpec cluster = !settings.cluster_json.empty() ? ClusterSpec::parse(settings.cluster_json, "cluster_resolver")
+  ClusterSpec cluster = !settings.cluster_json.empty()  ? ClusterSpec::parse(settings.cluster_json, "cluster_resolver")
                         : settings.cluster_file.empty() ? ClusterSpec::from_environment()
                                                         : ClusterSpec::from_file(settings.cluster_file);
   ParameterServerOptions options = settings.ps;

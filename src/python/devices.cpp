@@ -1,0 +1,57 @@
+// tandem._tandem's devices: the logical CPU devices (tandem/devices.h) that tf.config shares the
+// cores out as, and the placement scope tf.device opens.
+#include <fmt/format.h>
+
+#include "python/binding.h"
+#include "tandem/devices.h"
+
+namespace tandem::python {
+
+namespace {
+
+// One `with tf.device(...)` block: the engine's placement scope, opened and closed on the thread
+// that runs the block (the scope is the thread's).
+struct Placement {
+  Device device;
+  std::unique_ptr<DeviceScope> scope;
+};
+
+}  // namespace
+
+void register_devices(py::module_& m) {
+  m.def(
+      "set_cpu_devices",
+      [](const std::vector<std::pair<int, int64_t>>& devices) {
+        std::vector<CpuDeviceOptions> options;
+        for (const auto& [threads, memory] : devices) {
+          if (threads < 0) throw Error(fmt::format("a logical device's threads must be >= 0, got {}", threads));
+          if (memory < 0) throw Error(fmt::format("a logical device's memory limit must be >= 0, got {}", memory));
+          options.push_back({.threads = threads, .memory_limit_bytes = memory});
+        }
+        set_cpu_devices(options);
+      },
+      py::arg("devices"));
+  m.def("num_cpu_devices", &num_cpu_devices);
+  m.def(
+      "cpu_device_options",
+      [](int index) {
+        CpuDeviceOptions o = cpu_device_options(index);
+        return std::pair{o.threads, o.memory_limit_bytes};
+      },
+      py::arg("index"));
+  py::class_<Placement>(m, "Placement")
+      .def(py::init([](int index) {
+             Device d = Device::cpu(index);
+             check_device(d, "tf.device");
+             return Placement{d, nullptr};
+           }),
+           py::arg("cpu_index"))
+      .def("enter",
+           [](Placement& p) {
+             if (p.scope) throw Error("tf.device: this placement is already open; open it once per with block");
+             p.scope = std::make_unique<DeviceScope>(p.device);
+           })
+      .def("exit", [](Placement& p) { p.scope.reset(); });
+}
+
+}  // namespace tandem::python

@@ -1,0 +1,64 @@
+"""tf.config and tf.device over the engine's logical CPU devices: the CPU shared out, layers placed
+by `with tf.device(...)`, and a placed model training to the bits of an unplaced one."""
+import numpy as np
+import pytest
+
+from conftest import small_data
+
+
+def test_devices_are_listed_shared_out_and_placed(tf):
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    assert tf.config.list_physical_devices() == [cpu] and cpu.device_type == "CPU"
+    assert tf.config.list_physical_devices("GPU") == []  # no GPU device yet
+    assert [d.name for d in tf.config.list_logical_devices("CPU")] == ["/device:CPU:0"]
+    assert tf.config.get_logical_device_configuration(cpu) is None
+    tf.config.set_visible_devices([], "GPU")  # the usual line hiding GPUs: nothing to hide
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration(memory_limit=64)])
+    assert [d.name for d in tf.config.list_logical_devices()] == ["/device:CPU:0", "/device:CPU:1"]
+    assert tf.config.get_logical_device_configuration(cpu)[1] == tf.config.LogicalDeviceConfiguration(memory_limit=64)
+
+    x, y = small_data(128)
+
+    def trained(placed):
+        model = tf.keras.Sequential(seed=5)
+        model.add(tf.keras.layers.Dense(16, activation="relu", input_shape=(20,)))
+        with tf.device("/job:localhost/replica:0/task:0/device:CPU:1") if placed else _nothing():
+            model.add(tf.keras.layers.Dense(5, activation="softmax"))
+        model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+        model.fit(x, y, epochs=2, batch_size=32, verbose=0)
+        return model
+
+    placed, alone = trained(True), trained(False)
+    assert [layer.device for layer in placed.layers] == [None, "cpu:1"]
+    assert [layer.device for layer in alone.layers] == [None, None]
+    for a, b in zip(alone.get_weights(), placed.get_weights()):
+        assert a.tobytes() == b.tobytes()  # a move changes where a tensor lives, not its values
+    with tf.device("/cpu:0"):
+        assert tf.keras.layers.Dense(2).device == "cpu"
+    assert tf.keras.layers.Dense(2).device is None  # the block closed
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_device_mistakes_are_named(tf):
+    with pytest.raises(tf.Error, match="'/gpu:0' is not a CPU device .*no GPU device yet"):
+        tf.device("/gpu:0")
+    with pytest.raises(tf.Error, match="there is no device cpu:7"):
+        tf.device("/cpu:7")
+    with pytest.raises(tf.Error, match="memory_limit must be a positive number of MiB"):
+        tf.config.LogicalDeviceConfiguration(memory_limit=-1)
+    with pytest.raises(tf.Error, match="cannot hide it"):
+        tf.config.set_visible_devices([], "CPU")
+    with pytest.raises(tf.Error, match="is not a GPU"):
+        tf.config.experimental.set_memory_growth(tf.config.list_physical_devices("CPU")[0], True)
+    with pytest.raises(tf.Error, match="set_intra_op_parallelism_threads"):
+        tf.config.threading.set_inter_op_parallelism_threads(2)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    assert tf.config.threading.get_intra_op_parallelism_threads() == 1
