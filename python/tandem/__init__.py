@@ -12,7 +12,35 @@ The tutorials' TensorFlow code runs with its import changed::
 
 ``tandem.keras`` is the Keras API, ``tandem.distribute`` the strategies, ``tandem.hvd`` Horovod's.
 """
-from . import _tandem
+def _engine_missing(error):
+    """Why the engine (tandem._tandem) did not load, said plainly: built for another interpreter,
+    not built at all, or a library it needs missing."""
+    import importlib.machinery
+    import pathlib
+    import re
+    import sys
+
+    here = pathlib.Path(__file__).resolve().parent
+    built = sorted(p.name for p in here.glob("_tandem*") if p.suffix == ".so")
+    this = f"Python {sys.version_info.major}.{sys.version_info.minor} ({sys.executable})"
+    how = ("build it for this interpreter from a Tandem clone: `pip install --no-build-isolation ./python` in a venv "
+           "(README, Python), or `bash scripts/build` for Debian's /usr/bin/python3")
+    if not built:
+        return f"tandem: its engine (_tandem) is not built in {here}; {how}"
+    if not any(name == "_tandem" + s for name in built for s in importlib.machinery.EXTENSION_SUFFIXES):
+        tags = []
+        for name in built:
+            m = re.match(r"_tandem\.cpython-(\d)(\d+)", name)
+            tags.append(f"CPython {m.group(1)}.{m.group(2)}" if m else name)
+        return (f"tandem: its engine in {here} was built for {', '.join(tags)} ({', '.join(built)}), and this is "
+                f"{this}, which cannot load it; {how}")
+    return f"tandem: its engine ({built[0]}) did not load in {this}: {error}"
+
+
+try:
+    from . import _tandem
+except ImportError as _error:
+    raise ImportError(_engine_missing(_error)) from _error
 from .errors import Error, FileError, FileNotFoundError
 from . import config, data, keras, distribute, hvd, nn, compat, train
 from .config import device
