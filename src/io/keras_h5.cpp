@@ -206,6 +206,7 @@ std::vector<KerasVars> decode_keras_weights(std::string_view bytes, const std::s
     }
     out.push_back(std::move(g));
   }
+  std::sort(out.begin(), out.end(), [](const KerasVars& a, const KerasVars& b) { return a.path < b.path; });
   return out;
 }
 
