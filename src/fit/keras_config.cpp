@@ -13,7 +13,8 @@ namespace {
 using nlohmann::json;
 
 json dtype_policy(const std::string& name) {
-  return {{"module", "keras"}, {"class_name", "DTypePolicy"}, {"config", {{"name", name}}}, {"registered_name", nullptr}};
+  return {
+      {"module", "keras"}, {"class_name", "DTypePolicy"}, {"config", {{"name", name}}}, {"registered_name", nullptr}};
 }
 
 json batch_shape(const Shape& per_sample) {
@@ -115,15 +116,17 @@ std::string Sequential::keras_config() const {
         value["module"] = "keras.initializers";
         value["registered_name"] = nullptr;
       }
-    json entry = {{"module", "keras.layers"}, {"class_name", l["class_name"]}, {"config", c}, {"registered_name", nullptr}};
+    json entry = {
+        {"module", "keras.layers"}, {"class_name", l["class_name"]}, {"config", c}, {"registered_name", nullptr}};
     const layers::Layer& layer = *layers_[index++];
     if (layer.built()) entry["build_config"] = {{"input_shape", batch_shape(layer.input_shape())}};
     layers.push_back(std::move(entry));
   }
-  json doc = {{"module", "keras"},
-              {"class_name", "Sequential"},
-              {"config", {{"name", name_}, {"trainable", true}, {"dtype", dtype_policy("float32")}, {"layers", layers}}},
-              {"registered_name", nullptr}};
+  json doc = {
+      {"module", "keras"},
+      {"class_name", "Sequential"},
+      {"config", {{"name", name_}, {"trainable", true}, {"dtype", dtype_policy("float32")}, {"layers", layers}}},
+      {"registered_name", nullptr}};
   if (built()) doc["build_config"] = {{"input_shape", batch_shape(layers_.front()->input_shape())}};
   if (optimizer_) doc["compile_config"] = compile_config(*this, *optimizer_);
   return doc.dump();
@@ -191,7 +194,8 @@ void compile_from_keras_config(Sequential& model, const std::string& text, const
   }
   std::vector<std::string> metrics;
   if (cc.contains("metrics") && !cc["metrics"].is_null()) {
-    if (!cc["metrics"].is_array()) fail("{}: \"metrics\" is {}, expected a list of names", source, cc["metrics"].dump());
+    if (!cc["metrics"].is_array())
+      fail("{}: \"metrics\" is {}, expected a list of names", source, cc["metrics"].dump());
     for (const json& m : cc["metrics"]) {
       if (!m.is_string()) fail("{}: metric {} is not a name; Tandem reads metrics by name", source, m.dump());
       metrics.push_back(m.get<std::string>());

@@ -147,7 +147,8 @@ class LayerConfig {
                             "gamma_constraint", "noise_shape", "seed", "lora_rank"})
         t[k] = {null, "null"};
       t["trainable"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
-      t["optional"] = {[](const json& v) { return v.is_boolean() && !v.get<bool>(); }, "false"};  // Keras 3's InputLayer
+      // Keras 3's InputLayer writes "optional": false.
+      t["optional"] = {[](const json& v) { return v.is_boolean() && !v.get<bool>(); }, "false"};
       t["dtype"] = {[](const json& v) {
                       if (v.is_string()) return v.get<std::string>() == "float32";
                       return v.is_object() && v.contains("config") && v["config"].is_object() &&

@@ -80,7 +80,8 @@ void write_dataset(hid_t group, const std::string& key, const Tensor& value, con
            H5Sclose);
   hid_t file_type = H5T_IEEE_F32LE, mem_type = H5T_NATIVE_FLOAT;
   if (t.dtype() == DType::Int32) file_type = H5T_STD_I64LE, mem_type = H5T_NATIVE_INT32;
-  else if (t.dtype() != DType::Float32) fail("{}: \"{}\" is {}, expected float32 or int32", where, key, dtype_name(t.dtype()));
+  else if (t.dtype() != DType::Float32)
+    fail("{}: \"{}\" is {}, expected float32 or int32", where, key, dtype_name(t.dtype()));
   Id set(H5Dcreate2(group, key.c_str(), file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
   if (!set.ok()) fail("{}: HDF5 cannot create dataset \"{}\"", where, key);
   if (t.numel() > 0) check(H5Dwrite(set, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw()), "write", where);
@@ -91,7 +92,8 @@ Tensor read_dataset(hid_t group, const std::string& key, const std::string& wher
   if (!set.ok()) fail("{}: \"{}\" is not a dataset", where, key);
   Id space(H5Dget_space(set), H5Sclose);
   int rank = H5Sget_simple_extent_ndims(space);
-  if (rank < 0 || rank > Shape::kMaxRank) fail("{}: dataset \"{}\" has rank {}, at most {} is read", where, key, rank, Shape::kMaxRank);
+  if (rank < 0 || rank > Shape::kMaxRank)
+    fail("{}: dataset \"{}\" has rank {}, at most {} is read", where, key, rank, Shape::kMaxRank);
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   H5Sget_simple_extent_dims(space, dims.data(), nullptr);
   Shape shape;
@@ -99,7 +101,8 @@ Tensor read_dataset(hid_t group, const std::string& key, const std::string& wher
   Id type(H5Dget_type(set), H5Tclose);
   H5T_class_t kind = H5Tget_class(type);
   if (kind != H5T_FLOAT && kind != H5T_INTEGER)
-    fail("{}: dataset \"{}\" is neither floating-point nor integer (HDF5 type class {})", where, key, static_cast<int>(kind));
+    fail("{}: dataset \"{}\" is neither floating-point nor integer (HDF5 type class {})", where, key,
+         static_cast<int>(kind));
   // A dataset must hold the bytes it declares (no shape bombs): compressed data at most 1000 times.
   double declared = static_cast<double>(shape.numel()) * static_cast<double>(H5Tget_size(type));
   if (declared > (1 << 20) && declared > 1000.0 * static_cast<double>(H5Dget_storage_size(set)))
@@ -107,8 +110,7 @@ Tensor read_dataset(hid_t group, const std::string& key, const std::string& wher
          H5Dget_storage_size(set));
   Tensor t = Tensor::empty(shape, kind == H5T_FLOAT ? DType::Float32 : DType::Int32);
   if (t.numel() > 0)
-    check(H5Dread(set, kind == H5T_FLOAT ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                  t.raw()),
+    check(H5Dread(set, kind == H5T_FLOAT ? H5T_NATIVE_FLOAT : H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.raw()),
           "read a dataset", where);
   return t;
 }

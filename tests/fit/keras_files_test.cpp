@@ -50,7 +50,8 @@ void expect_same_state(Sequential& a, Sequential& b) {
   ASSERT_EQ(sa.size(), sb.size());
   for (size_t i = 0; i < sa.size(); ++i) {
     EXPECT_EQ(sa[i].first, sb[i].first);
-    if (sa[i].second.dtype() == DType::Float32) EXPECT_EQ(sa[i].second.to_vector(), sb[i].second.to_vector()) << sa[i].first;
+    if (sa[i].second.dtype() == DType::Float32)
+      EXPECT_EQ(sa[i].second.to_vector(), sb[i].second.to_vector()) << sa[i].first;
     else EXPECT_EQ(sa[i].second.data<int32_t>()[0], sb[i].second.data<int32_t>()[0]) << sa[i].first;
   }
 }
@@ -76,9 +77,10 @@ TEST(KerasFiles, KerasFileRoundTripsModelWeightsAndOptimizer) {
   EXPECT_EQ(entries[0].name, "metadata.json");
   EXPECT_NE(entries[0].data.find("\"keras_version\":\"3."), std::string::npos) << entries[0].data;
   const std::string& config = entries[1].data;
-  for (const char* part : {R"("module":"keras")", R"("class_name":"Sequential")", R"("build_config":{"input_shape":[null,8]})",
-                           R"("compile_config":{)", R"("beta_1":0.8)", R"("class_name":"DTypePolicy")",
-                           R"("module":"keras.initializers")", R"("batch_shape":[null,8])"})
+  for (const char* part :
+       {R"("module":"keras")", R"("class_name":"Sequential")", R"("build_config":{"input_shape":[null,8]})",
+        R"("compile_config":{)", R"("beta_1":0.8)", R"("class_name":"DTypePolicy")", R"("module":"keras.initializers")",
+        R"("batch_shape":[null,8])"})
     EXPECT_NE(config.find(part), std::string::npos) << part << " in " << config;
 }
 

@@ -46,7 +46,8 @@ std::string deflated_zip(const std::string& name, const std::string& data) {
   auto put32 = [&](size_t at, uint32_t v) {
     for (int i = 0; i < 4; ++i) zip[at + static_cast<size_t>(i)] = static_cast<char>((v >> (8 * i)) & 0xff);
   };
-  auto crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
+  auto crc =
+      static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(data.data()), static_cast<uInt>(data.size())));
   size_t central = zip.size() - 22 - 46 - name.size();
   zip[8] = 8, zip[central + 10] = 8;
   put32(14, crc), put32(central + 16, crc);
@@ -64,7 +65,8 @@ TEST(Zip, DeflatedEntriesAreRead) {
 TEST(Zip, BrokenArchivesAreNamedErrors) {
   std::string good = io::encode_zip({{"config.json", "{\"class_name\": \"Sequential\"}"}});
   expect_error([&] { io::decode_zip("just some text", "t.keras"); }, "\"t.keras\" is not a zip archive");
-  expect_error([&] { io::decode_zip(good.substr(0, good.size() - 30), "t.keras"); }, "no end-of-central-directory record (truncated?)");
+  expect_error([&] { io::decode_zip(good.substr(0, good.size() - 30), "t.keras"); },
+               "no end-of-central-directory record (truncated?)");
   std::string bad_crc = good;
   bad_crc[30 + 11 + 3] ^= 1;  // a byte of the entry's data
   expect_error([&] { io::decode_zip(bad_crc, "t.keras"); }, "\"t.keras\", entry \"config.json\": CRC-32 is");
@@ -108,7 +110,8 @@ TEST(KerasWeights, RoundTripIsExact) {
 
 TEST(KerasWeights, BrokenFilesAreNamedErrors) {
   std::string bytes = io::encode_keras_weights(sample_groups());
-  expect_error([&] { io::decode_keras_weights("PK\x03\x04 not hdf5", "w.weights.h5"); }, "\"w.weights.h5\" is not an HDF5 file");
+  expect_error([&] { io::decode_keras_weights("PK\x03\x04 not hdf5", "w.weights.h5"); },
+               "\"w.weights.h5\" is not an HDF5 file");
   expect_error([&] { io::decode_keras_weights(bytes.substr(0, 600), "w.weights.h5"); }, "\"w.weights.h5\"");
   // A group whose datasets are not "0", "1", ...: written through a name the writer would never use.
   std::string odd = io::encode_keras_weights({{"layers/dense/vars/x", "", {testing::random_tensor({2}, 1)}}});
