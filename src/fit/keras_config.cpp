@@ -55,8 +55,8 @@ std::string snake(const std::string& camel_name) {
 }
 
 json compile_config(const Sequential& model, Optimizer& optimizer) {
-  const std::string cls = optimizer.name();  // "SGD", "Adam", "RMSprop", "Adagrad": Keras' class names
-  json config = {{"name", lower(cls)},
+  const std::string cls = optimizer.name();                  // "SGD", "Adam", "RMSprop", "Adagrad": Keras' class names
+  json config = {{"name", cls == "SGD" ? cls : lower(cls)},  // Keras 3's default names: "SGD", "adam", ...
                  {"learning_rate", shortest(optimizer.current_learning_rate())},
                  {"weight_decay", nullptr},
                  {"clipnorm", nullptr},

@@ -101,7 +101,8 @@ std::string Sequential::keras_weights() {
   }
   if (optimizer_) {
     std::vector<Variable*> trainable = trainable_variables();
-    io::KerasVars g{"optimizer", lower(optimizer_->name()), {}};
+    const std::string cls = optimizer_->name();  // the "name" attribute: Keras 3's default name ("SGD", "adam")
+    io::KerasVars g{"optimizer", cls == "SGD" ? cls : lower(cls), {}};
     g.values.push_back(find("optimizer/iterations").reshape(Shape()));
     g.values.push_back(Tensor::full(Shape(), optimizer_->current_learning_rate()));
     std::vector<Tensor> slots;  // Tandem's order: each variable's slots in turn

@@ -144,7 +144,7 @@ class LayerConfig {
       std::map<std::string, Check> t;
       for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
                             "bias_constraint", "beta_regularizer", "gamma_regularizer", "beta_constraint",
-                            "gamma_constraint", "noise_shape", "seed", "lora_rank"})
+                            "gamma_constraint", "noise_shape", "seed", "lora_rank", "quantization_config"})
         t[k] = {null, "null"};
       t["trainable"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
       // Keras 3's InputLayer writes "optional": false.

@@ -164,5 +164,53 @@ TEST(KerasFiles, BrokenFilesAreNamedErrors) {
   expect_error([&] { narrow->load_weights(dir.file("junk.weights.h5")); }, "junk.weights.h5\": HDF5 cannot open it");
 }
 
+// config.json as Keras 3.16 writes it for Sequential([Input((4,)), Dense(2)]) compiled with SGD,
+// and weights as H5IOStore lays them out: Tandem reads Keras' own file.
+TEST(KerasFiles, KerasOwnFileLoads) {
+  testing::TempDir dir;
+  std::string config = R"({"module": "keras", "class_name": "Sequential", "config": {"name": "sequential",
+    "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"},
+    "registered_name": null}, "layers": [{"module": "keras.layers", "class_name": "InputLayer", "config":
+    {"batch_shape": [null, 4], "dtype": "float32", "sparse": false, "ragged": false, "name": "input_layer",
+    "optional": false}, "registered_name": null}, {"module": "keras.layers", "class_name": "Dense", "config":
+    {"name": "dense", "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config":
+    {"name": "float32"}, "registered_name": null}, "units": 2, "activation": "linear", "use_bias": true,
+    "kernel_initializer": {"module": "keras.initializers", "class_name": "GlorotUniform", "config": {"seed": null},
+    "registered_name": null}, "bias_initializer": {"module": "keras.initializers", "class_name": "Zeros",
+    "config": {}, "registered_name": null}, "kernel_regularizer": null, "bias_regularizer": null,
+    "kernel_constraint": null, "bias_constraint": null, "quantization_config": null}, "registered_name": null,
+    "build_config": {"input_shape": [null, 4]}}], "build_input_shape": [null, 4]}, "registered_name": null,
+    "build_config": {"input_shape": [null, 4]}, "compile_config": {"optimizer": {"module": "keras.optimizers",
+    "class_name": "SGD", "config": {"name": "SGD", "learning_rate": 0.05, "weight_decay": null, "clipnorm": null,
+    "global_clipnorm": null, "clipvalue": null, "use_ema": false, "ema_momentum": 0.99,
+    "ema_overwrite_frequency": null, "loss_scale_factor": null, "gradient_accumulation_steps": null,
+    "momentum": 0.9, "nesterov": false}, "registered_name": null}, "loss": "mean_squared_error",
+    "loss_weights": null, "metrics": null, "weighted_metrics": null, "run_eagerly": false,
+    "steps_per_execution": 1, "jit_compile": false}})";
+  Tensor kernel = testing::random_tensor({4, 2}, 1), bias = testing::random_tensor({2}, 2);
+  Tensor momentum_k = testing::random_tensor({4, 2}, 3), momentum_b = testing::random_tensor({2}, 4);
+  std::string weights = io::encode_keras_weights({{"", "sequential", {}},
+                                                  {"layers/dense", "dense", {kernel, bias}},
+                                                  {"optimizer",
+                                                   "SGD",
+                                                   {Tensor::from_vector({1}, std::vector<int32_t>{12}).reshape(Shape()),
+                                                    Tensor::full(Shape(), 0.05f), momentum_k, momentum_b}}});
+  io::write_file_atomically(dir.file("k.keras"),
+                            io::encode_zip({{"metadata.json", R"({"keras_version": "3.16.0", "date_saved": "x"})"},
+                                            {"config.json", config},
+                                            {"model.weights.h5", weights}}));
+  auto m = load_model(dir.file("k.keras"));
+  EXPECT_EQ(m->optimizer().name(), "SGD");
+  EXPECT_EQ(m->optimizer().iterations(), 12);
+  EXPECT_EQ(m->loss().name(), "mean_squared_error");
+  auto st = m->state();
+  ASSERT_EQ(st.size(), 5u);  // kernel, bias, iterations, the two momenta
+  EXPECT_EQ(st[0].second.to_vector(), kernel.to_vector());
+  EXPECT_EQ(st[1].second.to_vector(), bias.to_vector());
+  EXPECT_EQ(st[3].first, "optimizer/dense/kernel/momentum");
+  EXPECT_EQ(st[3].second.to_vector(), momentum_k.to_vector());
+  EXPECT_EQ(st[4].second.to_vector(), momentum_b.to_vector());
+}
+
 }  // namespace
 }  // namespace tandem
