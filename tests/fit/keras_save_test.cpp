@@ -56,7 +56,7 @@ void expect_same_state(Sequential& a, Sequential& b) {
   }
 }
 
-TEST(KerasFiles, KerasFileRoundTripsModelWeightsAndOptimizer) {
+TEST(KerasSave, KerasFileRoundTripsModelWeightsAndOptimizer) {
   testing::TempDir dir;
   auto m = mlp();
   m->compile(optimizers::Adam(0.01f, {.beta_1 = 0.8f}), "sparse_categorical_crossentropy", {"accuracy"});
@@ -84,7 +84,7 @@ TEST(KerasFiles, KerasFileRoundTripsModelWeightsAndOptimizer) {
     EXPECT_NE(config.find(part), std::string::npos) << part << " in " << config;
 }
 
-TEST(KerasFiles, WeightsH5RoundTripsAndKeepsKerasGroups) {
+TEST(KerasSave, WeightsH5RoundTripsAndKeepsKerasGroups) {
   testing::TempDir dir;
   auto m = convnet();
   m->compile(optimizers::RMSprop(0.01f, {.momentum = 0.5f}), "sparse_categorical_crossentropy");
@@ -127,7 +127,7 @@ TEST(KerasFiles, WeightsH5RoundTripsAndKeepsKerasGroups) {
   EXPECT_FALSE(io::is_hdf5(io::read_file(dir.file("w.safetensors"))));
 }
 
-TEST(KerasFiles, BrokenFilesAreNamedErrors) {
+TEST(KerasSave, BrokenFilesAreNamedErrors) {
   testing::TempDir dir;
   auto m = mlp();
   m->compile("adam", "sparse_categorical_crossentropy");
@@ -166,7 +166,7 @@ TEST(KerasFiles, BrokenFilesAreNamedErrors) {
 
 // config.json as Keras 3.16 writes it for Sequential([Input((4,)), Dense(2)]) compiled with SGD,
 // and weights as H5IOStore lays them out: Tandem reads Keras' own file.
-TEST(KerasFiles, KerasOwnFileLoads) {
+TEST(KerasSave, KerasOwnFileLoads) {
   testing::TempDir dir;
   std::string config = R"({"module": "keras", "class_name": "Sequential", "config": {"name": "sequential",
     "trainable": true, "dtype": {"module": "keras", "class_name": "DTypePolicy", "config": {"name": "float32"},
