@@ -25,7 +25,7 @@ set(TANDEM_LAYER_ops_USES core kernels autograd collectives)
 set(TANDEM_LAYER_nn_FILES src/nn include/tandem/layers.h include/tandem/initializers.h)
 set(TANDEM_LAYER_nn_USES core autograd collectives ops)
 
-set(TANDEM_LAYER_io_FILES src/io include/tandem/io.h)
+set(TANDEM_LAYER_io_FILES src/io include/tandem/io.h include/tandem/keras_io.h)
 set(TANDEM_LAYER_io_USES core)
 
 set(TANDEM_LAYER_data_FILES src/data include/tandem/data)

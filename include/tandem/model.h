@@ -110,6 +110,7 @@ class Sequential {
   bool compiled() const { return optimizer_ != nullptr; }
   Optimizer& optimizer();
   const Loss& loss() const;
+  const std::vector<std::string>& metric_names() const { return metric_names_; }
 
   History fit(const Tensor& x, const Tensor& y, const FitOptions& options = {});
   // Trains on a pipeline whose elements are (x, y) batches; epoch e is the dataset's pass e.
@@ -126,9 +127,16 @@ class Sequential {
 
   // Model state: every variable, then the optimizer's slots and step when compiled.
   std::vector<std::pair<std::string, Tensor>> state();
-  // Weights (and optimizer state when compiled) as safetensors, written atomically, checksummed.
+  // Weights (and optimizer state when compiled) as safetensors, written atomically, checksummed;
+  // a path ending in ".weights.h5" gets Keras 3's HDF5 weights layout instead (Keras reads it).
+  // load_weights reads either (an HDF5 file by its signature), or the weights of a .keras file.
   void save_weights(const std::string& path);
   void load_weights(const std::string& path);
+  // The model as Keras 3's .keras file (a zip of config.json, metadata.json and
+  // model.weights.h5), written atomically; load_model (tandem/model_json.h) reads it back.
+  void save(const std::string& path);
+  // Keras 3's config.json for this model (its Sequential config with build and compile configs).
+  std::string keras_config() const;
   // A full checkpoint: state, seed, training position and the running metrics of the epoch in
   // progress, so that training resumed from it continues exactly.
   void save_checkpoint(const std::string& path);
@@ -172,6 +180,12 @@ class Sequential {
  private:
   void check_compiled(const char* what) const;
   io::NamedTensors checked_load(const std::string& path, std::map<std::string, std::string>* metadata);
+  // Checks every variable's tensor in `tensors` (named as state() names them) and loads them, and
+  // the optimizer's state when compiled and present; `source` names the file in errors.
+  void restore_state(const io::NamedTensors& tensors, const std::string& source);
+  // Keras 3's weights groups of this model (src/fit/keras_files.cpp), and their reading.
+  std::string keras_weights();
+  void load_keras_weights(std::string_view bytes, const std::string& source);
   void check_data(const Tensor& x, const Tensor& y, const char* what);
   // A pipeline's (x, y) batch as fit and evaluate take it: x float32, y as the loss reads it.
   std::pair<Tensor, Tensor> dataset_batch(const data::Element& element, const char* what);

@@ -98,6 +98,9 @@ class Optimizer {
   }
   // The slots it keeps for each trainable variable (Adam: m and v).
   virtual int slots_per_variable() const = 0;
+  // Keras' config keys for its hyperparameters besides the learning rate ({"beta_1", 0.9}, ...;
+  // booleans as 0 or 1), as a .keras file's compile_config holds them.
+  virtual std::vector<std::pair<std::string, double>> config() const { return {}; }
 
  protected:
   explicit Optimizer(float learning_rate);
@@ -134,6 +137,9 @@ class SGD : public Optimizer {
   explicit SGD(float learning_rate = 0.01f, SGDOptions options = {});
   std::string name() const override { return "SGD"; }
   std::unique_ptr<Optimizer> clone() const override { return std::make_unique<SGD>(*this); }
+  std::vector<std::pair<std::string, double>> config() const override {
+    return {{"momentum", options_.momentum}, {"nesterov", options_.nesterov ? 1.0 : 0.0}};
+  }
 
  private:
   int slots_per_variable() const override { return options_.momentum != 0.0f ? 1 : 0; }
@@ -152,6 +158,9 @@ class Adam : public Optimizer {
   explicit Adam(float learning_rate = 0.001f, AdamOptions options = {});
   std::string name() const override { return "Adam"; }
   std::unique_ptr<Optimizer> clone() const override { return std::make_unique<Adam>(*this); }
+  std::vector<std::pair<std::string, double>> config() const override {
+    return {{"beta_1", options_.beta_1}, {"beta_2", options_.beta_2}, {"epsilon", options_.epsilon}};
+  }
 
  private:
   int slots_per_variable() const override { return 2; }
@@ -170,6 +179,9 @@ class RMSprop : public Optimizer {
   explicit RMSprop(float learning_rate = 0.001f, RMSpropOptions options = {});
   std::string name() const override { return "RMSprop"; }
   std::unique_ptr<Optimizer> clone() const override { return std::make_unique<RMSprop>(*this); }
+  std::vector<std::pair<std::string, double>> config() const override {
+    return {{"rho", options_.rho}, {"momentum", options_.momentum}, {"epsilon", options_.epsilon}};
+  }
 
  private:
   int slots_per_variable() const override { return options_.momentum != 0.0f ? 2 : 1; }
@@ -187,6 +199,9 @@ class Adagrad : public Optimizer {
   explicit Adagrad(float learning_rate = 0.001f, AdagradOptions options = {});
   std::string name() const override { return "Adagrad"; }
   std::unique_ptr<Optimizer> clone() const override { return std::make_unique<Adagrad>(*this); }
+  std::vector<std::pair<std::string, double>> config() const override {
+    return {{"initial_accumulator_value", options_.initial_accumulator_value}, {"epsilon", options_.epsilon}};
+  }
 
  private:
   int slots_per_variable() const override { return 1; }

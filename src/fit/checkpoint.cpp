@@ -24,6 +24,10 @@ std::vector<std::pair<std::string, Tensor>> Sequential::state() {
 
 void Sequential::save_weights(const std::string& path) {
   if (!built()) fail("save_weights: model \"{}\" is not built yet (call build() or fit() first)", name_);
+  if (path.ends_with(".weights.h5")) {
+    io::write_file_atomically(path, keras_weights());
+    return;
+  }
   io::TensorFile file{state(), {{"format", "tandem"}, {"model", name_}}};
   io::save_safetensors(path, file);
 }
@@ -31,8 +35,14 @@ void Sequential::save_weights(const std::string& path) {
 io::NamedTensors Sequential::checked_load(const std::string& path, std::map<std::string, std::string>* metadata) {
   if (!built()) fail("load_weights: model \"{}\" is not built yet (call build() with the input shape first)", name_);
   io::TensorFile file = io::load_safetensors(path);
+  restore_state(file.tensors, path);
+  if (metadata) *metadata = std::move(file.metadata);
+  return std::move(file.tensors);
+}
+
+void Sequential::restore_state(const io::NamedTensors& tensors, const std::string& path) {
   auto find = [&](const std::string& name) -> const Tensor* {
-    for (auto& [n, t] : file.tensors)
+    for (auto& [n, t] : tensors)
       if (n == name) return &t;
     return nullptr;
   };
@@ -45,12 +55,8 @@ io::NamedTensors Sequential::checked_load(const std::string& path, std::map<std:
   }
   for (Variable* v : variables()) v->value.copy_from(*find(v->name));
   replicas_.reset();  // remade from the loaded weights when next needed
-  if (optimizer_ && find("optimizer/iterations")) optimizer_->load_state(file.tensors, trainable_variables());
-  if (metadata) *metadata = std::move(file.metadata);
-  return std::move(file.tensors);
+  if (optimizer_ && find("optimizer/iterations")) optimizer_->load_state(tensors, trainable_variables());
 }
-
-void Sequential::load_weights(const std::string& path) { checked_load(path, nullptr); }
 
 void Sequential::save_checkpoint(const std::string& path) {
   if (!built()) fail("save_checkpoint: model \"{}\" is not built yet", name_);

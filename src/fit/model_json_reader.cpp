@@ -144,9 +144,11 @@ class LayerConfig {
       std::map<std::string, Check> t;
       for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
                             "bias_constraint", "beta_regularizer", "gamma_regularizer", "beta_constraint",
-                            "gamma_constraint", "noise_shape", "seed", "lora_rank"})
+                            "gamma_constraint", "noise_shape", "seed", "lora_rank", "quantization_config"})
         t[k] = {null, "null"};
       t["trainable"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
+      // Keras 3's InputLayer writes "optional": false.
+      t["optional"] = {[](const json& v) { return v.is_boolean() && !v.get<bool>(); }, "false"};
       t["dtype"] = {[](const json& v) {
                       if (v.is_string()) return v.get<std::string>() == "float32";
                       return v.is_object() && v.contains("config") && v["config"].is_object() &&

@@ -204,6 +204,7 @@ void register_model(py::module_& m) {
       .def("to_json", [](ModelHandle& h) { return h.get().to_json(); })
       .def("count_params", [](ModelHandle& h) { return h.get().count_params(); })
       .def("save_weights", [](ModelHandle& h, const std::string& path) { h.get().save_weights(path); })
+      .def("save", [](ModelHandle& h, const std::string& path) { h.get().save(path); })
       .def("load_weights", [](ModelHandle& h, const std::string& path) { h.get().load_weights(path); })
       .def("get_weights",
            [](ModelHandle& h) {
@@ -237,6 +238,14 @@ void register_model(py::module_& m) {
         return h;
       },
       py::arg("text"), py::arg("seed"));
+  m.def(
+      "load_model",
+      [](const std::string& path, uint64_t seed, bool compile) {
+        auto h = std::make_shared<ModelHandle>();
+        h->model = load_model(path, {.seed = seed}, compile);
+        return h;
+      },
+      py::arg("path"), py::arg("seed"), py::arg("compile"));
 }
 
 }  // namespace tandem::python

@@ -6,7 +6,7 @@ from ..errors import Error
 from . import callbacks as callbacks_module
 from .layers import InputLayer
 
-__all__ = ["Sequential", "model_from_json"]
+__all__ = ["Sequential", "model_from_json", "load_model"]
 
 
 def _verbose(verbose):
@@ -278,13 +278,24 @@ class Sequential:
         """Sets every variable from arrays in get_weights' order and shapes."""
         self._model.set_weights([_arrays.features(w, "set_weights") for w in weights])
 
-    def save_weights(self, filepath, **kwargs):
-        """Writes the weights to a safetensors file (the file `tandem evaluate` reads)."""
+    def save_weights(self, filepath, overwrite=True, **kwargs):
+        """Writes the weights (and the optimizer's state when compiled): a path ending in
+        ``.weights.h5`` gets Keras 3's HDF5 layout (Keras' ``load_weights`` reads it), any other a
+        safetensors file (the file `tandem evaluate` reads)."""
         self._model.save_weights(str(filepath))
 
     def load_weights(self, filepath, **kwargs):
-        """Reads weights written by save_weights, ModelCheckpoint or `tandem fit --save`."""
+        """Reads weights written by save_weights (either format), ModelCheckpoint or `tandem fit
+        --save`, Keras 3's ``.weights.h5``, or the weights of a ``.keras`` file."""
         self._model.load_weights(str(filepath))
+
+    def save(self, filepath, overwrite=True, zipped=None, **kwargs):
+        """Writes the model as Keras 3's ``.keras`` file: config.json (the architecture, its build
+        and compile configs), metadata.json and model.weights.h5 (weights and optimizer state).
+        ``keras.models.load_model`` (Keras 3's or Tandem's) reads it back."""
+        if zipped is False:
+            raise Error("save: zipped=False is not supported by Tandem (it writes .keras files)")
+        self._model.save(str(filepath))
 
     def to_json(self, **kwargs):
         """The architecture as Keras' JSON (model_from_json reads it back)."""
@@ -300,4 +311,16 @@ def model_from_json(json_string, custom_objects=None, seed=None):
         raise Error(f"model_from_json: expected a JSON string, got {type(json_string).__name__}")
     model = Sequential.__new__(Sequential)
     model._adopt(_tandem.model_from_json(json_string, _seed_of(seed)))
+    return model
+
+
+def load_model(filepath, custom_objects=None, compile=True, safe_mode=True, seed=None):
+    """A model from a Keras 3 ``.keras`` file (``model.save``'s, or Keras' own Sequential ones of
+    the layers Tandem has): built, compiled from its compile_config (unless compile=False) and
+    holding its weights and optimizer state. ``seed`` as for Sequential (dropout, shuffling)."""
+    path = str(filepath)
+    if custom_objects:
+        raise Error("load_model: custom_objects are not supported by Tandem")
+    model = Sequential.__new__(Sequential)
+    model._adopt(_tandem.load_model(path, _seed_of(seed), bool(compile)))
     return model

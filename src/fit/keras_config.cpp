@@ -1,0 +1,207 @@
+// Keras 3's config.json for a Sequential (what keras.saving.serialize_keras_object writes:
+// "module", "class_name", "config", "registered_name", "build_config", "compile_config"), made
+// from to_json's layers, and a compile_config read back into compile().
+#include <algorithm>
+#include <cctype>
+#include <nlohmann/json.hpp>
+
+#include "tandem/model_json.h"
+
+namespace tandem {
+namespace {
+
+using nlohmann::json;
+
+json dtype_policy(const std::string& name) {
+  return {
+      {"module", "keras"}, {"class_name", "DTypePolicy"}, {"config", {{"name", name}}}, {"registered_name", nullptr}};
+}
+
+json batch_shape(const Shape& per_sample) {
+  json s = json::array({nullptr});
+  for (int64_t d : per_sample) s.push_back(d);
+  return s;
+}
+
+// A float hyperparameter as Keras prints it (1e-07, not 1.0000000116860974e-07).
+double shortest(double v) { return std::stod(fmt::format("{}", static_cast<float>(v))); }
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// "sparse_categorical_crossentropy" <-> "SparseCategoricalCrossentropy"
+std::string camel(const std::string& snake) {
+  std::string out;
+  bool upper = true;
+  for (char c : snake) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return out;
+}
+std::string snake(const std::string& camel_name) {
+  std::string out;
+  for (char c : camel_name) {
+    if (std::isupper(static_cast<unsigned char>(c)) && !out.empty()) out += '_';
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+json compile_config(const Sequential& model, Optimizer& optimizer) {
+  const std::string cls = optimizer.name();                  // "SGD", "Adam", "RMSprop", "Adagrad": Keras' class names
+  json config = {{"name", cls == "SGD" ? cls : lower(cls)},  // Keras 3's default names: "SGD", "adam", ...
+                 {"learning_rate", shortest(optimizer.current_learning_rate())},
+                 {"weight_decay", nullptr},
+                 {"clipnorm", nullptr},
+                 {"global_clipnorm", nullptr},
+                 {"clipvalue", nullptr},
+                 {"use_ema", false},
+                 {"ema_momentum", 0.99},
+                 {"ema_overwrite_frequency", nullptr}};
+  for (const auto& [key, value] : optimizer.config()) {
+    if (key == "nesterov") config[key] = value != 0.0;
+    else config[key] = shortest(value);
+  }
+  if (cls == "Adam") config["amsgrad"] = false;
+  if (cls == "RMSprop") config["centered"] = false;
+  json loss = model.loss().name();
+  if (model.loss().from_logits())
+    loss = {{"module", "keras.losses"},
+            {"class_name", camel(model.loss().name())},
+            {"config", {{"name", model.loss().name()}, {"reduction", "sum_over_batch_size"}, {"from_logits", true}}},
+            {"registered_name", nullptr}};
+  json metrics = model.metric_names().empty() ? json(nullptr) : json(model.metric_names());
+  return {{"optimizer",
+           {{"module", "keras.optimizers"}, {"class_name", cls}, {"config", config}, {"registered_name", nullptr}}},
+          {"loss", loss},
+          {"loss_weights", nullptr},
+          {"metrics", metrics},
+          {"weighted_metrics", nullptr},
+          {"run_eagerly", false},
+          {"steps_per_execution", 1},
+          {"jit_compile", false}};
+}
+
+}  // namespace
+
+std::string Sequential::keras_config() const {
+  json legacy = json::parse(to_json());
+  json layers = json::array();
+  size_t index = 0;
+  for (json& l : legacy["config"]["layers"]) {
+    json c = l["config"];
+    if (l["class_name"] == "InputLayer") {
+      layers.push_back({{"module", "keras.layers"},
+                        {"class_name", "InputLayer"},
+                        {"config",
+                         {{"batch_shape", c["batch_input_shape"]},
+                          {"dtype", "float32"},
+                          {"sparse", false},
+                          {"name", "input_layer"}}},
+                        {"registered_name", nullptr}});
+      continue;
+    }
+    // Keras 3 writes dtypes as DTypePolicy objects and tags every object with its module.
+    const json& d = c["dtype"];
+    c["dtype"] = dtype_policy(d.is_string() ? d.get<std::string>() : d["config"]["name"].get<std::string>());
+    for (auto& [key, value] : c.items())
+      if (key.ends_with("_initializer") && value.is_object()) {
+        value["module"] = "keras.initializers";
+        value["registered_name"] = nullptr;
+      }
+    json entry = {
+        {"module", "keras.layers"}, {"class_name", l["class_name"]}, {"config", c}, {"registered_name", nullptr}};
+    const layers::Layer& layer = *layers_[index++];
+    if (layer.built()) entry["build_config"] = {{"input_shape", batch_shape(layer.input_shape())}};
+    layers.push_back(std::move(entry));
+  }
+  json doc = {
+      {"module", "keras"},
+      {"class_name", "Sequential"},
+      {"config", {{"name", name_}, {"trainable", true}, {"dtype", dtype_policy("float32")}, {"layers", layers}}},
+      {"registered_name", nullptr}};
+  if (built()) doc["build_config"] = {{"input_shape", batch_shape(layers_.front()->input_shape())}};
+  if (optimizer_) doc["compile_config"] = compile_config(*this, *optimizer_);
+  return doc.dump();
+}
+
+void compile_from_keras_config(Sequential& model, const std::string& text, const std::string& source) {
+  json cc = json::parse(text, nullptr, false);
+  if (!cc.is_object()) fail("{}: compile_config must be an object, not {}", source, text);
+  // The optimizer: a name, or {"class_name": "Adam", "config": {...}}.
+  const json& o = cc.contains("optimizer") ? cc["optimizer"] : json("rmsprop");
+  std::unique_ptr<Optimizer> optimizer;
+  if (o.is_string()) {
+    optimizer = optimizers::by_name(o.get<std::string>());
+  } else if (o.is_object() && o.contains("class_name") && o["class_name"].is_string()) {
+    std::string cls = lower(o["class_name"].get<std::string>());
+    json c = o.contains("config") && o["config"].is_object() ? o["config"] : json::object();
+    std::string where = fmt::format("{}: optimizer {}", source, o["class_name"].get<std::string>());
+    auto number = [&](const char* key, double fallback) {
+      if (!c.contains(key) || c[key].is_null()) return fallback;
+      if (!c[key].is_number()) fail("{}: \"{}\" is {}, expected a number", where, key, c[key].dump());
+      return c[key].get<double>();
+    };
+    auto refuse_unless = [&](const char* key, const json& only) {
+      if (c.contains(key) && !c[key].is_null() && c[key] != only)
+        fail("{}: \"{}\" is {}; Tandem implements only {}", where, key, c[key].dump(), only.dump());
+    };
+    for (const char* key : {"weight_decay", "clipnorm", "global_clipnorm", "clipvalue", "loss_scale_factor",
+                            "gradient_accumulation_steps"})
+      refuse_unless(key, nullptr);
+    refuse_unless("use_ema", false);
+    refuse_unless("amsgrad", false);
+    refuse_unless("centered", false);
+    if (c.contains("learning_rate") && c["learning_rate"].is_object())
+      fail("{}: a learning-rate schedule in a .keras file is not read by Tandem", where);
+    auto lr = [&](double fallback) { return static_cast<float>(number("learning_rate", fallback)); };
+    auto f = [&](const char* key, double fallback) { return static_cast<float>(number(key, fallback)); };
+    if (cls == "sgd")
+      optimizer = std::make_unique<optimizers::SGD>(
+          lr(0.01), optimizers::SGDOptions{f("momentum", 0.0), c.value("nesterov", false)});
+    else if (cls == "adam")
+      optimizer = std::make_unique<optimizers::Adam>(
+          lr(0.001), optimizers::AdamOptions{f("beta_1", 0.9), f("beta_2", 0.999), f("epsilon", 1e-7)});
+    else if (cls == "rmsprop")
+      optimizer = std::make_unique<optimizers::RMSprop>(
+          lr(0.001), optimizers::RMSpropOptions{f("rho", 0.9), f("momentum", 0.0), f("epsilon", 1e-7)});
+    else if (cls == "adagrad")
+      optimizer = std::make_unique<optimizers::Adagrad>(
+          lr(0.001), optimizers::AdagradOptions{f("initial_accumulator_value", 0.1), f("epsilon", 1e-7)});
+    else fail("{}: unknown optimizer; Tandem has SGD, Adam, RMSprop and Adagrad", where);
+  } else {
+    fail("{}: \"optimizer\" is {}, expected a name or Keras' optimizer object", source, o.dump());
+  }
+  // The loss: a name, or {"class_name": "SparseCategoricalCrossentropy", "config": {"from_logits": ...}}.
+  if (!cc.contains("loss") || cc["loss"].is_null()) fail("{}: compile_config has no loss", source);
+  const json& l = cc["loss"];
+  std::optional<Loss> loss;
+  if (l.is_string()) {
+    loss = Loss(l.get<std::string>());
+  } else if (l.is_object() && l.contains("class_name") && l["class_name"].is_string()) {
+    Loss named(snake(l["class_name"].get<std::string>()));
+    bool logits = l.contains("config") && l["config"].is_object() && l["config"].value("from_logits", false);
+    loss = Loss(named.kind(), logits);
+  } else {
+    fail("{}: \"loss\" is {}, expected a name or Keras' loss object", source, l.dump());
+  }
+  std::vector<std::string> metrics;
+  if (cc.contains("metrics") && !cc["metrics"].is_null()) {
+    if (!cc["metrics"].is_array())
+      fail("{}: \"metrics\" is {}, expected a list of names", source, cc["metrics"].dump());
+    for (const json& m : cc["metrics"]) {
+      if (!m.is_string()) fail("{}: metric {} is not a name; Tandem reads metrics by name", source, m.dump());
+      metrics.push_back(m.get<std::string>());
+    }
+  }
+  model.compile(std::move(optimizer), *loss, std::move(metrics));
+}
+
+}  // namespace tandem
