@@ -25,6 +25,13 @@ def _batch_size(batch_size, default=32):
     return int(batch_size)
 
 
+def _refuse_overwrite(filepath, overwrite, what):
+    import os
+
+    if not overwrite and os.path.exists(str(filepath)):
+        raise Error(f"{what}: {str(filepath)!r} exists and overwrite=False")
+
+
 def _steps(steps, what):
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps <= 0:
         raise Error(f"{what} must be a positive int, got {steps!r}")
@@ -281,7 +288,9 @@ class Sequential:
     def save_weights(self, filepath, overwrite=True, **kwargs):
         """Writes the weights (and the optimizer's state when compiled): a path ending in
         ``.weights.h5`` gets Keras 3's HDF5 layout (Keras' ``load_weights`` reads it), any other a
-        safetensors file (the file `tandem evaluate` reads)."""
+        safetensors file (the file `tandem evaluate` reads). ``overwrite=False`` refuses an
+        existing file."""
+        _refuse_overwrite(filepath, overwrite, "save_weights")
         self._model.save_weights(str(filepath))
 
     def load_weights(self, filepath, **kwargs):
@@ -295,6 +304,7 @@ class Sequential:
         ``keras.models.load_model`` (Keras 3's or Tandem's) reads it back."""
         if zipped is False:
             raise Error("save: zipped=False is not supported by Tandem (it writes .keras files)")
+        _refuse_overwrite(filepath, overwrite, "save")
         self._model.save(str(filepath))
 
     def to_json(self, **kwargs):
