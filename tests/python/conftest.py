@@ -17,13 +17,18 @@ def small_data(n=256, features=20, classes=5, seed=0):
     return x, y
 
 
-def mnist_or_skip():
+def dataset_or_skip(name="mnist"):
+    """keras.datasets.<name>.load_data(), or the test skipped with the reason when the files are missing."""
     import tandem
 
     try:
-        return tandem.keras.datasets.mnist.load_data()
+        return getattr(tandem.keras.datasets, name).load_data()
     except tandem.FileNotFoundError as e:
-        pytest.skip(f"real MNIST is not here ({e}); the README's set-up command fetches it")
+        pytest.skip(f"{name} is not here ({e}); the README's set-up command fetches it")
+
+
+def mnist_or_skip():
+    return dataset_or_skip("mnist")
 
 
 @pytest.fixture

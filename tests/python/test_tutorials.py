@@ -3,7 +3,6 @@
 ACCURACY line per model it trains, which must reach the tutorial's figure. Each script runs in a
 process group of its own under a watchdog that kills the group when it overruns."""
 import os
-import pathlib
 import re
 import shutil
 import signal
@@ -12,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import BUILD, CLI, ROOT, mnist_or_skip
+from conftest import BUILD, CLI, ROOT, dataset_or_skip, mnist_or_skip
 
 TUTORIALS = ROOT / "tests" / "tutorials"
 
@@ -31,15 +30,6 @@ def run(command, timeout=600):
     accuracies = {m.group(1): float(m.group(2)) for m in re.finditer(r"^ACCURACY (\S+) ([0-9.]+)$", out, re.M)}
     print(out[-3000:])
     return accuracies, out
-
-
-def fashion_mnist_or_skip():
-    import tandem
-
-    try:
-        return tandem.keras.datasets.fashion_mnist.load_data()
-    except tandem.FileNotFoundError as e:
-        pytest.skip(f"Fashion-MNIST is not here ({e}); the README's set-up command links Debian's")
 
 
 def test_000_the_notebook_trains_a_normal_and_a_mirrored_model():
@@ -77,9 +67,10 @@ def test_002_the_r_tutorial_through_reticulate():
 
 def test_003_a_tf_data_pipeline_inside_and_outside_a_scope():
     """2 epochs of Fashion-MNIST. The issue asks 0.80; this code (SGD at Keras' 0.01, 250 rows per
-    replica) reaches about 0.70 at 2 replicas and 0.77 at one after 2 epochs, so the bar here is
-    what it reaches with a margin, and the note says the 0.80 is missed."""
-    fashion_mnist_or_skip()
+    replica) reaches 0.70 at 2 replicas and 0.77 at one after 2 epochs, and PyTorch reaches 0.78
+    with the same model, initialisation, loss and optimizer at batch 250: the bar here is what the
+    code reaches, with a margin, and the 0.80 is reported as missed."""
+    dataset_or_skip("fashion_mnist")
     accuracies, _ = run([sys.executable, str(TUTORIALS / "t003_fashion_mnist_tf_data.py"), "2"])
     assert set(accuracies) == {"mirrored", "single"}
     for name, accuracy in accuracies.items():
