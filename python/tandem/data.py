@@ -4,8 +4,10 @@ Every stage runs in C++: slicing reads numpy arrays in place, ``batch`` copies e
 its batch, ``shuffle``, ``repeat``, ``take``, ``skip``, ``cache`` and ``prefetch`` (a background
 thread) never touch Python. ``map`` and ``filter`` call a Python function on each element, as
 TensorFlow's do, with the GIL held on the pipeline's thread: that costs a trip into Python per
-element (about a microsecond plus the function's own time), so ``map`` after ``batch`` (one call
-per batch) is the fast form. Elements arrive in Python as numpy arrays, in the shape they were
+element, the arrays made and read back (measured 2026-11-27 on a loaded 2-core host: 60,000
+rows of 784 floats through an identity ``map`` then ``batch(250)`` took 1.1 s against 0.11 s
+without it, about 17 us per element), so ``map`` after ``batch`` (one call per batch: 0.14 s)
+is the fast form. Elements arrive in Python as numpy arrays, in the shape they were
 given: an array, a tuple or a dict of them.
 
 Randomness is Tandem's: ``shuffle`` without a seed takes the model seed
