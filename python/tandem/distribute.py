@@ -34,25 +34,32 @@ class _Scope:
         return False
 
 
-class Strategy:
-    """A distribution strategy by its Tandem name ('mirrored:4', 'ps-async', 'model-parallel:2', ...)."""
+def _int(value, name, what):
+    """value as an int, or an Error naming it: the type only (the engine checks the value)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise Error(f"{what}: {name} must be an int, got {value!r}")
+    return int(value)
 
-    def __init__(self, spec, threads_per_replica=0, auth_dir=None, insecure=False, record=None, replay=None,
-                 min_workers=1, timeout=None, bucket_bytes=0, partitioner=None, cluster=""):
-        settings = _tandem.StrategySettings()
-        settings.threads_per_replica = int(threads_per_replica)
-        settings.auth_dir = str(auth_dir or "")
-        settings.insecure = bool(insecure)
-        settings.record = str(record or "")
-        settings.replay = str(replay or "")
-        settings.min_workers = int(min_workers)
-        if timeout is not None:
-            settings.timeout = float(timeout)
-        settings.bucket_bytes = int(bucket_bytes)
-        settings.cluster_json = cluster
-        if partitioner is not None:
-            settings.partitioner = partitioner
-        self._handle = _tandem.Strategy(spec, settings, weakref.ref(self))
+
+def _settings(what, threads_per_replica=0, timeout=None, bucket_bytes=0, cluster=""):
+    """The settings every family shares (the engine's StrategySettings)."""
+    settings = _tandem.StrategySettings()
+    settings.threads_per_replica = _int(threads_per_replica, "threads_per_replica", what)
+    if timeout is not None:
+        settings.timeout = float(timeout)
+    settings.bucket_bytes = _int(bucket_bytes, "bytes_per_pack", what)
+    settings.cluster_json = cluster
+    return settings
+
+
+class Strategy:
+    """A distribution strategy by its Tandem name ('mirrored:4', 'ps-async', 'model-parallel:2', ...,
+    as `tandem fit --strategy` takes them). The classes below make theirs from TensorFlow's
+    arguments, filled into the engine's option structs."""
+
+    def __init__(self, spec, threads_per_replica=0, timeout=None, bucket_bytes=0):
+        self._handle = _tandem.Strategy(spec, _settings("Strategy", threads_per_replica, timeout, bucket_bytes),
+                                        weakref.ref(self))
 
     def scope(self):
         """Models made inside train under this strategy."""
@@ -169,6 +176,7 @@ class ReduceOp:
 
 
 def _count(devices, num, what):
+    """The replicas: one per device of ``devices`` (each this machine's CPU), else ``num`` (0: one per core)."""
     if devices is not None:
         if isinstance(devices, str) or not hasattr(devices, "__len__") or len(devices) == 0:
             raise Error(f"{what}: devices must be a non-empty list such as ['/cpu:0', '/cpu:1'], got {devices!r}")
@@ -177,11 +185,11 @@ def _count(devices, num, what):
                 raise Error(f"{what}: device {device!r} is not a CPU; Tandem's replicas are this machine's cores "
                             "('/cpu:0', '/cpu:1', ...)")
         return len(devices)
-    if num is not None:
-        if isinstance(num, bool) or not isinstance(num, int) or num <= 0:
-            raise Error(f"{what}: num_replicas must be a positive int, got {num!r}")
-        return num
-    return None
+    if num is None:
+        return 0  # the engine's default: one per usable core
+    if _int(num, "num_replicas", what) < 1:  # (0 is the engine's "default", not TensorFlow's)
+        raise Error(f"{what}: num_replicas must be a positive int, got {num!r}")
+    return int(num)
 
 
 def _cpu_device(device, what):
@@ -387,12 +395,12 @@ class MirroredStrategy(Strategy):
         if cross_device_ops is not None and not isinstance(cross_device_ops, CrossDeviceOps):
             raise Error("MirroredStrategy: cross_device_ops must be NcclAllReduce(), HierarchicalCopyAllReduce() or "
                         f"ReductionToOneDevice(), got {type(cross_device_ops).__name__}")
-        n = _count(devices, num_replicas, "MirroredStrategy")
-        if deterministic:  # Tandem's: the bits do not depend on the replica count
-            n = n or Strategy("mirrored").num_replicas_in_sync
-            super().__init__(f"mirrored:{n}:deterministic", threads_per_replica)
-            return
-        super().__init__("mirrored" if n is None else f"mirrored:{n}", threads_per_replica)
+        options = _tandem.MirroredOptions()
+        options.num_replicas = _count(devices, num_replicas, "MirroredStrategy")
+        options.deterministic = bool(deterministic)  # Tandem's: the bits do not depend on the replica count
+        self._handle = _tandem.Strategy.make_mirrored(options, False, _settings("MirroredStrategy",
+                                                                                 threads_per_replica),
+                                                      weakref.ref(self))
 
 
 class CentralStorageStrategy(Strategy):
@@ -401,8 +409,11 @@ class CentralStorageStrategy(Strategy):
     def __init__(self, compute_devices=None, parameter_device=None, num_replicas=None, threads_per_replica=0):
         if parameter_device is not None:
             _cpu_device(parameter_device, "CentralStorageStrategy: parameter_device")
-        n = _count(compute_devices, num_replicas, "CentralStorageStrategy")
-        super().__init__("central" if n is None else f"central:{n}", threads_per_replica)
+        options = _tandem.MirroredOptions()
+        options.num_replicas = _count(compute_devices, num_replicas, "CentralStorageStrategy")
+        self._handle = _tandem.Strategy.make_mirrored(options, True, _settings("CentralStorageStrategy",
+                                                                                threads_per_replica),
+                                                      weakref.ref(self))
 
 
 class OneDeviceStrategy(Strategy):
@@ -429,13 +440,18 @@ class MultiWorkerMirroredStrategy(Strategy):
                 raise Error("MultiWorkerMirroredStrategy: a cluster of more than one task runs under `tandem launch` "
                             "(-np N, or --tf-config with the cluster), which starts every worker; only a "
                             f"SimpleClusterResolver of one worker is this process alone, got {jobs}")
-        options = communication_options or CommunicationOptions()
-        if not isinstance(options, CommunicationOptions):
+        communication = communication_options or CommunicationOptions()
+        if not isinstance(communication, CommunicationOptions):
             raise Error("MultiWorkerMirroredStrategy: communication_options must be a CommunicationOptions, got "
-                        f"{type(options).__name__}")
-        spec = "multiworker" if num_workers is None else f"multiworker:{int(num_workers)}"
-        super().__init__(spec + (":deterministic" if deterministic else "") + (":zero" if zero else ""),
-                         timeout=options.timeout_seconds, bucket_bytes=options.bytes_per_pack)
+                        f"{type(communication).__name__}")
+        options = _tandem.MultiWorkerOptions()
+        if num_workers is not None:
+            options.num_workers = _int(num_workers, "num_workers", "MultiWorkerMirroredStrategy")
+        options.deterministic = bool(deterministic)
+        options.zero = bool(zero)
+        settings = _settings("MultiWorkerMirroredStrategy", timeout=communication.timeout_seconds,
+                             bucket_bytes=communication.bytes_per_pack)
+        self._handle = _tandem.Strategy.make_multiworker(options, settings, weakref.ref(self))
 
 
 class ParameterServerStrategy(Strategy):
@@ -450,38 +466,36 @@ class ParameterServerStrategy(Strategy):
 
     def __init__(self, cluster_resolver=None, mode="async", variable_partitioner=None, max_staleness=None,
                  backup_workers=0, auth_dir=None, insecure=False, record=None, replay=None, min_workers=1):
-        if mode not in ("async", "sync"):
-            raise Error(f"ParameterServerStrategy: mode must be 'async' or 'sync', got {mode!r}")
         cluster = _cluster_json(cluster_resolver, "ParameterServerStrategy")
         if variable_partitioner is not None and not isinstance(variable_partitioner, _Partitioner):
             raise Error("ParameterServerStrategy: variable_partitioner must be one of "
                         "tf.distribute.experimental.partitioners (MinSizePartitioner, FixedShardsPartitioner, "
                         f"MaxSizePartitioner), got {type(variable_partitioner).__name__}")
-
-        def count(value, name, with_mode):  # an int >= 0 that only one mode takes
-            if mode != with_mode or isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise Error(f"ParameterServerStrategy: {name} must be an int >= 0 with mode={with_mode!r}, got {value!r}")
-            return value
-
-        spec = f"ps-{mode}"
-        if backup_workers:  # each synchronous round applies the first W - B gradients
-            spec = f"ps-sync:{count(backup_workers, 'backup_workers', 'sync')}"
-        elif max_staleness is not None:  # stale synchronous parallel: no worker more than S steps ahead
-            spec = f"ps-ssp:{count(max_staleness, 'max_staleness', 'async')}"
-        if isinstance(min_workers, bool) or not isinstance(min_workers, int) or min_workers < 1:
-            raise Error(f"ParameterServerStrategy: min_workers must be an int >= 1, got {min_workers!r}")
-        super().__init__(spec, auth_dir=auth_dir, insecure=insecure, record=record, replay=replay,
-                         min_workers=min_workers, cluster=cluster,
-                         partitioner=variable_partitioner._partitioner if variable_partitioner else None)
+        what = "ParameterServerStrategy"
+        options = _tandem.ParameterServerOptions()
+        options.mode = str(mode)
+        if max_staleness is not None:
+            options.max_staleness = _int(max_staleness, "max_staleness", what)
+        options.backup_workers = _int(backup_workers, "backup_workers", what)
+        options.min_workers = _int(min_workers, "min_workers", what)
+        if variable_partitioner is not None:
+            options.partitioner = variable_partitioner._partitioner
+        options.auth_dir = str(auth_dir or "")
+        options.insecure = bool(insecure)
+        options.record = str(record or "")
+        options.replay = str(replay or "")
+        self._handle = _tandem.Strategy.make_parameter_servers(options, _settings(what, cluster=cluster),
+                                                               weakref.ref(self))
 
 
 class ModelParallelStrategy(Strategy):
     """The model's Dense layers split over ``num_shards`` devices (tensor parallelism)."""
 
     def __init__(self, num_shards=2):
-        if isinstance(num_shards, bool) or not isinstance(num_shards, int) or num_shards <= 0:
-            raise Error(f"ModelParallelStrategy: num_shards must be a positive int, got {num_shards!r}")
-        super().__init__(f"model-parallel:{num_shards}")
+        options = _tandem.ModelParallelOptions()
+        options.num_shards = _int(num_shards, "num_shards", "ModelParallelStrategy")
+        self._handle = _tandem.Strategy.make_model_parallel(options, _settings("ModelParallelStrategy"),
+                                                            weakref.ref(self))
 
 
 class PipelineStrategy(Strategy):
@@ -491,14 +505,13 @@ class PipelineStrategy(Strategy):
     copies of the pipeline, each on its rows of the batch."""
 
     def __init__(self, num_stages=2, micro_batches=4, schedule="1f1b", data_replicas=1):
-        for value, name in ((num_stages, "num_stages"), (micro_batches, "micro_batches"),
-                            (data_replicas, "data_replicas")):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise Error(f"PipelineStrategy: {name} must be a positive int, got {value!r}")
-        if schedule not in ("1f1b", "gpipe"):
-            raise Error(f"PipelineStrategy: schedule must be '1f1b' or 'gpipe', got {schedule!r}")
-        spec = f"pipeline:{num_stages}:{micro_batches}:{schedule}"
-        super().__init__(spec if data_replicas == 1 else f"mirrored:{data_replicas}+{spec}")
+        what = "PipelineStrategy"
+        options = _tandem.PipelineOptions()
+        options.num_stages = _int(num_stages, "num_stages", what)
+        options.micro_batches = _int(micro_batches, "micro_batches", what)
+        options.data_replicas = _int(data_replicas, "data_replicas", what)
+        options.schedule = str(schedule)
+        self._handle = _tandem.Strategy.make_pipeline(options, _settings(what), weakref.ref(self))
 
 
 def get_strategy():

@@ -31,28 +31,61 @@ void register_strategies(py::module_& m) {
       .def_readwrite("cluster_file", &distribute::StrategySettings::cluster_file)
       .def_readwrite("cluster_json", &distribute::StrategySettings::cluster_json)
       .def_readwrite("shard_bytes", &distribute::StrategySettings::shard_bytes)
-      .def_property(
-          "prefetch", [](const distribute::StrategySettings& s) { return s.ps.prefetch; },
-          [](distribute::StrategySettings& s, bool v) { s.ps.prefetch = v; })
-      .def_property(
-          "auth_dir", [](const distribute::StrategySettings& s) { return s.ps.auth_dir; },
-          [](distribute::StrategySettings& s, std::string v) { s.ps.auth_dir = std::move(v); })
-      .def_property(
-          "insecure", [](const distribute::StrategySettings& s) { return s.ps.insecure; },
-          [](distribute::StrategySettings& s, bool v) { s.ps.insecure = v; })
-      .def_property(
-          "record", [](const distribute::StrategySettings& s) { return s.ps.record; },
-          [](distribute::StrategySettings& s, std::string v) { s.ps.record = std::move(v); })
-      .def_property(
-          "replay", [](const distribute::StrategySettings& s) { return s.ps.replay; },
-          [](distribute::StrategySettings& s, std::string v) { s.ps.replay = std::move(v); })
-      .def_property(
-          "min_workers", [](const distribute::StrategySettings& s) { return s.ps.min_workers; },
-          [](distribute::StrategySettings& s, int v) { s.ps.min_workers = v; })
-      .def_property(
-          "partitioner", [](const distribute::StrategySettings& s) { return s.ps.partitioner; },
-          [](distribute::StrategySettings& s, const distribute::Partitioner& p) { s.ps.partitioner = p; })
       .def_readwrite("device_memory_bytes", &distribute::StrategySettings::device_memory_bytes);
+  // The families' option structs, as tandem.distribute fills them from TensorFlow's arguments: the
+  // strategy's constructor checks them when Strategy.make_* makes it (the names parse into the same).
+  using distribute::PsMode;
+  py::class_<distribute::MirroredOptions>(m, "MirroredOptions")
+      .def(py::init<>())
+      .def_readwrite("num_replicas", &distribute::MirroredOptions::num_replicas)
+      .def_readwrite("deterministic", &distribute::MirroredOptions::deterministic);
+  py::class_<distribute::MultiWorkerOptions>(m, "MultiWorkerOptions")
+      .def(py::init<>())
+      .def_readwrite("num_workers", &distribute::MultiWorkerOptions::num_workers)
+      .def_readwrite("local_replicas", &distribute::MultiWorkerOptions::local_replicas)
+      .def_readwrite("deterministic", &distribute::MultiWorkerOptions::deterministic)
+      .def_readwrite("zero", &distribute::MultiWorkerOptions::zero);
+  py::class_<distribute::ParameterServerOptions>(m, "ParameterServerOptions")
+      .def(py::init<>())
+      .def_property(
+          "mode",
+          [](const distribute::ParameterServerOptions& o) {
+            return std::string(o.mode == PsMode::Synchronous ? "sync" : "async");
+          },
+          [](distribute::ParameterServerOptions& o, const std::string& mode) {
+            if (mode != "async" && mode != "sync")
+              fail("ParameterServerStrategy: mode must be 'async' or 'sync', got '{}'", mode);
+            o.mode = mode == "sync" ? PsMode::Synchronous : PsMode::Asynchronous;
+          })
+      .def_readwrite("max_staleness", &distribute::ParameterServerOptions::max_staleness)
+      .def_readwrite("backup_workers", &distribute::ParameterServerOptions::backup_workers)
+      .def_readwrite("partitioner", &distribute::ParameterServerOptions::partitioner)
+      .def_readwrite("prefetch", &distribute::ParameterServerOptions::prefetch)
+      .def_readwrite("auth_dir", &distribute::ParameterServerOptions::auth_dir)
+      .def_readwrite("insecure", &distribute::ParameterServerOptions::insecure)
+      .def_readwrite("record", &distribute::ParameterServerOptions::record)
+      .def_readwrite("replay", &distribute::ParameterServerOptions::replay)
+      .def_readwrite("min_workers", &distribute::ParameterServerOptions::min_workers);
+  py::class_<distribute::ModelParallelOptions>(m, "ModelParallelOptions")
+      .def(py::init<>())
+      .def_readwrite("num_shards", &distribute::ModelParallelOptions::num_shards)
+      .def_readwrite("data_replicas", &distribute::ModelParallelOptions::data_replicas);
+  py::class_<distribute::PipelineOptions>(m, "PipelineOptions")
+      .def(py::init<>())
+      .def_readwrite("num_stages", &distribute::PipelineOptions::num_stages)
+      .def_readwrite("micro_batches", &distribute::PipelineOptions::micro_batches)
+      .def_readwrite("data_replicas", &distribute::PipelineOptions::data_replicas)
+      .def_property(
+          "schedule",
+          [](const distribute::PipelineOptions& o) {
+            return std::string(o.schedule == distribute::PipelineSchedule::GPipe ? "gpipe" : "1f1b");
+          },
+          [](distribute::PipelineOptions& o, const std::string& schedule) {
+            if (schedule != "1f1b" && schedule != "gpipe")
+              fail("PipelineStrategy: schedule must be '1f1b' or 'gpipe', got '{}'", schedule);
+            o.schedule = schedule == "gpipe" ? distribute::PipelineSchedule::GPipe
+                                             : distribute::PipelineSchedule::OneForwardOneBackward;
+          });
   // The registered strategies: (name, grammar, help) in the grammar's order.
   m.def("strategy_names", [] {
     std::vector<std::tuple<std::string, std::string, std::string>> out;
@@ -63,16 +96,48 @@ void register_strategies(py::module_& m) {
   // The handles made here by their strategies, so that the innermost scope's strategy (C++'s one
   // stack of scopes) finds its Python object.
   static std::map<const distribute::Strategy*, std::weak_ptr<StrategyHandle>> made;
+  static const auto handle_of = [](std::unique_ptr<distribute::Strategy> strategy, py::object owner) {
+    auto h = std::make_shared<StrategyHandle>();
+    h->strategy = std::move(strategy);
+    h->owner = std::move(owner);
+    std::erase_if(made, [](const auto& entry) { return entry.second.expired(); });
+    made[h->strategy.get()] = h;
+    return h;
+  };
   py::class_<StrategyHandle, std::shared_ptr<StrategyHandle>>(m, "Strategy")
       .def(py::init([](const std::string& spec, const distribute::StrategySettings& settings, py::object owner) {
-             auto h = std::make_shared<StrategyHandle>();
-             h->strategy = distribute::make_strategy(spec, settings);
-             h->owner = std::move(owner);
-             std::erase_if(made, [](const auto& entry) { return entry.second.expired(); });
-             made[h->strategy.get()] = h;
-             return h;
+             return handle_of(distribute::make_strategy(spec, settings), std::move(owner));
            }),
            py::arg("spec"), py::arg("settings"), py::arg("owner") = py::none())
+      .def_static(
+          "make_mirrored",
+          [](const distribute::MirroredOptions& o, bool central, const distribute::StrategySettings& s,
+             py::object owner) { return handle_of(distribute::make_mirrored(o, central, s), std::move(owner)); },
+          py::arg("options"), py::arg("central"), py::arg("settings"), py::arg("owner"))
+      .def_static(
+          "make_multiworker",
+          [](const distribute::MultiWorkerOptions& o, const distribute::StrategySettings& s, py::object owner) {
+            return handle_of(distribute::make_multiworker(o, s), std::move(owner));
+          },
+          py::arg("options"), py::arg("settings"), py::arg("owner"))
+      .def_static(
+          "make_parameter_servers",
+          [](const distribute::ParameterServerOptions& o, const distribute::StrategySettings& s, py::object owner) {
+            return handle_of(distribute::make_parameter_servers(o, s), std::move(owner));
+          },
+          py::arg("options"), py::arg("settings"), py::arg("owner"))
+      .def_static(
+          "make_model_parallel",
+          [](const distribute::ModelParallelOptions& o, const distribute::StrategySettings& s, py::object owner) {
+            return handle_of(distribute::make_model_parallel(o, s), std::move(owner));
+          },
+          py::arg("options"), py::arg("settings"), py::arg("owner"))
+      .def_static(
+          "make_pipeline",
+          [](const distribute::PipelineOptions& o, const distribute::StrategySettings& s, py::object owner) {
+            return handle_of(distribute::make_pipeline(o, s), std::move(owner));
+          },
+          py::arg("options"), py::arg("settings"), py::arg("owner"))
       .def_property_readonly("name", [](StrategyHandle& h) { return h.strategy->name(); })
       .def_property_readonly("num_replicas_in_sync",
                              [](StrategyHandle& h) { return h.strategy->num_replicas_in_sync(); })

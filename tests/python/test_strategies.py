@@ -69,8 +69,10 @@ def test_strategies_come_from_the_registry_with_their_options(tf):
 
 
 def test_pipeline_mistakes_are_named(tf):
-    with pytest.raises(tf.Error, match="micro_batches must be a positive int"):
+    with pytest.raises(tf.Error, match="micro_batches must be at least 1, got 0"):  # the engine's check
         tf.distribute.PipelineStrategy(2, 0)
+    with pytest.raises(tf.Error, match="PipelineStrategy: num_stages must be an int, got '2'"):
+        tf.distribute.PipelineStrategy("2")
     with pytest.raises(tf.Error, match="schedule must be '1f1b' or 'gpipe'"):
         tf.distribute.PipelineStrategy(2, 4, schedule="interleaved")
 
@@ -230,5 +232,12 @@ def test_an_asynchronous_run_replayed_from_its_record_ends_with_the_same_weights
     a, b = np.load(tmp_path / "record.npz"), np.load(tmp_path / "replay.npz")
     for name in a.files:
         np.testing.assert_array_equal(b[name], a[name])
-    with pytest.raises(tf.Error, match="min_workers must be an int >= 1"):
-        tf.distribute.ParameterServerStrategy(mode="sync", min_workers=0)
+    # The engine checks the options (before any connection): a cluster of one worker, this task its chief.
+    cluster = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "worker": ["127.0.0.1:3"]}, task_type="chief", task_id=0)
+    with pytest.raises(tf.Error, match=r"min_workers \(--min-workers\) must be from 1 to the 1 workers, got 0"):
+        tf.distribute.ParameterServerStrategy(cluster, mode="sync", min_workers=0)
+    with pytest.raises(tf.Error, match="max_staleness bounds the asynchronous mode"):
+        tf.distribute.ParameterServerStrategy(cluster, mode="sync", max_staleness=2)
+    with pytest.raises(tf.Error, match="mode must be 'async' or 'sync', got 'eventual'"):
+        tf.distribute.ParameterServerStrategy(cluster, mode="eventual")

@@ -10,7 +10,7 @@ import tandem as tf
 epochs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
 
 cluster_resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-print("task", cluster_resolver.task_type, cluster_resolver.task_id, flush=True)
+print(f"task {cluster_resolver.task_type} {cluster_resolver.task_id}", flush=True)  # one write: tasks share a pipe
 strategy = tf.distribute.ParameterServerStrategy(cluster_resolver)
 
 (x, y), (x_test, y_test) = tf.keras.datasets.mnist.load_data()
@@ -28,4 +28,4 @@ model.fit(x, y, epochs=epochs, batch_size=50, verbose=2)
 
 if cluster_resolver.task_type == "chief":
     loss, accuracy = model.evaluate(x_test, y_test, verbose=0)
-    print("ACCURACY ps", accuracy, flush=True)
+    print(f"ACCURACY ps {accuracy}", flush=True)

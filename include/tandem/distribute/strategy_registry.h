@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "tandem/distribute/model_parallel.h"
+#include "tandem/distribute/multi_worker.h"
 #include "tandem/distribute/parameter_server.h"
+#include "tandem/distribute/pipeline.h"
 #include "tandem/distribute/strategy.h"
 
 namespace tandem::distribute {
@@ -92,5 +95,17 @@ std::string strategies_reading(const std::string& flag);
 
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per_replica = 0);
+
+// The strategies from their option structs: what the names above parse into, and what
+// tandem.distribute fills from TensorFlow's arguments. The strategy's constructor checks the
+// options (the one place they are checked); these add the settings every family shares (threads,
+// fusion, timeout, the cluster) and what the machine decides (threads per device when none are
+// given; one device per process under `tandem launch`).
+std::unique_ptr<Strategy> make_mirrored(MirroredOptions options, bool central, const StrategySettings& settings);
+std::unique_ptr<Strategy> make_multiworker(MultiWorkerOptions options, const StrategySettings& settings);
+// The cluster: settings.cluster_json, else settings.cluster_file, else TF_CONFIG.
+std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options, const StrategySettings& settings);
+std::unique_ptr<Strategy> make_model_parallel(ModelParallelOptions options, const StrategySettings& settings);
+std::unique_ptr<Strategy> make_pipeline(PipelineOptions options, const StrategySettings& settings);
 
 }  // namespace tandem::distribute

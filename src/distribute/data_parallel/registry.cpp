@@ -45,27 +45,17 @@ std::unique_ptr<Strategy> replicated(const std::string& spec, const std::vector<
     }
     return std::make_unique<LocalSgdStrategy>(options);
   }
-  MirroredOptions options{.num_replicas = replicas, .threads_per_replica = settings.threads_per_replica};
-  options.bucket_bytes = settings.bucket_bytes;
-  options.cycle_time = settings.cycle_time;
-  options.compression = settings.compression;
+  MirroredOptions options{.num_replicas = replicas};
   if (words.size() > 2) {
     if (words[2] != "deterministic") bad_strategy(spec, "unknown option \"" + words[2] + "\"");
     options.deterministic = true;
   }
-  if (words[0] == "central") return std::make_unique<CentralStorageStrategy>(options);
-  return std::make_unique<MirroredStrategy>(options);
+  return make_mirrored(options, words[0] == "central", settings);
 }
 
 std::unique_ptr<Strategy> multiworker(const std::string& spec, std::vector<std::string> words,
                                       const StrategySettings& settings) {
   MultiWorkerOptions options;
-  options.threads_per_replica = settings.threads_per_replica;
-  options.bucket_bytes = settings.bucket_bytes;
-  options.cycle_time = settings.cycle_time;
-  options.compression = settings.compression;
-  options.timeout = settings.timeout;
-  options.on_failure = settings.on_failure;
   while (words.size() > 1 && (words.back() == "deterministic" || words.back() == "zero")) {
     (words.back() == "zero" ? options.zero : options.deterministic) = true;
     words.pop_back();
@@ -78,7 +68,7 @@ std::unique_ptr<Strategy> multiworker(const std::string& spec, std::vector<std::
                                      i == 1 ? "worker" : "local replica", words[i], kMaxThreads));
     (i == 1 ? options.num_workers : options.local_replicas) = *n;
   }
-  return std::make_unique<MultiWorkerMirroredStrategy>(options);
+  return make_multiworker(std::move(options), settings);
 }
 
 // Tensor fusion and compression: what the replicas' gradient reduction reads.
@@ -96,6 +86,25 @@ StrategyEntry replicated_entry(const char* name, const char* grammar, const char
 }
 
 }  // namespace
+
+std::unique_ptr<Strategy> make_mirrored(MirroredOptions options, bool central, const StrategySettings& settings) {
+  options.threads_per_replica = settings.threads_per_replica;
+  options.bucket_bytes = settings.bucket_bytes;
+  options.cycle_time = settings.cycle_time;
+  options.compression = settings.compression;
+  if (central) return std::make_unique<CentralStorageStrategy>(options);
+  return std::make_unique<MirroredStrategy>(options);
+}
+
+std::unique_ptr<Strategy> make_multiworker(MultiWorkerOptions options, const StrategySettings& settings) {
+  options.threads_per_replica = settings.threads_per_replica;
+  options.bucket_bytes = settings.bucket_bytes;
+  options.cycle_time = settings.cycle_time;
+  options.compression = settings.compression;
+  options.timeout = settings.timeout;
+  options.on_failure = settings.on_failure;
+  return std::make_unique<MultiWorkerMirroredStrategy>(std::move(options));
+}
 
 void add_data_parallel_strategies(std::vector<StrategyEntry>& entries) {
   entries.push_back(single(

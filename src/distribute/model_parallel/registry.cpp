@@ -7,6 +7,19 @@
 
 namespace tandem::distribute {
 
+std::unique_ptr<Strategy> make_model_parallel(ModelParallelOptions options, const StrategySettings& settings) {
+  int threads = settings.threads_per_replica;
+  int devices = std::max(1, options.num_shards) * std::max(1, options.data_replicas);
+  options.threads_per_shard = threads > 0 ? threads : std::max(1, usable_cores() / devices);
+  options.device_memory_bytes = settings.device_memory_bytes;
+  if (started_by_mpi_launcher()) {  // one device per process
+    options.processes = launched_world(fmt::format("model-parallel:{}", options.num_shards), settings);
+    if (threads <= 0)
+      options.threads_per_shard = std::max(1, usable_cores() / std::max(1, options.processes->local_size()));
+  }
+  return std::make_unique<ModelParallelStrategy>(std::move(options));
+}
+
 void add_model_parallel_strategies(std::vector<StrategyEntry>& entries) {
   entries.push_back(
       {.name = "model-parallel",
@@ -29,18 +42,7 @@ void add_model_parallel_strategies(std::vector<StrategyEntry>& entries) {
                                            "(D copies of the model split T ways or cut into S stages)"
                                          : fmt::format("the device count \"{}\" is not a number from 1 to {}", words[1],
                                                        kMaxThreads));
-         int threads = settings.threads_per_replica;
-         ModelParallelOptions options{
-             .num_shards = *n,
-             .threads_per_shard = threads > 0 ? threads : std::max(1, usable_cores() / (copies * *n)),
-             .data_replicas = copies,
-             .device_memory_bytes = settings.device_memory_bytes};
-         if (started_by_mpi_launcher()) {  // one device per process
-           options.processes = launched_world(spec, settings);
-           if (threads <= 0)
-             options.threads_per_shard = std::max(1, usable_cores() / std::max(1, options.processes->local_size()));
-         }
-         return std::make_unique<ModelParallelStrategy>(std::move(options));
+         return make_model_parallel({.num_shards = *n, .data_replicas = copies}, settings);
        }});
 }
 

@@ -29,17 +29,22 @@ std::unique_ptr<Strategy> pipeline(const std::string& spec, std::vector<std::str
       bad_strategy(spec, fmt::format("the micro-batch count \"{}\" is not a number from 1 to 1000000", words[1]));
     options.micro_batches = *micro;
   }
+  return make_pipeline(std::move(options), settings);
+}
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_pipeline(PipelineOptions options, const StrategySettings& settings) {
   int threads = settings.threads_per_replica;
-  options.threads_per_stage = threads > 0 ? threads : std::max(1, usable_cores() / (*stages * copies));
+  int devices = std::max(1, options.num_stages) * std::max(1, options.data_replicas);
+  options.threads_per_stage = threads > 0 ? threads : std::max(1, usable_cores() / devices);
   if (started_by_mpi_launcher()) {  // one stage per process
-    options.processes = launched_world(spec, settings);
+    options.processes = launched_world(fmt::format("pipeline:{}", options.num_stages), settings);
     if (threads <= 0)
       options.threads_per_stage = std::max(1, usable_cores() / std::max(1, options.processes->local_size()));
   }
   return std::make_unique<PipelineStrategy>(std::move(options));
 }
-
-}  // namespace
 
 void add_pipeline_strategies(std::vector<StrategyEntry>& entries) {
   entries.push_back({.name = "pipeline",

@@ -21,16 +21,11 @@ std::unique_ptr<Strategy> parameter_servers(const std::string& spec, const std::
   std::optional<int> bound;
   if (ssp && !(bound = count_in_name(words[1], 1000000)) && words[1] != "0")
     bad_strategy(spec, "ps-ssp:S takes a staleness bound S of 0 or more");
-  ClusterSpec cluster = !settings.cluster_json.empty()  ? ClusterSpec::parse(settings.cluster_json, "cluster_resolver")
-                        : settings.cluster_file.empty() ? ClusterSpec::from_environment()
-                                                        : ClusterSpec::from_file(settings.cluster_file);
   ParameterServerOptions options = settings.ps;
   options.mode = sync ? PsMode::Synchronous : PsMode::Asynchronous;
-  options.timeout = settings.timeout;
   if (ssp) options.max_staleness = bound.value_or(0);
   if (sync) options.backup_workers = backups.value_or(0);
-  if (settings.shard_bytes > 0) options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
-  return std::make_unique<ParameterServerStrategy>(cluster, options);
+  return make_parameter_servers(std::move(options), settings);
 }
 
 // A compare row, "ps-sync:1x3:1": P servers and W workers for `tandem launch --ps P --workers W`,
@@ -69,6 +64,15 @@ StrategyEntry entry(const char* name, const char* grammar, const char* row_gramm
 }
 
 }  // namespace
+
+std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options, const StrategySettings& settings) {
+  ClusterSpec cluster = !settings.cluster_json.empty()  ? ClusterSpec::parse(settings.cluster_json, "cluster_resolver")
+                        : settings.cluster_file.empty() ? ClusterSpec::from_environment()
+                                                        : ClusterSpec::from_file(settings.cluster_file);
+  options.timeout = settings.timeout;
+  if (settings.shard_bytes > 0) options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
+  return std::make_unique<ParameterServerStrategy>(cluster, options);
+}
 
 void add_parameter_server_strategies(std::vector<StrategyEntry>& entries) {
   entries.push_back(entry("ps-async", "ps-async", "ps-async:PxW", {0, 0},
