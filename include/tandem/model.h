@@ -30,9 +30,13 @@ struct FitOptions {
   int epochs = 1;
   int64_t batch_size = 32;
   // Training on a Dataset: batches per epoch (0: one pass). The dataset's iterator then runs on
-  // across epochs, as Keras' (repeat() makes it endless); if it runs out, training stops with a
-  // warning. Arrays always train on every row.
+  // across epochs, as Keras 3's: where it runs out at an epoch's start a new pass begins; where it
+  // runs out inside an epoch, that epoch ends short with a warning and the next starts a new pass.
+  // Arrays always train on every row.
   int64_t steps_per_epoch = 0;
+  // Training on a Dataset: the pass (of shuffles that reshuffle) its first epoch reads; each later
+  // epoch or new pass the next. Python's tandem.data counts the passes made of a pipeline.
+  int dataset_pass = 0;
   double validation_split = 0.0;  // last fraction of x, y held out (before shuffling), as Keras
   std::optional<std::pair<Tensor, Tensor>> validation_data;
   // Validation on a pipeline of (x, y) batches instead (one pass at each epoch's end).
@@ -118,12 +122,12 @@ class Sequential {
   History fit(const data::Dataset& dataset, const FitOptions& options = {});
   // {"loss": …, metric: …} on the given data, in inference mode.
   Logs evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options = {});
-  // The same on a pipeline of (x, y) batches: one pass, or its first `steps` batches (0: all).
-  Logs evaluate(const data::Dataset& dataset, int64_t steps = 0, int verbose = 0);
+  // The same on a pipeline of (x, y) batches: pass `pass` of it, or its first `steps` batches (0: all).
+  Logs evaluate(const data::Dataset& dataset, int64_t steps = 0, int verbose = 0, int pass = 0);
   // The outputs for x (zero rows: an empty (0, outputs...) tensor, as Keras).
   Tensor predict(const Tensor& x, int64_t batch_size = 32);
   // The outputs for each batch of a pipeline (its elements' first component), concatenated.
-  Tensor predict(const data::Dataset& dataset, int64_t steps = 0);
+  Tensor predict(const data::Dataset& dataset, int64_t steps = 0, int pass = 0);
 
   // Model state: every variable, then the optimizer's slots and step when compiled.
   std::vector<std::pair<std::string, Tensor>> state();
@@ -174,8 +178,10 @@ class Sequential {
   // The loss and metrics on held-out data in inference mode, without evaluate's checks (fit's
   // validation data was checked when fit began).
   Logs validation_logs(const Tensor& x, const Tensor& y, int64_t batch_size);
-  // The same on one pass of a pipeline of (x, y) batches (its first `steps`, 0: all).
-  Logs validation_logs(const data::Dataset& dataset, int64_t steps = 0);
+  // The same on pass `pass` of a pipeline of (x, y) batches (its first `steps`, 0: all); `batches`,
+  // where given, gets how many it read; `what` names the caller in errors.
+  Logs validation_logs(const data::Dataset& dataset, int64_t steps = 0, int pass = 0, int64_t* batches = nullptr,
+                       const char* what = "evaluate (dataset)");
 
  private:
   void check_compiled(const char* what) const;

@@ -246,7 +246,13 @@ class Dataset:
         """The elements for which ``predicate`` (called as map's function) is true."""
         if not callable(predicate):
             raise Error(f"Dataset.filter: expected a function, got {predicate!r}")
-        return self._then(self._native.filter(lambda leaves: bool(self._call(predicate, leaves))))
+        def keep(leaves):
+            result = np.asarray(self._call(predicate, leaves))
+            if result.size != 1:
+                raise Error(f"Dataset.filter: the predicate must return one bool, got an array of shape {result.shape}")
+            return bool(result.reshape(()))
+
+        return self._then(self._native.filter(keep))
 
     # --- reading ---
 
@@ -272,7 +278,8 @@ class Dataset:
             yield _pack(self._structure.get("Dataset"), leaves)
 
     def __iter__(self):
-        """The elements of one pass as numpy arrays (each pass a new order where a shuffle reshuffles)."""
+        """The elements of one pass as read-only numpy arrays, as TensorFlow's tensors are immutable
+        (each pass a new order where a shuffle reshuffles)."""
         return self._iterate()
 
     def as_numpy_iterator(self):
@@ -284,6 +291,20 @@ class Dataset:
         if s is not None and s != ("tuple", None, [_LEAF, _LEAF]):
             raise Error(f"{what}: the dataset's elements must be (x, y) tuples of arrays, got {_describe(s)}")
         return self._native
+
+    def _inputs(self, what):
+        """The native pipeline, checked to give x, or (x, ...) tuples whose first part is an array."""
+        s = self._structure.value
+        if s is not None and s != _LEAF and not (s[0] == "tuple" and s[2] and s[2][0] == _LEAF):
+            raise Error(f"{what}: the dataset's elements must be arrays or (x, ...) tuples of arrays, got "
+                        f"{_describe(s)}")
+        return self._native
+
+    def _next_passes(self, count):
+        """The pass a reader making `count` passes starts at; later readers start after them."""
+        first = self._passes[0]
+        self._passes[0] += max(1, int(count))
+        return first
 
     def __repr__(self):
         n = self.cardinality()

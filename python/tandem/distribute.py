@@ -94,9 +94,10 @@ class Strategy:
 
     def distribute_datasets_from_function(self, dataset_fn, options=None):
         """``dataset_fn(input_context)`` makes a dataset of per-replica batches
-        (``input_context.get_per_replica_batch_size(global_batch)``); each of its
-        ``num_replicas_in_sync`` consecutive batches goes to one replica (they are joined into the
-        global batch ``run`` cuts: one copy of the rows)."""
+        (``input_context.get_per_replica_batch_size(global_batch)``); each ``num_replicas_in_sync``
+        consecutive batches are joined into the global batch that ``run`` cuts for the replicas (one
+        copy of the rows; a replica's rows are its batch where the batches are the same size, and
+        the summed gradient is the same either way). A last, shorter group is joined the same way."""
         context = InputContext(1, 0, self.num_replicas_in_sync)
         dataset = dataset_fn(context)
         if not isinstance(dataset, data.Dataset):
@@ -150,14 +151,19 @@ class DistributedDataset:
             return
         replicas = self._strategy.num_replicas_in_sync
         group = []
+
+        def joined():
+            structure = group[0][1]
+            return data._pack(structure, [np.concatenate([leaves[i] for leaves, _ in group])
+                                          for i in range(len(group[0][0]))])
+
         for element in self._dataset:
             group.append(data._flatten(element))
             if len(group) == replicas:
-                structure = group[0][1]
-                joined = [np.concatenate([leaves[i] for leaves, _ in group]) for i in range(len(group[0][0]))]
-                yield data._pack(structure, joined)
+                yield joined()
                 group = []
-        # A last group shorter than the replicas is dropped, so that each replica gets its batch.
+        if group:  # the last, short group: its rows still train once (run cuts them over the replicas)
+            yield joined()
 
 
 class PerReplica:

@@ -95,7 +95,8 @@ FitLoop::Validation validation_of(Sequential& model, const FitOptions& options, 
     const data::Dataset& d = *options.validation_dataset;
     if (d.cardinality() == data::Dataset::kInfinite)
       fail("fit: validation_data is an infinite dataset (repeat() without a count): take(n) of it");
-    return {[&model, d] { return model.validation_logs(d); }, fmt::format("a dataset of {} batches", d.cardinality())};
+    return {[&model, d] { return model.validation_logs(d, 0, 0, nullptr, "fit (validation_data)"); },
+            fmt::format("a dataset of {} batches", d.cardinality())};
   }
   if (!x_val.defined()) return {nullptr, "none"};
   return {[&model, x_val, y_val, batch = options.batch_size] { return model.validation_logs(x_val, y_val, batch); },
@@ -229,28 +230,33 @@ History Sequential::fit(const data::Dataset& dataset, const FitOptions& options)
   if (options.validation_split != 0.0)
     fail("fit: validation_split does not apply to a Dataset; pass validation_data or take()/skip() a split");
   if (options.steps_per_epoch < 0) fail("fit: steps_per_epoch must be positive, got {}", options.steps_per_epoch);
-  bool runs_on = options.steps_per_epoch > 0;  // one iterator over the whole fit, as Keras'
+  bool runs_on = options.steps_per_epoch > 0;  // one iterator across epochs, as Keras'
   int64_t steps = runs_on ? options.steps_per_epoch : dataset.cardinality();
   if (steps == data::Dataset::kInfinite)
     fail("fit: the dataset is infinite (repeat() without a count): pass steps_per_epoch");
   if (steps == data::Dataset::kUnknown) steps = -1;
   std::unique_ptr<data::Iterator> it;
-  int it_epoch = -1;
-  bool ran_out = false;
+  int pass = options.dataset_pass - 1, it_epoch = -1;
   auto batches = [&](int epoch, int64_t step, bool, distribute::GlobalBatch& out) {
-    if (runs_on ? !it : (it_epoch != epoch || step == 0)) {
-      it = dataset.iterate(runs_on ? 0 : epoch);
+    // A new pass: each epoch's without steps_per_epoch; with it, where the last pass ran out.
+    if (!it || (!runs_on && (it_epoch != epoch || step == 0))) {
+      pass = runs_on ? pass + 1 : options.dataset_pass + epoch;
+      it = dataset.iterate(pass);
       it_epoch = epoch;
     }
     std::optional<data::Element> e = it->next();
+    if (!e && runs_on && step == 0) {  // ran out at the epoch's start: the next pass
+      it = dataset.iterate(++pass);
+      e = it->next();
+    }
     if (!e) {
-      if (runs_on && !ran_out) {
+      if (step == 0) fail("fit: the dataset gave no batches in epoch {}", epoch + 1);
+      if (runs_on) {
         std::fprintf(stderr,
-                     "fit: the dataset ran out after batch %lld of epoch %d; training stops (steps_per_epoch %lld "
-                     "for %d epochs needs more batches: repeat() the dataset)\n",
-                     static_cast<long long>(step), epoch + 1, static_cast<long long>(steps), options.epochs);
-        stop_training = true;
-        ran_out = true;
+                     "fit: the dataset ran out after %lld of epoch %d's %lld steps (steps_per_epoch); the epoch ends "
+                     "there and the next starts a new pass\n",
+                     static_cast<long long>(step), epoch + 1, static_cast<long long>(steps));
+        it.reset();
       }
       return false;
     }
@@ -328,17 +334,19 @@ Logs Sequential::validation_logs(const Tensor& x_in, const Tensor& y_in, int64_t
   return tally.logs();
 }
 
-Logs Sequential::validation_logs(const data::Dataset& dataset, int64_t steps) {
+Logs Sequential::validation_logs(const data::Dataset& dataset, int64_t steps, int pass, int64_t* batches,
+                                 const char* what) {
   StopRecording no_tape;
   Tally tally(*loss_, metric_names_);
-  std::unique_ptr<data::Iterator> it = dataset.iterate(0);
+  std::unique_ptr<data::Iterator> it = dataset.iterate(pass);
   while (steps == 0 || tally.batches() < steps) {
     std::optional<data::Element> e = it->next();
     if (!e) break;
-    auto [x, y] = dataset_batch(*e, "evaluate (dataset)");
+    auto [x, y] = dataset_batch(*e, what);
     tally.add(y, call(x, CallContext{false, {}}));
   }
-  if (tally.batches() == 0) fail("evaluate: the dataset gave no batches");
+  if (tally.batches() == 0) fail("{}: the dataset gave no batches", what);
+  if (batches != nullptr) *batches = tally.batches();
   return tally.logs();
 }
 
@@ -353,14 +361,15 @@ Logs Sequential::evaluate(const Tensor& x, const Tensor& y, const EvaluateOption
   return logs;
 }
 
-Logs Sequential::evaluate(const data::Dataset& dataset, int64_t steps, int verbose) {
+Logs Sequential::evaluate(const data::Dataset& dataset, int64_t steps, int verbose, int pass) {
   check_compiled("evaluate");
   if (steps < 0) fail("evaluate: steps must be positive, got {}", steps);
   if (steps == 0 && dataset.cardinality() == data::Dataset::kInfinite)
     fail("evaluate: the dataset is infinite (repeat() without a count): pass steps");
   distribute::JobPhase phase(*strategy_, "evaluation");
-  Logs logs = validation_logs(dataset, steps);
-  if (verbose > 0) print_evaluation(steps > 0 ? steps : dataset.cardinality(), logs);
+  int64_t batches = 0;
+  Logs logs = validation_logs(dataset, steps, pass, &batches);
+  if (verbose > 0) print_evaluation(batches, logs);
   return logs;
 }
 
@@ -385,14 +394,14 @@ Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
   return out;
 }
 
-Tensor Sequential::predict(const data::Dataset& dataset, int64_t steps) {
+Tensor Sequential::predict(const data::Dataset& dataset, int64_t steps, int pass) {
   if (steps < 0) fail("predict: steps must be positive, got {}", steps);
   if (steps == 0 && dataset.cardinality() == data::Dataset::kInfinite)
     fail("predict: the dataset is infinite (repeat() without a count): pass steps");
   StopRecording no_tape;
   std::vector<Tensor> outputs;
   int64_t rows = 0;
-  std::unique_ptr<data::Iterator> it = dataset.iterate(0);
+  std::unique_ptr<data::Iterator> it = dataset.iterate(pass);
   while (steps == 0 || static_cast<int64_t>(outputs.size()) < steps) {
     std::optional<data::Element> e = it->next();
     if (!e) break;

@@ -97,14 +97,20 @@ Tensor read_dataset(hid_t group, const std::string& key, const std::string& wher
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   H5Sget_simple_extent_dims(space, dims.data(), nullptr);
   Shape shape;
-  for (hsize_t d : dims) shape.push_back(static_cast<int64_t>(d));
+  uint64_t count = 1;  // the elements, counted without overflow (a crafted file may declare any dims)
+  for (hsize_t d : dims) {
+    if (d > (uint64_t{1} << 40) || __builtin_mul_overflow(count, static_cast<uint64_t>(d), &count) ||
+        count > (uint64_t{1} << 40))
+      fail("{}: dataset \"{}\" declares more elements than a tensor holds; refused", where, key);
+    shape.push_back(static_cast<int64_t>(d));
+  }
   Id type(H5Dget_type(set), H5Tclose);
   H5T_class_t kind = H5Tget_class(type);
   if (kind != H5T_FLOAT && kind != H5T_INTEGER)
     fail("{}: dataset \"{}\" is neither floating-point nor integer (HDF5 type class {})", where, key,
          static_cast<int>(kind));
   // A dataset must hold the bytes it declares (no shape bombs): compressed data at most 1000 times.
-  double declared = static_cast<double>(shape.numel()) * static_cast<double>(H5Tget_size(type));
+  double declared = static_cast<double>(count) * static_cast<double>(H5Tget_size(type));
   if (declared > (1 << 20) && declared > 1000.0 * static_cast<double>(H5Dget_storage_size(set)))
     fail("{}: dataset \"{}\" declares shape {} but stores {} bytes; refused", where, key, shape.str(),
          H5Dget_storage_size(set));

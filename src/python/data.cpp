@@ -4,6 +4,8 @@
 // Python callables, which the pipeline's threads call with the GIL held.
 #include <fmt/format.h>
 
+#include <set>
+
 #include "python/binding.h"
 #include "tandem/data/dataset.h"
 
@@ -17,17 +19,44 @@ using data::Element;
 // freed with the GIL.
 using HeldFunction = std::shared_ptr<py::function>;
 
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 HeldFunction hold(py::function fn) {
   return HeldFunction(new py::function(std::move(fn)), [](py::function* f) {
-    if (!Py_IsInitialized()) return;  // the interpreter is gone: leave the object to it
+    if (!Py_IsInitialized() || finalizing()) return;  // the interpreter is going: leave the object to it
     py::gil_scoped_acquire gil;
     delete f;
   });
 }
 
+// Takes the GIL for a call into Python from a pipeline thread; refused once the interpreter is
+// shutting down (the thread must not touch it then).
+class PythonCall {
+ public:
+  PythonCall() {
+    if (finalizing()) throw Error("Dataset: the Python interpreter is shutting down");
+  }
+
+ private:
+  py::gil_scoped_acquire gil_;
+};
+
+// An element as Python sees it: read-only arrays over the tensors' memory (a slice of the
+// caller's array, or a batch), since TensorFlow's elements are immutable: writing into one would
+// change the source data for every later pass.
 py::list to_list(const Element& element) {
   py::list out;
-  for (const Tensor& t : element) out.append(to_numpy(t));
+  for (const Tensor& t : element) {
+    py::array a = to_numpy(t);
+    a.attr("setflags")(py::arg("write") = false);
+    out.append(std::move(a));
+  }
   return out;
 }
 
@@ -43,13 +72,24 @@ Element from_result(const py::handle& result, const char* what) {
 }
 
 // An iterator over one pass; freeing it stops the pipeline's threads, which may wait for the GIL,
-// so it is freed without it.
+// so it is freed without it. The open ones are listed (under the GIL) so that they are all
+// stopped at exit, before the interpreter goes away under their threads.
+struct IteratorHandle;
+std::set<IteratorHandle*>& open_iterators() {
+  static auto* open = new std::set<IteratorHandle*>;
+  return *open;
+}
+
 struct IteratorHandle {
   std::unique_ptr<data::Iterator> it;
-  IteratorHandle() = default;
+  IteratorHandle() { open_iterators().insert(this); }
   IteratorHandle(const IteratorHandle&) = delete;
   IteratorHandle& operator=(const IteratorHandle&) = delete;
   ~IteratorHandle() {
+    open_iterators().erase(this);
+    close();
+  }
+  void close() {
     if (it && PyGILState_Check()) {
       py::gil_scoped_release nogil;
       it.reset();
@@ -104,7 +144,7 @@ void register_data(py::module_& m) {
             HeldFunction f = hold(std::move(fn));
             return d.map(
                 [f](Element e) {
-                  py::gil_scoped_acquire gil;
+                  PythonCall python;
                   py::object result = (*f)(to_list(e));
                   return from_result(result, "Dataset.map");
                 },
@@ -116,7 +156,7 @@ void register_data(py::module_& m) {
           [](const Dataset& d, py::function fn) {
             HeldFunction f = hold(std::move(fn));
             return d.filter([f](const Element& e) {
-              py::gil_scoped_acquire gil;
+              PythonCall python;
               return (*f)(to_list(e)).cast<bool>();
             });
           },
@@ -131,6 +171,11 @@ void register_data(py::module_& m) {
             return h;
           },
           py::arg("epoch"));
+  // At exit, before the interpreter finalizes: stop every open pipeline (an iterator kept in a
+  // module's variable would otherwise have threads calling into a dying interpreter).
+  py::module_::import("atexit").attr("register")(py::cpp_function([] {
+    for (IteratorHandle* h : std::set<IteratorHandle*>(open_iterators())) h->close();
+  }));
   m.attr("AUTOTUNE") = Dataset::kAutotune;
   m.attr("INFINITE_CARDINALITY") = Dataset::kInfinite;
   m.attr("UNKNOWN_CARDINALITY") = Dataset::kUnknown;

@@ -115,12 +115,13 @@ void register_model(py::module_& m) {
           [](ModelHandle& h, bool v) { h.get().stop_training = v; })
       .def("fit",
            [](ModelHandle& h, const py::object& x, const py::object& y, int epochs, int64_t batch_size,
-              int64_t steps_per_epoch, double validation_split, const py::object& validation, bool shuffle,
-              const py::list& callbacks, int verbose, int initial_epoch) {
+              int64_t steps_per_epoch, int dataset_pass, double validation_split, const py::object& validation,
+              bool shuffle, const py::list& callbacks, int verbose, int initial_epoch) {
              FitOptions o;
              o.epochs = epochs;
              o.batch_size = batch_size;
              o.steps_per_epoch = steps_per_epoch;
+             o.dataset_pass = dataset_pass;
              o.validation_split = validation_split;
              o.shuffle = shuffle;
              o.verbose = verbose;
@@ -151,22 +152,22 @@ void register_model(py::module_& m) {
              return py::make_tuple(history_dict(history), py::cast(history.epochs));
            })
       .def("evaluate_dataset",
-           [](ModelHandle& h, const data::Dataset& dataset, int64_t steps, int verbose) {
+           [](ModelHandle& h, const data::Dataset& dataset, int64_t steps, int verbose, int pass) {
              Busy busy(h, "evaluate");
              Logs logs;
              {
                py::gil_scoped_release nogil;
-               logs = h.get().evaluate(dataset, steps, verbose);
+               logs = h.get().evaluate(dataset, steps, verbose, pass);
              }
              return logs_dict(logs);
            })
       .def("predict_dataset",
-           [](ModelHandle& h, const data::Dataset& dataset, int64_t steps) {
+           [](ModelHandle& h, const data::Dataset& dataset, int64_t steps, int pass) {
              Busy busy(h, "predict");
              Tensor out;
              {
                py::gil_scoped_release nogil;
-               out = h.get().predict(dataset, steps);
+               out = h.get().predict(dataset, steps, pass);
              }
              return to_numpy(out);
            })

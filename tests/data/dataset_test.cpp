@@ -231,8 +231,17 @@ TEST(Dataset, EvaluatePredictAndStepsPerEpochOnAPipeline) {
   ref->fit(batches.repeat(2), {.epochs = 1, .verbose = 0});
   for (size_t i = 0; i < ref->variables().size(); ++i)
     EXPECT_EQ(ref->variables()[i]->value.to_vector(), endless->variables()[i]->value.to_vector());
-  // 3 batches for 2 epochs of 2: the second epoch ends after one batch and training stops.
-  EXPECT_EQ(make()->fit(batches, {.epochs = 4, .steps_per_epoch = 2, .verbose = 0})["loss"].size(), 2u);
+  // 3 batches, epochs of 2 (Keras 3's iterator): the second epoch ends short after one batch, the
+  // third starts a new pass; the same as training on batches 0, 1 | 2 | 0, 1 | 2.
+  auto short_epochs = make(), ref_short = make();
+  EXPECT_EQ(short_epochs->fit(batches, {.epochs = 4, .steps_per_epoch = 2, .verbose = 0})["loss"].size(), 4u);
+  ref_short->fit(batches.repeat(2), {.epochs = 1, .verbose = 0});
+  for (size_t i = 0; i < ref_short->variables().size(); ++i)
+    EXPECT_EQ(ref_short->variables()[i]->value.to_vector(), short_epochs->variables()[i]->value.to_vector());
+  // Exactly steps_per_epoch == the batches of a pass: a new pass at every epoch's start.
+  EXPECT_EQ(make()->fit(batches, {.epochs = 3, .steps_per_epoch = 3, .verbose = 0})["loss"].size(), 3u);
+  EXPECT_TRUE(testing::throws_error([&] { make()->fit(batches.take(0), {.steps_per_epoch = 2, .verbose = 0}); },
+                                    {"the dataset gave no batches in epoch 1"}));
   EXPECT_TRUE(testing::throws_error([&] { make()->fit(batches.repeat(), {.verbose = 0}); }, {"pass steps_per_epoch"}));
   EXPECT_TRUE(testing::throws_error([&] { make()->fit(x, y, {.steps_per_epoch = 2, .verbose = 0}); },
                                     {"steps_per_epoch applies to a Dataset"}));

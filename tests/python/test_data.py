@@ -123,6 +123,31 @@ def test_pipeline_mistakes_are_named(tf):
         list(ds.map(lambda a, b: "text"))
     with pytest.raises(TypeError, match="infinite"):
         len(ds.repeat())
+    with pytest.raises(tf.Error, match=r"the predicate must return one bool, got an array of shape \(3,\)"):
+        list(ds.filter(lambda a, b: a > 0))
+    # Elements are read-only, as TensorFlow's tensors: writing into one would change x itself.
+    with pytest.raises(ValueError, match="read-only"):
+        list(tf.data.Dataset.from_tensor_slices(x).map(lambda a: a.__imul__(10)))
+    a = next(iter(tf.data.Dataset.from_tensor_slices(x)))
+    assert not a.flags.writeable and x[0, 1] == np.float32(1 / 7)
+
+
+def test_an_open_iterator_at_exit_stops_cleanly(tmp_path):
+    """A pipeline with Python map threads still open when the interpreter exits (an iterator kept
+    in a module variable): its threads are stopped before the interpreter goes."""
+    script = textwrap.dedent("""
+        import numpy as np
+        import tandem as tf
+        ds = tf.data.Dataset.from_tensor_slices(np.arange(10000, dtype=np.float32))
+        it = iter(ds.map(lambda v: v * 2, num_parallel_calls=tf.data.AUTOTUNE).prefetch(8))
+        next(it)
+        it2 = iter(ds.map(lambda v: v + 1).prefetch(8))
+        next(it2)
+        print("done")
+    """)
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
 
 
 def model(tf, seed=4):
@@ -160,10 +185,18 @@ def test_steps_per_epoch_runs_one_iterator_across_epochs(tf, capfd):
     ref.fit(x[order], y[order], batch_size=16, epochs=1, shuffle=False, verbose=0)
     for a, b in zip(ref.get_weights(), endless.get_weights()):
         assert a.tobytes() == b.tobytes()
-    short = model(tf)
-    h = short.fit(ds, epochs=3, steps_per_epoch=3, verbose=0)  # 4 batches for 9 steps
-    assert len(h.history["loss"]) == 2
-    assert "the dataset ran out after batch 1 of epoch 2" in capfd.readouterr().err
+    # 4 batches, epochs of 3 (Keras 3's iterator): epoch 2 ends short after batch 4, epoch 3 starts
+    # a new pass; the same as training on batches 0-3 then 0-2.
+    short, ref = model(tf), model(tf)
+    h = short.fit(ds, epochs=3, steps_per_epoch=3, verbose=0)
+    assert len(h.history["loss"]) == 3
+    assert "the dataset ran out after 1 of epoch 2's 3 steps" in capfd.readouterr().err
+    order = np.concatenate([np.arange(64), np.arange(48)])
+    ref.fit(x[order], y[order], batch_size=16, epochs=1, shuffle=False, verbose=0)
+    for a, b in zip(ref.get_weights(), short.get_weights()):
+        assert a.tobytes() == b.tobytes()
+    # steps_per_epoch == len(ds) without repeat(): every epoch a whole pass, as Keras.
+    assert len(model(tf).fit(ds, epochs=3, steps_per_epoch=len(ds), verbose=0).history["loss"]) == 3
     with pytest.raises(tf.Error, match="infinite .* pass steps_per_epoch"):
         model(tf).fit(ds.repeat(), epochs=1, verbose=0)
     with pytest.raises(tf.Error, match="batch the dataset"):
@@ -174,6 +207,32 @@ def test_steps_per_epoch_runs_one_iterator_across_epochs(tf, capfd):
         model(tf).fit(tf.data.Dataset.from_tensor_slices({"x": x, "y": y}).batch(4), verbose=0)
     with pytest.raises(TypeError, match="unexpected keyword argument 'epoch'"):
         model(tf).fit(ds, epoch=2)
+
+
+def test_each_fit_reads_a_new_pass_of_a_shuffled_dataset(tf):
+    """As TensorFlow makes a new iterator for each fit, each reshuffling: two fits of one epoch
+    train as one fit of two epochs on the same pipeline (passes 0 and 1), which are two orders."""
+    x, y = small_data(96)
+
+    def pipeline():
+        return tf.data.Dataset.from_tensor_slices((x, y)).shuffle(96, seed=5).batch(16)
+
+    twice, once = model(tf), model(tf)
+    ds = pipeline()
+    twice.fit(ds, epochs=1, verbose=0)
+    twice.fit(ds, epochs=1, verbose=0)
+    once.fit(pipeline(), epochs=2, verbose=0)
+    for a, b in zip(once.get_weights(), twice.get_weights()):
+        assert a.tobytes() == b.tobytes()
+    fresh = pipeline()
+    assert [b.tolist() for _, b in fresh] != [b.tolist() for _, b in fresh]
+    # fit takes experimental_distribute_dataset's result as TensorFlow's does; predict wants x first.
+    strategy = tf.distribute.MirroredStrategy(num_replicas=2)
+    with strategy.scope():
+        mirrored = model(tf)
+    mirrored.fit(strategy.experimental_distribute_dataset(pipeline()), epochs=1, verbose=0)
+    with pytest.raises(tf.Error, match="arrays or \\(x, ...\\) tuples of arrays, got a dict"):
+        model(tf).predict(tf.data.Dataset.from_tensor_slices({"x": x, "y": y}).batch(8))
 
 
 def test_custom_loop_over_a_distributed_dataset_trains_as_one_device(tf):
@@ -229,7 +288,7 @@ PEAK = textwrap.dedent("""
         m.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(500).prefetch(tf.data.AUTOTUNE), epochs=1, verbose=0)
     else:
         m.fit(x, y, batch_size=500, epochs=1, shuffle=False, verbose=0)
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, sum(float(w.sum()) for w in m.get_weights()))
 """)
 
 
@@ -238,11 +297,13 @@ def test_a_dataset_reads_the_arrays_in_place(tf):
     resident memory stays within a quarter of the array of fit(x, y)'s, so the rows are not
     copied into the pipeline."""
     env = dict(os.environ)
-    peaks = {}
+    peaks, weights = {}, {}
     for kind in ("arrays", "dataset"):
         out = subprocess.run([sys.executable, "-c", PEAK, kind], env=env, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
-        peaks[kind] = int(out.stdout.split()[-1]) * 1024
+        rss, total = out.stdout.split()[-2:]
+        peaks[kind], weights[kind] = int(rss) * 1024, total
+    assert weights["dataset"] == weights["arrays"]  # the same rows trained, in the same batches
     array_bytes = 60000 * 784 * 4
     print(f"peak RSS: fit(x, y) {peaks['arrays'] / 2**20:.0f} MiB, fit(dataset) {peaks['dataset'] / 2**20:.0f} MiB")
     assert peaks["dataset"] < peaks["arrays"] + array_bytes // 4

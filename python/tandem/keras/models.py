@@ -25,6 +25,19 @@ def _batch_size(batch_size, default=32):
     return int(batch_size)
 
 
+def _dataset_of(x, what):
+    """A distributed dataset's own dataset (fit cuts its batches as the strategy does); anything
+    else as it is."""
+    from .. import distribute
+
+    if isinstance(x, distribute.DistributedDataset):
+        if x._per_replica:
+            raise Error(f"{what}: a dataset of per-replica batches (distribute_datasets_from_function) is for "
+                        "strategy.run; give fit the global batches (experimental_distribute_dataset or the dataset)")
+        return x._dataset
+    return x
+
+
 def _refuse_overwrite(filepath, overwrite, what):
     import os
 
@@ -192,11 +205,15 @@ class Sequential:
         if kwargs.get("validation_freq", 1) != 1:
             raise Error("fit: validation_freq other than 1 is not supported by Tandem (validation runs every epoch)")
         steps_per_epoch = 0 if steps_per_epoch is None else _steps(steps_per_epoch, "fit: steps_per_epoch")
+        x = _dataset_of(x, "fit")
+        validation_data = _dataset_of(validation_data, "fit (validation_data)")
+        dataset_pass = 0
         if isinstance(x, data.Dataset):
             if y is not None:
                 raise Error("fit: y must be None when x is a Dataset (its elements are (x, y) batches)")
             if batch_size is not None:
                 raise Error("fit: batch_size does not apply to a Dataset (it is batched already: .batch(n))")
+            dataset_pass = x._next_passes(int(epochs))  # epoch e reads pass dataset_pass + e
             x = x._pairs("fit")
         else:
             if steps_per_epoch:
@@ -228,8 +245,9 @@ class Sequential:
             elif not isinstance(cb, _tandem.NativeCallback):
                 raise Error(f"fit: callbacks must be tandem.keras.callbacks objects or Callback subclasses, got {cb!r}")
             native.append(cb)
-        history, epochs_run = self._model.fit(x, y, int(epochs), batch_size, steps_per_epoch, float(validation_split),
-                                              validation, bool(shuffle), native, verbose, int(initial_epoch))
+        history, epochs_run = self._model.fit(x, y, int(epochs), batch_size, steps_per_epoch, dataset_pass,
+                                              float(validation_split), validation, bool(shuffle), native, verbose,
+                                              int(initial_epoch))
         self.history = callbacks_module.History(history, epochs_run, self, params)
         return self.history
 
@@ -237,11 +255,12 @@ class Sequential:
         """The loss and metrics on (x, y) or a Dataset of (x, y) batches: a scalar loss without
         metrics, else [loss, metrics...] (or a dict with return_dict=True), as Keras returns them."""
         printing = 0 if _verbose(verbose) == 0 else 1
+        x = _dataset_of(x, "evaluate")
         if isinstance(x, data.Dataset):
             if y is not None:
                 raise Error("evaluate: y must be None when x is a Dataset (its elements are (x, y) batches)")
             steps = 0 if steps is None else _steps(steps, "evaluate: steps")
-            logs = self._model.evaluate_dataset(x._pairs("evaluate"), steps, printing)
+            logs = self._model.evaluate_dataset(x._pairs("evaluate"), steps, printing, x._next_passes(1))
         else:
             if steps is not None:
                 raise Error("evaluate: steps applies to a Dataset; with arrays all of x is evaluated")
@@ -256,9 +275,10 @@ class Sequential:
     def predict(self, x, batch_size=None, verbose="auto", steps=None, **kwargs):
         """The model's outputs for x (or each batch of a Dataset, whose elements are x or (x, y)
         batches), as a numpy array; x without rows gives an empty array, as Keras."""
+        x = _dataset_of(x, "predict")
         if isinstance(x, data.Dataset):
             steps = 0 if steps is None else _steps(steps, "predict: steps")
-            return self._model.predict_dataset(x._native, steps)
+            return self._model.predict_dataset(x._inputs("predict"), steps, x._next_passes(1))
         if steps is not None:
             raise Error("predict: steps applies to a Dataset; with arrays all of x is predicted")
         return self._model.predict(_arrays.features(x, "predict"), _batch_size(batch_size))
