@@ -185,7 +185,8 @@ class Sequential:
             shuffle: shuffle the training samples each epoch (arrays; a Dataset shuffles itself).
             initial_epoch: the epoch to start at (resuming).
             steps_per_epoch: with a Dataset, the batches of an epoch; its iterator then runs on
-                across epochs (repeat() it), and training stops with a warning if it runs out.
+                across epochs, as Keras 3's: running out at an epoch's start begins a new pass;
+                inside an epoch, that epoch ends short with a warning.
 
         Returns:
             A History whose ``history`` dict holds each logged value per epoch.
