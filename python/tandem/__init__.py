@@ -72,8 +72,22 @@ class GradientTape:
         gradients of sum(target * output_gradients), as tf.GradientTape.gradient takes it."""
         return self._tape.gradient(target, list(sources), output_gradients)
 
+def function(func=None, input_signature=None, autograph=True, jit_compile=None, reduce_retracing=False, **kwargs):
+    """tf.function: Tandem runs every op eagerly through its C++ engine, so there is no graph to
+    trace; the function is returned as it is and runs as written (a custom loop's
+    ``@tf.function`` step works unchanged). ``jit_compile=True`` (XLA) is refused by name."""
+    if jit_compile:
+        raise Error("tf.function: jit_compile=True asks for XLA, which Tandem does not have; its ops run eagerly "
+                    "through the C++ engine")
+    if kwargs:
+        raise TypeError(f"function() got an unexpected keyword argument {sorted(kwargs)[0]!r}")
+    if func is None:
+        return lambda f: f
+    return func
+
+
 __version__ = "0.10.0"
-__all__ = ["config", "device", "data", "keras", "distribute", "hvd", "nn", "compat", "train", "GradientTape", "Tensor", "Error", "FileError", "FileNotFoundError", "set_num_threads",
+__all__ = ["config", "device", "function", "data", "keras", "distribute", "hvd", "nn", "compat", "train", "GradientTape", "Tensor", "Error", "FileError", "FileNotFoundError", "set_num_threads",
            "cpu_isa"]
 
 

@@ -104,6 +104,10 @@ class Strategy:
             raise Error(f"distribute_datasets_from_function: the function returned {dataset!r}, not a Dataset")
         return DistributedDataset(dataset, self, per_replica=True)
 
+    def experimental_local_results(self, value):
+        """The values of this process's replicas, as a tuple (a PerReplica's, or the value alone)."""
+        return tuple(value.values) if isinstance(value, PerReplica) else (value,)
+
     def reduce(self, reduce_op, value, axis=None):
         """The per-replica values summed ("SUM") or averaged ("MEAN"), as a Tensor."""
         op = getattr(reduce_op, "name", reduce_op)

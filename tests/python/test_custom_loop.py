@@ -25,6 +25,7 @@ def loop(tf, strategy, steps=12, global_batch=32):
             model, optimizer, loss_object = build()
     model.build((20,))
 
+    @tf.function  # the tutorial's decorator: Tandem runs the step eagerly, as written
     def train_step(inputs, labels):
         with tf.GradientTape() as tape:
             predictions = model(inputs, training=True)
@@ -40,7 +41,7 @@ def loop(tf, strategy, steps=12, global_batch=32):
             losses.append(float(train_step(xb, yb)))
         else:
             per_replica = strategy.run(train_step, args=(xb, yb))
-            assert len(per_replica.values) == strategy.num_replicas_in_sync
+            assert len(strategy.experimental_local_results(per_replica)) == strategy.num_replicas_in_sync
             losses.append(float(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)))
     return model, losses
 

@@ -247,3 +247,22 @@ def test_a_model_made_outside_a_scope_takes_the_scope_its_layers_are_added_in(tf
     with tf.distribute.MirroredStrategy(num_replicas=2).scope():
         model.add(tf.keras.layers.Dense(3))
     assert model.distribute_strategy is strategy
+
+
+def test_tf_function_runs_the_function_as_written(tf):
+    calls = []
+
+    @tf.function
+    def step(v):
+        calls.append(v)
+        return v * 2
+
+    @tf.function(input_signature=None, reduce_retracing=True)
+    def other(v):
+        return v + 1
+
+    assert step(3) == 6 and other(3) == 4 and calls == [3]
+    with pytest.raises(tf.Error, match="jit_compile=True asks for XLA"):
+        tf.function(lambda v: v, jit_compile=True)
+    with pytest.raises(TypeError, match="experimental_compile"):
+        tf.function(lambda v: v, experimental_compile=True)
