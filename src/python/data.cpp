@@ -116,20 +116,11 @@ void register_data(py::module_& m) {
   });
 
   py::class_<Dataset>(m, "Dataset")
-      .def_static(
-          "from_tensor_slices",
-          [](const py::list& components) {
-            if (components.empty()) throw Error("from_tensor_slices: expected at least one array");
-            std::vector<Tensor> tensors = tensors_from(components, "from_tensor_slices");
-            for (size_t i = 0; i < tensors.size(); ++i) {
-              if (tensors[i].rank() == 0)
-                throw Error(fmt::format("from_tensor_slices: component {} is a scalar; slices need a first axis", i));
-              if (tensors[i].dim(0) != tensors[0].dim(0))
-                throw Error(fmt::format("from_tensor_slices: component 0 has {} rows but component {} has {}",
-                                        tensors[0].dim(0), i, tensors[i].dim(0)));
-            }
-            return Dataset::from_tensor_slices(std::move(tensors));
-          })
+      .def_static("from_tensor_slices",
+                  [](const py::list& components) {
+                    std::vector<Tensor> tensors = tensors_from(components, "from_tensor_slices");
+                    return Dataset::from_tensor_slices(std::move(tensors));
+                  })
       .def("batch", &Dataset::batch, py::arg("size"), py::arg("drop_remainder"))
       .def("shuffle", &Dataset::shuffle, py::arg("buffer_size"), py::arg("seed"), py::arg("reshuffle_each_iteration"))
       .def("repeat", &Dataset::repeat, py::arg("count"))

@@ -112,7 +112,7 @@ def test_pipeline_mistakes_are_named(tf):
     ds = tf.data.Dataset.from_tensor_slices((x, y))
     with pytest.raises(ZeroDivisionError):  # the function's own exception, through the pipeline's thread
         list(ds.map(lambda a, b: 1 / 0).prefetch(2))
-    with pytest.raises(tf.Error, match="component 0 has 6 rows but component 1 has 5"):
+    with pytest.raises(tf.Error, match="component 1 has 5 rows, component 0 has 6"):
         tf.data.Dataset.from_tensor_slices((x, y[:5]))
     with pytest.raises(tf.Error, match="batch_size must be an int >= 1"):
         ds.batch(0)
