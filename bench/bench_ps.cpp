@@ -53,7 +53,7 @@ int main(int argc, char** argv) try {
       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length) != 0)
     fail("bench_ps: no free port");
   close(fd);
-  std::string address = endpoint("127.0.0.1", ntohs(a.sin_port));
+  std::string address = fmt::format("tcp://127.0.0.1:{}", ntohs(a.sin_port));
   pid_t server = fork();
   if (server == 0) {  // the server: Tandem's, then a bare echo on the next message's kind
     zmq::context_t own(1);

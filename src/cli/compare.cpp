@@ -55,11 +55,6 @@ Role role_of(const std::string& name) {
   return entry != nullptr ? entry->compare_role : Role::None;
 }
 
-bool launched(const std::string& name) {
-  const distribute::StrategyEntry* entry = distribute::strategy_entry(name);
-  return entry != nullptr && entry->needs_launcher;
-}
-
 // A strategy whose workers are processes (its row names how many, "multiworker:2",
 // "ps-sync:1x3:1"): `tandem fit` under `tandem launch`, as its registry entry plans it. The
 // chief's report is the row.
@@ -148,7 +143,7 @@ Row train_on_workers(const std::string& name, const CompareFlags& f) {
 }
 
 Row train_under(const std::string& name, const CompareFlags& f) {
-  if (launched(name)) return train_on_workers(name, f);
+  if (distribute::launches_processes(name)) return train_on_workers(name, f);
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(name, f.common.threads);
   ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
   Sequential& model = *spec.model;
@@ -259,8 +254,8 @@ void answer_the_tutorial(const std::vector<Row>& rows, const CompareFlags& f) {
   const Row *async = nullptr, *sync = nullptr;
   for (const Row& r : rows) {
     if (role_of(r.strategy) == Role::AsynchronousUpdates && !async) async = &r;
-    if (role_of(r.strategy) == Role::SynchronousUpdates && std::count(r.strategy.begin(), r.strategy.end(), ':') == 1 &&
-        !sync)
+    std::string tasks = r.strategy.ends_with(":threads") ? r.strategy.substr(0, r.strategy.size() - 8) : r.strategy;
+    if (role_of(r.strategy) == Role::SynchronousUpdates && std::count(tasks.begin(), tasks.end(), ':') == 1 && !sync)
       sync = &r;  // plain synchronous: no backup workers
   }
   if (!async || !sync) return;
@@ -340,7 +335,7 @@ void run_compare(const CompareFlags& f) {
   f.common.apply();
   std::vector<std::string> names = split_list(f.strategies);
   for (const std::string& n : names)  // every name is valid before training
-    if (!launched(n)) distribute::make_strategy(n, f.common.threads);
+    if (!distribute::launches_processes(n)) distribute::make_strategy(n, f.common.threads);
   std::vector<Row> rows;
   for (const std::string& n : names) rows.push_back(train_under(n, f));
   const Row* base = nullptr;

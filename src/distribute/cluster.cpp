@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -122,7 +123,30 @@ ClusterSpec ClusterSpec::from_environment() {
 
 ClusterSpec ClusterSpec::from_file(const std::string& path) { return parse(io::read_file(path), path); }
 
+ClusterSpec ClusterSpec::local(int num_ps, int num_workers) {
+  if (num_ps < 1 || num_ps > 9999) fail("an in-process cluster: num_ps must be from 1 to 9999 servers, got {}", num_ps);
+  if (num_workers < 1 || num_workers > 9999)
+    fail("an in-process cluster: num_workers must be from 1 to 9999, got {}", num_workers);
+  static std::atomic<uint64_t> clusters{0};
+  ClusterSpec spec;
+  spec.source_ = "an in-process cluster";
+  spec.local_id_ = ++clusters;
+  spec.chief_.assign(1, "inproc");
+  spec.ps_.assign(static_cast<size_t>(num_ps), "inproc");
+  spec.worker_.assign(static_cast<size_t>(num_workers), "inproc");
+  spec.task_ = {"chief", 0};
+  return spec;
+}
+
+ClusterSpec ClusterSpec::as_task(const TaskId& task) const {
+  address(task);  // an Error for a task the cluster lacks
+  ClusterSpec spec = *this;
+  spec.task_ = task;
+  return spec;
+}
+
 std::string ClusterSpec::to_json(const TaskId& task) const {
+  if (in_process()) fail("an in-process cluster has no TF_CONFIG: its tasks are threads of this process");
   nlohmann::json cluster = nlohmann::json::object();
   for (const char* type : kTypes)
     if (!tasks(type).empty()) cluster[type] = tasks(type);
@@ -142,10 +166,33 @@ const std::string& ClusterSpec::address(const TaskId& task) const {
 }
 
 std::string ClusterSpec::host(const TaskId& task) const {
+  if (in_process()) {
+    address(task);  // an Error for a task the cluster lacks
+    return "127.0.0.1";
+  }
   return split_address(address(task), source_, task.str()).first;
 }
-int ClusterSpec::port(const TaskId& task) const { return split_address(address(task), source_, task.str()).second; }
+int ClusterSpec::port(const TaskId& task) const {
+  if (in_process()) {
+    address(task);  // an Error for a task the cluster lacks
+    return 0;
+  }
+  return split_address(address(task), source_, task.str()).second;
+}
+std::string ClusterSpec::endpoint(const TaskId& task) const {
+  if (in_process()) {
+    address(task);  // an Error for a task the cluster lacks
+    return fmt::format("inproc://tandem-cluster-{}/{}", local_id_, task.str());
+  }
+  std::string h = host(task);
+  bool v6 = h.find(':') != std::string::npos;
+  return fmt::format("tcp://{}{}{}:{}", v6 ? "[" : "", h, v6 ? "]" : "", port(task));
+}
 std::string ClusterSpec::describe(const TaskId& task) const {
+  if (in_process()) {
+    address(task);  // an Error for a task the cluster lacks
+    return fmt::format("{} (in process)", task.str());
+  }
   return fmt::format("{} ({})", task.str(), address(task));
 }
 
@@ -159,6 +206,7 @@ void ClusterSpec::require(const std::vector<std::string>& needed, const std::vec
 }
 
 void ClusterSpec::check_hosts() const {
+  if (in_process()) return;
   for (const char* type : kTypes)
     for (int i = 0; i < count(type); ++i) {
       TaskId task{type, i};
@@ -171,6 +219,7 @@ void ClusterSpec::check_hosts() const {
 }
 
 void ClusterSpec::check_own_port_free() const {
+  if (in_process()) return;
   std::string h = host(task_);
   int p = port(task_);
   addrinfo hints{};

@@ -88,6 +88,11 @@ std::string compare_grammar() {
   return text + copies;
 }
 
+bool launches_processes(const std::string& spec) {
+  const StrategyEntry* entry = strategy_entry(spec);
+  return entry != nullptr && entry->needs_launcher && words_of(spec).back() != "threads";
+}
+
 std::string strategies_reading(const std::string& flag) {
   std::string names;
   for (const StrategyEntry& e : strategy_entries())

@@ -7,6 +7,7 @@
 // Every mistake is named with the task and the value found: invalid JSON, a type that is not
 // chief, worker or ps, a malformed address, a port out of range, two tasks on one address, a task
 // type or index that the cluster does not have, a host that does not resolve.
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,13 @@ class ClusterSpec {
   // The environment's TF_CONFIG (an Error when it is not set).
   static ClusterSpec from_environment();
   static ClusterSpec from_file(const std::string& path);
+  // A cluster in this process (ParameterServerStrategy's tasks as threads): a chief, `num_ps`
+  // servers and `num_workers` workers, this process the chief. Its tasks talk over ZeroMQ's
+  // inproc transport (addresses unique to this cluster, "inproc" in messages); TF_CONFIG is not read.
+  static ClusterSpec local(int num_ps, int num_workers);
+  bool in_process() const { return local_id_ != 0; }
+  // The same cluster, naming `task` as this one's (an in-process cluster's threads).
+  ClusterSpec as_task(const TaskId& task) const;
   // A spec written back as TF_CONFIG's JSON, naming `task` as this process's.
   std::string to_json(const TaskId& task) const;
 
@@ -33,8 +41,11 @@ class ClusterSpec {
   const std::vector<std::string>& tasks(const std::string& type) const;
   int count(const std::string& type) const { return static_cast<int>(tasks(type).size()); }
   const std::string& address(const TaskId& task) const;
+  // In process: every task on the loopback host (the control plane's), port 0.
   std::string host(const TaskId& task) const;
   int port(const TaskId& task) const;
+  // Where ZeroMQ reaches the task: "tcp://host:port", or in process "inproc://tandem-cluster-ID/worker:1".
+  std::string endpoint(const TaskId& task) const;
   // "ps:1 (127.0.0.1:2223)"
   std::string describe(const TaskId& task) const;
   const TaskId& task() const { return task_; }
@@ -53,6 +64,7 @@ class ClusterSpec {
   std::string source_;
   std::vector<std::string> chief_, worker_, ps_;
   TaskId task_;
+  uint64_t local_id_ = 0;  // an in-process cluster's number in this process (0: none)
 };
 
 }  // namespace tandem::distribute

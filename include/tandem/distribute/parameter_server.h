@@ -16,6 +16,12 @@
 // by all the workers together. On worker and server tasks, fit serves the chief until it ends the
 // job, and returns an empty history.
 //
+// In one process (ClusterSpec::local(P, W), or "ps-async:PxW:threads" by name), the servers and
+// workers are threads of the chief's process, started by each fit and ended with it: the same
+// coordinator, servers, workers, wire format and policies over ZeroMQ's inproc transport (frames
+// handed over, not copied), each worker a copy of the model reading fit's tensors in place. What
+// needs separate processes (a task's death and restart, keys, --min-workers) is refused.
+//
 //   auto cluster = distribute::ClusterSpec::from_environment();
 //   distribute::ParameterServerStrategy strategy(cluster, {.mode = distribute::PsMode::Synchronous});
 //   auto scope = strategy.scope();   ...   model.fit(x, y, {.batch_size = 50});
@@ -104,6 +110,9 @@ struct ParameterServerOptions {
   int min_workers = 1;
   // Every wait on another task; a task that does not answer within it is named and the job ends.
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
+  // An in-process cluster (ClusterSpec::local): the intra-op threads of each worker (0: this
+  // machine's usable cores shared among the workers, at least one each).
+  int threads_per_worker = 0;
 };
 
 class ParameterServerStrategy : public Strategy {
@@ -136,11 +145,24 @@ class ParameterServerStrategy : public Strategy {
 
  private:
   struct Links;  // the task's sockets and control connections (src/distribute/ps/cluster_link.h)
+  // An in-process cluster's server and worker threads (src/distribute/ps/local_cluster.cpp).
+  struct LocalTasks;
+  // This task's links (made by every task together; in process, over local_'s context) and, on the
+  // chief, its part.
+  void connect();
+  // In process: the cluster's threads started for a fit (any before stopped), with the fit's
+  // runner, which stops them when it ends; stopped (those of `generation` when it is still the
+  // running one; 0: whichever).
+  std::unique_ptr<StepRunner> start_local(const StepParts& parts);
+  void stop_local(uint64_t generation = 0);
   ClusterSpec cluster_;
   ParameterServerOptions options_;
   std::vector<std::unique_ptr<Communicator>> comm_;
   std::unique_ptr<Links> links_;
   std::unique_ptr<Chief> chief_;
+  std::unique_ptr<LocalTasks> local_;
+  uint64_t local_generation_ = 0;
+  std::map<int64_t, int64_t> steps_ahead_before_;  // in process: the fits' before the running one
 };
 
 }  // namespace tandem::distribute

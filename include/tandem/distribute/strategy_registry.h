@@ -35,6 +35,9 @@ struct StrategySettings {
   // Or the cluster and this task as TF_CONFIG's JSON text (a cluster resolver's, from Python).
   std::string cluster_json;
   int64_t shard_bytes = 0;
+  // Or an in-process cluster of `local_ps` servers and `local_workers` workers (both > 0; the
+  // names' "ps-async:PxW:threads", Python's ParameterServerStrategy() without a cluster).
+  int local_ps = 0, local_workers = 0;
   ParameterServerOptions ps;
   // Model parallelism: each device's memory for the variables and slots (0: no limit).
   int64_t device_memory_bytes = 0;
@@ -88,6 +91,9 @@ std::string strategy_grammar();
 std::string strategy_help();
 // The names `tandem compare` takes: the grammar of each, with the processes to launch where it has them.
 std::string compare_grammar();
+// Whether `tandem compare` starts the workers `spec` names as processes under `tandem launch`: its
+// family needs a launcher and the name does not end in ":threads" (tasks as threads of this process).
+bool launches_processes(const std::string& spec);
 // The names of the strategies that read the command-line flag `flag` ("cluster"), ", "-separated.
 std::string strategies_reading(const std::string& flag);
 // Refuses `spec`, saying why and what the names are.
@@ -103,7 +109,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per
 // given; one device per process under `tandem launch`).
 std::unique_ptr<Strategy> make_mirrored(MirroredOptions options, bool central, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_multiworker(MultiWorkerOptions options, const StrategySettings& settings);
-// The cluster: settings.cluster_json, else settings.cluster_file, else TF_CONFIG.
+// The cluster: in process (settings.local_workers), else settings.cluster_json, else
+// settings.cluster_file, else TF_CONFIG.
 std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_model_parallel(ModelParallelOptions options, const StrategySettings& settings);
 std::unique_ptr<Strategy> make_pipeline(PipelineOptions options, const StrategySettings& settings);

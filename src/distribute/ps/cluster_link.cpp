@@ -32,19 +32,22 @@ int control_rank(const ClusterSpec& cluster, const TaskId& task) {
   return 1 + cluster.count("ps") + task.index;
 }
 
-ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout, const Keys* keys)
-    : cluster_(cluster), timeout_(timeout), context_(1) {
+ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout, const Keys* keys,
+                         std::shared_ptr<zmq::context_t> context)
+    : cluster_(cluster),
+      timeout_(timeout),
+      context_(context ? std::move(context) : std::make_shared<zmq::context_t>(1)) {
   if (keys != nullptr) keys_ = std::make_unique<Keys>(*keys);
   const TaskId& me = cluster_.task();
   if (me.type == "chief" || me.type == "ps") {
     cluster_.check_own_port_free();  // named before ZeroMQ's own, terser error
-    if (keys != nullptr) authenticator_ = std::make_unique<Authenticator>(context_, *keys, describe(me));
-    own_ = zmq::socket_t(context_, zmq::socket_type::router);
+    if (keys != nullptr) authenticator_ = std::make_unique<Authenticator>(*context_, *keys, describe(me));
+    own_ = zmq::socket_t(*context_, zmq::socket_type::router);
     own_.set(zmq::sockopt::linger, 0);
     own_.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout_.count()));
     own_.set(zmq::sockopt::router_mandatory, 1);
     if (keys != nullptr) secure_server(own_, *keys);
-    own_.bind(endpoint(cluster_.host(me), cluster_.port(me)));
+    own_.bind(cluster_.endpoint(me));
   } else {
     own_ = dealer_to({"chief", 0});
   }
@@ -66,11 +69,11 @@ ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds t
 ClusterLink::~ClusterLink() = default;
 
 zmq::socket_t ClusterLink::dealer_to(const TaskId& task) {
-  zmq::socket_t socket(context_, zmq::socket_type::dealer);
+  zmq::socket_t socket(*context_, zmq::socket_type::dealer);
   socket.set(zmq::sockopt::linger, 0);
   socket.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout_.count()));
   if (keys_) secure_client(socket, *keys_);
-  socket.connect(endpoint(cluster_.host(task), cluster_.port(task)));
+  socket.connect(cluster_.endpoint(task));
   return socket;
 }
 

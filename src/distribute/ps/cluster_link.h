@@ -24,8 +24,10 @@ class Authenticator;
 
 class ClusterLink {
  public:
-  // `keys`: CurveZMQ on every socket (auth.h), or null.
-  ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout, const Keys* keys = nullptr);
+  // `keys`: CurveZMQ on every socket (auth.h), or null. `context`: the ZeroMQ context shared by the
+  // tasks of an in-process cluster (inproc endpoints need one); null: this task's own.
+  ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout, const Keys* keys = nullptr,
+              std::shared_ptr<zmq::context_t> context = nullptr);
   ~ClusterLink();
 
   const ClusterSpec& cluster() const { return cluster_; }
@@ -55,7 +57,7 @@ class ClusterLink {
   // Called after each slice of an await that brought nothing (a worker watches its chief for a
   // step called back).
   void set_wait_hook(std::function<void()> hook) { wait_hook_ = std::move(hook); }
-  zmq::context_t& context() { return context_; }
+  zmq::context_t& context() { return *context_; }
 
   // The next message on `socket` within the timeout, checking the control plane between slices:
   // an Error naming `from` when nothing came, naming the failed task when the job failed.
@@ -71,7 +73,7 @@ class ClusterLink {
   void greet_as_other(std::string& text);
   ClusterSpec cluster_;
   std::chrono::milliseconds timeout_;
-  zmq::context_t context_;
+  std::shared_ptr<zmq::context_t> context_;
   std::unique_ptr<Authenticator> authenticator_;  // the bound socket's allowlist (with keys)
   zmq::socket_t own_;
   std::vector<zmq::socket_t> servers_;

@@ -1,5 +1,10 @@
 // The parameter-server room's strategies by name (strategy_registry.h): ps-async, ps-sync[:B],
-// ps-ssp:S, on every task of a cluster (TF_CONFIG or a cluster file).
+// ps-ssp:S, on every task of a cluster (TF_CONFIG or a cluster file); or, with the servers and
+// workers and ":threads" (ps-async:PxW:threads, ps-sync:PxW[:B]:threads, ps-ssp:PxW:S:threads),
+// a cluster in this process.
+#include <optional>
+#include <tuple>
+
 #include "distribute/strategy_words.h"
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/error.h"
@@ -7,14 +12,35 @@
 namespace tandem::distribute {
 namespace {
 
-std::unique_ptr<Strategy> parameter_servers(const std::string& spec, const std::vector<std::string>& words,
-                                            const StrategySettings& settings) {
+// "PxW": the servers and the workers (each from 1 to 9999), or nullopt.
+std::optional<std::pair<int, int>> servers_by_workers(const std::string& word) {
+  size_t x = word.find('x');
+  if (x == std::string::npos) return std::nullopt;
+  std::optional<int> servers = count_in_name(word.substr(0, x), 9999),
+                     workers = count_in_name(word.substr(x + 1), 9999);
+  if (!servers || !workers) return std::nullopt;
+  return std::pair{*servers, *workers};
+}
+
+std::unique_ptr<Strategy> parameter_servers(const std::string& spec, std::vector<std::string> words,
+                                            StrategySettings settings) {
+  if (words.size() >= 2 && words.back() == "threads") {  // an in-process cluster: ps-async:PxW[:...]:threads
+    std::optional<std::pair<int, int>> tasks = words.size() >= 3 ? servers_by_workers(words[1]) : std::nullopt;
+    if (!tasks)
+      bad_strategy(spec, fmt::format("an in-process cluster names its servers and workers: {}:1x3:threads",
+                                     words[0] == "ps-ssp" ? "ps-ssp:S" : words[0]));
+    std::tie(settings.local_ps, settings.local_workers) = *tasks;
+    words.erase(words.begin() + 1);
+    words.pop_back();
+  }
   bool ssp = words[0] == "ps-ssp", sync = words[0] == "ps-sync";
   if (words.size() > (ssp || sync ? 2 : 1) || (ssp && words.size() < 2))
-    bad_strategy(spec, ssp ? "ps-ssp takes its staleness bound, ps-ssp:S (its tasks come from TF_CONFIG or --cluster)"
+    bad_strategy(spec, ssp ? "ps-ssp takes its staleness bound, ps-ssp:S (its tasks come from TF_CONFIG or --cluster, "
+                             "or ps-ssp:PxW:S:threads in this process)"
                        : sync ? "ps-sync takes at most its backup workers, ps-sync:B (its tasks come from TF_CONFIG or "
-                                "--cluster)"
-                              : "ps-async takes no counts: its tasks come from TF_CONFIG or --cluster");
+                                "--cluster, or ps-sync:PxW[:B]:threads in this process)"
+                              : "ps-async takes no counts: its tasks come from TF_CONFIG or --cluster, or "
+                                "ps-async:PxW:threads in this process");
   std::optional<int> backups;
   if (sync && words.size() == 2 && !(backups = count_in_name(words[1], 1000000)) && words[1] != "0")
     bad_strategy(spec, "ps-sync:B takes a number of backup workers B of 0 or more");
@@ -36,14 +62,11 @@ LaunchPlan launch_servers(const std::string& row, const char* row_grammar, int t
   auto size = static_cast<int>(words.size());
   if (size > 2 + third_words_max || (third_words_min > 0 && size < 2 + third_words_min))
     fail("\"{}\": expected {}", row, row_grammar);
-  size_t x = size >= 2 ? words[1].find('x') : std::string::npos;
-  std::string servers = x != std::string::npos ? words[1].substr(0, x) : "",
-              workers = x != std::string::npos ? words[1].substr(x + 1) : "";
-  if (!count_in_name(servers, 9999) || !count_in_name(workers, 9999))
-    fail("\"{}\": name the servers and workers to launch, e.g. {}:1x3", row, words[0]);
-  return {{"--ps", servers, "--workers", workers},
+  std::optional<std::pair<int, int>> tasks = size >= 2 ? servers_by_workers(words[1]) : std::nullopt;
+  if (!tasks) fail("\"{}\": name the servers and workers to launch, e.g. {}:1x3", row, words[0]);
+  return {{"--ps", std::to_string(tasks->first), "--workers", std::to_string(tasks->second)},
           size == 3 ? words[0] + ":" + words[2] : words[0],
-          *count_in_name(workers, 9999)};
+          tasks->second};
 }
 
 // `row_grammar`: how compare names it with its tasks; `third`: how many words may follow them (min, max).
@@ -66,25 +89,33 @@ StrategyEntry entry(const char* name, const char* grammar, const char* row_gramm
 }  // namespace
 
 std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options, const StrategySettings& settings) {
-  ClusterSpec cluster = !settings.cluster_json.empty()  ? ClusterSpec::parse(settings.cluster_json, "cluster_resolver")
-                        : settings.cluster_file.empty() ? ClusterSpec::from_environment()
-                                                        : ClusterSpec::from_file(settings.cluster_file);
+  bool local = settings.local_ps > 0 || settings.local_workers > 0;
+  if (local && (!settings.cluster_json.empty() || !settings.cluster_file.empty()))
+    fail("ParameterServerStrategy: an in-process cluster makes its own tasks; a cluster spec ({}) is for processes",
+         settings.cluster_file.empty() ? "a cluster resolver" : "--cluster " + settings.cluster_file);
+  ClusterSpec cluster = local                            ? ClusterSpec::local(settings.local_ps, settings.local_workers)
+                        : !settings.cluster_json.empty() ? ClusterSpec::parse(settings.cluster_json, "cluster_resolver")
+                        : settings.cluster_file.empty()  ? ClusterSpec::from_environment()
+                                                         : ClusterSpec::from_file(settings.cluster_file);
+  if (local && options.threads_per_worker == 0) options.threads_per_worker = settings.threads_per_replica;
   options.timeout = settings.timeout;
   if (settings.shard_bytes > 0) options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
   return std::make_unique<ParameterServerStrategy>(cluster, options);
 }
 
 void add_parameter_server_strategies(std::vector<StrategyEntry>& entries) {
-  entries.push_back(entry("ps-async", "ps-async", "ps-async:PxW", {0, 0},
-                          "a parameter-server cluster, each worker's gradients applied at once",
+  entries.push_back(entry("ps-async", "ps-async[:PxW:threads]", "ps-async:PxW[:threads]", {0, 0},
+                          "a parameter-server cluster, each worker's gradients applied at once (PxW:threads: P "
+                          "servers and W workers as threads of this process)",
                           CompareRole::AsynchronousUpdates));
-  entries.push_back(entry("ps-sync", "ps-sync[:B]", "ps-sync:PxW[:B]", {0, 1},
+  entries.push_back(entry("ps-sync", "ps-sync[:B] or ps-sync:PxW[:B]:threads", "ps-sync:PxW[:B][:threads]", {0, 1},
                           "a parameter-server cluster in synchronous rounds; B backup workers: each round applies the "
-                          "first W - B gradients",
+                          "first W - B gradients (PxW ... :threads: in this process)",
                           CompareRole::SynchronousUpdates));
   entries.push_back(
-      entry("ps-ssp", "ps-ssp:S", "ps-ssp:PxW:S", {1, 1},
-            "a parameter-server cluster, asynchronous, no worker more than S steps ahead of the slowest"));
+      entry("ps-ssp", "ps-ssp:S or ps-ssp:PxW:S:threads", "ps-ssp:PxW:S[:threads]", {1, 1},
+            "a parameter-server cluster, asynchronous, no worker more than S steps ahead of the slowest (PxW ... "
+            ":threads: in this process)"));
 }
 
 }  // namespace tandem::distribute

@@ -3,6 +3,7 @@
 
 #include "distribute/ps/auth.h"
 #include "distribute/ps/chief.h"
+#include "distribute/ps/local_cluster.h"
 #include "distribute/ps/server.h"
 #include "distribute/ps/worker.h"
 #include "distribute/running_as.h"
@@ -16,7 +17,8 @@ bool is_loopback(const std::string& host) {
   return host == "localhost" || host.starts_with("127.") || host == "::1" || host == "[::1]";
 }
 
-std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const ParameterServerOptions& options) {
+std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const ParameterServerOptions& options,
+                                         std::shared_ptr<zmq::context_t> context) {
   cluster.require({"chief", "worker", "ps"}, {"chief", "worker", "ps"}, "ParameterServerStrategy");
   cluster.check_hosts();
   if (options.timeout.count() <= 0)
@@ -35,7 +37,7 @@ std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const Param
             "could read and change the variables; pass --auth DIR (`tandem keys DIR` makes the keys; "
             "ParameterServerOptions::auth_dir) or, on a network you trust, --insecure",
             cluster.describe(t), cluster.host(t));
-  return std::make_unique<ps::ClusterLink>(cluster, options.timeout);
+  return std::make_unique<ps::ClusterLink>(cluster, options.timeout, nullptr, std::move(context));
 }
 // The servers hold the trainable variables; a layer's own statistics (batch normalization's moving
 // mean and variance), updated by the workers' forward passes, would never reach the chief's model.
@@ -49,11 +51,24 @@ void require_trainable_only(const StepParts& parts) {
           v->name);
 }
 
-}  // namespace
+// A --replay record fits this cluster and run (an Error naming what differs).
+void check_replay(const ps::PsRecord& replay, const ClusterSpec& cluster, const ParameterServerOptions& options) {
+  if (replay.workers != cluster.count("worker") || replay.servers != cluster.count("ps"))
+    fail(
+        "ParameterServerStrategy: --replay {} was recorded with {} worker(s) and {} server(s); this cluster has {} "
+        "worker(s) and {} server(s)",
+        options.replay, replay.workers, replay.servers, cluster.count("worker"), cluster.count("ps"));
+  if (replay.prefetch != options.prefetch)
+    fail("ParameterServerStrategy: --replay {} was recorded {} --prefetch; this run is {} it", options.replay,
+         replay.prefetch ? "with" : "without", options.prefetch ? "with" : "without");
+  if (!replay.complete)
+    fail(
+        "ParameterServerStrategy: --replay {}: a worker or server died in the recorded run, so its order cannot be "
+        "forced again",
+        options.replay);
+}
 
-struct ParameterServerStrategy::Links {
-  std::unique_ptr<ps::ClusterLink> link;
-};
+}  // namespace
 
 ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterServerOptions options)
     : cluster_(std::move(cluster)), options_(options), comm_(make_in_process_communicators(1)) {
@@ -78,24 +93,33 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterS
         "synchronous modes give the same weights every run already)");
   if (!options_.record.empty() && !options_.replay.empty())
     fail("ParameterServerStrategy: --record and --replay together: give one");
-  std::optional<ps::PsRecord> replay;
-  if (!options_.replay.empty() && cluster_.task().type == "chief") {
-    replay = ps::read_record(options_.replay);
-    if (replay->workers != cluster_.count("worker") || replay->servers != cluster_.count("ps"))
+  if (cluster_.in_process()) {
+    if (!options_.auth_dir.empty() || options_.insecure)
       fail(
-          "ParameterServerStrategy: --replay {} was recorded with {} worker(s) and {} server(s); this cluster has {} "
-          "worker(s) and {} server(s)",
-          options_.replay, replay->workers, replay->servers, cluster_.count("worker"), cluster_.count("ps"));
-    if (replay->prefetch != options_.prefetch)
-      fail("ParameterServerStrategy: --replay {} was recorded {} --prefetch; this run is {} it", options_.replay,
-           replay->prefetch ? "with" : "without", options_.prefetch ? "with" : "without");
-    if (!replay->complete)
+          "ParameterServerStrategy: an in-process cluster has no network to secure: --auth and --insecure "
+          "(auth_dir, insecure) are for a cluster of processes");
+    if (options_.min_workers != 1)
       fail(
-          "ParameterServerStrategy: --replay {}: a worker or server died in the recorded run, so its order cannot be "
-          "forced again",
-          options_.replay);
+          "ParameterServerStrategy: --min-workers {} is for a cluster of processes, whose workers may die; an "
+          "in-process cluster's workers are threads that end with it",
+          options_.min_workers);
+    if (options_.threads_per_worker < 0)
+      fail("ParameterServerStrategy: threads_per_worker must be 0 (automatic) or more, got {}",
+           options_.threads_per_worker);
+    if (!is_chief()) fail("ParameterServerStrategy: an in-process cluster is made by its chief");
+    if (!options_.replay.empty()) check_replay(ps::read_record(options_.replay), cluster_, options_);
+    return;  // the tasks start with each fit (start_local)
   }
-  links_ = std::make_unique<Links>(Links{link_of(cluster_, options_)});
+  connect();
+}
+
+void ParameterServerStrategy::connect() {
+  std::optional<ps::PsRecord> replay;
+  if (!options_.replay.empty() && is_chief()) {
+    replay = ps::read_record(options_.replay);
+    check_replay(*replay, cluster_, options_);
+  }
+  links_ = std::make_unique<Links>(Links{link_of(cluster_, options_, local_ ? local_->context : nullptr)});
   if (is_chief()) {
     chief_ = std::make_unique<Chief>(*links_->link, options_);
     chief_->replay = std::move(replay);
@@ -104,20 +128,26 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterS
     chief_->record.prefetch = options_.prefetch;
     chief_->record.applied.resize(static_cast<size_t>(cluster_.count("ps")));
   }
+  // In process, a task is a thread: one that fails ends the job.
+  if (!is_chief() || cluster_.in_process()) return;
+  bool unbounded = options_.mode == PsMode::Asynchronous && options_.max_staleness < 0;
   // Asynchronous without a bound, the job goes on without a worker that dies (its steps go to the
   // others), takes it back when it is started again, and takes workers added while it runs; a
   // server that dies is restored when it is started again. Not in a replay: a death cannot be
   // replayed. (Control ranks: the chief 0, the servers 1..P, the workers after.)
-  if (is_chief() && unbounded && options_.replay.empty())
-    links_->link->control().set_expendable([](int rank) { return rank >= 1; });
+  if (unbounded && options_.replay.empty()) links_->link->control().set_expendable([](int rank) { return rank >= 1; });
   // Synchronous without backup workers, a worker that dies is dropped from the rounds.
-  if (is_chief() && options_.mode == PsMode::Synchronous && options_.backup_workers == 0) {
+  if (options_.mode == PsMode::Synchronous && options_.backup_workers == 0) {
     int first = 1 + cluster_.count("ps"), last = cluster_.count("ps") + cluster_.count("worker");
     links_->link->control().set_expendable([first, last](int rank) { return rank >= first && rank <= last; });
   }
 }
 
 ParameterServerStrategy::~ParameterServerStrategy() {
+  if (cluster_.in_process()) {
+    stop_local();
+    return;
+  }
   if (chief_ && !links_->link->control().failed()) {
     chief_->stop_all();
     links_->link->control().leave_and_wait();
@@ -125,12 +155,12 @@ ParameterServerStrategy::~ParameterServerStrategy() {
 }
 
 std::string ParameterServerStrategy::name() const {
+  std::string name =
+      fmt::format("ps-{}:{}x{}", options_.mode == PsMode::Synchronous ? "sync" : "async", num_servers(), num_workers());
   if (options_.max_staleness >= 0)
-    return fmt::format("ps-ssp:{}x{}:{}", num_servers(), num_workers(), options_.max_staleness);
-  if (options_.backup_workers > 0)
-    return fmt::format("ps-sync:{}x{}:{}", num_servers(), num_workers(), options_.backup_workers);
-  return fmt::format("ps-{}:{}x{}", options_.mode == PsMode::Synchronous ? "sync" : "async", num_servers(),
-                     num_workers());
+    name = fmt::format("ps-ssp:{}x{}:{}", num_servers(), num_workers(), options_.max_staleness);
+  if (options_.backup_workers > 0) name += fmt::format(":{}", options_.backup_workers);
+  return cluster_.in_process() ? name + ":threads" : name;
 }
 
 void ParameterServerStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
@@ -147,7 +177,10 @@ std::map<std::string, std::map<int64_t, int64_t>> ParameterServerStrategy::repor
 }
 
 std::map<int64_t, int64_t> ParameterServerStrategy::steps_ahead() const {
-  return chief_ ? chief_->steps_ahead : std::map<int64_t, int64_t>{};
+  std::map<int64_t, int64_t> ahead = steps_ahead_before_;
+  if (chief_)
+    for (auto [steps, count] : chief_->steps_ahead) ahead[steps] += count;
+  return ahead;
 }
 
 bool ParameterServerStrategy::is_chief() const { return cluster_.task().type == "chief"; }
@@ -155,19 +188,25 @@ bool ParameterServerStrategy::is_chief() const { return cluster_.task().type == 
 bool ParameterServerStrategy::serves() const { return !is_chief(); }
 
 std::unique_ptr<StepRunner> ParameterServerStrategy::make_step(const StepParts& parts) {
-  if (!chief_)
+  if (!is_chief())
     fail("ParameterServerStrategy: only the chief runs fit's steps ({} serves)", cluster_.describe(cluster_.task()));
   require_trainable_only(parts);
+  if (cluster_.in_process()) return start_local(parts);
   return make_coordinator(*chief_, parts);
 }
 
 void ParameterServerStrategy::serve(const StepParts& parts) {
   require_trainable_only(parts);
-  ps::ClusterLink& link = *links_->link;
-  if (cluster_.task().type == "worker") {
-    ps::serve_as_worker(link, options_, parts);
+  ps::serve_task(*links_->link, options_, parts, parts.optimizer.clone());
+}
+
+namespace ps {
+void serve_task(ClusterLink& link, const ParameterServerOptions& options, const StepParts& parts,
+                std::unique_ptr<Optimizer> server_optimizer) {
+  if (link.task().type == "worker") {
+    serve_as_worker(link, options, parts);
   } else {
-    ps::ParameterServer server(cluster_.describe(cluster_.task()), parts.optimizer.clone(), link.workers());
+    ParameterServer server(link.describe(link.task()), std::move(server_optimizer), link.workers());
     server.serve(link.own_socket(), [&] {
       link.check_failed();  // an Error when a task failed: this one ends too
       return false;         // else until the chief's stop
@@ -175,9 +214,10 @@ void ParameterServerStrategy::serve(const StepParts& parts) {
   }
   link.control().leave_and_wait();
 }
+}  // namespace ps
 
 std::string ParameterServerStrategy::set_phase(const std::string& phase) {
-  return links_->link->control().set_phase(phase);
+  return links_ ? links_->link->control().set_phase(phase) : std::string();
 }
 
 void ParameterServerStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {

@@ -93,9 +93,4 @@ std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds
   return in;
 }
 
-std::string endpoint(const std::string& host, int port) {
-  bool v6 = host.find(':') != std::string::npos;
-  return fmt::format("tcp://{}{}{}:{}", v6 ? "[" : "", host, v6 ? "]" : "", port);
-}
-
 }  // namespace tandem::distribute::ps

@@ -40,7 +40,4 @@ struct Incoming {
 // decode is an Error (wire.h's, naming what was wrong); `router`: the first frame is a peer id.
 std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds timeout, bool router);
 
-// "tcp://host:port" (IPv6 hosts in brackets).
-std::string endpoint(const std::string& host, int port);
-
 }  // namespace tandem::distribute::ps
