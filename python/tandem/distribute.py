@@ -7,6 +7,7 @@ the strategy; nothing else changes.
         model.compile(...)
     model.fit(x, y, batch_size=256)                          # the global batch, split over replicas
 """
+import os
 import weakref
 
 import numpy as np
@@ -371,23 +372,34 @@ class MultiWorkerMirroredStrategy(Strategy):
 
 
 class ParameterServerStrategy(Strategy):
-    """Parameter servers and workers from TF_CONFIG (as TensorFlow reads it), asynchronous by
-    default, with bounded staleness (``max_staleness=S``), or synchronous (``mode='sync'``, with
-    ``backup_workers=B``: each round applies the first W - B gradients); ``auth_dir`` names the
-    CurveZMQ keys of `tandem keys DIR` (every connection encrypted and authenticated), ``insecure``
-    lets tasks listen on non-loopback addresses without them; ``record``/``replay`` name a file that
-    records an asynchronous run's order of updates, or forces it again (the same final weights);
-    ``min_workers``: a synchronous job drops a worker that dies and ends below this many;
-    `tandem launch --tf-config FILE -- python3 train.py` starts the cluster."""
+    """Parameter servers and workers, asynchronous by default, with bounded staleness
+    (``max_staleness=S``), or synchronous (``mode='sync'``, with ``backup_workers=B``: each round
+    applies the first W - B gradients).
+
+    The cluster: a cluster resolver's, else TF_CONFIG's (as TensorFlow reads it; `tandem launch
+    --tf-config FILE -- python3 train.py` starts one), else one in this process: ``num_ps``
+    servers (default 1) and ``num_workers`` workers (default one per usable core), threads started
+    by each ``fit`` and ended with it, each worker computing with ``threads_per_worker`` intra-op
+    threads (default: the cores shared among them). Across processes: ``auth_dir`` names the
+    CurveZMQ keys of `tandem keys DIR` (every connection encrypted and authenticated),
+    ``insecure`` lets tasks listen on non-loopback addresses without them, and ``min_workers``: a
+    synchronous job drops a worker that dies and ends below this many. ``record``/``replay`` name
+    a file that records an asynchronous run's order of updates, or forces it again (the same final
+    weights, in process or across processes)."""
 
     def __init__(self, cluster_resolver=None, mode="async", variable_partitioner=None, max_staleness=None,
-                 backup_workers=0, auth_dir=None, insecure=False, record=None, replay=None, min_workers=1):
-        cluster = _cluster_json(cluster_resolver, "ParameterServerStrategy")
+                 backup_workers=0, auth_dir=None, insecure=False, record=None, replay=None, min_workers=1,
+                 num_ps=None, num_workers=None, threads_per_worker=None):
+        what = "ParameterServerStrategy"
+        cluster = _cluster_json(cluster_resolver, what)
+        local = not cluster and not os.environ.get("TF_CONFIG")
+        if not local and (num_ps is not None or num_workers is not None or threads_per_worker is not None):
+            raise Error(f"{what}: num_ps, num_workers and threads_per_worker make a cluster in this process; this "
+                        f"one's tasks come from {'the cluster resolver' if cluster else 'TF_CONFIG'}")
         if variable_partitioner is not None and not isinstance(variable_partitioner, _Partitioner):
-            raise Error("ParameterServerStrategy: variable_partitioner must be one of "
+            raise Error(f"{what}: variable_partitioner must be one of "
                         "tf.distribute.experimental.partitioners (MinSizePartitioner, FixedShardsPartitioner, "
                         f"MaxSizePartitioner), got {type(variable_partitioner).__name__}")
-        what = "ParameterServerStrategy"
         options = _tandem.ParameterServerOptions()
         options.mode = str(mode)
         if max_staleness is not None:
@@ -400,8 +412,15 @@ class ParameterServerStrategy(Strategy):
         options.insecure = bool(insecure)
         options.record = str(record or "")
         options.replay = str(replay or "")
-        self._handle = _tandem.Strategy.make_parameter_servers(options, _settings(what, cluster=cluster),
-                                                               weakref.ref(self))
+        settings = _settings(what, cluster=cluster)
+        settings.in_process = local
+        if num_ps is not None:
+            settings.local_ps = _int(num_ps, "num_ps", what)
+        if num_workers is not None:
+            settings.local_workers = _int(num_workers, "num_workers", what)
+        if threads_per_worker is not None:
+            options.threads_per_worker = _int(threads_per_worker, "threads_per_worker", what)
+        self._handle = _tandem.Strategy.make_parameter_servers(options, settings, weakref.ref(self))
 
 
 class ModelParallelStrategy(Strategy):

@@ -261,10 +261,12 @@ void run_fit(FitFlags f) {
                      .validation_split = f.validation_split,
                      .verbose = f.verbose};
   if (chief) check_checkpoint_dir(f.checkpoint_dir, f.overwrite);
-  // The strategy's kind, not its counts: its name's words that are not numbers.
+  // The strategy's kind, not its counts nor where its tasks run: its name's words that are neither
+  // numbers nor a parameter-server cluster's "PxW" and "threads" (a run resumes launched or in process).
   std::string strategy_kind;
   for (const std::string& part : split(strategy->name(), ':'))
-    if (part.find_first_not_of("0123456789") != std::string::npos)
+    if (part.find_first_not_of("0123456789") != std::string::npos && part.find_first_not_of("0123456789x") != 0 &&
+        part != "threads")
       strategy_kind += (strategy_kind.empty() ? "" : ":") + part;
   // The values in force, whether given or the model's defaults.
   std::string run_config_optimizer = fmt::format("{} --lr-decay {}", optimizer_choice.describe(), f.lr_decay);

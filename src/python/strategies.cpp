@@ -31,6 +31,9 @@ void register_strategies(py::module_& m) {
       .def_readwrite("cluster_file", &distribute::StrategySettings::cluster_file)
       .def_readwrite("cluster_json", &distribute::StrategySettings::cluster_json)
       .def_readwrite("shard_bytes", &distribute::StrategySettings::shard_bytes)
+      .def_readwrite("in_process", &distribute::StrategySettings::in_process)
+      .def_readwrite("local_ps", &distribute::StrategySettings::local_ps)
+      .def_readwrite("local_workers", &distribute::StrategySettings::local_workers)
       .def_readwrite("device_memory_bytes", &distribute::StrategySettings::device_memory_bytes);
   // The families' option structs, as tandem.distribute fills them from TensorFlow's arguments: the
   // strategy's constructor checks them when Strategy.make_* makes it (the names parse into the same).
@@ -65,7 +68,8 @@ void register_strategies(py::module_& m) {
       .def_readwrite("insecure", &distribute::ParameterServerOptions::insecure)
       .def_readwrite("record", &distribute::ParameterServerOptions::record)
       .def_readwrite("replay", &distribute::ParameterServerOptions::replay)
-      .def_readwrite("min_workers", &distribute::ParameterServerOptions::min_workers);
+      .def_readwrite("min_workers", &distribute::ParameterServerOptions::min_workers)
+      .def_readwrite("threads_per_worker", &distribute::ParameterServerOptions::threads_per_worker);
   py::class_<distribute::ModelParallelOptions>(m, "ModelParallelOptions")
       .def(py::init<>())
       .def_readwrite("num_shards", &distribute::ModelParallelOptions::num_shards)

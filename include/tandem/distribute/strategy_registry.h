@@ -35,9 +35,10 @@ struct StrategySettings {
   // Or the cluster and this task as TF_CONFIG's JSON text (a cluster resolver's, from Python).
   std::string cluster_json;
   int64_t shard_bytes = 0;
-  // Or an in-process cluster of `local_ps` servers and `local_workers` workers (both > 0; the
-  // names' "ps-async:PxW:threads", Python's ParameterServerStrategy() without a cluster).
-  int local_ps = 0, local_workers = 0;
+  // Or an in-process cluster (the names' "ps-async:PxW:threads", Python's ParameterServerStrategy()
+  // without a cluster): `local_ps` servers and `local_workers` workers (-1: one per usable core).
+  bool in_process = false;
+  int local_ps = 1, local_workers = -1;
   ParameterServerOptions ps;
   // Model parallelism: each device's memory for the variables and slots (0: no limit).
   int64_t device_memory_bytes = 0;

@@ -8,6 +8,7 @@
 #include "distribute/strategy_words.h"
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/error.h"
+#include "tandem/runtime.h"
 
 namespace tandem::distribute {
 namespace {
@@ -29,6 +30,7 @@ std::unique_ptr<Strategy> parameter_servers(const std::string& spec, std::vector
     if (!tasks)
       bad_strategy(spec, fmt::format("an in-process cluster names its servers and workers: {}:1x3:threads",
                                      words[0] == "ps-ssp" ? "ps-ssp:S" : words[0]));
+    settings.in_process = true;
     std::tie(settings.local_ps, settings.local_workers) = *tasks;
     words.erase(words.begin() + 1);
     words.pop_back();
@@ -89,11 +91,13 @@ StrategyEntry entry(const char* name, const char* grammar, const char* row_gramm
 }  // namespace
 
 std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options, const StrategySettings& settings) {
-  bool local = settings.local_ps > 0 || settings.local_workers > 0;
+  bool local = settings.in_process;
   if (local && (!settings.cluster_json.empty() || !settings.cluster_file.empty()))
     fail("ParameterServerStrategy: an in-process cluster makes its own tasks; a cluster spec ({}) is for processes",
          settings.cluster_file.empty() ? "a cluster resolver" : "--cluster " + settings.cluster_file);
-  ClusterSpec cluster = local                            ? ClusterSpec::local(settings.local_ps, settings.local_workers)
+  ClusterSpec cluster = local
+                            ? ClusterSpec::local(settings.local_ps,
+                                                 settings.local_workers == -1 ? usable_cores() : settings.local_workers)
                         : !settings.cluster_json.empty() ? ClusterSpec::parse(settings.cluster_json, "cluster_resolver")
                         : settings.cluster_file.empty()  ? ClusterSpec::from_environment()
                                                          : ClusterSpec::from_file(settings.cluster_file);

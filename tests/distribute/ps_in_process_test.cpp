@@ -1,0 +1,231 @@
+// ParameterServerStrategy in one process ("ps-sync:PxW:threads": the servers and workers as
+// threads of the chief's) against the same cluster under `tandem launch` (a watchdog on every
+// run): synchronous training bit for bit, a record made in one replayed in the other, bounded
+// staleness and backup workers as their launched tests assert, a run's backup resumed across the
+// two, and what only processes can do refused by name.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+#include "cli/cli_util.h"
+#include "distribute/ps_cluster_util.h"
+#include "tandem/io.h"
+#include "test_util.h"
+
+namespace tandem::testing {
+namespace {
+
+std::vector<std::string> fit_args(const std::string& strategy, const std::string& checkpoints,
+                                  std::vector<std::string> more = {}, int epochs = 2) {
+  std::vector<std::string> args{
+      "--model",          "mlp",       "--strategy", strategy, "--epochs", std::to_string(epochs),
+      "--threads",        "1",         "--verbose",  "2",      "--seed",   "3",
+      "--checkpoint-dir", checkpoints, "--log-dir",  ""};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// `tandem fit ARGS` in this process's cluster, under the watchdog.
+Watched fit_in_process(const TempDir& dir, const std::vector<std::string>& args, const std::string& log,
+                       const std::vector<std::string>& env = {}) {
+  std::vector<std::string> argv{TANDEM_CLI, "fit"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_watched(argv, dir, 120, log, env);
+}
+
+TEST(PsInProcess, SynchronousTrainingIsTheLaunchedClustersBitForBitOnOneAndThreeWorkers) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  for (auto [servers, workers] : {std::pair{1, 1}, std::pair{2, 3}}) {
+    std::string shape = fmt::format("{}x{}", servers, workers);
+    std::vector<std::string> more{"--batch-size", "32", "--shard-mb", "0.1"};  // 2 servers: the kernel split
+    Watched local =
+        fit_in_process(dir, fit_args("ps-sync:" + shape + ":threads", "local" + shape, more), "local" + shape + ".log");
+    ASSERT_EQ(local.code, 0) << local.output;
+    EXPECT_NE(local.output.find(fmt::format("worker:{} (in process): ", workers - 1)), std::string::npos)
+        << local.output;
+    Watched launched = launch_cluster(dir, servers, workers, fit_args("ps-sync", "launched" + shape, more),
+                                      "launched" + shape + ".log");
+    ASSERT_EQ(launched.code, 0) << launched.output;
+    expect_same_state(dir.file("local" + shape + "/final.safetensors"),
+                      dir.file("launched" + shape + "/final.safetensors"), 0, shape + ": weights and Adam's slots");
+  }
+}
+
+// --record in one, --replay in the other: an asynchronous run of 3 workers on 2 servers, whose
+// order the record forces, ends with the same bits wherever its tasks are.
+TEST(PsInProcess, AnAsynchronousRecordReplaysAcrossProcessesAndThreadsBitForBit) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> more{"--batch-size", "16", "--shard-mb", "0.1"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), more.begin(), more.end());
+    return extra;
+  };
+  Watched local = fit_in_process(
+      dir, fit_args("ps-async:2x3:threads", "local", with({"--record", dir.file("local.record")})), "local.log");
+  ASSERT_EQ(local.code, 0) << local.output;
+  Watched replayed = launch_cluster(
+      dir, 2, 3, fit_args("ps-async", "replayed", with({"--replay", dir.file("local.record")})), "replayed.log");
+  ASSERT_EQ(replayed.code, 0) << replayed.output;
+  expect_same_state(dir.file("local/final.safetensors"), dir.file("replayed/final.safetensors"), 0,
+                    "recorded in process, replayed launched");
+
+  Watched launched = launch_cluster(
+      dir, 2, 3, fit_args("ps-async", "launched", with({"--record", dir.file("launched.record")})), "launched.log");
+  ASSERT_EQ(launched.code, 0) << launched.output;
+  Watched back = fit_in_process(
+      dir, fit_args("ps-async:2x3:threads", "back", with({"--replay", dir.file("launched.record")})), "back.log");
+  ASSERT_EQ(back.code, 0) << back.output;
+  expect_same_state(dir.file("launched/final.safetensors"), dir.file("back/final.safetensors"), 0,
+                    "recorded launched, replayed in process");
+}
+
+// The servers' log: the most steps ahead of the slowest worker any push was.
+int64_t most_ahead(const std::string& output) {
+  std::regex line("steps their worker was ahead of the slowest: ([0-9:, ]+) \\(");
+  int64_t most = -1;
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    std::string counts = (*it)[1].str();
+    std::regex entry("([0-9]+): [0-9]+");
+    for (std::sregex_iterator e(counts.begin(), counts.end(), entry), stop; e != stop; ++e)
+      most = std::max<int64_t>(most, std::stoll((*e)[1].str()));
+  }
+  return most;
+}
+
+// PsCluster.BoundedStalenessKeepsEveryWorkerWithinSStepsOfTheSlowest and
+// PsCluster.BackupWorkersLetARoundGoWithoutTheStraggler, in one process: worker 1 a straggler.
+TEST(PsInProcess, BoundedStalenessAndBackupWorkersBehaveAsInALaunchedCluster) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> slow{"TANDEM_TEST_PS_SLOW_WORKER=1:60"};
+  for (int bound : {1, 2}) {
+    Watched w = fit_in_process(
+        dir,
+        fit_args(fmt::format("ps-ssp:2x3:{}:threads", bound), fmt::format("s{}", bound), {"--batch-size", "16"}, 1),
+        fmt::format("ssp{}.log", bound), slow);
+    ASSERT_EQ(w.code, 0) << w.output;
+    EXPECT_NE(w.output.find(fmt::format("(bound {})", bound)), std::string::npos) << w.output;
+    EXPECT_EQ(most_ahead(w.output), bound) << w.output;
+  }
+  Watched unbounded =
+      fit_in_process(dir, fit_args("ps-async:1x3:threads", "async", {"--batch-size", "16"}, 1), "async.log", slow);
+  ASSERT_EQ(unbounded.code, 0) << unbounded.output;
+  EXPECT_GT(most_ahead(unbounded.output), 2) << unbounded.output;
+
+  Watched backup =
+      fit_in_process(dir, fit_args("ps-sync:1x3:1:threads", "backup", {"--batch-size", "16"}), "backup.log", slow);
+  ASSERT_EQ(backup.code, 0) << backup.output;
+  std::map<int, std::pair<int64_t, int64_t>> by_worker;  // steps, dropped
+  std::regex line("worker:([0-9]+) \\(in process\\): ([0-9]+) steps, ([0-9]+) of them dropped as stale");
+  for (std::sregex_iterator it(backup.output.begin(), backup.output.end(), line), end; it != end; ++it)
+    by_worker[std::stoi((*it)[1].str())] = {std::stoll((*it)[2].str()), std::stoll((*it)[3].str())};
+  ASSERT_EQ(by_worker.size(), 3u) << backup.output;
+  auto [slow_steps, slow_dropped] = by_worker[1];
+  EXPECT_GT(slow_dropped, 0) << backup.output;
+  EXPECT_GE(slow_dropped, slow_steps - 2) << backup.output;
+  EXPECT_LE(by_worker[0].second + by_worker[2].second, 2) << backup.output;
+  int64_t reported = 0;
+  std::regex dropped("dropped: ([0-9.]+)");
+  for (std::sregex_iterator it(backup.output.begin(), backup.output.end(), dropped), end; it != end; ++it)
+    reported += static_cast<int64_t>(std::stod((*it)[1].str()));
+  EXPECT_EQ(reported, by_worker[0].second + slow_dropped + by_worker[2].second) << backup.output;
+  EXPECT_EQ(by_worker[0].first + by_worker[1].first + by_worker[2].first, 2 * 38) << backup.output;
+}
+
+// `argv` in a process group of its own, stopped once the backup in `checkpoints` is past the first
+// epoch (SIGINT to a launcher, which ends its tasks; SIGKILL to one process): true when it was.
+bool interrupt_after_first_epoch(const TempDir& dir, const std::vector<std::string>& argv,
+                                 const std::string& checkpoints, const std::string& log, int signal) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    putenv(const_cast<char*>("TANDEM_TEST_PS_SLOW_WORKER=0:5"));  // the epochs long enough to stop between
+    if (chdir(dir.path().c_str()) != 0) _exit(126);
+    int fd = ::open(dir.file(log).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> raw;
+    for (const auto& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
+    raw.push_back(nullptr);
+    execvp(raw[0], raw.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  std::string backup = dir.file(checkpoints + "/backup/backup.safetensors");
+  bool past = false;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!past && std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(backup)) try {
+        past = io::load_safetensors(backup).metadata["epoch"] == "1";
+      } catch (const Error&) {  // being written
+      }
+    if (!past) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  kill(signal == SIGINT ? pid : -pid, signal);
+  auto stopped = std::chrono::steady_clock::now();
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) != pid && std::chrono::steady_clock::now() - stopped < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  kill(-pid, SIGKILL);  // whatever is left of it
+  waitpid(pid, &status, WNOHANG);
+  return past && !std::filesystem::exists(dir.file(checkpoints + "/final.safetensors"));
+}
+
+// A run stopped after its first epoch resumes from its backup in the other kind of cluster, both
+// ways, and ends with the uninterrupted run's bits.
+TEST(PsInProcess, ABackupResumesAcrossThreadsAndProcessesToTheSameBits) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 2400, 60);
+  std::vector<std::string> more{"--batch-size", "16", "--backup-every", "0"};
+  Watched reference = fit_in_process(dir, fit_args("ps-sync:1x1:threads", "reference", more), "reference.log");
+  ASSERT_EQ(reference.code, 0) << reference.output;
+
+  std::vector<std::string> local{TANDEM_CLI, "fit"},
+      launched{TANDEM_CLI, "launch", "--ps", "1", "--workers", "1", "--", TANDEM_CLI, "fit"};
+  for (const std::string& a : fit_args("ps-sync:1x1:threads", "a", more)) local.push_back(a);
+  ASSERT_TRUE(interrupt_after_first_epoch(dir, local, "a", "a.log", SIGKILL)) << io::read_file(dir.file("a.log"));
+  Watched resumed = launch_cluster(dir, 1, 1, fit_args("ps-sync", "a", more), "a-resumed.log");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  expect_same_state(dir.file("reference/final.safetensors"), dir.file("a/final.safetensors"), 0,
+                    "in process, resumed launched");
+
+  for (const std::string& a : fit_args("ps-sync", "b", more)) launched.push_back(a);
+  ASSERT_TRUE(interrupt_after_first_epoch(dir, launched, "b", "b.log", SIGINT)) << io::read_file(dir.file("b.log"));
+  Watched back = fit_in_process(dir, fit_args("ps-sync:1x1:threads", "b", more), "b-resumed.log");
+  ASSERT_EQ(back.code, 0) << back.output;
+  expect_same_state(dir.file("reference/final.safetensors"), dir.file("b/final.safetensors"), 0,
+                    "launched, resumed in process");
+}
+
+// What needs tasks of their own is refused by name, before training.
+TEST(PsInProcess, WhatOnlyProcessesCanDoIsRefusedByName) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 60, 10);
+  auto refused = [&](std::vector<std::string> args, const std::string& message) {
+    args.insert(args.begin(), "fit");
+    args.insert(args.end(), {"--epochs", "1", "--verbose", "0"});
+    Outcome r = run(args, dir);
+    EXPECT_NE(r.code, 0) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+  };
+  refused({"--strategy", "ps-sync:1x2:threads", "--auth", "keys"}, "an in-process cluster has no network to secure");
+  refused({"--strategy", "ps-sync:1x2:threads", "--min-workers", "2"},
+          "--min-workers 2 is for a cluster of processes, whose workers may die");
+  io::write_file_atomically(dir.file("cluster.json"), R"({"cluster": {"chief": ["127.0.0.1:2222"]}})");
+  refused({"--strategy", "ps-async:1x2:threads", "--cluster", "cluster.json"},
+          "an in-process cluster makes its own tasks; a cluster spec (--cluster cluster.json) is for processes");
+  refused({"--strategy", "ps-async:threads"},
+          "an in-process cluster names its servers and workers: ps-async:1x3:threads");
+  refused({"--strategy", "ps-sync:1x0:threads"}, "an in-process cluster names its servers and workers");
+}
+
+}  // namespace
+}  // namespace tandem::testing
