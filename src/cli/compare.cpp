@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <thread>
 
 #include <unistd.h>
@@ -166,6 +167,11 @@ Row train_under(const std::string& name, const CompareFlags& f) {
   row.replicas = strategy->num_replicas_in_sync();
   row.samples_per_second = static_cast<double>(data.train.x.dim(0)) * f.epochs / row.wall;
   row.final_loss = h["loss"].back();
+  if (h.history.contains("staleness")) {  // asynchronous parameter servers in this process: over the epochs
+    const std::vector<double>& mean = h.history.at("staleness");
+    row.staleness = std::accumulate(mean.begin(), mean.end(), 0.0) / static_cast<double>(mean.size());
+    row.max_staleness = *std::max_element(h.history.at("max_staleness").begin(), h.history.at("max_staleness").end());
+  }
   Logs test = model.evaluate(data.test.x, data.test.y, {.batch_size = std::max<int64_t>(f.common.batch_size, 256)});
   row.test_loss = log_value(test, "loss");
   row.test_accuracy = log_value(test, "accuracy");
@@ -284,6 +290,24 @@ void answer_the_tutorial(const std::vector<Row>& rows, const CompareFlags& f) {
   }
 }
 
+// Each parameter-server cluster run both in this process ("...:threads") and launched: what the
+// threads gain over the processes.
+void answer_in_process(const std::vector<Row>& rows, const CompareFlags& f) {
+  for (const Row& local : rows) {
+    if (!local.strategy.ends_with(":threads")) continue;
+    std::string name = local.strategy.substr(0, local.strategy.size() - 8);
+    auto launched = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.strategy == name; });
+    if (launched == rows.end()) continue;
+    std::string target;
+    if (f.target_accuracy > 0 && !std::isnan(local.seconds_to_target) && !std::isnan(launched->seconds_to_target))
+      target = fmt::format(", {:.1f}% in {:.1f} s against {:.1f} s", 100.0 * f.target_accuracy, local.seconds_to_target,
+                           launched->seconds_to_target);
+    std::printf("In this process, %s trains %.0f samples/s, %.2fx the launched cluster's %.0f%s.\n",
+                local.strategy.c_str(), local.samples_per_second,
+                local.samples_per_second / launched->samples_per_second, launched->samples_per_second, target.c_str());
+  }
+}
+
 // The last tutorial's closing questions for its vertical split, from the rows of a model-parallel
 // run (or, without one, a pipeline's) and the default strategy's (one device): is training faster,
 // is the model different? And beside the other ways of using as many devices (the data split,
@@ -363,6 +387,7 @@ void run_compare(const CompareFlags& f) {
     std::printf("\n");
   }
   answer_the_tutorial(rows, f);
+  answer_in_process(rows, f);
   answer_the_split(rows);
   int cores = usable_cores();
   for (const Row& r : rows) {

@@ -9,8 +9,9 @@ namespace tandem::cli {
 // --strategy's help: the registry's, then what the name changes in the other flags.
 std::string strategy_help() {
   return distribute::strategy_help() +
-         ". --threads is then per replica or device. --batch-size is the global batch, except on a "
-         "parameter-server cluster (TF_CONFIG; `tandem launch --ps P --workers W` starts one here), where it is the "
+         ". --threads is then per replica, device or in-process worker. --batch-size is the global batch, except on a "
+         "parameter-server cluster (TF_CONFIG; `tandem launch --ps P --workers W` starts one here; or :threads), where "
+         "it is the "
          "batch each worker computes per step and an epoch is one pass over the data by all the workers together";
 }
 

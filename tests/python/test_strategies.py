@@ -241,3 +241,54 @@ def test_an_asynchronous_run_replayed_from_its_record_ends_with_the_same_weights
         tf.distribute.ParameterServerStrategy(cluster, mode="sync", max_staleness=2)
     with pytest.raises(tf.Error, match="mode must be 'async' or 'sync', got 'eventual'"):
         tf.distribute.ParameterServerStrategy(cluster, mode="eventual")
+
+
+def test_parameter_servers_in_this_process_as_the_last_tutorial_runs_them(tf, monkeypatch):
+    """ParameterServerStrategy() with no cluster: a server and workers as threads of this process,
+    started by each fit. Synchronous on one worker it is one device, bit for bit, across two fits
+    (the second goes on from the servers' state and Adam's slots); the tutorial's loop trains
+    asynchronously and in synchronous rounds; what needs processes is refused."""
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    strategy = tf.distribute.experimental.ParameterServerStrategy(mode="sync", num_workers=1)
+    assert strategy.name == "ps-sync:1x1:threads"
+    x, y = small_data(512)
+
+    def model_under(s):
+        scope = s.scope() if s is not None else None
+        if scope:
+            scope.__enter__()
+        try:
+            model = tf.keras.Sequential([tf.keras.layers.Dense(32, activation="relu", input_shape=(20,)),
+                                         tf.keras.layers.Dense(5)], seed=4)
+            model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        finally:
+            if scope:
+                scope.__exit__(None, None, None)
+        return model
+
+    alone, local = model_under(None), model_under(strategy)
+    for model in (alone, local):
+        model.fit(x, y, epochs=1, batch_size=32, verbose=0)
+        model.fit(x, y, epochs=1, batch_size=32, verbose=0)
+    for a, b in zip(alone.get_weights(), local.get_weights()):
+        np.testing.assert_array_equal(b, a)
+
+    for s in (tf.distribute.experimental.ParameterServerStrategy(num_workers=2),
+              tf.distribute.experimental.ParameterServerStrategy(mode="sync", num_workers=2)):
+        model = model_under(s)
+        history = model.fit(x, y, epochs=3, batch_size=32, validation_data=(x, y), verbose=0)
+        assert model.distribute_strategy is s and s.name in ("ps-async:1x2:threads", "ps-sync:1x2:threads")
+        assert history.history["val_loss"][-1] < history.history["val_loss"][0]
+
+    PS = tf.distribute.experimental.ParameterServerStrategy
+    with pytest.raises(tf.Error, match="an in-process cluster has no network to secure"):
+        PS(auth_dir="keys")
+    with pytest.raises(tf.Error, match="--min-workers 2 is for a cluster of processes"):
+        PS(mode="sync", min_workers=2)
+    with pytest.raises(tf.Error, match="num_workers must be from 1 to 9999, got 0"):
+        PS(num_workers=0)
+    cluster = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        {"chief": ["127.0.0.1:1"], "ps": ["127.0.0.1:2"], "worker": ["127.0.0.1:3"]}, task_type="chief", task_id=0)
+    with pytest.raises(tf.Error, match="num_ps, num_workers and threads_per_worker make a cluster in this process; "
+                                       "this one's tasks come from the cluster resolver"):
+        PS(cluster, num_workers=2)

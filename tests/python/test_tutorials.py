@@ -41,13 +41,14 @@ def test_000_the_notebook_trains_a_normal_and_a_mirrored_model():
 
 
 def check_002(accuracies, out):
-    assert set(accuracies) == {"central_storage", "mirrored", "multiworker_mirrored"}
+    assert set(accuracies) == {"central_storage", "mirrored", "multiworker_mirrored", "parameter_server"}
     for name, accuracy in accuracies.items():
         assert accuracy >= 0.95, f"{name}: {accuracy}"
     # Each model trained under the strategy whose scope its layers were added in.
     assert re.search(r"^STRATEGY central_storage central:", out, re.M)
     assert re.search(r"^STRATEGY mirrored mirrored:", out, re.M)
     assert re.search(r"^STRATEGY multiworker_mirrored multiworker:1$", out, re.M)
+    assert re.search(r"^STRATEGY parameter_server ps-async:1x\d+:threads$", out, re.M)
 
 
 def test_002_the_r_tutorials_strategies_in_python():
