@@ -5,8 +5,10 @@
 // server's answer after its update. Bare: the same bytes one way, a one-byte answer the other.
 // Prints GB/s each way (bytes ÷ round trip), best of `rounds` rounds of `repetitions`.
 // With a fourth argument "auth", both sides' sockets use CurveZMQ (keys made for the run, the
-// server's ZAP handler admitting the worker's key), as `--auth DIR` sets them.
-// Usage: bench_ps [megabytes] [repetitions] [rounds] [auth]
+// server's ZAP handler admitting the worker's key), as `--auth DIR` sets them; with "inproc", the
+// server is a thread of this process on ZeroMQ's inproc transport, as an in-process cluster's
+// (ps-async:PxW:threads).
+// Usage: bench_ps [megabytes] [repetitions] [rounds] [auth|inproc]
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -21,6 +23,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "distribute/ps/auth.h"
 #include "distribute/ps/server.h"
@@ -35,6 +38,7 @@ int main(int argc, char** argv) try {
   double megabytes = argc > 1 ? std::atof(argv[1]) : 10.0;
   int repetitions = argc > 2 ? std::atoi(argv[2]) : 20, rounds = argc > 3 ? std::atoi(argv[3]) : 5;
   std::optional<Keys> keys;
+  bool inproc = argc > 4 && std::string(argv[4]) == "inproc";
   if (argc > 4 && std::string(argv[4]) == "auth") {
     char dir[] = "/tmp/tandem-bench-keys-XXXXXX";
     if (mkdtemp(dir) == nullptr) fail("bench_ps: cannot make a directory for the keys");
@@ -53,10 +57,10 @@ int main(int argc, char** argv) try {
       getsockname(fd, reinterpret_cast<sockaddr*>(&a), &length) != 0)
     fail("bench_ps: no free port");
   close(fd);
-  std::string address = fmt::format("tcp://127.0.0.1:{}", ntohs(a.sin_port));
-  pid_t server = fork();
-  if (server == 0) {  // the server: Tandem's, then a bare echo on the next message's kind
-    zmq::context_t own(1);
+  std::string address = inproc ? "inproc://bench-ps" : fmt::format("tcp://127.0.0.1:{}", ntohs(a.sin_port));
+  zmq::context_t context(1);
+  // The server: Tandem's, then a bare echo on the next message's kind.
+  auto serve = [&](zmq::context_t& own) {
     std::optional<Authenticator> authenticator;
     if (keys) authenticator.emplace(own, *keys, "ps:0");
     zmq::socket_t router(own, zmq::socket_type::router);
@@ -73,9 +77,16 @@ int main(int argc, char** argv) try {
       else if (body.size() == 1 && *static_cast<const char*>(body.data()) == 'q') break;
       else router.send(zmq::buffer("k", 1));
     }
+  };
+  std::thread in_process;
+  pid_t server = -1;
+  if (inproc) {
+    in_process = std::thread(serve, std::ref(context));
+  } else if ((server = fork()) == 0) {
+    zmq::context_t own(1);
+    serve(own);
     _exit(0);
   }
-  zmq::context_t context(1);
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
   dealer.set(zmq::sockopt::linger, 0);
   if (keys) secure_client(dealer, *keys);
@@ -142,11 +153,13 @@ int main(int argc, char** argv) try {
     receives = std::min(receives, best_of(bare_receive));
   }
   dealer.send(zmq::buffer("q", 1));
-  waitpid(server, nullptr, 0);
+  if (inproc) in_process.join();
+  else waitpid(server, nullptr, 0);
   double gb = static_cast<double>(bytes.size()) / 1e9;
-  std::printf("%.1f MB model in %d variables, worker and server processes on loopback%s, best of %d rounds of %d\n",
-              static_cast<double>(bytes.size()) / 1e6, variables, keys ? ", CurveZMQ (--auth)" : "", rounds,
-              repetitions);
+  std::printf("%.1f MB model in %d variables, %s%s, best of %d rounds of %d\n",
+              static_cast<double>(bytes.size()) / 1e6, variables,
+              inproc ? "worker and server threads of one process on inproc" : "worker and server processes on loopback",
+              keys ? ", CurveZMQ (--auth)" : "", rounds, repetitions);
   std::printf(
       "  pull (server to worker):  %6.3f ms  %5.2f GB/s   bare ZeroMQ receive %6.3f ms  %5.2f GB/s   ratio %.2f\n",
       pulls * 1e3, gb / pulls, receives * 1e3, gb / receives, receives / pulls);

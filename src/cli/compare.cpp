@@ -165,6 +165,8 @@ Row train_under(const std::string& name, const CompareFlags& f) {
   row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   row.strategy = strategy->name();
   row.replicas = strategy->num_replicas_in_sync();
+  if (name.ends_with(":threads"))  // an in-process cluster: its workers, as the launched one's row counts them
+    row.replicas = distribute::strategy_entry(name)->launch(name.substr(0, name.size() - 8)).workers;
   row.samples_per_second = static_cast<double>(data.train.x.dim(0)) * f.epochs / row.wall;
   row.final_loss = h["loss"].back();
   if (h.history.contains("staleness")) {  // asynchronous parameter servers in this process: over the epochs
@@ -396,10 +398,11 @@ void run_compare(const CompareFlags& f) {
     std::string why;
     if (family_of(r.strategy) == distribute::StrategyFamily::ParameterServer)
       why = fmt::format(
-          "every step moves the whole model twice over loopback (a pull before the batch, a push after) and passes "
+          "every step moves the whole model twice {} (a pull before the batch, a push after) and passes "
           "the batch and its predictions through the chief, beside {} rows of compute; {} workers, the servers and "
           "the chief share {} cores",
-          f.common.batch_size, r.replicas, cores);
+          r.strategy.ends_with(":threads") ? "between threads" : "over loopback", f.common.batch_size, r.replicas,
+          cores);
     else if (r.replicas > cores)
       why = fmt::format("{} replicas share {} cores, so they take turns instead of running side by side", r.replicas,
                         cores);
