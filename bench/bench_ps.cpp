@@ -156,8 +156,8 @@ int main(int argc, char** argv) try {
   if (inproc) in_process.join();
   else waitpid(server, nullptr, 0);
   double gb = static_cast<double>(bytes.size()) / 1e9;
-  std::printf("%.1f MB model in %d variables, %s%s, best of %d rounds of %d\n",
-              static_cast<double>(bytes.size()) / 1e6, variables,
+  std::printf("%.1f MB model in %d variables, %s%s, best of %d rounds of %d\n", static_cast<double>(bytes.size()) / 1e6,
+              variables,
               inproc ? "worker and server threads of one process on inproc" : "worker and server processes on loopback",
               keys ? ", CurveZMQ (--auth)" : "", rounds, repetitions);
   std::printf(

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
 
@@ -107,13 +108,19 @@ TEST(PsInProcess, BoundedStalenessAndBackupWorkersBehaveAsInALaunchedCluster) {
   make_mnist(dir.file("data/mnist"), 600, 60);
   std::vector<std::string> slow{"TANDEM_TEST_PS_SLOW_WORKER=1:60"};
   for (int bound : {1, 2}) {
-    Watched w = fit_in_process(
-        dir,
-        fit_args(fmt::format("ps-ssp:2x3:{}:threads", bound), fmt::format("s{}", bound), {"--batch-size", "16"}, 1),
-        fmt::format("ssp{}.log", bound), slow);
+    std::string report = dir.file(fmt::format("s{}.json", bound));
+    Watched w = fit_in_process(dir,
+                               fit_args(fmt::format("ps-ssp:2x3:{}:threads", bound), fmt::format("s{}", bound),
+                                        {"--batch-size", "16", "--report", report}, 1),
+                               fmt::format("ssp{}.log", bound), slow);
     ASSERT_EQ(w.code, 0) << w.output;
     EXPECT_NE(w.output.find(fmt::format("(bound {})", bound)), std::string::npos) << w.output;
     EXPECT_EQ(most_ahead(w.output), bound) << w.output;
+    // The report's histogram, by the chief's clocks: no step started more than S ahead, some at S.
+    nlohmann::json counts = nlohmann::json::parse(io::read_file(report))["steps_ahead_of_slowest"];
+    int64_t most = 0;
+    for (auto& [ahead, count] : counts.items()) most = std::max<int64_t>(most, std::stoll(ahead));
+    EXPECT_EQ(most, bound) << counts.dump();
   }
   Watched unbounded =
       fit_in_process(dir, fit_args("ps-async:1x3:threads", "async", {"--batch-size", "16"}, 1), "async.log", slow);
@@ -225,6 +232,9 @@ TEST(PsInProcess, WhatOnlyProcessesCanDoIsRefusedByName) {
   refused({"--strategy", "ps-async:threads"},
           "an in-process cluster names its servers and workers: ps-async:1x3:threads");
   refused({"--strategy", "ps-sync:1x0:threads"}, "an in-process cluster names its servers and workers");
+  setenv("TF_CONFIG", R"({"cluster": {"chief": ["127.0.0.1:2222"]}})", 1);  // as `tandem launch` sets it
+  refused({"--strategy", "ps-async:1x2:threads"}, "an in-process cluster where TF_CONFIG names a task");
+  unsetenv("TF_CONFIG");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // ps-ssp:S, on every task of a cluster (TF_CONFIG or a cluster file); or, with the servers and
 // workers and ":threads" (ps-async:PxW:threads, ps-sync:PxW[:B]:threads, ps-ssp:PxW:S:threads),
 // a cluster in this process.
+#include <cstdlib>
 #include <optional>
 #include <tuple>
 
@@ -92,6 +93,10 @@ StrategyEntry entry(const char* name, const char* grammar, const char* row_gramm
 
 std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options, const StrategySettings& settings) {
   bool local = settings.in_process;
+  if (const char* tf_config = std::getenv("TF_CONFIG"); local && tf_config != nullptr && *tf_config != '\0')
+    fail(
+        "ParameterServerStrategy: an in-process cluster where TF_CONFIG names a task of a cluster of processes (under "
+        "`tandem launch`, each task would start a cluster of its own): drop \":threads\", or unset TF_CONFIG");
   if (local && (!settings.cluster_json.empty() || !settings.cluster_file.empty()))
     fail("ParameterServerStrategy: an in-process cluster makes its own tasks; a cluster spec ({}) is for processes",
          settings.cluster_file.empty() ? "a cluster resolver" : "--cluster " + settings.cluster_file);
