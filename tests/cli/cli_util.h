@@ -97,10 +97,10 @@ struct Watched {
   double seconds = 0;
   bool killed = false;  // by the watchdog
 };
-inline Watched run_watched(const std::vector<std::string>& args, const TempDir& dir, double limit_s,
-                           const std::string& log_name = "watched.log", const std::vector<std::string>& env = {}) {
-  std::string log = dir.file(log_name);
-  auto start = std::chrono::steady_clock::now();
+// `args` started as run_watched starts it (a process group of its own, in `dir`, its output to
+// `log`, with `env` added), not waited for: its pid, which is also its group's.
+inline pid_t spawn_group(const std::vector<std::string>& args, const TempDir& dir, const std::string& log,
+                         const std::vector<std::string>& env = {}) {
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
@@ -118,6 +118,14 @@ inline Watched run_watched(const std::vector<std::string>& args, const TempDir& 
     _exit(127);
   }
   setpgid(pid, pid);
+  return pid;
+}
+
+inline Watched run_watched(const std::vector<std::string>& args, const TempDir& dir, double limit_s,
+                           const std::string& log_name = "watched.log", const std::vector<std::string>& env = {}) {
+  std::string log = dir.file(log_name);
+  auto start = std::chrono::steady_clock::now();
+  pid_t pid = spawn_group(args, dir, log, env);
   Watched out;
   int status = 0;
   for (;;) {

@@ -143,19 +143,6 @@ TEST(PsCluster, AsynchronousTrainingReachesNinetySevenPercentOnRealMnistInThreeE
   EXPECT_GE(most, 1.0) << "no step saw another's update: the workers did not run asynchronously\n" << w.output;
 }
 
-// The most steps ahead of the slowest worker any push was, by every server's log line.
-int64_t most_ahead(const std::string& output) {
-  std::regex line("steps their worker was ahead of the slowest: ([0-9:, ]+) \\(");
-  int64_t most = -1;
-  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
-    std::string counts = (*it)[1].str();
-    std::regex entry("([0-9]+): [0-9]+");
-    for (std::sregex_iterator e(counts.begin(), counts.end(), entry), stop; e != stop; ++e)
-      most = std::max<int64_t>(most, std::stoll((*e)[1].str()));
-  }
-  return most;
-}
-
 // Stale synchronous parallel with one straggler of three workers (TANDEM_TEST_PS_SLOW_WORKER):
 // by the servers' clocks, no push was more than S steps ahead of the slowest worker, and the fast
 // workers did run ahead up to S; without a bound they run further. S = 0 is the synchronous run,
@@ -209,26 +196,7 @@ TEST(PsCluster, BackupWorkersLetARoundGoWithoutTheStraggler) {
                               "--threads", "1", "--verbose", "2", "--checkpoint-dir", "ck"},
                              "backup.log", 120, {"TANDEM_TEST_PS_SLOW_WORKER=1:60"});
   ASSERT_EQ(w.code, 0) << w.output;
-  std::smatch said;
-  std::map<int, std::pair<int64_t, int64_t>> by_worker;  // steps, dropped
-  std::regex line("worker:([0-9]+) \\([^)]*\\): ([0-9]+) steps, ([0-9]+) of them dropped as stale");
-  for (std::sregex_iterator it(w.output.begin(), w.output.end(), line), end; it != end; ++it)
-    by_worker[std::stoi((*it)[1].str())] = {std::stoll((*it)[2].str()), std::stoll((*it)[3].str())};
-  ASSERT_EQ(by_worker.size(), 3u) << w.output;
-  auto [slow_steps, slow_dropped] = by_worker[1];
-  EXPECT_GT(slow_dropped, 0) << w.output;
-  // All but at most one per epoch's end, where a round left short takes the next gradient computed
-  // on its version, the straggler's included (and a fast worker's may then come too late).
-  EXPECT_GE(slow_dropped, slow_steps - 2) << w.output;
-  EXPECT_LE(by_worker[0].second + by_worker[2].second, 2) << w.output;
-  int64_t reported = 0;
-  std::regex dropped("dropped: ([0-9.]+)");
-  for (std::sregex_iterator it(w.output.begin(), w.output.end(), dropped), end; it != end; ++it)
-    reported += static_cast<int64_t>(std::stod((*it)[1].str()));
-  // The progress lines count every drop, never silent.
-  EXPECT_EQ(reported, by_worker[0].second + slow_dropped + by_worker[2].second) << w.output;
-  // The count per worker is the chief's total of steps: 2 epochs of 600 rows in batches of 16.
-  EXPECT_EQ(by_worker[0].first + by_worker[1].first + by_worker[2].first, 2 * 38) << w.output;
+  expect_backup_worker_drops(w.output, 2 * 38);  // 2 epochs of 600 rows in batches of 16
 }
 
 // Once the launcher's log says epoch 2 began, SIGINT to the launcher: within 5 s no process whose

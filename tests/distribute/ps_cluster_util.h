@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,44 @@ inline void expect_same_state(const std::string& a, const std::string& b, double
       ASSERT_LE(std::fabs(x[i].second[k] - y[i].second[k]), tolerance * scale)
           << what << ": " << x[i].first << "[" << k << "] of a tensor whose largest magnitude is " << scale;
   }
+}
+
+// The most steps ahead of the slowest worker any push was, by every server's log line.
+inline int64_t most_ahead(const std::string& output) {
+  std::regex line("steps their worker was ahead of the slowest: ([0-9:, ]+) \\(");
+  int64_t most = -1;
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
+    std::string counts = (*it)[1].str();
+    std::regex entry("([0-9]+): [0-9]+");
+    for (std::sregex_iterator e(counts.begin(), counts.end(), entry), stop; e != stop; ++e)
+      most = std::max<int64_t>(most, std::stoll((*e)[1].str()));
+  }
+  return most;
+}
+
+// Three workers with one backup, worker 1 a straggler, `steps` steps in all: its gradients are
+// dropped as stale (all but at most one per epoch's end), the fast workers' almost never, and the
+// workers' log lines and the chief's progress lines count the same drops.
+inline void expect_backup_worker_drops(const std::string& output, int64_t steps) {
+  std::map<int, std::pair<int64_t, int64_t>> by_worker;  // steps, dropped
+  std::regex line("worker:([0-9]+) \\([^)]*\\): ([0-9]+) steps, ([0-9]+) of them dropped as stale");
+  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it)
+    by_worker[std::stoi((*it)[1].str())] = {std::stoll((*it)[2].str()), std::stoll((*it)[3].str())};
+  ASSERT_EQ(by_worker.size(), 3u) << output;
+  auto [slow_steps, slow_dropped] = by_worker[1];
+  EXPECT_GT(slow_dropped, 0) << output;
+  // All but at most one per epoch's end, where a round left short takes the next gradient computed
+  // on its version, the straggler's included (and a fast worker's may then come too late).
+  EXPECT_GE(slow_dropped, slow_steps - 2) << output;
+  EXPECT_LE(by_worker[0].second + by_worker[2].second, 2) << output;
+  int64_t reported = 0;
+  std::regex dropped("dropped: ([0-9.]+)");
+  for (std::sregex_iterator it(output.begin(), output.end(), dropped), end; it != end; ++it)
+    reported += static_cast<int64_t>(std::stod((*it)[1].str()));
+  // The progress lines count every drop, never silent.
+  EXPECT_EQ(reported, by_worker[0].second + slow_dropped + by_worker[2].second) << output;
+  // The count per worker is the chief's total of steps.
+  EXPECT_EQ(by_worker[0].first + by_worker[1].first + by_worker[2].first, steps) << output;
 }
 
 }  // namespace tandem::testing

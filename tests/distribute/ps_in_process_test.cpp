@@ -88,19 +88,6 @@ TEST(PsInProcess, AnAsynchronousRecordReplaysAcrossProcessesAndThreadsBitForBit)
                     "recorded launched, replayed in process");
 }
 
-// The servers' log: the most steps ahead of the slowest worker any push was.
-int64_t most_ahead(const std::string& output) {
-  std::regex line("steps their worker was ahead of the slowest: ([0-9:, ]+) \\(");
-  int64_t most = -1;
-  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
-    std::string counts = (*it)[1].str();
-    std::regex entry("([0-9]+): [0-9]+");
-    for (std::sregex_iterator e(counts.begin(), counts.end(), entry), stop; e != stop; ++e)
-      most = std::max<int64_t>(most, std::stoll((*e)[1].str()));
-  }
-  return most;
-}
-
 // PsCluster.BoundedStalenessKeepsEveryWorkerWithinSStepsOfTheSlowest and
 // PsCluster.BackupWorkersLetARoundGoWithoutTheStraggler, in one process: worker 1 a straggler.
 TEST(PsInProcess, BoundedStalenessAndBackupWorkersBehaveAsInALaunchedCluster) {
@@ -130,42 +117,15 @@ TEST(PsInProcess, BoundedStalenessAndBackupWorkersBehaveAsInALaunchedCluster) {
   Watched backup =
       fit_in_process(dir, fit_args("ps-sync:1x3:1:threads", "backup", {"--batch-size", "16"}), "backup.log", slow);
   ASSERT_EQ(backup.code, 0) << backup.output;
-  std::map<int, std::pair<int64_t, int64_t>> by_worker;  // steps, dropped
-  std::regex line("worker:([0-9]+) \\(in process\\): ([0-9]+) steps, ([0-9]+) of them dropped as stale");
-  for (std::sregex_iterator it(backup.output.begin(), backup.output.end(), line), end; it != end; ++it)
-    by_worker[std::stoi((*it)[1].str())] = {std::stoll((*it)[2].str()), std::stoll((*it)[3].str())};
-  ASSERT_EQ(by_worker.size(), 3u) << backup.output;
-  auto [slow_steps, slow_dropped] = by_worker[1];
-  EXPECT_GT(slow_dropped, 0) << backup.output;
-  EXPECT_GE(slow_dropped, slow_steps - 2) << backup.output;
-  EXPECT_LE(by_worker[0].second + by_worker[2].second, 2) << backup.output;
-  int64_t reported = 0;
-  std::regex dropped("dropped: ([0-9.]+)");
-  for (std::sregex_iterator it(backup.output.begin(), backup.output.end(), dropped), end; it != end; ++it)
-    reported += static_cast<int64_t>(std::stod((*it)[1].str()));
-  EXPECT_EQ(reported, by_worker[0].second + slow_dropped + by_worker[2].second) << backup.output;
-  EXPECT_EQ(by_worker[0].first + by_worker[1].first + by_worker[2].first, 2 * 38) << backup.output;
+  expect_backup_worker_drops(backup.output, 2 * 38);
 }
 
 // `argv` in a process group of its own, stopped once the backup in `checkpoints` is past the first
 // epoch (SIGINT to a launcher, which ends its tasks; SIGKILL to one process): true when it was.
 bool interrupt_after_first_epoch(const TempDir& dir, const std::vector<std::string>& argv,
                                  const std::string& checkpoints, const std::string& log, int signal) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    putenv(const_cast<char*>("TANDEM_TEST_PS_SLOW_WORKER=0:5"));  // the epochs long enough to stop between
-    if (chdir(dir.path().c_str()) != 0) _exit(126);
-    int fd = ::open(dir.file(log).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<char*> raw;
-    for (const auto& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
-    raw.push_back(nullptr);
-    execvp(raw[0], raw.data());
-    _exit(127);
-  }
-  setpgid(pid, pid);
+  // The epochs long enough to stop between.
+  pid_t pid = spawn_group(argv, dir, dir.file(log), {"TANDEM_TEST_PS_SLOW_WORKER=0:5"});
   std::string backup = dir.file(checkpoints + "/backup/backup.safetensors");
   bool past = false;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
