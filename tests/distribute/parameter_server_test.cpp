@@ -77,6 +77,29 @@ TEST(ClusterSpec, ReadsTfConfigAndNamesEveryMistake) {
   close(fd);
 }
 
+// An in-process cluster: this process its chief, its tasks at inproc endpoints of its own (two
+// clusters never share one), named "(in process)"; it has no TF_CONFIG to write.
+TEST(ClusterSpec, AnInProcessClusterNamesItsThreadsAndHasNoAddresses) {
+  ClusterSpec a = ClusterSpec::local(1, 3), b = ClusterSpec::local(1, 3);
+  EXPECT_TRUE(a.in_process());
+  EXPECT_FALSE(ClusterSpec::parse(R"({"cluster": {"worker": ["127.0.0.1:1"]}})").in_process());
+  EXPECT_EQ(a.task(), (distribute::TaskId{"chief", 0}));
+  EXPECT_EQ(a.count("ps"), 1);
+  EXPECT_EQ(a.count("worker"), 3);
+  EXPECT_EQ(a.describe({"worker", 2}), "worker:2 (in process)");
+  EXPECT_TRUE(a.endpoint({"ps", 0}).starts_with("inproc://"));
+  EXPECT_NE(a.endpoint({"ps", 0}), b.endpoint({"ps", 0}));
+  EXPECT_NE(a.endpoint({"ps", 0}), a.endpoint({"worker", 0}));
+  EXPECT_EQ(a.as_task({"worker", 1}).task(), (distribute::TaskId{"worker", 1}));
+  EXPECT_EQ(a.as_task({"worker", 1}).endpoint({"ps", 0}), a.endpoint({"ps", 0}));
+  EXPECT_NE(error_of([&] { a.as_task({"worker", 3}); }).find("the cluster has no task worker:3"), std::string::npos);
+  EXPECT_NE(error_of([&] { a.to_json(a.task()); }).find("an in-process cluster has no TF_CONFIG"), std::string::npos);
+  EXPECT_NE(error_of([] { ClusterSpec::local(0, 2); }).find("num_ps must be from 1 to 9999 servers, got 0"),
+            std::string::npos);
+  EXPECT_EQ(ClusterSpec::parse(R"({"cluster": {"ps": ["[::1]:7"]}, "task": {"type": "ps"}})").endpoint({"ps", 0}),
+            "tcp://[::1]:7");
+}
+
 TEST(PsWire, HeadersRoundTripAndBadFramesAreRefusedByName) {
   Header h{.type = MessageType::Push,
            .variable = 3,
