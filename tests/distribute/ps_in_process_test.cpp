@@ -197,5 +197,19 @@ TEST(PsInProcess, WhatOnlyProcessesCanDoIsRefusedByName) {
   unsetenv("TF_CONFIG");
 }
 
+// A task that fails (here every worker, on a malformed test hook) ends the chief's fit with its
+// message, as a task's process would, instead of leaving it waiting.
+TEST(PsInProcess, ATaskThatFailsEndsTheFitWithItsMessage) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 60, 10);
+  Watched w = fit_in_process(dir, fit_args("ps-async:1x2:threads", "failed", {}, 1), "failed.log",
+                             {"TANDEM_TEST_PS_SLOW_WORKER=bad"});
+  EXPECT_EQ(w.code, 1) << w.output;
+  EXPECT_FALSE(w.killed) << w.output;
+  EXPECT_TRUE(std::regex_search(w.output, std::regex("error: worker:[01] \\(in process\\) failed: "
+                                                     "TANDEM_TEST_PS_SLOW_WORKER: expected INDEX:MILLISECONDS")))
+      << w.output;
+}
+
 }  // namespace
 }  // namespace tandem::testing
