@@ -323,5 +323,25 @@ TEST(ModelParallel, AModelTooBigForOneDeviceIsRefusedAndTrainsSplit) {
   EXPECT_EQ(split_model->optimizer().iterations(), 2);
 }
 
+// More devices than the widest Dense layer has units splits nothing: refused before any step,
+// naming the layer and both counts (mlp5's layers have 160 units).
+TEST(ModelParallel, ASplitWiderThanEveryLayerIsRefusedByName) {
+  Data d = data(64);
+  distribute::ModelParallelStrategy wide({.num_shards = 161});
+  auto model = mlp5(&wide, 0.0f);
+  std::string said;
+  try {
+    model->fit(d.x, d.y, {.epochs = 1, .batch_size = 32, .verbose = 0});
+  } catch (const Error& e) {
+    said = e.what();
+  }
+  EXPECT_NE(said.find("model-parallel:161: no Dense layer of the model can be split 161 ways: the widest, Dense "
+                      "\"dense\", has 160 units"),
+            std::string::npos)
+      << said;
+  EXPECT_NE(said.find("split over at most 160 devices"), std::string::npos) << said;
+  EXPECT_EQ(model->optimizer().iterations(), 0);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -127,6 +127,19 @@ std::vector<std::shared_ptr<Layer>> ModelParallelStrategy::replica_layers(
     return n > 1 && dense->units() >= n && (options_.auto_split || asked == n);
   };
   auto elementwise = [](const Layer& l) { return l.on_feature_slice(0, 1, 1) != nullptr; };
+  // A split that splits nothing would run n copies of the whole model, each on every row.
+  const layers::Dense* widest = nullptr;
+  bool any = false;
+  for (const auto& l : layers)
+    if (auto* dense = dynamic_cast<const layers::Dense*>(l.get())) {
+      any = any || splits(*dense);
+      if (widest == nullptr || dense->units() > widest->units()) widest = dense;
+    }
+  if (n > 1 && !any && widest != nullptr && widest->units() < n)
+    fail(
+        "{}: no Dense layer of the model can be split {} ways: the widest, {}, has {} units (one device holds at least "
+        "one); split over at most {} devices",
+        name(), n, widest->label(), widest->units(), widest->units());
   std::vector<std::shared_ptr<Layer>> out;
   std::vector<int64_t> sliced;  // the activations' widths per device while they are split
   for (size_t i = 0; i < layers.size(); ++i) {

@@ -49,16 +49,22 @@ class AsynchronousUpdates : public UpdatePolicy {
   bool journals() const override { return true; }
   const std::map<int64_t, int64_t>& ahead_counts() const override { return ahead_counts_; }
 
+  // The histogram as percentiles, for people (a run's may have a hundred buckets); the chief's
+  // report keeps its whole histogram by the chief's clocks.
   std::string describe(const std::string& server) const override {
     if (ahead_counts_.empty()) return {};
     int64_t pushes = 0;
-    std::string counts;
-    for (auto [ahead, count] : ahead_counts_) {
-      pushes += count;
-      counts += fmt::format("{}{}: {}", counts.empty() ? "" : ", ", ahead, count);
-    }
-    return fmt::format("{}: {} pushes applied; steps their worker was ahead of the slowest: {} ({})", server, pushes,
-                       counts, bound_ >= 0 ? fmt::format("bound {}", bound_) : std::string("no bound"));
+    for (auto [ahead, count] : ahead_counts_) pushes += count;
+    auto percentile = [&](int p) {  // the least number of steps ahead at or below which p% of the pushes were
+      int64_t seen = 0;
+      for (auto [ahead, count] : ahead_counts_)
+        if ((seen += count) * 100 >= pushes * p) return ahead;
+      return ahead_counts_.rbegin()->first;
+    };
+    return fmt::format(
+        "{}: {} pushes applied; steps their worker was ahead of the slowest: p50 {}, p90 {}, p99 {}, max {} ({})",
+        server, pushes, percentile(50), percentile(90), percentile(99), ahead_counts_.rbegin()->first,
+        bound_ >= 0 ? fmt::format("bound {}", bound_) : std::string("no bound"));
   }
 
  private:
