@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -52,6 +53,15 @@ std::string phase_key(const std::string& phase) {
 
 std::string during(const std::string& phase) { return phase.empty() ? std::string() : " during " + phase; }
 
+// A peer's words as this rank prints them: control characters as spaces, at most 2,000 bytes.
+std::string cleaned(const std::string& text) {
+  constexpr size_t kMost = 2000;
+  std::string out = text.substr(0, kMost);
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  return text.size() > kMost ? out + "... (" + std::to_string(text.size() - kMost) + " bytes more)" : out;
+}
+
 }  // namespace
 
 int test_fault_signal(int rank, const std::string& phase) {
@@ -79,6 +89,31 @@ std::vector<std::string> local_addresses() {
   }
   out.insert(out.end(), loopback.begin(), loopback.end());
   return out;
+}
+
+namespace {
+
+bool is_loopback_host(const std::string& host) {
+  return host == "localhost" || host.starts_with("127.") || host == "::1" || host == "[::1]";
+}
+
+}  // namespace
+
+std::string listen_address(const std::vector<std::string>& hosts, bool bind_own_host) {
+  bool local = true;
+  for (const std::string& h : hosts) local = local && (h == hosts[0] || is_loopback_host(h));
+  if (local) return "127.0.0.1";
+  if (!bind_own_host) return {};
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(hosts[0].c_str(), nullptr, &hints, &found) != 0 || found == nullptr)
+    fail("control connection: rank 0's host \"{}\" has no IPv4 address to listen on", hosts[0]);
+  char text[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
+  freeaddrinfo(found);
+  return text;
 }
 
 namespace {
@@ -134,7 +169,7 @@ std::string frame(uint32_t type, const std::string& payload) {
 
 ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono::milliseconds timeout,
                            std::function<void(const std::string&)> on_failure, const Exchange& exchange,
-                           std::vector<std::string> names)
+                           std::vector<std::string> names, bool bind_own_host)
     : rank_(rank),
       hosts_(std::move(hosts)),
       names_(std::move(names)),
@@ -145,16 +180,24 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
       phases_(hosts_.size(), "start-up") {
   std::string text;
   if (rank_ == 0) {
+    // Where rank 0 listens: loopback when every rank is on its machine; else its own address as
+    // the job names it (a cluster spec's host), or, where the job names machines only (MPI's
+    // processor names), every interface, its addresses offered in turn.
+    std::string own = listen_address(hosts_, bind_own_host);
     listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in any{};
-    any.sin_family = AF_INET;
-    any.sin_addr.s_addr = htonl(INADDR_ANY);
-    socklen_t length = sizeof any;
-    if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr*>(&any), sizeof any) != 0 ||
-        listen(listen_fd_, 128) != 0 || getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&any), &length) != 0)
-      fail("control connection: rank 0 cannot listen on a TCP port: {}", std::strerror(errno));
-    text = std::to_string(ntohs(any.sin_port));
-    for (const std::string& a : local_addresses()) text += " " + a;
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    if (own.empty()) at.sin_addr.s_addr = htonl(INADDR_ANY);
+    else inet_pton(AF_INET, own.c_str(), &at.sin_addr);
+    socklen_t length = sizeof at;
+    if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr*>(&at), sizeof at) != 0 ||
+        listen(listen_fd_, 128) != 0 || getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&at), &length) != 0)
+      fail("control connection: {} cannot listen on a TCP port{}: {}", who(0),
+           own.empty() ? std::string() : " of " + own, std::strerror(errno));
+    text = std::to_string(ntohs(at.sin_port));
+    if (!own.empty()) text += " " + own;
+    else
+      for (const std::string& a : local_addresses()) text += " " + a;
   }
   exchange(text);
   if (rank_ == 0) {
@@ -163,29 +206,24 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
     int joined = 1;
     while (joined < size()) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      pollfd p{listen_fd_, POLLIN, 0};
-      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) != 1) {
+      if (left.count() <= 0) {
         std::string missing;
         for (int r = 1; r < size(); ++r)
           if (peers_[static_cast<size_t>(r)].fd < 0) missing += (missing.empty() ? "" : ", ") + who(r);
         fail("control connections: {} did not connect to {} within {} s", missing, who(0), seconds(timeout_));
       }
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      int32_t from = -1;
-      pollfd q{fd, POLLIN, 0};
-      std::string hello(12, '\0');
-      if (poll(&q, 1, 2000) != 1 || recv(fd, hello.data(), hello.size(), MSG_WAITALL) != 12 ||
-          (std::memcpy(&from, hello.data() + 8, 4), from <= 0 || from >= size()) ||
-          peers_[static_cast<size_t>(from)].fd >= 0) {
-        close(fd);  // not one of ours
-        continue;
+      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+      for (const Pending& p : pending_) fds.push_back({p.fd, POLLIN, 0});
+      if (poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left.count(), 50))) < 0) continue;
+      for (auto [fd, from] : read_pending({fds.begin() + 1, fds.end()})) {
+        if (from >= size() || peers_[static_cast<size_t>(from)].fd >= 0) {
+          close(fd);  // not one of ours, or a second copy of a rank
+          continue;
+        }
+        peers_[static_cast<size_t>(from)].fd = fd;
+        ++joined;
       }
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-      peers_[static_cast<size_t>(from)].fd = fd;
-      ++joined;
+      if (fds[0].revents != 0) accept_pending();
     }
   } else {
     std::istringstream in(text);
@@ -315,18 +353,26 @@ void ControlPlane::say_bye_when_due() {
   said_bye_.store(true, std::memory_order_release);
 }
 
-void ControlPlane::set_failure(const std::string& message, bool tell_others) {
+void ControlPlane::set_failure(const std::string& message, bool tell_others, int origin) {
+  if (origin < 0) origin = rank_;
+  std::string shown = message;
+  if (origin != rank_) {  // a peer's words: named as its, never as this rank's own
+    shown = cleaned(message);
+    if (!shown.starts_with(who(origin))) shown = fmt::format("{} reported: {}", who(origin), shown);
+  }
   {
     std::lock_guard lock(mutex_);
     if (failed_) return;
-    failure_ = message;
+    failure_ = shown;
     failed_.store(true, std::memory_order_release);
-    // Rank 0 relays to every rank; another rank tells rank 0, which relays.
+    // Rank 0 relays to every rank, naming the rank whose words they are; another rank tells rank 0.
+    auto origin_bytes = static_cast<int32_t>(origin);
+    std::string payload = std::string(reinterpret_cast<const char*>(&origin_bytes), 4) + message;
     if (tell_others || rank_ == 0)
       for (Peer& p : peers_)
-        if (p.fd >= 0) send_to(p, kFail, message);
+        if (p.fd >= 0) send_to(p, kFail, payload);
   }
-  if (on_failure_) on_failure_(message);
+  if (on_failure_) on_failure_(shown);
 }
 
 // Under mutex_. A send that would block is dropped (a beat or a table is sent again soon).
@@ -366,19 +412,58 @@ bool ControlPlane::lose(int rank, const std::string& what) {
   return true;
 }
 
-// On the control thread, rank 0: a connection after start-up, taken only as a lost expendable
-// rank coming back (its hello within a second), while this rank has not begun to leave.
-void ControlPlane::accept_rejoin() {
-  int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+// Rank 0: a connection taken, its hello awaited without waiting (read_pending).
+void ControlPlane::accept_pending() {
+  int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) return;
-  int32_t from = -1;
-  pollfd q{fd, POLLIN, 0};
-  std::string hello(12, '\0');
-  bool valid = poll(&q, 1, 1000) == 1 && recv(fd, hello.data(), hello.size(), MSG_WAITALL) == 12 &&
-               (std::memcpy(&from, hello.data() + 8, 4), from > 0 && from < kMaxRanks);
+  if (pending_.size() >= kMaxPending) {  // a flood: the oldest waiting one goes
+    close(pending_.front().fd);
+    pending_.erase(pending_.begin());
+  }
+  pending_.push_back({fd, Clock::now() + std::min(timeout_, std::chrono::milliseconds(2000)), {}});
+}
+
+std::vector<std::pair<int, int32_t>> ControlPlane::read_pending(const std::vector<pollfd>& ready) {
+  std::vector<std::pair<int, int32_t>> hellos;
+  std::vector<Pending> waiting;
+  auto now = Clock::now();
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    Pending& p = pending_[i];
+    bool open = true;
+    if (i < ready.size() && ready[i].revents != 0) {
+      char buffer[12];
+      ssize_t n = recv(p.fd, buffer, 12 - p.in.size(), MSG_DONTWAIT);
+      if (n > 0) p.in.append(buffer, static_cast<size_t>(n));
+      else open = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+    }
+    if (open && p.in.size() == 12) {  // a hello: kHello, length 4, the rank
+      uint32_t type = 0, length = 0;
+      int32_t from = -1;
+      std::memcpy(&type, p.in.data(), 4);
+      std::memcpy(&length, p.in.data() + 4, 4);
+      std::memcpy(&from, p.in.data() + 8, 4);
+      if (type == kHello && length == 4 && from > 0 && from < kMaxRanks) {
+        int one = 1;
+        setsockopt(p.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        hellos.emplace_back(p.fd, from);
+        continue;
+      }
+      open = false;
+    }
+    if (open && now < p.until) waiting.push_back(std::move(p));
+    else close(p.fd);
+  }
+  pending_ = std::move(waiting);
+  return hellos;
+}
+
+// On the control thread, rank 0: a connection after start-up whose hello came, taken only as a
+// lost expendable rank coming back (or one beyond the job's, joining) while this rank has not
+// begun to leave.
+void ControlPlane::accept_rejoin(int fd, int32_t from) {
   std::lock_guard lock(mutex_);
   // A rank beyond those the job has: joined, if expendable (the ranks between stay absent: lost).
-  if (valid && !leaving_.load(std::memory_order_acquire) && from >= static_cast<int>(peers_.size()) && expendable_ &&
+  if (!leaving_.load(std::memory_order_acquire) && from >= static_cast<int>(peers_.size()) && expendable_ &&
       expendable_(from)) {
     auto before = static_cast<int>(peers_.size());
     peers_.resize(static_cast<size_t>(from) + 1);
@@ -388,14 +473,11 @@ void ControlPlane::accept_rejoin() {
     lost_.fetch_add(from + 1 - before, std::memory_order_release);
     ranks_.store(from + 1, std::memory_order_release);
   }
-  if (!valid || leaving_.load(std::memory_order_acquire) || from >= static_cast<int>(peers_.size()) ||
+  if (leaving_.load(std::memory_order_acquire) || from >= static_cast<int>(peers_.size()) ||
       !peers_[static_cast<size_t>(from)].lost) {
     close(fd);  // not one of ours, or a rank that is not lost (a second copy of a running task)
     return;
   }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   Peer& p = peers_[static_cast<size_t>(from)];
   if (p.counted) finished_.fetch_sub(1, std::memory_order_release);
   p = Peer{};
@@ -422,7 +504,9 @@ void ControlPlane::run() {
       std::lock_guard lock(mutex_);
       rejoinable = expendable_ != nullptr;
     }
+    size_t listening = fds.size();
     fds.push_back({listen_fd_, static_cast<short>(rejoinable ? POLLIN : 0), 0});
+    for (const Pending& p : pending_) fds.push_back({p.fd, POLLIN, 0});
     int wait = static_cast<int>(
         std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()).count()));
     int ready = poll(fds.data(), fds.size(), std::min(wait, 50));
@@ -445,8 +529,12 @@ void ControlPlane::run() {
                                          who(from), during(phase_of(from)));
           if (!lose(from, what)) set_failure(what, true);
         }
-      if (fds.back().revents != 0) accept_rejoin();
     }
+    // Hellos first (pending_ as fds lists them), then the connection that came.
+    if (!pending_.empty())
+      for (auto [fd, from] : read_pending({fds.begin() + static_cast<std::ptrdiff_t>(listening) + 1, fds.end()}))
+        accept_rejoin(fd, from);
+    if (ready > 0 && fds[listening].revents != 0) accept_pending();
     check_silence();
     say_bye_when_due();
     count_finished();
@@ -517,8 +605,13 @@ bool ControlPlane::read_from(int from, Peer& peer) {
 }
 
 void ControlPlane::handle(int from, uint32_t type, const std::string& payload) {
-  if (type == kFail) {
-    set_failure(payload, false);
+  if (type == kFail && payload.size() >= 4) {
+    // Rank 0 names the rank a report came from by its connection, whatever the report says; the
+    // others take rank 0's word for whose words it relays.
+    int32_t origin = from;
+    if (rank_ != 0) std::memcpy(&origin, payload.data(), 4);
+    if (origin < 0 || origin >= kMaxRanks) origin = from;
+    set_failure(payload.substr(4), false, origin);
   } else if (type == kBeat && rank_ == 0 && payload.size() >= sizeof(int64_t)) {
     std::lock_guard lock(mutex_);
     std::memcpy(&progress_[static_cast<size_t>(from)], payload.data(), sizeof(int64_t));

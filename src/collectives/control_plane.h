@@ -7,6 +7,7 @@
 // every rank: failed() becomes true everywhere with one message naming the rank and its phase.
 // The watch lasts until every rank has left (leave_and_wait): a rank that stops during shutdown
 // is named like one that stops mid-training.
+#include <poll.h>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -27,15 +28,21 @@ int test_fault_signal(int rank, const std::string& phase);
 // The IPv4 addresses of this machine's interfaces that are up, loopback last.
 std::vector<std::string> local_addresses();
 
+// Where rank 0's control port listens, given every rank's host: 127.0.0.1 when every rank is on
+// rank 0's host (or a loopback one); else rank 0's host resolved, where `bind_own_host` (a cluster
+// spec names each task's address); else "" (every interface: MPI names machines, not addresses).
+std::string listen_address(const std::vector<std::string>& hosts, bool bind_own_host);
+
 class ControlPlane {
  public:
   using Exchange = std::function<void(std::string& rank0_text)>;  // broadcast rank 0's text to all
   // Collective: rank 0 listens, `exchange` carries its port and addresses to the others, which
   // connect; ranks missing after `timeout` are named in the Error.
-  // `names`: how failures name each rank (empty: "rank R (host H)").
+  // `names`: how failures name each rank (empty: "rank R (host H)"). Rank 0 listens where
+  // listen_address says (`bind_own_host`: the hosts are addresses a cluster spec gives).
   ControlPlane(int rank, std::vector<std::string> hosts, std::chrono::milliseconds timeout,
                std::function<void(const std::string&)> on_failure, const Exchange& exchange,
-               std::vector<std::string> names = {});
+               std::vector<std::string> names = {}, bool bind_own_host = false);
   ~ControlPlane();
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
@@ -102,18 +109,33 @@ class ControlPlane {
   bool read_from(int rank, Peer& peer);
   void handle(int from, uint32_t type, const std::string& payload);
   void send_to(Peer& peer, uint32_t type, const std::string& payload);
-  void set_failure(const std::string& message, bool tell_others);
+  // `origin`: the rank whose words `message` are (-1: this rank's): another's are shown cleaned
+  // and named ("worker:1 (...) reported: ..."), unless they begin with that rank's name.
+  void set_failure(const std::string& message, bool tell_others, int origin = -1);
   void check_silence();
   void say_bye_when_due();
   void count_finished();
   bool lose(int rank, const std::string& what);  // an expendable rank: lost, and true
-  void accept_rejoin();
+  // Connections whose hello has not come yet (rank 0): each read as bytes arrive, closed past its
+  // deadline or past kMaxPending of them, so that no stranger holds the control thread up.
+  struct Pending {
+    int fd = -1;
+    std::chrono::steady_clock::time_point until;
+    std::string in;
+  };
+  static constexpr size_t kMaxPending = 64;
+  void accept_pending();
+  // The pending connections that `ready` (poll's results for them, in order) says have bytes:
+  // each whole hello's fd and rank; the others closed once malformed or late.
+  std::vector<std::pair<int, int32_t>> read_pending(const std::vector<pollfd>& ready);
+  void accept_rejoin(int fd, int32_t from);
   int rank_;
   std::vector<std::string> hosts_, names_;
   std::chrono::milliseconds timeout_, interval_;
   std::function<void(const std::string&)> on_failure_;
   int listen_fd_ = -1;
-  std::vector<Peer> peers_;  // rank 0: one per other rank; others: [0] is rank 0
+  std::vector<Pending> pending_;  // rank 0, control thread (start-up: the constructor's)
+  std::vector<Peer> peers_;       // rank 0: one per other rank; others: [0] is rank 0
   std::atomic<int64_t> entered_{0};
   std::atomic<int> left_{0};             // peers whose bye has come
   std::atomic<int> finished_{0};         // peers finished (Peer::finished)

@@ -104,8 +104,8 @@ TEST(Cli, CompareRowsOfProcessesAreLaunchedAsTheirEntriesPlanThem) {
   EXPECT_EQ(workers.launcher_args, (std::vector<std::string>{"-np", "2"}));
   EXPECT_EQ(workers.fit_strategy, "multiworker:2:deterministic");
   EXPECT_EQ(workers.workers, 0) << "the processes' report counts its replicas";
-  EXPECT_EQ(testing::error_of([&] { plan("ps-ssp:1x2"); }), "\"ps-ssp:1x2\": expected ps-ssp:PxW:S");
-  EXPECT_EQ(testing::error_of([&] { plan("ps-async:1x2:1"); }), "\"ps-async:1x2:1\": expected ps-async:PxW");
+  EXPECT_EQ(testing::error_of([&] { plan("ps-ssp:1x2"); }), "\"ps-ssp:1x2\": expected ps-ssp:PxW:S[:threads]");
+  EXPECT_EQ(testing::error_of([&] { plan("ps-async:1x2:1"); }), "\"ps-async:1x2:1\": expected ps-async:PxW[:threads]");
   EXPECT_EQ(testing::error_of([&] { plan("ps-sync:1"); }),
             "\"ps-sync:1\": name the servers and workers to launch, e.g. ps-sync:1x3");
   EXPECT_EQ(testing::error_of([&] { plan("multiworker"); }),
@@ -123,7 +123,8 @@ TEST(Cli, AFlagOfAnotherStrategyIsRefused) {
   testing::TempDir dir;
   Outcome r = run({"fit", "--strategy", "mirrored:2", "--record", "run.record"}, dir);
   EXPECT_EQ(r.code, 1);
-  EXPECT_NE(r.output.find("fit: --record applies to --strategy ps-async, ps-sync[:B], ps-ssp:S, not \"mirrored:2\""),
+  EXPECT_NE(r.output.find("fit: --record applies to --strategy ps-async, ps-async:PxW:threads, ps-sync[:B], "
+                          "ps-sync:PxW[:B]:threads, ps-ssp:S, ps-ssp:PxW:S:threads, not \"mirrored:2\""),
             std::string::npos)
       << r.output;
   r = run({"fit", "--strategy", "local_sgd:2", "--fusion-mb", "1"}, dir);

@@ -206,7 +206,7 @@ TEST(PsInProcess, ATaskThatFailsEndsTheFitWithItsMessage) {
                              {"TANDEM_TEST_PS_SLOW_WORKER=bad"});
   EXPECT_EQ(w.code, 1) << w.output;
   EXPECT_FALSE(w.killed) << w.output;
-  EXPECT_TRUE(std::regex_search(w.output, std::regex("error: worker:[01] \\(in process\\) failed: "
+  EXPECT_TRUE(std::regex_search(w.output, std::regex("error: worker:[01] \\(in process\\) reported: "
                                                      "TANDEM_TEST_PS_SLOW_WORKER: expected INDEX:MILLISECONDS")))
       << w.output;
 }

@@ -216,33 +216,46 @@ def test_an_unaligned_array_is_copied_once_and_trains_the_same(tf):
     assert converted.flags.aligned and converted.flags.c_contiguous and np.array_equal(converted, x)
 
 
-def test_fit_releases_the_gil_so_python_threads_run_while_it_trains(tf):
+def test_fit_evaluate_and_predict_release_the_gil_so_python_threads_run_meanwhile(tf):
+    """A pure-Python thread counts while each call runs; what counts is the middle half of the
+    call's time (a call that held the GIL would let it run only as it starts or ends, when the
+    interpreter hands the GIL over). A C call known to hold the GIL (bytes repeated) is the
+    control: the measure must see it blocking the thread."""
     import threading
+    import time
 
     x, y = small_data(4096)
     model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu", input_shape=(20,)),
                                  tf.keras.layers.Dense(5)])
     model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    ticks, training = [0], threading.Event()
-    done = threading.Event()
+    many = np.tile(x, (40, 1))  # evaluate and predict long enough to measure
+    stamps, done = [], threading.Event()
 
     def count():  # pure Python: it runs only while nobody holds the GIL
-        training.wait()
+        n = 0
         while not done.is_set():
-            ticks[0] += 1
+            n += 1
+            if n % 100 == 0:
+                stamps.append(time.perf_counter())
 
-    counter = threading.Thread(target=count)
+    def ran_during(call):
+        del stamps[:]
+        start = time.perf_counter()
+        call()
+        end = time.perf_counter()
+        quarter = (end - start) / 4
+        return sum(1 for t in list(stamps) if start + quarter <= t <= end - quarter), end - start
+
+    counter = threading.Thread(target=count, daemon=True)
     counter.start()
-
-    class Started(tf.keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            training.set()
-
     try:
-        before = ticks[0]
-        model.fit(x, y, epochs=3, batch_size=32, verbose=0, callbacks=[Started()])
-        during = ticks[0] - before
+        held, seconds = ran_during(lambda: b"x" * 600_000_000)
+        assert held == 0, f"the control held the GIL for {seconds:.2f} s, yet the thread counted {held} times"
+        for name, call in (("fit", lambda: model.fit(x, y, epochs=3, batch_size=32, verbose=0)),
+                           ("evaluate", lambda: model.evaluate(many, np.tile(y, 40), batch_size=256, verbose=0)),
+                           ("predict", lambda: model.predict(many, batch_size=256, verbose=0))):
+            ran, seconds = ran_during(call)
+            assert ran > 100, f"the Python thread counted {ran} times in the middle of {name}'s {seconds:.2f} s"
     finally:
         done.set()
         counter.join()
-    assert during > 1000, f"the Python thread ran {during} loops during fit"

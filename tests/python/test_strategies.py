@@ -47,9 +47,9 @@ def test_each_strategy_by_scope_trains_as_one_device(tf, make, replicas):
     model, h2 = train(tf, strategy)
     assert model.distribute_strategy is strategy
     assert model._model.strategy_name == strategy.name
-    for a, b in zip(alone.get_weights(), model.get_weights()):
-        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
-    assert h2.history["loss"][-1] == pytest.approx(h1.history["loss"][-1], rel=1e-4)
+    for a, b in zip(alone.get_weights(), model.get_weights()):  # within 1e-5, relative, per tensor
+        assert np.max(np.abs(b - a)) <= 1e-5 * np.max(np.abs(a)), np.max(np.abs(b - a)) / np.max(np.abs(a))
+    assert h2.history["loss"][-1] == pytest.approx(h1.history["loss"][-1], rel=1e-5)
     assert tf.distribute.get_strategy() is None  # the scope closed
 
 
@@ -205,8 +205,8 @@ def test_parameter_servers_from_tf_config_train_as_one_process(tmp_path):
                               "ps", str(tmp_path / "ps.npz")], capture_output=True, text=True, timeout=180)
     assert cluster.returncode == 0, cluster.stdout + cluster.stderr
     a, b = np.load(tmp_path / "alone.npz"), np.load(tmp_path / "ps.npz")
-    for name in a.files:
-        np.testing.assert_allclose(b[name], a[name], rtol=1e-5, atol=1e-6)
+    for name in a.files:  # one worker, synchronous: one process's bits
+        np.testing.assert_array_equal(b[name], a[name])
     # Again with every connection under CurveZMQ keys (`tandem keys`, auth_dir=): the same weights.
     made = subprocess.run([str(CLI), "keys", str(tmp_path / "keys")], capture_output=True, text=True, timeout=60)
     assert made.returncode == 0, made.stderr

@@ -62,8 +62,8 @@ ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds t
     if (cluster_.task().type == "chief") greet_as_chief(text);
     else greet_as_other(text);
   };
-  control_ =
-      std::make_unique<detail::ControlPlane>(control_rank(cluster_, me), hosts, timeout_, nullptr, exchange, names);
+  control_ = std::make_unique<detail::ControlPlane>(control_rank(cluster_, me), hosts, timeout_, nullptr, exchange,
+                                                    names, true);
 }
 
 ClusterLink::~ClusterLink() = default;

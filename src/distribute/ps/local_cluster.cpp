@@ -73,7 +73,7 @@ std::unique_ptr<StepRunner> ParameterServerStrategy::start_local(const StepParts
                       .batch_at = worker ? tasks->batches[i] : BatchAt()};
         ps::serve_task(link, options_, own, worker ? nullptr : std::move(tasks->server_optimizers[i]));
       } catch (const std::exception& e) {
-        link.control().report_failure(fmt::format("{} failed: {}", name, e.what()));
+        link.control().report_failure(e.what());  // named as this task's by the others
         throw;
       }
     } catch (const std::exception& e) {

@@ -113,16 +113,16 @@ std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options,
 }
 
 void add_parameter_server_strategies(std::vector<StrategyEntry>& entries) {
-  entries.push_back(entry("ps-async", "ps-async[:PxW:threads]", "ps-async:PxW[:threads]", {0, 0},
+  entries.push_back(entry("ps-async", "ps-async, ps-async:PxW:threads", "ps-async:PxW[:threads]", {0, 0},
                           "a parameter-server cluster, each worker's gradients applied at once (PxW:threads: P "
                           "servers and W workers as threads of this process)",
                           CompareRole::AsynchronousUpdates));
-  entries.push_back(entry("ps-sync", "ps-sync[:B] or ps-sync:PxW[:B]:threads", "ps-sync:PxW[:B][:threads]", {0, 1},
+  entries.push_back(entry("ps-sync", "ps-sync[:B], ps-sync:PxW[:B]:threads", "ps-sync:PxW[:B][:threads]", {0, 1},
                           "a parameter-server cluster in synchronous rounds; B backup workers: each round applies the "
                           "first W - B gradients (PxW ... :threads: in this process)",
                           CompareRole::SynchronousUpdates));
   entries.push_back(
-      entry("ps-ssp", "ps-ssp:S or ps-ssp:PxW:S:threads", "ps-ssp:PxW:S[:threads]", {1, 1},
+      entry("ps-ssp", "ps-ssp:S, ps-ssp:PxW:S:threads", "ps-ssp:PxW:S[:threads]", {1, 1},
             "a parameter-server cluster, asynchronous, no worker more than S steps ahead of the slowest (PxW ... "
             ":threads: in this process)"));
 }

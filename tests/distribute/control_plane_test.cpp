@@ -1,0 +1,136 @@
+// The control plane (collectives/control_plane.h) of a two-rank job on this machine, against
+// strangers on its port: it listens on loopback only; connections that say nothing, say garbage,
+// or come by the hundred hold nothing up (the ranks' beats go on, the job does not fail); and a
+// failure another rank reports is printed as that rank's words, cleaned, never as this rank's.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <thread>
+
+#include "collectives/control_plane.h"
+#include "tandem/error.h"
+
+namespace tandem::distribute::detail {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Ranks 0 and 1 of one job, made together (each constructor waits for the other's side).
+struct TwoRanks {
+  std::unique_ptr<ControlPlane> zero, one;
+  int port = 0;
+  explicit TwoRanks(std::chrono::milliseconds timeout) {
+    std::promise<std::string> text;
+    std::shared_future<std::string> said = text.get_future().share();
+    std::vector<std::string> hosts{"127.0.0.1", "127.0.0.1"}, names{"chief:0 (test)", "worker:0 (test)"};
+    std::thread other([&] {
+      one = std::make_unique<ControlPlane>(
+          1, hosts, timeout, nullptr, [&](std::string& t) { t = said.get(); }, names);
+    });
+    zero = std::make_unique<ControlPlane>(
+        0, hosts, timeout, nullptr, [&](std::string& t) { text.set_value(t); }, names);
+    other.join();
+    port = std::stoi(said.get());
+  }
+};
+
+// A connection to this machine's `port` within 200 ms (never waiting on a full backlog), or -1.
+int connect_loopback(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  pollfd p{fd, POLLOUT, 0};
+  if ((connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0 && errno != EINPROGRESS) ||
+      poll(&p, 1, 200) != 1) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(ControlPlane, ALocalJobListensOnLoopbackOnly) {
+  EXPECT_EQ(listen_address({"127.0.0.1", "127.0.0.1"}, true), "127.0.0.1");
+  EXPECT_EQ(listen_address({"node1", "node1", "node1"}, false), "127.0.0.1");  // MPI: one machine's name
+  EXPECT_EQ(listen_address({"10.1.2.3", "10.1.2.4"}, true), "10.1.2.3");       // a cluster spec's own address
+  EXPECT_EQ(listen_address({"node1", "node2"}, false), "");                    // MPI across machines: every interface
+  TwoRanks job(3000ms);
+  // The port rank 0 said it listens on answers on loopback; what it is bound to is loopback.
+  int fd = connect_loopback(job.port);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  std::string table;
+  FILE* tcp = std::fopen("/proc/net/tcp", "r");
+  ASSERT_NE(tcp, nullptr);
+  char line[512];
+  std::string needle = fmt::format(":{:04X} ", job.port);
+  while (std::fgets(line, sizeof line, tcp) != nullptr) {
+    std::string l(line);
+    if (l.find(needle) != std::string::npos && l.find(" 0A ") != std::string::npos) table += l;  // 0A: LISTEN
+  }
+  std::fclose(tcp);
+  ASSERT_FALSE(table.empty()) << "no listening socket on port " << job.port;
+  EXPECT_NE(table.find("0100007F:" + fmt::format("{:04X}", job.port)), std::string::npos)
+      << "not on 127.0.0.1: " << table;
+}
+
+// Strangers that connect and say nothing, say garbage, or come by the hundred: for longer than
+// the timeout, the job's beats go on (neither rank fails) and it ends cleanly.
+TEST(ControlPlane, StrangersOnThePortHoldNothingUp) {
+  TwoRanks job(1500ms);
+  job.zero->set_expendable([](int rank) { return rank >= 1; });  // as an asynchronous job: connections are taken
+  std::vector<int> strangers;
+  for (int i = 0; i < 200; ++i) {
+    int fd = connect_loopback(job.port);
+    if (fd < 0) continue;
+    if (i % 3 == 1) (void)!::send(fd, "garbage, not a hello", 20, MSG_NOSIGNAL);
+    if (i % 3 == 2) (void)!::send(fd, "\x01\x00", 2, MSG_NOSIGNAL);  // half a hello, then silence
+    strangers.push_back(fd);
+  }
+  std::this_thread::sleep_for(3000ms);  // twice the timeout: a held-up beat would fail the job
+  EXPECT_FALSE(job.zero->failed()) << job.zero->failure();
+  EXPECT_FALSE(job.one->failed()) << job.one->failure();
+  for (int fd : strangers) close(fd);
+  std::thread other([&] { EXPECT_TRUE(job.one->leave_and_wait()) << job.one->failure(); });
+  EXPECT_TRUE(job.zero->leave_and_wait()) << job.zero->failure();
+  other.join();
+}
+
+// A failure rank 1 reports reaches rank 0 as rank 1's words, its control characters removed; one
+// that names its rank itself is shown as it is.
+TEST(ControlPlane, APeersFailureIsPrintedAsItsWordsCleaned) {
+  {
+    TwoRanks job(3000ms);
+    job.one->report_failure("the disk is full\n\x1b[31mred\x1b[0m");
+    for (int i = 0; i < 200 && !job.zero->failed(); ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(job.zero->failed());
+    EXPECT_EQ(job.zero->failure(), "worker:0 (test) reported: the disk is full  [31mred [0m");
+    EXPECT_EQ(job.one->failure(), "the disk is full\n\x1b[31mred\x1b[0m") << "its own words, as it said them";
+  }
+  {
+    TwoRanks job(3000ms);
+    job.one->report_failure("worker:0 (test) failed: out of memory");
+    for (int i = 0; i < 200 && !job.zero->failed(); ++i) std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(job.zero->failure(), "worker:0 (test) failed: out of memory");
+  }
+  {  // rank 0's own failure, relayed: rank 1 names rank 0 as the one who said it
+    TwoRanks job(3000ms);
+    job.zero->report_failure(std::string(5000, 'x'));
+    for (int i = 0; i < 200 && !job.one->failed(); ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_TRUE(job.one->failed());
+    EXPECT_TRUE(job.one->failure().starts_with("chief:0 (test) reported: xxx")) << job.one->failure();
+    EXPECT_TRUE(job.one->failure().ends_with("... (3000 bytes more)")) << job.one->failure().size();
+  }
+}
+
+}  // namespace
+}  // namespace tandem::distribute::detail
