@@ -22,6 +22,7 @@
 #include <thread>
 #include <utility>
 
+#include "core/fault_hooks.h"
 #include "tandem/error.h"
 
 namespace tandem::distribute::detail {
@@ -43,14 +44,6 @@ std::string encode_table(const std::vector<int64_t>& progress, const std::vector
   return table;
 }
 
-// "checkpoint writing", "checkpoint-writing" and "Checkpoint_Writing" name the same phase.
-std::string phase_key(const std::string& phase) {
-  std::string key;
-  for (char c : phase)
-    key += c == ' ' || c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return key;
-}
-
 std::string during(const std::string& phase) { return phase.empty() ? std::string() : " during " + phase; }
 
 // A peer's words as this rank prints them: control characters as spaces, at most 2,000 bytes.
@@ -65,14 +58,8 @@ std::string cleaned(const std::string& text) {
 }  // namespace
 
 int test_fault_signal(int rank, const std::string& phase) {
-  const char* fault = std::getenv("TANDEM_TEST_FAULT");
-  if (fault == nullptr) return 0;
-  char kind[8] = {}, at[64] = {};
-  int who = -1;
-  if (std::sscanf(fault, "%7[a-z]:%d:%63[a-zA-Z_ -]", kind, &who, at) != 3 || who != rank ||
-      phase_key(at) != phase_key(phase))
-    return 0;
-  return std::string(kind) == "kill" ? SIGKILL : std::string(kind) == "stop" ? SIGSTOP : 0;
+  const fault_hooks::Hooks& hooks = fault_hooks::hooks();
+  return hooks.phase_signal ? hooks.phase_signal(rank, phase) : 0;
 }
 
 std::vector<std::string> local_addresses() {
@@ -576,13 +563,14 @@ void ControlPlane::check_silence() {
 // Reads what is there; false when the connection is closed.
 bool ControlPlane::read_from(int from, Peer& peer) {
   char buffer[4096];
+  bool open = true;
   for (;;) {
     ssize_t n = recv(peer.fd, buffer, sizeof buffer, MSG_DONTWAIT);
-    if (n == 0) return false;
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-      return false;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      open = false;  // closed: what it said before closing is read first (a failure it reported, its bye)
+      break;
     }
+    if (n < 0) break;
     peer.in.append(buffer, static_cast<size_t>(n));
   }
   peer.heard = Clock::now();
@@ -601,7 +589,7 @@ bool ControlPlane::read_from(int from, Peer& peer) {
     if (type == kDone) peer.finished = true;
     handle(from, type, payload);
   }
-  return true;
+  return open;
 }
 
 void ControlPlane::handle(int from, uint32_t type, const std::string& payload) {

@@ -19,10 +19,9 @@
 
 namespace tandem::distribute::detail {
 
-// The test hook TANDEM_TEST_FAULT=stop:RANK:PHASE or kill:RANK:PHASE: rank RANK stops (SIGSTOP)
-// or dies (SIGKILL) as it enters PHASE ("start-up", "training", "checkpoint writing"; dashes for
-// spaces). Other values, and other ranks, do nothing.
-// Returns the signal to raise (0: none).
+// The tests' fault hook (core/fault_hooks.h: TANDEM_TEST_FAULT=stop|kill:RANK:PHASE in the test
+// programs and build/tandem-test; nothing in the release ones): the signal rank `rank` raises as
+// it enters `phase` (0: none).
 int test_fault_signal(int rank, const std::string& phase);
 
 // The IPv4 addresses of this machine's interfaces that are up, loopback last.

@@ -146,9 +146,28 @@ TEST(Cli, SigkillMidEpochThenRerunEndsWithTheSameWeightsBitwise) {
   }
 }
 
-}  // namespace
-}  // namespace tandem
+// The fault hooks are the test build's only (build/tandem-test): the release command trains
+// through a fault setting that the test build obeys (here a malformed straggler, which the test
+// build refuses by name).
+TEST(Cli, TheReleaseCommandHasNoFaultHooks) {
+  testing::TempDir dir;
+  make_mnist(dir.file("data/mnist"), 60, 10);
+  std::vector<std::string> args{"fit",       "--epochs", "1",          "--verbose",          "0",
+                                "--log-dir", "",         "--strategy", "ps-sync:1x1:threads"};
+  std::vector<std::string> faults{"TANDEM_TEST_PS_SLOW_WORKER=bad", "TANDEM_TEST_FAULT=kill:0:training"};
+  std::vector<std::string> release{TANDEM_RELEASE_CLI}, test{TANDEM_CLI};
+  release.insert(release.end(), args.begin(), args.end());
+  test.insert(test.end(), args.begin(), args.end());
+  release.insert(release.end(), {"--checkpoint-dir", "release"});
+  test.insert(test.end(), {"--checkpoint-dir", "test"});
+  testing::Watched plain = testing::run_watched(release, dir, 120, "release.log", faults);
+  EXPECT_EQ(plain.code, 0) << plain.output;
+  testing::Watched hooked = testing::run_watched(test, dir, 120, "test.log", faults);
+  EXPECT_NE(hooked.code, 0) << hooked.output;
+  EXPECT_NE(hooked.output.find("TANDEM_TEST_PS_SLOW_WORKER: expected INDEX:MILLISECONDS, got \"bad\""),
+            std::string::npos)
+      << hooked.output;
+}
 
-namespace tandem {
-namespace {}  // namespace
+}  // namespace
 }  // namespace tandem

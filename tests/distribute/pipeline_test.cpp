@@ -5,6 +5,8 @@
 // refused; a stage that fails ends the step on every stage.
 #include <gtest/gtest.h>
 
+#include <regex>
+
 #include <thread>
 
 #include "distribute/split_models.h"
@@ -56,6 +58,9 @@ TEST(Pipeline, Mlp5InTwoAndThreeStagesTrainsAsOneDeviceWithEitherSchedule) {
         EXPECT_GE(h.history["bubble"][0], 0.0) << what;
         EXPECT_LT(h.history["bubble"][0], 1.0) << what;
         EXPECT_DOUBLE_EQ(h.history["bubble_ideal"][0], (stages - 1.0) / (micro + stages - 1.0)) << what;
+        // One micro-batch runs the stages one after another: each device idles while the others
+        // work, whatever their speeds, so at least the ideal (S - 1) / S is idle (hand-overs add).
+        if (micro == 1) EXPECT_GE(h.history["bubble"][0], h.history["bubble_ideal"][0] - 0.05) << what;
         pipeline.set_timeline(nullptr);
         // Both schedules add each stage's gradients in micro-batch order: the same bits.
         if (gpipe) expect_close(*gpipe, *model, 0, what + " against gpipe");
@@ -231,7 +236,7 @@ TEST(Pipeline, AStageThatFailsEndsTheStepOnEveryStage) {
     } catch (const Error& e) {
       said = e.what();
     }
-    EXPECT_NE(said.find("12"), std::string::npos) << said;
+    EXPECT_TRUE(std::regex_search(said, std::regex("label 12 at index [0-9]+ is out of range \\[0, 10\\)"))) << said;
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20)) << said;
   }
 }

@@ -59,6 +59,23 @@ TEST(PsInProcess, SynchronousTrainingIsTheLaunchedClustersBitForBitOnOneAndThree
   }
 }
 
+// Asynchronous with one worker is one process, bit for bit, launched and in process (each push
+// applied before the next pull; the worker's own optimizer state on the server is the model's).
+TEST(PsInProcess, AsynchronousOnOneWorkerIsOneProcessBitForBitLaunchedOrInProcess) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> one{"fit"};
+  for (const std::string& a : fit_args("default", "one", {"--batch-size", "32"})) one.push_back(a);
+  ASSERT_EQ(run(one, dir).code, 0);
+  Watched local = fit_in_process(dir, fit_args("ps-async:1x1:threads", "local", {"--batch-size", "32"}), "local.log");
+  ASSERT_EQ(local.code, 0) << local.output;
+  Watched launched =
+      launch_cluster(dir, 1, 1, fit_args("ps-async", "launched", {"--batch-size", "32"}), "launched.log");
+  ASSERT_EQ(launched.code, 0) << launched.output;
+  expect_same_state(dir.file("one/final.safetensors"), dir.file("local/final.safetensors"), 0, "in process");
+  expect_same_state(dir.file("one/final.safetensors"), dir.file("launched/final.safetensors"), 0, "launched");
+}
+
 // --record in one, --replay in the other: an asynchronous run of 3 workers on 2 servers, whose
 // order the record forces, ends with the same bits wherever its tasks are.
 TEST(PsInProcess, AnAsynchronousRecordReplaysAcrossProcessesAndThreadsBitForBit) {

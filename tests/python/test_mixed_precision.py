@@ -57,8 +57,13 @@ def test_policy_names_and_layers_taking_the_global_policy(tf, policy):
 
 def test_mixed_bfloat16_mlp_trains_within_a_point_of_float32(tf, policy):
     plain, plain_accuracy = train(tf)
+    again, _ = train(tf)
     policy.set_global_policy("mixed_bfloat16")
     mixed, mixed_accuracy = train(tf)
     assert plain_accuracy > 0.9
     assert abs(mixed_accuracy - plain_accuracy) <= 0.01
     assert all(w.dtype == np.float32 for w in mixed.get_weights()), "variables stay float32"
+    # The policy acted: float32 training gives the same bits twice, the mixed run other ones.
+    assert all(np.array_equal(a, b) for a, b in zip(plain.get_weights(), again.get_weights()))
+    assert not all(np.array_equal(a, b) for a, b in zip(plain.get_weights(), mixed.get_weights())), \
+        "mixed_bfloat16 trained to float32's bits: the policy was not applied"

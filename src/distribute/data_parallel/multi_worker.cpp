@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
+#include <tuple>
 
+#include "core/fault_hooks.h"
 #include "distribute/data_parallel/sharded_update.h"
 #include "tandem/collectives/mpi.h"
 #include "tandem/error.h"
@@ -87,15 +89,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions opti
       fail("MultiWorkerMirroredStrategy: zero reduce-scatters full-precision gradients; leave compression off");
     sharded_ = std::make_unique<ShardedUpdate>(*workers_, mw_.deterministic, mw_.zero_bucket_bytes);
   }
-  if (const char* fault = std::getenv("TANDEM_TEST_FAULT")) {
-    char kind[8] = {};
-    int rank = -1;
-    long long step = -1;
-    if (std::sscanf(fault, "%7[a-z]:%d:%lld", kind, &rank, &step) == 3 && rank == workers_->rank()) {
-      fault_at_ = step;
-      fault_kill_ = std::string(kind) == "kill";
-    }
-  }
+  if (const fault_hooks::Hooks& hooks = fault_hooks::hooks(); hooks.step_fault)  // the tests' (core/fault_hooks.h)
+    std::tie(fault_at_, fault_kill_) = hooks.step_fault(workers_->rank());
 }
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/fault_hooks.h"
 #include "distribute/step_body.h"
 #include "tandem/autograd.h"
 #include "tandem/ops.h"
@@ -45,16 +46,11 @@ Tensor read_batch(ClusterLink& link, const StepParts& parts, int epoch, int64_t 
   return batch.x;
 }
 
-// Fault injection for the tests: TANDEM_TEST_PS_SLOW_WORKER=INDEX:MS makes worker INDEX a
-// straggler, MS milliseconds slower per step.
+// The tests' straggler (core/fault_hooks.h: TANDEM_TEST_PS_SLOW_WORKER=INDEX:MS in the test
+// programs and build/tandem-test): MS milliseconds more per step of worker INDEX.
 int64_t straggler_delay_ms(int me) {
-  const char* spec = std::getenv("TANDEM_TEST_PS_SLOW_WORKER");
-  if (spec == nullptr) return 0;
-  int index = -1;
-  long long ms = 0;
-  if (std::sscanf(spec, "%d:%lld", &index, &ms) != 2 || ms < 0)
-    fail("TANDEM_TEST_PS_SLOW_WORKER: expected INDEX:MILLISECONDS, got \"{}\"", spec);
-  return index == me ? ms : 0;
+  const fault_hooks::Hooks& hooks = fault_hooks::hooks();
+  return hooks.straggler_ms ? hooks.straggler_ms(me) : 0;
 }
 
 struct CalledBack {  // the chief called the step in hand back (stop: the job is ending)
