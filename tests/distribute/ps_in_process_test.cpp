@@ -103,6 +103,19 @@ TEST(PsInProcess, AnAsynchronousRecordReplaysAcrossProcessesAndThreadsBitForBit)
   ASSERT_EQ(back.code, 0) << back.output;
   expect_same_state(dir.file("launched/final.safetensors"), dir.file("back/final.safetensors"), 0,
                     "recorded launched, replayed in process");
+
+  // A record of a run in which a task died (its "complete" false) cannot force its order again.
+  std::string text = io::read_file(dir.file("local.record"));
+  size_t at = text.find("\"complete\":true");
+  ASSERT_NE(at, std::string::npos) << text.substr(0, 200);
+  text.replace(at, 15, "\"complete\":false");
+  io::write_file_atomically(dir.file("died.record"), text);
+  Watched died = fit_in_process(
+      dir, fit_args("ps-async:2x3:threads", "died", with({"--replay", dir.file("died.record")})), "died.log");
+  EXPECT_NE(died.code, 0) << died.output;
+  EXPECT_NE(died.output.find("a worker or server died in the recorded run, so its order cannot be forced again"),
+            std::string::npos)
+      << died.output;
 }
 
 // PsCluster.BoundedStalenessKeepsEveryWorkerWithinSStepsOfTheSlowest and
