@@ -2,7 +2,8 @@
 // (loopback ports chosen free at run time, a watchdog on every launch, failures injected from
 // outside with SIGKILL): a worker's steps handed to the others and the worker started again, one
 // started by hand or added to the running job, a server restored, a synchronous round closed
-// without its dead worker; and an asynchronous run replayed from its record, bit for bit.
+// without its dead worker, every worker gone and the job ended after the timeout; and an
+// asynchronous run replayed from its record, bit for bit.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -312,6 +313,34 @@ TEST(PsCluster, ASynchronousJobDropsADeadWorkerFromItsRoundOrEndsBelowMinWorkers
 
 // With --restarts 0 the launcher leaves a dead worker dead; the same task started by hand (its
 // TF_CONFIG) joins the running job, trains steps, and ends with it.
+// Asynchronous, no restarts, both workers SIGKILLed once epoch 2 begins: the chief waits for one
+// to come back at most --timeout, then ends the job naming why, every task ending.
+TEST(PsCluster, EveryWorkerGoneEndsTheJobAfterTheTimeout) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> launch{TANDEM_CLI,   "launch",     "--ps",
+                                  "1",          "--workers",  "2",
+                                  "--restarts", "0",          "--",
+                                  TANDEM_CLI,   "fit",        "--model",
+                                  "mlp",        "--strategy", "ps-async",
+                                  "--epochs",   "150",        "--batch-size",
+                                  "8",          "--threads",  "1",
+                                  "--verbose",  "2",          "--timeout",
+                                  "3",          "--data-dir", dir.file("data")};
+  Background job(dir, launch, "job.log");
+  ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
+  for (int w : {0, 1}) {
+    pid_t worker = task_pid(job.pid(), "worker", w);
+    ASSERT_GT(worker, 0) << "worker:" << w << "'s process not found";
+    kill(worker, SIGKILL);
+  }
+  int code = job.wait(60);
+  std::string out = job.said();
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(code, -1) << "the job did not end within 60 s of losing every worker\n" << out;
+  EXPECT_NE(out.find("no worker is left: every one died and none came back within 3 s"), std::string::npos) << out;
+}
+
 TEST(PsCluster, AWorkerStartedAgainByHandJoinsTheRunningJob) {
   TempDir dir;
   make_mnist(dir.file("data/mnist"), 600, 60);
