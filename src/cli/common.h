@@ -86,6 +86,9 @@ std::vector<std::string> split(const std::string& text, char separator);
 // exceeds the usable cores.
 std::string describe_parallelism(const distribute::Strategy* strategy, int threads_flag);
 void warn_about_parallelism(const distribute::Strategy& strategy, int threads_flag);
+// A data-parallel strategy with more replicas than the global batch has rows is refused (the
+// replicas past the rows would compute nothing at every step), naming both counts.
+void refuse_idle_replicas(const distribute::Strategy& strategy, const std::string& name, int64_t batch_size);
 
 // From the strategies' registry (strategy_flags.cpp): --strategy's help, and the refusal of a
 // strategy's own flag (given: flag name, whether it was set) with a strategy that does not read it.

@@ -224,6 +224,7 @@ void run_fit(FitFlags f) {
   check_strategy_flags(f.strategy, strategy_flags_given(f));
   if (!f.device_memory.empty()) settings.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, settings);
+  refuse_idle_replicas(*strategy, f.strategy, f.common.batch_size);
   distribute::set_job_phase(*strategy, "start-up");  // the model, the data, the run directory
   std::unique_ptr<Timeline> timeline;
   if (!f.timeline.empty()) timeline = start_timeline(*strategy, f.timeline);

@@ -81,6 +81,16 @@ void warn_about_parallelism(const distribute::Strategy& strategy, int threads_fl
                  strategy.num_replicas_in_sync(), cores, cores == 1 ? "" : "s", cores);
 }
 
+void refuse_idle_replicas(const distribute::Strategy& strategy, const std::string& name, int64_t batch_size) {
+  const distribute::StrategyEntry* entry = distribute::strategy_entry(name);
+  int replicas = strategy.num_replicas_in_sync();
+  if (entry == nullptr || entry->family != distribute::StrategyFamily::DataParallel || replicas <= batch_size) return;
+  fail(
+      "--strategy {}: {} replicas and a global batch of {} rows (--batch-size): {} replicas would have no rows to "
+      "compute at any step; use at most {} replicas, or a batch of at least {} rows",
+      name, replicas, batch_size, replicas - batch_size, batch_size, replicas);
+}
+
 OptimizerChoice choose_optimizer(const std::string& name, float learning_rate, float momentum, const ModelSpec& spec) {
   OptimizerChoice c;
   c.name = name.empty() ? spec.default_optimizer : name;

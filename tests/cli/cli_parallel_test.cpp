@@ -117,6 +117,21 @@ TEST(Cli, CompareRowsOfProcessesAreLaunchedAsTheirEntriesPlanThem) {
       << r.output;
 }
 
+// More data-parallel replicas than the global batch has rows is refused before anything trains:
+// the replicas past the rows would compute nothing at every step.
+TEST(Cli, MoreReplicasThanRowsInABatchAreRefused) {
+  testing::TempDir dir;
+  for (const char* strategy : {"mirrored:64", "local_sgd:64", "central:64"}) {
+    Outcome r = run({"fit", "--strategy", strategy, "--batch-size", "32", "--epochs", "1", "--verbose", "0"}, dir);
+    EXPECT_EQ(r.code, 1) << strategy;
+    EXPECT_NE(r.output.find(fmt::format("--strategy {}: 64 replicas and a global batch of 32 rows (--batch-size): 32 "
+                                        "replicas would have no rows to compute at any step",
+                                        strategy)),
+              std::string::npos)
+        << r.output;
+  }
+}
+
 // A strategy's own flag given with another strategy is refused, naming those that read it (the
 // registry's entries say which): it would otherwise be ignored while the user believes it acts.
 TEST(Cli, AFlagOfAnotherStrategyIsRefused) {

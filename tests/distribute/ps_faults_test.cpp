@@ -170,7 +170,10 @@ pid_t task_pid(pid_t launcher, const std::string& type, int index) {
     if (!std::regex_search(status, parent, std::regex("PPid:\\s+([0-9]+)")) || std::stoi(parent[1]) != launcher)
       continue;
     auto pid = static_cast<pid_t>(std::stoi(name));
-    if (tf_config_of(pid).find(wanted) != std::string::npos) return pid;
+    try {
+      if (tf_config_of(pid).find(wanted) != std::string::npos) return pid;
+    } catch (const Error&) {  // ended meanwhile
+    }
   }
   return -1;
 }
