@@ -217,7 +217,7 @@ TEST(Cli, VerboseTwoPrintsTheThreadChoiceAndTooManyThreadsStillTrain) {
   EXPECT_NE(r.output.find("usable core"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("free of other processes now"), std::string::npos) << r.output;
   if (usable_cores() < 64) EXPECT_NE(r.output.find("note: --threads 64 exceeds the"), std::string::npos) << r.output;
-  r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--batch-size", "32", "--strategy", "mirrored:64",
+  r = run({"fit", "--data-dir", dir.path(), "--epochs", "1", "--batch-size", "64", "--strategy", "mirrored:64",
            "--checkpoint-dir", "", "--log-dir", "", "--verbose", "2"},
           dir);
   ASSERT_EQ(r.code, 0) << r.output;
