@@ -1,19 +1,16 @@
-// The control connections beside MPI (control_plane.h). Messages are a type, a length and a
-// payload; rank 0 relays what any rank reports. Nothing here blocks on a peer: sends that would
+// The control connections beside MPI (control_plane.h): the liveness protocol. Messages are a
+// type, a length and a payload (control_wire.h); who may connect is control_plane_joins.cpp's;
+// rank 0 relays what any rank reports. Nothing here blocks on a peer: sends that would
 // block are dropped (beats are repeated), and reads go through poll().
 #include "collectives/control_plane.h"
+#include "collectives/control_wire.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <ifaddrs.h>
-#include <netdb.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -29,7 +26,6 @@ namespace tandem::distribute::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-enum : uint32_t { kHello = 1, kBeat = 2, kTable = 3, kFail = 4, kBye = 5, kDone = 6 };
 
 double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
 
@@ -61,98 +57,6 @@ int test_fault_signal(int rank, const std::string& phase) {
   const fault_hooks::Hooks& hooks = fault_hooks::hooks();
   return hooks.phase_signal ? hooks.phase_signal(rank, phase) : 0;
 }
-
-std::vector<std::string> local_addresses() {
-  std::vector<std::string> out, loopback;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) == 0) {
-    for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-      if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-      char text[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
-      (std::string(text).starts_with("127.") ? loopback : out).push_back(text);
-    }
-    freeifaddrs(list);
-  }
-  out.insert(out.end(), loopback.begin(), loopback.end());
-  return out;
-}
-
-namespace {
-
-bool is_loopback_host(const std::string& host) {
-  return host == "localhost" || host.starts_with("127.") || host == "::1" || host == "[::1]";
-}
-
-}  // namespace
-
-std::string listen_address(const std::vector<std::string>& hosts, bool bind_own_host) {
-  bool local = true;
-  for (const std::string& h : hosts) local = local && (h == hosts[0] || is_loopback_host(h));
-  if (local) return "127.0.0.1";
-  if (!bind_own_host) return {};
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (getaddrinfo(hosts[0].c_str(), nullptr, &hints, &found) != 0 || found == nullptr)
-    fail("control connection: rank 0's host \"{}\" has no IPv4 address to listen on", hosts[0]);
-  char text[INET_ADDRSTRLEN];
-  inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
-  freeaddrinfo(found);
-  return text;
-}
-
-namespace {
-
-// A connected socket to address:port within `limit`, or -1.
-int connect_to(const std::string& address, int port, std::chrono::milliseconds limit) {
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(port));
-  if (inet_pton(AF_INET, address.c_str(), &to.sin_addr) != 1) return -1;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0 && errno != EINPROGRESS) {
-    close(fd);
-    return -1;
-  }
-  pollfd p{fd, POLLOUT, 0};
-  int error = 0;
-  socklen_t length = sizeof error;
-  if (poll(&p, 1, static_cast<int>(limit.count())) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 ||
-      error != 0) {
-    close(fd);
-    return -1;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  return fd;
-}
-
-void write_all_blocking(int fd, const std::string& bytes) {
-  size_t at = 0;
-  while (at < bytes.size()) {
-    ssize_t n = ::send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      pollfd p{fd, POLLOUT, 0};
-      poll(&p, 1, 100);
-      continue;
-    }
-    if (n <= 0) fail("control connection: send failed: {}", std::strerror(errno));
-    at += static_cast<size_t>(n);
-  }
-}
-
-std::string frame(uint32_t type, const std::string& payload) {
-  std::string out(8, '\0');
-  auto length = static_cast<uint32_t>(payload.size());
-  std::memcpy(out.data(), &type, 4);
-  std::memcpy(out.data() + 4, &length, 4);
-  return out + payload;
-}
-
-}  // namespace
 
 ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono::milliseconds timeout,
                            std::function<void(const std::string&)> on_failure, const Exchange& exchange,
@@ -397,83 +301,6 @@ bool ControlPlane::lose(int rank, const std::string& what) {
   lost_.fetch_add(1, std::memory_order_release);
   events_.push_back({rank, false, what});
   return true;
-}
-
-// Rank 0: a connection taken, its hello awaited without waiting (read_pending).
-void ControlPlane::accept_pending() {
-  int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) return;
-  if (pending_.size() >= kMaxPending) {  // a flood: the oldest waiting one goes
-    close(pending_.front().fd);
-    pending_.erase(pending_.begin());
-  }
-  pending_.push_back({fd, Clock::now() + std::min(timeout_, std::chrono::milliseconds(2000)), {}});
-}
-
-std::vector<std::pair<int, int32_t>> ControlPlane::read_pending(const std::vector<pollfd>& ready) {
-  std::vector<std::pair<int, int32_t>> hellos;
-  std::vector<Pending> waiting;
-  auto now = Clock::now();
-  for (size_t i = 0; i < pending_.size(); ++i) {
-    Pending& p = pending_[i];
-    bool open = true;
-    if (i < ready.size() && ready[i].revents != 0) {
-      char buffer[12];
-      ssize_t n = recv(p.fd, buffer, 12 - p.in.size(), MSG_DONTWAIT);
-      if (n > 0) p.in.append(buffer, static_cast<size_t>(n));
-      else open = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
-    }
-    if (open && p.in.size() == 12) {  // a hello: kHello, length 4, the rank
-      uint32_t type = 0, length = 0;
-      int32_t from = -1;
-      std::memcpy(&type, p.in.data(), 4);
-      std::memcpy(&length, p.in.data() + 4, 4);
-      std::memcpy(&from, p.in.data() + 8, 4);
-      if (type == kHello && length == 4 && from > 0 && from < kMaxRanks) {
-        int one = 1;
-        setsockopt(p.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        hellos.emplace_back(p.fd, from);
-        continue;
-      }
-      open = false;
-    }
-    if (open && now < p.until) waiting.push_back(std::move(p));
-    else close(p.fd);
-  }
-  pending_ = std::move(waiting);
-  return hellos;
-}
-
-// On the control thread, rank 0: a connection after start-up whose hello came, taken only as a
-// lost expendable rank coming back (or one beyond the job's, joining) while this rank has not
-// begun to leave.
-void ControlPlane::accept_rejoin(int fd, int32_t from) {
-  std::lock_guard lock(mutex_);
-  // A rank beyond those the job has: joined, if expendable (the ranks between stay absent: lost).
-  if (!leaving_.load(std::memory_order_acquire) && from >= static_cast<int>(peers_.size()) && expendable_ &&
-      expendable_(from)) {
-    auto before = static_cast<int>(peers_.size());
-    peers_.resize(static_cast<size_t>(from) + 1);
-    progress_.resize(peers_.size(), 0);
-    phases_.resize(peers_.size(), "start-up");
-    for (int r = before; r <= from; ++r) peers_[static_cast<size_t>(r)].lost = true;
-    lost_.fetch_add(from + 1 - before, std::memory_order_release);
-    ranks_.store(from + 1, std::memory_order_release);
-  }
-  if (leaving_.load(std::memory_order_acquire) || from >= static_cast<int>(peers_.size()) ||
-      !peers_[static_cast<size_t>(from)].lost) {
-    close(fd);  // not one of ours, or a rank that is not lost (a second copy of a running task)
-    return;
-  }
-  Peer& p = peers_[static_cast<size_t>(from)];
-  if (p.counted) finished_.fetch_sub(1, std::memory_order_release);
-  p = Peer{};
-  p.fd = fd;
-  p.heard = Clock::now();
-  lost_.fetch_sub(1, std::memory_order_release);
-  progress_[static_cast<size_t>(from)] = 0;
-  phases_[static_cast<size_t>(from)] = "start-up";
-  events_.push_back({from, true, {}});
 }
 
 void ControlPlane::run() {
