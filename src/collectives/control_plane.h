@@ -27,6 +27,9 @@ int test_fault_signal(int rank, const std::string& phase);
 // The IPv4 addresses of this machine's interfaces that are up, loopback last.
 std::vector<std::string> local_addresses();
 
+// Whether a task's host is this machine's loopback ("localhost", 127.x.y.z, ::1).
+bool is_loopback_host(const std::string& host);
+
 // Where rank 0's control port listens, given every rank's host: 127.0.0.1 when every rank is on
 // rank 0's host (or a loopback one); else rank 0's host resolved, where `bind_own_host` (a cluster
 // spec names each task's address); else "" (every interface: MPI names machines, not addresses).

@@ -35,13 +35,9 @@ std::vector<std::string> local_addresses() {
   return out;
 }
 
-namespace {
-
 bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host.starts_with("127.") || host == "::1" || host == "[::1]";
 }
-
-}  // namespace
 
 std::string listen_address(const std::vector<std::string>& hosts, bool bind_own_host) {
   bool local = true;

@@ -12,11 +12,8 @@
 namespace tandem::distribute {
 
 namespace {
-// The cluster's links, made with the strategy (every task at once).
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.starts_with("127.") || host == "::1" || host == "[::1]";
-}
 
+// The cluster's links, made with the strategy (every task at once).
 std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const ParameterServerOptions& options,
                                          std::shared_ptr<zmq::context_t> context) {
   cluster.require({"chief", "worker", "ps"}, {"chief", "worker", "ps"}, "ParameterServerStrategy");
@@ -31,7 +28,7 @@ std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const Param
   // loopback addresses, unless the user says the network is trusted.
   if (!options.insecure)
     for (const TaskId& t : ps::tasks_in_rank_order(cluster))
-      if ((t.type == "chief" || t.type == "ps") && !is_loopback(cluster.host(t)))
+      if ((t.type == "chief" || t.type == "ps") && !detail::is_loopback_host(cluster.host(t)))
         fail(
             "ParameterServerStrategy: {} listens on {}, not a loopback address: without keys, anyone on that network "
             "could read and change the variables; pass --auth DIR (`tandem keys DIR` makes the keys; "
