@@ -56,6 +56,12 @@ Role role_of(const std::string& name) {
   return entry != nullptr ? entry->compare_role : Role::None;
 }
 
+// A row's name as a launched cluster's: "ps-async:1x3" for the in-process "ps-async:1x3:threads"
+// (and for itself).
+std::string as_launched(const std::string& name) {
+  return name.ends_with(":threads") ? name.substr(0, name.size() - 8) : name;
+}
+
 // A strategy whose workers are processes (its row names how many, "multiworker:2",
 // "ps-sync:1x3:1"): `tandem fit` under `tandem launch`, as its registry entry plans it. The
 // chief's report is the row.
@@ -165,8 +171,8 @@ Row train_under(const std::string& name, const CompareFlags& f) {
   row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   row.strategy = strategy->name();
   row.replicas = strategy->num_replicas_in_sync();
-  if (name.ends_with(":threads"))  // an in-process cluster: its workers, as the launched one's row counts them
-    row.replicas = distribute::strategy_entry(name)->launch(name.substr(0, name.size() - 8)).workers;
+  if (as_launched(name) != name)  // an in-process cluster: its workers, as the launched one's row counts them
+    row.replicas = distribute::strategy_entry(name)->launch(as_launched(name)).workers;
   row.samples_per_second = static_cast<double>(data.train.x.dim(0)) * f.epochs / row.wall;
   row.final_loss = h["loss"].back();
   if (h.history.contains("staleness")) {  // asynchronous parameter servers in this process: over the epochs
@@ -262,7 +268,7 @@ void answer_the_tutorial(const std::vector<Row>& rows, const CompareFlags& f) {
   const Row *async = nullptr, *sync = nullptr;
   for (const Row& r : rows) {
     if (role_of(r.strategy) == Role::AsynchronousUpdates && !async) async = &r;
-    std::string tasks = r.strategy.ends_with(":threads") ? r.strategy.substr(0, r.strategy.size() - 8) : r.strategy;
+    std::string tasks = as_launched(r.strategy);
     if (role_of(r.strategy) == Role::SynchronousUpdates && std::count(tasks.begin(), tasks.end(), ':') == 1 && !sync)
       sync = &r;  // plain synchronous: no backup workers
   }
@@ -296,8 +302,8 @@ void answer_the_tutorial(const std::vector<Row>& rows, const CompareFlags& f) {
 // threads gain over the processes.
 void answer_in_process(const std::vector<Row>& rows, const CompareFlags& f) {
   for (const Row& local : rows) {
-    if (!local.strategy.ends_with(":threads")) continue;
-    std::string name = local.strategy.substr(0, local.strategy.size() - 8);
+    std::string name = as_launched(local.strategy);
+    if (name == local.strategy) continue;
     auto launched = std::find_if(rows.begin(), rows.end(), [&](const Row& r) { return r.strategy == name; });
     if (launched == rows.end()) continue;
     std::string target;
@@ -401,7 +407,7 @@ void run_compare(const CompareFlags& f) {
           "every step moves the whole model twice {} (a pull before the batch, a push after) and passes "
           "the batch and its predictions through the chief, beside {} rows of compute; {} workers, the servers and "
           "the chief share {} cores",
-          r.strategy.ends_with(":threads") ? "between threads" : "over loopback", f.common.batch_size, r.replicas,
+          as_launched(r.strategy) != r.strategy ? "between threads" : "over loopback", f.common.batch_size, r.replicas,
           cores);
     else if (r.replicas > cores)
       why = fmt::format("{} replicas share {} cores, so they take turns instead of running side by side", r.replicas,
