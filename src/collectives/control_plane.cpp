@@ -19,6 +19,8 @@
 #include <thread>
 #include <utility>
 
+#include <fmt/ranges.h>
+
 #include "core/fault_hooks.h"
 #include "tandem/error.h"
 
@@ -85,7 +87,8 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
         listen(listen_fd_, 128) != 0 || getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&at), &length) != 0)
       fail("control connection: {} cannot listen on a TCP port{}: {}", who(0),
            own.empty() ? std::string() : " of " + own, std::strerror(errno));
-    text = std::to_string(ntohs(at.sin_port));
+    job_key_ = random_bytes(kJobKeyBytes);
+    text = std::to_string(ntohs(at.sin_port)) + " key:" + to_hex(job_key_);
     if (!own.empty()) text += " " + own;
     else
       for (const std::string& a : local_addresses()) text += " " + a;
@@ -106,12 +109,14 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
       std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
       for (const Pending& p : pending_) fds.push_back({p.fd, POLLIN, 0});
       if (poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left.count(), 50))) < 0) continue;
-      for (auto [fd, from] : read_pending({fds.begin() + 1, fds.end()})) {
-        if (from >= size() || peers_[static_cast<size_t>(from)].fd >= 0) {
-          close(fd);  // not one of ours, or a second copy of a rank
+      for (Hello& hello : read_pending({fds.begin() + 1, fds.end()})) {
+        Peer& p = peers_[static_cast<size_t>(std::min(hello.rank, size() - 1))];
+        if (hello.rank >= size() || p.fd >= 0) {
+          close(hello.fd);  // not one of ours, or a second copy of a rank
           continue;
         }
-        peers_[static_cast<size_t>(from)].fd = fd;
+        p.fd = hello.fd;
+        p.channel = std::move(hello.channel);
         ++joined;
       }
       if (fds[0].revents != 0) accept_pending();
@@ -121,20 +126,35 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
     int port = 0;
     in >> port;
     std::vector<std::string> addresses, loopback;
-    for (std::string a; in >> a;) (a.starts_with("127.") ? loopback : addresses).push_back(a);
+    for (std::string a; in >> a;)
+      if (a.starts_with("key:")) job_key_ = from_hex(a.substr(4));
+      else (a.starts_with("127.") ? loopback : addresses).push_back(a);
+    if (job_key_.size() != kJobKeyBytes)
+      fail("control connection: {} got no job key from {} (\"{}\"): is every task the same Tandem?", who(rank_), who(0),
+           text.substr(0, 80));
     // On rank 0's machine, loopback first; elsewhere only its other addresses.
     if (hosts_[static_cast<size_t>(rank_)] == hosts_[0])
       addresses.insert(addresses.begin(), loopback.begin(), loopback.end());
     peers_.resize(1);
+    // Rank 0 speaks first on a connection (its challenge); the hello answers it, sealed.
+    std::string challenge;
     for (const std::string& a : addresses) {
-      peers_[0].fd = connect_to(a, port, std::min(timeout_, std::chrono::milliseconds(3000)));
-      if (peers_[0].fd >= 0) break;
+      auto limit = std::min(timeout_, std::chrono::milliseconds(3000));
+      peers_[0].fd = connect_to(a, port, limit);
+      if (peers_[0].fd < 0) continue;
+      challenge = read_exactly(peers_[0].fd, kChallengeBytes, limit);
+      if (!challenge.empty()) break;
+      close(peers_[0].fd);
+      peers_[0].fd = -1;
     }
     if (peers_[0].fd < 0)
       fail("control connection: {} cannot reach {} at port {} on any of its addresses ({})", who(rank_), who(0), port,
-           text.substr(text.find(' ') + 1));
+           fmt::join(addresses, " "));
+    std::string mine = random_bytes(kChallengeBytes);
+    peers_[0].channel = Channel(job_key_, challenge, mine, false);
     int32_t me = rank_;
-    write_all_blocking(peers_[0].fd, frame(kHello, std::string(reinterpret_cast<const char*>(&me), 4)));
+    write_all_blocking(
+        peers_[0].fd, mine + peers_[0].channel.seal(frame(kHello, std::string(reinterpret_cast<const char*>(&me), 4))));
   }
   for (Peer& p : peers_) p.heard = Clock::now();
   ranks_.store(size(), std::memory_order_release);
@@ -266,11 +286,21 @@ void ControlPlane::set_failure(const std::string& message, bool tell_others, int
   if (on_failure_) on_failure_(shown);
 }
 
-// Under mutex_. A send that would block is dropped (a beat or a table is sent again soon).
+// Under mutex_. Records wait whole while the socket is full; past a bound (a peer that reads
+// nothing, stopped) new ones are dropped whole: a beat or a table is sent again soon.
 void ControlPlane::send_to(Peer& peer, uint32_t type, const std::string& payload) {
-  std::string bytes = frame(type, payload);
-  ssize_t n = ::send(peer.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  (void)n;
+  constexpr size_t kMostQueued = 1 << 16;
+  if (peer.out.size() > kMostQueued) return;
+  peer.out += peer.channel.seal(frame(type, payload));
+  flush(peer);
+}
+
+void ControlPlane::flush(Peer& peer) {
+  while (!peer.out.empty() && peer.fd >= 0) {
+    ssize_t n = ::send(peer.fd, peer.out.data(), peer.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n <= 0) return;
+    peer.out.erase(0, static_cast<size_t>(n));
+  }
 }
 
 void ControlPlane::set_expendable(std::function<bool(int rank)> expendable) {
@@ -296,7 +326,9 @@ bool ControlPlane::lose(int rank, const std::string& what) {
   Peer& p = peers_[static_cast<size_t>(rank)];
   if (p.fd >= 0) close(p.fd);
   p.fd = -1;
+  p.raw.clear();
   p.in.clear();
+  p.out.clear();
   p.lost = true;
   lost_.fetch_add(1, std::memory_order_release);
   events_.push_back({rank, false, what});
@@ -310,6 +342,10 @@ void ControlPlane::run() {
     if (Clock::now() >= next_beat || beat_now_.exchange(false, std::memory_order_acq_rel)) {
       beat();
       next_beat = Clock::now() + interval_;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      for (Peer& p : peers_) flush(p);
     }
     fds.clear();
     for (Peer& p : peers_) fds.push_back({p.fd, static_cast<short>(p.fd >= 0 ? POLLIN : 0), 0});
@@ -336,8 +372,11 @@ void ControlPlane::run() {
         if (fds[i].revents != 0 && !read_from(rank_ == 0 ? static_cast<int>(i) : 0, peers_[i])) {
           Peer& p = peers_[i];
           int from = rank_ == 0 ? static_cast<int>(i) : 0;
-          close(p.fd);
-          p.fd = -1;
+          {
+            std::lock_guard lock(mutex_);
+            close(p.fd);
+            p.fd = -1;
+          }
           if (p.left || stop_) continue;
           std::string what = fmt::format("{} died{}: its control connection closed (the process exited or was killed)",
                                          who(from), during(phase_of(from)));
@@ -346,8 +385,8 @@ void ControlPlane::run() {
     }
     // Hellos first (pending_ as fds lists them), then the connection that came.
     if (!pending_.empty())
-      for (auto [fd, from] : read_pending({fds.begin() + static_cast<std::ptrdiff_t>(listening) + 1, fds.end()}))
-        accept_rejoin(fd, from);
+      for (Hello& hello : read_pending({fds.begin() + static_cast<std::ptrdiff_t>(listening) + 1, fds.end()}))
+        accept_rejoin(std::move(hello));
     if (ready > 0 && fds[listening].revents != 0) accept_pending();
     check_silence();
     say_bye_when_due();
@@ -398,9 +437,10 @@ bool ControlPlane::read_from(int from, Peer& peer) {
       break;
     }
     if (n < 0) break;
-    peer.in.append(buffer, static_cast<size_t>(n));
+    peer.raw.append(buffer, static_cast<size_t>(n));
   }
   peer.heard = Clock::now();
+  if (!peer.channel.open(peer.raw, peer.in)) open = false;  // not sealed under this job's key: closed
   while (peer.in.size() >= 8) {
     uint32_t type = 0, length = 0;
     std::memcpy(&type, peer.in.data(), 4);

@@ -1,7 +1,9 @@
 #pragma once
 // The control connections of a job's processes, the one liveness mechanism of the MPI
 // communicator (collectives/mpi.h) and of the parameter-server cluster
-// (distribute/ps/cluster_link.h): every rank keeps a TCP connection to rank 0 and beats on it with how far it has come (the world's collectives it has entered) and
+// (distribute/ps/cluster_link.h): every rank keeps a TCP connection to rank 0, sealed under the
+// job's key (control_channel.h: a connection without it is refused, named once in the log), and
+// beats on it with how far it has come (the world's collectives it has entered) and
 // the phase of the job it is in (training, checkpoint writing, shutdown...); rank 0 answers with
 // everyone's. A closed connection, a silent rank, or a failure reported by a rank ends the job on
 // every rank: failed() becomes true everywhere with one message naming the rank and its phase.
@@ -16,6 +18,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "collectives/control_channel.h"
 
 namespace tandem::distribute::detail {
 
@@ -38,8 +42,9 @@ std::string listen_address(const std::vector<std::string>& hosts, bool bind_own_
 class ControlPlane {
  public:
   using Exchange = std::function<void(std::string& rank0_text)>;  // broadcast rank 0's text to all
-  // Collective: rank 0 listens, `exchange` carries its port and addresses to the others, which
-  // connect; ranks missing after `timeout` are named in the Error.
+  // Collective: rank 0 listens, `exchange` carries its port, the job's key and its addresses to
+  // the others (a secret: carry it only where strangers cannot read), which connect; ranks
+  // missing after `timeout` are named in the Error.
   // `names`: how failures name each rank (empty: "rank R (host H)"). Rank 0 listens where
   // listen_address says (`bind_own_host`: the hosts are addresses a cluster spec gives).
   ControlPlane(int rank, std::vector<std::string> hosts, std::chrono::milliseconds timeout,
@@ -99,7 +104,10 @@ class ControlPlane {
  private:
   struct Peer {
     int fd = -1;
-    std::string in;  // bytes received, not yet a whole message
+    Channel channel;
+    std::string raw;  // bytes received, not yet a whole record
+    std::string in;   // records opened, not yet a whole message
+    std::string out;  // records not yet sent (the socket was full)
     std::chrono::steady_clock::time_point heard;
     bool left = false;
     bool finished = false;  // said it is past MPI's end (kDone), or its connection closed after it left
@@ -111,6 +119,7 @@ class ControlPlane {
   bool read_from(int rank, Peer& peer);
   void handle(int from, uint32_t type, const std::string& payload);
   void send_to(Peer& peer, uint32_t type, const std::string& payload);
+  void flush(Peer& peer);
   // `origin`: the rank whose words `message` are (-1: this rank's): another's are shown cleaned
   // and named ("worker:1 (...) reported: ..."), unless they begin with that rank's name.
   void set_failure(const std::string& message, bool tell_others, int origin = -1);
@@ -123,19 +132,28 @@ class ControlPlane {
   struct Pending {
     int fd = -1;
     std::chrono::steady_clock::time_point until;
-    std::string in;
+    std::string challenge, in, from;  // from: "HOST:PORT"
   };
   static constexpr size_t kMaxPending = 64;
   void accept_pending();
+  struct Hello {
+    int fd;
+    int32_t rank;
+    Channel channel;
+  };
   // The pending connections that `ready` (poll's results for them, in order) says have bytes:
-  // each whole hello's fd and rank; the others closed once malformed or late.
-  std::vector<std::pair<int, int32_t>> read_pending(const std::vector<pollfd>& ready);
-  void accept_rejoin(int fd, int32_t from);
+  // each whole hello that opens under the job's key; the others closed (and named: refuse) once
+  // they fail to open, close or are late.
+  std::vector<Hello> read_pending(const std::vector<pollfd>& ready);
+  void refuse(Pending& p, const std::string& why);
+  void accept_rejoin(Hello hello);
   int rank_;
   std::vector<std::string> hosts_, names_;
   std::chrono::milliseconds timeout_, interval_;
   std::function<void(const std::string&)> on_failure_;
   int listen_fd_ = -1;
+  std::string job_key_;
+  int64_t refused_ = 0;           // control thread
   std::vector<Pending> pending_;  // rank 0, control thread (start-up: the constructor's)
   std::vector<Peer> peers_;       // rank 0: one per other rank; others: [0] is rank 0
   std::atomic<int64_t> entered_{0};

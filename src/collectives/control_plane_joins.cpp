@@ -1,61 +1,100 @@
 // Who may join the control plane (control_plane.h), on rank 0: connections taken and their
 // hellos read as bytes arrive, never holding up the control thread; a rank that was lost coming
 // back, or one beyond the job's joining, where the job allows it.
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "collectives/control_plane.h"
 #include "collectives/control_wire.h"
+#include "tandem/error.h"
 
 namespace tandem::distribute::detail {
 
 using Clock = std::chrono::steady_clock;
 
-// Rank 0: a connection taken, its hello awaited without waiting (read_pending).
+// Rank 0: a connection taken and challenged, its hello awaited without waiting (read_pending).
 void ControlPlane::accept_pending() {
-  int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  sockaddr_in from{};
+  socklen_t length = sizeof from;
+  int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &length, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) return;
   if (pending_.size() >= kMaxPending) {  // a flood: the oldest waiting one goes
-    close(pending_.front().fd);
+    refuse(pending_.front(), fmt::format("more than {} connections waited for their hello", kMaxPending));
     pending_.erase(pending_.begin());
   }
-  pending_.push_back({fd, Clock::now() + std::min(timeout_, std::chrono::milliseconds(2000)), {}});
+  char host[INET_ADDRSTRLEN] = "?";
+  inet_ntop(AF_INET, &from.sin_addr, host, sizeof host);
+  Pending p{fd,
+            Clock::now() + std::min(timeout_, std::chrono::milliseconds(2000)),
+            random_bytes(kChallengeBytes),
+            {},
+            fmt::format("{}:{}", host, ntohs(from.sin_port))};
+  // A fresh connection's buffer takes the challenge whole.
+  if (::send(fd, p.challenge.data(), p.challenge.size(), MSG_NOSIGNAL | MSG_DONTWAIT) !=
+      static_cast<ssize_t>(p.challenge.size())) {
+    close(fd);
+    return;
+  }
+  pending_.push_back(std::move(p));
 }
 
-std::vector<std::pair<int, int32_t>> ControlPlane::read_pending(const std::vector<pollfd>& ready) {
-  std::vector<std::pair<int, int32_t>> hellos;
+// Named in the log, the first ten and then every thousandth: a flood of strangers does not flood it.
+void ControlPlane::refuse(Pending& p, const std::string& why) {
+  close(p.fd);
+  int64_t n = ++refused_;
+  if (n <= 10 || n % 1000 == 0)
+    std::fprintf(stderr, "%s: refused a control connection from %s: %s (refusal %lld)\n", who(rank_).c_str(),
+                 p.from.c_str(), why.c_str(), static_cast<long long>(n));
+}
+
+std::vector<ControlPlane::Hello> ControlPlane::read_pending(const std::vector<pollfd>& ready) {
+  // A hello: this end's challenge answered with the other's, then kHello and the rank, sealed.
+  const size_t whole = kChallengeBytes + Channel::record_bytes(12);
+  std::vector<Hello> hellos;
   std::vector<Pending> waiting;
   auto now = Clock::now();
   for (size_t i = 0; i < pending_.size(); ++i) {
     Pending& p = pending_[i];
-    bool open = true;
     if (i < ready.size() && ready[i].revents != 0) {
-      char buffer[12];
-      ssize_t n = recv(p.fd, buffer, 12 - p.in.size(), MSG_DONTWAIT);
+      char buffer[128];
+      ssize_t n = recv(p.fd, buffer, whole - p.in.size(), MSG_DONTWAIT);
       if (n > 0) p.in.append(buffer, static_cast<size_t>(n));
-      else open = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+      else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        refuse(p, fmt::format("closed after {} bytes, before a hello", p.in.size()));
+        continue;
+      }
     }
-    if (open && p.in.size() == 12) {  // a hello: kHello, length 4, the rank
+    if (p.in.size() == whole) {
+      Channel channel(job_key_, p.challenge, p.in.substr(0, kChallengeBytes), true);
+      std::string raw = p.in.substr(kChallengeBytes), plain;
       uint32_t type = 0, length = 0;
       int32_t from = -1;
-      std::memcpy(&type, p.in.data(), 4);
-      std::memcpy(&length, p.in.data() + 4, 4);
-      std::memcpy(&from, p.in.data() + 8, 4);
+      if (channel.open(raw, plain) && plain.size() == 12) {
+        std::memcpy(&type, plain.data(), 4);
+        std::memcpy(&length, plain.data() + 4, 4);
+        std::memcpy(&from, plain.data() + 8, 4);
+      }
       if (type == kHello && length == 4 && from > 0 && from < kMaxRanks) {
         int one = 1;
         setsockopt(p.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        hellos.emplace_back(p.fd, from);
-        continue;
+        hellos.push_back({p.fd, from, std::move(channel)});
+      } else {
+        refuse(p, "no valid key");
       }
-      open = false;
+      continue;
     }
-    if (open && now < p.until) waiting.push_back(std::move(p));
-    else close(p.fd);
+    if (now < p.until) waiting.push_back(std::move(p));
+    else
+      refuse(p,
+             fmt::format("no hello within {} s",
+                         std::chrono::duration<double>(std::min(timeout_, std::chrono::milliseconds(2000))).count()));
   }
   pending_ = std::move(waiting);
   return hellos;
@@ -64,7 +103,9 @@ std::vector<std::pair<int, int32_t>> ControlPlane::read_pending(const std::vecto
 // On the control thread, rank 0: a connection after start-up whose hello came, taken only as a
 // lost expendable rank coming back (or one beyond the job's, joining) while this rank has not
 // begun to leave.
-void ControlPlane::accept_rejoin(int fd, int32_t from) {
+void ControlPlane::accept_rejoin(Hello hello) {
+  int fd = hello.fd;
+  int32_t from = hello.rank;
   std::lock_guard lock(mutex_);
   // A rank beyond those the job has: joined, if expendable (the ranks between stay absent: lost).
   if (!leaving_.load(std::memory_order_acquire) && from >= static_cast<int>(peers_.size()) && expendable_ &&
@@ -86,6 +127,7 @@ void ControlPlane::accept_rejoin(int fd, int32_t from) {
   if (p.counted) finished_.fetch_sub(1, std::memory_order_release);
   p = Peer{};
   p.fd = fd;
+  p.channel = std::move(hello.channel);
   p.heard = Clock::now();
   lost_.fetch_sub(1, std::memory_order_release);
   progress_[static_cast<size_t>(from)] = 0;

@@ -81,6 +81,21 @@ int connect_to(const std::string& address, int port, std::chrono::milliseconds l
   return fd;
 }
 
+std::string read_exactly(int fd, size_t n, std::chrono::milliseconds limit) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  std::string out(n, '\0');
+  size_t at = 0;
+  while (at < n) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) < 0) return {};
+    ssize_t got = recv(fd, out.data() + at, n - at, MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return {};
+    if (got > 0) at += static_cast<size_t>(got);
+  }
+  return out;
+}
+
 void write_all_blocking(int fd, const std::string& bytes) {
   size_t at = 0;
   while (at < bytes.size()) {

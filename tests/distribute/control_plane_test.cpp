@@ -1,7 +1,8 @@
 // The control plane (collectives/control_plane.h) of a two-rank job on this machine, against
 // strangers on its port: it listens on loopback only; connections that say nothing, say garbage,
-// or come by the hundred hold nothing up (the ranks' beats go on, the job does not fail); and a
-// failure another rank reports is printed as that rank's words, cleaned, never as this rank's.
+// or come by the hundred hold nothing up (the ranks' beats go on, the job does not fail); one
+// without the job's key is refused and named, whatever it says; and a failure another rank
+// reports is printed as that rank's words, cleaned, never as this rank's.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -16,6 +17,7 @@
 #include <thread>
 
 #include "collectives/control_plane.h"
+#include "collectives/control_wire.h"
 #include "tandem/error.h"
 
 namespace tandem::distribute::detail {
@@ -27,6 +29,7 @@ using namespace std::chrono_literals;
 struct TwoRanks {
   std::unique_ptr<ControlPlane> zero, one;
   int port = 0;
+  std::string key;  // the job's, from rank 0's word
   explicit TwoRanks(std::chrono::milliseconds timeout) {
     std::promise<std::string> text;
     std::shared_future<std::string> said = text.get_future().share();
@@ -39,6 +42,8 @@ struct TwoRanks {
         0, hosts, timeout, nullptr, [&](std::string& t) { text.set_value(t); }, names);
     other.join();
     port = std::stoi(said.get());
+    size_t at = said.get().find(" key:");
+    key = from_hex(said.get().substr(at + 5, 2 * kJobKeyBytes));
   }
 };
 
@@ -81,6 +86,76 @@ TEST(ControlPlane, ALocalJobListensOnLoopbackOnly) {
   ASSERT_FALSE(table.empty()) << "no listening socket on port " << job.port;
   EXPECT_NE(table.find("0100007F:" + fmt::format("{:04X}", job.port)), std::string::npos)
       << "not on 127.0.0.1: " << table;
+}
+
+// A task's whole conversation as a stranger could hold it with `key`: a hello naming `rank`,
+// then a failure. True when rank 0 kept the connection open for 300 ms after.
+bool hello_and_failure(int port, const std::string& key, int32_t rank) {
+  int fd = connect_loopback(port);
+  std::string challenge = read_exactly(fd, kChallengeBytes, 1000ms), mine(kChallengeBytes, 'x');
+  Channel channel(key, challenge, mine, false);
+  int32_t origin = rank;
+  std::string bytes = mine + channel.seal(frame(kHello, std::string(reinterpret_cast<const char*>(&rank), 4)));
+  bytes += channel.seal(frame(kFail, std::string(reinterpret_cast<const char*>(&origin), 4) + "stop"));  // after
+  (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(300ms);
+  char byte = 0;
+  ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT);  // closed: 0, or reset
+  bool open = n > 0 || (n < 0 && errno == EAGAIN);
+  close(fd);
+  return open;
+}
+
+// A stranger without the job's key, saying what a task joining the job would say and then that
+// the job failed: refused and named, and the job goes on. The same bytes under the job's key are
+// taken (the check of the check): the job ends with that task's failure.
+TEST(ControlPlane, AConnectionWithoutTheJobsKeyIsRefusedAndNamed) {
+  TwoRanks job(3000ms);
+  job.zero->set_expendable([](int rank) { return rank >= 1; });  // a rank beyond the job's may join
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(hello_and_failure(job.port, random_bytes(kJobKeyBytes), 7));
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("chief:0 (test): refused a control connection from 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find(": no valid key (refusal 1)"), std::string::npos) << log;
+  EXPECT_TRUE(job.zero->take_events().empty());
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(job.zero->failed()) << job.zero->failure();
+  EXPECT_FALSE(job.one->failed()) << job.one->failure();
+
+  EXPECT_TRUE(hello_and_failure(job.port, job.key, 7));
+  for (int i = 0; i < 200 && !job.one->failed(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(job.zero->failure(), "rank 7 (joined during the job) reported: stop");
+  EXPECT_EQ(job.one->failure(), "rank 7 (joined during the job) reported: stop");
+}
+
+// A record opens once, in order, under the keys of its own connection only.
+TEST(ControlPlane, ARecordOpensOnlyUnderItsConnectionsKeysAndInOrder) {
+  std::string key = random_bytes(kJobKeyBytes), theirs = random_bytes(kChallengeBytes),
+              mine = random_bytes(kChallengeBytes);
+  Channel client(key, theirs, mine, false), server(key, theirs, mine, true);
+  std::string first = client.seal("first"), second = client.seal("second"), raw, plain;
+  raw = first + second.substr(0, 5);  // a record and a part
+  ASSERT_TRUE(server.open(raw, plain));
+  EXPECT_EQ(plain, "first");
+  EXPECT_EQ(raw, second.substr(0, 5));
+  raw += second.substr(5);
+  ASSERT_TRUE(server.open(raw, plain));
+  EXPECT_EQ(plain, "firstsecond");
+  EXPECT_TRUE(raw.empty());
+  std::string again = first;  // replayed: its number is past
+  EXPECT_FALSE(server.open(again, plain));
+  Channel other(key, random_bytes(kChallengeBytes), mine, true);  // another connection's challenge
+  std::string copy = first;
+  EXPECT_FALSE(other.open(copy, plain));
+  std::string altered = client.seal("third");
+  altered[10] ^= 1;
+  EXPECT_FALSE(server.open(altered, plain));
+  std::string reply = server.seal("back");  // the other direction has its own key and count
+  plain.clear();
+  EXPECT_TRUE(client.open(reply, plain));
+  EXPECT_EQ(plain, "back");
+  EXPECT_EQ(from_hex(to_hex(key)), key);
+  EXPECT_EQ(from_hex("zz"), "");
 }
 
 // Strangers that connect and say nothing, say garbage, or come by the hundred: for longer than

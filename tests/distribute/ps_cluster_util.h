@@ -1,14 +1,21 @@
 #pragma once
 // What the parameter-server cluster tests share: a cluster under `tandem launch --ps P --workers W`
-// (watched), two runs' final weights compared, and a command's output.
+// (watched, or in the background), a task's process found by its TF_CONFIG, two runs' final weights
+// compared, and a command's output.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/cli_util.h"
@@ -89,6 +96,98 @@ inline void expect_backup_worker_drops(const std::string& output, int64_t steps)
   EXPECT_EQ(reported, by_worker[0].second + slow_dropped + by_worker[2].second) << output;
   // The count per worker is the chief's total of steps.
   EXPECT_EQ(by_worker[0].first + by_worker[1].first + by_worker[2].first, steps) << output;
+}
+
+// A launch running in the background, in a process group of its own that is killed when the test
+// ends (its watchdog: `wait` gives up after the limit).
+class Background {
+ public:
+  Background(const TempDir& dir, const std::vector<std::string>& argv, const std::string& log_name,
+             const std::string& tf_config = "")
+      : log_(dir.file(log_name)) {
+    static std::string config;  // for the child, which takes no captures
+    config = tf_config.empty() ? "" : "TF_CONFIG=" + tf_config;
+    pid_ = spawn_program(argv, log_, [] {
+      setpgid(0, 0);
+      putenv(const_cast<char*>("ASAN_OPTIONS=detect_leaks=0"));
+      if (!config.empty()) putenv(config.data());
+    });
+    setpgid(pid_, pid_);
+  }
+  ~Background() {
+    kill(-pid_, SIGKILL);
+    if (code_ < 0) waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  std::string said() const { return std::filesystem::exists(log_) ? io::read_file(log_) : std::string(); }
+  bool wait_for(const std::string& text, double limit_s) const {
+    auto start = std::chrono::steady_clock::now();
+    while (said().find(text) == std::string::npos) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(limit_s)) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+  // The exit status, or -1 after `limit_s` (the group then killed).
+  int wait(double limit_s) {
+    auto start = std::chrono::steady_clock::now();
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) != pid_) {
+      if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(limit_s)) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return code_;
+  }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  int code_ = -1;
+};
+
+// A task that a sanitizer stopped would be restarted and the job would go on: its report is
+// looked for in the log.
+inline void expect_no_sanitizer_report(const std::string& output) {
+  for (const char* report : {"ERROR: AddressSanitizer", "runtime error:", "WARNING: ThreadSanitizer"})
+    EXPECT_EQ(output.find(report), std::string::npos) << output;
+}
+
+// The TF_CONFIG a process runs with ("" if none).
+inline std::string tf_config_of(pid_t pid) {
+  std::string environment = io::read_file("/proc/" + std::to_string(pid) + "/environ");
+  for (size_t at = 0; at < environment.size();) {
+    size_t end = environment.find('\0', at);
+    std::string entry = environment.substr(at, end - at);
+    if (entry.starts_with("TF_CONFIG=")) return entry.substr(10);
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return "";
+}
+
+// The launcher's child that runs task `type`:`index` (by its TF_CONFIG), or -1.
+inline pid_t task_pid(pid_t launcher, const std::string& type, int index) {
+  std::string wanted = fmt::format("\"task\":{{\"index\":{},\"type\":\"{}\"}}", index, type);
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string status;
+    try {
+      status = io::read_file(entry.path() / "status");
+    } catch (const Error&) {
+      continue;  // ended meanwhile
+    }
+    std::smatch parent;
+    if (!std::regex_search(status, parent, std::regex("PPid:\\s+([0-9]+)")) || std::stoi(parent[1]) != launcher)
+      continue;
+    auto pid = static_cast<pid_t>(std::stoi(name));
+    try {
+      if (tf_config_of(pid).find(wanted) != std::string::npos) return pid;
+    } catch (const Error&) {  // ended meanwhile
+    }
+  }
+  return -1;
 }
 
 }  // namespace tandem::testing

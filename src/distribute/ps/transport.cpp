@@ -1,6 +1,13 @@
 // Parameter-server messages over ZeroMQ (transport.h).
 #include "distribute/ps/transport.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdio>
+
 #include "tandem/error.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -78,19 +85,10 @@ void Outgoing::send(zmq::socket_t& socket, const std::string* route) {
   frames_.clear();
 }
 
-std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds timeout, bool router) {
-  zmq::pollitem_t item{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0};
-  if (zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
+namespace {
+
+Incoming decoded(std::vector<zmq::message_t> frames, bool router) {
   Incoming in;
-  std::vector<zmq::message_t> frames;
-  while (true) {
-    zmq::message_t frame;
-    if (!socket.recv(frame, zmq::recv_flags::none)) return std::nullopt;
-    bool more = frame.more();
-    frames.push_back(std::move(frame));
-    if (!more) break;
-  }
-  received();
   size_t first = 0;
   if (router) {
     in.route = frames[0].to_string();
@@ -111,6 +109,52 @@ std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds
     in.items.push_back(items[i]);
   }
   return in;
+}
+
+// Where a message came from, "HOST:PORT" (its connection's socket, while it is open).
+std::string peer_of(zmq::message_t& frame) {
+  sockaddr_in at{};
+  socklen_t length = sizeof at;
+  int fd = zmq_msg_get(frame.handle(), ZMQ_SRCFD);
+  char host[INET_ADDRSTRLEN] = "";
+  if (fd < 0 || getpeername(fd, reinterpret_cast<sockaddr*>(&at), &length) != 0 || at.sin_family != AF_INET ||
+      inet_ntop(AF_INET, &at.sin_addr, host, sizeof host) == nullptr)
+    return "an unknown address";
+  return fmt::format("{}:{}", host, ntohs(at.sin_port));
+}
+
+}  // namespace
+
+std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds timeout, bool router) {
+  static std::atomic<int64_t> dropped{0};
+  auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    zmq::pollitem_t item{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0};
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (zmq::poll(&item, 1, std::max(left, std::chrono::milliseconds(0))) == 0) return std::nullopt;
+    std::vector<zmq::message_t> frames;
+    while (true) {
+      zmq::message_t frame;
+      if (!socket.recv(frame, zmq::recv_flags::none)) return std::nullopt;
+      bool more = frame.more();
+      frames.push_back(std::move(frame));
+      if (!more) break;
+    }
+    received();
+    if (!router) return decoded(std::move(frames), false);
+    // A bound socket takes connections from anyone who reaches it: a message that is not a Tandem
+    // peer's is dropped and named (the first ten, then every thousandth), never the task's end.
+    std::string from = peer_of(frames.back());
+    try {
+      return decoded(std::move(frames), true);
+    } catch (const Error& e) {
+      int64_t n = ++dropped;
+      if (n <= 10 || n % 1000 == 0)
+        std::fprintf(stderr,
+                     "parameter servers: dropped a message from %s that is not a Tandem peer's: %s (drop %lld)\n",
+                     from.c_str(), e.what(), static_cast<long long>(n));
+    }
+  }
 }
 
 }  // namespace tandem::distribute::ps

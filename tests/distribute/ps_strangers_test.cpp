@@ -1,0 +1,171 @@
+// A launched parameter-server job (`tandem launch --ps 1 --workers 2`, asynchronous) against
+// strangers on every port its tasks listen on, with and without --auth: every listening socket is
+// on loopback; connections that send garbage, that say a task's hello and then that the job failed
+// (the control plane's own words, unsealed, or sealed under a key that is not the job's), or that
+// say nothing, change nothing: the job ends with its accuracy, and each refused control connection
+// is named in the log.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "collectives/control_channel.h"
+#include "collectives/control_wire.h"
+#include "distribute/ps/auth.h"
+#include "distribute/ps_cluster_util.h"
+#include "test_util.h"
+
+namespace tandem::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using distribute::detail::Channel;
+using distribute::detail::frame;
+
+// The TCP sockets process `pid` listens on, as "ADDRESS:PORT" (its sockets' inodes found in
+// /proc/net/tcp and tcp6, as `ss -ltnp` does).
+std::vector<std::pair<std::string, int>> listening(pid_t pid) {
+  std::vector<std::string> inodes;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    std::error_code ec;
+    std::string link = std::filesystem::read_symlink(fd.path(), ec).string();
+    if (!ec && link.starts_with("socket:[")) inodes.push_back(link.substr(8, link.size() - 9));
+  }
+  std::vector<std::pair<std::string, int>> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream lines(io::read_file(table));
+    std::string line;
+    std::getline(lines, line);  // the header
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+      if (state != "0A" || std::find(inodes.begin(), inodes.end(), inode) == inodes.end()) continue;  // 0A: LISTEN
+      std::string address = local.substr(0, local.find(':'));
+      int port = std::stoi(local.substr(local.find(':') + 1), nullptr, 16);
+      if (address.size() == 8) {  // IPv4, this machine's byte order
+        uint32_t raw = std::stoul(address, nullptr, 16);
+        address = fmt::format("{}.{}.{}.{}", raw & 255, (raw >> 8) & 255, (raw >> 16) & 255, raw >> 24);
+      }
+      out.emplace_back(address, port);
+    }
+  }
+  return out;
+}
+
+int connect_to_port(int port) {
+  int fd = distribute::detail::connect_to("127.0.0.1", port, 1000ms);
+  EXPECT_GE(fd, 0) << "port " << port;
+  return fd;
+}
+
+std::string as_bytes(int32_t value) { return {reinterpret_cast<const char*>(&value), 4}; }
+
+// A ZeroMQ client on `port` (under `keys`, a key pair of its own: one the allowlist lacks) saying
+// one frame that is not a Tandem message; kept open in `sockets`.
+void zeromq_stranger(int port, const distribute::ps::Keys* keys, zmq::context_t& context,
+                     std::vector<zmq::socket_t>& sockets) {
+  zmq::socket_t socket(context, zmq::socket_type::dealer);
+  socket.set(zmq::sockopt::linger, 0);
+  if (keys != nullptr) {
+    distribute::ps::Keys stranger = *keys;
+    stranger.client = distribute::ps::make_key_pair();
+    distribute::ps::secure_client(socket, stranger);
+  }
+  socket.connect(fmt::format("tcp://127.0.0.1:{}", port));
+  (void)socket.send(zmq::str_buffer("not a Tandem message"), zmq::send_flags::dontwait);
+  sockets.push_back(std::move(socket));
+}
+
+// What strangers do to one port; the connections are held open until `held` is closed.
+void visit(int port, std::vector<int>& held) {
+  using distribute::detail::kFail;
+  using distribute::detail::kHello;
+  const std::string failure = as_bytes(9) + "a stranger says the job failed";
+  for (int kind = 0; kind < 4; ++kind) {
+    int fd = connect_to_port(port);
+    if (fd < 0) continue;
+    std::string bytes;
+    if (kind == 0) bytes = "GET / HTTP/1.0\r\n\r\n" + std::string(4096, 'z');   // garbage
+    if (kind == 1) bytes = frame(kHello, as_bytes(9)) + frame(kFail, failure);  // the old, unsealed words
+    if (kind == 2) {  // sealed, under a key that is not the job's
+      std::string challenge = distribute::detail::read_exactly(fd, distribute::detail::kChallengeBytes, 500ms);
+      std::string mine = distribute::detail::random_bytes(distribute::detail::kChallengeBytes);
+      Channel channel(distribute::detail::random_bytes(distribute::detail::kJobKeyBytes), challenge, mine, false);
+      bytes = mine + channel.seal(frame(kHello, as_bytes(9)));
+      bytes += channel.seal(frame(kFail, failure));
+    }
+    // kind 3: says nothing
+    if (!bytes.empty()) (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    held.push_back(fd);
+  }
+}
+
+double test_accuracy(const std::string& out) {
+  std::smatch said;
+  if (!std::regex_search(out, said, std::regex("test accuracy: ([0-9.]+)%"))) return -1;
+  return std::stod(said[1].str());
+}
+
+TEST(PsStrangers, StrangersOnEveryPortOfALaunchedJobChangeNothingWithAndWithoutAuth) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  Watched keys = run_watched({TANDEM_CLI, "keys", dir.file("keys")}, dir, 30, "keys.log");
+  ASSERT_EQ(keys.code, 0) << keys.output;
+  for (bool auth : {false, true}) {
+    SCOPED_TRACE(auth ? "with --auth" : "without --auth");
+    std::vector<std::string> argv{
+        TANDEM_CLI,   "launch",        "--ps",    "1",         "--workers",  "2",         "--",
+        TANDEM_CLI,   "fit",           "--model", "mlp",       "--strategy", "ps-async",  "--epochs",
+        "40",         "--batch-size",  "8",       "--threads", "1",          "--verbose", "2",
+        "--data-dir", dir.file("data")};
+    if (auth) argv.insert(argv.end(), {"--auth", dir.file("keys")});
+    std::string log = auth ? "auth.log" : "open.log";
+    Background job(dir, argv, log);
+    ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
+    std::vector<int> held;
+    zmq::context_t context(1);
+    std::vector<zmq::socket_t> sockets;
+    distribute::ps::Keys keys = distribute::ps::read_keys(dir.file("keys"));
+    int ports = 0;
+    for (auto [type, index] :
+         std::vector<std::pair<std::string, int>>{{"chief", 0}, {"ps", 0}, {"worker", 0}, {"worker", 1}}) {
+      pid_t pid = task_pid(job.pid(), type, index);
+      ASSERT_GT(pid, 0) << type << ":" << index << "'s process not found\n" << job.said();
+      for (auto [address, port] : listening(pid)) {
+        EXPECT_EQ(address, "127.0.0.1") << type << ":" << index << " listens on " << address << ":" << port;
+        visit(port, held);
+        zeromq_stranger(port, auth ? &keys : nullptr, context, sockets);
+        ++ports;
+      }
+    }
+    EXPECT_EQ(ports, 3) << "the chief's control and data ports and the server's data port";
+    int code = job.wait(240);
+    for (int fd : held) close(fd);
+    sockets.clear();
+    std::string out = job.said();
+    ASSERT_EQ(code, 0) << out;
+    expect_no_sanitizer_report(out);
+    EXPECT_EQ(out.find("a stranger says"), std::string::npos) << out;
+    EXPECT_EQ(out.find("joined the running job"), std::string::npos) << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex("chief:0 \\(127\\.0\\.0\\.1:[0-9]+\\): refused a control connection "
+                                                  "from 127\\.0\\.0\\.1:[0-9]+: no valid key")))
+        << out;
+    if (auth) EXPECT_NE(out.find("refused a client at"), std::string::npos) << out;  // the data ports' ZAP
+    EXPECT_GE(test_accuracy(out), 80.0) << out;
+    if (!auth) EXPECT_NE(out.find("parameter servers: dropped a message from "), std::string::npos) << out;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::testing
