@@ -1,0 +1,402 @@
+#!/usr/bin/python3
+"""Chaos: faults injected from outside into running jobs on this machine (loopback only), on a
+schedule drawn from a seed, with invariants checked after every fault.
+
+Jobs (each `tandem launch`ed, the tasks found through /proc by the job's run directory):
+  async        parameter servers, asynchronous (1 server, 2 workers, --restarts): a dead worker or
+               server is started again and taken back; the chief's death ends the job, which the
+               same command with --run-dir resumes.
+  sync         parameter servers, synchronous rounds (1 server, 2 workers): a dead worker is
+               dropped from its round and started again; a server's death ends the job by rule
+               (resumed with --run-dir).
+  multiworker  MultiWorkerMirroredStrategy, deterministic (2 ranks over Open MPI): any rank's
+               death or stop ends the job, named; resumed with --run-dir until it finishes. Its
+               final weights are compared with an uninterrupted run's, bit for bit.
+Faults: SIGKILL of a worker, a server, the chief or a rank; SIGSTOP past the timeout, then
+SIGCONT; strangers on every port the tasks listen on (garbage, the control plane's hello and
+failure unsealed, silence). Each lands at a random moment of the job (a step, a checkpoint or
+backup write, a restore, an epoch's end: the schedule does not aim, it draws).
+
+Invariants, after every fault: the job ends or goes on (its log grows) within the timeout plus a
+margin, never hangs; the fault is named in the log (a kill or a stop by the task and phase, a
+stranger's connection as refused); every checkpoint on disk loads (`tandem evaluate --weights`);
+at the end, the model reaches the stated accuracy, and the deterministic job's weights equal the
+uninterrupted run's.
+
+Usage: /usr/bin/python3 bench/chaos.py [--seed N] [--jobs async,sync,multiworker] [--faults N]
+         [--epochs E] [--synthetic] [--json FILE] [--cli build/tandem]
+Run from the project root after scripts/build (real MNIST from scripts/setup, or --synthetic:
+small files made here). The same seed draws the same schedule (printed first)."""
+import argparse
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT = 3.0  # the jobs' --timeout (s)
+MARGIN = 8.0  # what a fault's consequence may take beyond it (s): start-up of a restarted task
+
+
+def log(*words):
+    print(*words, flush=True)
+
+
+def make_synthetic(directory, train=3000, test=500):
+    """MNIST's files, small and learnable: each class a bright band of rows over noise."""
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(17)
+    for prefix, n in (("train", train), ("t10k", test)):
+        labels = (np.arange(n) % 10).astype(np.uint8)
+        images = rng.integers(0, 64, size=(n, 28, 28), dtype=np.uint8)
+        for i, label in enumerate(labels):
+            images[i].reshape(-1)[label * 78:(label + 1) * 78] += 160
+        with open(os.path.join(directory, f"{prefix}-images-idx3-ubyte"), "wb") as f:
+            f.write(struct.pack(">IIII", 0x803, n, 28, 28) + images.tobytes())
+        with open(os.path.join(directory, f"{prefix}-labels-idx1-ubyte"), "wb") as f:
+            f.write(struct.pack(">II", 0x801, n) + labels.tobytes())
+
+
+class Job:
+    """One `tandem launch` of a job, in a process group of its own, its output in `log_path`."""
+
+    def __init__(self, argv, log_path):
+        self.log_path = log_path
+        self.out = open(log_path, "ab")
+        self.process = subprocess.Popen(argv, stdout=self.out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                        start_new_session=True)
+
+    def said(self):
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
+
+    def ended(self):
+        return self.process.poll() is not None
+
+    def end(self):
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
+        self.out.close()
+
+
+def tasks(run_dir):
+    """The job's task processes (`tandem fit` with this run directory): {name: pid}, names as the
+    job's logs give them ("chief:0", "ps:0", "worker:1", "rank 1")."""
+    found = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            environ = open(f"/proc/{pid}/environ", "rb").read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if b"fit" not in argv or run_dir.encode() not in argv:
+            continue
+        env = dict(e.split("=", 1) for e in environ if "=" in e)
+        if "TF_CONFIG" in env:
+            task = json.loads(env["TF_CONFIG"]).get("task", {})
+            found[f"{task.get('type')}:{task.get('index')}"] = int(pid)
+        elif "OMPI_COMM_WORLD_RANK" in env:
+            found[f"rank {env['OMPI_COMM_WORLD_RANK']}"] = int(pid)
+    return found
+
+
+def listening_ports(pid):
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        return []
+    ports = []
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and fields[9] in inodes:
+            ports.append(int(fields[1].split(":")[1], 16))
+    return ports
+
+
+def strangers(ports):
+    """Garbage, the control plane's own hello and a failure (unsealed), and silence, on each port."""
+    held = []
+    hello = struct.pack("<III", 1, 4, 9)
+    failure = struct.pack("<II", 4, 4 + 21) + struct.pack("<i", 9) + b"a stranger says: fail"
+    for port in ports:
+        for payload in (b"GET / HTTP/1.0\r\n\r\n" + b"z" * 2048, hello + failure, b""):
+            s = socket.socket()
+            s.settimeout(0.5)
+            try:
+                s.connect(("127.0.0.1", port))
+                if payload:
+                    s.sendall(payload)
+                held.append(s)
+            except OSError:
+                s.close()
+    return held
+
+
+def checkpoints_load(cli, model, data_dir, run_dir, newest=2):
+    """The `newest` weights files in the run's checkpoints (those a fault may have caught being
+    written) load and evaluate: the unreadable ones."""
+    bad = []
+    directory = os.path.join(run_dir, "checkpoints")
+    if not os.path.isdir(directory):
+        return bad
+    names = [n for n in os.listdir(directory) if n.endswith(".safetensors")]
+    names.sort(key=lambda n: os.path.getmtime(os.path.join(directory, n)))
+    for name in names[-newest:]:
+        path = os.path.join(directory, name)
+        run = subprocess.run([cli, "evaluate", "--model", model, "--weights", path, "--data-dir", data_dir,
+                              "--threads", "1"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+        if run.returncode != 0:
+            bad.append(f"{name}: {(run.stdout + run.stderr).strip()[-300:]}")
+    return bad
+
+
+def tensors_hash(path):
+    """A safetensors file's tensors (names, dtypes, shapes, bytes), hashed in name order."""
+    with open(path, "rb") as f:
+        length = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(length))
+        data = f.read()
+    digest = hashlib.sha256()
+    for name in sorted(k for k in header if k != "__metadata__"):
+        entry = header[name]
+        begin, end = entry["data_offsets"]
+        digest.update(f"{name} {entry['dtype']} {entry['shape']}".encode())
+        digest.update(data[begin:end])
+    return digest.hexdigest()
+
+
+def accuracy(text):
+    found = re.findall(r"test accuracy: ([0-9.]+)%", text)
+    return float(found[-1]) if found else None
+
+
+# What naming a fault looks like in the job's log: the task, then how it went.
+def named(kind, target):
+    who = re.escape(target)
+    if kind == "kill":  # by the job, or by the launcher (a task killed as it starts, not yet in the job)
+        return who + r" [^\n]*(died|ended with status)"
+    if kind == "stop":
+        return who + r" [^\n]*(stopped answering|was stopped for|died|did not answer)"
+    # Each refusal is named up to the tenth of a process, then every thousandth.
+    return r"refused a control connection from 127\.0\.0\.1:[0-9]+|\(refusal ([1-9][0-9]|10)\)"
+
+
+JOBS = {
+    # name: (launch prefix, strategy, targets, faults that end the job by rule, faults that may:
+    # a server lost past the timeout, not back within it, ends an asynchronous job)
+    "async": (["launch", "--ps", "1", "--workers", "2", "--restarts", "1000"], "ps-async",
+              ["worker:0", "worker:1", "ps:0", "chief:0"], {"chief:0"}, {"ps:0"}),
+    "sync": (["launch", "--ps", "1", "--workers", "2", "--restarts", "1000"], "ps-sync",
+             ["worker:0", "worker:1", "ps:0"], {"ps:0", "chief:0"}, set()),
+    "multiworker": (["launch", "-np", "2"], "multiworker:deterministic", ["rank 0", "rank 1"], {"rank 0", "rank 1"},
+                    set()),
+}
+
+
+def schedule(seed, job, faults):
+    """The faults of one job, drawn from the seed: (seconds after the previous one, kind, target)."""
+    rng = random.Random(f"{seed}:{job}")
+    targets = JOBS[job][2]
+    out = []
+    for _ in range(faults):
+        kind = rng.choices(["kill", "stop", "strangers"], weights=[5, 3, 2])[0]
+        out.append((round(rng.uniform(1.0, 4.0), 2), kind, rng.choice(targets) if kind != "strangers" else "chief:0"))
+    return out
+
+
+def run_job(name, plan, args, data_dir, work):
+    cli = args.cli
+    prefix, strategy, _, ending, may_end = JOBS[name]
+    run_dir = os.path.join(work, f"{name}-run")
+    fit = [cli, "fit", "--model", "mlp", "--strategy", strategy, "--epochs", str(args.epochs), "--batch-size",
+           "32", "--threads", "1", "--verbose", "2", "--timeout", str(TIMEOUT), "--data-dir", data_dir,
+           "--run-dir", run_dir, "--backup-every", "20"]
+    argv = [cli] + prefix + ["--"] + fit
+    result = {"job": name, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0, "unnamed": [], "ended_against_rule": [],
+              "unreadable_checkpoints": [], "launches": 0, "accuracy": None}
+    log_path = os.path.join(work, f"{name}.log")
+    job, launches = None, 0
+
+    launch_at, hit, judged = 0, set(), False  # where this launch's log begins; the targets hit since
+
+    def start():
+        nonlocal job, launches, launch_at, hit, judged
+        launches += 1
+        job = Job(argv, log_path)
+        launch_at, hit, judged = len(job.said()), set(), False
+
+    def settle(before):
+        """After a fault: the job goes on (its log grows) or ends, within the timeout and the margin."""
+        deadline = time.time() + TIMEOUT + MARGIN
+        while time.time() < deadline:
+            if job.ended() or len(job.said()) > before + 200:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def judge_end(counted_survived):
+        """The job ended with an error: by rule if an error names a task hit since the launch whose
+        loss may end the job (a fault an instant earlier can be the cause), else against it."""
+        nonlocal judged
+        if judged:
+            return
+        judged = True
+        errors = [l for l in job.said()[launch_at:].splitlines() if l.startswith("error: ")]
+        rule = [t for t in hit & (ending | may_end) if any(t + " (" in l for l in errors)]
+        if counted_survived:
+            result["survived"] -= 1
+        if rule:
+            result["ended_by_rule"] += 1
+        else:
+            result["ended_against_rule"].append(errors[0][:200] if errors else "no error printed")
+
+    start()
+    deadline_overall = time.time() + args.limit
+    counted = False  # the last fault was counted as survived
+    for delay, kind, target in plan:
+        time.sleep(delay)
+        if job.ended():
+            if job.process.returncode == 0:
+                break
+            judge_end(counted)
+            start()  # resume after a fault that ended it
+            counted = False
+            time.sleep(1.0)
+        pids = tasks(run_dir)
+        if target not in pids:
+            continue  # not started (yet again): nothing to hit
+        text_before = job.said()
+        result["faults"] += 1
+        counted = False
+        if kind != "strangers":
+            hit.add(target)
+        held = []
+        if kind == "kill":
+            os.kill(pids[target], signal.SIGKILL)
+        elif kind == "stop":
+            os.kill(pids[target], signal.SIGSTOP)
+            time.sleep(TIMEOUT + 1.5)
+            try:
+                os.kill(pids[target], signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        else:
+            ports = [p for pid in pids.values() for p in listening_ports(pid)]
+            held = strangers(ports)
+        ok = settle(len(text_before))
+        # The fault's naming may come a moment after the log grows: wait for it within the bound.
+        pattern = re.compile(named(kind, target))
+        until = time.time() + TIMEOUT + MARGIN
+        while not pattern.search(job.said()[len(text_before):]) and time.time() < until:
+            time.sleep(0.1)
+        for s in held:
+            s.close()
+        if ok and kind != "strangers" and target in ending:  # the rule: the job ends within the bound
+            until = time.time() + TIMEOUT + MARGIN
+            while not job.ended() and time.time() < until:
+                time.sleep(0.1)
+            ok = job.ended()
+        if not ok:
+            result["hangs"] += 1
+            log(f"  {name}: HANG after {kind} {target}")
+            break
+        if not pattern.search(job.said()[len(text_before):]) and not (
+                kind == "strangers" and "(refusal 10)" in job.said()[launch_at:]):
+            result["unnamed"].append(f"{kind} {target}")
+        if job.ended() and job.process.returncode != 0:
+            judge_end(False)
+        else:
+            result["survived"] += 1
+            counted = True
+        bad = checkpoints_load(cli, "mlp", data_dir, run_dir)
+        result["unreadable_checkpoints"] += [b for b in bad if b not in result["unreadable_checkpoints"]]
+        if time.time() > deadline_overall:
+            break
+    # To the end: resumed as often as it takes (a fault's end), never past the limit.
+    while time.time() < deadline_overall + 300:
+        if job.ended():
+            if job.process.returncode == 0:
+                break
+            judge_end(counted)
+            counted = False
+            start()
+        time.sleep(0.2)
+    if not job.ended():
+        result["hangs"] += 1
+    job.end()
+    result["launches"] = launches
+    result["accuracy"] = accuracy(job.said())
+    result["log"] = log_path
+    final = os.path.join(run_dir, "checkpoints", "final.safetensors")
+    if os.path.exists(final):
+        result["final_hash"] = tensors_hash(final)
+    if name == "multiworker":
+        quiet_dir = os.path.join(work, "multiworker-quiet")
+        quiet = [cli] + prefix + ["--"] + fit[:-4] + ["--run-dir", quiet_dir, "--backup-every", "20"]
+        run = subprocess.run(quiet, capture_output=True, text=True, timeout=600, cwd=ROOT)
+        quiet_final = os.path.join(quiet_dir, "checkpoints", "final.safetensors")
+        result["uninterrupted_hash"] = tensors_hash(quiet_final) if run.returncode == 0 else None
+        result["hash_equal"] = result.get("final_hash") == result["uninterrupted_hash"]
+    return result
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", default="async,sync,multiworker")
+    parser.add_argument("--faults", type=int, default=8, help="faults drawn per job")
+    parser.add_argument("--epochs", type=int, default=200, help="each job's epochs")
+    parser.add_argument("--limit", type=float, default=600, help="seconds of faults per job at most")
+    parser.add_argument("--synthetic", action="store_true", help="small MNIST files made here, not ./data")
+    parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--cli", default=os.path.join(ROOT, "build", "tandem"), help="the tandem command")
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="tandem-chaos-")
+    data_dir = os.path.join(ROOT, "data")
+    if args.synthetic:
+        data_dir = os.path.join(work, "data")
+        make_synthetic(os.path.join(data_dir, "mnist"))
+    results = []
+    for name in args.jobs.split(","):
+        plan = schedule(args.seed, name, args.faults)
+        log(f"{name}, seed {args.seed}: " + ", ".join(f"+{d}s {k} {t}" for d, k, t in plan))
+        started = time.time()
+        r = run_job(name, plan, args, data_dir, work)
+        r["seconds"] = round(time.time() - started, 1)
+        r["seed"] = args.seed
+        results.append(r)
+        log(f"  {name}: {r['faults']} faults, {r['survived']} survived, {r['ended_by_rule']} ended the job by rule "
+            f"(named), {r['hangs']} hangs, {len(r['unreadable_checkpoints'])} unreadable checkpoints, unnamed "
+            f"{r['unnamed']}, ended against the rule {r['ended_against_rule']}, {r['launches']} launches, accuracy {r['accuracy']}%, {r['seconds']} s"
+            + (f", hash equal to the uninterrupted run's: {r['hash_equal']}" if "hash_equal" in r else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    if all(r["hangs"] == 0 for r in results) and not os.environ.get("CHAOS_KEEP"):
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        log(f"logs kept in {work}")
+
+
+if __name__ == "__main__":
+    main()
