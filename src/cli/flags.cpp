@@ -77,7 +77,8 @@ void warn_about_parallelism(const distribute::Strategy& strategy, int threads_fl
                  threads_flag, cores, cores == 1 ? "" : "s", cores);
   if (strategy.num_replicas_in_sync() > cores)
     std::fprintf(stderr,
-                 "note: %d replicas on %d usable core%s take turns on the cores: expect about the speed of %d\n",
+                 "note: %d replicas on %d usable core%s take turns on the cores: expect at most the speed of %d, "
+                 "less as the replicas' hand-offs grow\n",
                  strategy.num_replicas_in_sync(), cores, cores == 1 ? "" : "s", cores);
 }
 

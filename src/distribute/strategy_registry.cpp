@@ -100,6 +100,15 @@ std::string strategies_reading(const std::string& flag) {
   return names;
 }
 
+void refuse_past_cores(const std::string& spec, int groups, const char* what) {
+  int cores = usable_cores();
+  if (groups <= kMostPerCore * cores) return;
+  fail(
+      "strategy \"{}\": {} {} on {} usable core{}: past {} per core ({} here) they only take turns, and each step's "
+      "hand-offs between them outweigh its work; use at most {} (one per core runs fastest)",
+      spec, groups, what, cores, cores == 1 ? "" : "s", kMostPerCore, kMostPerCore * cores, kMostPerCore * cores);
+}
+
 void bad_strategy(const std::string& spec, const std::string& why) {
   fail("strategy \"{}\": {}; expected {}", spec, why, strategy_grammar());
 }

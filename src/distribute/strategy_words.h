@@ -12,6 +12,10 @@ namespace tandem::distribute {
 
 // A count in a strategy's name: a number from 1 to `most`, else nullopt.
 std::optional<int> count_in_name(const std::string& word, int most);
+// Refused past kMostPerCore thread groups (replicas, devices or stages in this process) per usable
+// core: beyond, they only take turns, and a step's hand-offs between them outweigh its work.
+inline constexpr int kMostPerCore = 64;
+void refuse_past_cores(const std::string& spec, int groups, const char* what);
 // "a:b:c" -> {"a", "b", "c"}.
 std::vector<std::string> words_of(const std::string& spec);
 // The processes a launcher started (a model split over them, one device each).

@@ -132,6 +132,32 @@ TEST(Cli, MoreReplicasThanRowsInABatchAreRefused) {
   }
 }
 
+// Replicas, devices or stages far past the cores (more than 64 per usable core) are refused before
+// anything trains, naming the count, the cores and the limit; 64 per core still trains (above).
+TEST(Cli, ThreadGroupsFarPastTheCoresAreRefused) {
+  int cores = usable_cores(), past = 64 * cores + 1;
+  if (past > kMaxThreads)
+    GTEST_SKIP() << "skipped: " << cores << " usable cores allow every count up to " << kMaxThreads;
+  testing::TempDir dir;
+  std::string mirrored = fmt::format("mirrored:{}", past), split = fmt::format("mirrored:{}+model-parallel:2", past);
+  for (auto [strategy, what] : std::vector<std::pair<std::string, std::string>>{
+           {mirrored, "replicas"},
+           {fmt::format("local_sgd:{}", past), "replicas"},
+           {fmt::format("central:{}", past), "replicas"},
+           {fmt::format("multiworker:1:{}", past), "replicas in each worker"},
+           {fmt::format("model-parallel:{}", past), "devices"},
+           {fmt::format("pipeline:{}", past), "stages"},
+           {split, "devices"}}) {
+    Outcome r = run({"fit", "--strategy", strategy, "--batch-size", "8192", "--epochs", "1", "--verbose", "0"}, dir);
+    EXPECT_EQ(r.code, 1) << strategy;
+    int groups = strategy == split ? 2 * past : past;
+    EXPECT_NE(r.output.find(fmt::format("strategy \"{}\": {} {} on {} usable core{}: past 64 per core ({} here)",
+                                        strategy, groups, what, cores, cores == 1 ? "" : "s", 64 * cores)),
+              std::string::npos)
+        << r.output;
+  }
+}
+
 // A strategy's own flag given with another strategy is refused, naming those that read it (the
 // registry's entries say which): it would otherwise be ignored while the user believes it acts.
 TEST(Cli, AFlagOfAnotherStrategyIsRefused) {

@@ -34,6 +34,7 @@ std::unique_ptr<Strategy> replicated(const std::string& spec, const std::vector<
     if (!n)
       bad_strategy(spec, fmt::format("the replica count \"{}\" is not a number from 1 to {}", words[1], kMaxThreads));
     replicas = *n;
+    refuse_past_cores(spec, replicas, "replicas");
   }
   if (words[0] == "local_sgd") {
     LocalSgdOptions options{.num_replicas = replicas, .threads_per_replica = settings.threads_per_replica};
@@ -68,6 +69,7 @@ std::unique_ptr<Strategy> multiworker(const std::string& spec, std::vector<std::
                                      i == 1 ? "worker" : "local replica", words[i], kMaxThreads));
     (i == 1 ? options.num_workers : options.local_replicas) = *n;
   }
+  refuse_past_cores(spec, options.local_replicas, "replicas in each worker");
   return make_multiworker(std::move(options), settings);
 }
 

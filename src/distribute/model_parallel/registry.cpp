@@ -42,6 +42,7 @@ void add_model_parallel_strategies(std::vector<StrategyEntry>& entries) {
                                            "(D copies of the model split T ways or cut into S stages)"
                                          : fmt::format("the device count \"{}\" is not a number from 1 to {}", words[1],
                                                        kMaxThreads));
+         if (!started_by_mpi_launcher()) refuse_past_cores(spec, *n * copies, "devices");
          return make_model_parallel({.num_shards = *n, .data_replicas = copies}, settings);
        }});
 }

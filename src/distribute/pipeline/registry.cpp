@@ -29,6 +29,7 @@ std::unique_ptr<Strategy> pipeline(const std::string& spec, std::vector<std::str
       bad_strategy(spec, fmt::format("the micro-batch count \"{}\" is not a number from 1 to 1000000", words[1]));
     options.micro_batches = *micro;
   }
+  if (!started_by_mpi_launcher()) refuse_past_cores(spec, options.num_stages * copies, "stages");
   return make_pipeline(std::move(options), settings);
 }
 
