@@ -158,6 +158,58 @@ TEST(PsCluster, AKilledServerIsRestoredAndTrainingGoesOn) {
   expect_test_accuracy_at_least(out, 97.0);
 }
 
+// ps:0 (control rank 1) killed as it answers the chief's read of its state (its phase "serving a
+// read": the first read is at the first epoch's end, for the chief's copy): the chief names it,
+// the launcher starts it again, the chief restores it and reads again, and training goes on to
+// the end. The fault fires once (TANDEM_TEST_FAULT_ONCE): the restored server is not killed again.
+TEST(PsCluster, AServerKilledWhileTheChiefReadsItIsRestoredAndReadAgain) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::string once = dir.file("fired");
+  Watched w =
+      launch_cluster(dir, 1, 2,
+                     {"--model", "mlp", "--strategy", "ps-async", "--epochs", "6", "--batch-size", "16", "--threads",
+                      "1", "--verbose", "2", "--data-dir", dir.file("data")},
+                     "read.log", 180, {"TANDEM_TEST_FAULT=kill:1:serving-a-read", "TANDEM_TEST_FAULT_ONCE=" + once});
+  ASSERT_EQ(w.code, 0) << w.output;
+  EXPECT_TRUE(std::filesystem::exists(once)) << "the fault never fired\n" << w.output;
+  expect_no_sanitizer_report(w.output);
+  EXPECT_TRUE(std::regex_search(w.output, std::regex("chief: ps:0 \\([^)]*\\) died during serving a read")))
+      << w.output;
+  EXPECT_NE(w.output.find("launch: starting task ps:0 again (restart 1 of 3)"), std::string::npos) << w.output;
+  EXPECT_TRUE(std::regex_search(w.output, std::regex("chief: ps:0 \\([^)]*\\) restored"))) << w.output;
+  expect_test_accuracy_at_least(w.output, 90.0);
+}
+
+// A second copy of a running worker (started by hand with worker:0's TF_CONFIG) is refused by the
+// chief and ends, naming why; the job goes on as it was and finishes.
+TEST(PsCluster, ASecondCopyOfARunningWorkerIsRefused) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  std::vector<std::string> fit{
+      TANDEM_CLI,     "fit", "--model",   "mlp", "--strategy", "ps-async", "--epochs",   "150",
+      "--batch-size", "8",   "--threads", "1",   "--verbose",  "2",        "--data-dir", dir.file("data")};
+  std::vector<std::string> launch{TANDEM_CLI, "launch", "--ps", "1", "--workers", "2", "--"};
+  launch.insert(launch.end(), fit.begin(), fit.end());
+  Background job(dir, launch, "job.log");
+  ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
+  pid_t worker = task_pid(job.pid(), "worker", 0);
+  ASSERT_GT(worker, 0) << "worker:0's process not found";
+  Background copy(dir, fit, "copy.log", tf_config_of(worker));
+  int copy_code = copy.wait(60), code = job.wait(240);
+  std::string out = job.said(), theirs = copy.said();
+  EXPECT_NE(copy_code, 0) << theirs;
+  EXPECT_TRUE(
+      std::regex_search(theirs, std::regex("refused worker:0 \\([^)]*\\): worker:0 \\([^)]*\\) is already running")))
+      << theirs;
+  ASSERT_EQ(code, 0) << out;
+  expect_no_sanitizer_report(out);
+  expect_no_sanitizer_report(theirs);
+  EXPECT_EQ(out.find("died"), std::string::npos) << out;
+  EXPECT_EQ(out.find("starting task worker"), std::string::npos) << out;
+  expect_test_accuracy_at_least(out, 90.0);
+}
+
 // Elastic: a worker the job did not start with (its TF_CONFIG lists one more worker, itself)
 // joins the running asynchronous job of 2 workers, trains steps, and ends with it.
 TEST(PsCluster, AWorkerAddedToARunningJobJoinsAndTrains) {

@@ -5,11 +5,15 @@
 //                                            writing"; dashes for spaces)
 //   TANDEM_TEST_FAULT=kill|hang:RANK:STEP    a multi-worker rank dies, or stays alive without
 //                                            arriving, before step STEP
+//   TANDEM_TEST_FAULT_ONCE=FILE              the phase fault fires once: FILE is written then, and
+//                                            no fault fires while it exists
 //   TANDEM_TEST_PS_SLOW_WORKER=INDEX:MS      parameter-server worker INDEX is MS ms slower per step
 // A value that does not parse is an error naming it (the tests must not run faultless by mistake).
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -32,10 +36,13 @@ struct Fault {
   int rank = -1;
 };
 
-// TANDEM_TEST_FAULT, or nothing when unset.
+// TANDEM_TEST_FAULT, or nothing when unset, or when TANDEM_TEST_FAULT_ONCE names a file that exists
+// (a fault that fired once there: a restarted task does not die again).
 std::optional<Fault> fault() {
   const char* text = std::getenv("TANDEM_TEST_FAULT");
   if (text == nullptr || *text == '\0') return std::nullopt;
+  if (const char* once = std::getenv("TANDEM_TEST_FAULT_ONCE"); once != nullptr && std::filesystem::exists(once))
+    return std::nullopt;
   char kind[8] = {}, at[64] = {};
   Fault f;
   if (std::sscanf(text, "%7[a-z]:%d:%63[a-zA-Z0-9_ -]", kind, &f.rank, at) != 3 ||
@@ -46,6 +53,11 @@ std::optional<Fault> fault() {
   return f;
 }
 
+// Marks the fault fired, where TANDEM_TEST_FAULT_ONCE asks for it.
+void fired() {
+  if (const char* once = std::getenv("TANDEM_TEST_FAULT_ONCE"); once != nullptr) std::ofstream(once) << "fired\n";
+}
+
 bool is_step(const std::string& at) { return !at.empty() && at.find_first_not_of("0123456789") == std::string::npos; }
 
 struct Install {
@@ -54,6 +66,7 @@ struct Install {
     h.phase_signal = [](int rank, const std::string& phase) {
       std::optional<Fault> f = fault();
       if (!f || f->rank != rank || is_step(f->at) || phase_key(f->at) != phase_key(phase)) return 0;
+      fired();
       return f->kind == "kill" ? SIGKILL : f->kind == "stop" ? SIGSTOP : 0;
     };
     h.step_fault = [](int rank) {

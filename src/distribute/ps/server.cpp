@@ -15,13 +15,7 @@ ParameterServer::ParameterServer(std::string name, std::unique_ptr<Optimizer> op
 
 void ParameterServer::serve(zmq::socket_t& socket, const std::function<bool()>& stop, std::chrono::milliseconds poll) {
   while (!stop()) {
-    std::optional<Incoming> request;
-    try {
-      request = receive(socket, poll, /*router=*/true);
-    } catch (const Error& e) {
-      log_refusal(e.what());
-      continue;  // no route to answer on: the frames did not decode
-    }
+    std::optional<Incoming> request = receive(socket, poll, /*router=*/true);  // what does not decode: dropped there
     if (!request) continue;
     MessageType type = request->envelope.type;
     if (replay_at_ < replay_.size() && (type == MessageType::Pull || type == MessageType::Push)) {
@@ -171,7 +165,12 @@ bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
       if (updates_) updates_->close_round();
       answer = Outgoing(MessageType::Ready, 0, version_);
       return true;
-    case MessageType::Fetch: state(answer); return true;
+    case MessageType::Fetch: {
+      std::string before = set_phase ? set_phase("serving a read") : std::string();
+      state(answer);
+      if (set_phase) set_phase(before);
+      return true;
+    }
     case MessageType::Stop: answer = Outgoing(MessageType::Stop, 0, version_); return false;
     default:
       fail("a parameter server answers init, pull, push, fetch and stop, not {}",

@@ -36,6 +36,9 @@ class ParameterServer {
              std::chrono::milliseconds poll = std::chrono::milliseconds(100));
   // One request's answer; false when the request was Stop (answered).
   bool handle(const Incoming& request, Outgoing& answer);
+  // Called with the task's phase as it answers the chief's read of its state ("serving a read",
+  // then the phase before): the job names it if the server dies meanwhile.
+  std::function<std::string(const std::string& phase)> set_phase;
   int64_t version() const { return version_; }
   int64_t refused() const { return refused_; }
   int64_t dropped() const { return updates_ ? updates_->dropped() : 0; }  // synchronous: pushes after their round

@@ -204,6 +204,7 @@ void serve_task(ClusterLink& link, const ParameterServerOptions& options, const 
     serve_as_worker(link, options, parts);
   } else {
     ParameterServer server(link.describe(link.task()), std::move(server_optimizer), link.workers());
+    server.set_phase = [&](const std::string& phase) { return link.control().set_phase(phase); };
     server.serve(link.own_socket(), [&] {
       link.check_failed();  // an Error when a task failed: this one ends too
       return false;         // else until the chief's stop
