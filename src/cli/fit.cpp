@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "tandem/collectives/mpi.h"
 #include "tandem/distribute/parameter_server.h"
 
 namespace tandem::cli {
@@ -123,6 +124,7 @@ void end_on_worker_failure(const std::string& message) {
   std::fprintf(stderr, "error: %s\n", message.c_str());
   std::fflush(stdout);
   std::fflush(stderr);
+  distribute::linger_after_failure();  // the other workers print theirs before the launcher ends them
   _exit(1);
 }
 

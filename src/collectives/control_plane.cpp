@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -213,6 +214,36 @@ std::string ControlPlane::failure() const {
 
 void ControlPlane::report_failure(const std::string& message) { set_failure(message, true); }
 
+void ControlPlane::linger_after_own_failure(std::chrono::milliseconds most) {
+  auto until = Clock::now() + most;
+  std::vector<pollfd> open;
+  {
+    std::lock_guard lock(mutex_);
+    if (!failed_ || failure_origin_ != rank_) return;
+    for (const Peer& p : peers_)
+      if (p.fd >= 0) open.push_back({p.fd, POLLIN, 0});
+  }
+  if (std::this_thread::get_id() != thread_.get_id()) {  // the control thread sees the connections close
+    while (Clock::now() < until) {
+      {
+        std::lock_guard lock(mutex_);
+        if (std::none_of(peers_.begin(), peers_.end(), [](const Peer& p) { return p.fd >= 0; })) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return;
+  }
+  // On the control thread (a death it saw): it watches them close itself; what they say is moot.
+  while (!open.empty() && Clock::now() < until) {
+    if (poll(open.data(), open.size(), 5) <= 0) continue;
+    std::erase_if(open, [](const pollfd& p) {
+      char buffer[4096];
+      ssize_t n = p.revents != 0 ? recv(p.fd, buffer, sizeof buffer, MSG_DONTWAIT) : -1;
+      return n == 0 || (n < 0 && p.revents != 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    });
+  }
+}
+
 // The control thread sends the byes (run()); silence and closed connections are watched meanwhile,
 // so a rank that never comes fails the job.
 bool ControlPlane::leave_and_wait() {
@@ -275,6 +306,7 @@ void ControlPlane::set_failure(const std::string& message, bool tell_others, int
     std::lock_guard lock(mutex_);
     if (failed_) return;
     failure_ = shown;
+    failure_origin_ = origin;
     failed_.store(true, std::memory_order_release);
     // Rank 0 relays to every rank, naming the rank whose words they are; another rank tells rank 0.
     auto origin_bytes = static_cast<int32_t>(origin);

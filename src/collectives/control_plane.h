@@ -91,6 +91,10 @@ class ControlPlane {
   std::string failure() const;
   // A failure seen here: every rank learns it (the first one wins on each rank).
   void report_failure(const std::string& message);
+  // Where the job failed here first (this rank's own words): waits, at most `most`, until the
+  // other ranks' control connections have closed (rank 0: every other rank's; the others: rank
+  // 0's), each having printed the failure as it exits.
+  void linger_after_own_failure(std::chrono::milliseconds most);
   // Clean end, collective: says so to the others and waits (at most the timeout of silence from
   // any rank still expected) until every rank has come to it: rank 0 until all others have, the
   // others until rank 0 has. False when the job failed meanwhile (failure() says why).
@@ -169,6 +173,7 @@ class ControlPlane {
   std::vector<int64_t> progress_;
   std::vector<std::string> phases_;  // each rank's, as last heard; this rank's own
   std::string failure_;
+  int failure_origin_ = -1;  // the rank whose words failure_ is
   std::atomic<bool> failed_{false}, stop_{false}, leaving_{false}, said_bye_{false}, beat_now_{false};
   std::thread thread_;
 };

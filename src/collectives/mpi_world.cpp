@@ -45,6 +45,7 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions&) {
   fail("MPI: this Tandem was built without MPI (install libopenmpi-dev and build again)");
 }
 std::string mpi_host_of(int) { return ""; }
+void linger_after_failure() {}
 
 #else
 
@@ -235,6 +236,17 @@ std::string mpi_host_of(int rank) {
   World& w = world();
   std::lock_guard lock(w.mutex);
   return rank >= 0 && rank < static_cast<int>(w.hosts.size()) ? w.hosts[static_cast<size_t>(rank)] : "";
+}
+
+void linger_after_failure() {
+  std::shared_ptr<ControlPlane> control;
+  {
+    World& w = world();
+    std::unique_lock lock(w.mutex, std::try_to_lock);  // held through MPI's start: no world to wait on yet
+    if (!lock.owns_lock()) return;
+    control = w.control;
+  }
+  if (control) control->linger_after_own_failure(std::min(control->timeout(), std::chrono::milliseconds(2000)));
 }
 
 #endif

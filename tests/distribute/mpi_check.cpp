@@ -302,8 +302,7 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     std::fflush(stderr);
-    // Each rank's own message is asserted on: mpirun ends the others once one rank exits.
-    if (scenario == "mismatch-expected") std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    linger_after_failure();  // as `tandem fit` does: the others print theirs before mpirun ends them
     _exit(3);
   }
   return 0;

@@ -47,4 +47,10 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
 // The host of a rank of the world (its MPI processor name); "" before the world is made.
 std::string mpi_host_of(int rank);
 
+// After this rank's own failure is printed, before it exits: waits (at most 2 s, or the timeout if
+// shorter) until the other ranks have ended, so that each prints its own words before the
+// launcher ends them all. Returns at once when the job has not failed here first (another rank's
+// failure, relayed) or there is no world.
+void linger_after_failure();
+
 }  // namespace tandem::distribute
