@@ -181,17 +181,25 @@ TEST(PsCluster, AServerKilledWhileTheChiefReadsItIsRestoredAndReadAgain) {
   expect_test_accuracy_at_least(w.output, 90.0);
 }
 
+// The asynchronous job these tests add a worker to (its fit command, which a task started by hand
+// runs too): mlp on small data, 150 epochs, 2 workers; and its launch on 1 server.
+std::vector<std::string> small_async_fit(const TempDir& dir) {
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  return {TANDEM_CLI,     "fit", "--model",   "mlp", "--strategy", "ps-async", "--epochs",   "150",
+          "--batch-size", "8",   "--threads", "1",   "--verbose",  "2",        "--data-dir", dir.file("data")};
+}
+std::vector<std::string> launched(const std::vector<std::string>& fit) {
+  std::vector<std::string> launch{TANDEM_CLI, "launch", "--ps", "1", "--workers", "2", "--"};
+  launch.insert(launch.end(), fit.begin(), fit.end());
+  return launch;
+}
+
 // A second copy of a running worker (started by hand with worker:0's TF_CONFIG) is refused by the
 // chief and ends, naming why; the job goes on as it was and finishes.
 TEST(PsCluster, ASecondCopyOfARunningWorkerIsRefused) {
   TempDir dir;
-  make_mnist(dir.file("data/mnist"), 600, 60);
-  std::vector<std::string> fit{
-      TANDEM_CLI,     "fit", "--model",   "mlp", "--strategy", "ps-async", "--epochs",   "150",
-      "--batch-size", "8",   "--threads", "1",   "--verbose",  "2",        "--data-dir", dir.file("data")};
-  std::vector<std::string> launch{TANDEM_CLI, "launch", "--ps", "1", "--workers", "2", "--"};
-  launch.insert(launch.end(), fit.begin(), fit.end());
-  Background job(dir, launch, "job.log");
+  std::vector<std::string> fit = small_async_fit(dir);
+  Background job(dir, launched(fit), "job.log");
   ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
   pid_t worker = task_pid(job.pid(), "worker", 0);
   ASSERT_GT(worker, 0) << "worker:0's process not found";
@@ -214,13 +222,8 @@ TEST(PsCluster, ASecondCopyOfARunningWorkerIsRefused) {
 // joins the running asynchronous job of 2 workers, trains steps, and ends with it.
 TEST(PsCluster, AWorkerAddedToARunningJobJoinsAndTrains) {
   TempDir dir;
-  make_mnist(dir.file("data/mnist"), 600, 60);
-  std::vector<std::string> fit{
-      TANDEM_CLI,     "fit", "--model",   "mlp", "--strategy", "ps-async", "--epochs",   "150",
-      "--batch-size", "8",   "--threads", "1",   "--verbose",  "2",        "--data-dir", dir.file("data")};
-  std::vector<std::string> launch{TANDEM_CLI, "launch", "--ps", "1", "--workers", "2", "--"};
-  launch.insert(launch.end(), fit.begin(), fit.end());
-  Background job(dir, launch, "job.log");
+  std::vector<std::string> fit = small_async_fit(dir);
+  Background job(dir, launched(fit), "job.log");
   ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
   pid_t chief = task_pid(job.pid(), "chief", 0);
   ASSERT_GT(chief, 0) << "the chief's process not found";
