@@ -10,14 +10,17 @@
 
 #include "collectives/mpi_calls.h"
 
+#include <atomic>
 #include <climits>
 #include <condition_variable>
+#include <csignal>
 #include <cstdio>
 #include <deque>
 #include <mutex>
 #include <thread>
 #include <utility>
 
+#include "core/fault_hooks.h"
 #include "tandem/error.h"
 #include "tandem/timeline.h"
 
@@ -230,6 +233,7 @@ class MpiCommunicator : public Communicator {
     work->header[0] = static_cast<int64_t>(dtype);
     work->header[1] = count;
     check_mpi(MPI_Isend(work->header, 2, MPI_INT64_T, peer, 2 * tag, comm_, &work->requests[0]), "MPI_Isend");
+    test_fault("send", ++sends_);  // half a send out
     check_mpi(MPI_Isend(data, to_int(count, "send"), mpi_type(dtype), peer, 2 * tag + 1, comm_, &work->requests[1]),
               "MPI_Isend");
     return work;
@@ -316,6 +320,12 @@ class MpiCommunicator : public Communicator {
       fail("{}: tag {} is out of range (0 to {})", what, tag, (tag_limit_ - 1) / 2);
   }
 
+  // The tests' fault hook (core/fault_hooks.h; empty in the release programs).
+  void test_fault(const char* kind, int64_t n) const {
+    const fault_hooks::Hooks& hooks = fault_hooks::hooks();
+    if (!hooks.message_signal) return;
+    if (int signal = hooks.message_signal(world_rank(rank_), kind, n)) raise(signal);
+  }
   int world_rank(int rank) const {
     if (is_world_) return rank;
     MPI_Group world_group;
@@ -358,6 +368,7 @@ class MpiCommunicator : public Communicator {
     std::unique_lock lock(mutex_);
     op->seq = ++submitted_;
     if (is_world_) control_->entered(op->seq);
+    test_fault("collective", op->seq);
     if (!here || !queue_.empty() || serving_) {
       queue_.push_back(op);
       lock.unlock();
@@ -501,6 +512,7 @@ class MpiCommunicator : public Communicator {
   std::condition_variable changed_;
   std::deque<std::shared_ptr<Op> > queue_;
   int64_t submitted_ = 0;
+  std::atomic<int64_t> sends_{0};             // point-to-point sends begun (the fault hook counts them)
   bool stop_ = false, serving_ = false;       // serving_: the communication thread is in an operation
   std::shared_ptr<Op> caller_op_;             // a synchronous one running on its caller's thread
   std::vector<float> packed_;                 // grouped all-reduces

@@ -5,6 +5,9 @@
 //                                            writing"; dashes for spaces)
 //   TANDEM_TEST_FAULT=kill|hang:RANK:STEP    a multi-worker rank dies, or stays alive without
 //                                            arriving, before step STEP
+//   TANDEM_TEST_FAULT=kill|stop:RANK:send-N  a process of an MPI job dies or stops at its Nth
+//                                            point-to-point send, its header out and not its data
+//                                            (or collective-N: as it enters its Nth collective)
 //   TANDEM_TEST_FAULT_ONCE=FILE              the phase fault fires once: FILE is written then, and
 //                                            no fault fires while it exists
 //   TANDEM_TEST_PS_SLOW_WORKER=INDEX:MS      parameter-server worker INDEX is MS ms slower per step
@@ -73,6 +76,12 @@ struct Install {
       std::optional<Fault> f = fault();
       if (!f || f->rank != rank || !is_step(f->at)) return std::pair<int64_t, bool>{-1, false};
       return std::pair<int64_t, bool>{std::stoll(f->at), f->kind == "kill"};
+    };
+    h.message_signal = [](int rank, const char* kind, int64_t n) {
+      std::optional<Fault> f = fault();
+      if (!f || f->rank != rank || f->at != fmt::format("{}-{}", kind, n)) return 0;
+      fired();
+      return f->kind == "kill" ? SIGKILL : f->kind == "stop" ? SIGSTOP : 0;
     };
     h.straggler_ms = [](int worker) -> int64_t {
       const char* spec = std::getenv("TANDEM_TEST_PS_SLOW_WORKER");
