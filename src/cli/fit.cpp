@@ -220,6 +220,7 @@ void run_fit(FitFlags f) {
   settings.ps.prefetch = f.prefetch;
   settings.ps.auth_dir = f.auth;
   settings.ps.insecure = f.insecure;
+  settings.insecure = f.insecure;
   settings.ps.record = f.record;
   settings.ps.replay = f.replay;
   settings.ps.min_workers = f.min_workers;
@@ -438,8 +439,8 @@ void add_fit(CLI::App& app) {
                                  "keys in DIR/allowed"));
   cmd->add_flag("--insecure", flags->insecure,
                 for_strategies("insecure",
-                               "let the chief and the servers listen on non-loopback addresses "
-                               "without --auth (a network you trust)"));
+                               "a network you trust: let the chief and the servers listen on non-loopback "
+                               "addresses without --auth, or MPI's ranks run on several machines"));
   cmd->add_option("--record", flags->record,
                   for_strategies("record",
                                  "asynchronous, write to this file, at each epoch's end, which worker "

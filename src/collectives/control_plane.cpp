@@ -381,13 +381,10 @@ void ControlPlane::run() {
     }
     fds.clear();
     for (Peer& p : peers_) fds.push_back({p.fd, static_cast<short>(p.fd >= 0 ? POLLIN : 0), 0});
-    bool rejoinable = false;
-    if (rank_ == 0) {
-      std::lock_guard lock(mutex_);
-      rejoinable = expendable_ != nullptr;
-    }
+    // Rank 0 takes every connection, so that a stranger's is refused and named (only an expendable
+    // rank may join after start-up: accept_rejoin).
     size_t listening = fds.size();
-    fds.push_back({listen_fd_, static_cast<short>(rejoinable ? POLLIN : 0), 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
     for (const Pending& p : pending_) fds.push_back({p.fd, POLLIN, 0});
     int wait = static_cast<int>(
         std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - Clock::now()).count()));

@@ -20,6 +20,11 @@
 #include "tandem/error.h"
 
 #ifdef TANDEM_WITH_MPI
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "collectives/control_plane.h"
 #include "collectives/mpi_communicator.h"
 #endif
 
@@ -213,6 +218,19 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
                           MPI_COMM_WORLD),
             "MPI_Allgather");
   for (int r = 0; r < size; ++r) w.hosts.emplace_back(names.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+  // Across machines (every rank decides alike, from the same names).
+  if (const char* env = std::getenv("TANDEM_INSECURE"); detail::listen_address(w.hosts, false).empty() &&
+                                                        !options.insecure &&
+                                                        (env == nullptr || std::string(env) != "1")) {
+    std::vector<std::string> machines = w.hosts;
+    std::sort(machines.begin(), machines.end());
+    machines.erase(std::unique(machines.begin(), machines.end()), machines.end());
+    fail(
+        "MPI: the ranks are on {} machines ({}): rank 0's control port would listen on every interface, and MPI's "
+        "own traffic is neither authenticated nor encrypted; on a network you trust, pass --insecure (tandem fit) or "
+        "set TANDEM_INSECURE=1",
+        machines.size(), fmt::join(machines, ", "));
+  }
   auto exchange = [](std::string& text) {
     std::vector<char> buffer(4096, '\0');
     std::copy_n(text.begin(), std::min(text.size(), buffer.size() - 1), buffer.begin());

@@ -30,7 +30,8 @@ std::vector<std::string> words_of(const std::string& spec) {
 
 std::shared_ptr<Communicator> launched_world(const std::string& spec, const StrategySettings& settings) {
   if (!mpi_built()) fail("strategy \"{}\": this Tandem was built without MPI (install libopenmpi-dev)", spec);
-  return make_mpi_world_communicator({.timeout = settings.timeout, .on_failure = settings.on_failure});
+  return make_mpi_world_communicator(
+      {.timeout = settings.timeout, .on_failure = settings.on_failure, .insecure = settings.insecure});
 }
 
 // Registered by an explicit list, not by static initializers: from a static library the linker

@@ -320,24 +320,40 @@ TEST(MultiWorker, ThreeHostsAsNetworkNamespacesTrainAsOneProcess) {
   std::vector<std::string> one{TANDEM_CLI};
   for (const std::string& a : fit_args(dir, "mirrored:1:deterministic", dir.file("one"))) one.push_back(a);
   ASSERT_EQ(run_watched(one, dir, 120, "one.log").code, 0);
-  Watched w = run_watched(hosts.launch(dir, fit_args(dir, "multiworker:3:deterministic", dir.file("three"))), dir, 180);
+  // Without --insecure, ranks on several machines are refused on every rank, naming the machines.
+  Watched refused = run_watched(hosts.launch(dir, fit_args(dir, "multiworker:3", dir.file("refused"))), dir, 60);
+  EXPECT_NE(refused.code, 0);
+  EXPECT_FALSE(refused.killed) << refused.output;
+  std::string said = fmt::format(
+      "error: MPI: the ranks are on 3 machines ({}, {}, {}): rank 0's control port would "
+      "listen on every interface",
+      hosts.host(1), hosts.host(2), hosts.host(3));
+  EXPECT_NE(refused.output.find(said), std::string::npos) << refused.output;
+  auto trusted = [&](std::vector<std::string> args) {
+    args.push_back("--insecure");
+    return args;
+  };
+  Watched w = run_watched(hosts.launch(dir, trusted(fit_args(dir, "multiworker:3:deterministic", dir.file("three")))),
+                          dir, 180);
   ASSERT_EQ(w.code, 0) << w.output;
   expect_same_final_weights(dir.file("one/final.safetensors"), dir.file("three/final.safetensors"), "3 hosts");
 
   // The same cluster as a TF_CONFIG; then with a fourth worker whose address no host answers.
   Watched tf = run_watched(
-      hosts.launch(dir, fit_args(dir, "multiworker:3:deterministic", dir.file("tf")), hosts.workers()), dir, 180);
+      hosts.launch(dir, trusted(fit_args(dir, "multiworker:3:deterministic", dir.file("tf"))), hosts.workers()), dir,
+      180);
   ASSERT_EQ(tf.code, 0) << tf.output;
   expect_same_final_weights(dir.file("one/final.safetensors"), dir.file("tf/final.safetensors"), "TF_CONFIG");
   std::vector<std::string> four = hosts.workers();
   four.push_back(four[0].substr(0, four[0].rfind('.')) + ".9:2222");
-  Watched missing = run_watched(hosts.launch(dir, fit_args(dir, "multiworker", dir.file("four")), four), dir, 60);
+  Watched missing =
+      run_watched(hosts.launch(dir, trusted(fit_args(dir, "multiworker", dir.file("four"))), four), dir, 60);
   EXPECT_NE(missing.code, 0);
   EXPECT_NE(missing.output.find(fmt::format("TF_CONFIG task worker:3 (\"{}\"): no process could be started", four[3])),
             std::string::npos)
       << missing.output;
 
-  Watched stuck = run_watched(hosts.launch(dir, fit_args(dir, "multiworker", dir.file("stuck"), 3)), dir, 120,
+  Watched stuck = run_watched(hosts.launch(dir, trusted(fit_args(dir, "multiworker", dir.file("stuck"), 3))), dir, 120,
                               "stuck.log", {"TANDEM_TEST_FAULT=hang:2:3"});
   EXPECT_NE(stuck.code, 0);
   EXPECT_FALSE(stuck.killed) << stuck.output;

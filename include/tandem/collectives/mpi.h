@@ -32,6 +32,9 @@ struct MpiOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
   // Runs once, on the control thread, with the message when the job fails (any rank).
   std::function<void(const std::string& message)> on_failure;
+  // Ranks on several machines are refused unless this (or TANDEM_INSECURE=1) says the network is
+  // trusted: rank 0's control port then listens on every interface, and MPI's traffic is plain.
+  bool insecure = false;
 };
 
 // Whether this build has MPI, and whether an MPI launcher started this process (its environment

@@ -41,6 +41,8 @@ struct MultiWorkerOptions {
   Compression compression = Compression::None;  // gradients on the wire
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
   std::function<void(const std::string&)> on_failure;
+  // Workers on several machines: refused unless the network is trusted (MpiOptions::insecure).
+  bool insecure = false;
   // ZeRO stage 1 (multiworker:N:zero): each worker keeps and updates the optimizer's slots for its
   // 1/N of every variable; gradients are reduce-scattered and the updated pieces all-gathered in
   // buckets of zero_bucket_bytes instead of all-reduced (with deterministic mode, summed as

@@ -23,6 +23,9 @@ struct StrategySettings {
   int threads_per_replica = 0;
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
   std::function<void(const std::string&)> on_failure;
+  // Processes on several machines without keys (MPI's ranks; a parameter-server cluster takes
+  // ps.insecure): allowed, on a network the user trusts (--insecure).
+  bool insecure = false;
   // Mirrored and multiworker: tensor fusion and compression (MirroredOptions says what each does).
   int64_t bucket_bytes = 0;
   std::chrono::microseconds cycle_time{0};

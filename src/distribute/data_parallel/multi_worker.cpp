@@ -34,7 +34,7 @@ std::shared_ptr<Communicator> world(const MultiWorkerOptions& o) {
         "it cannot reach the other workers. Start every worker at once: `tandem launch -- <this command>` with "
         "TF_CONFIG set, `tandem launch -np 2 -- <this command>` on one machine, or `tandem launch -np 4 -H "
         "host1:2,host2:2 -- <this command>` on several; mpirun and srun work too");
-  return make_mpi_world_communicator({.timeout = o.timeout, .on_failure = o.on_failure});
+  return make_mpi_world_communicator({.timeout = o.timeout, .on_failure = o.on_failure, .insecure = o.insecure});
 }
 
 MirroredOptions mirrored_options(const MultiWorkerOptions& o, const std::shared_ptr<Communicator>& workers) {

@@ -75,6 +75,10 @@ std::unique_ptr<Strategy> multiworker(const std::string& spec, std::vector<std::
 
 // Tensor fusion and compression: what the replicas' gradient reduction reads.
 const std::vector<std::string> kFusionFlags{"fusion-mb", "cycle-time-ms", "compression"};
+std::vector<std::string> with_insecure(std::vector<std::string> flags) {  // processes on several machines
+  flags.push_back("insecure");
+  return flags;
+}
 
 StrategyEntry replicated_entry(const char* name, const char* grammar, const char* help,
                                CompareRole role = CompareRole::None) {
@@ -105,6 +109,7 @@ std::unique_ptr<Strategy> make_multiworker(MultiWorkerOptions options, const Str
   options.compression = settings.compression;
   options.timeout = settings.timeout;
   options.on_failure = settings.on_failure;
+  options.insecure = settings.insecure;
   return std::make_unique<MultiWorkerMirroredStrategy>(std::move(options));
 }
 
@@ -128,7 +133,7 @@ void add_data_parallel_strategies(std::vector<StrategyEntry>& entries) {
                      .help = "W worker processes under `tandem launch` with L replicas each; zero: each worker keeps "
                              "1/W of the optimizer's state (ZeRO stage 1)",
                      .needs_launcher = true,
-                     .flags = kFusionFlags,
+                     .flags = with_insecure(kFusionFlags),
                      .launch_grammar = "multiworker:W[:L][:deterministic][:zero]",
                      .launch =
                          [](const std::string& row) {

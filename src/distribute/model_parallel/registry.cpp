@@ -28,7 +28,7 @@ void add_model_parallel_strategies(std::vector<StrategyEntry>& entries) {
                "under `tandem launch -np N`)",
        .family = StrategyFamily::ModelParallel,
        .copies = true,
-       .flags = {"device-memory"},
+       .flags = {"device-memory", "insecure"},
        .make = [](const std::string& spec, const std::vector<std::string>& words, int copies,
                   const StrategySettings& settings) -> std::unique_ptr<Strategy> {
          if (words.size() != 2)

@@ -55,6 +55,7 @@ void add_pipeline_strategies(std::vector<StrategyEntry>& entries) {
                              "launch -np S`)",
                      .family = StrategyFamily::Pipeline,
                      .copies = true,
+                     .flags = {"insecure"},
                      .make = [](const std::string& spec, const std::vector<std::string>& words, int copies,
                                 const StrategySettings& settings) { return pipeline(spec, words, copies, settings); }});
 }
