@@ -405,7 +405,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    if all(r["hangs"] == 0 for r in results) and not os.environ.get("CHAOS_KEEP"):
+    clean = all(r["hangs"] == 0 and not r["unnamed"] and not r["ended_against_rule"] for r in results)
+    if clean and not os.environ.get("CHAOS_KEEP"):
         shutil.rmtree(work, ignore_errors=True)
     else:
         log(f"logs kept in {work}")
