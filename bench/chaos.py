@@ -220,7 +220,31 @@ JOBS = {
              ["worker:0", "worker:1", "ps:0"], {"ps:0", "chief:0"}, set()),
     "multiworker": (["launch", "-np", "2"], "multiworker:deterministic", ["rank 0", "rank 1"], {"rank 0", "rank 1"},
                     set()),
+    # Asynchronous with --record, faults on the workers only (one launch: the record is the run's):
+    # the steps the record shows handed out twice or never are those the log says.
+    "async-record": (["launch", "--ps", "1", "--workers", "2", "--restarts", "1000"], "ps-async",
+                     ["worker:0", "worker:1"], set(), set()),
 }
+
+
+def record_against_log(record_path, text):
+    """What the record says of each epoch's steps (handed out again, never handed out) against the
+    chief's lines ("this epoch's N steps all trained, K of them again after their worker died")."""
+    with open(record_path) as f:
+        record = json.load(f)
+    handed = {}
+    for _, epoch, step in record["steps"]:
+        handed[(epoch, step)] = handed.get((epoch, step), 0) + 1
+    again = sum(n - 1 for n in handed.values())
+    epochs = sorted({e for e, _ in handed})
+    per_epoch = {e: max(s for (x, s) in handed if x == e) + 1 for e in epochs}
+    never = sum(per_epoch[e] - sum(1 for (x, _) in handed if x == e) for e in epochs)
+    said_again = sum(int(k) for k in re.findall(r"steps all trained, ([0-9]+) of them again", text))
+    said_lost = len(re.findall(r"not \(their worker died\)|lost on its shards", text))
+    pushes = sum(1 for server in record["servers_applied"] for event in server if event[0] == 1)
+    return {"steps_handed_again": again, "log_says_again": said_again, "steps_never_handed": never,
+            "log_says_lost": said_lost, "pushes_applied": pushes, "steps": len(handed),
+            "agrees": again == said_again and never == 0 and said_lost == 0}
 
 
 def schedule(seed, job, faults):
@@ -241,6 +265,9 @@ def run_job(name, plan, args, data_dir, work):
     fit = [cli, "fit", "--model", "mlp", "--strategy", strategy, "--epochs", str(args.epochs), "--batch-size",
            "32", "--threads", "1", "--verbose", "2", "--timeout", str(TIMEOUT), "--data-dir", data_dir,
            "--run-dir", run_dir, "--backup-every", "20"]
+    record_path = os.path.join(work, "run.record")
+    if name == "async-record":
+        fit += ["--record", record_path]
     argv = [cli] + prefix + ["--"] + fit
     result = {"job": name, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0, "unnamed": [], "ended_against_rule": [],
               "unreadable_checkpoints": [], "launches": 0, "accuracy": None}
@@ -360,6 +387,8 @@ def run_job(name, plan, args, data_dir, work):
     final = os.path.join(run_dir, "checkpoints", "final.safetensors")
     if os.path.exists(final):
         result["final_hash"] = tensors_hash(final)
+    if name == "async-record" and os.path.exists(record_path):
+        result["record"] = record_against_log(record_path, job.said())
     if name == "multiworker":
         quiet_dir = os.path.join(work, "multiworker-quiet")
         quiet = [cli] + prefix + ["--"] + fit[:-4] + ["--run-dir", quiet_dir, "--backup-every", "20"]
@@ -373,7 +402,7 @@ def run_job(name, plan, args, data_dir, work):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--jobs", default="async,sync,multiworker")
+    parser.add_argument("--jobs", default="async,sync,multiworker,async-record")
     parser.add_argument("--faults", type=int, default=8, help="faults drawn per job")
     parser.add_argument("--epochs", type=int, default=200, help="each job's epochs")
     parser.add_argument("--limit", type=float, default=600, help="seconds of faults per job at most")
@@ -401,7 +430,8 @@ def main():
         log(f"  {name}: {r['faults']} faults, {r['survived']} survived, {r['ended_by_rule']} ended the job by rule "
             f"(named), {r['hangs']} hangs, {len(r['unreadable_checkpoints'])} unreadable checkpoints, unnamed "
             f"{r['unnamed']}, ended against the rule {r['ended_against_rule']}, {r['launches']} launches, accuracy {r['accuracy']}%, {r['seconds']} s"
-            + (f", hash equal to the uninterrupted run's: {r['hash_equal']}" if "hash_equal" in r else ""))
+            + (f", hash equal to the uninterrupted run's: {r['hash_equal']}" if "hash_equal" in r else "")
+            + (f", record against log: {r['record']}" if "record" in r else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -184,13 +184,17 @@ std::string ControlPlane::set_phase(const std::string& phase) {
   }
   beat_now_.store(true, std::memory_order_release);
   if (int signal = test_fault_signal(rank_, phase)) {
-    // The phase's beat goes out first, so that the others can name it.
-    int64_t beats = beats_.load(std::memory_order_acquire);
-    for (int i = 0; i < 400 && beats_.load(std::memory_order_acquire) < beats + 2; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    say_phase_now();  // so that the others can name it
     raise(signal);
   }
   return before;
+}
+
+void ControlPlane::say_phase_now() {
+  beat_now_.store(true, std::memory_order_release);
+  int64_t beats = beats_.load(std::memory_order_acquire);
+  for (int i = 0; i < 400 && beats_.load(std::memory_order_acquire) < beats + 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 std::string ControlPlane::phase() const { return phase_of(rank_); }

@@ -68,6 +68,8 @@ class ControlPlane {
   // The phase this rank is in (said in every beat, and in failures that name it); also where the
   // test hook (test_fault) stops or kills this rank.
   std::string set_phase(const std::string& phase);  // returns the phase before
+  // For the tests' faults: waits (at most 2 s) until this rank's phase has gone out in a beat.
+  void say_phase_now();
   std::string phase() const;
   // A rank's phase as last heard ("" when not heard yet).
   std::string phase_of(int rank) const;

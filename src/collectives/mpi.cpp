@@ -324,7 +324,10 @@ class MpiCommunicator : public Communicator {
   void test_fault(const char* kind, int64_t n) const {
     const fault_hooks::Hooks& hooks = fault_hooks::hooks();
     if (!hooks.message_signal) return;
-    if (int signal = hooks.message_signal(world_rank(rank_), kind, n)) raise(signal);
+    if (int signal = hooks.message_signal(world_rank(rank_), kind, n)) {
+      control_->say_phase_now();  // the phase it dies in, as the others will name it
+      raise(signal);
+    }
   }
   int world_rank(int rank) const {
     if (is_world_) return rank;
@@ -367,8 +370,8 @@ class MpiCommunicator : public Communicator {
     op->start = Clock::now();
     std::unique_lock lock(mutex_);
     op->seq = ++submitted_;
+    test_fault("collective", op->seq);  // about to enter it
     if (is_world_) control_->entered(op->seq);
-    test_fault("collective", op->seq);
     if (!here || !queue_.empty() || serving_) {
       queue_.push_back(op);
       lock.unlock();

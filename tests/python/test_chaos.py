@@ -1,8 +1,9 @@
 """A short chaos schedule (bench/chaos.py, fixed seed, small MNIST files made here): faults injected
-from outside into an asynchronous and a synchronous parameter-server job and a deterministic
-multi-worker job, each for about 20 s. No hang, every fault named, no unreadable checkpoint, no end
-that the rules do not explain, the accuracy reached, and the resumed deterministic job's weights
-equal to an uninterrupted run's. The long schedules are bench/chaos.py's (bench/README.md)."""
+from outside into an asynchronous and a synchronous parameter-server job, a deterministic
+multi-worker job and an asynchronous job with --record, each for about 20 s. No hang, every fault
+named, no unreadable checkpoint, no end that the rules do not explain, the accuracy reached, the
+resumed deterministic job's weights equal to an uninterrupted run's, and the steps the record shows
+handed out again exactly those the log says. The long schedules are bench/chaos.py's."""
 import importlib.util
 import json
 import shutil
@@ -39,7 +40,7 @@ def test_a_short_chaos_schedule_leaves_every_job_whole(tmp_path):
     said = run.stdout + run.stderr
     assert run.returncode == 0, said
     results = {r["job"]: r for r in json.loads(out.read_text())}
-    assert set(results) == {"async", "sync", "multiworker"}, said
+    assert set(results) == {"async", "sync", "multiworker", "async-record"}, said
     for job, r in results.items():
         assert r["faults"] >= 2, (job, said)  # the schedule hit the job, not a finished one
         assert r["hangs"] == 0, (job, said)
@@ -49,3 +50,5 @@ def test_a_short_chaos_schedule_leaves_every_job_whole(tmp_path):
         assert r["accuracy"] is not None and r["accuracy"] >= 90.0, (job, said)
     assert results["multiworker"]["ended_by_rule"] >= 1, said  # it was resumed at least once
     assert results["multiworker"]["hash_equal"], said
+    record = results["async-record"]["record"]  # the steps handed out again are those the log says
+    assert record["agrees"] and record["steps_handed_again"] >= 1, (record, said)

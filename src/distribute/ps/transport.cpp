@@ -125,8 +125,13 @@ std::string peer_of(zmq::message_t& frame) {
 
 }  // namespace
 
+namespace {
+std::atomic<int64_t> dropped{0};
+}  // namespace
+
+int64_t messages_dropped() { return dropped.load(); }
+
 std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds timeout, bool router) {
-  static std::atomic<int64_t> dropped{0};
   auto until = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     zmq::pollitem_t item{static_cast<void*>(socket), 0, ZMQ_POLLIN, 0};

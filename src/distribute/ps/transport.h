@@ -36,8 +36,11 @@ struct Incoming {
   std::vector<Item> items;  // the tensor items (views into frames)
 };
 
-// The next message on `socket` within `timeout` (nullopt: none came). A message that does not
-// decode is an Error (wire.h's, naming what was wrong); `router`: the first frame is a peer id.
+// The next message on `socket` within `timeout` (nullopt: none came); `router`: the first frame is
+// a peer id. A message that does not decode is an Error (wire.h's, naming what was wrong), except
+// on a bound (ROUTER) socket, which anyone may reach: there it is dropped and named in the log.
 std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds timeout, bool router);
+// The messages this process's bound sockets dropped so far.
+int64_t messages_dropped();
 
 }  // namespace tandem::distribute::ps
