@@ -195,6 +195,12 @@ def tensors_hash(path):
     return digest.hexdigest()
 
 
+def not_joined(text, target):
+    """Whether `target` was started again (the launcher's line) and had not joined the job since."""
+    started = text.rfind(f"launch: starting task {target} ")
+    return started >= 0 and not re.search(re.escape(target) + r" \([^)]*\) joined the running job", text[started:])
+
+
 def accuracy(text):
     found = re.findall(r"test accuracy: ([0-9.]+)%", text)
     return float(found[-1]) if found else None
@@ -205,7 +211,7 @@ def named(kind, target):
     who = re.escape(target)
     if kind == "kill":  # by the job, or by the launcher (a task killed as it starts, not yet in the job)
         return who + r" [^\n]*(died|ended with status)"
-    if kind == "stop":
+    if kind in ("stop", "link"):  # silent past the timeout
         return who + r" [^\n]*(stopped answering|was stopped for|died|did not answer)"
     # Each refusal is named up to the tenth of a process, then every thousandth.
     return r"refused a control connection from 127\.0\.0\.1:[0-9]+|\(refusal ([1-9][0-9]|10)\)"
@@ -224,7 +230,27 @@ JOBS = {
     # the steps the record shows handed out twice or never are those the log says.
     "async-record": (["launch", "--ps", "1", "--workers", "2", "--restarts", "1000"], "ps-async",
                      ["worker:0", "worker:1"], set(), set()),
+    # Asynchronous across 3 hosts as network namespaces (root only; tests/distribute/netns.sh): the
+    # chief and the server on host 1, a worker on each of hosts 2 and 3, whose links are taken down
+    # (for the timeout plus 1.5 s) and up, or whose workers are killed.
+    "netns-async": (None, "ps-async", ["worker:0", "worker:1"], set(), set()),
 }
+NETNS = os.path.join(ROOT, "tests", "distribute", "netns.sh")
+NETNS_PREFIX = "tchaos"
+
+
+def netns_launch(cli, work):
+    """`tandem launch` of a TF_CONFIG cluster on 3 namespace hosts, as a prefix for the fit command;
+    None (and why) where namespaces cannot be made."""
+    subprocess.run(["bash", NETNS, "down", NETNS_PREFIX], capture_output=True)
+    up = subprocess.run(["bash", NETNS, "up", NETNS_PREFIX, "3", work], capture_output=True, text=True)
+    if up.returncode != 0:
+        return None, (up.stdout + up.stderr).strip()
+    ips = [h.split(":")[0] for h in open(os.path.join(work, "hosts")).read().strip().split(",")]
+    config = {"cluster": {"chief": [f"{ips[0]}:2222"], "ps": [f"{ips[0]}:2223"],
+                          "worker": [f"{ips[1]}:2222", f"{ips[2]}:2222"]}, "task": {"type": "chief", "index": 0}}
+    return ["bash", NETNS, "hub", NETNS_PREFIX, cli, "launch", "--tf-config", json.dumps(config), "--rsh-agent",
+            os.path.join(work, "agent"), "--restarts", "1000"], None
 
 
 def record_against_log(record_path, text):
@@ -253,7 +279,8 @@ def schedule(seed, job, faults):
     targets = JOBS[job][2]
     out = []
     for _ in range(faults):
-        kind = rng.choices(["kill", "stop", "strangers"], weights=[5, 3, 2])[0]
+        kind = (rng.choices(["kill", "link"], weights=[1, 2]) if job == "netns-async" else
+                rng.choices(["kill", "stop", "strangers"], weights=[5, 3, 2]))[0]
         out.append((round(rng.uniform(1.0, 4.0), 2), kind, rng.choice(targets) if kind != "strangers" else "every port"))
     return out
 
@@ -268,8 +295,19 @@ def run_job(name, plan, args, data_dir, work):
     record_path = os.path.join(work, "run.record")
     if name == "async-record":
         fit += ["--record", record_path]
-    argv = [cli] + prefix + ["--"] + fit
-    result = {"job": name, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0, "unnamed": [], "ended_against_rule": [],
+    if name == "netns-async":
+        prefix, why = netns_launch(cli, work)
+        if prefix is None:
+            log(f"  {name}: skipped: network namespaces cannot be made here: {why}")
+            return {"job": name, "skipped": why, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0,
+                    "unnamed": [], "ended_against_rule": [], "not_yet_in_the_job": 0, "unreadable_checkpoints": [],
+                    "launches": 0,
+                    "accuracy": None}
+        fit += ["--insecure"]  # the namespaces' network is this harness's own
+        argv = prefix + ["--"] + fit
+    else:
+        argv = [cli] + prefix + ["--"] + fit
+    result = {"job": name, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0, "unnamed": [], "ended_against_rule": [], "not_yet_in_the_job": 0,
               "unreadable_checkpoints": [], "launches": 0, "accuracy": None}
     log_path = os.path.join(work, f"{name}.log")
     job, launches = None, 0
@@ -330,6 +368,11 @@ def run_job(name, plan, args, data_dir, work):
         held = []
         if kind == "kill":
             os.kill(pids[target], signal.SIGKILL)
+        elif kind == "link":  # the target worker's host (2 or 3) cut off from the others, then back
+            port = f"p{int(target.split(':')[1]) + 2}"
+            subprocess.run(["ip", "-n", f"{NETNS_PREFIX}-hub", "link", "set", port, "down"], check=True)
+            time.sleep(TIMEOUT + 1.5)
+            subprocess.run(["ip", "-n", f"{NETNS_PREFIX}-hub", "link", "set", port, "up"], check=True)
         elif kind == "stop":
             os.kill(pids[target], signal.SIGSTOP)
             time.sleep(TIMEOUT + 1.5)
@@ -359,7 +402,10 @@ def run_job(name, plan, args, data_dir, work):
             break
         if not pattern.search(job.said()[len(text_before):]) and not (
                 kind == "strangers" and "(refusal 10)" in job.said()[launch_at:]):
-            result["unnamed"].append(f"{kind} {target}")
+            if kind in ("stop", "link") and not_joined(text_before, target):
+                result["not_yet_in_the_job"] += 1  # started again and not joined: nothing to name
+            else:
+                result["unnamed"].append(f"{kind} {target}")
         if job.ended() and job.process.returncode != 0:
             judge_end(False)
         else:
@@ -422,14 +468,17 @@ def main():
         started = time.time()
         try:
             r = run_job(name, plan, args, data_dir, work)
-        finally:  # whatever went wrong, no task of the job outlives the harness
+        finally:  # whatever went wrong, no task of the job outlives the harness, nor a namespace
             end_everything(os.path.join(work, f"{name}-run"))
+            if name == "netns-async":
+                subprocess.run(["bash", NETNS, "down", NETNS_PREFIX], capture_output=True)
         r["seconds"] = round(time.time() - started, 1)
         r["seed"] = args.seed
         results.append(r)
         log(f"  {name}: {r['faults']} faults, {r['survived']} survived, {r['ended_by_rule']} ended the job by rule "
             f"(named), {r['hangs']} hangs, {len(r['unreadable_checkpoints'])} unreadable checkpoints, unnamed "
-            f"{r['unnamed']}, ended against the rule {r['ended_against_rule']}, {r['launches']} launches, accuracy {r['accuracy']}%, {r['seconds']} s"
+            f"{r['unnamed']}, ended against the rule {r['ended_against_rule']}, {r['not_yet_in_the_job']} stopped "
+            f"before they had joined, {r['launches']} launches, accuracy {r['accuracy']}%, {r['seconds']} s"
             + (f", hash equal to the uninterrupted run's: {r['hash_equal']}" if "hash_equal" in r else "")
             + (f", record against log: {r['record']}" if "record" in r else ""))
     if args.json:

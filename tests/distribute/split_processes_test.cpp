@@ -87,8 +87,10 @@ TEST(SplitOverProcesses, ARankKilledOrStoppedDuringAStepIsNamed) {
         EXPECT_NE(w.code, 0) << where << "\n" << w.output;
         EXPECT_FALSE(w.killed) << where << ": the watchdog had to end it\n" << w.output;
         EXPECT_LT(w.seconds, kTimeout + 10) << where << "\n" << w.output;
+        // By the control plane ("rank R (host H) ..."), or by the receive it holds up ("recv from rank R").
         bool named = (std::string(kind) == "kill" && names_killed_rank(w.output, rank)) ||
-                     w.output.find(fmt::format("rank {} (host ", rank)) != std::string::npos;
+                     w.output.find(fmt::format("rank {} (host ", rank)) != std::string::npos ||
+                     w.output.find(fmt::format("from rank {} (tag ", rank)) != std::string::npos;
         EXPECT_TRUE(named) << where << "\n" << w.output;
         if (std::string(kind) == "kill")  // a stop is named by the collective or receive it holds up
           EXPECT_NE(w.output.find("died during training"), std::string::npos) << where << "\n" << w.output;
