@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Chaos: faults injected from outside into running jobs on this machine (loopback only), on a
-schedule drawn from a seed, with invariants checked after every fault.
+"""Chaos: faults injected from outside into running jobs on this machine (loopback, or network
+namespaces this harness makes), on a schedule drawn from a seed, with invariants checked after
+every fault.
 
 Jobs (each `tandem launch`ed, the tasks found through /proc by the job's run directory):
   async        parameter servers, asynchronous (1 server, 2 workers, --restarts): a dead worker or
@@ -12,18 +13,23 @@ Jobs (each `tandem launch`ed, the tasks found through /proc by the job's run dir
   multiworker  MultiWorkerMirroredStrategy, deterministic (2 ranks over Open MPI): any rank's
                death or stop ends the job, named; resumed with --run-dir until it finishes. Its
                final weights are compared with an uninterrupted run's, bit for bit.
+  async-record asynchronous with --record, faults on the workers only: the steps the record shows
+               handed out twice or never are those the log says.
+  netns-async  asynchronous across 3 hosts as network namespaces (root: tests/distribute/netns.sh),
+               a worker on each of hosts 2 and 3; not in the default list.
 Faults: SIGKILL of a worker, a server, the chief or a rank; SIGSTOP past the timeout, then
 SIGCONT; strangers on every port the tasks listen on (garbage, the control plane's hello and
-failure unsealed, silence). Each lands at a random moment of the job (a step, a checkpoint or
-backup write, a restore, an epoch's end: the schedule does not aim, it draws).
+failure unsealed, silence); on namespace hosts, a worker's link down past the timeout, then up.
+Each lands at a random moment of the job (a step, a checkpoint or backup write, a restore, an
+epoch's end: the schedule does not aim, it draws).
 
 Invariants, after every fault: the job ends or goes on (its log grows) within the timeout plus a
 margin, never hangs; the fault is named in the log (a kill or a stop by the task and phase, a
-stranger's connection as refused); every checkpoint on disk loads (`tandem evaluate --weights`);
-at the end, the model reaches the stated accuracy, and the deterministic job's weights equal the
-uninterrupted run's.
+stranger's connection as refused); the newest checkpoints load (`tandem evaluate --weights`);
+an end is one the job's rules explain. At the end, the model reaches the stated accuracy, and the
+deterministic job's weights equal the uninterrupted run's.
 
-Usage: /usr/bin/python3 bench/chaos.py [--seed N] [--jobs async,sync,multiworker] [--faults N]
+Usage: /usr/bin/python3 bench/chaos.py [--seed N] [--jobs async,sync,multiworker,async-record] [--faults N]
          [--epochs E] [--synthetic] [--json FILE] [--cli build/tandem]
 Run from the project root after scripts/build (real MNIST from scripts/setup, or --synthetic:
 small files made here). The same seed draws the same schedule (printed first)."""
