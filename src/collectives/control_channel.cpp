@@ -46,24 +46,20 @@ std::string random_bytes(size_t n) {
 }
 
 std::string to_hex(const std::string& bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : bytes) {
-    out += kDigits[c >> 4];
-    out += kDigits[c & 15];
-  }
+  std::string out(2 * bytes.size() + 1, '\0');
+  sodium_bin2hex(out.data(), out.size(), reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+  out.pop_back();  // the terminating zero
   return out;
 }
 
 std::string from_hex(const std::string& text) {
-  auto digit = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; };
-  if (text.size() % 2 != 0) return {};
-  std::string out;
-  for (size_t i = 0; i < text.size(); i += 2) {
-    int high = digit(text[i]), low = digit(text[i + 1]);
-    if (high < 0 || low < 0) return {};
-    out += static_cast<char>(high * 16 + low);
-  }
+  std::string out(text.size() / 2, '\0');
+  size_t length = 0;
+  const char* end = nullptr;
+  if (sodium_hex2bin(reinterpret_cast<unsigned char*>(out.data()), out.size(), text.c_str(), text.size(), nullptr,
+                     &length, &end) != 0 ||
+      end != text.c_str() + text.size() || length != out.size())
+    return {};
   return out;
 }
 
