@@ -4,6 +4,9 @@
 #include "cli/common.h"
 
 int main(int argc, char** argv) {
+  // Line by line even into a file or a pipe, so that a log taking both stdout and stderr (a
+  // launched job's tasks write into one) keeps the order they were written in.
+  std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
   // `tandem launch` takes mpirun's spellings (-np) and passes everything after "--" through.
   if (argc >= 2 && std::string(argv[1]) == "launch") {
     try {

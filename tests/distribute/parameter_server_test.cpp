@@ -378,6 +378,48 @@ TEST(ParameterServer, RefusesAPushFurtherAheadThanTheStalenessBound) {
   EXPECT_EQ(server.ahead_counts(), (std::map<int64_t, int64_t>{{0, 2}, {1, 2}}));  // read once it stopped
 }
 
+// Synchronous rounds over the wire: a push's items name its round; the chief's CloseRound names the
+// round it closes and is answered with the pushes that round was applied with; a push for a round
+// already closed (a worker dropped from it that went on) is answered "dropped" and changes nothing.
+TEST(ParameterServer, ClosesNumberedRoundsAndDropsAPushForAClosedOne) {
+  ServedOnLoopback on(2);
+  auto ask = [&](Outgoing message) { return on.ask(std::move(message)); };
+  Outgoing init(MessageType::Init, 0, 0, 1);  // synchronous
+  init.add(0, 0, Tensor::from_vector({2}, std::vector<float>{1, 2}));
+  ASSERT_EQ(ask(std::move(init)).envelope.type, MessageType::Ready);
+  int64_t version = 0;
+  auto push = [&](uint32_t worker, int64_t pushes, int64_t round) {
+    Outgoing p(MessageType::Push, worker, version, pushes);
+    p.add(0, 0, Tensor::from_vector({2}, std::vector<float>{2, 2}), round);
+    return ask(std::move(p));
+  };
+  auto close = [&](int64_t round) {
+    Incoming closed = ask(Outgoing(MessageType::CloseRound, 0, round));
+    EXPECT_EQ(closed.envelope.type, MessageType::Ready);
+    version = closed.envelope.step;
+    return closed.envelope.aux;
+  };
+  EXPECT_EQ(push(0, 2, 4).envelope.aux, 0);
+  EXPECT_EQ(close(4), 1);
+  EXPECT_EQ(version, 1);
+  Incoming late = push(1, 2, 4);
+  ASSERT_EQ(late.envelope.type, MessageType::Pushed);
+  EXPECT_EQ(late.envelope.aux, -1) << "dropped: round 4 was closed";
+  EXPECT_EQ(push(0, 1, 5).envelope.step, 2) << "round 5, of one push, applied at once";
+  version = 2;
+  Outgoing mixed(MessageType::Push, 0, version, 1);
+  mixed.add(0, 0, Tensor::from_vector({2}, std::vector<float>{0, 0}), 6);
+  mixed.add(0, 1, Tensor::from_vector({2}, std::vector<float>{0, 0}), 7);
+  Incoming refused = ask(std::move(mixed));
+  ASSERT_EQ(refused.envelope.type, MessageType::Refused);
+  EXPECT_NE(std::string(refused.items.at(0).payload).find("rounds 6 and 7"), std::string::npos)
+      << refused.items.at(0).payload;
+  Incoming read = ask(Outgoing(MessageType::Pull, 0));
+  EXPECT_EQ(read.envelope.step, 2);
+  EXPECT_EQ(read.items.at(0).tensor().to_vector(), (std::vector<float>{-1, 0})) << "SGD 0.5: two updates of 2";
+  EXPECT_EQ(on.stop().envelope.type, MessageType::Stop);
+}
+
 // CurveZMQ (--auth): a server admits only clients whose public keys are allowed. A client with a
 // fresh key pair of its own, and one with no key, get no answer and change nothing (read back by
 // an allowed client); the refusals are counted (and logged, naming the key).

@@ -121,10 +121,46 @@ TEST(PsUpdates, SynchronousSumsARoundInWorkerOrderAndDropsALatePush) {
             }).find("a round of 4 pushes from 3 workers"),
             std::string::npos);
   EXPECT_EQ(policy->push(s.push(1, 2, 1, {1, 1})), 0);
-  policy->close_round();  // a worker of the round died: applied with the one push it has
+  EXPECT_EQ(policy->close_round(-1), 1);  // a worker of the round died: applied with the one push it has
   EXPECT_EQ(s.version, 2);
   EXPECT_EQ(s.v.value.to_vector(), (std::vector<float>{5, 13}));
   EXPECT_EQ(&policy->saved(), s.optimizer.get());
+}
+
+// Numbered rounds (no backup workers): a worker dropped from round 7 (stopped past the timeout)
+// that goes on, pulls the newest version and pushes for round 7 after the chief closed it, is
+// dropped; the rounds of the workers left go on. Without the round's number its push would start a
+// round of 2 that nobody completes, and the next round's push would be refused.
+TEST(PsUpdates, SynchronousDropsAPushForARoundAlreadyClosed) {
+  Shards s;
+  auto policy = make_update_policy(1, *s.optimizer, s.variables, 2, {}, s.apply);
+  auto push = [&](uint32_t worker, int64_t pushes, int64_t round, std::vector<float> g) {
+    Push p = s.push(worker, pushes, s.version, std::move(g));  // computed on the newest version
+    p.round = round;
+    return policy->push(std::move(p));
+  };
+  EXPECT_EQ(push(0, 2, 7, {1, 1}), 0);
+  EXPECT_EQ(policy->close_round(7), 1) << "worker 1 dropped: round 7 applied with worker 0's push";
+  EXPECT_EQ(s.version, 1);
+  EXPECT_EQ(push(0, 1, 8, {1, 1}), 0);
+  EXPECT_EQ(s.version, 2) << "a round of 1 is applied at once";
+  EXPECT_EQ(push(1, 2, 7, {100, 100}), -1) << "worker 1 went on after round 7 was closed";
+  EXPECT_EQ(policy->dropped(), 1);
+  EXPECT_EQ(s.version, 2);
+  EXPECT_EQ(push(0, 1, 9, {1, 1}), 0) << "no round was left in progress";
+  EXPECT_EQ(s.version, 3);
+  EXPECT_EQ(s.v.value.to_vector(), (std::vector<float>{7, 17}));
+  // A round complete before its close came: the close says how many pushes it had.
+  EXPECT_EQ(push(0, 2, 10, {0, 0}), 0);
+  EXPECT_EQ(push(1, 2, 10, {0, 0}), 0);
+  EXPECT_EQ(policy->close_round(10), 2);
+  EXPECT_EQ(policy->close_round(11), 0) << "no push of round 11 came";
+  EXPECT_EQ(push(1, 2, 11, {5, 5}), -1) << "round 11 was closed before its push";
+  EXPECT_NE(error_of([&] {
+              push(0, 2, 12, {0, 0});
+              push(1, 2, 13, {0, 0});
+            }).find("for round 13, the round in progress is 12"),
+            std::string::npos);
 }
 
 TEST(PsUpdates, AsynchronousAppliesEachPushThroughItsWorkersOwnOptimizer) {

@@ -70,7 +70,7 @@ std::optional<double> Coordinator::run(const GlobalBatch& batch, uint64_t) {
   if (epoch_done_) {
     counts_ = {};
     recorded_ = handed_again_ = workers_lost_ = 0;
-    not_trained_ = 0;
+    not_trained_ = trained_unrecorded_ = reached_some_ = 0;
     epoch_done_ = false;
   }
   Batch b{Tensor(), Tensor(), batch.epoch, batch.step};
@@ -99,8 +99,18 @@ void Coordinator::finish_epoch() {
     if (!in_flight_.empty()) wait_for_change();
   }
   if (workers_lost_ > 0 && rounds())
-    std::fprintf(stderr, "chief: this epoch's batches: %lld trained, %lld not (their worker died)\n",
-                 static_cast<long long>(recorded_), static_cast<long long>(not_trained_));
+    std::fprintf(stderr, "chief: this epoch's batches: %lld trained, %lld not (their worker died)%s%s\n",
+                 static_cast<long long>(recorded_ + trained_unrecorded_), static_cast<long long>(not_trained_),
+                 trained_unrecorded_ == 0
+                     ? ""
+                     : fmt::format("; {} of the trained without a result (their worker died after its push)",
+                                   trained_unrecorded_)
+                           .c_str(),
+                 reached_some_ == 0
+                     ? ""
+                     : fmt::format("; {} of those not trained reached some servers (their worker died while it pushed)",
+                                   reached_some_)
+                           .c_str());
   else if (workers_lost_ > 0)
     std::fprintf(stderr, "chief: this epoch's %lld steps all trained, %lld of them again after their worker died\n",
                  static_cast<long long>(recorded_), static_cast<long long>(handed_again_));
@@ -178,7 +188,10 @@ std::string Coordinator::waiting_for() const {
 }
 
 void Coordinator::wait_for_change() {
-  auto deadline = std::chrono::steady_clock::now() + link_.timeout();
+  // Where workers may die, a worker stopped after its step went out is named by the control plane
+  // within the timeout of its stop: the wait leaves it that long before it blames a live one.
+  auto patience = link_.timeout() * (workers_may_die() && !in_flight_.empty() ? 2 : 1);
+  auto deadline = std::chrono::steady_clock::now() + patience;
   std::optional<Incoming> message;
   while (!message) {
     link_.check_failed();
@@ -190,7 +203,8 @@ void Coordinator::wait_for_change() {
       if (in_flight_.empty())
         fail("ParameterServerStrategy: no worker is left: every one died and none came back within {} s",
              link_.timeout().count() / 1000.0);
-      fail("ParameterServerStrategy: {} did not answer within {} s", waiting_for(), link_.timeout().count() / 1000.0);
+      fail("ParameterServerStrategy: {} did not answer within {} s{}", waiting_for(), patience.count() / 1000.0,
+           workers_may_die() ? " though its control connection beat (alive: a step slower than that, or stuck)" : "");
     }
     message = ps::receive(link_.own_socket(), std::min(left, std::chrono::milliseconds(50)), true);
   }
@@ -246,25 +260,32 @@ void Coordinator::finish_round() {
   }
   while (std::any_of(in_flight_.begin(), in_flight_.end(), [](const auto& sent) { return !sent.second.done; }))
     wait_for_change();
-  if (round_short_) close_round();
+  if (round_short_) close_round(static_cast<int64_t>(in_flight_.size()));
   for (auto& [id, sent] : in_flight_) record(sent);
   in_flight_.clear();
   round_.clear();
   ++rounds_;
 }
 
-void Coordinator::close_round() {
+void Coordinator::close_round(int64_t results) {
   auto& sockets = link_.server_sockets();
-  for (auto& socket : sockets) Outgoing(MessageType::CloseRound, 0).send(socket);
+  for (auto& socket : sockets) Outgoing(MessageType::CloseRound, 0, rounds_).send(socket);
+  int64_t fewest = -1, most = 0;  // the pushes the servers applied the round with
   for (int s = 0; s < link_.servers(); ++s) {
     Incoming answer = link_.await(sockets[static_cast<size_t>(s)], false, link_.describe({"ps", s}));
     if (answer.envelope.type != MessageType::Ready)
       fail("ParameterServerStrategy: {} did not close the round: {}", link_.describe({"ps", s}),
            answer.items.empty() ? "" : std::string(answer.items[0].payload));
+    fewest = fewest < 0 ? answer.envelope.aux : std::min(fewest, answer.envelope.aux);
+    most = std::max(most, answer.envelope.aux);
   }
+  // A worker that died after its push reached every server: its batch was trained, without a result.
+  int64_t reached = std::clamp<int64_t>(fewest - results, 0, not_trained_);
+  not_trained_ -= reached;
+  trained_unrecorded_ += reached;
+  reached_some_ += std::max<int64_t>(most - std::max(fewest, results), 0);
   round_short_ = false;
 }
-
 }  // namespace ps
 
 std::unique_ptr<StepRunner> make_coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts) {

@@ -75,8 +75,8 @@ class Coordinator : public StepRunner {
   int worker_rank(int w) const { return 1 + link_.servers() + w; }
   void grow_workers(int count);
 
-  // A worker gone: asynchronous, its steps in flight wait for another worker; synchronous, its
-  // batch of the round in progress is not trained, and the round is closed without it.
+  // A worker gone: asynchronous, its steps in flight wait for another worker; synchronous, the
+  // round in progress is closed without its result (its batch trained only if its push is in).
   void lose_worker(int w);
 
   // Its steps in flight out of flight (to hand again, or dropped), and it out of the free list.
@@ -123,8 +123,9 @@ class Coordinator : public StepRunner {
   void finish_round();
 
   // A worker of the round died before its result: the servers apply the gradients they have (its
-  // own, on a server it reached before it died, among them).
-  void close_round();
+  // own, on a server it reached before it died, among them). `results`: the round's results that
+  // came; the batches whose pushes every server had are counted trained.
+  void close_round(int64_t results);
 
   ParameterServerStrategy::Chief& chief_;
   std::unique_ptr<DispatchPolicy> policy_;
@@ -148,6 +149,9 @@ class Coordinator : public StepRunner {
   ResultCounts counts_;  // this epoch's
   // This epoch's steps whose results came; of them, those handed again; workers lost.
   int64_t recorded_ = 0, handed_again_ = 0, workers_lost_ = 0, not_trained_ = 0;
+  // Synchronous: this epoch's batches whose worker died after its push reached every server (trained,
+  // without a result), and after it reached some servers but not all.
+  int64_t trained_unrecorded_ = 0, reached_some_ = 0;
   bool epoch_done_ = false;
   bool by_position_;
 };

@@ -60,7 +60,7 @@ void Coordinator::watch_workers() {
     lose_worker(w);
     if (rounds()) {
       std::fprintf(stderr, "chief: %s; %s the rounds go on with %d worker(s)\n", event.what.c_str(),
-                   round_short_ ? "its batch of the round in progress is not trained, and" : "", alive_count());
+                   round_short_ ? "the round in progress is closed without its result, and" : "", alive_count());
       if (alive_count() < chief_.options.min_workers)
         fail("ParameterServerStrategy: {} worker(s) left, fewer than --min-workers {}: the job ends", alive_count(),
              chief_.options.min_workers);

@@ -161,10 +161,11 @@ bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
       }
       return true;
     }
-    case MessageType::CloseRound:
-      if (updates_) updates_->close_round();
-      answer = Outgoing(MessageType::Ready, 0, version_);
+    case MessageType::CloseRound: {
+      int64_t pushes = updates_ ? updates_->close_round(request.envelope.step) : 0;
+      answer = Outgoing(MessageType::Ready, 0, version_, pushes);
       return true;
+    }
     case MessageType::Fetch: {
       std::string before = set_phase ? set_phase("serving a read") : std::string();
       state(answer);
@@ -289,12 +290,15 @@ void ParameterServer::apply(Optimizer& optimizer, std::vector<Tensor>& gradients
 }
 
 void ParameterServer::push(const Incoming& request, Outgoing& answer) {
+  int64_t round = request.items.empty() ? -1 : request.items[0].header.aux;
+  for (const Item& item : request.items)
+    if (item.header.aux != round) fail("push: its items name rounds {} and {}", round, item.header.aux);
   std::vector<Tensor> gradients = gradients_of(request);
   int64_t computed_on = request.envelope.step;
   if (computed_on < 0 || computed_on > version_)
     fail("push: computed on version {}, this server is at {}", computed_on, version_);
-  int64_t said =
-      updates_->push({request.envelope.variable, request.envelope.aux, computed_on, version_, std::move(gradients)});
+  int64_t said = updates_->push(
+      {request.envelope.variable, request.envelope.aux, computed_on, version_, std::move(gradients), round});
   answer = Outgoing(MessageType::Pushed, 0, version_, said);
 }
 

@@ -91,19 +91,33 @@ class SynchronousUpdates : public UpdatePolicy {
     int64_t size = p.aux;
     if (size < 1) fail("push: a synchronous round of {} pushes", size);
     if (size > workers_) fail("push: a round of {} pushes from {} workers", size, workers_);
-    if (p.computed_on < p.version) {  // a round already applied without it (backup workers): dropped as stale
+    // Computed on a version a round already applied left behind (backup workers), or for a round
+    // already applied or closed: dropped as stale.
+    if (p.computed_on < p.version || (p.round >= 0 && p.round <= last_round_)) {
       ++dropped_;
       return -1;
     }
-    if (round_.empty()) round_size_ = size;
+    if (round_.empty()) {
+      round_size_ = size;
+      round_key_ = p.round;
+    }
+    if (p.round != round_key_) fail("push: for round {}, the round in progress is {}", p.round, round_key_);
     if (size != round_size_) fail("push: a round of {} pushes, the round in progress has {}", size, round_size_);
     if (size == workers_ && round_.count(p.worker)) fail("push: worker {} pushed twice in one round", p.worker);
     round_.emplace(p.worker, std::move(p.gradients));
     if (static_cast<int64_t>(round_.size()) == round_size_) apply_round();
     return 0;
   }
-  void close_round() override {
-    if (!round_.empty()) apply_round();
+  int64_t close_round(int64_t round) override {
+    int64_t pushes = 0;
+    if (!round_.empty() && (round < 0 || round_key_ <= round)) {
+      pushes = static_cast<int64_t>(round_.size());
+      apply_round();
+    } else if (round >= 0 && round == last_round_) {
+      pushes = last_pushes_;  // it was complete before the close came
+    }
+    last_round_ = std::max(last_round_, round);
+    return pushes;
   }
   Optimizer& saved() override { return optimizer_; }
   int64_t dropped() const override { return dropped_; }
@@ -111,6 +125,8 @@ class SynchronousUpdates : public UpdatePolicy {
  private:
   // The round's pushes summed in worker order (then arrival), one update.
   void apply_round() {
+    last_pushes_ = static_cast<int64_t>(round_.size());
+    last_round_ = std::max(last_round_, round_key_);
     std::vector<Tensor> sum = std::move(round_.begin()->second);
     for (auto it = std::next(round_.begin()); it != round_.end(); ++it)
       for (size_t i = 0; i < sum.size(); ++i) {
@@ -128,6 +144,9 @@ class SynchronousUpdates : public UpdatePolicy {
   // worker may push twice into one round; the sum runs by worker, then arrival.
   std::multimap<uint32_t, std::vector<Tensor>> round_;
   int64_t round_size_ = 0;
+  int64_t round_key_ = -1;  // the round in progress (-1: rounds not numbered)
+  // The last round applied or closed (-1: none), and the pushes it was applied with.
+  int64_t last_round_ = -1, last_pushes_ = 0;
   int64_t dropped_ = 0;
 };
 

@@ -9,7 +9,9 @@
 //   S, a push more than S steps ahead of the slowest worker is refused.
 // - Synchronous: a round's pushes (each a gradient already scaled by the round's rows) summed in
 //   worker order and applied once; a push computed on a version the round has left behind (backup
-//   workers: the round was applied without it) is dropped.
+//   workers: the round was applied without it) is dropped, and so is a push for a round already
+//   applied or closed (its worker was dropped from the rounds, as one stopped for a while is, and
+//   went on: its gradients would start a round no other worker is in).
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -30,6 +32,7 @@ struct Push {
   int64_t computed_on = 0;  // the version the gradients were computed on
   int64_t version = 0;      // the server's, as the push came
   std::vector<Tensor> gradients;
+  int64_t round = -1;  // synchronous rounds: the round it is of (-1: none, as with backup workers)
 };
 
 class UpdatePolicy {
@@ -40,8 +43,12 @@ class UpdatePolicy {
   // The push applied (now or with its round); returns what the answer says: the staleness it was
   // applied with, or -1: dropped. An Error for a push the mode refuses.
   virtual int64_t push(Push push) = 0;
-  // The round in progress applied with the pushes it has (a worker of it died).
-  virtual void close_round() {}
+  // Round `round` closed (a worker of it died): applied with the pushes it has, if it is in
+  // progress; a later push for it or an earlier one dropped. Returns the pushes it was applied with.
+  virtual int64_t close_round(int64_t round) {
+    (void)round;
+    return 0;
+  }
   // The optimizer state a checkpoint keeps, and the iterations it reports.
   virtual Optimizer& saved() = 0;
   virtual int64_t iterations() { return saved().iterations(); }

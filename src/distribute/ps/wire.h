@@ -18,7 +18,7 @@
 namespace tandem::distribute::ps {
 
 inline constexpr uint32_t kMagic = 0x31535054;  // "TPS1"
-inline constexpr uint16_t kVersion = 2;         // 2: a step's info as StepInfo (64-bit fields)
+inline constexpr uint16_t kVersion = 3;         // 3: a synchronous push names its round
 inline constexpr size_t kHeaderBytes = 96;
 inline constexpr int kMaxRank = 6;
 inline constexpr int64_t kMaxWorkers = 4096;  // in one job, as `tandem launch --workers` allows
@@ -28,7 +28,8 @@ enum class MessageType : uint16_t {
   Values = 2,       // server → worker: one item per shard; step = the server's version
   Push = 3,         // worker → server: one item per shard, its gradient; step = the version it was computed on;
                     // aux = the round's number of pushes (synchronous), or the worker's clock: its steps
-                    // before this one (asynchronous)
+                    // before this one (asynchronous); each item's aux: the round's number (synchronous
+                    // rounds; -1 otherwise)
   Pushed = 4,       // server → worker: step = the version after; aux = the staleness it was applied with,
                     // or -1: dropped, its round applied without it (synchronous, backup workers)
   Init = 5,         // chief → server: one item per shard, its value (item aux 0), then the optimizer's state
@@ -37,7 +38,7 @@ enum class MessageType : uint16_t {
   Ready = 6,        // server → chief: initialized; worker → chief: ready for a step (aux = the worker's index)
   Step = 7,         // chief → worker: its StepInfo (below: first row in the round, the round's rows, its
                     // pushes, epoch, step in the epoch, the worker's clock), then y (and x when not read by position);
-                    // step = the step's number, aux = the dropout key
+                    // step = the step's number, aux = the dropout key (synchronous rounds: the round's number)
   Result = 8,       // worker → chief: loss sum, predictions; step = the step's number; aux = staleness (-1: dropped)
   Fetch = 9,        // chief → server: every shard's value and optimizer state
   State = 10,       // server → chief: the answer to Fetch
@@ -47,8 +48,9 @@ enum class MessageType : uint16_t {
   Aborted = 14,     // worker → chief: dropped (or had none); free for the next step
   Journal = 15,     // chief → server: the pulls and pushes handled since the last ask (--record);
                     // server → chief: int32 [n, 4] (record.h's events)
-  CloseRound = 16,  // chief → server (synchronous): a worker of the round died: apply the pushes in
-                    // (answered Ready, step = the version after)
+  CloseRound = 16,  // chief → server (synchronous): step = a round a worker of which died: apply the
+                    // pushes in; a push for it or an earlier round that comes later is dropped (answered
+                    // Ready, step = the version after, aux = the pushes the round was applied with)
 };
 const char* message_type_name(MessageType type);
 

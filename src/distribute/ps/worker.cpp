@@ -92,13 +92,14 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
                           {parts.seed, static_cast<uint64_t>(step.envelope.aux), info.first_row, info.round_rows});
       grads = tape.gradient(done.loss.loss, model.trainable);
     }
+    bool sync = options.mode == PsMode::Synchronous;
+    int64_t round = sync && options.backup_workers == 0 ? step.envelope.aux : -1;  // the key is the round's number
     for (int s = 0; s < link.servers(); ++s) {
-      Outgoing push(MessageType::Push, me, versions[static_cast<size_t>(s)],
-                    options.mode == PsMode::Synchronous ? info.pushes : info.clock);
+      Outgoing push(MessageType::Push, me, versions[static_cast<size_t>(s)], sync ? info.pushes : info.clock);
       for (size_t i : shards.on_server(s)) {
         const ShardPlacement& p = shards.placement()[i];
         push.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
-                 ShardTable::rows(grads[static_cast<size_t>(p.variable)], p).contiguous());
+                 ShardTable::rows(grads[static_cast<size_t>(p.variable)], p).contiguous(), round);
       }
       push.send(link.server_sockets()[static_cast<size_t>(s)]);
     }
