@@ -20,8 +20,11 @@ Jobs (each `tandem launch`ed, the tasks found through /proc by the job's run dir
 Faults: SIGKILL of a worker, a server, the chief or a rank; SIGSTOP past the timeout, then
 SIGCONT; strangers on every port the tasks listen on (garbage, the control plane's hello and
 failure unsealed, silence); on namespace hosts, a worker's link down past the timeout, then up.
-Each lands at a random moment of the job (a step, a checkpoint or backup write, a restore, an
-epoch's end: the schedule does not aim, it draws).
+Each is aimed at a phase drawn with it: a step (a drawn moment of training, backups every 20
+steps among them), an epoch's end (the moment its progress line is out: validation and the
+epoch's checkpoints follow), or a restore (the moment a resumed job says it restored its backup,
+or an asynchronous chief says it calls back the steps to restore a server). The log's own naming
+of the phase each task was in ("died during checkpoint writing") is counted too.
 
 Invariants, after every fault: the job ends or goes on (its log grows) within the timeout plus a
 margin, never hangs; the fault is named in the log (a kill or a stop by the task and phase, a
@@ -274,21 +277,45 @@ def record_against_log(record_path, text):
     said_again = sum(int(k) for k in re.findall(r"steps all trained, ([0-9]+) of them again", text))
     said_lost = len(re.findall(r"not \(their worker died\)|lost on its shards", text))
     pushes = sum(1 for server in record["servers_applied"] for event in server if event[0] == 1)
+    # A step handed again may have been applied twice (its worker died after its push reached the
+    # servers): the servers' own count at the end says how many pushes were applied.
+    said_pushes = sum(int(n) for n in re.findall(r"\): ([0-9]+) pushes applied", text))
     return {"steps_handed_again": again, "log_says_again": said_again, "steps_never_handed": never,
-            "log_says_lost": said_lost, "pushes_applied": pushes, "steps": len(handed),
-            "agrees": again == said_again and never == 0 and said_lost == 0}
+            "log_says_lost": said_lost, "pushes_applied": pushes, "log_says_pushes": said_pushes,
+            "steps": len(handed), "applied_twice": pushes - len(handed),
+            "agrees": again == said_again and never == 0 and said_lost == 0 and pushes == said_pushes
+            and 0 <= pushes - len(handed) <= again}
+
+
+# Where a fault is aimed: the log's sign that the job is there (None: the drawn moment itself).
+PHASES = {
+    "step": None,
+    "epoch-end": re.compile(r"^[0-9]+/[0-9]+ - ", re.M),
+    "restore": re.compile(r"Restored the backup|every step in flight is called back"),
+}
+AIM_WAIT = 20.0  # seconds a fault waits for its phase's sign before it lands where the job is
 
 
 def schedule(seed, job, faults):
-    """The faults of one job, drawn from the seed: (seconds after the previous one, kind, target)."""
-    rng = random.Random(f"{seed}:{job}")
+    """The faults of one job, drawn from the seed: (seconds after the previous one, kind, target,
+    phase aimed at). The phases come from a generator of their own, so that adding them left each
+    seed's delays, kinds and targets as they were."""
+    rng, aim = random.Random(f"{seed}:{job}"), random.Random(f"{seed}:{job}:phase")
     targets = JOBS[job][2]
     out = []
     for _ in range(faults):
         kind = (rng.choices(["kill", "link"], weights=[1, 2]) if job == "netns-async" else
                 rng.choices(["kill", "stop", "strangers"], weights=[5, 3, 2]))[0]
-        out.append((round(rng.uniform(1.0, 4.0), 2), kind, rng.choice(targets) if kind != "strangers" else "every port"))
+        out.append((round(rng.uniform(1.0, 4.0), 2), kind, rng.choice(targets) if kind != "strangers" else "every port",
+                    aim.choices(list(PHASES), weights=[2, 1, 1])[0]))
     return out
+
+
+def phase_named(text, target):
+    """The phase the log names a task in as it names its fault ("worker:1 (...) died during
+    checkpoint writing: ..."), or None."""
+    found = re.search(re.escape(target) + r" [^\n]*? during ([a-z][a-z -]*[a-z])", text)
+    return found.group(1) if found else None
 
 
 def run_job(name, plan, args, data_dir, work):
@@ -313,8 +340,9 @@ def run_job(name, plan, args, data_dir, work):
         argv = prefix + ["--"] + fit
     else:
         argv = [cli] + prefix + ["--"] + fit
-    result = {"job": name, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0, "unnamed": [], "ended_against_rule": [], "not_yet_in_the_job": 0,
-              "unreadable_checkpoints": [], "launches": 0, "accuracy": None}
+    result = {"job": name, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0, "unnamed": [],
+              "ended_against_rule": [], "not_yet_in_the_job": 0, "unreadable_checkpoints": [], "launches": 0,
+              "accuracy": None, "aimed": {}, "phases_named": {}}
     log_path = os.path.join(work, f"{name}.log")
     job, launches = None, 0
 
@@ -354,20 +382,34 @@ def run_job(name, plan, args, data_dir, work):
     start()
     deadline_overall = time.time() + args.limit
     counted = False  # the last fault was counted as survived
-    for delay, kind, target in plan:
+    last = None  # the previous fault (kind, target)
+    for delay, kind, target, phase in plan:
         time.sleep(delay)
+        relaunched = False
         if job.ended():
             if job.process.returncode == 0:
                 break
             judge_end(counted)
             start()  # resume after a fault that ended it
             counted = False
-            time.sleep(1.0)
+            relaunched = True
+            if phase != "restore":
+                time.sleep(1.0)
+        if phase == "restore" and not (relaunched or last == ("kill", "ps:0")):
+            phase = "step (no restore under way)"  # a restore follows a resume or a server's death only
+        if PHASES.get(phase) is not None:  # wait for the phase's sign, then land at once
+            mark, until = (launch_at if relaunched else len(job.said())), time.time() + AIM_WAIT
+            while not PHASES[phase].search(job.said()[mark:]) and time.time() < until and not job.ended():
+                time.sleep(0.02)
+            if not PHASES[phase].search(job.said()[mark:]):
+                phase = "step (its phase did not come)"
         pids = tasks(run_dir)
         if target not in pids and not (kind == "strangers" and pids):
             continue  # not started (yet again): nothing to hit
         text_before = job.said()
+        last = (kind, target)
         result["faults"] += 1
+        result["aimed"][phase] = result["aimed"].get(phase, 0) + 1
         counted = False
         if kind != "strangers":
             hit.add(target)
@@ -397,6 +439,9 @@ def run_job(name, plan, args, data_dir, work):
             time.sleep(0.1)
         for s in held:
             s.close()
+        if kind != "strangers":
+            said = phase_named(job.said()[len(text_before):], target) or "none named"
+            result["phases_named"][said] = result["phases_named"].get(said, 0) + 1
         if ok and kind != "strangers" and target in ending:  # the rule: the job ends within the bound
             until = time.time() + TIMEOUT + MARGIN
             while not job.ended() and time.time() < until:
@@ -470,7 +515,7 @@ def main():
     results = []
     for name in args.jobs.split(","):
         plan = schedule(args.seed, name, args.faults)
-        log(f"{name}, seed {args.seed}: " + ", ".join(f"+{d}s {k} {t}" for d, k, t in plan))
+        log(f"{name}, seed {args.seed}: " + ", ".join(f"+{d}s {k} {t} at {p}" for d, k, t, p in plan))
         started = time.time()
         try:
             r = run_job(name, plan, args, data_dir, work)
@@ -485,6 +530,7 @@ def main():
             f"(named), {r['hangs']} hangs, {len(r['unreadable_checkpoints'])} unreadable checkpoints, unnamed "
             f"{r['unnamed']}, ended against the rule {r['ended_against_rule']}, {r['not_yet_in_the_job']} stopped "
             f"before they had joined, {r['launches']} launches, accuracy {r['accuracy']}%, {r['seconds']} s"
+            + f", aimed at {r['aimed']}, phases the log named {r['phases_named']}"
             + (f", hash equal to the uninterrupted run's: {r['hash_equal']}" if "hash_equal" in r else "")
             + (f", record against log: {r['record']}" if "record" in r else ""))
     if args.json:

@@ -10,6 +10,7 @@
 
 #include "collectives/mpi_calls.h"
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <condition_variable>
@@ -372,6 +373,7 @@ class MpiCommunicator : public Communicator {
     op->seq = ++submitted_;
     test_fault("collective", op->seq);  // about to enter it
     if (is_world_) control_->entered(op->seq);
+    test_fault("entered", op->seq);  // in it, the others told
     if (!here || !queue_.empty() || serving_) {
       queue_.push_back(op);
       lock.unlock();
@@ -448,7 +450,7 @@ class MpiCommunicator : public Communicator {
     std::shared_ptr<Op> op = caller_op_;
     auto now = Clock::now();
     if (!control_->failed()) {
-      if (now <= op->start + control_->timeout()) return;
+      if (!past_deadline(*op)) return;
       lock.unlock();
       control_->report_failure(late_message(describe(op->call), op->seq));
       lock.lock();
@@ -465,19 +467,29 @@ class MpiCommunicator : public Communicator {
 
   void wait(Op& op) {
     std::unique_lock lock(mutex_);
-    auto deadline = op.start + control_->timeout();
     while (!op.done) {
       if (control_->failed()) {
         lock.unlock();
         fail("{} #{}: {}", kind_name(static_cast<Kind>(op.call.kind)), op.seq, control_->failure());
       }
-      if (Clock::now() > deadline) {
+      if (past_deadline(op)) {
         lock.unlock();
         timed_out(describe(op.call), op.seq);
       }
       changed_.wait_for(lock, std::chrono::milliseconds(10));
     }
     if (op.error) std::rethrow_exception(op.error);
+  }
+
+  // Whether a collective has waited too long: the timeout, or where every rank has entered it
+  // (one stopped inside it, which the control plane names within the timeout of its stop) twice
+  // that, so that the stopped rank is named rather than MPI blamed.
+  bool past_deadline(const Op& op) const {
+    auto waited = Clock::now() - op.start;
+    if (waited <= control_->timeout()) return false;
+    if (waited > 2 * control_->timeout() || !is_world_ || op.seq <= 0) return true;
+    std::vector<int64_t> progress = control_->progress();
+    return std::any_of(progress.begin(), progress.end(), [&](int64_t at) { return at < op.seq; });
   }
 
   // Names the ranks that have not entered collective `seq` (the world's; -1: a message).

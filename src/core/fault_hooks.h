@@ -17,7 +17,8 @@ struct Hooks {
   // arriving (false); step -1: none.
   std::function<std::pair<int64_t, bool>(int rank)> step_fault;
   // The signal a process of an MPI job raises at its `n`th message of `kind` ("send": after a
-  // point-to-point send's header is out, before its data; "collective": just before it enters one), 0: none.
+  // point-to-point send's header is out, before its data; "collective": just before it enters one;
+  // "entered": once it has entered one and said so), 0: none.
   std::function<int(int world_rank, const char* kind, int64_t n)> message_signal;
   // A parameter-server worker's delay per step, in milliseconds (a straggler).
   std::function<int64_t(int worker)> straggler_ms;

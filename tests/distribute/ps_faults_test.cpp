@@ -290,10 +290,30 @@ TEST(PsCluster, ASynchronousJobDropsADeadWorkerFromItsRoundOrEndsBelowMinWorkers
 TEST(PsCluster, ASynchronousJobGoesOnWhenAWorkerStoppedPastTheTimeoutIsContinued) {
   TempDir dir;
   make_mnist(dir.file("data/mnist"), 600, 60);
-  std::vector<std::string> argv{TANDEM_CLI, "launch",    "--ps",      "1",         "--workers",    "2",
-                                "--",       TANDEM_CLI,  "fit",       "--model",   "mlp",          "--strategy",
-                                "ps-sync",  "--epochs",  "400",       "--threads", "1",            "--batch-size",
-                                "8",        "--verbose", "2",         "--timeout", "2",            "--data-dir",
+  std::vector<std::string> argv{TANDEM_CLI,
+                                "launch",
+                                "--ps",
+                                "1",
+                                "--workers",
+                                "2",
+                                "--",
+                                TANDEM_CLI,
+                                "fit",
+                                "--model",
+                                "mlp",
+                                "--strategy",
+                                "ps-sync",
+                                "--epochs",
+                                "400",
+                                "--threads",
+                                "1",
+                                "--batch-size",
+                                "8",
+                                "--verbose",
+                                "2",
+                                "--timeout",
+                                "2",
+                                "--data-dir",
                                 dir.file("data")};
   Background job(dir, argv, "job.log");
   ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();

@@ -7,7 +7,8 @@
 //                                            arriving, before step STEP
 //   TANDEM_TEST_FAULT=kill|stop:RANK:send-N  a process of an MPI job dies or stops at its Nth
 //                                            point-to-point send, its header out and not its data
-//                                            (or collective-N: as it enters its Nth collective)
+//                                            (or collective-N: as it enters its Nth collective;
+//                                            entered-N: once in it, the others told by a beat)
 //   TANDEM_TEST_FAULT_ONCE=FILE              the phase fault fires once: FILE is written then, and
 //                                            no fault fires while it exists
 //   TANDEM_TEST_PS_SLOW_WORKER=INDEX:MS      parameter-server worker INDEX is MS ms slower per step
