@@ -286,6 +286,7 @@ void Coordinator::close_round(int64_t results) {
   reached_some_ += std::max<int64_t>(most - std::max(fewest, results), 0);
   round_short_ = false;
 }
+
 }  // namespace ps
 
 std::unique_ptr<StepRunner> make_coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts) {
