@@ -147,7 +147,9 @@ TEST(PsCluster, AKilledServerIsRestoredAndTrainingGoesOn) {
   std::string out = job->said();
   ASSERT_EQ(code, 0) << out;
   expect_no_sanitizer_report(out);
-  EXPECT_TRUE(std::regex_search(out, std::regex("chief: ps:0 \\([^)]*\\) died during training"))) << out;
+  // As epoch 2 begins the chief may still be reading the servers for its copy of epoch 1's end.
+  EXPECT_TRUE(std::regex_search(out, std::regex("chief: ps:0 \\([^)]*\\) died during (training|serving a read)")))
+      << out;
   EXPECT_NE(out.find("launch: starting task ps:0 again (restart 1 of 3)"), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(
       out, std::regex("chief: ps:0 \\([^)]*\\) restored [0-9.]+ s after its death was seen, from the chief's copy of "
