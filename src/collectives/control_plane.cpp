@@ -279,7 +279,14 @@ bool ControlPlane::lose(int rank, const std::string& what) {
   std::lock_guard lock(mutex_);
   if (rank_ != 0 || !expendable_ || !expendable_(rank)) return false;
   Peer& p = peers_[static_cast<size_t>(rank)];
-  if (p.fd >= 0) close(p.fd);
+  if (p.fd >= 0) {
+    // Told why first: a stopped rank reads it once it goes on, and says so rather than take the
+    // closed connection for rank 0's death.
+    int32_t origin = 0;
+    send_to(p, kFail, std::string(reinterpret_cast<const char*>(&origin), 4) + what + "; the job goes on without it");
+    flush(p);
+    close(p.fd);
+  }
   p.fd = -1;
   p.raw.clear();
   p.in.clear();
