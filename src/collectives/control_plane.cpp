@@ -280,8 +280,9 @@ bool ControlPlane::lose(int rank, const std::string& what) {
   if (rank_ != 0 || !expendable_ || !expendable_(rank)) return false;
   Peer& p = peers_[static_cast<size_t>(rank)];
   if (p.fd >= 0) {
-    // Told why first: a stopped rank reads it once it goes on, and says so rather than take the
-    // closed connection for rank 0's death.
+    // Told why first: a rank that goes on without having seen its own stop (one continued just
+    // as it was named) reads this before the closed connection, and says so rather than take
+    // the close for rank 0's death. (One that sees its stop says "was stopped for" first.)
     int32_t origin = 0;
     send_to(p, kFail, std::string(reinterpret_cast<const char*>(&origin), 4) + what + "; the job goes on without it");
     flush(p);
@@ -322,7 +323,7 @@ void ControlPlane::run() {
     // This process was stopped (SIGSTOP, a debugger) past the timeout: the others have ended the
     // job meanwhile; say so rather than blame them as their connections close.
     if (auto now = Clock::now(); now - last_turn > timeout_ && !failed())
-      set_failure(fmt::format("{} was stopped for {:.1f} s{}: the other ranks have ended the job without it",
+      set_failure(fmt::format("{} was stopped for {:.1f} s{}: past the timeout, the others went on or ended without it",
                               who(rank_), std::chrono::duration<double>(now - last_turn).count(), during(phase())),
                   false);
     last_turn = Clock::now();

@@ -511,9 +511,10 @@ class MpiCommunicator : public Communicator {
                    : fmt::format("has not entered it (its last: #{}, during {})", at, control_->phase_of(r)));
       }
     }
+    bool every_rank_in = is_world_ && seq > 0 && late.empty();  // then it waited twice the timeout (past_deadline)
     if (late.empty() && seq > 0) late = "every rank has entered it; MPI has not completed it";
     return fmt::format("{} waited {} s in {}{}: {}", control_->who(world_rank(rank_)),
-                       static_cast<double>(control_->timeout().count()) / 1000.0, what,
+                       static_cast<double>(control_->timeout().count()) / 1000.0 * (every_rank_in ? 2 : 1), what,
                        seq > 0 ? fmt::format(" (collective #{})", seq) : "",
                        late.empty() ? "the peer did not answer" : late);
   }

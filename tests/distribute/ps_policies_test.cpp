@@ -161,6 +161,12 @@ TEST(PsUpdates, SynchronousDropsAPushForARoundAlreadyClosed) {
               push(1, 2, 13, {0, 0});
             }).find("for round 13, the round in progress is 12"),
             std::string::npos);
+  EXPECT_NE(error_of([&] { policy->close_round(13); }).find("round 13 closed while round 12 is in progress"),
+            std::string::npos);
+  // A server holding no shard (more servers than shards) keeps no rounds and has no count to give.
+  auto empty = make_update_policy(1, *s.optimizer, {}, 2, {}, s.apply);
+  EXPECT_EQ(empty->push(Push{1, 2, 0, 0, {}, 7}), 0);
+  EXPECT_EQ(empty->close_round(7), -1);
 }
 
 TEST(PsUpdates, AsynchronousAppliesEachPushThroughItsWorkersOwnOptimizer) {

@@ -276,9 +276,11 @@ void Coordinator::close_round(int64_t results) {
     if (answer.envelope.type != MessageType::Ready)
       fail("ParameterServerStrategy: {} did not close the round: {}", link_.describe({"ps", s}),
            answer.items.empty() ? "" : std::string(answer.items[0].payload));
+    if (answer.envelope.aux < 0) continue;  // a server holding no shard
     fewest = fewest < 0 ? answer.envelope.aux : std::min(fewest, answer.envelope.aux);
     most = std::max(most, answer.envelope.aux);
   }
+  fewest = std::max<int64_t>(fewest, 0);
   // A worker that died after its push reached every server: its batch was trained, without a result.
   int64_t reached = std::clamp<int64_t>(fewest - results, 0, not_trained_);
   not_trained_ -= reached;

@@ -84,13 +84,14 @@ class AsynchronousUpdates : public UpdatePolicy {
 
 class SynchronousUpdates : public UpdatePolicy {
  public:
-  SynchronousUpdates(Optimizer& optimizer, int workers, Apply apply)
-      : optimizer_(optimizer), workers_(workers), apply_(std::move(apply)) {}
+  SynchronousUpdates(Optimizer& optimizer, int workers, bool holds_nothing, Apply apply)
+      : optimizer_(optimizer), workers_(workers), holds_nothing_(holds_nothing), apply_(std::move(apply)) {}
 
   int64_t push(Push p) override {
     int64_t size = p.aux;
     if (size < 1) fail("push: a synchronous round of {} pushes", size);
     if (size > workers_) fail("push: a round of {} pushes from {} workers", size, workers_);
+    if (holds_nothing_) return 0;  // no shard here (more servers than shards): no round to keep
     // Computed on a version a round already applied left behind (backup workers), or for a round
     // already applied or closed: dropped as stale.
     if (p.computed_on < p.version || (p.round >= 0 && p.round <= last_round_)) {
@@ -109,8 +110,11 @@ class SynchronousUpdates : public UpdatePolicy {
     return 0;
   }
   int64_t close_round(int64_t round) override {
+    if (holds_nothing_) return -1;  // no count to give
     int64_t pushes = 0;
-    if (!round_.empty() && (round < 0 || round_key_ <= round)) {
+    if (!round_.empty() && round >= 0 && round_key_ < round)
+      fail("close: round {} closed while round {} is in progress", round, round_key_);
+    if (!round_.empty() && (round < 0 || round_key_ == round)) {
       pushes = static_cast<int64_t>(round_.size());
       apply_round();
     } else if (round >= 0 && round == last_round_) {
@@ -139,6 +143,7 @@ class SynchronousUpdates : public UpdatePolicy {
   }
   Optimizer& optimizer_;
   int workers_;
+  bool holds_nothing_;
   Apply apply_;
   // The round's pushes by worker. With backup workers (a round of fewer pushes than workers), a
   // worker may push twice into one round; the sum runs by worker, then arrival.
@@ -161,7 +166,7 @@ std::unique_ptr<UpdatePolicy> make_update_policy(int64_t mode, Optimizer& optimi
                                                  std::span<Variable* const> variables, int workers,
                                                  std::vector<int64_t> clocks, UpdatePolicy::Apply apply) {
   if (mode < 0) fail("init: mode {} (expected 0 asynchronous, 1 synchronous, 2 + S bounded staleness)", mode);
-  if (mode == 1) return std::make_unique<SynchronousUpdates>(optimizer, workers, std::move(apply));
+  if (mode == 1) return std::make_unique<SynchronousUpdates>(optimizer, workers, variables.empty(), std::move(apply));
   clocks.resize(static_cast<size_t>(workers), 0);
   return std::make_unique<AsynchronousUpdates>(optimizer, variables, mode >= 2 ? mode - 2 : -1, std::move(clocks),
                                                std::move(apply));

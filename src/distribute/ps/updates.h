@@ -44,7 +44,8 @@ class UpdatePolicy {
   // applied with, or -1: dropped. An Error for a push the mode refuses.
   virtual int64_t push(Push push) = 0;
   // Round `round` closed (a worker of it died): applied with the pushes it has, if it is in
-  // progress; a later push for it or an earlier one dropped. Returns the pushes it was applied with.
+  // progress; a later push for it or an earlier one dropped. Returns the pushes it was applied with
+  // (-1: this server holds no shard, so has no count).
   virtual int64_t close_round(int64_t round) {
     (void)round;
     return 0;

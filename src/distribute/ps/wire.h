@@ -50,7 +50,8 @@ enum class MessageType : uint16_t {
                     // server → chief: int32 [n, 4] (record.h's events)
   CloseRound = 16,  // chief → server (synchronous): step = a round a worker of which died: apply the
                     // pushes in; a push for it or an earlier round that comes later is dropped (answered
-                    // Ready, step = the version after, aux = the pushes the round was applied with)
+                    // Ready, step = the version after, aux = the pushes the round was applied with; -1:
+                    // the server holds no shard)
 };
 const char* message_type_name(MessageType type);
 
