@@ -21,9 +21,22 @@ class EmulatedMemory : public core::DeviceMemory {
     return p;
   }
   void deallocate(void* pointer, size_t) override { std::free(pointer); }
-  void to_host(void* host, const void* device, size_t bytes) override { std::memcpy(host, device, bytes); }
-  void from_host(void* device, const void* host, size_t bytes) override { std::memcpy(device, host, bytes); }
+  void to_host(void* host, const void* device, size_t bytes) override {
+    ++to_host_calls;
+    std::memcpy(host, device, bytes);
+  }
+  void from_host(void* device, const void* host, size_t bytes) override {
+    ++from_host_calls;
+    std::memcpy(device, host, bytes);
+  }
   bool host_accessible() const override { return false; }
+  // On the device itself, as a GPU does them (no host transfer counted).
+  void copy_within(void* to, const void* from, size_t bytes) override { std::memmove(to, from, bytes); }
+  void fill(void* to, const void* pattern, size_t pattern_bytes, size_t count) override {
+    for (size_t i = 0; i < count; ++i) std::memcpy(static_cast<char*>(to) + i * pattern_bytes, pattern, pattern_bytes);
+  }
+  // Transfers between the host and the device so far.
+  int64_t to_host_calls = 0, from_host_calls = 0;
 };
 
 // Every family forwards to the CPU's kernels and counts the call.
@@ -176,7 +189,7 @@ class CountingBackend : public kernels::Backend {
 class EmulatedDevice {
  public:
   EmulatedDevice() {
-    core::register_device_memory(Device::Kind::Emulated, &memory_);
+    core::register_device_memory(Device::Kind::Emulated, &memory);
     kernels::register_backend(Device::Kind::Emulated, &backend);
   }
   ~EmulatedDevice() {
@@ -186,9 +199,7 @@ class EmulatedDevice {
   EmulatedDevice(const EmulatedDevice&) = delete;
   EmulatedDevice& operator=(const EmulatedDevice&) = delete;
   CountingBackend backend;
-
- private:
-  EmulatedMemory memory_;
+  EmulatedMemory memory;
 };
 
 }  // namespace tandem::testing

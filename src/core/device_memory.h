@@ -19,6 +19,12 @@ class DeviceMemory {
   // Whether host code may read and write its addresses directly (Tensor::data). When not, core
   // goes through to_host / from_host, and Tensor::data on such a tensor fails.
   virtual bool host_accessible() const = 0;
+  // Bytes from one place of this kind's memory to another (the same device or another of the
+  // kind: a GPU's peer copy), and `count` copies of a `pattern_bytes` value from the host laid
+  // end to end (fill, zeros). A device does both on itself, without the host; these defaults,
+  // for a device that does not, go through the host.
+  virtual void copy_within(void* to, const void* from, size_t bytes);
+  virtual void fill(void* to, const void* pattern, size_t pattern_bytes, size_t count);
 };
 
 // Registers (or with null, removes) the memory of a device kind other than the CPU; done before

@@ -223,14 +223,15 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
-  if (device.kind != Device::Kind::CPU) return zeros(shape, dtype).to(device);
   Tensor t = empty(shape, dtype, device);
-  std::memset(t.impl_->storage->data, 0, static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  char zero = 0;
+  if (on_host(t.impl_)) std::memset(t.impl_->storage->data, 0, bytes);
+  else if (bytes > 0) core::device_memory(device.kind)->fill(t.impl_->storage->data, &zero, 1, bytes);  // on it
   return t;
 }
 
 Tensor Tensor::full(const Shape& shape, float value, Device device) {
-  if (device.kind != Device::Kind::CPU) return full(shape, value).to(device);
   Tensor t = empty(shape, DType::Float32, device);
   t.fill(value);
   return t;
@@ -327,6 +328,11 @@ template uint8_t* Tensor::buffer<uint8_t>() const;
 Tensor Tensor::to(Device device) const {
   const TensorImpl* impl = checked(impl_);
   if (impl->device == device) return *this;
+  if (!on_host(impl) && device.kind == impl->device.kind && is_contiguous()) {  // a device of the kind to another
+    Tensor out = empty(impl->shape, impl->dtype, device);
+    out.copy_from(*this);
+    return out;
+  }
   Tensor host = *this;  // readable on the host
   if (!on_host(impl)) {
     Tensor whole = empty(Shape{static_cast<int64_t>(impl->storage->bytes)}, DType::UInt8);
@@ -421,8 +427,8 @@ Tensor Tensor::contiguous() const {
 
 Tensor Tensor::clone() const {
   const TensorImpl* impl = checked(impl_);
-  if (!on_host(impl)) return to(Device::cpu()).to(impl->device);
-  Tensor out = empty(impl->shape, impl->dtype, impl->device);
+  if (!on_host(impl) && !is_contiguous()) return to(Device::cpu()).to(impl->device);
+  Tensor out = empty(impl->shape, impl->dtype, impl->device);  // a device's: copied on it
   out.copy_from(*this);
   return out;
 }
@@ -434,6 +440,15 @@ void Tensor::copy_from(const Tensor& src) {
   if (!(d->shape == s->shape) || d->dtype != s->dtype)
     fail("copy_from: destination is {} {}, source is {} {}", d->shape.str(), dtype_name(d->dtype), s->shape.str(),
          dtype_name(s->dtype));
+  size_t elem = dtype_size(d->dtype);
+  if (!on_host(d) && !on_host(s) && d->device.kind == s->device.kind && is_contiguous() && src.is_contiguous()) {
+    if (numel() > 0)  // within the kind's memory, without the host
+      core::device_memory(d->device.kind)
+          ->copy_within(static_cast<char*>(d->storage->data) + d->offset * static_cast<int64_t>(elem),
+                        static_cast<const char*>(s->storage->data) + s->offset * static_cast<int64_t>(elem),
+                        static_cast<size_t>(numel()) * elem);
+    return;
+  }
   if (!on_host(d) || !on_host(s)) {  // through the host; a device destination must be contiguous
     Tensor host = src.to(Device::cpu());
     if (on_host(d)) return copy_from(host);
@@ -445,7 +460,6 @@ void Tensor::copy_from(const Tensor& src) {
                       host.raw(), bytes);
     return;
   }
-  size_t elem = dtype_size(d->dtype);
   auto* dst = static_cast<char*>(d->storage->data);
   const auto* from = static_cast<const char*>(s->storage->data);
   if (is_contiguous() && src.is_contiguous()) {
@@ -463,7 +477,13 @@ void Tensor::copy_from(const Tensor& src) {
 void Tensor::fill(float value) {
   if (dtype() != DType::Float32 || !is_contiguous())
     fail("fill: needs a contiguous float32 tensor, got {}", to_string(*this));
-  if (!on_host(impl_)) return copy_from(full(shape(), value));
+  if (!on_host(impl_)) {  // on the device itself
+    if (numel() > 0)
+      core::device_memory(device().kind)
+          ->fill(static_cast<float*>(impl_->storage->data) + impl_->offset, &value, sizeof value,
+                 static_cast<size_t>(numel()));
+    return;
+  }
   float* p = data<float>();
   for (int64_t i = 0, n = numel(); i < n; ++i) p[i] = value;
 }

@@ -40,6 +40,35 @@ TEST_F(DeviceSeam, TheHostReadsADeviceTensorOnlyThroughTheCopyPath) {
       {"device cuda:1 is not available"}));
 }
 
+// The seam's memory operations run on the device itself, as a GPU's would: zeros, full, fill, a
+// clone, a copy between two tensors of the device and a move to another device of its kind send
+// no byte through the host (the emulated memory counts its host transfers); only reads back do.
+TEST_F(DeviceSeam, MemoryOperationsStayOnTheDevice) {
+  testing::EmulatedMemory& memory = device_.memory;
+  Tensor t = Tensor::from_vector({2, 3}, std::vector<float>{1, 2, 3, 4, 5, 6}).to(kEmulated);
+  ASSERT_EQ(memory.from_host_calls, 1);
+  Tensor z = Tensor::zeros({2, 3}, DType::Float32, kEmulated), ints = Tensor::zeros({3}, DType::Int32, kEmulated);
+  Tensor f = Tensor::full({4}, 2.5f, kEmulated), c = t.clone();
+  Tensor row = Tensor::empty({3}, DType::Float32, kEmulated);
+  row.copy_from(t.row(1));
+  f.fill(-1.0f);
+  Tensor other = t.to(Device{Device::Kind::Emulated, 1});
+  EXPECT_EQ(memory.from_host_calls, 1) << "a memory operation went through the host";
+  EXPECT_EQ(memory.to_host_calls, 0);
+  EXPECT_EQ(z.to_vector(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(ints.to(Device::cpu()).to_vector(), std::vector<float>(3, 0.0f));
+  EXPECT_EQ(f.to_vector(), std::vector<float>(4, -1.0f));
+  EXPECT_EQ(c.to_vector(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(row.to_vector(), (std::vector<float>{4, 5, 6}));
+  EXPECT_EQ(other.device(), (Device{Device::Kind::Emulated, 1}));
+  EXPECT_EQ(other.to_vector(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(memory.to_host_calls, 6) << "each read back is one transfer";
+  // A strided view still goes through the host (a device's strided copy is not in the seam).
+  Tensor column = Tensor::empty({2, 1}, DType::Float32, kEmulated);
+  column.copy_from(t.columns(0, 1));
+  EXPECT_EQ(column.to_vector(), (std::vector<float>{1, 4}));
+}
+
 TEST_F(DeviceSeam, AnOpOnTensorsOfTwoDevicesIsNamed) {
   Tensor a = testing::random_tensor({2, 3}, 1).to(kEmulated), b = testing::random_tensor({3, 4}, 2);
   EXPECT_TRUE(
