@@ -11,8 +11,8 @@ CachingAllocator::~CachingAllocator() {
   std::lock_guard lock(mutex_);
   for (Waiting& w : waiting_) {  // the device is going away: its streams' work with it
     for (void* e : w.events) device_.destroy_event(e);
-    blocks_[w.pointer].also_on.clear();
-    cached_[blocks_[w.pointer].stream].emplace(blocks_[w.pointer].size, w.pointer);
+    const Block& b = blocks_.at(w.pointer);
+    cached_[b.stream].emplace(b.size, w.pointer);
   }
   waiting_.clear();
   release_cached();
@@ -29,7 +29,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
   std::lock_guard lock(mutex_);
   take_completed();
   if (void* reused = from_cache(size, stream)) {
-    auto kept = static_cast<int64_t>(blocks_[reused].size);  // it may be larger than asked
+    auto kept = static_cast<int64_t>(blocks_.at(reused).size);  // it may be larger than asked
     ++stats_.reused;
     stats_.bytes_in_use += kept;
     stats_.bytes_cached -= kept;
@@ -94,7 +94,7 @@ void CachingAllocator::take_completed() {
   std::erase_if(waiting_, [&](Waiting& w) {
     if (!std::all_of(w.events.begin(), w.events.end(), [&](void* e) { return device_.event_done(e); })) return false;
     for (void* e : w.events) device_.destroy_event(e);
-    const Block& b = blocks_[w.pointer];
+    const Block& b = blocks_.at(w.pointer);
     cached_[b.stream].emplace(b.size, w.pointer);
     --stats_.waiting_on_events;
     return true;
