@@ -15,24 +15,24 @@ inline const Device kEmulated{Device::Kind::Emulated, 0};
 
 class EmulatedMemory : public core::DeviceMemory {
  public:
-  void* allocate(size_t bytes) override {
+  void* allocate(Device, size_t bytes) override {
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (p == nullptr) throw std::bad_alloc();
     return p;
   }
-  void deallocate(void* pointer, size_t) override { std::free(pointer); }
-  void to_host(void* host, const void* device, size_t bytes) override {
+  void deallocate(Device, void* pointer, size_t) override { std::free(pointer); }
+  void to_host(Device, void* host, const void* device, size_t bytes) override {
     ++to_host_calls;
     std::memcpy(host, device, bytes);
   }
-  void from_host(void* device, const void* host, size_t bytes) override {
+  void from_host(Device, void* device, const void* host, size_t bytes) override {
     ++from_host_calls;
     std::memcpy(device, host, bytes);
   }
   bool host_accessible() const override { return false; }
   // On the device itself, as a GPU does them (no host transfer counted).
-  void copy_within(void* to, const void* from, size_t bytes) override { std::memmove(to, from, bytes); }
-  void fill(void* to, const void* pattern, size_t pattern_bytes, size_t count) override {
+  void copy_within(Device, void* to, const void* from, size_t bytes) override { std::memmove(to, from, bytes); }
+  void fill(Device, void* to, const void* pattern, size_t pattern_bytes, size_t count) override {
     for (size_t i = 0; i < count; ++i) std::memcpy(static_cast<char*>(to) + i * pattern_bytes, pattern, pattern_bytes);
   }
   // Transfers between the host and the device so far.
@@ -193,7 +193,7 @@ class EmulatedDevice {
     kernels::register_backend(Device::Kind::Emulated, &backend);
   }
   ~EmulatedDevice() {
-    kernels::register_backend(Device::Kind::Emulated, nullptr);
+    kernels::register_backend(Device::Kind::Emulated, static_cast<kernels::Backend*>(nullptr));
     core::register_device_memory(Device::Kind::Emulated, nullptr);
   }
   EmulatedDevice(const EmulatedDevice&) = delete;

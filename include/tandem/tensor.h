@@ -34,11 +34,12 @@ constexpr DType dtype_of<uint8_t>() {
 // Where a tensor's bytes live; ops reach the kernels of the tensor's device. Emulated: kernels and
 // memory registered by a test, standing in for a device the host cannot read directly. The CPU's
 // devices cpu:0 … cpu:N-1 are logical: core groups of the host with their own threads and memory
-// limit (devices.h); cpu(0), the default, is named "cpu".
+// limit (devices.h); cpu(0), the default, is named "cpu". CUDA: an NVIDIA GPU (cuda.h).
 struct Device {
   enum class Kind : uint8_t { CPU, CUDA, Emulated } kind = Kind::CPU;
   int index = 0;
   static Device cpu(int index = 0) { return {Kind::CPU, index}; }
+  static Device cuda(int index = 0) { return {Kind::CUDA, index}; }  // include/tandem/cuda.h
   bool operator==(const Device&) const = default;
   std::string name() const;
 };

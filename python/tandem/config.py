@@ -7,8 +7,9 @@ its threads and an optional memory limit), and ``tf.device`` placing layers on o
     with tf.device("/cpu:1"):
         layer = tf.keras.layers.Dense(10)        # its variables live, and it runs, on cpu:1
 
-Tandem has no GPU device yet: ``list_physical_devices("GPU")`` is empty and ``tf.device("/gpu:0")``
-is refused by name.
+NVIDIA GPUs, where the build has the CUDA device and the machine a GPU (docs/gpu.md: built, not yet
+run on a GPU), are listed as ``GPU`` devices, and ``tf.device("/gpu:0")`` places layers there.
+Elsewhere ``list_physical_devices("GPU")`` is empty and ``tf.device("/gpu:0")`` says why.
 """
 import collections
 
@@ -59,10 +60,14 @@ def _check_type(device_type, what):
     return kind
 
 
+def _gpus():
+    return [PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(len(_tandem.gpu_names()))]
+
+
 def list_physical_devices(device_type=None):
-    """The machine's devices: its CPU (one, whatever its cores); no GPU yet."""
+    """The machine's devices: its CPU (one, whatever its cores), then its GPUs."""
     kind = _check_type(device_type, "list_physical_devices")
-    return [_CPU] if kind in (None, "CPU") else []
+    return ([_CPU] if kind in (None, "CPU") else []) + (_gpus() if kind in (None, "GPU") else [])
 
 
 def list_logical_devices(device_type=None):
@@ -75,7 +80,8 @@ def list_logical_devices(device_type=None):
 
 def _the_cpu(device, what):
     if device != _CPU:
-        raise Error(f"{what}: {device!r} is not this machine's CPU ({_CPU.name}); Tandem has no other physical device")
+        raise Error(f"{what}: {device!r} is not this machine's CPU ({_CPU.name}); logical devices are the CPU's "
+                    "(logical GPUs are not built yet: docs/gpu.md)")
 
 
 def set_logical_device_configuration(device, logical_devices):
@@ -106,13 +112,15 @@ def get_visible_devices(device_type=None):
 
 
 def set_visible_devices(devices, device_type=None):
-    """Tandem sees the CPU only: hiding GPUs (``set_visible_devices([], 'GPU')``) is what is already
-    so; hiding the CPU is refused."""
+    """Hiding GPUs (``set_visible_devices([], 'GPU')``) is what is already so: Tandem places nothing
+    on a GPU unless asked (``tf.device``); hiding the CPU is refused."""
     devices = [devices] if isinstance(devices, PhysicalDevice) else list(devices or [])
     kind = _check_type(device_type, "set_visible_devices")
     if kind in ("GPU", "TPU") and not devices:
         return
     if kind in (None, "CPU") and devices == [_CPU]:
+        return
+    if kind == "GPU" and all(d in _gpus() for d in devices):
         return
     raise Error(f"set_visible_devices: Tandem runs on this machine's CPU and cannot hide it or show another device "
                 f"(got {devices!r}, {device_type!r})")
@@ -129,8 +137,10 @@ class experimental:  # noqa: N801 - tf.config.experimental's names
 
     @staticmethod
     def set_memory_growth(device, enable):
-        raise Error(f"set_memory_growth: {device!r} is not a GPU; memory growth applies to GPUs, which Tandem has "
-                    "none of yet")
+        """Tandem's GPU memory always grows as asked (a caching allocator): accepted for a GPU."""
+        if device not in _gpus():
+            raise Error(f"set_memory_growth: {device!r} is not a GPU of this machine ({_gpus()!r}); memory growth "
+                        "applies to GPUs")
 
 
 class threading:  # noqa: N801 - tf.config.threading's names
@@ -153,27 +163,28 @@ class threading:  # noqa: N801 - tf.config.threading's names
         return 1
 
 
-def _cpu_index(name):
-    """The CPU index of a TensorFlow device string: '/cpu:1', 'CPU:1', '/device:CPU:1',
-    '/job:localhost/replica:0/task:0/device:CPU:1' (no index: 0); other kinds refused by name."""
+def _device_of(name):
+    """(is a GPU, index) of a TensorFlow device string: '/cpu:1', 'CPU:1', '/device:CPU:1',
+    '/job:localhost/replica:0/task:0/device:GPU:0' (no index: 0); other kinds refused by name."""
     text = str(name).strip()
     last = text.split("/device:")[-1] if "/device:" in text else text.rsplit("/", 1)[-1]
     kind, _, index = last.partition(":")
-    if kind.upper() != "CPU":
-        hint = " (Tandem has no GPU device yet)" if kind.upper() == "GPU" else ""
-        raise Error(f"tf.device: {name!r} is not a CPU device such as '/cpu:1'{hint}")
+    if kind.upper() not in ("CPU", "GPU"):
+        raise Error(f"tf.device: {name!r} is not a CPU or GPU device such as '/cpu:1' or '/gpu:0'")
     if index == "":
-        return 0
+        return kind.upper() == "GPU", 0
     if not index.isdigit():
         raise Error(f"tf.device: {name!r}: the device index must be a number")
-    return int(index)
+    return kind.upper() == "GPU", int(index)
 
 
 class device:  # noqa: N801 - tf.device is a context manager
-    """``with tf.device('/cpu:1'):`` layers made inside live and run on that logical CPU device."""
+    """``with tf.device('/cpu:1'):`` layers made inside live and run on that logical CPU device
+    (``'/gpu:0'``: on that GPU)."""
 
     def __init__(self, device_name):
-        self._placement = _tandem.Placement(_cpu_index(device_name))
+        gpu, index = _device_of(device_name)
+        self._placement = _tandem.Placement(gpu, index)
 
     def __enter__(self):
         self._placement.enter()

@@ -210,7 +210,7 @@ def _cpu_device(device, what):
     name = str(device).lower().split("/device:")[-1].lstrip("/")
     if name not in ("cpu:0", "cpu"):
         raise Error(f"{what}: {device!r} is not this machine's CPU ('/cpu:0'); Tandem's replicas are its cores"
-                    + (" (there is no GPU device)" if "gpu" in name else ""))
+                    + (" (strategies over GPUs are not built yet: docs/gpu.md)" if "gpu" in name else ""))
 
 
 class CrossDeviceOps:

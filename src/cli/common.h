@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tandem/data/loaders.h"
+#include "tandem/devices.h"
 #include "tandem/distribute/cluster.h"
 #include "tandem/distribute/strategy_registry.h"
 #include "tandem/tandem.h"
@@ -51,8 +52,13 @@ struct CommonFlags {
   int threads = 0;
   uint64_t seed = 0;
   std::string precision = "float32";  // float32, or mixed_bf16 (Keras' mixed_bfloat16 policy)
+  std::string device = "cpu";         // cpu, cuda or cuda:N (gpu, gpu:N)
   void add_to(CLI::App& app, bool with_dataset = true);
   void apply() const;  // the threads and the precision, before the model is made
+  // While alive, the layers made are placed on --device (nothing for the CPU); fails naming a
+  // GPU that this build or machine does not have, and a strategy of several replicas with a GPU
+  // (docs/gpu.md: not built yet).
+  std::optional<DeviceScope> place(const distribute::Strategy& strategy) const;
 };
 
 // The optimizer the flags ask for, with the values in force: "" (name), 0 (learning rate) and a

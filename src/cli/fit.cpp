@@ -232,7 +232,8 @@ void run_fit(FitFlags f) {
   std::unique_ptr<Timeline> timeline;
   if (!f.timeline.empty()) timeline = start_timeline(*strategy, f.timeline);
   bool chief = strategy->extended().is_chief();
-  if (!chief) f.verbose = 0;  // the chief speaks for every worker
+  if (!chief) f.verbose = 0;                // the chief speaks for every worker
+  auto placed = f.common.place(*strategy);  // the layers made from here on (the model's) on --device
   if (chief) choose_run_directory(f);
   from_chief(*strategy, f.checkpoint_dir);
   from_chief(*strategy, f.log_dir);

@@ -1,8 +1,10 @@
 // The flags several subcommands share: the model and data, threads, the optimizer by name.
 #include <cmath>
 #include <fstream>
+#include <regex>
 
 #include "cli/common.h"
+#include "tandem/cuda.h"
 
 namespace tandem::cli {
 
@@ -47,6 +49,35 @@ void CommonFlags::add_to(CLI::App& app, bool with_dataset) {
                  "instructions, with a note")
       ->capture_default_str()
       ->check(CLI::IsMember({"float32", "mixed_bf16", "mixed_bfloat16"}));
+  app.add_option("--device", device,
+                 "where the model's layers live and run: cpu, or cuda (cuda:N, gpu, gpu:N) for an NVIDIA GPU, in a "
+                 "build with CUDA")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return std::regex_match(v, std::regex("cpu|(cuda|gpu)(:[0-9]+)?")) ? std::string()
+                                                                               : "not cpu, cuda or cuda:N: " + v;
+          },
+          "cpu|cuda[:N]"));
+}
+
+std::optional<DeviceScope> CommonFlags::place(const distribute::Strategy& strategy) const {
+  if (device == "cpu") return std::nullopt;
+  if (strategy.num_replicas_in_sync() > 1)
+    fail(
+        "--device {}: a strategy of {} replicas ({}) on GPUs is not built yet; the default strategy trains on one GPU "
+        "(docs/gpu.md)",
+        device, strategy.num_replicas_in_sync(), strategy.name());
+  auto colon = device.find(':');
+  Device d = Device::cuda(colon == std::string::npos ? 0 : std::stoi(device.substr(colon + 1)));
+  if (!cuda::registered())
+    fail("--device {}: this build of Tandem has no CUDA device (built without a CUDA toolkit)", device);
+  if (int count = cuda::device_count(); d.index >= count)
+    fail("--device {}: {}", device,
+         count == 0 ? "no GPU can be used here (" + cuda::why_none() + ")"
+                    : fmt::format("this machine has {} GPU{} (cuda:0{})", count, count == 1 ? "" : "s",
+                                  count == 1 ? "" : fmt::format(" to cuda:{}", count - 1)));
+  return std::optional<DeviceScope>(std::in_place, d);
 }
 
 void CommonFlags::apply() const {

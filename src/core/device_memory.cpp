@@ -7,16 +7,16 @@
 
 namespace tandem::core {
 
-void DeviceMemory::copy_within(void* to, const void* from, size_t bytes) {
+void DeviceMemory::copy_within(Device device, void* to, const void* from, size_t bytes) {
   std::vector<char> host(bytes);
-  to_host(host.data(), from, bytes);
-  from_host(to, host.data(), bytes);
+  to_host(device, host.data(), from, bytes);
+  from_host(device, to, host.data(), bytes);
 }
 
-void DeviceMemory::fill(void* to, const void* pattern, size_t pattern_bytes, size_t count) {
+void DeviceMemory::fill(Device device, void* to, const void* pattern, size_t pattern_bytes, size_t count) {
   std::vector<char> host(pattern_bytes * count);
   for (size_t i = 0; i < count; ++i) std::memcpy(host.data() + i * pattern_bytes, pattern, pattern_bytes);
-  from_host(to, host.data(), host.size());
+  from_host(device, to, host.data(), host.size());
 }
 
 }  // namespace tandem::core

@@ -12,19 +12,21 @@ namespace tandem::core {
 class DeviceMemory {
  public:
   virtual ~DeviceMemory() = default;
-  virtual void* allocate(size_t bytes) = 0;  // never null (throws)
-  virtual void deallocate(void* pointer, size_t bytes) = 0;
-  virtual void to_host(void* host, const void* device, size_t bytes) = 0;
-  virtual void from_host(void* device, const void* host, size_t bytes) = 0;
+  // Each call names the device of the kind it is for (a GPU's index: its memory, its stream).
+  virtual void* allocate(Device device, size_t bytes) = 0;  // never null (throws)
+  virtual void deallocate(Device device, void* pointer, size_t bytes) = 0;
+  // Done when they return: the host's bytes may be read, or reused.
+  virtual void to_host(Device device, void* host, const void* from, size_t bytes) = 0;
+  virtual void from_host(Device device, void* to, const void* host, size_t bytes) = 0;
   // Whether host code may read and write its addresses directly (Tensor::data). When not, core
   // goes through to_host / from_host, and Tensor::data on such a tensor fails.
   virtual bool host_accessible() const = 0;
-  // Bytes from one place of this kind's memory to another (the same device or another of the
-  // kind: a GPU's peer copy), and `count` copies of a `pattern_bytes` value from the host laid
+  // Bytes from one place of this kind's memory to another (on `device`, from it or from another
+  // device of the kind: a GPU's peer copy), and `count` copies of a `pattern_bytes` value from the host laid
   // end to end (fill, zeros). A device does both on itself, without the host; these defaults,
   // for a device that does not, go through the host.
-  virtual void copy_within(void* to, const void* from, size_t bytes);
-  virtual void fill(void* to, const void* pattern, size_t pattern_bytes, size_t count);
+  virtual void copy_within(Device device, void* to, const void* from, size_t bytes);
+  virtual void fill(Device device, void* to, const void* pattern, size_t pattern_bytes, size_t count);
 };
 
 // Registers (or with null, removes) the memory of a device kind other than the CPU; done before

@@ -18,7 +18,7 @@ void storage_release(Storage* s) {
     else if (s->device.kind == Device::Kind::CPU) {
       memory::deallocate(s->data, s->bytes);
       if (s->charged) core::refund_cpu_device(s->device, s->bytes);
-    } else core::device_memory(s->device.kind)->deallocate(s->data, s->bytes);
+    } else core::device_memory(s->device.kind)->deallocate(s->device, s->data, s->bytes);
     delete s;
   }
 }
@@ -205,7 +205,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   storage->bytes = bytes;
   storage->charged = charged;
   try {
-    storage->data = memory == nullptr ? memory::allocate(bytes) : memory->allocate(bytes);
+    storage->data = memory == nullptr ? memory::allocate(bytes) : memory->allocate(device, bytes);
   } catch (...) {
     if (charged) core::refund_cpu_device(device, bytes);
     delete storage;
@@ -227,7 +227,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   char zero = 0;
   if (on_host(t.impl_)) std::memset(t.impl_->storage->data, 0, bytes);
-  else if (bytes > 0) core::device_memory(device.kind)->fill(t.impl_->storage->data, &zero, 1, bytes);  // on it
+  else if (bytes > 0) core::device_memory(device.kind)->fill(device, t.impl_->storage->data, &zero, 1, bytes);  // on it
   return t;
 }
 
@@ -336,7 +336,8 @@ Tensor Tensor::to(Device device) const {
   Tensor host = *this;  // readable on the host
   if (!on_host(impl)) {
     Tensor whole = empty(Shape{static_cast<int64_t>(impl->storage->bytes)}, DType::UInt8);
-    core::device_memory(impl->device.kind)->to_host(whole.raw(), impl->storage->data, impl->storage->bytes);
+    core::device_memory(impl->device.kind)
+        ->to_host(impl->device, whole.raw(), impl->storage->data, impl->storage->bytes);
     auto* view = new TensorImpl();
     view->storage = whole.impl_->storage;
     view->storage->refs.fetch_add(1, std::memory_order_relaxed);
@@ -355,7 +356,7 @@ Tensor Tensor::to(Device device) const {
   }
   Tensor c = host.contiguous();
   size_t bytes = static_cast<size_t>(out.numel()) * dtype_size(out.dtype());
-  core::device_memory(device.kind)->from_host(out.impl_->storage->data, c.raw(), bytes);
+  core::device_memory(device.kind)->from_host(device, out.impl_->storage->data, c.raw(), bytes);
   return out;
 }
 
@@ -444,7 +445,7 @@ void Tensor::copy_from(const Tensor& src) {
   if (!on_host(d) && !on_host(s) && d->device.kind == s->device.kind && is_contiguous() && src.is_contiguous()) {
     if (numel() > 0)  // within the kind's memory, without the host
       core::device_memory(d->device.kind)
-          ->copy_within(static_cast<char*>(d->storage->data) + d->offset * static_cast<int64_t>(elem),
+          ->copy_within(d->device, static_cast<char*>(d->storage->data) + d->offset * static_cast<int64_t>(elem),
                         static_cast<const char*>(s->storage->data) + s->offset * static_cast<int64_t>(elem),
                         static_cast<size_t>(numel()) * elem);
     return;
@@ -456,7 +457,8 @@ void Tensor::copy_from(const Tensor& src) {
     size_t bytes = static_cast<size_t>(numel()) * dtype_size(d->dtype);
     if (bytes > 0)
       core::device_memory(d->device.kind)
-          ->from_host(static_cast<char*>(d->storage->data) + d->offset * static_cast<int64_t>(dtype_size(d->dtype)),
+          ->from_host(d->device,
+                      static_cast<char*>(d->storage->data) + d->offset * static_cast<int64_t>(dtype_size(d->dtype)),
                       host.raw(), bytes);
     return;
   }
@@ -480,7 +482,7 @@ void Tensor::fill(float value) {
   if (!on_host(impl_)) {  // on the device itself
     if (numel() > 0)
       core::device_memory(device().kind)
-          ->fill(static_cast<float*>(impl_->storage->data) + impl_->offset, &value, sizeof value,
+          ->fill(device(), static_cast<float*>(impl_->storage->data) + impl_->offset, &value, sizeof value,
                  static_cast<size_t>(numel()));
     return;
   }

@@ -150,6 +150,7 @@ class CpuBackend final : public Backend {
 
 CpuBackend cpu_instance;
 std::array<Backend*, 3> registered{};
+std::array<BackendOfDevice, 3> registered_of_device{};
 
 }  // namespace
 
@@ -158,9 +159,17 @@ Backend& cpu_backend() { return cpu_instance; }
 void register_backend(Device::Kind kind, Backend* backend) {
   if (kind == Device::Kind::CPU) fail("register_backend: the cpu's backend is built in");
   registered[static_cast<size_t>(kind)] = backend;
+  registered_of_device[static_cast<size_t>(kind)] = nullptr;
+}
+void register_backend(Device::Kind kind, BackendOfDevice of_device) {
+  if (kind == Device::Kind::CPU) fail("register_backend: the cpu's backend is built in");
+  registered_of_device[static_cast<size_t>(kind)] = of_device;
+  registered[static_cast<size_t>(kind)] = nullptr;
 }
 
 Backend& registered_backend(Device device) {
+  if (BackendOfDevice of_device = registered_of_device[static_cast<size_t>(device.kind)])
+    return of_device(device.index);
   Backend* b = registered[static_cast<size_t>(device.kind)];
   if (b == nullptr) fail("no kernels are registered for device {} (this build has cpu)", device.name());
   return *b;

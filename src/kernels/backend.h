@@ -111,8 +111,11 @@ class Backend {
 };
 
 Backend& cpu_backend();
-// Registers (or with null removes) the backend of a device kind other than the CPU.
+// Registers (or with null removes) the backend of a device kind other than the CPU: one for all
+// its devices, or one per device (a GPU's, with its own stream and handles) that of_device gives.
 void register_backend(Device::Kind kind, Backend* backend);
+using BackendOfDevice = Backend& (*)(int index);
+void register_backend(Device::Kind kind, BackendOfDevice of_device);
 // The backend of a registered device kind; fails naming the device when there is none.
 Backend& registered_backend(Device device);
 inline Backend& backend(Device device) {

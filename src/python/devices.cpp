@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "python/binding.h"
+#include "tandem/cuda.h"
 #include "tandem/devices.h"
 
 namespace tandem::python {
@@ -39,13 +40,27 @@ void register_devices(py::module_& m) {
         return std::pair{o.threads, o.memory_limit_bytes};
       },
       py::arg("index"));
+  // The GPUs (where the build has the CUDA device), and why there are none.
+  m.def("gpu_names", [] {
+    std::vector<std::string> names;
+    if (cuda::registered())
+      for (const cuda::GpuInfo& g : cuda::devices()) names.push_back(g.name);
+    return names;
+  });
+  m.def("why_no_gpu", [] { return cuda::registered() ? cuda::why_none() : "this build has no CUDA device"; });
   py::class_<Placement>(m, "Placement")
-      .def(py::init([](int index) {
-             Device d = Device::cpu(index);
+      .def(py::init([](bool gpu, int index) {
+             Device d = gpu ? Device::cuda(index) : Device::cpu(index);
+             if (gpu && (!cuda::registered() || index >= cuda::device_count()))
+               throw Error(fmt::format("tf.device: there is no device /gpu:{} ({})", index,
+                                       cuda::registered() && cuda::device_count() > 0
+                                           ? fmt::format("this machine has {} GPUs", cuda::device_count())
+                                       : cuda::registered() ? "no GPU can be used here: " + cuda::why_none()
+                                                            : std::string("this build has no CUDA device")));
              check_device(d, "tf.device");
              return Placement{d, nullptr};
            }),
-           py::arg("cpu_index"))
+           py::arg("gpu"), py::arg("index"))
       .def("enter",
            [](Placement& p) {
              if (p.scope) throw Error("tf.device: this placement is already open; open it once per with block");

@@ -1,5 +1,6 @@
 // The `tandem` command as a user meets it: help, flags and their errors, model presets and Keras
 // model files (each attribute honoured or refused), and what it says about a run.
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -42,6 +43,28 @@ TEST(Cli, BadFlagsAndValuesAreRejected) {
   EXPECT_NE(r.output.find("error: load_dataset: \"fashion-mnist\" not found; searched " + dir.path() +
                           "/fashion-mnist, ./data/fashion-mnist"),
             std::string::npos)
+      << r.output;
+}
+
+// --device: a GPU this build or machine lacks is refused before anything is made, with the reason;
+// a malformed name and a multi-replica strategy on a GPU too. (On a GPU: tests/cuda.)
+TEST(Cli, DeviceFlagNamesWhatIsMissing) {
+  testing::TempDir dir;
+  make_mnist(dir.path(), 64, 16);
+  Outcome r = run({"fit", "--device", "gpu:x"}, dir);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("--device: not cpu, cuda or cuda:N: gpu:x"), std::string::npos) << r.output;
+  r = run({"fit", "--device", "cuda:63", "--data-dir", dir.path(), "--run-dir", dir.file("run")}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("error: --device cuda:63: "), std::string::npos) << r.output;
+  EXPECT_TRUE(r.output.find("this build of Tandem has no CUDA device") != std::string::npos ||
+              r.output.find("no GPU can be used here") != std::string::npos ||
+              r.output.find("this machine has") != std::string::npos)
+      << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run"))) << "refused before the run directory is made";
+  r = run({"fit", "--device", "cuda", "--strategy", "mirrored:2", "--data-dir", dir.path()}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("a strategy of 2 replicas (mirrored:2) on GPUs is not built yet"), std::string::npos)
       << r.output;
 }
 

@@ -1,12 +1,14 @@
 // One description per op: its input shapes, the op, and a naive double-precision reference.
 // The harness checks the forward pass against the reference and the backward pass (through
 // GradientTape) against central finite differences of the reference, in double precision, on
-// every device: the CPU and the emulated device of emulated_device.h (whose memory the host may
-// not read directly, so an op that bypasses its device's kernels fails there).
+// every device: the CPU, the emulated device of emulated_device.h (whose memory the host may not
+// read directly, so an op that bypasses its device's kernels fails there) and a GPU (cuda:0,
+// ctest label `gpu`; skipped with the reason where there is none).
 #include <functional>
 #include <optional>
 #include <tuple>
 
+#include "cuda/gpu_test.h"
 #include "emulated_device.h"
 #include "reference.h"
 #include "tandem/autograd.h"
@@ -49,8 +51,9 @@ class OpTest : public ::testing::TestWithParam<std::tuple<OpCase, Device>> {
  protected:
   void SetUp() override {
     if (device().kind == Device::Kind::CPU) return;
+    if (device().kind == Device::Kind::CUDA) TANDEM_SKIP_WITHOUT_GPU();
     if (!op_case().cpu_only.empty()) GTEST_SKIP() << op_case().name << " runs on the cpu only: " << op_case().cpu_only;
-    emulated_.emplace();
+    if (device().kind == Device::Kind::Emulated) emulated_.emplace();
   }
   const OpCase& op_case() const { return std::get<0>(GetParam()); }
   Device device() const { return std::get<1>(GetParam()); }
@@ -452,10 +455,12 @@ std::vector<OpCase> op_cases() {
 
 INSTANTIATE_TEST_SUITE_P(AllOps, OpTest,
                          ::testing::Combine(::testing::ValuesIn(op_cases()),
-                                            ::testing::Values(Device::cpu(), testing::kEmulated)),
+                                            ::testing::Values(Device::cpu(), testing::kEmulated, Device::cuda(0))),
                          [](const ::testing::TestParamInfo<std::tuple<OpCase, Device>>& info) {
-                           return std::get<0>(info.param).name +
-                                  (std::get<1>(info.param).kind == Device::Kind::CPU ? "_cpu" : "_emulated");
+                           Device d = std::get<1>(info.param);
+                           return std::get<0>(info.param).name + (d.kind == Device::Kind::CPU        ? "_cpu"
+                                                                  : d.kind == Device::Kind::Emulated ? "_emulated"
+                                                                                                     : "_cuda");
                          });
 
 }  // namespace

@@ -8,8 +8,9 @@ from conftest import small_data
 
 def test_devices_are_listed_shared_out_and_placed(tf):
     cpu = tf.config.list_physical_devices("CPU")[0]
-    assert tf.config.list_physical_devices() == [cpu] and cpu.device_type == "CPU"
-    assert tf.config.list_physical_devices("GPU") == []  # no GPU device yet
+    gpus = tf.config.list_physical_devices("GPU")  # none without a GPU and a build with CUDA
+    assert tf.config.list_physical_devices() == [cpu] + gpus and cpu.device_type == "CPU"
+    assert [g.name for g in gpus] == [f"/physical_device:GPU:{i}" for i in range(len(gpus))]
     assert [d.name for d in tf.config.list_logical_devices("CPU")] == ["/device:CPU:0"]
     assert tf.config.get_logical_device_configuration(cpu) is None
     tf.config.set_visible_devices([], "GPU")  # the usual line hiding GPUs: nothing to hide
@@ -48,8 +49,13 @@ class _nothing:
 
 
 def test_device_mistakes_are_named(tf):
-    with pytest.raises(tf.Error, match="'/gpu:0' is not a CPU device .*no GPU device yet"):
-        tf.device("/gpu:0")
+    if not tf.config.list_physical_devices("GPU"):
+        with pytest.raises(tf.Error, match=r"there is no device /gpu:0 \((no GPU can be used|this build has no CUDA)"):
+            tf.device("/gpu:0")
+    with pytest.raises(tf.Error, match="there is no device /gpu:9"):
+        tf.device("/gpu:9")
+    with pytest.raises(tf.Error, match="'/tpu:0' is not a CPU or GPU device"):
+        tf.device("/tpu:0")
     with pytest.raises(tf.Error, match="there is no device cpu:7"):
         tf.device("/cpu:7")
     with pytest.raises(tf.Error, match="memory_limit must be a positive number of MiB"):

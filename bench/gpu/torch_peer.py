@@ -1,0 +1,115 @@
+"""PyTorch on the same GPU as bench_gpu (bench/gpu/run.sh runs both): one JSON line per figure.
+
+  torch_peer.py mlp003 float32|bf16 eager|compile   the third tutorial's CIFAR-10 MLP at a batch of
+                                                    1000, samples/s of training steps (SGD), TF32 off
+                                                    in float32, bf16 autocast otherwise
+  torch_peer.py cnn-mnist DATA_DIR                  the tutorial's CNN on MNIST (Adam, batch 64) to
+                                                    98.5% test accuracy: wall seconds from the start
+"""
+import gzip
+import json
+import os
+import sys
+import time
+
+START = time.perf_counter()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+DEVICE = torch.device("cuda:0")
+
+
+def mlp003(precision, mode):
+    batch, batches = 1000, 20
+    x = torch.rand(batch * batches, 32, 32, 3, device=DEVICE)
+    y = (torch.arange(batch * batches, device=DEVICE) % 10).long()
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3072, 3000), nn.ReLU(), nn.Linear(3000, 1000), nn.ReLU(),
+                          nn.Linear(1000, 10), nn.Sigmoid()).to(DEVICE)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = nn.NLLLoss()
+
+    def step(xb, yb):
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            out = model(xb)
+        # Keras' sparse cross-entropy on the sigmoid's outputs, normalized per row, as Tandem's.
+        p = out.float() / out.float().sum(1, keepdim=True)
+        loss = loss_fn(torch.log(p.clamp_min(1e-7)), yb)
+        loss.backward()
+        opt.step()
+        return loss
+
+    if mode == "compile":
+        step = torch.compile(step)
+    for i in range(batches):  # warm (and compile)
+        step(x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch])
+    torch.cuda.synchronize()
+    best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for i in range(batches):
+            loss = step(x[i * batch:(i + 1) * batch], y[i * batch:(i + 1) * batch])
+            loss.item()  # as fit reads each step's loss
+        torch.cuda.synchronize()
+        best = max(best, batch * batches / (time.perf_counter() - t0))
+    print(json.dumps({"who": f"pytorch-{mode}", "what": "mlp003", "precision": precision, "samples_per_s": round(best, 1),
+                      "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}), flush=True)
+
+
+def idx(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def find(data_dir, name):
+    for candidate in (os.path.join(data_dir, "mnist", name), os.path.join(data_dir, "mnist", name + ".gz")):
+        if os.path.exists(candidate):
+            return candidate
+    raise SystemExit(f"torch_peer: {name} not under {data_dir}/mnist")
+
+
+def cnn_mnist(data_dir):
+    load = lambda n: idx(find(data_dir, n))  # noqa: E731
+    x = torch.tensor(load("train-images-idx3-ubyte"), dtype=torch.float32).div(255).unsqueeze(1).to(DEVICE)
+    y = torch.tensor(load("train-labels-idx1-ubyte"), dtype=torch.long).to(DEVICE)
+    tx = torch.tensor(load("t10k-images-idx3-ubyte"), dtype=torch.float32).div(255).unsqueeze(1).to(DEVICE)
+    ty = torch.tensor(load("t10k-labels-idx1-ubyte"), dtype=torch.long).to(DEVICE)
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(5408, 64), nn.ReLU(),
+                          nn.Linear(64, 10)).to(DEVICE)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
+    loss_fn = nn.CrossEntropyLoss()
+    accuracy, epoch = 0.0, 0
+    while epoch < 10 and accuracy < 0.985:
+        order = torch.randperm(len(x), device=DEVICE)
+        model.train()
+        for i in range(0, len(x), 64):
+            idx_b = order[i:i + 64]
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(x[idx_b]), y[idx_b]).backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            accuracy = sum((model(tx[i:i + 1000]).argmax(1) == ty[i:i + 1000]).sum().item()
+                           for i in range(0, len(tx), 1000)) / len(tx)
+        epoch += 1
+    print(json.dumps({"who": "pytorch-eager", "what": "cnn-mnist", "epochs": epoch, "test_accuracy": round(accuracy, 4),
+                      "wall_s": round(time.perf_counter() - START, 2)}), flush=True)
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else ""
+    if what == "mlp003":
+        mlp003(sys.argv[2] if len(sys.argv) > 2 else "float32", sys.argv[3] if len(sys.argv) > 3 else "eager")
+    elif what == "cnn-mnist":
+        cnn_mnist(sys.argv[2] if len(sys.argv) > 2 else "data")
+    else:
+        raise SystemExit(__doc__)

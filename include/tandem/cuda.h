@@ -1,0 +1,48 @@
+#pragma once
+// NVIDIA GPUs: Device::cuda(i) (tensor.h) places tensors and ops on GPU i, as Device::cpu() does on
+// the host. A build made with a CUDA toolkit (nvcc found when configuring: README.md says which
+// versions are known to build) has the CUDA device; without one, or on a machine without a usable
+// GPU, device_count() is 0 and why_none() says why.
+//
+// Memory: a caching, stream-ordered allocator per GPU (what a step frees is handed out again, so
+// a steady-state step asks the driver for nothing); one stream per GPU, on which every kernel and
+// copy of that GPU is queued in order; the host waits only where a value comes back to it
+// (Tensor::to(Device::cpu()), item(), a sum). Products go through cuBLAS with TF32 off (float32
+// products as on the CPU) and in bf16 under the mixed_bfloat16 policy.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tandem::cuda {
+
+// Whether this build has the CUDA device.
+bool built();
+// GPUs that can be used (0: none; why_none() says why, "" when there are some).
+int device_count();
+std::string why_none();
+
+struct GpuInfo {
+  int index = 0;
+  std::string name;          // "NVIDIA H100 80GB HBM3"
+  int major = 0, minor = 0;  // compute capability
+  size_t memory = 0;         // bytes
+};
+std::vector<GpuInfo> devices();
+
+// Device::cuda(index)'s allocator, counted since the process started.
+struct MemoryStats {
+  int64_t device_allocations = 0, device_releases = 0;  // cudaMalloc and cudaFree calls
+  int64_t reused = 0;                                   // requests served from the cache
+  int64_t bytes_in_use = 0, bytes_cached = 0;
+};
+MemoryStats memory_stats(int index);
+// Waits until every queued kernel and copy of GPU `index` has run (a timer's fence).
+void synchronize(int index);
+
+// Registers the CUDA device's memory and kernels with Tandem's core (once; no CUDA call is made
+// until a tensor is placed on a GPU). tandem.h calls it, so that a program including it can use
+// Device::cuda(i) with nothing else to do; true when this build has the CUDA device.
+bool registered();
+
+}  // namespace tandem::cuda

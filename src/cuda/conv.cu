@@ -1,0 +1,154 @@
+// Convolution and pooling kernels (C++17, nvcc): direct loops, one thread per output value, each
+// value summed in a fixed order (no atomics), so the bits repeat run to run. Gradients that
+// several windows share are gathered, not scattered.
+#include <cuda_runtime.h>
+
+#include "cuda/device_api.h"
+#include "cuda/grid.cuh"
+
+namespace tandem::cuda::launch {
+namespace {
+// The outputs o (0 ≤ o < outputs) whose window [o·stride - pad, … + window) holds input i.
+__device__ inline void windows_holding(int64_t i, int64_t pad, int64_t window, int64_t stride, int64_t outputs,
+                                       int64_t& first, int64_t& last) {
+  int64_t top = i + pad;  // the window starts at o·stride ≤ top and ends past it
+  first = top - window + 1 <= 0 ? 0 : (top - window + 1 + stride - 1) / stride;
+  last = top / stride;
+  if (last > outputs - 1) last = outputs - 1;
+}
+}  // namespace
+
+int conv2d_forward(const Conv& s, const float* x, const float* kernel, const float* bias, float* y, void* stream) {
+  return each(s.n * s.oh * s.ow * s.f, stream, [=] __device__(int64_t e) {
+    int64_t f = e % s.f, ox = (e / s.f) % s.ow, oy = (e / (s.f * s.ow)) % s.oh, n = e / (s.f * s.ow * s.oh);
+    float acc = 0.0f;
+    for (int64_t ky = 0; ky < s.kh; ++ky) {
+      int64_t iy = oy * s.sh - s.pad_top + ky;
+      if (iy < 0 || iy >= s.h) continue;
+      for (int64_t kx = 0; kx < s.kw; ++kx) {
+        int64_t ix = ox * s.sw - s.pad_left + kx;
+        if (ix < 0 || ix >= s.w) continue;
+        const float* xp = x + ((n * s.h + iy) * s.w + ix) * s.c;
+        const float* kp = kernel + ((ky * s.kw + kx) * s.c) * s.f + f;
+        for (int64_t c = 0; c < s.c; ++c) acc = fmaf(xp[c], kp[c * s.f], acc);
+      }
+    }
+    if (bias != nullptr) acc += bias[f];
+    y[e] = s.relu && acc < 0.0f ? 0.0f : acc;
+  });
+}
+
+int conv2d_backward_data(const Conv& s, const float* dy, const float* kernel, float* dx, void* stream) {
+  return each(s.n * s.h * s.w * s.c, stream, [=] __device__(int64_t e) {
+    int64_t c = e % s.c, ix = (e / s.c) % s.w, iy = (e / (s.c * s.w)) % s.h, n = e / (s.c * s.w * s.h);
+    float acc = 0.0f;
+    for (int64_t ky = 0; ky < s.kh; ++ky) {
+      int64_t ty = iy + s.pad_top - ky;
+      if (ty < 0 || ty % s.sh != 0 || ty / s.sh >= s.oh) continue;
+      for (int64_t kx = 0; kx < s.kw; ++kx) {
+        int64_t tx = ix + s.pad_left - kx;
+        if (tx < 0 || tx % s.sw != 0 || tx / s.sw >= s.ow) continue;
+        const float* dyp = dy + ((n * s.oh + ty / s.sh) * s.ow + tx / s.sw) * s.f;
+        const float* kp = kernel + ((ky * s.kw + kx) * s.c + c) * s.f;
+        for (int64_t f = 0; f < s.f; ++f) acc = fmaf(dyp[f], kp[f], acc);
+      }
+    }
+    dx[e] = acc;
+  });
+}
+
+int conv2d_backward_weights(const Conv& s, const float* x, const float* dy, float* dkernel, float* dbias,
+                            void* stream) {
+  int r = each(s.kh * s.kw * s.c * s.f, stream, [=] __device__(int64_t e) {
+    int64_t f = e % s.f, c = (e / s.f) % s.c, kx = (e / (s.f * s.c)) % s.kw, ky = e / (s.f * s.c * s.kw);
+    float acc = 0.0f;
+    for (int64_t n = 0; n < s.n; ++n)
+      for (int64_t oy = 0; oy < s.oh; ++oy) {
+        int64_t iy = oy * s.sh - s.pad_top + ky;
+        if (iy < 0 || iy >= s.h) continue;
+        for (int64_t ox = 0; ox < s.ow; ++ox) {
+          int64_t ix = ox * s.sw - s.pad_left + kx;
+          if (ix < 0 || ix >= s.w) continue;
+          acc = fmaf(x[((n * s.h + iy) * s.w + ix) * s.c + c], dy[((n * s.oh + oy) * s.ow + ox) * s.f + f], acc);
+        }
+      }
+    dkernel[e] = acc;
+  });
+  if (r != 0 || dbias == nullptr) return r;
+  return each(s.f, stream, [=] __device__(int64_t f) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < s.n * s.oh * s.ow; ++i) acc += dy[i * s.f + f];
+    dbias[f] = acc;
+  });
+}
+
+int pool2d_forward(const Pool& s, const float* x, float* y, int32_t* argmax, void* stream) {
+  return each(s.n * s.oh * s.ow * s.c, stream, [=] __device__(int64_t e) {
+    int64_t c = e % s.c, ox = (e / s.c) % s.ow, oy = (e / (s.c * s.ow)) % s.oh, n = e / (s.c * s.ow * s.oh);
+    float best = -3.402823466e38f, total = 0.0f;
+    int64_t at = -1, count = 0;
+    for (int64_t py = 0; py < s.ph; ++py) {
+      int64_t iy = oy * s.sh - s.pad_top + py;
+      if (iy < 0 || iy >= s.h) continue;
+      for (int64_t px = 0; px < s.pw; ++px) {
+        int64_t ix = ox * s.sw - s.pad_left + px;
+        if (ix < 0 || ix >= s.w) continue;
+        int64_t i = ((n * s.h + iy) * s.w + ix) * s.c + c;
+        float v = x[i];
+        if (at < 0 || v > best) best = v, at = i;
+        total += v;
+        ++count;
+      }
+    }
+    if (s.max) {
+      y[e] = best;
+      argmax[e] = int32_t(at);
+    } else {
+      y[e] = count > 0 ? total / float(count) : 0.0f;
+    }
+  });
+}
+
+namespace {
+// dx at input e gathered from the pooled outputs whose windows hold it: weight(o) for each.
+template <class Weight>
+int gather_windows(const Pool& s, float* dx, void* stream, Weight weight) {
+  return each(s.n * s.h * s.w * s.c, stream, [=] __device__(int64_t e) {
+    int64_t c = e % s.c, ix = (e / s.c) % s.w, iy = (e / (s.c * s.w)) % s.h, n = e / (s.c * s.w * s.h);
+    int64_t y0, y1, x0, x1;
+    windows_holding(iy, s.pad_top, s.ph, s.sh, s.oh, y0, y1);
+    windows_holding(ix, s.pad_left, s.pw, s.sw, s.ow, x0, x1);
+    float acc = 0.0f;
+    for (int64_t oy = y0; oy <= y1; ++oy)
+      for (int64_t ox = x0; ox <= x1; ++ox) acc += weight(((n * s.oh + oy) * s.ow + ox) * s.c + c, e, oy, ox);
+    dx[e] = acc;
+  });
+}
+}  // namespace
+
+int pool2d_backward(const Pool& s, const float* dy, const int32_t* argmax, float* dx, void* stream) {
+  if (s.max)
+    return gather_windows(s, dx, stream, [=] __device__(int64_t o, int64_t e, int64_t, int64_t) {
+      return argmax[o] == e ? dy[o] : 0.0f;
+    });
+  return gather_windows(s, dx, stream, [=] __device__(int64_t o, int64_t, int64_t oy, int64_t ox) {
+    int64_t rows = 0, cols = 0;
+    for (int64_t py = 0; py < s.ph; ++py) {
+      int64_t iy = oy * s.sh - s.pad_top + py;
+      rows += iy >= 0 && iy < s.h;
+    }
+    for (int64_t px = 0; px < s.pw; ++px) {
+      int64_t ix = ox * s.sw - s.pad_left + px;
+      cols += ix >= 0 && ix < s.w;
+    }
+    return dy[o] / float(rows * cols);
+  });
+}
+
+int unpool_relu(const Pool& s, const float* p, const int32_t* argmax, const float* dp, float* dy, void* stream) {
+  return gather_windows(s, dy, stream, [=] __device__(int64_t o, int64_t e, int64_t, int64_t) {
+    return argmax[o] == e && p[o] > 0.0f ? dp[o] : 0.0f;
+  });
+}
+
+}  // namespace tandem::cuda::launch

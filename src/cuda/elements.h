@@ -1,0 +1,220 @@
+#pragma once
+// What the CUDA kernels compute for one element, one row's value or one Philox word: the same
+// functions on the host (compiled by g++ as C++20, checked against the CPU's kernels by
+// tests/cuda/elements_test.cpp without a GPU) and on the device (compiled by nvcc as C++17 inside
+// the kernels of src/cuda/*.cu, which only index). The formulas are the CPU kernels' own, with the
+// same explicit multiply-adds, so that an element has the CPU's bits where the device's math
+// library agrees with glibc's (exp here is the CPU's polynomial; log, erf and sqrt are each side's
+// correctly rounded or near-correct ones).
+//
+// C++17 and no Tandem header: nvcc 11.8 knows C++17 only, and its host compiler is g++ 11.
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __CUDACC__
+#define TANDEM_HD __host__ __device__ inline
+#else
+#define TANDEM_HD inline
+#endif
+
+namespace tandem::cuda::elements {
+
+// kernels::cpu's enums, as numbers (the backend passes them through unchanged).
+enum Unary : int { kScale = 0, kSquare = 1, kLog = 2, kClip = 3 };
+enum Binary : int { kAdd = 0, kSub = 1, kMul = 2 };
+enum Act : int { kLinear = 0, kReLU = 1, kELU = 2, kSELU = 3, kTanh = 4, kSigmoid = 5, kGELU = 6, kSoftmax = 7 };
+enum Pointwise : int { kSquaredError = 0, kBinaryCrossEntropyLogits = 1, kBinaryCrossEntropy = 2 };
+
+constexpr float kSeluScale = 1.0507009873554804934f;
+constexpr float kSeluAlpha = 1.6732632423543772848f;
+constexpr float kLossEpsilon = 1e-7f;
+
+TANDEM_HD float bits_to_float(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+TANDEM_HD float min_f(float a, float b) { return a < b ? a : b; }
+TANDEM_HD float max_f(float a, float b) { return a > b ? a : b; }
+
+// kernels/cpu/fast_math.h's vexp: Cephes' range reduction and polynomial.
+TANDEM_HD float exp_poly(float x) {
+  x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+  float n = floorf(fmaf(x, 1.44269504088896341f, 0.5f));
+  float r = fmaf(n, 2.12194440e-4f, fmaf(-n, 0.693359375f, x));
+  float p = 1.9875691500e-4f;
+  p = fmaf(p, r, 1.3981999507e-3f);
+  p = fmaf(p, r, 8.3334519073e-3f);
+  p = fmaf(p, r, 4.1665795894e-2f);
+  p = fmaf(p, r, 1.6666665459e-1f);
+  p = fmaf(p, r, 5.0000001201e-1f);
+  float y = fmaf(p * r, r, r) + 1.0f;
+  return y * bits_to_float(static_cast<uint32_t>((static_cast<int32_t>(n) + 127) << 23));
+}
+
+// Philox4x32-10 (core/random.cpp): word `index` of the stream (seed, stream).
+TANDEM_HD uint32_t philox_word(uint64_t seed, uint64_t stream, uint64_t index) {
+  uint64_t counter = index / 4;
+  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32);
+  uint32_t c2 = static_cast<uint32_t>(stream), c3 = static_cast<uint32_t>(stream >> 32);
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; ++round) {
+    uint64_t p0 = uint64_t{0xD2511F53u} * c0, p1 = uint64_t{0xCD9E8D57u} * c2;
+    uint32_t hi0 = static_cast<uint32_t>(p0 >> 32), lo0 = static_cast<uint32_t>(p0);
+    uint32_t hi1 = static_cast<uint32_t>(p1 >> 32), lo1 = static_cast<uint32_t>(p1);
+    c0 = hi1 ^ c1 ^ k0;
+    c1 = lo1;
+    c2 = hi0 ^ c3 ^ k1;
+    c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  switch (index % 4) {
+    case 0: return c0;
+    case 1: return c1;
+    case 2: return c2;
+    default: return c3;
+  }
+}
+TANDEM_HD float philox_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
+  return static_cast<float>(philox_word(seed, stream, index) >> 8) * 0x1p-24f;
+}
+// Dropout's mask value at (row, j): 0 or 1/(1-rate) (kernels::cpu::dropout).
+TANDEM_HD float dropout_mask(uint64_t seed, uint64_t step, int64_t sample_offset, int64_t row, int64_t features,
+                             int64_t feature_offset, int64_t j, float rate) {
+  uint64_t first = static_cast<uint64_t>((sample_offset + row) * features + feature_offset);
+  return philox_uniform(seed, step, first + static_cast<uint64_t>(j)) < rate ? 0.0f : 1.0f / (1.0f - rate);
+}
+
+TANDEM_HD float unary(int kind, float x, float factor, float low, float high) {
+  return kind == kScale ? factor * x : kind == kSquare ? x * x : kind == kLog ? logf(x) : min_f(max_f(x, low), high);
+}
+TANDEM_HD float unary_backward(int kind, float x, float dy, float factor, float low, float high) {
+  return kind == kScale    ? factor * dy
+         : kind == kSquare ? 2.0f * x * dy
+         : kind == kLog    ? dy / x
+                           : (x >= low && x <= high ? dy : 0.0f);
+}
+TANDEM_HD float binary(int kind, float a, float b) { return kind == kAdd ? a + b : kind == kSub ? a - b : a * b; }
+
+// An elementwise activation of z (Softmax acts on rows: softmax_* below).
+TANDEM_HD float activation(int act, float z) {
+  switch (act) {
+    case kReLU: return max_f(z, 0.0f);
+    case kELU: return z > 0.0f ? z : 1.0f * (exp_poly(min_f(z, 0.0f)) - 1.0f);
+    case kSELU: return z > 0.0f ? kSeluScale * z : kSeluScale * kSeluAlpha * (exp_poly(min_f(z, 0.0f)) - 1.0f);
+    case kSigmoid: return 1.0f / (1.0f + exp_poly(-z));
+    case kTanh: return 1.0f - 2.0f / (exp_poly(2.0f * z) + 1.0f);
+    case kGELU: return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+    default: return z;
+  }
+}
+// dz from dy, the output y and (GELU only) the input z.
+TANDEM_HD float activation_backward(int act, float dy, float z, float y) {
+  switch (act) {
+    case kReLU: return y > 0.0f ? dy : 0.0f;
+    case kELU: return y > 0.0f ? dy : dy * (y + 1.0f);
+    case kSELU: return y > 0.0f ? dy * kSeluScale : dy * (y + kSeluScale * kSeluAlpha);
+    case kSigmoid: return dy * y * (1.0f - y);
+    case kTanh: return dy * fmaf(-y, y, 1.0f);
+    case kGELU: {
+      float cdf = 0.5f * (1.0f + erff(z * 0.70710678118654752f));
+      float pdf = 0.39894228040143268f * expf(-0.5f * z * z);
+      return dy * (cdf + z * pdf);
+    }
+    default: return dy;
+  }
+}
+
+// Softmax of one row (p may be row): returns log Σ exp(row) (kernels::cpu::softmax_row).
+TANDEM_HD float softmax_row(const float* row, int64_t cols, float* p) {
+  float m = row[0];
+  for (int64_t j = 1; j < cols; ++j) m = max_f(m, row[j]);
+  float s = 0.0f;
+  for (int64_t j = 0; j < cols; ++j) {
+    p[j] = exp_poly(row[j] - m);
+    s += p[j];
+  }
+  float inv = 1.0f / s;
+  for (int64_t j = 0; j < cols; ++j) p[j] *= inv;
+  return logf(s) + m;
+}
+
+// One element's term of a per-row pointwise loss (summed in double, divided by the row's size).
+TANDEM_HD double pointwise_term(int kind, float p, float t) {
+  if (kind == kSquaredError) {
+    double e = static_cast<double>(p) - static_cast<double>(t);
+    return e * e;
+  }
+  if (kind == kBinaryCrossEntropyLogits) return max_f(p, 0.0f) - p * t + log1pf(expf(-fabsf(p)));
+  float c = min_f(max_f(p, kLossEpsilon), 1.0f - kLossEpsilon);
+  return -(t * logf(c) + (1.0f - t) * logf(1.0f - c));
+}
+// Its gradient given the row's dy (dy_row) and size.
+TANDEM_HD float pointwise_gradient(int kind, float p, float t, float dy_row, int64_t per_row) {
+  if (kind == kSquaredError) return (2.0f * dy_row / static_cast<float>(per_row)) * (p - t);
+  float g = dy_row / static_cast<float>(per_row);
+  if (kind == kBinaryCrossEntropyLogits) return g * (1.0f / (1.0f + expf(-p)) - t);
+  return (p < kLossEpsilon || p > 1.0f - kLossEpsilon) ? 0.0f : g * (p - t) / (p * (1.0f - p));
+}
+
+// Optimizer updates of one element (kernels/cpu/optimizer_updates.cpp). Adam's alpha folds the
+// bias corrections in, computed once on the host (adam_alpha).
+TANDEM_HD void sgd(float& w, float g, float* velocity, float lr, float momentum, bool nesterov) {
+  if (velocity == nullptr || momentum == 0.0f) {
+    w -= lr * g;
+    return;
+  }
+  float v = momentum * *velocity - lr * g;
+  *velocity = v;
+  w += nesterov ? momentum * v - lr * g : v;
+}
+inline float adam_alpha(float lr, float beta1, float beta2, int64_t step) {
+  double t = static_cast<double>(step);
+  return static_cast<float>(lr * sqrt(1.0 - pow(beta2, t)) / (1.0 - pow(beta1, t)));
+}
+TANDEM_HD void adam(float& w, float g, float& m, float& v, float alpha, float beta1, float beta2, float epsilon) {
+  float mi = m + (1.0f - beta1) * (g - m);
+  float vi = v + (1.0f - beta2) * (g * g - v);
+  m = mi;
+  v = vi;
+  w -= alpha * mi / (sqrtf(vi) + epsilon);
+}
+TANDEM_HD void rmsprop(float& w, float g, float& mean_square, float* velocity, float lr, float rho, float momentum,
+                       float epsilon) {
+  float ms = rho * mean_square + (1.0f - rho) * g * g;
+  mean_square = ms;
+  float step = lr * g / (sqrtf(ms) + epsilon);
+  if (velocity != nullptr) {
+    float vel = momentum * *velocity + step;
+    *velocity = vel;
+    w -= vel;
+  } else {
+    w -= step;
+  }
+}
+TANDEM_HD void adagrad(float& w, float g, float& accumulator, float lr, float epsilon) {
+  float a = accumulator + g * g;
+  accumulator = a;
+  w -= lr * g / (sqrtf(a) + epsilon);
+}
+
+// bf16 of x: to nearest, ties to even (kernels::cpu::round_to_bf16), NaN kept a NaN.
+TANDEM_HD uint16_t to_bf16(float x) {
+  uint32_t u;
+#ifdef __CUDA_ARCH__
+  u = __float_as_uint(x);
+#else
+  memcpy(&u, &x, sizeof u);
+#endif
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+}  // namespace tandem::cuda::elements

@@ -1,0 +1,136 @@
+// The GPUs (made on first use), and their memory as core holds tensors there. Built with a CUDA toolkit only.
+#ifdef TANDEM_WITH_CUDA
+#include "cuda/gpu.h"
+
+#include <array>
+#include <atomic>
+
+#include "tandem/error.h"
+
+namespace tandem::cuda {
+
+void check(int code, std::string_view what) {
+  if (code != 0) fail("CUDA: {}: {}", what, api::error_text(code));
+}
+
+void* GpuApi::allocate(size_t bytes) {
+  check(api::set_device(index_), "cudaSetDevice");
+  void* p = nullptr;
+  int code = api::allocate(&p, bytes);
+  if (api::out_of_memory(code)) return nullptr;
+  check(code, fmt::format("cudaMalloc of {} bytes on cuda:{}", bytes, index_));
+  return p;
+}
+void GpuApi::release(void* pointer) {
+  check(api::set_device(index_), "cudaSetDevice");
+  check(api::release(pointer), fmt::format("cudaFree on cuda:{}", index_));
+}
+void* GpuApi::record_event(core::StreamId stream) {
+  check(api::set_device(index_), "cudaSetDevice");
+  void* event = nullptr;
+  check(api::record_event(&event, reinterpret_cast<void*>(stream)), "cudaEventRecord");
+  return event;
+}
+bool GpuApi::event_done(void* event) {
+  bool done = false;
+  check(api::event_done(event, &done), "cudaEventQuery");
+  return done;
+}
+void GpuApi::destroy_event(void* event) { check(api::destroy_event(event), "cudaEventDestroy"); }
+
+Gpu::Gpu(int i) : index(i), api(i), allocator(api) {
+  use();
+  char name[256];
+  int major = 0, minor = 0;
+  size_t total = 0;
+  check(api::device_properties(index, name, sizeof name, &major, &minor, &total), "cudaGetDeviceProperties");
+  bf16_products = major >= 8;
+  check(api::create_stream(&stream), fmt::format("cudaStreamCreate on cuda:{}", index));
+  check(api::blas_create(&blas, stream), fmt::format("cublasCreate on cuda:{}", index));
+  backend = make_backend(*this);
+}
+void Gpu::use() const { check(api::set_device(index), fmt::format("cudaSetDevice({})", index)); }
+
+namespace {
+constexpr int kMaxGpus = 64;
+std::mutex gpus_mutex;                           // making one
+std::array<std::atomic<Gpu*>, kMaxGpus> gpus{};  // made once, kept until the process ends
+
+Gpu& gpu_of(Device device) { return gpu(device.index); }
+}  // namespace
+
+Gpu& gpu(int index) {
+  // Every op reaches its GPU here: one load once it is made.
+  if (index >= 0 && index < kMaxGpus)
+    if (Gpu* made = gpus[static_cast<size_t>(index)].load(std::memory_order_acquire)) return *made;
+  std::lock_guard lock(gpus_mutex);
+  int count = 0;
+  int code = api::device_count(&count);
+  if (code != 0 || count == 0)
+    fail("device cuda:{} is not available: no GPU can be used here ({})", index,
+         code != 0 ? api::error_text(code) : "the CUDA runtime sees none");
+  if (index < 0 || index >= count || index >= kMaxGpus)
+    fail("there is no device cuda:{}; this machine has {} GPU{} (cuda:0{})", index, count, count == 1 ? "" : "s",
+         count == 1 ? "" : fmt::format(" to cuda:{}", count - 1));
+  std::atomic<Gpu*>& slot = gpus[static_cast<size_t>(index)];
+  if (slot.load(std::memory_order_relaxed) == nullptr) slot.store(new Gpu(index), std::memory_order_release);
+  return *slot.load(std::memory_order_relaxed);
+}
+Gpu* gpu_if_made(int index) {
+  return index >= 0 && index < kMaxGpus ? gpus[static_cast<size_t>(index)].load(std::memory_order_acquire) : nullptr;
+}
+
+namespace {
+// Tensors' bytes on the GPUs: the caching allocator on each GPU's stream; every move between
+// places is queued on the stream of the device it is for, and returns once the host may read or
+// reuse its side.
+class GpuMemory final : public core::DeviceMemory {
+ public:
+  void* allocate(Device device, size_t bytes) override {
+    Gpu& g = gpu_of(device);
+    return g.allocator.allocate(bytes, g.stream_id());
+  }
+  void deallocate(Device device, void* pointer, size_t) override { gpu_of(device).allocator.deallocate(pointer); }
+  void to_host(Device device, void* host, const void* from, size_t bytes) override {
+    Gpu& g = gpu_of(device);
+    g.use();
+    check(api::copy_async(host, from, bytes, g.stream), fmt::format("copy of {} bytes from {}", bytes, device.name()));
+    check(api::synchronize_stream(g.stream), fmt::format("the work queued on {}", device.name()));
+  }
+  void from_host(Device device, void* to, const void* host, size_t bytes) override {
+    Gpu& g = gpu_of(device);
+    g.use();
+    check(api::copy_async(to, host, bytes, g.stream), fmt::format("copy of {} bytes to {}", bytes, device.name()));
+    check(api::synchronize_stream(g.stream), fmt::format("the work queued on {}", device.name()));
+  }
+  bool host_accessible() const override { return false; }
+  void copy_within(Device device, void* to, const void* from, size_t bytes) override {
+    Gpu& g = gpu_of(device);
+    g.use();
+    int source = -1;
+    check(api::pointer_device(from, &source), "cudaPointerGetAttributes");
+    if (source >= 0 && source != g.index) {  // the source's queued work first
+      Gpu& s = gpu(source);
+      void* event = s.api.record_event(s.stream_id());
+      check(api::stream_wait_event(g.stream, event), "cudaStreamWaitEvent");
+      s.api.destroy_event(event);
+    }
+    check(api::copy_async(to, from, bytes, g.stream), fmt::format("copy of {} bytes on {}", bytes, device.name()));
+  }
+  void fill(Device device, void* to, const void* pattern, size_t pattern_bytes, size_t count) override {
+    Gpu& g = gpu_of(device);
+    g.use();
+    check(launch::fill(to, pattern, pattern_bytes, count, g.stream), fmt::format("fill on {}", device.name()));
+  }
+};
+
+}  // namespace
+
+core::DeviceMemory& memory() {
+  static GpuMemory instance;
+  return instance;
+}
+kernels::Backend& backend(int index) { return *gpu(index).backend; }
+
+}  // namespace tandem::cuda
+#endif

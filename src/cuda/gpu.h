@@ -1,0 +1,79 @@
+#pragma once
+// One GPU as Tandem holds it (built with a CUDA toolkit only): its stream, its cuBLAS handle and
+// its caching allocator, made on first use. The memory and the kernels registered for
+// Device::Kind::CUDA (memory.cpp, backend.cpp) reach the GPU of a device through gpu(index).
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+#include "core/caching_allocator.h"
+#include "core/device_memory.h"
+#include "cuda/device_api.h"
+#include "kernels/backend.h"
+
+namespace tandem::cuda {
+
+// Throws a tandem::Error naming `what` and the CUDA error when code is not 0.
+void check(int code, std::string_view what);
+
+// The driver's calls the caching allocator makes, on one GPU.
+class GpuApi final : public core::DeviceApi {
+ public:
+  explicit GpuApi(int index) : index_(index) {}
+  void* allocate(size_t bytes) override;
+  void release(void* pointer) override;
+  void* record_event(core::StreamId stream) override;
+  bool event_done(void* event) override;
+  void destroy_event(void* event) override;
+
+ private:
+  int index_;
+};
+
+// Made on first use and kept until the process ends (its blocks, stream and handle with it).
+struct Gpu {
+  explicit Gpu(int index);
+  Gpu(const Gpu&) = delete;
+  Gpu& operator=(const Gpu&) = delete;
+  // Makes this GPU the calling thread's current one (every call into the runtime does first).
+  void use() const;
+  core::StreamId stream_id() const { return reinterpret_cast<core::StreamId>(stream); }
+  // Device memory for a call's scratch, handed back (stream-ordered) when the Scratch ends.
+  class Scratch {
+   public:
+    Scratch(Gpu& gpu, size_t bytes) : gpu_(gpu), pointer_(gpu.allocator.allocate(bytes, gpu.stream_id())) {}
+    ~Scratch() { gpu_.allocator.deallocate(pointer_); }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    template <class T>
+    T* as() const {
+      return static_cast<T*>(pointer_);
+    }
+
+   private:
+    Gpu& gpu_;
+    void* pointer_;
+  };
+
+  int index;
+  void* stream = nullptr;
+  void* blas = nullptr;
+  std::mutex blas_mutex;       // a cuBLAS handle is used by one thread at a time
+  bool bf16_products = false;  // compute capability 8.0 or later
+  GpuApi api;
+  core::CachingAllocator allocator;
+  std::unique_ptr<kernels::Backend> backend;
+};
+
+// GPU `index`, made on first use; fails naming cuda:index when there is no such GPU.
+Gpu& gpu(int index);
+// The GPUs made so far (memory_stats of one not made: zeros).
+Gpu* gpu_if_made(int index);
+
+std::unique_ptr<kernels::Backend> make_backend(Gpu& gpu);
+// The memory of Device::Kind::CUDA, and the kernels of cuda:index.
+core::DeviceMemory& memory();
+kernels::Backend& backend(int index);
+
+}  // namespace tandem::cuda

@@ -1,0 +1,164 @@
+// The CUDA kernels' per-element functions (src/cuda/elements.h), compiled for the host, against
+// the CPU's kernels: the same bits where both sides share the math (Philox, the exp polynomial,
+// the optimizers' updates, bf16 rounding), so that a GPU kernel built on them computes what the
+// CPU does. Runs without a GPU.
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "cuda/elements.h"
+#include "kernels/cpu/kernels.h"
+#include "tandem/random.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+namespace el = cuda::elements;
+using kernels::cpu::BinaryKind;
+using kernels::cpu::PointwiseLoss;
+using kernels::cpu::UnaryKind;
+
+std::vector<float> values(int64_t n, uint64_t seed, float low = -4.0f, float high = 4.0f) {
+  return testing::random_tensor({n}, seed, low, high).to_vector();
+}
+
+TEST(CudaElements, TheEnumsAreTheCpuKernels) {
+  EXPECT_EQ(el::kClip, static_cast<int>(UnaryKind::Clip));
+  EXPECT_EQ(el::kMul, static_cast<int>(BinaryKind::Mul));
+  EXPECT_EQ(el::kSoftmax, static_cast<int>(Activation::Softmax));
+  EXPECT_EQ(el::kGELU, static_cast<int>(Activation::GELU));
+  EXPECT_EQ(el::kBinaryCrossEntropy, static_cast<int>(PointwiseLoss::BinaryCrossEntropy));
+}
+
+TEST(CudaElements, PhiloxWordsAreTheCpuGenerator) {
+  for (uint64_t seed : {0ull, 7ull, 0xDEADBEEFCAFEull})
+    for (uint64_t stream : {0ull, 3ull, 1ull << 40}) {
+      Philox rng(seed, stream);
+      for (uint64_t index : {0ull, 1ull, 2ull, 3ull, 4ull, 1001ull, (1ull << 33) + 5})
+        EXPECT_EQ(el::philox_word(seed, stream, index), rng.bits(index)) << seed << " " << stream << " " << index;
+      EXPECT_EQ(el::philox_uniform(seed, stream, 77), rng.uniform(77));
+    }
+}
+
+TEST(CudaElements, DropoutMasksAreTheCpuMasks) {
+  const int64_t rows = 3, per_sample = 37, features = 80, feature_offset = 5, sample_offset = 11;
+  std::vector<float> x = values(rows * per_sample, 1), y(x.size()), mask(x.size());
+  kernels::cpu::dropout(x.data(), y.data(), mask.data(), rows, per_sample, 0.3f, 42, 9, sample_offset, features,
+                        feature_offset);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < per_sample; ++j)
+      EXPECT_EQ(el::dropout_mask(42, 9, sample_offset, r, features, feature_offset, j, 0.3f),
+                mask[static_cast<size_t>(r * per_sample + j)]);
+}
+
+TEST(CudaElements, UnaryAndBinaryAreTheCpuKernels) {
+  std::vector<float> x = values(64, 2, 0.1f, 3.0f), g = values(64, 3), b = values(8, 4), y(64), d(64);
+  for (UnaryKind kind : {UnaryKind::Scale, UnaryKind::Square, UnaryKind::Log, UnaryKind::Clip}) {
+    kernels::cpu::unary(kind, x.data(), y.data(), 64, 0.5f, 0.5f, 2.0f);
+    kernels::cpu::unary_backward(kind, x.data(), g.data(), d.data(), 64, 0.5f, 0.5f, 2.0f);
+    for (size_t i = 0; i < 64; ++i) {
+      EXPECT_EQ(el::unary(static_cast<int>(kind), x[i], 0.5f, 0.5f, 2.0f), y[i]) << static_cast<int>(kind);
+      EXPECT_EQ(el::unary_backward(static_cast<int>(kind), x[i], g[i], 0.5f, 0.5f, 2.0f), d[i]);
+    }
+  }
+  for (BinaryKind kind : {BinaryKind::Add, BinaryKind::Sub, BinaryKind::Mul}) {
+    kernels::cpu::binary(kind, x.data(), b.data(), y.data(), 64, 8);
+    for (size_t i = 0; i < 64; ++i) EXPECT_EQ(el::binary(static_cast<int>(kind), x[i], b[i % 8]), y[i]);
+  }
+}
+
+TEST(CudaElements, ActivationsAndTheirGradientsAreTheCpuKernels) {
+  const int64_t rows = 4, cols = 33;  // not a whole vector: the CPU's scalar tails too
+  std::vector<float> z = values(rows * cols, 5), bias = values(cols, 6), dy = values(rows * cols, 7);
+  for (Activation act : {Activation::Linear, Activation::ReLU, Activation::ELU, Activation::SELU, Activation::Tanh,
+                         Activation::Sigmoid, Activation::GELU}) {
+    std::vector<float> y = z, dz(z.size());
+    kernels::cpu::bias_activation(y.data(), bias.data(), rows, cols, act);
+    std::vector<float> pre(z.size());
+    for (size_t i = 0; i < z.size(); ++i) pre[i] = z[i] + bias[i % cols];
+    kernels::cpu::activation_backward(dy.data(), pre.data(), y.data(), dz.data(), rows, cols, act);
+    for (size_t i = 0; i < z.size(); ++i) {
+      EXPECT_EQ(el::activation(static_cast<int>(act), pre[i]), y[i]) << activation_name(act) << " at " << pre[i];
+      EXPECT_EQ(el::activation_backward(static_cast<int>(act), dy[i], pre[i], y[i]), dz[i]) << activation_name(act);
+    }
+  }
+  // Softmax, a row at a time.
+  std::vector<float> row = values(cols, 8), p(cols), q(cols);
+  float log_z = kernels::cpu::softmax_row(row.data(), cols, p.data());
+  EXPECT_EQ(el::softmax_row(row.data(), cols, q.data()), log_z);
+  EXPECT_EQ(q, p);
+}
+
+TEST(CudaElements, PointwiseLossesAreTheCpuKernels) {
+  const int64_t rows = 3, per_row = 17;
+  std::vector<float> probs = values(rows * per_row, 9, 0.0f, 1.0f), logits = values(rows * per_row, 10),
+                     t = values(rows * per_row, 11, 0.0f, 1.0f), dy = values(rows, 12);
+  probs[3] = 0.0f;  // clipped to ε
+  for (PointwiseLoss kind :
+       {PointwiseLoss::SquaredError, PointwiseLoss::BinaryCrossEntropyLogits, PointwiseLoss::BinaryCrossEntropy}) {
+    const std::vector<float>& p = kind == PointwiseLoss::BinaryCrossEntropyLogits ? logits : probs;
+    std::vector<float> loss(rows), d(p.size());
+    kernels::cpu::pointwise_loss(kind, p.data(), t.data(), loss.data(), rows, per_row);
+    kernels::cpu::pointwise_loss_backward(kind, p.data(), t.data(), dy.data(), d.data(), rows, per_row);
+    for (int64_t r = 0; r < rows; ++r) {
+      double s = 0.0;
+      for (int64_t j = r * per_row; j < (r + 1) * per_row; ++j) {
+        auto k = static_cast<size_t>(j);
+        s += el::pointwise_term(static_cast<int>(kind), p[k], t[k]);
+        EXPECT_EQ(el::pointwise_gradient(static_cast<int>(kind), p[k], t[k], dy[static_cast<size_t>(r)], per_row),
+                  d[k]);
+      }
+      EXPECT_EQ(static_cast<float>(s / per_row), loss[static_cast<size_t>(r)]) << static_cast<int>(kind);
+    }
+  }
+}
+
+TEST(CudaElements, OptimizerUpdatesAreTheCpuKernels) {
+  const int64_t n = 41;
+  std::vector<float> w0 = values(n, 13), g = values(n, 14), s0 = values(n, 15, 0.1f, 1.0f), v0 = values(n, 16);
+  auto expect_same = [&](const char* name, auto cpu, auto element) {
+    std::vector<float> w = w0, s = s0, v = v0, w2 = w0, s2 = s0, v2 = v0;
+    cpu(w.data(), s.data(), v.data());
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) element(w2[i], g[i], s2[i], v2[i]);
+    EXPECT_EQ(w2, w) << name;
+    EXPECT_EQ(s2, s) << name;
+    EXPECT_EQ(v2, v) << name;
+  };
+  for (bool nesterov : {false, true})
+    expect_same(
+        "sgd", [&](float* w, float*, float* v) { kernels::cpu::sgd_update(w, g.data(), v, n, 0.1f, 0.9f, nesterov); },
+        [&](float& w, float gi, float&, float& v) { el::sgd(w, gi, &v, 0.1f, 0.9f, nesterov); });
+  expect_same(
+      "adam",
+      [&](float* w, float* m, float* v) {
+        kernels::cpu::adam_update(w, g.data(), v, m, n, 0.01f, 0.9f, 0.999f, 1e-7f, 3);
+      },
+      [&](float& w, float gi, float& m, float& v) {
+        el::adam(w, gi, v, m, el::adam_alpha(0.01f, 0.9f, 0.999f, 3), 0.9f, 0.999f, 1e-7f);
+      });
+  expect_same(
+      "rmsprop",
+      [&](float* w, float* ms, float* v) {
+        kernels::cpu::rmsprop_update(w, g.data(), ms, v, n, 0.01f, 0.9f, 0.5f, 1e-7f);
+      },
+      [&](float& w, float gi, float& ms, float& v) { el::rmsprop(w, gi, ms, &v, 0.01f, 0.9f, 0.5f, 1e-7f); });
+  expect_same(
+      "adagrad", [&](float* w, float* a, float*) { kernels::cpu::adagrad_update(w, g.data(), a, n, 0.1f, 1e-7f); },
+      [&](float& w, float gi, float& a, float&) { el::adagrad(w, gi, a, 0.1f, 1e-7f); });
+}
+
+TEST(CudaElements, Bf16RoundingIsTheCpus) {
+  std::vector<float> x = values(200, 17, -1e4f, 1e4f);
+  x.push_back(std::bit_cast<float>(0x3f808000u));  // a tie, to even (down)
+  x.push_back(std::bit_cast<float>(0x3f818000u));  // a tie, to even (up)
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  x.push_back(std::numeric_limits<float>::infinity());
+  std::vector<uint16_t> y(x.size());
+  kernels::cpu::round_to_bf16(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(el::to_bf16(x[i]), y[i]) << x[i];
+}
+
+}  // namespace
+}  // namespace tandem
