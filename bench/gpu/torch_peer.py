@@ -6,7 +6,6 @@
   torch_peer.py cnn-mnist DATA_DIR                  the tutorial's CNN on MNIST (Adam, batch 64) to
                                                     98.5% test accuracy: wall seconds from the start
 """
-import gzip
 import json
 import os
 import sys
@@ -14,9 +13,11 @@ import time
 
 START = time.perf_counter()
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_time_to_accuracy import load  # noqa: E402  (the IDX files, plain or gzipped)
 
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -60,28 +61,9 @@ def mlp003(precision, mode):
                       "torch": torch.__version__, "gpu": torch.cuda.get_device_name(0)}), flush=True)
 
 
-def idx(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
-
-
-def find(data_dir, name):
-    for candidate in (os.path.join(data_dir, "mnist", name), os.path.join(data_dir, "mnist", name + ".gz")):
-        if os.path.exists(candidate):
-            return candidate
-    raise SystemExit(f"torch_peer: {name} not under {data_dir}/mnist")
-
-
 def cnn_mnist(data_dir):
-    load = lambda n: idx(find(data_dir, n))  # noqa: E731
-    x = torch.tensor(load("train-images-idx3-ubyte"), dtype=torch.float32).div(255).unsqueeze(1).to(DEVICE)
-    y = torch.tensor(load("train-labels-idx1-ubyte"), dtype=torch.long).to(DEVICE)
-    tx = torch.tensor(load("t10k-images-idx3-ubyte"), dtype=torch.float32).div(255).unsqueeze(1).to(DEVICE)
-    ty = torch.tensor(load("t10k-labels-idx1-ubyte"), dtype=torch.long).to(DEVICE)
+    x, y = (t.to(DEVICE) for t in load(os.path.join(data_dir, "mnist"), "train"))
+    tx, ty = (t.to(DEVICE) for t in load(os.path.join(data_dir, "mnist"), "t10k"))
     torch.manual_seed(1)
     model = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(5408, 64), nn.ReLU(),
                           nn.Linear(64, 10)).to(DEVICE)

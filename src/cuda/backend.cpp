@@ -3,7 +3,8 @@
 // memory (a sum, batch normalization's double sums) is copied back and waited for. Built with a
 // CUDA toolkit only.
 #ifdef TANDEM_WITH_CUDA
-#include <vector>
+#include <algorithm>
+#include <limits>
 
 #include "cuda/elements.h"
 #include "cuda/gpu.h"
@@ -13,7 +14,7 @@ namespace tandem::cuda {
 namespace {
 
 launch::Conv conv_of(const kernels::Conv2dShape& s) {
-  return {s.n, s.h, s.w, s.c, s.kh, s.kw, s.f, s.sh, s.sw, s.pad_top, s.pad_left, s.oh, s.ow, s.fused_relu};
+  return {s.n, s.h, s.w, s.c, s.kh, s.kw, s.f, s.sh, s.sw, s.pad_top, s.pad_left, s.oh, s.ow, s.fused_relu, s.bf16};
 }
 launch::Pool pool_of(const kernels::Pool2dShape& s) {
   return {
@@ -53,6 +54,8 @@ class GpuBackend final : public kernels::Backend {
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda, const float* b,
             int64_t ldb, float beta, float* c, int64_t ldc) override {
     if (m == 0 || n == 0) return;
+    if (k == 0) return scale_rows(c, m, n, ldc, beta);  // C = β·C (cuBLAS refuses a leading dimension of 0)
+    check_fits_int(m, n, k, std::max({lda, ldb, ldc}));
     use();
     std::lock_guard lock(g_.blas_mutex);
     check(api::blas_sgemm(g_.blas, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
@@ -158,7 +161,7 @@ class GpuBackend final : public kernels::Backend {
                                float* db) override {
     run(launch::conv2d_backward_weights(conv_of(sh), x, dy, dk, db, s()), "conv2d_backward_weights");
   }
-  // Max pooling's workspace: each output's window maximum, as an int32 index of the input.
+  // Max pooling's workspace: where in each output's window its maximum was (int32).
   size_t pool2d_workspace_bytes(const kernels::Pool2dShape& sh) override {
     return sh.kind == kernels::PoolKind::Max ? static_cast<size_t>(sh.n * sh.oh * sh.ow * sh.c) * sizeof(int32_t) : 0;
   }
@@ -219,10 +222,24 @@ class GpuBackend final : public kernels::Backend {
   }
   void rounded_product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
                        const uint16_t* b, float beta, float* c, int64_t ldc) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) return scale_rows(c, m, n, ldc, beta);
+    check_fits_int(m, n, k, std::max({m, n, k, ldc}));
     use();
     std::lock_guard lock(g_.blas_mutex);
     check(api::blas_gemm_bf16(g_.blas, ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, ldc),
           fmt::format("cublasGemmEx (bf16) {}x{}x{} on cuda:{}", m, n, k, g_.index));
+  }
+  // C(m × n, rows ldc apart) = β·C.
+  void scale_rows(float* c, int64_t m, int64_t n, int64_t ldc, float beta) {
+    if (ldc == n) return unary(kernels::UnaryKind::Scale, c, c, m * n, beta, 0, 0);
+    for (int64_t i = 0; i < m; ++i) unary(kernels::UnaryKind::Scale, c + i * ldc, c + i * ldc, n, beta, 0, 0);
+  }
+  // cuBLAS takes int sizes.
+  void check_fits_int(int64_t m, int64_t n, int64_t k, int64_t ld) const {
+    if (std::max({m, n, k, ld}) > std::numeric_limits<int>::max())
+      fail("cuda:{}: a {}x{}x{} product (leading dimension up to {}) is past cuBLAS's int sizes", g_.index, m, n, k,
+           ld);
   }
   static size_t conv_output_bytes(const kernels::Conv2dShape& c) {
     return static_cast<size_t>(c.n * c.oh * c.ow * c.f) * sizeof(float);

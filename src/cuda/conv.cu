@@ -4,10 +4,16 @@
 #include <cuda_runtime.h>
 
 #include "cuda/device_api.h"
+#include "cuda/elements.h"
 #include "cuda/grid.cuh"
 
 namespace tandem::cuda::launch {
 namespace {
+// An operand of a product: rounded to bf16 (and read back as float32) where the shape asks.
+__device__ inline float operand(float v, bool bf16) {
+  return bf16 ? elements::bits_to_float(uint32_t{elements::to_bf16(v)} << 16) : v;
+}
+
 // The outputs o (0 ≤ o < outputs) whose window [o·stride - pad, … + window) holds input i.
 __device__ inline void windows_holding(int64_t i, int64_t pad, int64_t window, int64_t stride, int64_t outputs,
                                        int64_t& first, int64_t& last) {
@@ -30,7 +36,7 @@ int conv2d_forward(const Conv& s, const float* x, const float* kernel, const flo
         if (ix < 0 || ix >= s.w) continue;
         const float* xp = x + ((n * s.h + iy) * s.w + ix) * s.c;
         const float* kp = kernel + ((ky * s.kw + kx) * s.c) * s.f + f;
-        for (int64_t c = 0; c < s.c; ++c) acc = fmaf(xp[c], kp[c * s.f], acc);
+        for (int64_t c = 0; c < s.c; ++c) acc = fmaf(operand(xp[c], s.bf16), operand(kp[c * s.f], s.bf16), acc);
       }
     }
     if (bias != nullptr) acc += bias[f];
@@ -50,7 +56,7 @@ int conv2d_backward_data(const Conv& s, const float* dy, const float* kernel, fl
         if (tx < 0 || tx % s.sw != 0 || tx / s.sw >= s.ow) continue;
         const float* dyp = dy + ((n * s.oh + ty / s.sh) * s.ow + tx / s.sw) * s.f;
         const float* kp = kernel + ((ky * s.kw + kx) * s.c + c) * s.f;
-        for (int64_t f = 0; f < s.f; ++f) acc = fmaf(dyp[f], kp[f], acc);
+        for (int64_t f = 0; f < s.f; ++f) acc = fmaf(operand(dyp[f], s.bf16), operand(kp[f], s.bf16), acc);
       }
     }
     dx[e] = acc;
@@ -69,7 +75,8 @@ int conv2d_backward_weights(const Conv& s, const float* x, const float* dy, floa
         for (int64_t ox = 0; ox < s.ow; ++ox) {
           int64_t ix = ox * s.sw - s.pad_left + kx;
           if (ix < 0 || ix >= s.w) continue;
-          acc = fmaf(x[((n * s.h + iy) * s.w + ix) * s.c + c], dy[((n * s.oh + oy) * s.ow + ox) * s.f + f], acc);
+          acc = fmaf(operand(x[((n * s.h + iy) * s.w + ix) * s.c + c], s.bf16),
+                     operand(dy[((n * s.oh + oy) * s.ow + ox) * s.f + f], s.bf16), acc);
         }
       }
     dkernel[e] = acc;
@@ -85,17 +92,16 @@ int conv2d_backward_weights(const Conv& s, const float* x, const float* dy, floa
 int pool2d_forward(const Pool& s, const float* x, float* y, int32_t* argmax, void* stream) {
   return each(s.n * s.oh * s.ow * s.c, stream, [=] __device__(int64_t e) {
     int64_t c = e % s.c, ox = (e / s.c) % s.ow, oy = (e / (s.c * s.ow)) % s.oh, n = e / (s.c * s.ow * s.oh);
-    float best = -3.402823466e38f, total = 0.0f;
-    int64_t at = -1, count = 0;
+    float best = 0.0f, total = 0.0f;
+    int64_t at = -1, count = 0;  // the maximum's place in the window (py·pw + px)
     for (int64_t py = 0; py < s.ph; ++py) {
       int64_t iy = oy * s.sh - s.pad_top + py;
       if (iy < 0 || iy >= s.h) continue;
       for (int64_t px = 0; px < s.pw; ++px) {
         int64_t ix = ox * s.sw - s.pad_left + px;
         if (ix < 0 || ix >= s.w) continue;
-        int64_t i = ((n * s.h + iy) * s.w + ix) * s.c + c;
-        float v = x[i];
-        if (at < 0 || v > best) best = v, at = i;
+        float v = x[((n * s.h + iy) * s.w + ix) * s.c + c];
+        if (at < 0 || v > best) best = v, at = py * s.pw + px;
         total += v;
         ++count;
       }
@@ -110,7 +116,8 @@ int pool2d_forward(const Pool& s, const float* x, float* y, int32_t* argmax, voi
 }
 
 namespace {
-// dx at input e gathered from the pooled outputs whose windows hold it: weight(o) for each.
+// dx at input e gathered from the pooled outputs o whose windows hold it: weight(o, e's place in
+// o's window, o's row, o's column) for each, in the outputs' order.
 template <class Weight>
 int gather_windows(const Pool& s, float* dx, void* stream, Weight weight) {
   return each(s.n * s.h * s.w * s.c, stream, [=] __device__(int64_t e) {
@@ -120,7 +127,10 @@ int gather_windows(const Pool& s, float* dx, void* stream, Weight weight) {
     windows_holding(ix, s.pad_left, s.pw, s.sw, s.ow, x0, x1);
     float acc = 0.0f;
     for (int64_t oy = y0; oy <= y1; ++oy)
-      for (int64_t ox = x0; ox <= x1; ++ox) acc += weight(((n * s.oh + oy) * s.ow + ox) * s.c + c, e, oy, ox);
+      for (int64_t ox = x0; ox <= x1; ++ox) {
+        int64_t place = (iy - (oy * s.sh - s.pad_top)) * s.pw + (ix - (ox * s.sw - s.pad_left));
+        acc += weight(((n * s.oh + oy) * s.ow + ox) * s.c + c, place, oy, ox);
+      }
     dx[e] = acc;
   });
 }
@@ -128,8 +138,8 @@ int gather_windows(const Pool& s, float* dx, void* stream, Weight weight) {
 
 int pool2d_backward(const Pool& s, const float* dy, const int32_t* argmax, float* dx, void* stream) {
   if (s.max)
-    return gather_windows(s, dx, stream, [=] __device__(int64_t o, int64_t e, int64_t, int64_t) {
-      return argmax[o] == e ? dy[o] : 0.0f;
+    return gather_windows(s, dx, stream, [=] __device__(int64_t o, int64_t place, int64_t, int64_t) {
+      return argmax[o] == place ? dy[o] : 0.0f;
     });
   return gather_windows(s, dx, stream, [=] __device__(int64_t o, int64_t, int64_t oy, int64_t ox) {
     int64_t rows = 0, cols = 0;
@@ -146,8 +156,8 @@ int pool2d_backward(const Pool& s, const float* dy, const int32_t* argmax, float
 }
 
 int unpool_relu(const Pool& s, const float* p, const int32_t* argmax, const float* dp, float* dy, void* stream) {
-  return gather_windows(s, dy, stream, [=] __device__(int64_t o, int64_t e, int64_t, int64_t) {
-    return argmax[o] == e && p[o] > 0.0f ? dp[o] : 0.0f;
+  return gather_windows(s, dy, stream, [=] __device__(int64_t o, int64_t place, int64_t, int64_t) {
+    return argmax[o] == place && p[o] > 0.0f ? dp[o] : 0.0f;
   });
 }
 

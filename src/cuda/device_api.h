@@ -110,6 +110,7 @@ int adagrad_update(float* w, const float* g, float* accumulator, int64_t n, floa
 struct Conv {
   int64_t n, h, w, c, kh, kw, f, sh, sw, pad_top, pad_left, oh, ow;
   bool relu;
+  bool bf16;  // products of x, the kernel and dy rounded to bf16, float32 sums
 };
 struct Pool {
   bool max;
@@ -118,7 +119,8 @@ struct Pool {
 int conv2d_forward(const Conv& s, const float* x, const float* kernel, const float* bias, float* y, void* stream);
 int conv2d_backward_data(const Conv& s, const float* dy, const float* kernel, float* dx, void* stream);
 int conv2d_backward_weights(const Conv& s, const float* x, const float* dy, float* dkernel, float* dbias, void* stream);
-// Max pooling records each output's window index (int32) in `argmax`; average ignores it.
+// Max pooling records where in each output's window its maximum was (py·pw + px, int32) in
+// `argmax`; average ignores it.
 int pool2d_forward(const Pool& s, const float* x, float* y, int32_t* argmax, void* stream);
 int pool2d_backward(const Pool& s, const float* dy, const int32_t* argmax, float* dx, void* stream);
 // A pooled output's gradient unpooled onto the ReLU convolution's output: dp where the window's

@@ -40,8 +40,10 @@ TANDEM_HD float bits_to_float(uint32_t u) {
 #endif
 }
 
-TANDEM_HD float min_f(float a, float b) { return a < b ? a : b; }
-TANDEM_HD float max_f(float a, float b) { return a > b ? a : b; }
+// std::min and std::max, NaN and -0 included: a NaN first argument comes back, as on the CPU
+// (ReLU and clip keep a NaN: a diverging run shows).
+TANDEM_HD float min_f(float a, float b) { return b < a ? b : a; }
+TANDEM_HD float max_f(float a, float b) { return a < b ? b : a; }
 
 // kernels/cpu/fast_math.h's vexp: Cephes' range reduction and polynomial.
 TANDEM_HD float exp_poly(float x) {
@@ -149,7 +151,7 @@ TANDEM_HD float softmax_row(const float* row, int64_t cols, float* p) {
 // One element's term of a per-row pointwise loss (summed in double, divided by the row's size).
 TANDEM_HD double pointwise_term(int kind, float p, float t) {
   if (kind == kSquaredError) {
-    double e = static_cast<double>(p) - static_cast<double>(t);
+    double e = p - t;  // in float, then widened, as the CPU
     return e * e;
   }
   if (kind == kBinaryCrossEntropyLogits) return max_f(p, 0.0f) - p * t + log1pf(expf(-fabsf(p)));

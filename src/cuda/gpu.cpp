@@ -81,6 +81,13 @@ Gpu* gpu_if_made(int index) {
 }
 
 namespace {
+// Work queued on `later` from now on runs after what is queued on `earlier` now.
+void wait_for(Gpu& later, Gpu& earlier) {
+  void* event = earlier.api.record_event(earlier.stream_id());
+  check(api::stream_wait_event(later.stream, event), "cudaStreamWaitEvent");
+  earlier.api.destroy_event(event);
+}
+
 // Tensors' bytes on the GPUs: the caching allocator on each GPU's stream; every move between
 // places is queued on the stream of the device it is for, and returns once the host may read or
 // reuse its side.
@@ -109,13 +116,17 @@ class GpuMemory final : public core::DeviceMemory {
     g.use();
     int source = -1;
     check(api::pointer_device(from, &source), "cudaPointerGetAttributes");
-    if (source >= 0 && source != g.index) {  // the source's queued work first
-      Gpu& s = gpu(source);
-      void* event = s.api.record_event(s.stream_id());
-      check(api::stream_wait_event(g.stream, event), "cudaStreamWaitEvent");
-      s.api.destroy_event(event);
+    Gpu* other = source >= 0 && source != g.index ? &gpu(source) : nullptr;
+    if (other != nullptr) {  // the source's queued work first
+      wait_for(g, *other);
+      g.use();
     }
     check(api::copy_async(to, from, bytes, g.stream), fmt::format("copy of {} bytes on {}", bytes, device.name()));
+    // And the source's later work (a reuse of its block, freed at once to its stream) after the copy.
+    if (other != nullptr) {
+      wait_for(*other, g);
+      g.use();
+    }
   }
   void fill(Device device, void* to, const void* pattern, size_t pattern_bytes, size_t count) override {
     Gpu& g = gpu_of(device);

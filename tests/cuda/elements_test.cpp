@@ -20,6 +20,14 @@ using kernels::cpu::BinaryKind;
 using kernels::cpu::PointwiseLoss;
 using kernels::cpu::UnaryKind;
 
+// The same bits, -0 told from +0; any NaN for a NaN (its sign and payload are the hardware's).
+::testing::AssertionResult same(float a, float b) {
+  if ((std::isnan(a) && std::isnan(b)) || std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b))
+    return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << a << " (0x" << std::hex << std::bit_cast<uint32_t>(a) << ") against " << b
+                                       << " (0x" << std::bit_cast<uint32_t>(b) << ")";
+}
+
 std::vector<float> values(int64_t n, uint64_t seed, float low = -4.0f, float high = 4.0f) {
   return testing::random_tensor({n}, seed, low, high).to_vector();
 }
@@ -55,23 +63,27 @@ TEST(CudaElements, DropoutMasksAreTheCpuMasks) {
 
 TEST(CudaElements, UnaryAndBinaryAreTheCpuKernels) {
   std::vector<float> x = values(64, 2, 0.1f, 3.0f), g = values(64, 3), b = values(8, 4), y(64), d(64);
+  x[5] = std::numeric_limits<float>::quiet_NaN();  // clip keeps a NaN, as std::min(std::max(…)) does
   for (UnaryKind kind : {UnaryKind::Scale, UnaryKind::Square, UnaryKind::Log, UnaryKind::Clip}) {
     kernels::cpu::unary(kind, x.data(), y.data(), 64, 0.5f, 0.5f, 2.0f);
     kernels::cpu::unary_backward(kind, x.data(), g.data(), d.data(), 64, 0.5f, 0.5f, 2.0f);
     for (size_t i = 0; i < 64; ++i) {
-      EXPECT_EQ(el::unary(static_cast<int>(kind), x[i], 0.5f, 0.5f, 2.0f), y[i]) << static_cast<int>(kind);
-      EXPECT_EQ(el::unary_backward(static_cast<int>(kind), x[i], g[i], 0.5f, 0.5f, 2.0f), d[i]);
+      EXPECT_TRUE(same(el::unary(static_cast<int>(kind), x[i], 0.5f, 0.5f, 2.0f), y[i])) << static_cast<int>(kind);
+      EXPECT_TRUE(same(el::unary_backward(static_cast<int>(kind), x[i], g[i], 0.5f, 0.5f, 2.0f), d[i]));
     }
   }
   for (BinaryKind kind : {BinaryKind::Add, BinaryKind::Sub, BinaryKind::Mul}) {
     kernels::cpu::binary(kind, x.data(), b.data(), y.data(), 64, 8);
-    for (size_t i = 0; i < 64; ++i) EXPECT_EQ(el::binary(static_cast<int>(kind), x[i], b[i % 8]), y[i]);
+    for (size_t i = 0; i < 64; ++i) EXPECT_TRUE(same(el::binary(static_cast<int>(kind), x[i], b[i % 8]), y[i]));
   }
 }
 
 TEST(CudaElements, ActivationsAndTheirGradientsAreTheCpuKernels) {
   const int64_t rows = 4, cols = 33;  // not a whole vector: the CPU's scalar tails too
   std::vector<float> z = values(rows * cols, 5), bias = values(cols, 6), dy = values(rows * cols, 7);
+  z[1] = std::numeric_limits<float>::quiet_NaN();  // kept a NaN, as the CPU keeps it
+  z[2] = -0.0f;
+  bias[2] = -0.0f;  // -0 + -0: ReLU's max(-0, 0) is -0 on the CPU
   for (Activation act : {Activation::Linear, Activation::ReLU, Activation::ELU, Activation::SELU, Activation::Tanh,
                          Activation::Sigmoid, Activation::GELU}) {
     std::vector<float> y = z, dz(z.size());
@@ -80,8 +92,10 @@ TEST(CudaElements, ActivationsAndTheirGradientsAreTheCpuKernels) {
     for (size_t i = 0; i < z.size(); ++i) pre[i] = z[i] + bias[i % cols];
     kernels::cpu::activation_backward(dy.data(), pre.data(), y.data(), dz.data(), rows, cols, act);
     for (size_t i = 0; i < z.size(); ++i) {
-      EXPECT_EQ(el::activation(static_cast<int>(act), pre[i]), y[i]) << activation_name(act) << " at " << pre[i];
-      EXPECT_EQ(el::activation_backward(static_cast<int>(act), dy[i], pre[i], y[i]), dz[i]) << activation_name(act);
+      EXPECT_TRUE(same(el::activation(static_cast<int>(act), pre[i]), y[i]))
+          << activation_name(act) << " at " << pre[i];
+      EXPECT_TRUE(same(el::activation_backward(static_cast<int>(act), dy[i], pre[i], y[i]), dz[i]))
+          << activation_name(act) << " at " << pre[i];
     }
   }
   // Softmax, a row at a time.
