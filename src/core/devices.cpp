@@ -81,7 +81,8 @@ void check_device(Device device, const char* who) {
     return;
   }
   if (core::device_memory(device.kind) == nullptr)
-    fail("{}: device {} is not available in this build (expected cpu)", who, device.name());
+    fail("{}: device {} is not available in this build (expected cpu){}", who, device.name(),
+         core::unregistered_hint(device));
 }
 
 DeviceScope::DeviceScope(Device device) : previous_(placement) {
