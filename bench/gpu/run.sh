@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
 # The GPU bench: Tandem (bench_gpu) and PyTorch (torch_peer.py) on the same GPU in one run, then
 # the ratios (bench/gpu/report.py). BENCH_GPU names the bench_gpu binary (default:
-# build-gpu/bench/bench_gpu), DATA_DIR the folder holding mnist/ (default: data). Each part has its
-# own time limit, so that a slow one cannot take the lease. scripts/gpu-check run runs this.
+# build-gpu/bench/bench_gpu), DATA_DIR the folder holding mnist/ (default: data). The parts run in
+# the order of their importance, each within its own limit and all within BENCH_GPU_BUDGET seconds
+# (default 200, so that scripts/gpu-check run fits a lease with time for a rerun); a part the
+# budget cannot hold is skipped and named. scripts/gpu-check run runs this.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 bench=${BENCH_GPU:-build-gpu/bench/bench_gpu}
 data=${DATA_DIR:-data}
+budget=${BENCH_GPU_BUDGET:-200}
 results=$(mktemp)
-part() {  # seconds, then the command
-  local limit=$1
+start=$SECONDS
+part() {  # its limit in seconds, then the command
+  local left=$((budget - (SECONDS - start))) limit=$1
   shift
+  if [ "$left" -lt 10 ]; then
+    echo "bench: skipped '$*': the ${budget} s budget is spent" >&2
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   timeout "$limit" "$@" | tee -a "$results" || echo "bench: '$*' failed or passed its ${limit} s" >&2
 }
 python3 -c 'import torch; print("peer: PyTorch", torch.__version__, "on", torch.cuda.get_device_name(0))' || true
-part 60 "$bench" floor
-part 60 "$bench" mlp003 float32
-part 60 "$bench" mlp003 mixed_bfloat16
-for precision in float32 bf16; do
-  for mode in eager compile; do part 120 python3 bench/gpu/torch_peer.py mlp003 "$precision" "$mode"; done
-done
-part 150 "$bench" cnn-mnist "$data"
-part 150 python3 bench/gpu/torch_peer.py cnn-mnist "$data"
+part 30 "$bench" floor
+part 45 "$bench" mlp003 float32
+part 45 python3 bench/gpu/torch_peer.py mlp003 float32 eager
+part 45 "$bench" mlp003 mixed_bfloat16
+part 45 python3 bench/gpu/torch_peer.py mlp003 bf16 eager
+part 90 "$bench" cnn-mnist "$data"
+part 90 python3 bench/gpu/torch_peer.py cnn-mnist "$data"
+part 90 python3 bench/gpu/torch_peer.py mlp003 float32 compile
+part 90 python3 bench/gpu/torch_peer.py mlp003 bf16 compile
 python3 bench/gpu/report.py "$results"
 rm -f "$results"
