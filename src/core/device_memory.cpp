@@ -7,13 +7,6 @@
 
 namespace tandem::core {
 
-std::string unregistered_hint(Device device) {
-  return device.kind == Device::Kind::CUDA
-             ? "; a GPU's memory is registered by tandem::cuda::registered() (tandem/cuda.h; tandem/tandem.h calls "
-               "it) in a build with CUDA"
-             : "";
-}
-
 void DeviceMemory::copy_within(Device device, void* to, const void* from, size_t bytes) {
   std::vector<char> host(bytes);
   to_host(device, host.data(), from, bytes);

@@ -4,7 +4,6 @@
 // every other device kind registers one (a GPU runtime, the emulated test device). Kernels for
 // the device are registered one layer up (kernels/backend.h).
 #include <cstddef>
-#include <string>
 
 #include "tandem/tensor.h"
 
@@ -35,8 +34,6 @@ class DeviceMemory {
 void register_device_memory(Device::Kind kind, DeviceMemory* memory);
 // The registered memory of a kind, or null.
 DeviceMemory* device_memory(Device::Kind kind);
-// For an error about a device whose memory is not registered: where a GPU's comes from.
-std::string unregistered_hint(Device device);
 
 // The logical CPU devices' accounts (devices.cpp): counts `bytes` made on a CPU device where it is
 // counted (true), failing past its limit or for a device not made; refund when they are freed.

@@ -82,7 +82,9 @@ void check_device(Device device, const char* who) {
   }
   if (core::device_memory(device.kind) == nullptr)
     fail("{}: device {} is not available in this build (expected cpu){}", who, device.name(),
-         core::unregistered_hint(device));
+         device.kind == Device::Kind::CUDA ? "; a GPU's memory is registered by tandem::cuda::registered() "
+                                             "(tandem/cuda.h; tandem/tandem.h calls it) in a build with CUDA"
+                                           : "");
 }
 
 DeviceScope::DeviceScope(Device device) : previous_(placement) {

@@ -4,6 +4,7 @@
 
 #include "core/device_memory.h"
 #include "core/tensor_impl.h"
+#include "tandem/devices.h"
 
 namespace tandem {
 namespace {
@@ -197,9 +198,10 @@ Tensor Tensor::adopt(void* data, const Shape& shape, DType dtype, std::shared_pt
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   core::DeviceMemory* memory = nullptr;
-  if (device.kind != Device::Kind::CPU && (memory = core::device_memory(device.kind)) == nullptr)
-    fail("Tensor::empty: device {} is not available in this build (expected cpu){}", device.name(),
-         core::unregistered_hint(device));
+  if (device.kind != Device::Kind::CPU) {
+    check_device(device, "Tensor::empty");  // its memory is registered
+    memory = core::device_memory(device.kind);
+  }
   size_t bytes = std::max<size_t>(static_cast<size_t>(shape.numel()) * dtype_size(dtype), 1);
   bool charged = device.kind == Device::Kind::CPU && core::charge_cpu_device(device, bytes);
   auto* storage = new Storage();

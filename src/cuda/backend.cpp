@@ -59,7 +59,7 @@ class GpuBackend final : public kernels::Backend {
     use();
     std::lock_guard lock(g_.blas_mutex);
     check(api::blas_sgemm(g_.blas, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
-          fmt::format("cublasSgemm {}x{}x{} on cuda:{}", m, n, k, g_.index));
+          "cublasSgemm {}x{}x{} on cuda:{}", m, n, k, g_.index);
   }
   void gemm_bf16(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
                  const float* b, int64_t ldb, float beta, float* c, int64_t ldc) override {
@@ -209,10 +209,10 @@ class GpuBackend final : public kernels::Backend {
     return g_.stream;
   }
   void use() const { g_.use(); }
-  void run(int code, const char* what) const { check(code, fmt::format("{} on cuda:{}", what, g_.index)); }
+  void run(int code, const char* what) const { check(code, "{} on cuda:{}", what, g_.index); }
   void to_host(void* host, const void* from, size_t bytes, const char* what) const {
-    check(api::copy_async(host, from, bytes, s()), fmt::format("{}'s result to the host", what));
-    check(api::synchronize_stream(s()), fmt::format("{} on cuda:{}", what, g_.index));
+    check(api::copy_async(host, from, bytes, s()), "{}'s result to the host", what);
+    check(api::synchronize_stream(s()), "{} on cuda:{}", what, g_.index);
   }
   void host_sums(int which, const float* a, const float* b, int64_t rows, int64_t c, double* sums) {
     size_t bytes = static_cast<size_t>(which == 2 ? 2 * c : c) * sizeof(double);
@@ -228,7 +228,7 @@ class GpuBackend final : public kernels::Backend {
     use();
     std::lock_guard lock(g_.blas_mutex);
     check(api::blas_gemm_bf16(g_.blas, ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, ldc),
-          fmt::format("cublasGemmEx (bf16) {}x{}x{} on cuda:{}", m, n, k, g_.index));
+          "cublasGemmEx (bf16) {}x{}x{} on cuda:{}", m, n, k, g_.index);
   }
   // C(m × n, rows ldc apart) = β·C.
   void scale_rows(float* c, int64_t m, int64_t n, int64_t ldc, float beta) {

@@ -22,6 +22,12 @@ __device__ inline void windows_holding(int64_t i, int64_t pad, int64_t window, i
   last = top / stride;
   if (last > outputs - 1) last = outputs - 1;
 }
+// How many of output o's window [o·stride - pad, … + window) fall inside 0 … size - 1 (average
+// pooling's divisor: padding is not counted).
+__device__ inline int64_t inside(int64_t o, int64_t stride, int64_t pad, int64_t window, int64_t size) {
+  int64_t begin = o * stride - pad, end = begin + window;
+  return (end < size ? end : size) - (begin > 0 ? begin : 0);
+}
 }  // namespace
 
 int conv2d_forward(const Conv& s, const float* x, const float* kernel, const float* bias, float* y, void* stream) {
@@ -142,15 +148,7 @@ int pool2d_backward(const Pool& s, const float* dy, const int32_t* argmax, float
       return argmax[o] == place ? dy[o] : 0.0f;
     });
   return gather_windows(s, dx, stream, [=] __device__(int64_t o, int64_t, int64_t oy, int64_t ox) {
-    int64_t rows = 0, cols = 0;
-    for (int64_t py = 0; py < s.ph; ++py) {
-      int64_t iy = oy * s.sh - s.pad_top + py;
-      rows += iy >= 0 && iy < s.h;
-    }
-    for (int64_t px = 0; px < s.pw; ++px) {
-      int64_t ix = ox * s.sw - s.pad_left + px;
-      cols += ix >= 0 && ix < s.w;
-    }
+    int64_t rows = inside(oy, s.sh, s.pad_top, s.ph, s.h), cols = inside(ox, s.sw, s.pad_left, s.pw, s.w);
     return dy[o] / float(rows * cols);
   });
 }

@@ -58,7 +58,7 @@ void synchronize(int index) {
 #ifdef TANDEM_WITH_CUDA
   Gpu& g = gpu(index);
   g.use();
-  check(api::synchronize_stream(g.stream), fmt::format("the work queued on cuda:{}", index));
+  check(api::synchronize_stream(g.stream), "the work queued on cuda:{}", index);
 #else
   fail("cuda::synchronize({}): {}", index, why_none());
 #endif

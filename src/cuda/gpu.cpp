@@ -9,21 +9,19 @@
 
 namespace tandem::cuda {
 
-void check(int code, std::string_view what) {
-  if (code != 0) fail("CUDA: {}: {}", what, api::error_text(code));
-}
+void fail_call(int code, std::string_view what) { fail("CUDA: {}: {}", what, api::error_text(code)); }
 
 void* GpuApi::allocate(size_t bytes) {
   check(api::set_device(index_), "cudaSetDevice");
   void* p = nullptr;
   int code = api::allocate(&p, bytes);
   if (api::out_of_memory(code)) return nullptr;
-  check(code, fmt::format("cudaMalloc of {} bytes on cuda:{}", bytes, index_));
+  check(code, "cudaMalloc of {} bytes on cuda:{}", bytes, index_);
   return p;
 }
 void GpuApi::release(void* pointer) {
   check(api::set_device(index_), "cudaSetDevice");
-  check(api::release(pointer), fmt::format("cudaFree on cuda:{}", index_));
+  check(api::release(pointer), "cudaFree on cuda:{}", index_);
 }
 void* GpuApi::record_event(core::StreamId stream) {
   check(api::set_device(index_), "cudaSetDevice");
@@ -45,11 +43,11 @@ Gpu::Gpu(int i) : index(i), api(i), allocator(api) {
   size_t total = 0;
   check(api::device_properties(index, name, sizeof name, &major, &minor, &total), "cudaGetDeviceProperties");
   bf16_products = major >= 8;
-  check(api::create_stream(&stream), fmt::format("cudaStreamCreate on cuda:{}", index));
-  check(api::blas_create(&blas, stream), fmt::format("cublasCreate on cuda:{}", index));
+  check(api::create_stream(&stream), "cudaStreamCreate on cuda:{}", index);
+  check(api::blas_create(&blas, stream), "cublasCreate on cuda:{}", index);
   backend = make_backend(*this);
 }
-void Gpu::use() const { check(api::set_device(index), fmt::format("cudaSetDevice({})", index)); }
+void Gpu::use() const { check(api::set_device(index), "cudaSetDevice({})", index); }
 
 namespace {
 constexpr int kMaxGpus = 64;
@@ -101,14 +99,14 @@ class GpuMemory final : public core::DeviceMemory {
   void to_host(Device device, void* host, const void* from, size_t bytes) override {
     Gpu& g = gpu_of(device);
     g.use();
-    check(api::copy_async(host, from, bytes, g.stream), fmt::format("copy of {} bytes from {}", bytes, device.name()));
-    check(api::synchronize_stream(g.stream), fmt::format("the work queued on {}", device.name()));
+    check(api::copy_async(host, from, bytes, g.stream), "copy of {} bytes from cuda:{}", bytes, device.index);
+    check(api::synchronize_stream(g.stream), "the work queued on cuda:{}", device.index);
   }
   void from_host(Device device, void* to, const void* host, size_t bytes) override {
     Gpu& g = gpu_of(device);
     g.use();
-    check(api::copy_async(to, host, bytes, g.stream), fmt::format("copy of {} bytes to {}", bytes, device.name()));
-    check(api::synchronize_stream(g.stream), fmt::format("the work queued on {}", device.name()));
+    check(api::copy_async(to, host, bytes, g.stream), "copy of {} bytes to cuda:{}", bytes, device.index);
+    check(api::synchronize_stream(g.stream), "the work queued on cuda:{}", device.index);
   }
   bool host_accessible() const override { return false; }
   void copy_within(Device device, void* to, const void* from, size_t bytes) override {
@@ -121,7 +119,7 @@ class GpuMemory final : public core::DeviceMemory {
       wait_for(g, *other);
       g.use();
     }
-    check(api::copy_async(to, from, bytes, g.stream), fmt::format("copy of {} bytes on {}", bytes, device.name()));
+    check(api::copy_async(to, from, bytes, g.stream), "copy of {} bytes on cuda:{}", bytes, device.index);
     // And the source's later work (a reuse of its block, freed at once to its stream) after the copy.
     if (other != nullptr) {
       wait_for(*other, g);
@@ -131,7 +129,7 @@ class GpuMemory final : public core::DeviceMemory {
   void fill(Device device, void* to, const void* pattern, size_t pattern_bytes, size_t count) override {
     Gpu& g = gpu_of(device);
     g.use();
-    check(launch::fill(to, pattern, pattern_bytes, count, g.stream), fmt::format("fill on {}", device.name()));
+    check(launch::fill(to, pattern, pattern_bytes, count, g.stream), "fill on cuda:{}", device.index);
   }
 };
 

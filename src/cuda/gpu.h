@@ -6,6 +6,9 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "core/caching_allocator.h"
 #include "core/device_memory.h"
@@ -14,8 +17,14 @@
 
 namespace tandem::cuda {
 
-// Throws a tandem::Error naming `what` and the CUDA error when code is not 0.
-void check(int code, std::string_view what);
+// Throws a tandem::Error naming `what` and the CUDA error.
+[[noreturn]] void fail_call(int code, std::string_view what);
+// fail_call when code is not 0, its message formatted only then (a launch's check is on the step's path).
+template <class... A>
+void check(int code, fmt::format_string<A...> what, A&&... args) {
+  if (code != 0) [[unlikely]]
+    fail_call(code, fmt::format(what, std::forward<A>(args)...));
+}
 
 // The driver's calls the caching allocator makes, on one GPU.
 class GpuApi final : public core::DeviceApi {
