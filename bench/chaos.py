@@ -220,8 +220,8 @@ def named(kind, target):
     who = re.escape(target)
     if kind == "kill":  # by the job, or by the launcher (a task killed as it starts, not yet in the job)
         return who + r" [^\n]*(died|ended with status)"
-    if kind in ("stop", "link"):  # silent past the timeout
-        return who + r" [^\n]*(stopped answering|was stopped for|died|did not answer)"
+    if kind in ("stop", "link"):  # silent past the timeout (or, at the job's end, past the launcher's grace)
+        return who + r" [^\n]*(stopped answering|was stopped for|died|did not answer|had not ended)"
     # Each refusal is named up to the tenth of a process, then every thousandth.
     return r"refused a control connection from 127\.0\.0\.1:[0-9]+|\(refusal ([1-9][0-9]|10)\)"
 

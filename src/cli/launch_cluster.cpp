@@ -286,6 +286,15 @@ int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector
     // stopped them: either way they have `grace` to end by themselves (less after a failure).
     auto allowed = tasks[0].status == 0 ? grace : std::chrono::milliseconds(1000);
     if (chief_ended && std::chrono::steady_clock::now() - *chief_ended > allowed) {
+      // Named, not ended silently: a task that outlives the job is stopped (SIGSTOP, a debugger)
+      // or stuck, and what it had not finished (its last line, its exit) is lost.
+      for (const Task& t : tasks)
+        if (t.status < 0)
+          std::fprintf(stderr,
+                       "launch: task %s (%s) had not ended %.1f s after the chief %s (it is stopped or stuck): "
+                       "ending it\n",
+                       t.id.str().c_str(), cluster.address(t.id).c_str(),
+                       std::chrono::duration<double>(allowed).count(), tasks[0].status == 0 ? "finished" : "failed");
       end_all(tasks, std::chrono::milliseconds(1000));
       break;
     }

@@ -234,6 +234,26 @@ TEST(PsCluster, AnInterruptedLauncherEndsEveryTask) {
   interrupt_mid_epoch(launcher, log, dir.path());
 }
 
+// A task that outlives the chief (stopped, or stuck as the job ends) is named, then ended: here
+// the chief exits at once and the worker and the server ignore SIGTERM (a sleep that never ends).
+TEST(PsCluster, ATaskThatOutlivesTheChiefIsNamedAndEnded) {
+  TempDir dir;
+  std::string task = R"(case "$TF_CONFIG" in *'"type":"chief"'*) exit 0;; esac; trap '' TERM; exec sleep 600)";
+  Watched run =
+      run_watched({TANDEM_CLI, "launch", "--ps", "1", "--workers", "1", "--timeout", "1", "--", "/bin/sh", "-c", task},
+                  dir, 60, "outlived.log");
+  ASSERT_FALSE(run.killed) << run.output;
+  EXPECT_EQ(run.code, 0) << run.output;
+  for (const char* name : {"worker:0", "ps:0"})
+    EXPECT_TRUE(
+        std::regex_search(run.output, std::regex(std::string("launch: task ") + name +
+                                                 R"( \(127\.0\.0\.1:[0-9]+\) had not ended 1\.0 s after )"
+                                                 R"(the chief finished \(it is stopped or stuck\): ending it)")))
+        << name << "\n"
+        << run.output;
+  EXPECT_EQ(run.output.find("chief:0"), std::string::npos) << run.output;
+}
+
 // A cluster across three hosts (network namespaces, netns_hosts.h), started from a TF_CONFIG by
 // `tandem launch --tf-config` through the rsh agent: the chief, the worker and the server each
 // on a host of its own train as one process, bit for bit; interrupted, the launcher leaves no

@@ -147,7 +147,13 @@ ParameterServerStrategy::~ParameterServerStrategy() {
   }
   if (chief_ && !links_->link->control().failed()) {
     chief_->stop_all();
-    links_->link->control().leave_and_wait();
+    detail::ControlPlane& control = links_->link->control();
+    bool left = control.leave_and_wait();
+    // A task lost after the coordinator's last look (stopped or killed as the job ended) is named
+    // here: the job has finished without it, and nothing else would say so.
+    for (const auto& event : control.take_events())
+      if (!event.joined) std::fprintf(stderr, "chief: %s, after the job's last step\n", event.what.c_str());
+    if (!left) std::fprintf(stderr, "chief: %s, after the job's last step\n", control.failure().c_str());
   }
 }
 
