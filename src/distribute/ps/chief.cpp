@@ -123,7 +123,23 @@ void ParameterServerStrategy::Chief::stop_all() {
     }
   }
   for (auto& socket : link.server_sockets()) Outgoing(MessageType::Stop, 0).send(socket);
-  for (auto& socket : link.server_sockets()) ps::receive(socket, std::chrono::milliseconds(1000), false);
+  bool journals = !options.record.empty();
+  for (int s = 0; s < link.servers(); ++s) {
+    auto answer = ps::receive(link.server_sockets()[static_cast<size_t>(s)], std::chrono::milliseconds(1000), false);
+    journals = journals && answer && answer->envelope.type == MessageType::Stop && take_journal(s, *answer);
+  }
+  if (journals) ps::write_record(options.record, record);
+}
+
+bool ParameterServerStrategy::Chief::take_journal(int s, const ps::Incoming& answer) {
+  if (answer.items.size() != 1 || answer.items[0].header.dtype != DType::Int32 ||
+      answer.items[0].header.shape.rank() != 2 || answer.items[0].header.shape[1] != 4)
+    return false;
+  Tensor events = answer.items[0].tensor();
+  const int32_t* e = events.data<int32_t>();
+  for (int64_t i = 0; i < events.dim(0); ++i)
+    record.applied[static_cast<size_t>(s)].push_back({e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]});
+  return true;
 }
 
 }  // namespace tandem::distribute

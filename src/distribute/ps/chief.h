@@ -40,8 +40,11 @@ struct ParameterServerStrategy::Chief {
   // The servers' variables and optimizer state, into a checkpoint's entries.
   void collect(std::vector<std::pair<std::string, Tensor>>& state);
   void collect_once(std::vector<std::pair<std::string, Tensor>>& state);
-  // Every worker and server told to end (those that answer within a second are done).
+  // Every worker and server told to end (those that answer within a second are done); under
+  // --record, the record written again with what the servers applied since the last epoch's end.
   void stop_all();
+  // A server's journal (int32 [n, 4]) from its answer into the record; false where it has none.
+  bool take_journal(int s, const ps::Incoming& answer);
 
   ps::ClusterLink& link;
   const ParameterServerOptions& options;

@@ -33,14 +33,8 @@ void Coordinator::write_record() {
   for (int s = 0; s < link_.servers(); ++s) {
     Outgoing(MessageType::Journal, 0).send(sockets[static_cast<size_t>(s)]);
     Incoming answer = link_.await(sockets[static_cast<size_t>(s)], false, link_.describe({"ps", s}));
-    if (answer.envelope.type != MessageType::Journal || answer.items.size() != 1 ||
-        answer.items[0].header.dtype != DType::Int32 || answer.items[0].header.shape.rank() != 2 ||
-        answer.items[0].header.shape[1] != 4)
+    if (answer.envelope.type != MessageType::Journal || !chief_.take_journal(s, answer))
       fail("ParameterServerStrategy: {} did not give its journal (--record)", link_.describe({"ps", s}));
-    Tensor events = answer.items[0].tensor();
-    const int32_t* e = events.data<int32_t>();
-    for (int64_t i = 0; i < events.dim(0); ++i)
-      chief_.record.applied[static_cast<size_t>(s)].push_back({e[4 * i], e[4 * i + 1], e[4 * i + 2], e[4 * i + 3]});
   }
   if (workers_lost_ > 0) chief_.record.complete = false;
   ps::write_record(chief_.options.record, chief_.record);

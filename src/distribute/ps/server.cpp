@@ -138,14 +138,10 @@ bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
       init(request);
       answer = Outgoing(MessageType::Ready, 0, version_);
       return true;
-    case MessageType::Journal: {
+    case MessageType::Journal:
       answer = Outgoing(MessageType::Journal, 0, version_);
-      std::vector<int32_t> flat;
-      for (const auto& e : journal_) flat.insert(flat.end(), e.begin(), e.end());
-      answer.add(0, 0, Tensor::from_vector({static_cast<int64_t>(journal_.size()), 4}, flat));
-      journal_.clear();
+      hand_journal(answer);
       return true;
-    }
     case MessageType::Pull: {
       // Sent from the shards' own memory; an update while a reply still holds it writes a copy.
       answer = Outgoing(MessageType::Values, 0, version_);
@@ -172,11 +168,23 @@ bool ParameterServer::handle(const Incoming& request, Outgoing& answer) {
       if (set_phase) set_phase(before);
       return true;
     }
-    case MessageType::Stop: answer = Outgoing(MessageType::Stop, 0, version_); return false;
+    case MessageType::Stop:
+      // Journalling, the answer holds what was applied since the chief last asked (a late push of
+      // a worker lost and continued), so that the record has every push this server applied.
+      answer = Outgoing(MessageType::Stop, 0, version_);
+      if (journals) hand_journal(answer);
+      return false;
     default:
       fail("a parameter server answers init, pull, push, fetch and stop, not {}",
            message_type_name(request.envelope.type));
   }
+}
+
+void ParameterServer::hand_journal(Outgoing& answer) {
+  std::vector<int32_t> flat;
+  for (const auto& e : journal_) flat.insert(flat.end(), e.begin(), e.end());
+  answer.add(0, 0, Tensor::from_vector({static_cast<int64_t>(journal_.size()), 4}, flat));
+  journal_.clear();
 }
 
 // Init: the shards' values (aux 0) then their optimizer slots (aux k + 1, slot k); the envelope's

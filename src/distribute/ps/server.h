@@ -56,6 +56,7 @@ class ParameterServer {
   void answer_in_recorded_order(zmq::socket_t& socket);
   void answer(zmq::socket_t& socket, const Incoming& request);  // handle(), its answer sent
   PsRecord::Event event_of(const Incoming& request) const;      // a worker's pull or push, as journalled
+  void hand_journal(Outgoing& answer);  // the journal since the chief last asked, into answer (then cleared)
   void push(const Incoming& request, Outgoing& answer);
   void apply(Optimizer& optimizer, std::vector<Tensor>& gradients);  // one update: the version + 1
   // The push's gradients in shard order, checked (every shard once, float32, the shard's shape).
