@@ -536,7 +536,8 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
-    clean = all(r["hangs"] == 0 and not r["unnamed"] and not r["ended_against_rule"] for r in results)
+    clean = all(r["hangs"] == 0 and not r["unnamed"] and not r["ended_against_rule"]
+                and r.get("record", {"agrees": True})["agrees"] for r in results)
     if clean and not os.environ.get("CHAOS_KEEP"):
         shutil.rmtree(work, ignore_errors=True)
     else:
