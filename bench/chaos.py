@@ -506,7 +506,17 @@ def main():
     parser.add_argument("--synthetic", action="store_true", help="small MNIST files made here, not ./data")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--cli", default=os.path.join(ROOT, "build", "tandem"), help="the tandem command")
+    parser.add_argument("--end-with-parent", action="store_true",
+                        help="end (and end every job) when the process that started this one dies (a test's watchdog)")
     args = parser.parse_args()
+    # Ended by a signal, the harness still ends its jobs (the finally below): they run in sessions
+    # of their own, out of reach of a signal to this process's group.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    if args.end_with_parent:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the parent died before that took effect
+            sys.exit(128 + signal.SIGTERM)
     work = tempfile.mkdtemp(prefix="tandem-chaos-")
     data_dir = os.path.join(ROOT, "data")
     if args.synthetic:
@@ -519,8 +529,8 @@ def main():
         started = time.time()
         try:
             r = run_job(name, plan, args, data_dir, work)
-        finally:  # whatever went wrong, no task of the job outlives the harness, nor a namespace
-            end_everything(os.path.join(work, f"{name}-run"))
+        finally:  # whatever went wrong, no task of the job (its uninterrupted run's included) outlives the
+            end_everything(work)  # harness, nor a namespace
             if name == "netns-async":
                 subprocess.run(["bash", NETNS, "down", NETNS_PREFIX], capture_output=True)
         r["seconds"] = round(time.time() - started, 1)

@@ -35,9 +35,17 @@ def test_a_short_chaos_schedule_leaves_every_job_whole(tmp_path):
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun is not here (Open MPI: the README's set-up command installs it)")
     out = tmp_path / "chaos.json"
-    run = subprocess.run([sys.executable, str(CHAOS), "--synthetic", "--seed", "7", "--faults", "4", "--epochs", "150",
-                          "--cli", str(CLI), "--json", str(out)], capture_output=True, text=True, timeout=900)
-    said = run.stdout + run.stderr
+    # The watchdog: within ctest's limit (600 s), the harness is told to end (it ends its jobs, which
+    # run in sessions of their own); it also ends if this process dies first.
+    run = subprocess.Popen([sys.executable, str(CHAOS), "--synthetic", "--seed", "7", "--faults", "4", "--epochs",
+                            "150", "--cli", str(CLI), "--json", str(out), "--end-with-parent"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        said, _ = run.communicate(timeout=540)
+    except subprocess.TimeoutExpired:
+        run.terminate()
+        said, _ = run.communicate(timeout=60)
+        pytest.fail("the chaos harness ran past 540 s and was ended:\n" + said)
     assert run.returncode == 0, said
     results = {r["job"]: r for r in json.loads(out.read_text())}
     assert set(results) == {"async", "sync", "multiworker", "async-record"}, said
