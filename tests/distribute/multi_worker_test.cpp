@@ -378,6 +378,23 @@ TEST(Launch, AProgramThatIsNotThereIsNamedBeforeMpirunStarts) {
       << not_executable.output;
 }
 
+// Waiting ranks yield their cores (two ranks sharing one crawled, each polling out the other's
+// time slice), unless the user set it: in the environment, or through --mpirun-arg.
+TEST(Launch, WaitingRanksYieldTheirCoresUnlessTheUserSaysOtherwise) {
+  TempDir dir;
+  Watched plain = run_watched({TANDEM_CLI, "launch", "-np", "2", "--dry-run", "--", "/bin/true"}, dir, 60);
+  EXPECT_EQ(plain.code, 0) << plain.output;
+  EXPECT_NE(plain.output.find(" --mca mpi_yield_when_idle 1 "), std::string::npos) << plain.output;
+  Watched by_env = run_watched({TANDEM_CLI, "launch", "-np", "2", "--dry-run", "--", "/bin/true"}, dir, 60, "env.log",
+                               {"OMPI_MCA_mpi_yield_when_idle=0"});
+  EXPECT_EQ(by_env.output.find("mpi_yield_when_idle"), std::string::npos) << by_env.output;
+  Watched by_arg = run_watched({TANDEM_CLI, "launch", "-np", "2", "--dry-run", "--mpirun-arg", "--mca", "--mpirun-arg",
+                                "mpi_yield_when_idle", "--mpirun-arg", "0", "--", "/bin/true"},
+                               dir, 60, "arg.log");
+  EXPECT_EQ(by_arg.output.find("mpi_yield_when_idle 1"), std::string::npos) << by_arg.output;
+  EXPECT_NE(by_arg.output.find("--mca mpi_yield_when_idle 0"), std::string::npos) << by_arg.output;
+}
+
 TEST(Launch, TfConfigMistakesAreNamed) {
   TempDir dir;
   auto launch = [&](const std::string& config) {
