@@ -529,8 +529,8 @@ def main():
         started = time.time()
         try:
             r = run_job(name, plan, args, data_dir, work)
-        finally:  # whatever went wrong, no task of the job (its uninterrupted run's included) outlives the
-            end_everything(work)  # harness, nor a namespace
+        finally:  # whatever went wrong, no process of the job (its uninterrupted run's too) nor a namespace
+            end_everything(work)  # outlives the harness
             if name == "netns-async":
                 subprocess.run(["bash", NETNS, "down", NETNS_PREFIX], capture_output=True)
         r["seconds"] = round(time.time() - started, 1)
