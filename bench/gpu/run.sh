@@ -23,13 +23,18 @@ part() {  # its limit in seconds, then the command
   timeout "$limit" "$@" | tee -a "$results" || echo "bench: '$*' failed or passed its ${limit} s" >&2
 }
 python3 -c 'import torch; print("peer: PyTorch", torch.__version__, "on", torch.cuda.get_device_name(0))' || true
-part 30 "$bench" floor
+part 30 "$bench" floor float32
 part 45 "$bench" mlp003 float32
 part 45 python3 bench/gpu/torch_peer.py mlp003 float32 eager
 part 45 "$bench" mlp003 mixed_bfloat16
 part 45 python3 bench/gpu/torch_peer.py mlp003 bf16 eager
+part 60 "$bench" mlp25 "$data"
+part 60 python3 bench/gpu/torch_peer.py mlp25 "$data"
 part 90 "$bench" cnn-mnist "$data"
 part 90 python3 bench/gpu/torch_peer.py cnn-mnist "$data"
+part 30 "$bench" floor tf32
+part 45 "$bench" mlp003 tf32
+part 45 python3 bench/gpu/torch_peer.py mlp003 tf32 eager
 part 90 python3 bench/gpu/torch_peer.py mlp003 float32 compile
 part 90 python3 bench/gpu/torch_peer.py mlp003 bf16 compile
 python3 bench/gpu/report.py "$results"

@@ -35,10 +35,18 @@ struct MemoryStats {
   int64_t device_allocations = 0, device_releases = 0;  // cudaMalloc and cudaFree calls
   int64_t reused = 0;                                   // requests served from the cache
   int64_t bytes_in_use = 0, bytes_cached = 0;
+  int64_t peak_bytes_in_use = 0;  // the most handed out at once (torch.cuda.max_memory_allocated)
 };
 MemoryStats memory_stats(int index);
 // Waits until every queued kernel and copy of GPU `index` has run (a timer's fence).
 void synchronize(int index);
+
+// Float32 products on the GPUs' TF32 tensor cores (tf.config.experimental.
+// enable_tensor_float_32_execution; `tandem fit --tf32`): faster, with operands rounded to 10
+// bits of mantissa. Off by default, so that a GPU's results are the CPU's within float32 rounding.
+// For the whole process, from the next product on; the CPU's products are float32 either way.
+void enable_tensor_float_32(bool enabled);
+bool tensor_float_32_enabled();
 
 // Registers the CUDA device's memory and kernels with Tandem's core (once; no CUDA call is made
 // until a tensor is placed on a GPU). tandem.h calls it, so that a program including it can use

@@ -136,6 +136,19 @@ class experimental:  # noqa: N801 - tf.config.experimental's names
     VirtualDeviceConfiguration = LogicalDeviceConfiguration
 
     @staticmethod
+    def enable_tensor_float_32_execution(enabled):
+        """Float32 products on the GPUs' TF32 tensor cores (faster, operands rounded to 10 bits of
+        mantissa). Off by default in Tandem, unlike TensorFlow, so that a GPU's results are the
+        CPU's within float32 rounding; the CPU's products are float32 either way."""
+        if isinstance(enabled, str) or enabled not in (True, False):
+            raise Error(f"enable_tensor_float_32_execution: enabled must be True or False, got {enabled!r}")
+        _tandem.enable_tensor_float_32(bool(enabled))
+
+    @staticmethod
+    def tensor_float_32_execution_enabled():
+        return _tandem.tensor_float_32_enabled()
+
+    @staticmethod
     def set_memory_growth(device, enable):
         """Tandem's GPU memory always grows as asked (a caching allocator): accepted for a GPU."""
         if device not in _gpus():

@@ -53,8 +53,10 @@ struct CommonFlags {
   uint64_t seed = 0;
   std::string precision = "float32";  // float32, or mixed_bf16 (Keras' mixed_bfloat16 policy)
   std::string device = "cpu";         // cpu, cuda or cuda:N (gpu, gpu:N)
+  bool tf32 = false;                  // float32 products on a GPU's TF32 tensor cores
   void add_to(CLI::App& app, bool with_dataset = true);
-  void apply() const;  // the threads and the precision, before the model is made
+  // The threads, the precision and --tf32 (refused with --device cpu), before the model is made.
+  void apply() const;
   // While alive, the layers made are placed on --device (nothing for the CPU); fails naming a
   // GPU that this build or machine does not have, and a strategy of several replicas with a GPU
   // (docs/gpu.md: not built yet).

@@ -59,6 +59,9 @@ void CommonFlags::add_to(CLI::App& app, bool with_dataset) {
                                                                                : "not cpu, cuda or cuda:N: " + v;
           },
           "cpu|cuda[:N]"));
+  app.add_flag("--tf32", tf32,
+               "float32 products on the GPU's TF32 tensor cores (faster, operands rounded to 10 bits of mantissa; "
+               "with --device cuda; TensorFlow's enable_tensor_float_32_execution)");
 }
 
 std::optional<DeviceScope> CommonFlags::place(const distribute::Strategy& strategy) const {
@@ -82,6 +85,9 @@ std::optional<DeviceScope> CommonFlags::place(const distribute::Strategy& strate
 
 void CommonFlags::apply() const {
   if (threads > 0) set_num_threads(threads);
+  if (tf32 && device == "cpu")
+    fail("--tf32: TF32 products are a GPU's, and --device is cpu (the CPU's products are float32)");
+  cuda::enable_tensor_float_32(tf32);
   mixed_precision::set_global_policy(precision == "float32" ? "float32" : "mixed_bfloat16");
 }
 

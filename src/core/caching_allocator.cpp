@@ -33,6 +33,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
     ++stats_.reused;
     stats_.bytes_in_use += kept;
     stats_.bytes_cached -= kept;
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
     return reused;
   }
   void* pointer = device_.allocate(size);
@@ -47,6 +48,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
         bytes, size, stats_.bytes_in_use, stats_.bytes_cached);
   ++stats_.device_allocations;
   stats_.bytes_in_use += static_cast<int64_t>(size);
+  stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   blocks_[pointer] = Block{size, stream, {}};
   return pointer;
 }

@@ -41,6 +41,7 @@ struct CachingAllocatorStats {
   int64_t device_allocations = 0, device_releases = 0;  // calls to the device
   int64_t reused = 0;                                   // requests served from the cache
   int64_t bytes_in_use = 0, bytes_cached = 0;           // handed out; kept free (rounded sizes)
+  int64_t peak_bytes_in_use = 0;                        // the most handed out at once
   int64_t waiting_on_events = 0;                        // freed blocks other streams still use
 };
 

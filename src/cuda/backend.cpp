@@ -8,6 +8,7 @@
 
 #include "cuda/elements.h"
 #include "cuda/gpu.h"
+#include "tandem/cuda.h"
 #include "tandem/error.h"
 
 namespace tandem::cuda {
@@ -58,6 +59,10 @@ class GpuBackend final : public kernels::Backend {
     check_fits_int(m, n, k, std::max({lda, ldb, ldc}));
     use();
     std::lock_guard lock(g_.blas_mutex);
+    if (bool tf32 = tensor_float_32_enabled(); tf32 != g_.blas_tf32) {
+      check(api::blas_set_tf32(g_.blas, tf32), "cublasSetMathMode on cuda:{}", g_.index);
+      g_.blas_tf32 = tf32;
+    }
     check(api::blas_sgemm(g_.blas, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc),
           "cublasSgemm {}x{}x{} on cuda:{}", m, n, k, g_.index);
   }
@@ -96,7 +101,8 @@ class GpuBackend final : public kernels::Backend {
     run(launch::activation_backward(dy, z, y, dz, rows, cols, as_int(act), s()), "activation_backward");
   }
   void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) override {
-    run(launch::column_sums(dy, rows, cols, db, s()), "column_sums");
+    Gpu::Scratch workspace(g_, launch::column_sums_workspace(rows, cols));
+    run(launch::column_sums(dy, rows, cols, db, workspace.as<void>(), s()), "column_sums");
   }
 
   void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols, float* loss,
@@ -150,16 +156,63 @@ class GpuBackend final : public kernels::Backend {
     run(launch::moving_average(moving, value, n, momentum, s()), "moving_average");
   }
 
+  // Convolutions as products through cuBLAS (im2col, then the products; dx gathered back from the
+  // im2col matrix's gradient), a pass of images at a time so that the matrix stays within
+  // kIm2colBytes. Under bf16 the matrix, the kernel and dy are rounded once a call.
   void conv2d_forward(const kernels::Conv2dShape& sh, const float* x, const float* k, const float* b,
                       float* y) override {
-    run(launch::conv2d_forward(conv_of(sh), x, k, b, y, s()), "conv2d_forward");
+    launch::Conv c = conv_of(sh);
+    int64_t places = c.oh * c.ow, window = c.kh * c.kw * c.c;
+    ConvOperand kernel(*this, k, window, c.f, c.bf16);
+    for_passes(
+        c,
+        [&](int64_t first, int64_t images, const float* cols, const uint16_t* cols16) {
+          int64_t rows = images * places;
+          if (c.bf16)
+            rounded_product(false, false, rows, c.f, window, 1.0f, cols16, kernel.rounded(), 0.0f,
+                            y + first * places * c.f, c.f);
+          else gemm(false, false, rows, c.f, window, 1.0f, cols, window, k, c.f, 0.0f, y + first * places * c.f, c.f);
+        },
+        x);
+    bias_activation(y, b, c.n * places, c.f, c.relu ? Activation::ReLU : Activation::Linear);
   }
   void conv2d_backward_data(const kernels::Conv2dShape& sh, const float* dy, const float* k, float* dx) override {
-    run(launch::conv2d_backward_data(conv_of(sh), dy, k, dx, s()), "conv2d_backward_data");
+    launch::Conv c = conv_of(sh);
+    int64_t places = c.oh * c.ow, window = c.kh * c.kw * c.c;
+    ConvOperand kernel(*this, k, window, c.f, c.bf16), gradient(*this, dy, c.n * places, c.f, c.bf16);
+    bool direct = is_pointwise(c);  // the im2col matrix is the input itself: its gradient is dx
+    for_passes(c, [&](int64_t first, int64_t images, const float*, const uint16_t*) {
+      int64_t rows = images * places;
+      Gpu::Scratch dcols(g_, direct ? 0 : static_cast<size_t>(rows * window) * sizeof(float));
+      float* to = direct ? dx + first * places * window : dcols.as<float>();
+      if (c.bf16)
+        rounded_product(false, true, rows, window, c.f, 1.0f, gradient.rounded() + first * places * c.f,
+                        kernel.rounded(), 0.0f, to, window);
+      else gemm(false, true, rows, window, c.f, 1.0f, dy + first * places * c.f, c.f, k, c.f, 0.0f, to, window);
+      if (!direct) run(launch::col2im(c, to, first, images, dx, s()), "col2im");
+    });
   }
   void conv2d_backward_weights(const kernels::Conv2dShape& sh, const float* x, const float* dy, float* dk,
                                float* db) override {
-    run(launch::conv2d_backward_weights(conv_of(sh), x, dy, dk, db, s()), "conv2d_backward_weights");
+    launch::Conv c = conv_of(sh);
+    int64_t places = c.oh * c.ow, window = c.kh * c.kw * c.c;
+    ConvOperand gradient(*this, dy, c.n * places, c.f, c.bf16);
+    for_passes(
+        c,
+        [&](int64_t first, int64_t images, const float* cols, const uint16_t* cols16) {
+          int64_t rows = images * places;
+          float beta = first == 0 ? 0.0f : 1.0f;  // the passes add up in order
+          if (c.bf16)
+            rounded_product(true, false, window, c.f, rows, 1.0f, cols16, gradient.rounded() + first * places * c.f,
+                            beta, dk, c.f);
+          else gemm(true, false, window, c.f, rows, 1.0f, cols, window, dy + first * places * c.f, c.f, beta, dk, c.f);
+        },
+        x);
+    if (c.n == 0) {  // no pass wrote the kernel's gradient
+      float zero = 0.0f;
+      run(launch::fill(dk, &zero, sizeof zero, static_cast<size_t>(window * c.f), s()), "fill");
+    }
+    if (db != nullptr) column_sums(dy, c.n * places, c.f, db);
   }
   // Max pooling's workspace: where in each output's window its maximum was (int32).
   size_t pool2d_workspace_bytes(const kernels::Pool2dShape& sh) override {
@@ -216,8 +269,9 @@ class GpuBackend final : public kernels::Backend {
   }
   void host_sums(int which, const float* a, const float* b, int64_t rows, int64_t c, double* sums) {
     size_t bytes = static_cast<size_t>(which == 2 ? 2 * c : c) * sizeof(double);
-    Gpu::Scratch on_device(g_, bytes);
-    run(launch::channel_sums(which, a, b, rows, c, on_device.as<double>(), s()), "batch normalization's sums");
+    Gpu::Scratch on_device(g_, bytes), workspace(g_, launch::channel_sums_workspace(rows, c));
+    run(launch::channel_sums(which, a, b, rows, c, on_device.as<double>(), workspace.as<void>(), s()),
+        "batch normalization's sums");
     to_host(sums, on_device.as<double>(), bytes, "batch normalization's sums");
   }
   void rounded_product(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const uint16_t* a,
@@ -240,6 +294,42 @@ class GpuBackend final : public kernels::Backend {
     if (std::max({m, n, k, ld}) > std::numeric_limits<int>::max())
       fail("cuda:{}: a {}x{}x{} product (leading dimension up to {}) is past cuBLAS's int sizes", g_.index, m, n, k,
            ld);
+  }
+  // A convolution's operand, rounded to bf16 once (packed) where the products are bf16's.
+  class ConvOperand {
+   public:
+    ConvOperand(GpuBackend& b, const float* x, int64_t rows, int64_t cols, bool bf16)
+        : rounded_(b.g_, bf16 ? static_cast<size_t>(rows * cols) * 2 : 0) {
+      if (bf16 && rows * cols > 0) b.round_bf16(x, cols, rows, cols, rounded_.as<uint16_t>());
+    }
+    const uint16_t* rounded() const { return rounded_.as<uint16_t>(); }
+
+   private:
+    Gpu::Scratch rounded_;
+  };
+  static constexpr size_t kIm2colBytes = size_t{128} << 20;
+  // A 1×1 window at stride 1 without padding: each output place reads its own input place.
+  static bool is_pointwise(const launch::Conv& c) {
+    return c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && c.pad_top == 0 && c.pad_left == 0;
+  }
+  // body(first image, images, im2col matrix, its bf16 copy) for each pass of images; with x null,
+  // no matrix is made (the input gradient's passes).
+  template <class Body>
+  void for_passes(const launch::Conv& c, Body body, const float* x = nullptr) {
+    int64_t window = c.kh * c.kw * c.c, places = c.oh * c.ow;
+    size_t per_image = static_cast<size_t>(std::max<int64_t>(places * window, 1)) * (c.bf16 ? 2 : sizeof(float));
+    int64_t per_pass = std::max<int64_t>(1, static_cast<int64_t>(kIm2colBytes / per_image));
+    bool direct = x != nullptr && !c.bf16 && is_pointwise(c);
+    for (int64_t first = 0; first < c.n; first += per_pass) {
+      int64_t images = std::min(per_pass, c.n - first);
+      size_t bytes = x == nullptr || direct ? 0 : static_cast<size_t>(images) * per_image;
+      Gpu::Scratch cols(g_, bytes);
+      if (bytes > 0)
+        run(launch::im2col(c, x, first, images, c.bf16 ? nullptr : cols.as<float>(),
+                           c.bf16 ? cols.as<uint16_t>() : nullptr, s()),
+            "im2col");
+      body(first, images, direct ? x + first * places * c.c : cols.as<float>(), cols.as<uint16_t>());
+    }
   }
   static size_t conv_output_bytes(const kernels::Conv2dShape& c) {
     return static_cast<size_t>(c.n * c.oh * c.ow * c.f) * sizeof(float);

@@ -1,6 +1,7 @@
-// Convolution and pooling kernels (C++17, nvcc): direct loops, one thread per output value, each
-// value summed in a fixed order (no atomics), so the bits repeat run to run. Gradients that
-// several windows share are gathered, not scattered.
+// Convolution and pooling kernels (C++17, nvcc): a convolution's im2col matrix and its gradient's
+// way back to the input (the products are cuBLAS's, in backend.cpp), pooling as direct loops: one
+// thread per output value, each value summed in a fixed order (no atomics), so the bits repeat run
+// to run. Gradients that several windows share are gathered, not scattered.
 #include <cuda_runtime.h>
 
 #include "cuda/device_api.h"
@@ -9,11 +10,6 @@
 
 namespace tandem::cuda::launch {
 namespace {
-// An operand of a product: rounded to bf16 (and read back as float32) where the shape asks.
-__device__ inline float operand(float v, bool bf16) {
-  return bf16 ? elements::bits_to_float(uint32_t{elements::to_bf16(v)} << 16) : v;
-}
-
 // The outputs o (0 ≤ o < outputs) whose window [o·stride - pad, … + window) holds input i.
 __device__ inline void windows_holding(int64_t i, int64_t pad, int64_t window, int64_t stride, int64_t outputs,
                                        int64_t& first, int64_t& last) {
@@ -30,68 +26,31 @@ __device__ inline int64_t inside(int64_t o, int64_t stride, int64_t pad, int64_t
 }
 }  // namespace
 
-int conv2d_forward(const Conv& s, const float* x, const float* kernel, const float* bias, float* y, void* stream) {
-  return each(s.n * s.oh * s.ow * s.f, stream, [=] __device__(int64_t e) {
-    int64_t f = e % s.f, ox = (e / s.f) % s.ow, oy = (e / (s.f * s.ow)) % s.oh, n = e / (s.f * s.ow * s.oh);
-    float acc = 0.0f;
-    for (int64_t ky = 0; ky < s.kh; ++ky) {
-      int64_t iy = oy * s.sh - s.pad_top + ky;
-      if (iy < 0 || iy >= s.h) continue;
-      for (int64_t kx = 0; kx < s.kw; ++kx) {
-        int64_t ix = ox * s.sw - s.pad_left + kx;
-        if (ix < 0 || ix >= s.w) continue;
-        const float* xp = x + ((n * s.h + iy) * s.w + ix) * s.c;
-        const float* kp = kernel + ((ky * s.kw + kx) * s.c) * s.f + f;
-        for (int64_t c = 0; c < s.c; ++c) acc = fmaf(operand(xp[c], s.bf16), operand(kp[c * s.f], s.bf16), acc);
-      }
-    }
-    if (bias != nullptr) acc += bias[f];
-    y[e] = s.relu && acc < 0.0f ? 0.0f : acc;
+namespace {
+elements::ConvGeometry geometry(const Conv& s) {
+  return {s.h, s.w, s.c, s.kh, s.kw, s.sh, s.sw, s.pad_top, s.pad_left, s.oh, s.ow};
+}
+}  // namespace
+
+int im2col(const Conv& s, const float* x, int64_t first_image, int64_t images, float* cols, uint16_t* cols16,
+           void* stream) {
+  elements::ConvGeometry g = geometry(s);
+  int64_t k = s.kh * s.kw * s.c, first_row = first_image * s.oh * s.ow;
+  return each(images * s.oh * s.ow * k, stream, [=] __device__(int64_t e) {
+    int64_t from = elements::im2col_source(g, first_row + e / k, e % k);
+    float v = from < 0 ? 0.0f : x[from];
+    if (cols16 != nullptr) cols16[e] = elements::to_bf16(v);
+    else cols[e] = v;
   });
 }
 
-int conv2d_backward_data(const Conv& s, const float* dy, const float* kernel, float* dx, void* stream) {
-  return each(s.n * s.h * s.w * s.c, stream, [=] __device__(int64_t e) {
-    int64_t c = e % s.c, ix = (e / s.c) % s.w, iy = (e / (s.c * s.w)) % s.h, n = e / (s.c * s.w * s.h);
+int col2im(const Conv& s, const float* dcols, int64_t first_image, int64_t images, float* dx, void* stream) {
+  elements::ConvGeometry g = geometry(s);
+  int64_t k = s.kh * s.kw * s.c, first_row = first_image * s.oh * s.ow, first = first_image * s.h * s.w * s.c;
+  return each(images * s.h * s.w * s.c, stream, [=] __device__(int64_t e) {
     float acc = 0.0f;
-    for (int64_t ky = 0; ky < s.kh; ++ky) {
-      int64_t ty = iy + s.pad_top - ky;
-      if (ty < 0 || ty % s.sh != 0 || ty / s.sh >= s.oh) continue;
-      for (int64_t kx = 0; kx < s.kw; ++kx) {
-        int64_t tx = ix + s.pad_left - kx;
-        if (tx < 0 || tx % s.sw != 0 || tx / s.sw >= s.ow) continue;
-        const float* dyp = dy + ((n * s.oh + ty / s.sh) * s.ow + tx / s.sw) * s.f;
-        const float* kp = kernel + ((ky * s.kw + kx) * s.c + c) * s.f;
-        for (int64_t f = 0; f < s.f; ++f) acc = fmaf(operand(dyp[f], s.bf16), operand(kp[f], s.bf16), acc);
-      }
-    }
-    dx[e] = acc;
-  });
-}
-
-int conv2d_backward_weights(const Conv& s, const float* x, const float* dy, float* dkernel, float* dbias,
-                            void* stream) {
-  int r = each(s.kh * s.kw * s.c * s.f, stream, [=] __device__(int64_t e) {
-    int64_t f = e % s.f, c = (e / s.f) % s.c, kx = (e / (s.f * s.c)) % s.kw, ky = e / (s.f * s.c * s.kw);
-    float acc = 0.0f;
-    for (int64_t n = 0; n < s.n; ++n)
-      for (int64_t oy = 0; oy < s.oh; ++oy) {
-        int64_t iy = oy * s.sh - s.pad_top + ky;
-        if (iy < 0 || iy >= s.h) continue;
-        for (int64_t ox = 0; ox < s.ow; ++ox) {
-          int64_t ix = ox * s.sw - s.pad_left + kx;
-          if (ix < 0 || ix >= s.w) continue;
-          acc = fmaf(operand(x[((n * s.h + iy) * s.w + ix) * s.c + c], s.bf16),
-                     operand(dy[((n * s.oh + oy) * s.ow + ox) * s.f + f], s.bf16), acc);
-        }
-      }
-    dkernel[e] = acc;
-  });
-  if (r != 0 || dbias == nullptr) return r;
-  return each(s.f, stream, [=] __device__(int64_t f) {
-    float acc = 0.0f;
-    for (int64_t i = 0; i < s.n * s.oh * s.ow; ++i) acc += dy[i * s.f + f];
-    dbias[f] = acc;
+    elements::im2col_readers(g, first + e, [&](int64_t r, int64_t col) { acc += dcols[(r - first_row) * k + col]; });
+    dx[first + e] = acc;
   });
 }
 

@@ -23,6 +23,8 @@ const char* error_text(int code);
 int device_count(int* count);
 int device_properties(int device, char* name, size_t name_size, int* major, int* minor, size_t* total_memory);
 int set_device(int device);
+int driver_version(int* version);                    // cudaDriverGetVersion: 13000 for 13.0
+int memory_info(size_t* free_bytes, size_t* total);  // cudaMemGetInfo on the current device
 int synchronize_device();
 
 int allocate(void** pointer, size_t bytes);  // cudaMalloc
@@ -44,9 +46,13 @@ int pointer_device(const void* pointer, int* device);
 // Bytes between any two places (host or device, by unified addressing), queued on stream.
 int copy_async(void* to, const void* from, size_t bytes, void* stream);
 
-// cuBLAS: a handle bound to a stream, TF32 off (CUBLAS_DEFAULT_MATH, pedantic where asked).
+// cuBLAS: a handle bound to a stream, TF32 off (CUBLAS_DEFAULT_MATH).
 int blas_create(void** handle, void* stream);
 int blas_destroy(void* handle);
+// Float32 products on TF32 tensor cores (on) or in float32 (off).
+int blas_set_tf32(void* handle, bool on);
+// The handle's workspace: cuBLAS then allocates none of its own.
+int blas_set_workspace(void* handle, void* workspace, size_t bytes);
 // Row-major C(m × n) = alpha·op(A)·op(B) + beta·C, as kernels::cpu::gemm.
 int blas_sgemm(void* handle, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
@@ -78,7 +84,10 @@ int gemm_ordered(bool transpose_b, int64_t m, int64_t n, int64_t k, const float*
 int bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, int act, void* stream);
 int activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows, int64_t cols, int act,
                         void* stream);
-int column_sums(const float* dy, int64_t rows, int64_t cols, float* db, void* stream);
+// Column sums (a bias's gradient), in a tree fixed by the shape: `workspace` holds
+// column_sums_workspace(rows, cols) bytes of device memory (none when it answers 0).
+int column_sums(const float* dy, int64_t rows, int64_t cols, float* db, void* workspace, void* stream);
+size_t column_sums_workspace(int64_t rows, int64_t cols);
 int softmax_cross_entropy(const float* logits, const int32_t* labels, const float* targets, int64_t rows, int64_t cols,
                           float* loss, float* probabilities, void* stream);
 int cross_entropy_backward(const float* probabilities, const int32_t* labels, const float* targets, const float* dy,
@@ -88,8 +97,11 @@ int pointwise_loss(int kind, const float* pred, const float* target, float* loss
 int pointwise_loss_backward(int kind, const float* pred, const float* target, const float* dy, float* dpred,
                             int64_t rows, int64_t per_row, void* stream);
 // Batch normalization; the double sums into device memory (the caller copies them to the host).
-// which: 0 Σx, 1 Σ(x - mean)² (b = mean), 2 Σdy then Σdy·x̂ (a = dy, b = x̂; 2c sums).
-int channel_sums(int which, const float* a, const float* b, int64_t rows, int64_t c, double* sums, void* stream);
+// which: 0 Σx, 1 Σ(x - mean)² (b = mean), 2 Σdy then Σdy·x̂ (a = dy, b = x̂; 2c sums); in the
+// tree of column_sums, with channel_sums_workspace(rows, c) bytes of `workspace`.
+int channel_sums(int which, const float* a, const float* b, int64_t rows, int64_t c, double* sums, void* workspace,
+                 void* stream);
+size_t channel_sums_workspace(int64_t rows, int64_t c);
 int batch_norm_normalize(const float* x, const float* mean, const float* rstd, const float* gamma, const float* beta,
                          float* x_hat, float* y, int64_t rows, int64_t c, void* stream);
 // sums: 2c doubles in device memory.
@@ -116,9 +128,13 @@ struct Pool {
   bool max;
   int64_t n, h, w, c, ph, pw, sh, sw, pad_top, pad_left, oh, ow;
 };
-int conv2d_forward(const Conv& s, const float* x, const float* kernel, const float* bias, float* y, void* stream);
-int conv2d_backward_data(const Conv& s, const float* dy, const float* kernel, float* dx, void* stream);
-int conv2d_backward_weights(const Conv& s, const float* x, const float* dy, float* dkernel, float* dbias, void* stream);
+// A convolution is products of its im2col matrix (cuda/elements.h: a row per output place, a column
+// per window place) with the kernel, a pass of images at a time: rows of images first_image …
+// + images - 1, into cols (float32) or cols16 (bf16, when not null), packed.
+int im2col(const Conv& s, const float* x, int64_t first_image, int64_t images, float* cols, uint16_t* cols16,
+           void* stream);
+// The input gradient of those images from their im2col matrix's gradient (dcols, packed as im2col's).
+int col2im(const Conv& s, const float* dcols, int64_t first_image, int64_t images, float* dx, void* stream);
 // Max pooling records where in each output's window its maximum was (py·pw + px, int32) in
 // `argmax`; average ignores it.
 int pool2d_forward(const Pool& s, const float* x, float* y, int32_t* argmax, void* stream);

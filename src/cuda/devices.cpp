@@ -2,6 +2,7 @@
 // the kernels (a build without a CUDA toolkit registers nothing and says why there is no GPU).
 #include "tandem/cuda.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "core/device_memory.h"
@@ -48,7 +49,7 @@ MemoryStats memory_stats(int index) {
 #ifdef TANDEM_WITH_CUDA
   if (Gpu* g = gpu_if_made(index)) {
     core::CachingAllocatorStats s = g->allocator.stats();
-    out = {s.device_allocations, s.device_releases, s.reused, s.bytes_in_use, s.bytes_cached};
+    out = {s.device_allocations, s.device_releases, s.reused, s.bytes_in_use, s.bytes_cached, s.peak_bytes_in_use};
   }
 #endif
   return out;
@@ -63,6 +64,12 @@ void synchronize(int index) {
   fail("cuda::synchronize({}): {}", index, why_none());
 #endif
 }
+
+namespace {
+std::atomic<bool> tf32{false};
+}
+void enable_tensor_float_32(bool enabled) { tf32.store(enabled, std::memory_order_relaxed); }
+bool tensor_float_32_enabled() { return tf32.load(std::memory_order_relaxed); }
 
 bool registered() {
 #ifdef TANDEM_WITH_CUDA

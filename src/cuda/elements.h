@@ -219,4 +219,35 @@ TANDEM_HD uint16_t to_bf16(float x) {
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+// A convolution as a product (NHWC input, HWIO kernel): the im2col matrix has a row per output
+// place r = (n·oh + oy)·ow + ox and a column per window place k = (ky·kw + kx)·c + ci, holding the
+// input at (n, oy·sh - pad_top + ky, ox·sw - pad_left + kx, ci), 0 over the padding; the output is
+// that matrix times the kernel (kh·kw·c × f).
+struct ConvGeometry {
+  int64_t h, w, c, kh, kw, sh, sw, pad_top, pad_left, oh, ow;
+};
+// The input element im2col's (r, k) reads, or -1 where its window hangs over the padding.
+TANDEM_HD int64_t im2col_source(const ConvGeometry& g, int64_t r, int64_t k) {
+  int64_t ci = k % g.c, kx = (k / g.c) % g.kw, ky = k / (g.c * g.kw);
+  int64_t ox = r % g.ow, oy = (r / g.ow) % g.oh, n = r / (g.ow * g.oh);
+  int64_t iy = oy * g.sh - g.pad_top + ky, ix = ox * g.sw - g.pad_left + kx;
+  if (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) return -1;
+  return ((n * g.h + iy) * g.w + ix) * g.c + ci;
+}
+// Every (r, k) of the im2col matrix that reads input element e, in the order of ky then kx:
+// visit(r, k) for each (the input gradient gathers the column gradient's values there).
+template <class Visit>
+TANDEM_HD void im2col_readers(const ConvGeometry& g, int64_t e, Visit visit) {
+  int64_t ci = e % g.c, ix = (e / g.c) % g.w, iy = (e / (g.c * g.w)) % g.h, n = e / (g.c * g.w * g.h);
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    int64_t ty = iy + g.pad_top - ky;
+    if (ty < 0 || ty % g.sh != 0 || ty / g.sh >= g.oh) continue;
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      int64_t tx = ix + g.pad_left - kx;
+      if (tx < 0 || tx % g.sw != 0 || tx / g.sw >= g.ow) continue;
+      visit((n * g.oh + ty / g.sh) * g.ow + tx / g.sw, (ky * g.kw + kx) * g.c + ci);
+    }
+  }
+}
+
 }  // namespace tandem::cuda::elements

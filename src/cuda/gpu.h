@@ -48,11 +48,15 @@ struct Gpu {
   // Makes this GPU the calling thread's current one (every call into the runtime does first).
   void use() const;
   core::StreamId stream_id() const { return reinterpret_cast<core::StreamId>(stream); }
-  // Device memory for a call's scratch, handed back (stream-ordered) when the Scratch ends.
+  // Device memory for a call's scratch, handed back (stream-ordered) when the Scratch ends; none
+  // (a null pointer) for 0 bytes.
   class Scratch {
    public:
-    Scratch(Gpu& gpu, size_t bytes) : gpu_(gpu), pointer_(gpu.allocator.allocate(bytes, gpu.stream_id())) {}
-    ~Scratch() { gpu_.allocator.deallocate(pointer_); }
+    Scratch(Gpu& gpu, size_t bytes)
+        : gpu_(gpu), pointer_(bytes == 0 ? nullptr : gpu.allocator.allocate(bytes, gpu.stream_id())) {}
+    ~Scratch() {
+      if (pointer_ != nullptr) gpu_.allocator.deallocate(pointer_);
+    }
     Scratch(const Scratch&) = delete;
     Scratch& operator=(const Scratch&) = delete;
     template <class T>
@@ -68,8 +72,10 @@ struct Gpu {
   int index;
   void* stream = nullptr;
   void* blas = nullptr;
-  std::mutex blas_mutex;       // a cuBLAS handle is used by one thread at a time
-  bool bf16_products = false;  // compute capability 8.0 or later
+  std::mutex blas_mutex;           // a cuBLAS handle is used by one thread at a time
+  bool blas_tf32 = false;          // the handle's math mode (under blas_mutex)
+  void* blas_workspace = nullptr;  // cuBLAS's workspace, from the caching allocator (kept)
+  bool bf16_products = false;      // compute capability 8.0 or later
   GpuApi api;
   core::CachingAllocator allocator;
   std::unique_ptr<kernels::Backend> backend;

@@ -59,6 +59,77 @@ int sum(const float* x, int64_t n, double* device_sum, void* stream) {
   return int(cudaGetLastError());
 }
 
+namespace {
+// Column sums of a rows × cols matrix in a tree fixed by the shape alone (never by the launch), so
+// the bits repeat: the rows cut into chunks of kChunkRows; in a chunk, lane t of a column sums rows
+// t, t + kLanes, … in order, then the kLanes lanes add pairwise in shared memory. The chunks' sums
+// are a (chunks × cols) matrix, reduced the same way until one row is left. A block is 32 columns ×
+// kLanes lanes: a warp reads 32 neighbouring columns of a row, so the card reads the matrix once at
+// full width, however few the columns (the bias of 10 units) or many the rows (a convolution's).
+constexpr int kColumnsPerBlock = 32, kLanes = 8;
+constexpr int64_t kChunkRows = 256;
+constexpr int64_t kMaxGridY = 65535;
+
+__host__ __device__ inline int64_t chunks_of(int64_t rows) { return (rows + kChunkRows - 1) / kChunkRows; }
+
+// out[chunk · cols + j] = Σ over the chunk's rows of load(i, j).
+template <class Acc, class Load>
+__global__ void column_chunks(int64_t rows, int64_t cols, Load load, Acc* out) {
+  __shared__ Acc lanes[kLanes][kColumnsPerBlock];
+  int64_t j = blockIdx.x * int64_t{kColumnsPerBlock} + threadIdx.x;
+  for (int64_t chunk = blockIdx.y; chunk < chunks_of(rows); chunk += gridDim.y) {
+    int64_t end = (chunk + 1) * kChunkRows < rows ? (chunk + 1) * kChunkRows : rows;
+    Acc s = 0;
+    if (j < cols)
+      for (int64_t i = chunk * kChunkRows + threadIdx.y; i < end; i += kLanes) s += load(i, j);
+    lanes[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    for (int width = kLanes / 2; width > 0; width /= 2) {
+      if (int(threadIdx.y) < width) lanes[threadIdx.y][threadIdx.x] += lanes[threadIdx.y + width][threadIdx.x];
+      __syncthreads();
+    }
+    if (threadIdx.y == 0 && j < cols) out[chunk * cols + j] = lanes[0][threadIdx.x];
+    __syncthreads();  // lanes is written again by the next chunk
+  }
+}
+
+template <class Acc, class Load>
+int column_pass(int64_t rows, int64_t cols, Load load, Acc* out, cudaStream_t stream) {
+  int64_t chunks = chunks_of(rows);
+  dim3 grid(unsigned((cols + kColumnsPerBlock - 1) / kColumnsPerBlock),
+            unsigned(chunks < kMaxGridY ? chunks : kMaxGridY));
+  column_chunks<Acc><<<grid, dim3(kColumnsPerBlock, kLanes), 0, stream>>>(rows, cols, load, out);
+  return int(cudaGetLastError());
+}
+
+// Elements of the workspace reduce_columns needs for rows × cols (0 when one pass does).
+size_t reduction_workspace(int64_t rows, int64_t cols) {
+  size_t total = 0;
+  for (int64_t chunks = chunks_of(rows); chunks > 1; chunks = chunks_of(chunks)) total += size_t(chunks * cols);
+  return total;
+}
+
+// out[j] = Σ_i load(i, j), through the workspace's levels of partial sums.
+template <class Acc, class Load>
+int reduce_columns(int64_t rows, int64_t cols, Load load, Acc* out, Acc* workspace, void* stream_handle) {
+  cudaStream_t stream = as_stream(stream_handle);
+  if (cols <= 0) return 0;
+  if (rows <= 0) return each(cols, stream_handle, [=] __device__(int64_t j) { out[j] = Acc(0); });
+  int64_t chunks = chunks_of(rows);
+  int r = column_pass<Acc>(rows, cols, load, chunks == 1 ? out : workspace, stream);
+  const Acc* level = workspace;
+  while (r == 0 && chunks > 1) {
+    int64_t next = chunks_of(chunks);
+    Acc* to = next == 1 ? out : const_cast<Acc*>(level) + chunks * cols;
+    r = column_pass<Acc>(
+        chunks, cols, [=] __device__(int64_t i, int64_t j) { return level[i * cols + j]; }, to, stream);
+    level = to;
+    chunks = next;
+  }
+  return r;
+}
+}  // namespace
+
 int dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sample, float rate, uint64_t seed,
             uint64_t step, int64_t sample_offset, int64_t features, int64_t feature_offset, void* stream) {
   return each(rows * per_sample, stream, [=] __device__(int64_t i) {
@@ -120,13 +191,12 @@ int activation_backward(const float* dy, const float* z, const float* y, float* 
     dz[i] = el::activation_backward(act, dy[i], z == nullptr ? 0.0f : z[i], y == nullptr ? 0.0f : y[i]);
   });
 }
-int column_sums(const float* dy, int64_t rows, int64_t cols, float* db, void* stream) {
-  return each(cols, stream, [=] __device__(int64_t j) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < rows; ++i) s += dy[i * cols + j];
-    db[j] = s;
-  });
+int column_sums(const float* dy, int64_t rows, int64_t cols, float* db, void* workspace, void* stream) {
+  return reduce_columns<float>(
+      rows, cols, [=] __device__(int64_t i, int64_t j) { return dy[i * cols + j]; }, db, static_cast<float*>(workspace),
+      stream);
 }
+size_t column_sums_workspace(int64_t rows, int64_t cols) { return reduction_workspace(rows, cols) * sizeof(float); }
 
 int softmax_cross_entropy(const float* logits, const int32_t* labels, const float* targets, int64_t rows, int64_t cols,
                           float* loss, float* probabilities, void* stream) {
@@ -172,25 +242,29 @@ int pointwise_loss_backward(int kind, const float* pred, const float* target, co
   });
 }
 
-int channel_sums(int which, const float* a, const float* b, int64_t rows, int64_t c, double* sums, void* stream) {
-  return each(c, stream, [=] __device__(int64_t j) {
-    double s = 0.0, t = 0.0;
-    for (int64_t i = 0; i < rows; ++i) {
-      double v = a[i * c + j];
-      if (which == 0) {
-        s += v;
-      } else if (which == 1) {
-        double e = double(a[i * c + j] - b[j]);
-        s += e * e;
-      } else {
-        s += v;
-        t += double(a[i * c + j] * b[i * c + j]);
-      }
-    }
-    sums[j] = s;
-    if (which == 2) sums[c + j] = t;
-  });
+int channel_sums(int which, const float* a, const float* b, int64_t rows, int64_t c, double* sums, void* workspace,
+                 void* stream) {
+  auto* ws = static_cast<double*>(workspace);
+  if (which == 0)
+    return reduce_columns<double>(
+        rows, c, [=] __device__(int64_t i, int64_t j) { return double(a[i * c + j]); }, sums, ws, stream);
+  if (which == 1)
+    return reduce_columns<double>(
+        rows, c,
+        [=] __device__(int64_t i, int64_t j) {
+          double e = double(a[i * c + j] - b[j]);
+          return e * e;
+        },
+        sums, ws, stream);
+  int r = reduce_columns<double>(
+      rows, c, [=] __device__(int64_t i, int64_t j) { return double(a[i * c + j]); }, sums, ws, stream);
+  if (r != 0) return r;
+  return reduce_columns<double>(
+      rows, c, [=] __device__(int64_t i, int64_t j) { return double(a[i * c + j] * b[i * c + j]); }, sums + c, ws,
+      stream);
 }
+size_t channel_sums_workspace(int64_t rows, int64_t c) { return reduction_workspace(rows, c) * sizeof(double); }
+
 int batch_norm_normalize(const float* x, const float* mean, const float* rstd, const float* gamma, const float* beta,
                          float* x_hat, float* y, int64_t rows, int64_t c, void* stream) {
   return each(rows * c, stream, [=] __device__(int64_t i) {

@@ -18,6 +18,8 @@ int device_count(int* count) {
 }
 int device_properties(int, char*, size_t, int*, int*, size_t*) { return kNoToolkit; }
 int set_device(int) { return kNoToolkit; }
+int driver_version(int*) { return kNoToolkit; }
+int memory_info(size_t*, size_t*) { return kNoToolkit; }
 int synchronize_device() { return kNoToolkit; }
 int allocate(void**, size_t) { return kNoToolkit; }
 bool out_of_memory(int) { return false; }
@@ -35,6 +37,8 @@ int pointer_device(const void*, int*) { return kNoToolkit; }
 int copy_async(void*, const void*, size_t, void*) { return kNoToolkit; }
 int blas_create(void**, void*) { return kNoToolkit; }
 int blas_destroy(void*) { return kNoToolkit; }
+int blas_set_tf32(void*, bool) { return kNoToolkit; }
+int blas_set_workspace(void*, void*, size_t) { return kNoToolkit; }
 int blas_sgemm(void*, bool, bool, int64_t, int64_t, int64_t, float, const float*, int64_t, const float*, int64_t, float,
                float*, int64_t) {
   return kNoToolkit;

@@ -44,6 +44,8 @@ int device_properties(int device, char* name, size_t name_size, int* major, int*
   return 0;
 }
 int set_device(int device) { return int(cudaSetDevice(device)); }
+int driver_version(int* version) { return int(cudaDriverGetVersion(version)); }
+int memory_info(size_t* free_bytes, size_t* total) { return int(cudaMemGetInfo(free_bytes, total)); }
 int synchronize_device() { return int(cudaDeviceSynchronize()); }
 
 int allocate(void** pointer, size_t bytes) {
@@ -101,6 +103,12 @@ int blas_create(void** handle, void* stream) {
   return blas(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
 }
 int blas_destroy(void* handle) { return blas(cublasDestroy(as_handle(handle))); }
+int blas_set_tf32(void* handle, bool on) {
+  return blas(cublasSetMathMode(as_handle(handle), on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+}
+int blas_set_workspace(void* handle, void* workspace, size_t bytes) {
+  return blas(cublasSetWorkspace(as_handle(handle), workspace, bytes));
+}
 
 // Row-major C = op(A)·op(B) is column-major Cᵀ = op(B)ᵀ·op(A)ᵀ: cuBLAS gets B first.
 int blas_sgemm(void* handle, bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,

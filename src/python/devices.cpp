@@ -48,6 +48,8 @@ void register_devices(py::module_& m) {
     return names;
   });
   m.def("why_no_gpu", [] { return cuda::registered() ? cuda::why_none() : "this build has no CUDA device"; });
+  m.def("enable_tensor_float_32", &cuda::enable_tensor_float_32, py::arg("enabled"));
+  m.def("tensor_float_32_enabled", &cuda::tensor_float_32_enabled);
   py::class_<Placement>(m, "Placement")
       .def(py::init([](bool gpu, int index) {
              Device d = gpu ? Device::cuda(index) : Device::cpu(index);

@@ -47,7 +47,7 @@ TEST(Cli, BadFlagsAndValuesAreRejected) {
 }
 
 // --device: a GPU this build or machine lacks is refused before anything is made, with the reason;
-// a malformed name and a multi-replica strategy on a GPU too. (On a GPU: tests/cuda.)
+// a malformed name, a multi-replica strategy on a GPU and --tf32 on the CPU too. (On a GPU: tests/cuda.)
 TEST(Cli, DeviceFlagNamesWhatIsMissing) {
   testing::TempDir dir;
   make_mnist(dir.path(), 64, 16);
@@ -66,6 +66,10 @@ TEST(Cli, DeviceFlagNamesWhatIsMissing) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("a strategy of 2 replicas (mirrored:2) on GPUs is not built yet"), std::string::npos)
       << r.output;
+  r = run({"fit", "--tf32", "--data-dir", dir.path(), "--run-dir", dir.file("run")}, dir);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("--tf32: TF32 products are a GPU's, and --device is cpu"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("run"))) << "refused before the run directory is made";
 }
 
 TEST(Cli, SummaryAndJsonModels) {

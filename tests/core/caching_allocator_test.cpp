@@ -103,6 +103,21 @@ TEST(CachingAllocator, ASteadyStepAsksTheDeviceForNothing) {
   EXPECT_EQ(st.device_releases, 0);
 }
 
+TEST(CachingAllocator, ThePeakIsTheMostHandedOutAtOnce) {
+  FakeDevice device;
+  CachingAllocator cache(device);
+  void* a = cache.allocate(1000, kCompute);  // 1024 rounded
+  void* b = cache.allocate(3000, kCompute);  // 3072
+  cache.deallocate(a);
+  void* c = cache.allocate(1000, kCompute);  // from the cache
+  EXPECT_EQ(cache.stats().peak_bytes_in_use, 1024 + 3072);
+  void* d = cache.allocate(512, kCompute);
+  EXPECT_EQ(cache.stats().peak_bytes_in_use, 1024 + 3072 + 512);
+  for (void* p : {b, c, d}) cache.deallocate(p);
+  EXPECT_EQ(cache.stats().bytes_in_use, 0);
+  EXPECT_EQ(cache.stats().peak_bytes_in_use, 1024 + 3072 + 512) << "the peak stays after the blocks go back";
+}
+
 TEST(CachingAllocator, AStreamGetsBackOnlyItsOwnBlocks) {
   FakeDevice device;
   CachingAllocator cache(device);

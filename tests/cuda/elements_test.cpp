@@ -174,5 +174,47 @@ TEST(CudaElements, Bf16RoundingIsTheCpus) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(el::to_bf16(x[i]), y[i]) << x[i];
 }
 
+// The CUDA device's convolutions are products of the im2col matrix these index functions read; here,
+// on the host, those products (in double) against the CPU's convolution, forward and both gradients.
+TEST(CudaElements, Im2colProductsAreTheCpusConvolution) {
+  struct Case {
+    int64_t n, h, w, c, k, f, stride;
+    Padding padding;
+  };
+  for (Case t : {Case{2, 6, 7, 3, 3, 4, 1, Padding::Same}, Case{2, 7, 6, 2, 3, 5, 2, Padding::Same},
+                 Case{1, 8, 8, 3, 3, 2, 2, Padding::Valid}, Case{2, 5, 5, 4, 1, 3, 1, Padding::Valid},
+                 Case{1, 9, 7, 1, 5, 2, 3, Padding::Same}}) {
+    auto s = kernels::cpu::conv2d_shape(t.n, t.h, t.w, t.c, t.k, t.k, t.f, t.stride, t.stride, t.padding);
+    el::ConvGeometry g{s.h, s.w, s.c, s.kh, s.kw, s.sh, s.sw, s.pad_top, s.pad_left, s.oh, s.ow};
+    int64_t rows = s.n * s.oh * s.ow, window = s.kh * s.kw * s.c;
+    std::vector<float> x = values(s.n * s.h * s.w * s.c, 1), kernel = values(window * s.f, 2),
+                       dy = values(rows * s.f, 3);
+    std::vector<double> cols(static_cast<size_t>(rows * window));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < window; ++k) {
+        int64_t from = el::im2col_source(g, r, k);
+        cols[r * window + k] = from < 0 ? 0.0 : x[from];
+      }
+    std::vector<float> y(static_cast<size_t>(rows * s.f)), dx(x.size()), dk(kernel.size());
+    kernels::cpu::conv2d_forward(s, x.data(), kernel.data(), nullptr, y.data());
+    kernels::cpu::conv2d_backward_data(s, dy.data(), kernel.data(), dx.data());
+    kernels::cpu::conv2d_backward_weights(s, x.data(), dy.data(), dk.data(), nullptr);
+    std::vector<double> want_y(y.size()), want_dk(dk.size()), want_dx(dx.size()), dcols(cols.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < window; ++k)
+        for (int64_t f = 0; f < s.f; ++f) {
+          want_y[r * s.f + f] += cols[r * window + k] * kernel[k * s.f + f];
+          want_dk[k * s.f + f] += cols[r * window + k] * dy[r * s.f + f];
+          dcols[r * window + k] += dy[r * s.f + f] * kernel[k * s.f + f];
+        }
+    for (int64_t e = 0; e < static_cast<int64_t>(x.size()); ++e)
+      el::im2col_readers(g, e, [&](int64_t r, int64_t k) { want_dx[e] += dcols[r * window + k]; });
+    auto as_double = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+    EXPECT_TRUE(testing::all_close(as_double(y), want_y, 1e-4, 1e-5)) << "forward, case of width " << t.w;
+    EXPECT_TRUE(testing::all_close(as_double(dx), want_dx, 1e-4, 1e-5)) << "input gradient, case of width " << t.w;
+    EXPECT_TRUE(testing::all_close(as_double(dk), want_dk, 1e-4, 1e-5)) << "kernel gradient, case of width " << t.w;
+  }
+}
+
 }  // namespace
 }  // namespace tandem

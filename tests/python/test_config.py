@@ -68,3 +68,25 @@ def test_device_mistakes_are_named(tf):
         tf.config.threading.set_inter_op_parallelism_threads(2)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     assert tf.config.threading.get_intra_op_parallelism_threads() == 1
+
+
+def test_tensor_float_32_is_off_until_enabled_and_refuses_a_non_boolean(tf):
+    assert tf.config.experimental.tensor_float_32_execution_enabled() is False
+    try:
+        tf.config.experimental.enable_tensor_float_32_execution(True)
+        assert tf.config.experimental.tensor_float_32_execution_enabled() is True
+        # The CPU's products are float32 either way: a model trains to the same weights.
+        x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+        y = np.arange(8, dtype=np.int32) % 2
+        weights = []
+        for enabled in (True, False):
+            tf.config.experimental.enable_tensor_float_32_execution(enabled)
+            model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,), kernel_initializer="ones")])
+            model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy")
+            model.fit(x, y, epochs=2, batch_size=4, verbose=0, shuffle=False)
+            weights.append(model.get_weights()[0])
+        np.testing.assert_array_equal(weights[0], weights[1])
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(False)
+    with pytest.raises(tf.Error, match="enabled must be True or False"):
+        tf.config.experimental.enable_tensor_float_32_execution("yes")
