@@ -2,8 +2,11 @@
 #ifdef TANDEM_WITH_CUDA
 #include "cuda/gpu.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
+#include <cstring>
 
 #include "tandem/error.h"
 
@@ -35,6 +38,44 @@ bool GpuApi::event_done(void* event) {
   return done;
 }
 void GpuApi::destroy_event(void* event) { check(api::destroy_event(event), "cudaEventDestroy"); }
+
+void HostStaging::upload(void* to, const void* host, size_t bytes, void* stream, int device) {
+  if (bytes > kLargest) {  // a whole data set moved once: no block kept for it
+    check(api::copy_async(to, host, bytes, stream), "copy of {} bytes to cuda:{}", bytes, device);
+    check(api::synchronize_stream(stream), "the work queued on cuda:{}", device);
+    return;
+  }
+  std::lock_guard lock(mutex_);
+  Block* block = nullptr;  // the smallest free block that holds the bytes
+  for (Block& b : blocks_) {
+    if (b.event != nullptr) {
+      bool done = false;
+      check(api::event_done(b.event, &done), "cudaEventQuery");
+      if (!done) continue;
+      check(api::destroy_event(b.event), "cudaEventDestroy");
+      b.event = nullptr;
+    }
+    if (b.size >= bytes && (block == nullptr || b.size < block->size)) block = &b;
+  }
+  if (block == nullptr) {
+    if (blocks_.size() >= kMostBlocks) {  // the host is far ahead: wait, then trade the smallest block for a larger
+      check(api::synchronize_stream(stream), "the work queued on cuda:{}", device);
+      auto smallest = std::min_element(blocks_.begin(), blocks_.end(),
+                                       [](const Block& a, const Block& b) { return a.size < b.size; });
+      if (smallest->event != nullptr) check(api::destroy_event(smallest->event), "cudaEventDestroy");
+      check(api::release_pinned(smallest->pointer), "cudaFreeHost");
+      blocks_.erase(smallest);
+    }
+    Block fresh;
+    fresh.size = std::max(kSmallest, std::bit_ceil(bytes));
+    check(api::allocate_pinned(&fresh.pointer, fresh.size), "cudaMallocHost of {} bytes", fresh.size);
+    blocks_.push_back(fresh);
+    block = &blocks_.back();
+  }
+  std::memcpy(block->pointer, host, bytes);
+  check(api::copy_async(to, block->pointer, bytes, stream), "copy of {} bytes to cuda:{}", bytes, device);
+  check(api::record_event(&block->event, stream), "cudaEventRecord");
+}
 
 Gpu::Gpu(int i) : index(i), api(i), allocator(api) {
   use();
@@ -107,11 +148,11 @@ class GpuMemory final : public core::DeviceMemory {
     check(api::copy_async(host, from, bytes, g.stream), "copy of {} bytes from cuda:{}", bytes, device.index);
     check(api::synchronize_stream(g.stream), "the work queued on cuda:{}", device.index);
   }
+  // Through a pinned staging block: the host goes on while the GPU uploads.
   void from_host(Device device, void* to, const void* host, size_t bytes) override {
     Gpu& g = gpu_of(device);
     g.use();
-    check(api::copy_async(to, host, bytes, g.stream), "copy of {} bytes to cuda:{}", bytes, device.index);
-    check(api::synchronize_stream(g.stream), "the work queued on cuda:{}", device.index);
+    g.staging.upload(to, host, bytes, g.stream, device.index);
   }
   bool host_accessible() const override { return false; }
   void copy_within(Device device, void* to, const void* from, size_t bytes) override {

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -38,6 +39,27 @@ class GpuApi final : public core::DeviceApi {
 
  private:
   int index_;
+};
+
+// Pinned host blocks that host-to-GPU copies go through, so that the host never waits for an
+// upload: the host's bytes are copied into a free block and the GPU's copy queued from there; a block
+// is used again once the copy queued from it has run. Kept until the process ends.
+class HostStaging {
+ public:
+  // Copies `bytes` of host memory to `to` on `stream` (GPU `device`), returning once `host` may be
+  // reused: through a staging block up to kLargest bytes, else straight and waited for.
+  void upload(void* to, const void* host, size_t bytes, void* stream, int device);
+  static constexpr size_t kLargest = size_t{64} << 20, kSmallest = size_t{64} << 10;
+  static constexpr size_t kMostBlocks = 16;  // past it, the stream's queue is waited for
+
+ private:
+  struct Block {
+    void* pointer = nullptr;
+    size_t size = 0;
+    void* event = nullptr;  // recorded after the last copy from it; null once that copy has run
+  };
+  std::mutex mutex_;
+  std::vector<Block> blocks_;
 };
 
 // Made on first use and kept until the process ends (its blocks, stream and handle with it).
@@ -78,6 +100,7 @@ struct Gpu {
   bool bf16_products = false;      // compute capability 8.0 or later
   GpuApi api;
   core::CachingAllocator allocator;
+  HostStaging staging;
   std::unique_ptr<kernels::Backend> backend;
 };
 

@@ -178,12 +178,17 @@ std::optional<double> TrainStep::run(const GlobalBatch& batch, uint64_t key) {
   result_.predictions.assign(parts, Tensor());
   result_.labels.assign(parts, Tensor());
   part_losses_.assign(parts, 0.0);
+  part_loss_values_.assign(parts, Tensor());
+  part_loss_scales_.assign(parts, 1.0);
   batch_ = &batch;
   key_ = key;
   {
     StopRecording not_here;  // each replica records on its own tape
     strategy_->for_each_replica(replica_job_);
   }
+  for (size_t p = 0; p < parts; ++p)
+    if (part_loss_values_[p].defined())
+      part_losses_[p] = static_cast<double>(part_loss_values_[p].item()) * part_loss_scales_[p];
   update_metrics();
   double sum = 0.0;  // in part order, so the figure does not depend on timing
   for (double l : part_losses_) sum += l;
@@ -284,10 +289,9 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
         if (work.as_products[i]) work.products[i] = deferred->take(work.sources[i]);
     }
   }
-  // One device's figure is its batch mean's; a part's, its sum.
-  part_losses_[static_cast<size_t>(p)] = step.loss.whole
-                                             ? static_cast<double>(loss.item()) * static_cast<double>(global)
-                                             : ops::sum(step.loss.per_sample).item();
+  // One device's figure is its batch mean's; a part's, its sum (read in run, after the update is queued).
+  part_loss_values_[static_cast<size_t>(p)] = step.loss.whole ? loss : ops::sum(step.loss.per_sample);
+  part_loss_scales_[static_cast<size_t>(p)] = step.loss.whole ? static_cast<double>(global) : 1.0;
   result_.predictions[static_cast<size_t>(p)] = step.predictions;
   result_.labels[static_cast<size_t>(p)] = y;
   work.reducer.add(p - split_.first_part[static_cast<size_t>(global_replica(r))], work.grads, work.products);

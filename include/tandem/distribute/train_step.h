@@ -104,9 +104,13 @@ class TrainStep : public StepRunner {
   std::function<void(int)> replica_job_;
   std::vector<std::unique_ptr<ReplicaState>> work_;  // per replica
   std::vector<double> part_losses_;                  // per part, summed in part order
-  std::vector<double> exchange_;                     // part losses and the metrics' sums and counts
-  std::vector<double> metric_sums_;                  // the metrics' accumulators before the step
-  std::vector<int64_t> batch_sizes_;                 // every worker's (has a batch, rows)
+  // A part's loss as its replica left it (on its device), read into part_losses_ once every
+  // replica has queued its update: a GPU's step waits for its loss only after the update is queued.
+  std::vector<Tensor> part_loss_values_;
+  std::vector<double> part_loss_scales_;
+  std::vector<double> exchange_;      // part losses and the metrics' sums and counts
+  std::vector<double> metric_sums_;   // the metrics' accumulators before the step
+  std::vector<int64_t> batch_sizes_;  // every worker's (has a batch, rows)
   PartOutputs result_;
 };
 
