@@ -7,7 +7,8 @@
 //                                    allocated outside the allocator, cuBLAS included) and the
 //                                    allocator's peak bytes in use
 //   bench_gpu floor float32|tf32     the same step's nine matrix products alone through cuBLAS, on
-//                                    random operands: samples/s and each product's time
+//                                    random operands: samples/s and each product's time, called
+//                                    straight and through Tandem's backend as Dense calls it
 //   bench_gpu mlp25 DATA_DIR         the first tutorial's MLP on MNIST at a batch of 25: samples/s
 //   bench_gpu cnn-mnist DATA_DIR     the tutorial's CNN on MNIST to 98.5% test accuracy: wall
 //                                    seconds from the process's start
@@ -19,6 +20,7 @@
 #include <functional>
 
 #include "cuda/device_api.h"
+#include "kernels/backend.h"
 #include "tandem/tandem.h"
 
 using namespace tandem;
@@ -122,39 +124,48 @@ int floor(const std::string& precision) {
   check(cuda::api::blas_create(&blas, stream), "cublasCreate");
   check(cuda::api::blas_set_tf32(blas, precision == "tf32"), "cublasSetMathMode");
   auto f = [](const Tensor& t) { return t.buffer<float>(); };
+  cuda::enable_tensor_float_32(precision == "tf32");
+  kernels::Backend& backend = kernels::backend(Device::cuda(0));
+  // C = op(A)·op(B), row-major, as Dense's forward and backward ask it: straight to cuBLAS on the
+  // floor's own handle, or through the backend (the GPU's handle, stream and math mode).
+  auto gemm = [&](bool through_backend, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const Tensor& a, int64_t lda,
+                  const Tensor& bm, int64_t ldb, Tensor& c) {
+    if (through_backend) return backend.gemm(ta, tb, m, n, k, 1, f(a), lda, f(bm), ldb, 0, f(c), n);
+    check(cuda::api::blas_sgemm(blas, ta, tb, m, n, k, 1, f(a), lda, f(bm), ldb, 0, f(c), n), "cublasSgemm");
+  };
   struct Product {
     std::string name;
-    std::function<void()> run;
+    std::function<void()> run, through_backend;
   };
   std::vector<Product> products;
   for (int i = 0; i < 3; ++i) {
     int64_t in = dims[i], out = dims[i + 1];
     std::string layer = std::to_string(i + 1);
-    products.push_back({"forward" + layer, [&, i, in, out] {
-                          check(cuda::api::blas_sgemm(blas, false, false, b, out, in, 1, f(acts[i]), in, f(weights[i]),
-                                                      out, 0, f(acts[i + 1]), out),
-                                "cublasSgemm");
-                        }});
-    products.push_back({"dW" + layer, [&, i, in, out] {
-                          check(cuda::api::blas_sgemm(blas, true, false, in, out, b, 1, f(acts[i]), in, f(acts[i + 1]),
-                                                      out, 0, f(grads[i]), out),
-                                "cublasSgemm");
-                        }});
-    if (i > 0)
-      products.push_back({"dX" + layer, [&, i, in, out] {
-                            check(cuda::api::blas_sgemm(blas, false, true, b, in, out, 1, f(acts[i + 1]), out,
-                                                        f(weights[i]), out, 0, f(acts[i]), in),
-                                  "cublasSgemm");
-                          }});
+    auto forward = [&, i, in, out](bool via) {
+      gemm(via, false, false, b, out, in, acts[i], in, weights[i], out, acts[i + 1]);
+    };
+    auto dw = [&, i, in, out](bool via) {
+      gemm(via, true, false, in, out, b, acts[i], in, acts[i + 1], out, grads[i]);
+    };
+    auto dx = [&, i, in, out](bool via) {
+      gemm(via, false, true, b, in, out, acts[i + 1], out, weights[i], out, acts[i]);
+    };
+    products.push_back({"forward" + layer, [=] { forward(false); }, [=] { forward(true); }});
+    products.push_back({"dW" + layer, [=] { dw(false); }, [=] { dw(true); }});
+    if (i > 0) products.push_back({"dX" + layer, [=] { dx(false); }, [=] { dx(true); }});
   }
+  auto both_done = [&] {  // the floor's stream and the backend's
+    check(cuda::api::synchronize_stream(stream), "cudaStreamSynchronize");
+    cuda::synchronize(0);
+  };
   auto timed = [&](const std::function<void()>& body, int reps) {
     body();
-    check(cuda::api::synchronize_stream(stream), "cudaStreamSynchronize");
+    both_done();
     double best = 1e30;
     for (int rep = 0; rep < 3; ++rep) {
       auto t0 = Clock::now();
       for (int i = 0; i < reps; ++i) body();
-      check(cuda::api::synchronize_stream(stream), "cudaStreamSynchronize");
+      both_done();
       best = std::min(best, seconds_since(t0) / reps);
     }
     return best;
@@ -164,13 +175,15 @@ int floor(const std::string& precision) {
         for (Product& p : products) p.run();
       },
       50);
-  std::string each;
-  for (Product& p : products)
+  std::string each, via;
+  for (Product& p : products) {
     each += (each.empty() ? "" : ", ") + ("\"" + p.name + "\": " + std::to_string(timed(p.run, 50) * 1e3));
+    via += (via.empty() ? "" : ", ") + ("\"" + p.name + "\": " + std::to_string(timed(p.through_backend, 50) * 1e3));
+  }
   std::printf(
       "{\"who\": \"cublas-floor\", \"what\": \"mlp003\", \"precision\": \"%s\", \"samples_per_s\": %.1f, "
-      "\"product_ms\": {%s}, %s}\n",
-      precision.c_str(), static_cast<double>(b) / step, each.c_str(), card().c_str());
+      "\"product_ms\": {%s}, \"through_backend_ms\": {%s}, %s}\n",
+      precision.c_str(), static_cast<double>(b) / step, each.c_str(), via.c_str(), card().c_str());
   return 0;
 }
 

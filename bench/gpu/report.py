@@ -28,6 +28,8 @@ def main(path):
         if floor and "product_ms" in floor:
             print(f"  the floor's products ({precision}), ms: " +
                   ", ".join(f"{k} {v:.3f}" for k, v in floor["product_ms"].items()))
+            print(f"  the same through Tandem's backend, ms: " +
+                  ", ".join(f"{k} {v:.3f}" for k, v in floor.get("through_backend_ms", {}).items()))
     ours, theirs = by.get(("tandem", "mlp003", "float32")), by.get(("pytorch-eager", "mlp003", "float32"))
     if ours:
         print(f"  per steady step: {ours['cuda_malloc_per_step']} cudaMalloc calls (the allocator's), "

@@ -63,6 +63,10 @@ Tensor reshape(const Tensor& x, const Shape& shape);
 
 // Losses per sample. logits:(B,C), labels:(B) int32 in [0,C) -> (B).
 Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels);
+// Class labels as int32 (sparse cross-entropy, accuracy), on the labels' device: float labels must
+// be whole numbers within int32's range; a NaN, an infinity or a fraction is refused naming `what`,
+// the first bad row and its value (a cast would make it some class, or undefined behaviour).
+Tensor class_labels(const Tensor& labels, std::string_view what);
 // logits:(B,C), targets:(B,C) probabilities -> (B).
 Tensor softmax_cross_entropy(const Tensor& logits, const Tensor& targets);
 // x:(B,...) targets like x -> (B): mean over the other axes of the binary cross-entropy;

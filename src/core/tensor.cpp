@@ -1,6 +1,8 @@
 #include "tandem/tensor.h"
 
 #include <cstring>
+#include <limits>
+#include <type_traits>
 
 #include "core/device_memory.h"
 #include "core/tensor_impl.h"
@@ -503,6 +505,13 @@ Tensor Tensor::astype(DType dtype) const {
     switch (src.dtype()) {
       case DType::Float32: {
         const float* p = src.data<float>();
+        if constexpr (!std::is_same_v<D, float>) {  // a NaN or a value past D's range: undefined behaviour
+          constexpr double below = static_cast<double>(std::numeric_limits<D>::min()) - 1.0;
+          constexpr double past = static_cast<double>(std::numeric_limits<D>::max()) + 1.0;
+          for (int64_t i = 0; i < n; ++i)
+            if (!(static_cast<double>(p[i]) > below && static_cast<double>(p[i]) < past))
+              fail("astype({}): element {} is {}, outside {}'s range", dtype_name(dtype), i, p[i], dtype_name(dtype));
+        }
         for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<D>(p[i]);
         break;
       }

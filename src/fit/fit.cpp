@@ -187,7 +187,7 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
   check_data(x_all, y_all, "fit");
 
   bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
-  Tensor y_cast = sparse && y_all.dtype() != DType::Int32 ? y_all.astype(DType::Int32) : y_all.contiguous();
+  Tensor y_cast = sparse ? ops::class_labels(y_all, "fit: y") : y_all.contiguous();
   if (!sparse && y_cast.dtype() != DType::Float32) y_cast = y_cast.astype(DType::Float32);
   Tensor x_c = x_all.contiguous();
   if (sparse) y_cast = y_cast.reshape({y_cast.dim(0)});
@@ -198,6 +198,7 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
     x_val = options.validation_data->first;
     y_val = options.validation_data->second;
     check_data(x_val, y_val, "fit (validation_data)");
+    if (sparse) y_val = ops::class_labels(y_val, "validation_data: y");  // refused before any step
   } else if (options.validation_split > 0.0) {
     auto held = static_cast<int64_t>(std::floor(static_cast<double>(n) * options.validation_split));
     if (held == 0 || held == n)
@@ -278,7 +279,7 @@ std::pair<Tensor, Tensor> Sequential::dataset_batch(const data::Element& element
   if (x.defined() && x.dtype() != DType::Float32) x = x.astype(DType::Float32);  // as Keras casts its inputs
   check_data(x, y, what);
   bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
-  if (sparse && y.dtype() != DType::Int32) y = y.astype(DType::Int32);
+  if (sparse) y = ops::class_labels(y, fmt::format("{}: y", what));
   if (sparse && y.rank() != 1) y = y.reshape({y.dim(0)});
   if (!sparse && y.dtype() != DType::Float32) y = y.astype(DType::Float32);
   return {x, y};
@@ -322,7 +323,7 @@ void print_evaluation(int64_t batches, const Logs& logs) {
 Logs Sequential::validation_logs(const Tensor& x_in, const Tensor& y_in, int64_t batch) {
   StopRecording no_tape;
   bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
-  Tensor y = sparse && y_in.dtype() != DType::Int32 ? y_in.astype(DType::Int32) : y_in.contiguous();
+  Tensor y = sparse ? ops::class_labels(y_in, "validation_data: y") : y_in.contiguous();
   if (!sparse && y.dtype() != DType::Float32) y = y.astype(DType::Float32);
   if (sparse) y = y.reshape({y.dim(0)});
   Tensor x = x_in.contiguous();

@@ -1,6 +1,8 @@
 // sparse_softmax_cross_entropy: logits:(B,C), labels:(B) int32 -> loss:(B) = logsumexp(row) - row[label].
 // softmax_cross_entropy: logits:(B,C), targets:(B,C) -> loss:(B) = Σ_j t_j·(logsumexp(row) - row_j).
 // backward: dlogits = dy_i · (softmax(row) · Σt - t), the probabilities kept from the forward pass.
+#include <cmath>
+
 #include "ops/checks.h"
 
 namespace tandem::ops {
@@ -39,6 +41,18 @@ Tensor finish(const Tensor& logits_in, Tensor loss, Tensor probabilities, Tensor
 
 }  // namespace
 
+Tensor class_labels(const Tensor& labels, std::string_view what) {
+  if (labels.dtype() == DType::Int32) return labels.contiguous();
+  if (labels.dtype() != DType::Float32) return labels.astype(DType::Int32);  // bytes are whole and in range
+  Tensor host = labels.to(Device::cpu()).contiguous();
+  const float* v = host.data<float>();
+  for (int64_t i = 0; i < host.numel(); ++i)
+    if (!std::isfinite(v[i]) || v[i] != std::trunc(v[i]) || v[i] < -2147483648.0f || v[i] >= 2147483648.0f)
+      fail("{}: label {} at row {} is not a class index (labels must be whole numbers{})", what, v[i], i,
+           std::isfinite(v[i]) && v[i] == std::trunc(v[i]) ? " within int32's range" : "");
+  return host.astype(DType::Int32).to(labels.device());
+}
+
 Tensor sparse_softmax_cross_entropy(const Tensor& logits_in, const Tensor& labels_in) {
   const char* op = "sparse_categorical_crossentropy";
   check_logits(logits_in, op);
@@ -47,7 +61,7 @@ Tensor sparse_softmax_cross_entropy(const Tensor& logits_in, const Tensor& label
   if (labels_in.numel() != rows || (labels_in.rank() > 1 && labels_in.dim(-1) != 1))
     fail("{}: labels have shape {}, expected ({},) to match logits {}", op, labels_in.shape().str(), rows,
          logits_in.shape().str());
-  Tensor labels = labels_in.dtype() == DType::Int32 ? labels_in.contiguous() : labels_in.astype(DType::Int32);
+  Tensor labels = class_labels(labels_in, op);
   Tensor host_labels = labels.to(Device::cpu());  // checked on the host
   const int32_t* l = host_labels.data<int32_t>();
   for (int64_t i = 0; i < rows; ++i)

@@ -1,5 +1,7 @@
 #include "tandem/metrics.h"
 
+#include "tandem/ops.h"
+
 namespace tandem {
 namespace {
 
@@ -43,7 +45,7 @@ void Metric::update(const Tensor& y_true_on_device, const Tensor& y_pred_on_devi
         const int32_t* l = y_true_in.contiguous().data<int32_t>();
         for (int64_t i = 0; i < rows; ++i) correct += argmax(p + i * cols, cols) == l[i];
       } else {
-        Tensor t = y_true_in.astype(DType::Int32);
+        Tensor t = ops::class_labels(y_true_in, name_);
         for (int64_t i = 0; i < rows; ++i) correct += argmax(p + i * cols, cols) == t.data<int32_t>()[i];
       }
       break;

@@ -164,6 +164,46 @@ TEST(Training, CnnWithBatchNormLearns) {
   EXPECT_GT(log_value(model.evaluate(x, y), "accuracy"), 0.95);
 }
 
+// Float labels for sparse cross-entropy must be class indices: a NaN, an infinity, a fraction or a
+// value past int32 is refused before any step, naming the row and the value (a cast would make it
+// some class, or undefined behaviour), in fit, in validation data, in the op and in the metric.
+TEST(Training, BadFloatLabelsAreRefusedNamingTheirRowAndValue) {
+  Blobs data = make_blobs(8, 4, 3);
+  struct Bad {
+    float value;
+    std::string shown;
+  };
+  for (Bad bad :
+       {Bad{std::nanf(""), "label nan at row 3"}, Bad{INFINITY, "label inf at row 3"}, Bad{1.5f, "label 1.5 at row 3"},
+        Bad{-0.5f, "label -0.5 at row 3"},
+        Bad{3e9f, "label 3000000000 at row 3 is not a class index (labels must be whole numbers within int32"}}) {
+    std::vector<float> labels{0, 1, 2, 3, 4, 5, 6, 7};
+    labels[3] = bad.value;
+    Tensor y = Tensor::from_vector({8}, std::span<const float>(labels));
+    auto model = reference_mlp(4);
+    auto before = model->variables()[0]->value.to_vector();
+    std::string error = testing::error_of([&] { model->fit(data.x, y, {.epochs = 1, .batch_size = 4, .verbose = 0}); });
+    EXPECT_NE(error.find("fit: y: " + bad.shown), std::string::npos) << error;
+    EXPECT_EQ(model->variables()[0]->value.to_vector(), before) << "no step ran";
+    error = testing::error_of([&] {
+      model->fit(data.x, data.y, {.epochs = 1, .batch_size = 4, .validation_data = std::pair{data.x, y}, .verbose = 0});
+    });
+    EXPECT_NE(error.find("validation_data: y: " + bad.shown), std::string::npos) << error;
+    EXPECT_EQ(model->variables()[0]->value.to_vector(), before) << "no step ran before the validation labels' check";
+    error = testing::error_of([&] { (void)ops::sparse_softmax_cross_entropy(testing::random_tensor({8, 10}, 1), y); });
+    EXPECT_NE(error.find("sparse_categorical_crossentropy: " + bad.shown), std::string::npos) << error;
+  }
+  std::vector<float> whole{0, 1, 2, 3, 4, 5, 6, 7};  // float labels that are class indices train
+  auto model = reference_mlp(4);
+  model->fit(data.x, Tensor::from_vector({8}, std::span<const float>(whole)),
+             {.epochs = 1, .batch_size = 4, .verbose = 0});
+  std::vector<float> nan_values{1.0f, std::nanf("")};
+  EXPECT_NE(testing::error_of([&] {
+              (void)Tensor::from_vector({2}, std::span<const float>(nan_values)).astype(DType::Int32);
+            }).find("astype(int32): element 1 is nan"),
+            std::string::npos);
+}
+
 TEST(Training, SaveAndLoadWeightsRoundTrip) {
   testing::TempDir dir;
   Blobs train = make_blobs(200, 16, 4);
