@@ -37,7 +37,9 @@ class StopRecording {
 struct Variable {
   std::string name;  // "dense/kernel"
   Tensor value;
-  bool trainable = true;
+  bool trainable = true;  // given a gradient and updated by the optimizer: it learns and is not frozen
+  bool frozen = false;    // its layer is frozen (Keras' trainable = False): it keeps its value in training
+  bool learns = true;     // trainable unless frozen (false: a layer's own statistics, as batch normalization's)
 };
 
 class GradientTape {

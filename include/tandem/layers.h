@@ -95,6 +95,11 @@ class Layer {
 
   std::vector<Variable>& variables() { return variables_; }
   const std::vector<Variable>& variables() const { return variables_; }
+  // Keras' `trainable`: a frozen layer (false) keeps its variables in training (no gradients, no
+  // updates, no optimizer slots; checkpoints keep them), and batch normalization then runs in
+  // inference mode, as Keras'. Set before or after building; the next fit or apply follows it.
+  bool trainable() const { return trainable_; }
+  void set_trainable(bool trainable);
   int64_t count_params() const;
 
   // Keras' dtype policy: "float32", or "mixed_bfloat16" (the layer's matrix products in bf16 with
@@ -122,6 +127,7 @@ class Layer {
   bool built_ = false;
   std::vector<Variable> variables_;
   std::optional<Device> device_;
+  bool trainable_ = true;
   ops::Precision precision_;  // the dtype policy's products: a layer that multiplies runs its call under it
 };
 
@@ -307,7 +313,7 @@ class BatchNormalization : public Layer {
   std::string default_name() const override { return "batch_normalization"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   void call_parts(BatchParts& parts) override;
-  bool needs_parts_together() const override { return true; }
+  bool needs_parts_together() const override { return trainable(); }
   void finish_parts() override;
   const BatchNormalizationOptions& options() const { return options_; }
 

@@ -101,6 +101,10 @@ class Sequential {
   // The model's variables; inside Strategy::run, the running replica's.
   std::vector<Variable*> variables();
   std::vector<Variable*> trainable_variables();
+  // Keras' model.trainable = False (or True): every layer frozen (or unfrozen), as
+  // Layer::set_trainable; a layer may be set on its own after it (fine-tuning: freeze the base,
+  // then train the head).
+  void set_trainable(bool trainable);
   int64_t count_params() const;
   const std::string& name() const { return name_; }
   uint64_t seed() const { return seed_; }

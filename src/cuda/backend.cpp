@@ -284,10 +284,15 @@ class GpuBackend final : public kernels::Backend {
     check(api::blas_gemm_bf16(g_.blas, ta, tb, m, n, k, alpha, a, ta ? m : k, b, tb ? k : n, beta, c, ldc),
           "cublasGemmEx (bf16) {}x{}x{} on cuda:{}", m, n, k, g_.index);
   }
-  // C(m × n, rows ldc apart) = β·C.
+  // C(m × n, rows ldc apart) = β·C; zeros for β = 0, whatever C held (0 × NaN would stay NaN).
   void scale_rows(float* c, int64_t m, int64_t n, int64_t ldc, float beta) {
-    if (ldc == n) return unary(kernels::UnaryKind::Scale, c, c, m * n, beta, 0, 0);
-    for (int64_t i = 0; i < m; ++i) unary(kernels::UnaryKind::Scale, c + i * ldc, c + i * ldc, n, beta, 0, 0);
+    float zero = 0.0f;
+    for (int64_t i = 0; i < (ldc == n ? 1 : m); ++i) {
+      float* row = c + i * ldc;
+      int64_t count = ldc == n ? m * n : n;
+      if (beta == 0.0f) run(launch::fill(row, &zero, sizeof zero, static_cast<size_t>(count), s()), "fill");
+      else unary(kernels::UnaryKind::Scale, row, row, count, beta, 0, 0);
+    }
   }
   // cuBLAS takes int sizes.
   void check_fits_int(int64_t m, int64_t n, int64_t k, int64_t ld) const {
@@ -310,19 +315,21 @@ class GpuBackend final : public kernels::Backend {
   static constexpr size_t kIm2colBytes = size_t{128} << 20;
   // A 1×1 window at stride 1 without padding: each output place reads its own input place.
   static bool is_pointwise(const launch::Conv& c) {
-    return c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && c.pad_top == 0 && c.pad_left == 0;
+    return c.kh == 1 && c.kw == 1 && c.sh == 1 && c.sw == 1 && c.pad_top == 0 && c.pad_left == 0 && c.oh == c.h &&
+           c.ow == c.w;
   }
   // body(first image, images, im2col matrix, its bf16 copy) for each pass of images; with x null,
   // no matrix is made (the input gradient's passes).
   template <class Body>
   void for_passes(const launch::Conv& c, Body body, const float* x = nullptr) {
     int64_t window = c.kh * c.kw * c.c, places = c.oh * c.ow;
-    size_t per_image = static_cast<size_t>(std::max<int64_t>(places * window, 1)) * (c.bf16 ? 2 : sizeof(float));
+    // Float32s, though the matrix is bf16 under bf16: the input gradient's pass holds float32s.
+    size_t per_image = static_cast<size_t>(std::max<int64_t>(places * window, 1)) * sizeof(float);
     int64_t per_pass = std::max<int64_t>(1, static_cast<int64_t>(kIm2colBytes / per_image));
     bool direct = x != nullptr && !c.bf16 && is_pointwise(c);
     for (int64_t first = 0; first < c.n; first += per_pass) {
       int64_t images = std::min(per_pass, c.n - first);
-      size_t bytes = x == nullptr || direct ? 0 : static_cast<size_t>(images) * per_image;
+      size_t bytes = x == nullptr || direct ? 0 : static_cast<size_t>(images * places * window) * (c.bf16 ? 2 : 4);
       Gpu::Scratch cols(g_, bytes);
       if (bytes > 0)
         run(launch::im2col(c, x, first, images, c.bf16 ? nullptr : cols.as<float>(),

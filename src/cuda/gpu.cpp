@@ -46,26 +46,33 @@ void HostStaging::upload(void* to, const void* host, size_t bytes, void* stream,
     return;
   }
   std::lock_guard lock(mutex_);
-  Block* block = nullptr;  // the smallest free block that holds the bytes
-  for (Block& b : blocks_) {
-    if (b.event != nullptr) {
-      bool done = false;
-      check(api::event_done(b.event, &done), "cudaEventQuery");
-      if (!done) continue;
-      check(api::destroy_event(b.event), "cudaEventDestroy");
-      b.event = nullptr;
+  // The smallest free block that holds the bytes (a block is free once its copy has run).
+  auto free_block = [&]() -> Block* {
+    Block* found = nullptr;
+    for (Block& b : blocks_) {
+      if (b.event != nullptr) {
+        bool done = false;
+        check(api::event_done(b.event, &done), "cudaEventQuery");
+        if (!done) continue;
+        check(api::destroy_event(b.event), "cudaEventDestroy");
+        b.event = nullptr;
+      }
+      if (b.size >= bytes && (found == nullptr || b.size < found->size)) found = &b;
     }
-    if (b.size >= bytes && (block == nullptr || b.size < block->size)) block = &b;
-  }
-  if (block == nullptr) {
-    if (blocks_.size() >= kMostBlocks) {  // the host is far ahead: wait, then trade the smallest block for a larger
-      check(api::synchronize_stream(stream), "the work queued on cuda:{}", device);
+    return found;
+  };
+  Block* block = free_block();
+  if (block == nullptr && blocks_.size() >= kMostBlocks) {  // the host is far ahead: wait for the GPU
+    check(api::synchronize_stream(stream), "the work queued on cuda:{}", device);
+    block = free_block();
+    if (block == nullptr) {  // none large enough: the smallest gives way to a larger
       auto smallest = std::min_element(blocks_.begin(), blocks_.end(),
                                        [](const Block& a, const Block& b) { return a.size < b.size; });
-      if (smallest->event != nullptr) check(api::destroy_event(smallest->event), "cudaEventDestroy");
       check(api::release_pinned(smallest->pointer), "cudaFreeHost");
       blocks_.erase(smallest);
     }
+  }
+  if (block == nullptr) {
     Block fresh;
     fresh.size = std::max(kSmallest, std::bit_ceil(bytes));
     check(api::allocate_pinned(&fresh.pointer, fresh.size), "cudaMallocHost of {} bytes", fresh.size);

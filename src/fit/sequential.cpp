@@ -112,6 +112,10 @@ std::vector<Variable*> Sequential::trainable_variables() {
   return out;
 }
 
+void Sequential::set_trainable(bool trainable) {
+  for (auto& layer : layers_) layer->set_trainable(trainable);
+}
+
 int64_t Sequential::count_params() const {
   int64_t n = 0;
   for (const auto& l : layers_) n += l->count_params();

@@ -23,11 +23,12 @@ Shape BatchNormalization::do_build(const Shape& input_shape, uint64_t seed) {
 Tensor BatchNormalization::call(const Tensor& x, const CallContext& ctx) {
   check_input(x);
   return ops::batch_norm(x, variables_[0].value, variables_[1].value, variables_[2].value, variables_[3].value,
-                         options_.momentum, options_.epsilon, ctx.training, distribute::replica_context(),
-                         options_.synchronized, ctx.moving_statistics);
+                         options_.momentum, options_.epsilon, ctx.training && trainable(),
+                         distribute::replica_context(), options_.synchronized, ctx.moving_statistics);
 }
 
 void BatchNormalization::call_parts(BatchParts& parts) {
+  if (!trainable()) return Layer::call_parts(parts);  // frozen: inference mode, each part alone
   std::vector<Tensor> gammas, betas;
   for (size_t i = 0; i < parts.h.size(); ++i) {
     check_input(parts.h[i]);

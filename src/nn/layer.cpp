@@ -116,9 +116,18 @@ Tensor& Layer::add_variable(const std::string& short_name, const Shape& shape, c
   Tensor t = Tensor::empty(shape);
   init.fill(t, fan_in, fan_out, Philox(seed, variables_.size()));
   if (device_) t = t.to(*device_);
-  mark_trainable(t, trainable);
-  variables_.push_back(Variable{name_ + "/" + short_name, t, trainable});
+  mark_trainable(t, trainable && trainable_);
+  variables_.push_back(Variable{name_ + "/" + short_name, t, trainable && trainable_, !trainable_, trainable});
   return variables_.back().value;
+}
+
+void Layer::set_trainable(bool trainable) {
+  trainable_ = trainable;
+  for (Variable& v : variables_) {
+    v.frozen = !trainable;
+    v.trainable = v.learns && trainable;
+    mark_trainable(v.value, v.trainable);
+  }
 }
 
 void Layer::check_input(const Tensor& x) const {

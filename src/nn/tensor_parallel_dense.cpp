@@ -33,12 +33,13 @@ TensorParallelDense::TensorParallelDense(const Dense& whole, Split split, std::v
   input_shape_ = Shape{split == Split::Column ? in : mine};
   output_shape_ = Shape{split == Split::Column && !gather_ ? mine : units};
   built_ = true;
+  trainable_ = whole.trainable();
   for (size_t i = 0; i < whole.variables().size(); ++i) {
     if (!holds(i)) continue;
     const Variable& v = whole.variables()[i];
     Tensor piece = cut(i, v.value);
     mark_trainable(piece, v.trainable);
-    variables_.push_back(Variable{v.name, piece, v.trainable});
+    variables_.push_back(Variable{v.name, piece, v.trainable, v.frozen, v.learns});
   }
 }
 

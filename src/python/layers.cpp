@@ -17,6 +17,9 @@ void register_layers(py::module_& m) {
                                return py::str(l.device()->name());
                              })
       .def("count_params", &Layer::count_params)
+      // Keras' layer.trainable: False freezes the layer's variables (and runs batch normalization
+      // in inference mode); the next fit or optimizer.apply_gradients follows it.
+      .def_property("trainable", &Layer::trainable, &Layer::set_trainable)
       .def_property_readonly("dtype_policy", &Layer::dtype_policy)
       .def("set_dtype_policy", &Layer::set_dtype_policy, py::arg("name"))
       .def_property_readonly("output_shape",

@@ -25,15 +25,26 @@ void Optimizer::set_learning_rate(float lr) {
 float Optimizer::current_learning_rate() const { return schedule_ ? (*schedule_)(iterations_) : learning_rate_; }
 
 void Optimizer::build(std::span<Variable* const> variables) {
-  if (slot_owners_.size() == variables.size()) return;
-  int per = slots_per_variable();
-  slot_owners_.clear();
-  slots_.clear();
+  bool same = slot_owners_.size() == variables.size();
+  for (size_t i = 0; same && i < variables.size(); ++i) same = slot_owners_[i] == variables[i]->name;
+  if (same) return;
+  // Another set of variables (a layer frozen or unfrozen since): a variable kept keeps its slots.
+  auto per = static_cast<size_t>(slots_per_variable());
+  std::vector<std::string> owners;
+  std::vector<Tensor> slots;
   for (Variable* v : variables) {
-    slot_owners_.push_back(v->name);
-    for (int i = 0; i < per; ++i)
-      slots_.push_back(Tensor::full(v->value.shape(), slot_initial_value(i), v->value.device()));
+    auto at = std::find(slot_owners_.begin(), slot_owners_.end(), v->name);
+    for (size_t i = 0; i < per; ++i) {
+      bool kept = at != slot_owners_.end() &&
+                  slots_[static_cast<size_t>(at - slot_owners_.begin()) * per + i].shape() == v->value.shape();
+      slots.push_back(kept
+                          ? slots_[static_cast<size_t>(at - slot_owners_.begin()) * per + i]
+                          : Tensor::full(v->value.shape(), slot_initial_value(static_cast<int>(i)), v->value.device()));
+    }
+    owners.push_back(v->name);
   }
+  slot_owners_ = std::move(owners);
+  slots_ = std::move(slots);
 }
 
 namespace {

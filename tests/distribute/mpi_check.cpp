@@ -12,7 +12,8 @@
 // with the same model trained in this process alone on the same global batches (MODE "fast", or
 // "bucketed" with gradients all-reduced in 256-byte buckets on the MPI thread during backward:
 // the default strategy, within 1e-6 + 1e-5 × |value|; "deterministic": MirroredStrategy with one replica in
-// deterministic mode, bit for bit) and prints "rank R: weights match". custom LOCAL: a custom
+// deterministic mode, bit for bit; "frozen": the same with the first two layers frozen, whose
+// variables must keep their values bit for bit while the head's train) and prints "rank R: weights match". custom LOCAL: a custom
 // training loop (distribute_dataset, run, reduce) against one process's ("rank R: custom loop matches").
 // uneven ROWS: rank 1 trains on ROWS rows, rank 0 on 73 (an error naming the workers and what differs).
 // fusion: 64 small tensors of values of mixed magnitudes all-reduced one by one, fused into one

@@ -48,7 +48,7 @@ std::unique_ptr<Sequential> batch_norm_cnn() {
 
 // n = 73: global batches of 24, the last one of 1 row (most replicas' shares empty).
 std::vector<std::vector<float>> train(const Make& make, distribute::Strategy* strategy, Shape per_sample,
-                                      int64_t n = 73) {
+                                      int64_t n = 73, bool freeze_first_two = false) {
   Shape shape{n};
   for (int64_t d : per_sample) shape.push_back(d);
   Tensor x = tandem::testing::random_tensor(shape, 5);
@@ -61,6 +61,8 @@ std::vector<std::vector<float>> train(const Make& make, distribute::Strategy* st
     if (strategy != nullptr) scope.emplace(strategy);
     model = make();
   }
+  if (freeze_first_two)  // fine-tuning: the base frozen (a frozen batch normalization runs in inference mode)
+    for (int i = 0; i < 2; ++i) model->layers()[static_cast<size_t>(i)]->set_trainable(false);
   model->fit(x, y, {.epochs = 2, .batch_size = 24, .verbose = 0});
   std::vector<std::vector<float>> out;
   for (Variable* v : model->variables()) out.push_back(v->value.to_vector());
@@ -153,7 +155,7 @@ void zero_against_plain(std::shared_ptr<Communicator> world, bool deterministic)
 void train_and_compare(std::shared_ptr<Communicator> world, int local, const std::string& mode) {
   if (mode == "fused-bits") return fused_bits(world);
   if (mode == "zero" || mode == "zero-deterministic") return zero_against_plain(world, mode == "zero-deterministic");
-  bool deterministic = mode == "deterministic";
+  bool frozen = mode == "frozen", deterministic = mode == "deterministic" || frozen;
   distribute::MultiWorkerMirroredStrategy strategy({.local_replicas = local,
                                                     .threads_per_replica = 1,
                                                     .deterministic = deterministic,
@@ -162,8 +164,19 @@ void train_and_compare(std::shared_ptr<Communicator> world, int local, const std
   distribute::MirroredStrategy one({.num_replicas = 1, .threads_per_replica = 1, .deterministic = true});
   for (auto [name, make, per_sample] : {std::tuple{"dropout mlp", Make(dropout_mlp), Shape{6}},
                                         std::tuple{"batch norm cnn", Make(batch_norm_cnn), Shape{6, 6, 1}}}) {
-    auto got = train(make, &strategy, per_sample);
-    auto want = train(make, deterministic ? &one : nullptr, per_sample);
+    auto got = train(make, &strategy, per_sample, 73, frozen);
+    auto want = train(make, deterministic ? &one : nullptr, per_sample, 73, frozen);
+    if (frozen) {  // the base's variables as made, bit for bit; the head's trained
+      std::unique_ptr<Sequential> fresh = make();
+      size_t base = fresh->layers()[0]->variables().size() + fresh->layers()[1]->variables().size();
+      auto made = fresh->variables();
+      for (size_t i = 0; i < made.size(); ++i) {
+        bool same = made[i]->value.to_vector() == got[i];
+        expect(i < base ? same : !same,
+               fmt::format("{}: variable {} ({}) {}", name, i, made[i]->name,
+                           i < base ? "of the frozen base changed" : "of the head did not train"));
+      }
+    }
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i)
       for (size_t j = 0; j < got[i].size(); ++j) {

@@ -69,7 +69,7 @@ def Dropout(rate, noise_shape=None, seed=None, name=None, input_shape=None, **kw
     _no_extra(kwargs, "Dropout")
     if noise_shape is not None:
         raise Error("Dropout: noise_shape is not supported (the mask covers every element)")
-    return _tandem.Dropout(float(rate), name or "", _shape(input_shape, None, "Dropout"))
+    return _policy(_tandem.Dropout(float(rate), name or "", _shape(input_shape, None, "Dropout")), kwargs)
 
 
 def Conv2D(filters, kernel_size, strides=(1, 1), padding="valid", activation=None, use_bias=True,
@@ -86,37 +86,37 @@ def Conv2D(filters, kernel_size, strides=(1, 1), padding="valid", activation=Non
 def MaxPooling2D(pool_size=(2, 2), strides=None, padding="valid", name=None, input_shape=None, **kwargs):
     """Max pooling over 2D windows (strides default to the pool size)."""
     _no_extra(kwargs, "MaxPooling2D")
-    return _tandem.Pooling2D(True, _pair(pool_size, "MaxPooling2D", "pool_size"),
-                             None if strides is None else _pair(strides, "MaxPooling2D", "strides"), padding,
-                             name or "", _shape(input_shape, None, "MaxPooling2D"))
+    return _policy(_tandem.Pooling2D(True, _pair(pool_size, "MaxPooling2D", "pool_size"),
+                                     None if strides is None else _pair(strides, "MaxPooling2D", "strides"), padding,
+                                     name or "", _shape(input_shape, None, "MaxPooling2D")), kwargs)
 
 
 def AveragePooling2D(pool_size=(2, 2), strides=None, padding="valid", name=None, input_shape=None, **kwargs):
     """Average pooling over 2D windows (strides default to the pool size)."""
     _no_extra(kwargs, "AveragePooling2D")
-    return _tandem.Pooling2D(False, _pair(pool_size, "AveragePooling2D", "pool_size"),
-                             None if strides is None else _pair(strides, "AveragePooling2D", "strides"), padding,
-                             name or "", _shape(input_shape, None, "AveragePooling2D"))
+    return _policy(_tandem.Pooling2D(False, _pair(pool_size, "AveragePooling2D", "pool_size"),
+                                     None if strides is None else _pair(strides, "AveragePooling2D", "strides"), padding,
+                                     name or "", _shape(input_shape, None, "AveragePooling2D")), kwargs)
 
 
 def Flatten(name=None, input_shape=None, **kwargs):
     """Flattens each sample to one dimension."""
     _no_extra(kwargs, "Flatten")
-    return _tandem.Flatten(name or "", _shape(input_shape, None, "Flatten"))
+    return _policy(_tandem.Flatten(name or "", _shape(input_shape, None, "Flatten")), kwargs)
 
 
 def BatchNormalization(momentum=0.99, epsilon=0.001, synchronized=False, name=None, input_shape=None, **kwargs):
     """Normalizes each feature over the batch (moving statistics for inference)."""
     _no_extra(kwargs, "BatchNormalization")
-    return _tandem.BatchNormalization(float(momentum), float(epsilon), bool(synchronized), name or "",
-                                      _shape(input_shape, None, "BatchNormalization"))
+    return _policy(_tandem.BatchNormalization(float(momentum), float(epsilon), bool(synchronized), name or "",
+                                              _shape(input_shape, None, "BatchNormalization")), kwargs)
 
 
 def Activation(activation, name=None, input_shape=None, **kwargs):
     """Applies an activation function to its input."""
     _no_extra(kwargs, "Activation")
-    return _tandem.Activation(_activation(activation, "Activation") or "linear", name or "",
-                              _shape(input_shape, None, "Activation"))
+    return _policy(_tandem.Activation(_activation(activation, "Activation") or "linear", name or "",
+                                      _shape(input_shape, None, "Activation")), kwargs)
 
 
 class InputLayer:
@@ -139,10 +139,15 @@ def Input(shape=None, batch_size=None, name=None, **kwargs):
 
 
 def _policy(layer, kwargs):
-    """Keras' per-layer ``dtype``: a policy name ("float32", "mixed_bfloat16") or a Policy."""
+    """Keras' per-layer ``dtype`` (a policy name, "float32" or "mixed_bfloat16", or a Policy) and
+    ``trainable`` (False: the layer is frozen)."""
     dtype = kwargs.get("dtype")
     if dtype is not None:
         layer.set_dtype_policy(getattr(dtype, "name", dtype))
+    trainable = kwargs.get("trainable", True)
+    if not isinstance(trainable, bool):
+        raise Error(f"{layer.type}: trainable must be True or False, got {trainable!r}")
+    layer.trainable = trainable
     return layer
 
 

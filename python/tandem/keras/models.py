@@ -120,6 +120,20 @@ class Sequential:
         return list(self._model.layers)
 
     @property
+    def trainable(self):
+        """Keras' model.trainable: False freezes every layer (True unfreezes them); a layer may then
+        be set on its own (``model.layers[-1].trainable = True``). The next fit follows it."""
+        return getattr(self, "_trainable", True)
+
+    @trainable.setter
+    def trainable(self, value):
+        if not isinstance(value, bool):
+            raise Error(f"Sequential.trainable must be True or False, got {value!r}")
+        for layer in self._model.layers:
+            layer.trainable = value
+        self._trainable = value
+
+    @property
     def name(self):
         return self._model.name
 

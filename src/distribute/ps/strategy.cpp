@@ -38,13 +38,16 @@ std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const Param
 }
 // The servers hold the trainable variables; a layer's own statistics (batch normalization's moving
 // mean and variance), updated by the workers' forward passes, would never reach the chief's model.
+// A frozen layer's variables keep their values (its normalization runs in inference mode): every
+// task keeps its own copy, as each builds or loads the same model.
 void require_trainable_only(const StepParts& parts) {
   for (const Variable* v : parts.replicas[0].variables)
-    if (!v->trainable)
+    if (!v->trainable && !v->frozen)
       fail(
           "ParameterServerStrategy: variable \"{}\" is not trainable (a layer's own statistics, as batch "
           "normalization's): the servers hold trainable variables only, so the workers' updates of it would not "
-          "reach the chief's model; train this model with mirrored or multiworker, or without that layer",
+          "reach the chief's model; train this model with mirrored or multiworker, freeze that layer "
+          "(trainable = false), or train without it",
           v->name);
 }
 
