@@ -146,7 +146,6 @@ class LayerConfig {
                             "bias_constraint", "beta_regularizer", "gamma_regularizer", "beta_constraint",
                             "gamma_constraint", "noise_shape", "seed", "lora_rank", "quantization_config"})
         t[k] = {null, "null"};
-      t["trainable"] = {[](const json& v) { return v.is_boolean() && v.get<bool>(); }, "true"};
       // Keras 3's InputLayer writes "optional": false.
       t["optional"] = {[](const json& v) { return v.is_boolean() && !v.get<bool>(); }, "false"};
       t["dtype"] = {[](const json& v) {
@@ -216,7 +215,7 @@ std::unique_ptr<Sequential> model_from_json(const std::string& text, const Model
     LayerConfig c(raw, fmt::format("{} (\"{}\", {})", where, name, type));
     auto input = shape_of(raw, file);
     if (type == "InputLayer") {
-      for (const char* key : {"batch_shape", "sparse", "ragged"}) c.mark_read(key);
+      for (const char* key : {"batch_shape", "sparse", "ragged", "trainable"}) c.mark_read(key);
       c.check_rest();
       from_input_layer = input;
       continue;
@@ -277,6 +276,7 @@ std::unique_ptr<Sequential> model_from_json(const std::string& text, const Model
           "BatchNormalization or Activation",
           where, type);
     }
+    model->layers().back()->set_trainable(c.get<bool>("trainable", true));  // a frozen layer stays frozen
     // A mixed-precision dtype policy: Keras 2's {"class_name": "Policy", "config": {"name": …}},
     // Keras 3's DTypePolicy alike, or the name alone.
     if (c.has("dtype")) {

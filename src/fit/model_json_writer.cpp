@@ -40,7 +40,7 @@ json activation_json(tandem::Activation a) { return std::string(activation_name(
 json padding(Padding p) { return p == Padding::Same ? "same" : "valid"; }
 
 json layer_config(const Layer& layer) {
-  json c = {{"name", layer.name()}, {"trainable", true}, {"dtype", "float32"}};
+  json c = {{"name", layer.name()}, {"trainable", layer.trainable()}, {"dtype", "float32"}};
   if (layer.dtype_policy() != "float32")  // Keras 2's Policy object
     c["dtype"] = {{"class_name", "Policy"}, {"config", {{"name", layer.dtype_policy()}}}};
   if (const auto* d = dynamic_cast<const Dense*>(&layer)) {

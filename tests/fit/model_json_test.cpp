@@ -98,6 +98,30 @@ TEST(ModelJson, MixedPrecisionPoliciesAreReadAndWritten) {
   }
 }
 
+// Keras' "trainable": false is a frozen layer, read and written back; a non-boolean is named.
+TEST(ModelJson, AFrozenLayerIsReadAndWrittenFrozen) {
+  std::string frozen = dense("dense", 8, R"("batch_input_shape": [null, 4], )");
+  frozen.replace(frozen.find(R"("trainable": true)"), 17, R"("trainable": false)");
+  std::string text = R"({"class_name": "Sequential", "config": {"name": "sequential", "layers": [)" + frozen + ", " +
+                     dense("dense_1", 2, "") + R"(]}})";
+  auto model = model_from_json(text, {.seed = 3});
+  EXPECT_FALSE(model->layers()[0]->trainable());
+  EXPECT_TRUE(model->layers()[1]->trainable());
+  EXPECT_EQ(model->trainable_variables().size(), 2u);
+  auto again = model_from_json(model->to_json(), {.seed = 3});
+  EXPECT_FALSE(again->layers()[0]->trainable());
+  EXPECT_TRUE(again->layers()[1]->trainable());
+  std::string bad = text;
+  bad.replace(bad.find(R"("trainable": false)"), 18, R"("trainable": "no")");
+  std::string error;
+  try {
+    model_from_json(bad, {.seed = 3});
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find(R"("trainable" is "no", of the wrong type)"), std::string::npos) << error;
+}
+
 TEST(ModelJson, BadTextIsNamed) {
   auto message = [](const std::string& text) {
     try {
