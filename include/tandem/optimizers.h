@@ -52,6 +52,18 @@ class UpdateRoute {
   virtual void apply(Optimizer& optimizer, std::span<Variable* const> variables, std::span<const Tensor> gradients) = 0;
 };
 
+// Keras' gradient clipping, every optimizer's (0: off): `clipnorm` scales each gradient to at most
+// that L2 norm, `global_clipnorm` all of a step's gradients together to at most that norm (by one
+// factor), `clipvalue` cuts each element to [-clipvalue, clipvalue]; in that order, applied to the
+// gradients a step combined over its replicas and workers, so that the result does not depend on
+// their count. clipnorm and global_clipnorm are not set together (Keras' rule).
+struct GradientClipping {
+  float clipnorm = 0.0f;
+  float clipvalue = 0.0f;
+  float global_clipnorm = 0.0f;
+  bool by_norm() const { return clipnorm > 0.0f || global_clipnorm > 0.0f; }
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -98,6 +110,16 @@ class Optimizer {
   }
   // The slots it keeps for each trainable variable (Adam: m and v).
   virtual int slots_per_variable() const = 0;
+  void set_clipping(GradientClipping clipping);
+  const GradientClipping& clipping() const { return clipping_; }
+  // A strategy whose updates see pieces of variables (whole_variables false: ZeRO's shards, tensor
+  // parallelism's slices) or a share of them (all_variables false: a pipeline stage's, a parameter
+  // server's) refuses the norms it cannot take there, naming itself.
+  void check_clipping_applies(std::string_view strategy, bool whole_variables, bool all_variables) const;
+  // Keras 3's decoupled weight decay (AdamW's; every optimizer's `weight_decay`): each variable
+  // times (1 - lr · weight_decay) before its update, as torch.optim.AdamW. 0: none.
+  void set_weight_decay(float weight_decay);
+  float weight_decay() const { return weight_decay_; }
   // Keras' config keys for its hyperparameters besides the learning rate ({"beta_1", 0.9}, ...;
   // booleans as 0 or 1), as a .keras file's compile_config holds them.
   virtual std::vector<std::pair<std::string, double>> config() const { return {}; }
@@ -109,6 +131,8 @@ class Optimizer {
   virtual void update(Variable& v, const Tensor& g, std::span<Tensor> slots, float lr, int64_t step) = 0;
 
  private:
+  // The gradients clipped as clipping() says (none: as they are).
+  std::vector<Tensor> clipped_gradients(std::span<const Tensor> gradients) const;
   // Each object's own, copies included.
   struct Id {
     Id();
@@ -122,6 +146,8 @@ class Optimizer {
   std::shared_ptr<LearningRateSchedule> schedule_;
   std::shared_ptr<UpdateRoute> route_;
   int64_t iterations_ = 0;
+  GradientClipping clipping_;
+  float weight_decay_ = 0.0f;
   std::vector<std::string> slot_owners_;  // variable names, one per slot group
   std::vector<Tensor> slots_;             // slots_per_variable() per variable
 };
@@ -169,6 +195,15 @@ class Adam : public Optimizer {
   AdamOptions options_;
 };
 
+// Adam with decoupled weight decay (Keras 3's AdamW, Loshchilov and Hutter): Adam whose
+// weight_decay is 0.004 unless given.
+class AdamW : public Adam {
+ public:
+  explicit AdamW(float learning_rate = 0.001f, float weight_decay = 0.004f, AdamOptions options = {});
+  std::string name() const override { return "AdamW"; }
+  std::unique_ptr<Optimizer> clone() const override { return std::make_unique<AdamW>(*this); }
+};
+
 struct RMSpropOptions {
   float rho = 0.9f;
   float momentum = 0.0f;
@@ -211,7 +246,7 @@ class Adagrad : public Optimizer {
   AdagradOptions options_;
 };
 
-// "sgd", "adam", "rmsprop", "adagrad" with their Keras defaults.
+// "sgd", "adam", "adamw", "rmsprop", "adagrad" with their Keras defaults.
 std::unique_ptr<Optimizer> by_name(const std::string& name);
 
 }  // namespace optimizers

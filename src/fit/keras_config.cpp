@@ -55,13 +55,15 @@ std::string snake(const std::string& camel_name) {
 }
 
 json compile_config(const Sequential& model, Optimizer& optimizer) {
-  const std::string cls = optimizer.name();                  // "SGD", "Adam", "RMSprop", "Adagrad": Keras' class names
+  const std::string cls = optimizer.name();  // "SGD", "Adam", "AdamW", "RMSprop", "Adagrad": Keras' class names
+  auto or_null = [](float v) { return v > 0.0f ? json(shortest(v)) : json(nullptr); };
+  const GradientClipping& clip = optimizer.clipping();
   json config = {{"name", cls == "SGD" ? cls : lower(cls)},  // Keras 3's default names: "SGD", "adam", ...
                  {"learning_rate", shortest(optimizer.current_learning_rate())},
-                 {"weight_decay", nullptr},
-                 {"clipnorm", nullptr},
-                 {"global_clipnorm", nullptr},
-                 {"clipvalue", nullptr},
+                 {"weight_decay", or_null(optimizer.weight_decay())},
+                 {"clipnorm", or_null(clip.clipnorm)},
+                 {"global_clipnorm", or_null(clip.global_clipnorm)},
+                 {"clipvalue", or_null(clip.clipvalue)},
                  {"use_ema", false},
                  {"ema_momentum", 0.99},
                  {"ema_overwrite_frequency", nullptr}};
@@ -69,7 +71,7 @@ json compile_config(const Sequential& model, Optimizer& optimizer) {
     if (key == "nesterov") config[key] = value != 0.0;
     else config[key] = shortest(value);
   }
-  if (cls == "Adam") config["amsgrad"] = false;
+  if (cls == "Adam" || cls == "AdamW") config["amsgrad"] = false;
   if (cls == "RMSprop") config["centered"] = false;
   json loss = model.loss().name();
   if (model.loss().from_logits())
@@ -153,9 +155,7 @@ void compile_from_keras_config(Sequential& model, const std::string& text, const
       if (c.contains(key) && !c[key].is_null() && c[key] != only)
         fail("{}: \"{}\" is {}; Tandem implements only {}", where, key, c[key].dump(), only.dump());
     };
-    for (const char* key : {"weight_decay", "clipnorm", "global_clipnorm", "clipvalue", "loss_scale_factor",
-                            "gradient_accumulation_steps"})
-      refuse_unless(key, nullptr);
+    for (const char* key : {"loss_scale_factor", "gradient_accumulation_steps"}) refuse_unless(key, nullptr);
     refuse_unless("use_ema", false);
     refuse_unless("amsgrad", false);
     refuse_unless("centered", false);
@@ -172,10 +172,22 @@ void compile_from_keras_config(Sequential& model, const std::string& text, const
     else if (cls == "rmsprop")
       optimizer = std::make_unique<optimizers::RMSprop>(
           lr(0.001), optimizers::RMSpropOptions{f("rho", 0.9), f("momentum", 0.0), f("epsilon", 1e-7)});
+    else if (cls == "adamw")
+      optimizer = std::make_unique<optimizers::AdamW>(
+          lr(0.001), f("weight_decay", 0.004),
+          optimizers::AdamOptions{f("beta_1", 0.9), f("beta_2", 0.999), f("epsilon", 1e-7)});
     else if (cls == "adagrad")
       optimizer = std::make_unique<optimizers::Adagrad>(
           lr(0.001), optimizers::AdagradOptions{f("initial_accumulator_value", 0.1), f("epsilon", 1e-7)});
-    else fail("{}: unknown optimizer; Tandem has SGD, Adam, RMSprop and Adagrad", where);
+    else fail("{}: unknown optimizer; Tandem has SGD, Adam, AdamW, RMSprop and Adagrad", where);
+    try {  // named as the file's, not the optimizer's own words
+      optimizer->set_clipping({.clipnorm = f("clipnorm", 0.0),
+                               .clipvalue = f("clipvalue", 0.0),
+                               .global_clipnorm = f("global_clipnorm", 0.0)});
+      if (cls != "adamw") optimizer->set_weight_decay(f("weight_decay", 0.0));
+    } catch (const Error& e) {
+      fail("{}: {}", where, e.what());
+    }
   } else {
     fail("{}: \"optimizer\" is {}, expected a name or Keras' optimizer object", source, o.dump());
   }

@@ -9,6 +9,13 @@ void register_training(py::module_& m) {
       .def_property("learning_rate", &Optimizer::current_learning_rate,
                     py::overload_cast<float>(&Optimizer::set_learning_rate))
       .def_property_readonly("iterations", &Optimizer::iterations)
+      .def(
+          "_set_clipping",
+          [](Optimizer& o, float clipnorm, float clipvalue, float global_clipnorm) {
+            o.set_clipping({.clipnorm = clipnorm, .clipvalue = clipvalue, .global_clipnorm = global_clipnorm});
+          },
+          py::arg("clipnorm"), py::arg("clipvalue"), py::arg("global_clipnorm"))
+      .def_property("weight_decay", &Optimizer::weight_decay, &Optimizer::set_weight_decay)
       .def("_apply", [](Optimizer& o, const py::list& grads, const py::list& vars) {
         if (grads.size() != vars.size())
           throw Error(fmt::format("apply_gradients: {} gradients for {} variables", grads.size(), vars.size()));
@@ -34,6 +41,12 @@ void register_training(py::module_& m) {
             lr, optimizers::AdamOptions{.beta_1 = beta_1, .beta_2 = beta_2, .epsilon = epsilon});
       }),
       py::arg("learning_rate"), py::arg("beta_1"), py::arg("beta_2"), py::arg("epsilon"));
+  py::class_<optimizers::AdamW, optimizers::Adam, std::shared_ptr<optimizers::AdamW>>(m, "AdamW")
+      .def(py::init([](float lr, float weight_decay, float beta_1, float beta_2, float epsilon) {
+             return std::make_shared<optimizers::AdamW>(
+                 lr, weight_decay, optimizers::AdamOptions{.beta_1 = beta_1, .beta_2 = beta_2, .epsilon = epsilon});
+           }),
+           py::arg("learning_rate"), py::arg("weight_decay"), py::arg("beta_1"), py::arg("beta_2"), py::arg("epsilon"));
   py::class_<optimizers::RMSprop, Optimizer, std::shared_ptr<optimizers::RMSprop>>(m, "RMSprop")
       .def(py::init([](float lr, float rho, float momentum, float epsilon) {
              return std::make_shared<optimizers::RMSprop>(

@@ -6,7 +6,9 @@
 #include <cmath>
 
 #include "kernels/backend.h"
+#include "tandem/autograd.h"
 #include "tandem/collectives/replica_context.h"
+#include "tandem/ops.h"
 
 namespace tandem {
 
@@ -20,6 +22,38 @@ void Optimizer::set_learning_rate(float lr) {
   if (!(lr > 0.0f) || !std::isfinite(lr)) fail("{}: learning_rate must be a positive number, got {}", name(), lr);
   learning_rate_ = lr;
   schedule_.reset();
+}
+
+void Optimizer::set_clipping(GradientClipping c) {
+  for (auto [value, what] : {std::pair{c.clipnorm, "clipnorm"}, std::pair{c.clipvalue, "clipvalue"},
+                             std::pair{c.global_clipnorm, "global_clipnorm"}})
+    if (!(value >= 0.0f) || !std::isfinite(value))
+      fail("{}: {} must be a positive number (or 0: no clipping), got {}", name(), what, value);
+  if (c.clipnorm > 0.0f && c.global_clipnorm > 0.0f)
+    fail(
+        "{}: clipnorm ({}) and global_clipnorm ({}) cannot both be set: one clips each gradient, the other all "
+        "of them together",
+        name(), c.clipnorm, c.global_clipnorm);
+  clipping_ = c;
+}
+
+void Optimizer::check_clipping_applies(std::string_view strategy, bool whole_variables, bool all_variables) const {
+  if (clipping_.clipnorm > 0.0f && !whole_variables)
+    fail(
+        "{}: clipnorm needs each variable's whole gradient, and {} updates pieces of variables; use "
+        "global_clipnorm where it applies, clipvalue, or another strategy",
+        name(), strategy);
+  if (clipping_.global_clipnorm > 0.0f && !(whole_variables && all_variables))
+    fail(
+        "{}: global_clipnorm needs every gradient of the step in one place, and {} updates {}; use clipnorm or "
+        "clipvalue, or another strategy",
+        name(), strategy, whole_variables ? "a share of the variables in each place" : "pieces of variables");
+}
+
+void Optimizer::set_weight_decay(float weight_decay) {
+  if (!(weight_decay >= 0.0f) || !std::isfinite(weight_decay))
+    fail("{}: weight_decay must be a non-negative number, got {}", name(), weight_decay);
+  weight_decay_ = weight_decay;
 }
 
 float Optimizer::current_learning_rate() const { return schedule_ ? (*schedule_)(iterations_) : learning_rate_; }
@@ -67,12 +101,8 @@ void Optimizer::apply(std::span<Variable* const> variables, std::span<const Tens
 void Optimizer::apply_here(std::span<Variable* const> variables, std::span<const Tensor> gradients) {
   if (variables.size() != gradients.size())
     fail("{}: {} variables but {} gradients", name(), variables.size(), gradients.size());
-  build(variables);
-  float lr = current_learning_rate();
-  int per = slots_per_variable();
-  ++iterations_;
   for (size_t i = 0; i < variables.size(); ++i) {
-    Variable& v = *variables[i];
+    const Variable& v = *variables[i];
     const Tensor& g = gradients[i];
     if (!(g.shape() == v.value.shape()))
       fail("{}: gradient for \"{}\" has shape {}, variable has {}", name(), v.name, g.shape().str(),
@@ -80,9 +110,52 @@ void Optimizer::apply_here(std::span<Variable* const> variables, std::span<const
     if (g.device() != v.value.device())
       fail("{}: gradient for \"{}\" is on {}, the variable on {}", name(), v.name, g.device().name(),
            v.value.device().name());
-    update(v, g.contiguous(), std::span<Tensor>(slots_).subspan(i * static_cast<size_t>(per), static_cast<size_t>(per)),
-           lr, iterations_);
   }
+  build(variables);
+  float lr = current_learning_rate();
+  int per = slots_per_variable();
+  ++iterations_;
+  std::vector<Tensor> clipped = clipped_gradients(gradients);
+  for (size_t i = 0; i < variables.size(); ++i) {
+    Variable& v = *variables[i];
+    if (weight_decay_ > 0.0f)  // decoupled: the variable shrinks before its update, as torch.optim.AdamW
+      kernels::backend(v.value.device())
+          .unary(kernels::UnaryKind::Scale, v.value.buffer<float>(), v.value.buffer<float>(), v.value.numel(),
+                 1.0f - lr * weight_decay_, 0.0f, 0.0f);
+    update(v, (clipped.empty() ? gradients[i] : clipped[i]).contiguous(),
+           std::span<Tensor>(slots_).subspan(i * static_cast<size_t>(per), static_cast<size_t>(per)), lr, iterations_);
+  }
+}
+
+namespace {
+// Σ g² over a gradient, in double, on its device (a fixed order: the same bits every run).
+double squared_norm(const Tensor& g) {
+  Tensor squares = ops::square(g.contiguous());
+  return kernels::backend(g.device()).sum(squares.buffer<float>(), squares.numel());
+}
+}  // namespace
+
+std::vector<Tensor> Optimizer::clipped_gradients(std::span<const Tensor> gradients) const {
+  const GradientClipping& c = clipping_;
+  if (!c.by_norm() && c.clipvalue == 0.0f) return {};
+  StopRecording no_tape;
+  std::vector<Tensor> out(gradients.begin(), gradients.end());
+  // Keras' clip_by_norm and clip_by_global_norm: g · c / max(‖g‖, c).
+  if (c.clipnorm > 0.0f)
+    for (Tensor& g : out) {
+      double norm = std::sqrt(squared_norm(g));
+      if (norm > c.clipnorm) g = ops::scale(g, static_cast<float>(c.clipnorm / norm));
+    }
+  if (c.global_clipnorm > 0.0f) {
+    double total = 0.0;
+    for (const Tensor& g : out) total += squared_norm(g);
+    double norm = std::sqrt(total);
+    if (norm > c.global_clipnorm)
+      for (Tensor& g : out) g = ops::scale(g, static_cast<float>(c.global_clipnorm / norm));
+  }
+  if (c.clipvalue > 0.0f)
+    for (Tensor& g : out) g = ops::clip(g, -c.clipvalue, c.clipvalue);
+  return out;
 }
 
 std::unique_ptr<Optimizer> Optimizer::replicate(std::span<Variable* const> variables) {
@@ -166,6 +239,10 @@ void Adam::update(Variable& v, const Tensor& g, std::span<Tensor> slots, float l
                    v.value.numel(), lr, options_.beta_1, options_.beta_2, options_.epsilon, step);
 }
 
+AdamW::AdamW(float learning_rate, float weight_decay, AdamOptions options) : Adam(learning_rate, options) {
+  set_weight_decay(weight_decay);
+}
+
 RMSprop::RMSprop(float learning_rate, RMSpropOptions options) : Optimizer(learning_rate), options_(options) {
   if (!(options.rho >= 0.0f && options.rho < 1.0f)) fail("RMSprop: rho must be in [0, 1), got {}", options.rho);
 }
@@ -193,9 +270,10 @@ std::unique_ptr<Optimizer> by_name(const std::string& given) {
   std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
   if (name == "sgd") return std::make_unique<SGD>();
   if (name == "adam") return std::make_unique<Adam>();
+  if (name == "adamw") return std::make_unique<AdamW>();
   if (name == "rmsprop") return std::make_unique<RMSprop>();
   if (name == "adagrad") return std::make_unique<Adagrad>();
-  fail("optimizer: unknown optimizer \"{}\"; expected one of: sgd, adam, rmsprop, adagrad", given);
+  fail("optimizer: unknown optimizer \"{}\"; expected one of: sgd, adam, adamw, rmsprop, adagrad", given);
 }
 
 }  // namespace optimizers

@@ -126,6 +126,7 @@ void ShardedUpdate::apply_reduced(Optimizer& optimizer, std::span<Variable* cons
     mine.push_back(whole[s.variable].reshape({whole[s.variable].numel()}).slice(s.at, s.at + s.size));
   float lr = optimizer.current_learning_rate();
   if (shard.current_learning_rate() != lr) shard.set_learning_rate(lr);  // a callback changed it
+  shard.check_clipping_applies("ZeRO's sharded update (multiworker:N:zero)", false, false);
   shard.apply_here(mine_pointers_, mine);
   optimizer.set_iterations(shard.iterations());
   gather_streams([&](size_t piece) { return mine_[piece].value.data<float>(); },

@@ -50,6 +50,7 @@ class ModelParallelUpdate : public UpdateRule {
     }
     float lr = optimizer.current_learning_rate();
     if (mine.current_learning_rate() != lr) mine.set_learning_rate(lr);  // a callback changed it
+    mine.check_clipping_applies(strategy.name(), false, false);
     mine.apply_here(variables, gradients);
     device.communicator->barrier();  // every device has read the model's optimizer
     if (device.local_replica_id == 0) optimizer.set_iterations(mine.iterations());

@@ -297,6 +297,7 @@ class PipelineStep : public DeviceStep {
     } else {
       moving.apply();
     }
+    optimizers_[static_cast<size_t>(d)]->check_clipping_applies("PipelineStrategy", true, stages_ == 1);
     optimizers_[static_cast<size_t>(d)]->apply_here(stage_replica.trainable, sum);
     if (timeline != nullptr) timeline->record("update", since, Clock::now(), device.row.c_str());
   }

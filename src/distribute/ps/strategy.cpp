@@ -197,6 +197,10 @@ std::unique_ptr<StepRunner> ParameterServerStrategy::make_step(const StepParts& 
   if (!is_chief())
     fail("ParameterServerStrategy: only the chief runs fit's steps ({} serves)", cluster_.describe(cluster_.task()));
   require_trainable_only(parts);
+  // Each server updates its shards: whole variables unless a partitioner cuts them, all of them
+  // where there is one server.
+  parts.optimizer.check_clipping_applies(name(), options_.partitioner.kind == Partitioner::Kind::None,
+                                         cluster_.count("ps") == 1);
   if (cluster_.in_process()) return start_local(parts);
   return make_coordinator(*chief_, parts);
 }

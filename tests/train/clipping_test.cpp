@@ -1,0 +1,160 @@
+// Keras' gradient clipping and decoupled weight decay, on every optimizer: hand-computed updates
+// (clip_by_norm, clip_by_global_norm, clip_by_value, then weight decay, then the update), the
+// same result whatever the replica count, and the strategies that cannot take a norm refusing it
+// by name. torch.optim.AdamW and clip_grad_norm_ are the Python tests' (tests/python/test_optimizers.py).
+#include <cmath>
+
+#include "tandem/distribute/strategy_registry.h"
+#include "tandem/model.h"
+#include "test_util.h"
+
+namespace tandem {
+namespace {
+
+using namespace layers;
+
+// One SGD step (lr 1, no momentum: w' = w - g') of `gradients` on zeros, so the update is -g'.
+std::vector<std::vector<float>> step(const GradientClipping& clipping, const std::vector<std::vector<float>>& grads,
+                                     float weight_decay = 0.0f) {
+  std::vector<Variable> vars;
+  std::vector<Tensor> gradients;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    auto n = static_cast<int64_t>(grads[i].size());
+    vars.push_back(Variable{fmt::format("v{}", i), Tensor::zeros({n})});
+    gradients.push_back(Tensor::from_vector({n}, std::span<const float>(grads[i])));
+  }
+  optimizers::SGD sgd(1.0f);
+  sgd.set_clipping(clipping);
+  sgd.set_weight_decay(weight_decay);
+  std::vector<Variable*> pointers;
+  for (Variable& v : vars) pointers.push_back(&v);
+  sgd.apply_here(pointers, gradients);
+  std::vector<std::vector<float>> out;
+  for (Variable& v : vars) {
+    std::vector<float> w = v.value.to_vector();
+    for (float& x : w) x = -x;  // the applied gradient
+    out.push_back(w);
+  }
+  return out;
+}
+
+void expect_near(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].size(), want[i].size());
+    for (size_t j = 0; j < got[i].size(); ++j) EXPECT_NEAR(got[i][j], want[i][j], 1e-6) << i << "," << j;
+  }
+}
+
+TEST(Clipping, ClipnormScalesEachGradientToItsNormAlone) {
+  // ‖(3, 4)‖ = 5 > 1: times 1/5; ‖(0.3, 0.4)‖ = 0.5 ≤ 1: as it is.
+  expect_near(step({.clipnorm = 1.0f}, {{3, 4}, {0.3f, 0.4f}}), {{0.6f, 0.8f}, {0.3f, 0.4f}});
+}
+
+TEST(Clipping, GlobalClipnormScalesEveryGradientByOneFactor) {
+  // ‖(3, 0, 0, 4)‖ = 5 > 2: every gradient times 2/5.
+  expect_near(step({.global_clipnorm = 2.0f}, {{3, 0}, {0, 4}}), {{1.2f, 0.0f}, {0.0f, 1.6f}});
+  expect_near(step({.global_clipnorm = 10.0f}, {{3, 0}, {0, 4}}), {{3, 0}, {0, 4}});
+}
+
+TEST(Clipping, ClipvalueCutsEachElementAfterTheNorm) {
+  expect_near(step({.clipvalue = 0.5f}, {{3, -4, 0.1f}}), {{0.5f, -0.5f, 0.1f}});
+  // By norm first ((3, 4) to (0.6, 0.8)), then by value.
+  expect_near(step({.clipnorm = 1.0f, .clipvalue = 0.7f}, {{3, 4}}), {{0.6f, 0.7f}});
+}
+
+TEST(Clipping, WeightDecayShrinksTheVariableBeforeItsUpdate) {
+  // w = 2, g = 1, lr 0.1, weight_decay 0.5: 2 · (1 - 0.05) - 0.1 · 1 = 1.8.
+  Variable w{"w", Tensor::full({1}, 2.0f)};
+  optimizers::SGD sgd(0.1f);
+  sgd.set_weight_decay(0.5f);
+  std::vector<Variable*> vars{&w};
+  std::vector<Tensor> grads{Tensor::full({1}, 1.0f)};
+  sgd.apply_here(vars, grads);
+  EXPECT_NEAR(w.value.to_vector()[0], 1.8f, 1e-6);
+  optimizers::AdamW adamw;
+  EXPECT_EQ(adamw.name(), "AdamW");
+  EXPECT_FLOAT_EQ(adamw.weight_decay(), 0.004f);
+  EXPECT_EQ(optimizers::by_name("AdamW")->name(), "AdamW");
+}
+
+TEST(Clipping, BadValuesAreRefusedByName) {
+  optimizers::Adam adam;
+  EXPECT_NE(testing::error_of([&] {
+              adam.set_clipping({.clipnorm = 1.0f, .global_clipnorm = 1.0f});
+            }).find("Adam: clipnorm (1) and global_clipnorm (1) cannot both be set"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              adam.set_clipping({.clipvalue = -1.0f});
+            }).find("Adam: clipvalue must be a positive number (or 0: no clipping), got -1"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { adam.set_clipping({.clipnorm = NAN}); }).find("clipnorm must be a positive"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              adam.set_weight_decay(-0.1f);
+            }).find("Adam: weight_decay must be a non-negative number, got -0.1"),
+            std::string::npos);
+}
+
+struct Data {
+  Tensor x, y;
+};
+Data data(int64_t n) {
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 3);
+  return {testing::random_tensor({n, 5}, 3), Tensor::from_vector({n}, std::span<const int32_t>(labels))};
+}
+
+std::vector<std::vector<float>> train(const std::string& strategy_name, GradientClipping clipping, float decay = 0) {
+  Data d = data(48);
+  std::unique_ptr<distribute::Strategy> strategy =
+      strategy_name == "default" ? nullptr : distribute::make_strategy(strategy_name, 1);
+  std::unique_ptr<Sequential> model;
+  {
+    std::optional<distribute::Strategy::Scope> scope;
+    if (strategy) scope.emplace(strategy.get());
+    model = std::make_unique<Sequential>(SequentialOptions{.seed = 2});
+    model->add(Dense(6, "relu", {.input_shape = Shape{5}}));
+    model->add(Dense(3, "softmax"));
+    optimizers::SGD sgd(0.5f);
+    sgd.set_clipping(clipping);
+    sgd.set_weight_decay(decay);
+    model->compile(sgd, "sparse_categorical_crossentropy");
+  }
+  model->fit(d.x, d.y, {.epochs = 2, .batch_size = 16, .verbose = 0});
+  std::vector<std::vector<float>> out;
+  for (Variable* v : model->variables()) out.push_back(v->value.to_vector());
+  return out;
+}
+
+// Clipping acts on the step's combined gradients: two or three replicas clip as one device does.
+TEST(Clipping, TheResultDoesNotDependOnTheReplicaCount) {
+  for (GradientClipping c : {GradientClipping{.clipnorm = 0.05f}, GradientClipping{.global_clipnorm = 0.05f},
+                             GradientClipping{.clipvalue = 0.01f}}) {
+    auto one = train("default", c, 0.01f), unclipped = train("default", {}, 0.01f);
+    EXPECT_NE(one, unclipped) << "the clipping changed nothing: the test's norms are too large";
+    for (const char* name : {"mirrored:2", "mirrored:3", "central:2"}) {
+      auto many = train(name, c, 0.01f);
+      for (size_t i = 0; i < one.size(); ++i)
+        for (size_t j = 0; j < one[i].size(); ++j) EXPECT_NEAR(many[i][j], one[i][j], 1e-5) << name << " " << i;
+    }
+  }
+}
+
+// Where an update sees pieces of variables or a share of them, the norms it cannot take are refused.
+TEST(Clipping, StrategiesThatUpdatePiecesRefuseTheNormsTheyCannotTake) {
+  std::string error = testing::error_of([] { train("model-parallel:2", {.clipnorm = 1.0f}); });
+  EXPECT_NE(error.find("clipnorm needs each variable's whole gradient"), std::string::npos) << error;
+  error = testing::error_of([] { train("pipeline:2", {.global_clipnorm = 1.0f}); });
+  EXPECT_NE(error.find("global_clipnorm needs every gradient of the step in one place, and PipelineStrategy"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(testing::error_of([] { train("pipeline:2", {.clipnorm = 1.0f}); }), "(no error)")
+      << "a stage holds whole variables";
+  error = testing::error_of([] { train("ps-sync:2x2:threads", {.global_clipnorm = 1.0f}); });
+  EXPECT_NE(error.find("global_clipnorm needs every gradient of the step in one place"), std::string::npos) << error;
+  EXPECT_EQ(testing::error_of([] { train("ps-sync:1x2:threads", {.global_clipnorm = 1.0f}); }), "(no error)");
+}
+
+}  // namespace
+}  // namespace tandem
