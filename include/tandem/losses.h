@@ -11,15 +11,19 @@ class Loss {
   enum class Kind { SparseCategoricalCrossentropy, CategoricalCrossentropy, BinaryCrossentropy, MeanSquaredError };
   Loss(const char* name) : Loss(std::string(name)) {}  // NOLINT: "mse" converts, as in Keras
   Loss(const std::string& name);                       // NOLINT
-  Loss(Kind kind, bool from_logits = false) : kind_(kind), from_logits_(from_logits) {}
+  // label_smoothing (Keras'): the targets of a categorical cross-entropy become
+  // y·(1 - s) + s / classes, of a binary one y·(1 - s) + s / 2; in [0, 1]; the other losses have none.
+  Loss(Kind kind, bool from_logits = false, float label_smoothing = 0.0f);
 
   static Loss sparse_categorical_crossentropy(bool from_logits = false) {
     return {Kind::SparseCategoricalCrossentropy, from_logits};
   }
-  static Loss categorical_crossentropy(bool from_logits = false) {
-    return {Kind::CategoricalCrossentropy, from_logits};
+  static Loss categorical_crossentropy(bool from_logits = false, float label_smoothing = 0.0f) {
+    return {Kind::CategoricalCrossentropy, from_logits, label_smoothing};
   }
-  static Loss binary_crossentropy(bool from_logits = false) { return {Kind::BinaryCrossentropy, from_logits}; }
+  static Loss binary_crossentropy(bool from_logits = false, float label_smoothing = 0.0f) {
+    return {Kind::BinaryCrossentropy, from_logits, label_smoothing};
+  }
   static Loss mean_squared_error() { return {Kind::MeanSquaredError}; }
 
   // y_true: labels (B) for the sparse form, else like y_pred. Returns (B).
@@ -28,11 +32,13 @@ class Loss {
   void check_targets(const Tensor& y_true, const Shape& per_sample_output) const;
   Kind kind() const { return kind_; }
   bool from_logits() const { return from_logits_; }
+  float label_smoothing() const { return label_smoothing_; }
   std::string name() const;
 
  private:
   Kind kind_;
   bool from_logits_;
+  float label_smoothing_ = 0.0f;
 };
 
 // The per-sample losses summed and divided by the global batch (tf.nn.compute_average_loss):

@@ -74,10 +74,14 @@ json compile_config(const Sequential& model, Optimizer& optimizer) {
   if (cls == "Adam" || cls == "AdamW") config["amsgrad"] = false;
   if (cls == "RMSprop") config["centered"] = false;
   json loss = model.loss().name();
-  if (model.loss().from_logits())
+  if (model.loss().from_logits() || model.loss().label_smoothing() > 0.0f)
     loss = {{"module", "keras.losses"},
             {"class_name", camel(model.loss().name())},
-            {"config", {{"name", model.loss().name()}, {"reduction", "sum_over_batch_size"}, {"from_logits", true}}},
+            {"config",
+             {{"name", model.loss().name()},
+              {"reduction", "sum_over_batch_size"},
+              {"from_logits", model.loss().from_logits()},
+              {"label_smoothing", shortest(model.loss().label_smoothing())}}},
             {"registered_name", nullptr}};
   json metrics = model.metric_names().empty() ? json(nullptr) : json(model.metric_names());
   return {{"optimizer",
@@ -199,8 +203,22 @@ void compile_from_keras_config(Sequential& model, const std::string& text, const
     loss = Loss(l.get<std::string>());
   } else if (l.is_object() && l.contains("class_name") && l["class_name"].is_string()) {
     Loss named(snake(l["class_name"].get<std::string>()));
-    bool logits = l.contains("config") && l["config"].is_object() && l["config"].value("from_logits", false);
-    loss = Loss(named.kind(), logits);
+    json c = l.contains("config") && l["config"].is_object() ? l["config"] : json::object();
+    std::string where = fmt::format("{}: loss {}", source, l["class_name"].get<std::string>());
+    auto only = [&](const char* key, std::initializer_list<json> values) {  // what Tandem does, else refused
+      if (!c.contains(key) || c[key].is_null()) return;
+      for (const json& v : values)
+        if (c[key] == v) return;
+      fail("{}: \"{}\" is {}; Tandem implements only {}", where, key, c[key].dump(), json(values).dump());
+    };
+    only("reduction", {"sum_over_batch_size", "auto"});
+    only("axis", {-1});
+    only("ignore_class", {});
+    try {
+      loss = Loss(named.kind(), c.value("from_logits", false), c.value("label_smoothing", 0.0f));
+    } catch (const Error& e) {
+      fail("{}: {}", where, e.what());
+    }
   } else {
     fail("{}: \"loss\" is {}, expected a name or Keras' loss object", source, l.dump());
   }

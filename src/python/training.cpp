@@ -62,13 +62,14 @@ void register_training(py::module_& m) {
            py::arg("learning_rate"), py::arg("initial_accumulator_value"), py::arg("epsilon"));
 
   py::class_<Loss>(m, "Loss")
-      .def(py::init([](const std::string& name, bool from_logits) {
+      .def(py::init([](const std::string& name, bool from_logits, float label_smoothing) {
              Loss named(name);
-             return Loss(named.kind(), from_logits);
+             return Loss(named.kind(), from_logits, label_smoothing);
            }),
-           py::arg("name"), py::arg("from_logits"))
+           py::arg("name"), py::arg("from_logits"), py::arg("label_smoothing") = 0.0f)
       .def_property_readonly("name", &Loss::name)
       .def_property_readonly("from_logits", &Loss::from_logits)
+      .def_property_readonly("label_smoothing", &Loss::label_smoothing)
       .def("per_sample", [](const Loss& loss, const py::object& y_true, const py::object& y_pred) {
         Tensor y = tensor_from(y_true, "loss: y_true"), p = tensor_from(y_pred, "loss: y_pred");
         py::gil_scoped_release nogil;

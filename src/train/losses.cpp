@@ -1,11 +1,23 @@
 #include "tandem/losses.h"
 
+#include "tandem/autograd.h"
 #include "tandem/collectives/replica_context.h"
 #include "tandem/ops.h"
 
 namespace tandem {
 namespace {
 constexpr float kEpsilon = 1e-7f;  // Keras' backend epsilon for clipping probabilities
+}
+
+Loss::Loss(Kind kind, bool from_logits, float label_smoothing)
+    : kind_(kind), from_logits_(from_logits), label_smoothing_(label_smoothing) {
+  if (!(label_smoothing >= 0.0f && label_smoothing <= 1.0f))
+    fail("{}: label_smoothing must be in [0, 1], got {}", name(), label_smoothing);
+  if (label_smoothing > 0.0f && kind != Kind::CategoricalCrossentropy && kind != Kind::BinaryCrossentropy)
+    fail(
+        "{}: label_smoothing applies to categorical_crossentropy and binary_crossentropy (Keras' rule; one-hot "
+        "labels and categorical_crossentropy smooth what sparse labels cannot), got {}",
+        name(), label_smoothing);
 }
 
 Loss::Loss(const std::string& name) : from_logits_(false) {
@@ -50,6 +62,14 @@ Tensor Loss::per_sample(const Tensor& y_true, const Tensor& y_pred) const {
   // told from_logits: a second softmax over probabilities is never what was meant (Keras warns
   // and applies it; the loss then barely falls).
   Tensor logits = ops::softmax_logits(y_pred);
+  Tensor targets = y_true;
+  if (label_smoothing_ > 0.0f) {  // y·(1 - s) + s / classes (binary: s / 2), as Keras
+    int64_t last = y_true.rank() > 0 ? y_true.dim(-1) : 1;
+    float spread =
+        kind_ == Kind::CategoricalCrossentropy ? label_smoothing_ / static_cast<float>(last) : 0.5f * label_smoothing_;
+    StopRecording constant;
+    targets = ops::add(ops::scale(y_true, 1.0f - label_smoothing_), Tensor::full({last}, spread, y_true.device()));
+  }
   switch (kind_) {
     case Kind::SparseCategoricalCrossentropy:
       if (logits.defined()) return ops::sparse_softmax_cross_entropy(logits, y_true);
@@ -57,10 +77,10 @@ Tensor Loss::per_sample(const Tensor& y_true, const Tensor& y_pred) const {
       // softmax(log p) = p / Σp: Keras' renormalization of probabilities, then -log p[label].
       return ops::sparse_softmax_cross_entropy(ops::log(ops::clip(y_pred, kEpsilon, 1.0f - kEpsilon)), y_true);
     case Kind::CategoricalCrossentropy:
-      if (logits.defined()) return ops::softmax_cross_entropy(logits, y_true);
-      if (from_logits_) return ops::softmax_cross_entropy(y_pred, y_true);
-      return ops::softmax_cross_entropy(ops::log(ops::clip(y_pred, kEpsilon, 1.0f - kEpsilon)), y_true);
-    case Kind::BinaryCrossentropy: return ops::binary_cross_entropy(y_pred, y_true, from_logits_);
+      if (logits.defined()) return ops::softmax_cross_entropy(logits, targets);
+      if (from_logits_) return ops::softmax_cross_entropy(y_pred, targets);
+      return ops::softmax_cross_entropy(ops::log(ops::clip(y_pred, kEpsilon, 1.0f - kEpsilon)), targets);
+    case Kind::BinaryCrossentropy: return ops::binary_cross_entropy(y_pred, targets, from_logits_);
     case Kind::MeanSquaredError: return ops::mean_squared_error(y_pred, y_true);
   }
   return Tensor();

@@ -96,6 +96,29 @@ TEST(Clipping, BadValuesAreRefusedByName) {
             std::string::npos);
 }
 
+// Keras' label smoothing: categorical targets y·(1 - s) + s / classes, binary y·(1 - s) + s / 2.
+TEST(LabelSmoothing, TargetsAreSmoothedAsKerasDoes) {
+  std::vector<float> p{0.2f, 0.7f, 0.1f}, y{0, 1, 0};
+  Tensor probs = Tensor::from_vector({1, 3}, std::span<const float>(p)),
+         onehot = Tensor::from_vector({1, 3}, std::span<const float>(y));
+  float got = Loss::categorical_crossentropy(false, 0.3f).per_sample(onehot, probs).to_vector()[0];
+  EXPECT_NEAR(got, -(0.1 * std::log(0.2) + 0.8 * std::log(0.7) + 0.1 * std::log(0.1)), 1e-6);
+  std::vector<float> pb{0.8f}, yb{1.0f};
+  got = Loss::binary_crossentropy(false, 0.2f)
+            .per_sample(Tensor::from_vector({1, 1}, std::span<const float>(yb)),
+                        Tensor::from_vector({1, 1}, std::span<const float>(pb)))
+            .to_vector()[0];
+  EXPECT_NEAR(got, -(0.9 * std::log(0.8) + 0.1 * std::log(0.2)), 1e-6);
+  EXPECT_NE(testing::error_of([] {
+              Loss(Loss::Kind::SparseCategoricalCrossentropy, false, 0.1f);
+            }).find("sparse_categorical_crossentropy: label_smoothing applies to categorical_crossentropy"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] {
+              Loss::categorical_crossentropy(false, -0.5f);
+            }).find("label_smoothing must be in [0, 1], got -0.5"),
+            std::string::npos);
+}
+
 struct Data {
   Tensor x, y;
 };

@@ -180,6 +180,9 @@ class Sequential:
         for m in metrics:
             if not isinstance(m, str):
                 raise Error(f"compile: metrics are given by name ('accuracy'), got {m!r}")
+        if getattr(loss, "reduction", "auto") not in ("auto", "sum_over_batch_size"):
+            raise Error(f"compile: the loss's reduction is {loss.reduction!r}; fit trains on the batch's mean "
+                        "(reduction 'sum_over_batch_size'): a summed or unreduced loss is for custom loops")
         self._model.compile(optimizer, getattr(loss, "_loss", loss), list(metrics))
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
