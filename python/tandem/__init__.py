@@ -46,6 +46,9 @@ from . import config, data, keras, distribute, hvd, nn, compat, train
 from .config import device
 from ._tandem import Tensor
 
+# numpy hands its operators over to a tensor's (an array @ a tensor is recorded on the tape).
+Tensor.__array_ufunc__ = None
+
 
 class GradientTape:
     """Records the engine's operations inside its ``with`` block (on this thread), for
@@ -86,9 +89,26 @@ def function(func=None, input_signature=None, autograph=True, jit_compile=None, 
     return func
 
 
+def _reduce(name, engine, input_tensor, axis, keepdims):
+    if axis is not None or keepdims:
+        raise Error(f"tf.{name}: Tandem reduces over every element (axis=None, keepdims=False), got axis={axis!r}, "
+                    f"keepdims={keepdims!r}")
+    return engine(input_tensor if isinstance(input_tensor, Tensor) else _tandem.as_tensor(input_tensor))
+
+
+def reduce_sum(input_tensor, axis=None, keepdims=False, name=None):
+    """tf.reduce_sum over every element, recorded on the tape."""
+    return _reduce("reduce_sum", _tandem.reduce_sum, input_tensor, axis, keepdims)
+
+
+def reduce_mean(input_tensor, axis=None, keepdims=False, name=None):
+    """tf.reduce_mean over every element, recorded on the tape."""
+    return _reduce("reduce_mean", _tandem.reduce_mean, input_tensor, axis, keepdims)
+
+
 __version__ = "0.10.0"
 __all__ = ["config", "device", "function", "data", "keras", "distribute", "hvd", "nn", "compat", "train", "GradientTape", "Tensor", "Error", "FileError", "FileNotFoundError", "set_num_threads",
-           "cpu_isa"]
+           "cpu_isa", "reduce_sum", "reduce_mean"]
 
 
 def set_num_threads(threads):

@@ -7,6 +7,8 @@ void register_layers(py::module_& m) {
   using namespace layers;
   m.def("set_global_policy", &mixed_precision::set_global_policy, py::arg("name"));
   m.def("global_policy", &mixed_precision::global_policy);
+  // Whether this CPU multiplies in bf16 (AVX512_BF16 or AMX): elsewhere mixed_bfloat16 keeps float32 products.
+  m.def("cpu_has_bf16_products", [] { return ops::has_bf16_products(Device::cpu()); });
   py::class_<Layer, std::shared_ptr<Layer>>(m, "Layer")
       .def_property_readonly("name", &Layer::name)
       .def_property_readonly("type", &Layer::type)

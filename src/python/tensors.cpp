@@ -18,6 +18,31 @@ struct TapeHandle {
   bool used = false;
 };
 
+// The other operand of a tensor's operator: a number (`scalar` set), or an array or tensor as a
+// float32 tensor on `like`'s device.
+struct Operand {
+  std::optional<float> scalar;
+  Tensor tensor;
+};
+Operand operand_of(const Tensor& like, const py::object& o, const char* op) {
+  if (py::isinstance<py::bool_>(o)) throw Error(fmt::format("tandem.Tensor {}: a bool is not a number here", op));
+  if (py::isinstance<py::float_>(o) || py::isinstance<py::int_>(o)) return {o.cast<float>(), Tensor()};
+  if (!py::isinstance<Tensor>(o) && !py::isinstance<py::array>(o))
+    throw Error(fmt::format("tandem.Tensor {}: expected a number, a numpy array or a tandem Tensor, got {}", op,
+                            std::string(py::repr(py::type::of(o)))));
+  Tensor t = tensor_from(o, op);
+  if (t.dtype() != DType::Float32) t = t.astype(DType::Float32);
+  return {std::nullopt, t.to(like.device())};
+}
+Tensor full_like(const Tensor& t, float value) { return Tensor::full(t.shape(), value, t.device()); }
+
+// a + b, a - b (sign -1) with a number or a tensor of a's shape or of its last axis; either side.
+Tensor add(const Tensor& a, const py::object& o, float sign, const char* op) {
+  Operand b = operand_of(a, o, op);
+  if (b.scalar) return ops::add(a, full_like(a, sign * *b.scalar));
+  return sign > 0 ? ops::add(a, b.tensor) : ops::sub(a, b.tensor);
+}
+
 }  // namespace
 
 void register_errors(py::module_& m) {
@@ -48,6 +73,94 @@ void register_tensors(py::module_& m) {
                                return py::tuple(py::cast(s));
                              })
       .def_property_readonly("dtype", [](const Tensor& t) { return std::string(dtype_name(t.dtype())); })
+      // A TensorFlow tensor's operators, recorded on the tape (differentiable): + - * with numbers,
+      // arrays or tensors of the same shape (or of the last axis), / by a number, unary minus, @.
+      // Comparisons, indexing and len() read the values (numpy's results, not recorded).
+      .def("__add__", [](const Tensor& a, const py::object& b) { return add(a, b, 1.0f, "+"); })
+      .def("__radd__", [](const Tensor& a, const py::object& b) { return add(a, b, 1.0f, "+"); })
+      .def("__sub__", [](const Tensor& a, const py::object& b) { return add(a, b, -1.0f, "-"); })
+      .def("__rsub__",
+           [](const Tensor& a, const py::object& b) {
+             Operand o = operand_of(a, b, "-");
+             return o.scalar ? ops::add(ops::scale(a, -1.0f), full_like(a, *o.scalar)) : ops::sub(o.tensor, a);
+           })
+      .def("__mul__",
+           [](const Tensor& a, const py::object& b) {
+             Operand o = operand_of(a, b, "*");
+             return o.scalar ? ops::scale(a, *o.scalar) : ops::mul(a, o.tensor);
+           })
+      .def("__rmul__",
+           [](const Tensor& a, const py::object& b) {
+             Operand o = operand_of(a, b, "*");
+             return o.scalar ? ops::scale(a, *o.scalar) : ops::mul(a, o.tensor);
+           })
+      .def("__truediv__",
+           [](const Tensor& a, const py::object& b) {
+             Operand o = operand_of(a, b, "/");
+             if (!o.scalar)
+               throw Error(
+                   "tandem.Tensor /: division by a tensor is not built; divide by a number, or multiply by "
+                   "a reciprocal computed in numpy");
+             if (*o.scalar == 0.0f) throw Error("tandem.Tensor /: division by zero");
+             return ops::scale(a, 1.0f / *o.scalar);
+           })
+      .def("__rtruediv__",
+           [](const Tensor&, const py::object&) -> Tensor {
+             throw Error(
+                 "tandem.Tensor /: division by a tensor is not built; multiply by a reciprocal computed "
+                 "in numpy");
+           })
+      .def("__neg__", [](const Tensor& a) { return ops::scale(a, -1.0f); })
+      .def("__matmul__",
+           [](const Tensor& a, const py::object& b) {
+             Operand o = operand_of(a, b, "@");
+             if (o.scalar) throw Error("tandem.Tensor @: the other operand is a number, not a matrix");
+             return ops::matmul(a, o.tensor);
+           })
+      .def("__rmatmul__",
+           [](const Tensor& a, const py::object& b) {
+             Operand o = operand_of(a, b, "@");
+             if (o.scalar) throw Error("tandem.Tensor @: the other operand is a number, not a matrix");
+             return ops::matmul(o.tensor, a);
+           })
+      .def(
+          "__array__", [](const Tensor& t, const py::object&) { return to_numpy(t); }, py::arg("dtype") = py::none())
+      .def("__len__",
+           [](const Tensor& t) {
+             if (t.rank() == 0) throw Error("len(): the tensor is a scalar");
+             return t.dim(0);
+           })
+      .def("__getitem__", [](const Tensor& t, const py::object& key) { return to_numpy(t).attr("__getitem__")(key); })
+      .def("__lt__",
+           [](const Tensor& a, const py::object& b) {
+             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
+             return to_numpy(a).attr("__lt__")(other);
+           })
+      .def("__le__",
+           [](const Tensor& a, const py::object& b) {
+             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
+             return to_numpy(a).attr("__le__")(other);
+           })
+      .def("__gt__",
+           [](const Tensor& a, const py::object& b) {
+             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
+             return to_numpy(a).attr("__gt__")(other);
+           })
+      .def("__ge__",
+           [](const Tensor& a, const py::object& b) {
+             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
+             return to_numpy(a).attr("__ge__")(other);
+           })
+      .def("__eq__",
+           [](const Tensor& a, const py::object& b) {
+             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
+             return to_numpy(a).attr("__eq__")(other);
+           })
+      .def("__ne__",
+           [](const Tensor& a, const py::object& b) {
+             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
+             return to_numpy(a).attr("__ne__")(other);
+           })
       .def("__float__",
            [](const Tensor& t) {
              if (t.numel() != 1)
@@ -128,6 +241,10 @@ void register_tensors(py::module_& m) {
   m.def("reduce_mean", [](const Tensor& t) {
     py::gil_scoped_release nogil;
     return ops::mean(t);
+  });
+  m.def("reduce_sum", [](const Tensor& t) {
+    py::gil_scoped_release nogil;
+    return ops::sum(t);
   });
   m.def(
       "roundtrip", [](const py::array& a) { return to_numpy(from_numpy(a, "roundtrip")); },

@@ -151,6 +151,18 @@ inline std::string why_no_mpi(bool built_with_mpi) {
   return "";
 }
 
+// Every tensor of a safetensors file, as its bytes (bit for bit: -0 is not +0, a NaN is its own
+// bits), in the file's order.
+inline std::vector<std::pair<std::string, std::vector<uint8_t>>> final_bytes(const std::string& path) {
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> out;
+  for (auto& [name, t] : io::load_safetensors(path).tensors) {
+    Tensor c = t.contiguous();
+    const auto* p = static_cast<const uint8_t*>(c.raw());
+    out.emplace_back(name, std::vector<uint8_t>(p, p + c.numel() * static_cast<int64_t>(dtype_size(c.dtype()))));
+  }
+  return out;
+}
+
 // Every tensor of a safetensors file, as floats, in the file's order.
 inline std::vector<std::pair<std::string, std::vector<float>>> final_state(const std::string& path) {
   std::vector<std::pair<std::string, std::vector<float>>> out;

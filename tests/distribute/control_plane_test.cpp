@@ -89,8 +89,8 @@ TEST(ControlPlane, ALocalJobListensOnLoopbackOnly) {
 }
 
 // A task's whole conversation as a stranger could hold it with `key`: a hello naming `rank`,
-// then a failure. True when rank 0 kept the connection open for 300 ms after.
-bool hello_and_failure(int port, const std::string& key, int32_t rank) {
+// then a failure. Returns the connection (the caller closes it).
+int hello_and_failure(int port, const std::string& key, int32_t rank) {
   int fd = connect_loopback(port);
   std::string challenge = read_exactly(fd, kChallengeBytes, 1000ms), mine(kChallengeBytes, 'x');
   Channel channel(key, challenge, mine, false);
@@ -98,12 +98,16 @@ bool hello_and_failure(int port, const std::string& key, int32_t rank) {
   std::string bytes = mine + channel.seal(frame(kHello, std::string(reinterpret_cast<const char*>(&rank), 4)));
   bytes += channel.seal(frame(kFail, std::string(reinterpret_cast<const char*>(&origin), 4) + "stop"));  // after
   (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-  std::this_thread::sleep_for(300ms);
+  return fd;
+}
+
+// Whether rank 0 closed the connection (read end: 0, or reset) before `deadline`.
+bool closed_within(int fd, std::chrono::milliseconds deadline) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(deadline.count())) <= 0) return false;
   char byte = 0;
-  ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT);  // closed: 0, or reset
-  bool open = n > 0 || (n < 0 && errno == EAGAIN);
-  close(fd);
-  return open;
+  ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN);
 }
 
 // A stranger without the job's key, saying what a task joining the job would say and then that
@@ -113,17 +117,20 @@ TEST(ControlPlane, AConnectionWithoutTheJobsKeyIsRefusedAndNamed) {
   TwoRanks job(3000ms);
   job.zero->set_expendable([](int rank) { return rank >= 1; });  // a rank beyond the job's may join
   testing::internal::CaptureStderr();
-  EXPECT_FALSE(hello_and_failure(job.port, random_bytes(kJobKeyBytes), 7));
+  int stranger = hello_and_failure(job.port, random_bytes(kJobKeyBytes), 7);
+  EXPECT_TRUE(closed_within(stranger, 5000ms)) << "rank 0 kept a connection without the job's key";
+  close(stranger);
   std::string log = testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("chief:0 (test): refused a control connection from 127.0.0.1:"), std::string::npos) << log;
   EXPECT_NE(log.find(": no valid key (refusal 1)"), std::string::npos) << log;
   EXPECT_TRUE(job.zero->take_events().empty());
-  std::this_thread::sleep_for(200ms);
-  EXPECT_FALSE(job.zero->failed()) << job.zero->failure();
+  EXPECT_FALSE(job.zero->failed()) << job.zero->failure();  // the connection is closed: nothing more comes
   EXPECT_FALSE(job.one->failed()) << job.one->failure();
 
-  EXPECT_TRUE(hello_and_failure(job.port, job.key, 7));
-  for (int i = 0; i < 200 && !job.one->failed(); ++i) std::this_thread::sleep_for(10ms);
+  int task = hello_and_failure(job.port, job.key, 7);
+  for (int i = 0; i < 500 && !job.one->failed(); ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_FALSE(closed_within(task, 0ms)) << "rank 0 closed the connection of a task with the job's key";
+  close(task);
   EXPECT_EQ(job.zero->failure(), "rank 7 (joined during the job) reported: stop");
   EXPECT_EQ(job.one->failure(), "rank 7 (joined during the job) reported: stop");
 }
