@@ -32,6 +32,16 @@ inline Tensor random_tensor(const Shape& shape, uint64_t seed, float low = -1.0f
   return t;
 }
 
+// n rows of `features` random values, labelled i % classes in turn (int32).
+struct LabelledRows {
+  Tensor x, y;
+};
+inline LabelledRows labelled_rows(int64_t n, int64_t features, int32_t classes, uint64_t seed) {
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % classes);
+  return {random_tensor({n, features}, seed), Tensor::from_vector({n}, std::span<const int32_t>(labels))};
+}
+
 // An IDX file's bytes (big-endian dims after the magic 0, 0, type, rank), as MNIST ships them.
 inline std::vector<uint8_t> idx_bytes(const std::vector<uint32_t>& dims, const std::vector<uint8_t>& payload,
                                       uint8_t type = 0x08) {

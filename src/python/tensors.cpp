@@ -43,6 +43,12 @@ Tensor add(const Tensor& a, const py::object& o, float sign, const char* op) {
   return sign > 0 ? ops::add(a, b.tensor) : ops::sub(a, b.tensor);
 }
 
+Tensor plus(const Tensor& a, const py::object& b) { return add(a, b, 1.0f, "+"); }
+Tensor times(const Tensor& a, const py::object& b) {
+  Operand o = operand_of(a, b, "*");
+  return o.scalar ? ops::scale(a, *o.scalar) : ops::mul(a, o.tensor);
+}
+
 }  // namespace
 
 void register_errors(py::module_& m) {
@@ -76,24 +82,16 @@ void register_tensors(py::module_& m) {
       // A TensorFlow tensor's operators, recorded on the tape (differentiable): + - * with numbers,
       // arrays or tensors of the same shape (or of the last axis), / by a number, unary minus, @.
       // Comparisons, indexing and len() read the values (numpy's results, not recorded).
-      .def("__add__", [](const Tensor& a, const py::object& b) { return add(a, b, 1.0f, "+"); })
-      .def("__radd__", [](const Tensor& a, const py::object& b) { return add(a, b, 1.0f, "+"); })
+      .def("__add__", &plus)
+      .def("__radd__", &plus)
       .def("__sub__", [](const Tensor& a, const py::object& b) { return add(a, b, -1.0f, "-"); })
       .def("__rsub__",
            [](const Tensor& a, const py::object& b) {
              Operand o = operand_of(a, b, "-");
              return o.scalar ? ops::add(ops::scale(a, -1.0f), full_like(a, *o.scalar)) : ops::sub(o.tensor, a);
            })
-      .def("__mul__",
-           [](const Tensor& a, const py::object& b) {
-             Operand o = operand_of(a, b, "*");
-             return o.scalar ? ops::scale(a, *o.scalar) : ops::mul(a, o.tensor);
-           })
-      .def("__rmul__",
-           [](const Tensor& a, const py::object& b) {
-             Operand o = operand_of(a, b, "*");
-             return o.scalar ? ops::scale(a, *o.scalar) : ops::mul(a, o.tensor);
-           })
+      .def("__mul__", &times)
+      .def("__rmul__", &times)
       .def("__truediv__",
            [](const Tensor& a, const py::object& b) {
              Operand o = operand_of(a, b, "/");
@@ -131,36 +129,6 @@ void register_tensors(py::module_& m) {
              return t.dim(0);
            })
       .def("__getitem__", [](const Tensor& t, const py::object& key) { return to_numpy(t).attr("__getitem__")(key); })
-      .def("__lt__",
-           [](const Tensor& a, const py::object& b) {
-             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
-             return to_numpy(a).attr("__lt__")(other);
-           })
-      .def("__le__",
-           [](const Tensor& a, const py::object& b) {
-             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
-             return to_numpy(a).attr("__le__")(other);
-           })
-      .def("__gt__",
-           [](const Tensor& a, const py::object& b) {
-             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
-             return to_numpy(a).attr("__gt__")(other);
-           })
-      .def("__ge__",
-           [](const Tensor& a, const py::object& b) {
-             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
-             return to_numpy(a).attr("__ge__")(other);
-           })
-      .def("__eq__",
-           [](const Tensor& a, const py::object& b) {
-             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
-             return to_numpy(a).attr("__eq__")(other);
-           })
-      .def("__ne__",
-           [](const Tensor& a, const py::object& b) {
-             py::object other = py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b;
-             return to_numpy(a).attr("__ne__")(other);
-           })
       .def("__float__",
            [](const Tensor& t) {
              if (t.numel() != 1)
@@ -170,6 +138,12 @@ void register_tensors(py::module_& m) {
       .def("__repr__", [](const Tensor& t) {
         return fmt::format("<tandem.Tensor shape={} dtype={}>", t.shape().str(), dtype_name(t.dtype()));
       });
+  for (const char* op : {"__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__"})
+    m.attr("Tensor").attr(op) = py::cpp_function(
+        [op](const Tensor& a, const py::object& b) {
+          return to_numpy(a).attr(op)(py::isinstance<Tensor>(b) ? to_numpy(b.cast<Tensor>()) : b);
+        },
+        py::is_method(m.attr("Tensor")));
   m.def("as_tensor", [](const py::object& o) { return tensor_from(o, "as_tensor"); });
   py::class_<Variable>(m, "Variable", "A model's variable (model.trainable_variables)")
       .def_property_readonly("name", [](const Variable& v) { return v.name; })

@@ -119,17 +119,8 @@ TEST(LabelSmoothing, TargetsAreSmoothedAsKerasDoes) {
             std::string::npos);
 }
 
-struct Data {
-  Tensor x, y;
-};
-Data data(int64_t n) {
-  std::vector<int32_t> labels(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 3);
-  return {testing::random_tensor({n, 5}, 3), Tensor::from_vector({n}, std::span<const int32_t>(labels))};
-}
-
 std::vector<std::vector<float>> train(const std::string& strategy_name, GradientClipping clipping, float decay = 0) {
-  Data d = data(48);
+  testing::LabelledRows d = testing::labelled_rows(48, 5, 3, 3);
   std::unique_ptr<distribute::Strategy> strategy =
       strategy_name == "default" ? nullptr : distribute::make_strategy(strategy_name, 1);
   std::unique_ptr<Sequential> model;

@@ -11,15 +11,6 @@ namespace {
 
 using namespace layers;
 
-struct Data {
-  Tensor x, y;
-};
-Data data(int64_t n) {
-  std::vector<int32_t> labels(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 4);
-  return {testing::random_tensor({n, 6}, 7), Tensor::from_vector({n}, std::span<const int32_t>(labels))};
-}
-
 std::unique_ptr<Sequential> base_and_head() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 5});
   m->add(Dense(8, "relu", {.input_shape = Shape{6}}));
@@ -41,7 +32,7 @@ std::vector<std::vector<float>> values(Sequential& m) {
 // alone.
 void fine_tune(const std::string& strategy_name, bool pretrain = true) {
   SCOPED_TRACE(strategy_name);
-  Data d = data(48);
+  testing::LabelledRows d = testing::labelled_rows(48, 6, 4, 7);
   std::unique_ptr<distribute::Strategy> strategy =
       strategy_name == "default" ? nullptr : distribute::make_strategy(strategy_name, 1);
   std::unique_ptr<Sequential> model;
@@ -80,7 +71,7 @@ TEST(Trainable, AFrozenBaseKeepsItsBitsWhileTheHeadTrainsOnParameterServers) {
 // The head's Adam slots outlive the freezing: training the head after freezing the base goes on
 // from the moments pretraining made (a fresh optimizer state would be another run).
 TEST(Trainable, TheSlotsOfVariablesStillTrainingAreKeptWhenOthersFreeze) {
-  Data d = data(32);
+  testing::LabelledRows d = testing::labelled_rows(32, 6, 4, 7);
   auto model = base_and_head();
   model->fit(d.x, d.y, {.epochs = 1, .batch_size = 16, .verbose = 0});
   Tensor m_before;
