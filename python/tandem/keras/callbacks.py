@@ -70,29 +70,54 @@ def _freq(save_freq, what):
 
 
 def ModelCheckpoint(filepath, monitor="val_loss", verbose=0, save_best_only=False, save_weights_only=False,
-                    mode="auto", save_freq="epoch", **kwargs):
+                    mode="auto", save_freq="epoch", initial_value_threshold=None):
     """Saves the model after each epoch (or every ``save_freq`` batches); ``filepath`` may hold
     ``{epoch:02d}`` and logged values such as ``{val_loss:.2f}``. Files are safetensors; without
-    save_weights_only they also hold the optimizer and the training position."""
+    save_weights_only they also hold the optimizer and the training position. ``verbose`` prints
+    nothing more in Tandem; ``initial_value_threshold`` is refused."""
+    if initial_value_threshold is not None:
+        raise Error("ModelCheckpoint: initial_value_threshold is not supported by Tandem")
     return _tandem.ModelCheckpoint(str(filepath), monitor, bool(save_best_only), bool(save_weights_only), mode,
                                    _freq(save_freq, "ModelCheckpoint"))
 
 
-def BackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=True, **kwargs):
+def BackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=True):
     """Backs up the training state in ``backup_dir``; a fit interrupted (even killed) resumes there."""
     return _tandem.BackupAndRestore(str(backup_dir), _freq(save_freq, "BackupAndRestore"), bool(delete_checkpoint))
 
 
-def TensorBoard(log_dir="logs", update_freq="epoch", **kwargs):
-    """Writes TensorBoard event files under log_dir/train and log_dir/validation."""
-    return _tandem.TensorBoard(str(log_dir), 0 if update_freq == "epoch" else int(update_freq))
+def TensorBoard(log_dir="logs", histogram_freq=0, write_graph=True, write_images=False, write_steps_per_second=False,
+                update_freq="epoch", profile_batch=0, embeddings_freq=0, embeddings_metadata=None):
+    """Writes TensorBoard event files under log_dir/train and log_dir/validation: the logged values
+    each epoch, or every ``update_freq`` batches ('batch': each). Tandem writes no graph
+    (``write_graph`` is accepted and writes nothing); histograms, images, steps per second,
+    profiles and embeddings are refused by name."""
+    for name, value, off in (("histogram_freq", histogram_freq, 0), ("write_images", write_images, False),
+                             ("write_steps_per_second", write_steps_per_second, False),
+                             ("profile_batch", profile_batch, 0), ("embeddings_freq", embeddings_freq, 0),
+                             ("embeddings_metadata", embeddings_metadata, None)):
+        if value != off:
+            raise Error(f"TensorBoard: {name}={value!r} is not supported by Tandem (only the logged values are "
+                        "written)")
+    if update_freq == "epoch":
+        every = 0
+    elif update_freq == "batch":
+        every = 1
+    elif isinstance(update_freq, int) and not isinstance(update_freq, bool) and update_freq > 0:
+        every = update_freq
+    else:
+        raise Error(f"TensorBoard: update_freq must be 'epoch', 'batch' or a positive number of batches, got "
+                    f"{update_freq!r}")
+    return _tandem.TensorBoard(str(log_dir), every)
 
 
 def EarlyStopping(monitor="val_loss", min_delta=0, patience=0, verbose=0, mode="auto", baseline=None,
-                  restore_best_weights=False, **kwargs):
+                  restore_best_weights=False, start_from_epoch=0):
     """Stops training when ``monitor`` has not improved for ``patience`` epochs."""
     if baseline is not None:
         raise Error("EarlyStopping: baseline is not supported")
+    if start_from_epoch != 0:
+        raise Error("EarlyStopping: start_from_epoch is not supported by Tandem (it watches from the first epoch)")
     return _tandem.EarlyStopping(monitor, float(min_delta), int(patience), mode, bool(restore_best_weights))
 
 

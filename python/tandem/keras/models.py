@@ -1,4 +1,6 @@
 """The Keras model (tf.keras.Sequential) over the engine's Sequential."""
+import json
+
 import numpy as np
 
 from .. import _tandem, _arrays, data
@@ -167,10 +169,27 @@ class Sequential:
 
     # --- training ---
 
-    def compile(self, optimizer="rmsprop", loss=None, metrics=None, **kwargs):
+    def compile(self, optimizer="rmsprop", loss=None, loss_weights=None, metrics=None, weighted_metrics=None,
+                run_eagerly=False, steps_per_execution=1, jit_compile="auto", auto_scale_loss=True, **kwargs):
         """Configures training: ``optimizer`` (a name such as 'adam' or a tandem.keras.optimizers
         object), ``loss`` (a name such as 'sparse_categorical_crossentropy' or a losses object) and
-        ``metrics`` (names: 'accuracy', 'sparse_categorical_accuracy', ...)."""
+        ``metrics`` (names: 'accuracy', 'sparse_categorical_accuracy', ...). ``run_eagerly``,
+        ``steps_per_execution`` and ``auto_scale_loss`` change no result in Tandem (its steps run
+        eagerly through the engine; bf16 needs no loss scaling) and are accepted; ``loss_weights``
+        (one output here), ``weighted_metrics`` (no sample weights yet) and ``jit_compile=True``
+        (XLA) are refused."""
+        if kwargs:
+            raise TypeError(f"compile() got an unexpected keyword argument{'s' if len(kwargs) > 1 else ''} "
+                            f"{', '.join(repr(k) for k in sorted(kwargs))}")
+        if loss_weights is not None:
+            raise Error("compile: loss_weights weigh the losses of several outputs; a Sequential model has one")
+        if weighted_metrics:
+            raise Error("compile: weighted_metrics need sample weights, which Tandem's fit does not take yet")
+        if jit_compile is True:
+            raise Error("compile: jit_compile=True asks for XLA, which Tandem does not have; its steps run through "
+                        "the C++ engine")
+        if isinstance(steps_per_execution, bool) or not isinstance(steps_per_execution, int) or steps_per_execution < 1:
+            raise Error(f"compile: steps_per_execution must be a positive int, got {steps_per_execution!r}")
         if loss is None:
             raise Error("compile: loss is required, e.g. loss='sparse_categorical_crossentropy'")
         if metrics is None:
@@ -220,6 +239,8 @@ class Sequential:
         for name in ("class_weight", "sample_weight", "validation_steps", "validation_batch_size"):
             if kwargs.get(name) is not None:
                 raise Error(f"fit: {name} is not supported by Tandem")
+        if not isinstance(shuffle, bool):
+            raise Error(f"fit: shuffle must be True or False (Tandem has no shuffle='batch'), got {shuffle!r}")
         if kwargs.get("validation_freq", 1) != 1:
             raise Error("fit: validation_freq other than 1 is not supported by Tandem (validation runs every epoch)")
         steps_per_epoch = 0 if steps_per_epoch is None else _steps(steps_per_epoch, "fit: steps_per_epoch")
@@ -246,6 +267,8 @@ class Sequential:
                 val_x, val_y = validation_data[:2]
             except (TypeError, ValueError):
                 raise Error("fit: validation_data must be a tuple (x_val, y_val) or a Dataset") from None
+            if len(validation_data) > 2 and validation_data[2] is not None:
+                raise Error("fit: validation_data's sample weights (its third item) are not supported by Tandem")
             validation = (_arrays.features(val_x, "fit (validation_data)"),
                           _arrays.targets(val_y, "fit (validation_data)"))
         verbose = _verbose(verbose)
@@ -269,9 +292,16 @@ class Sequential:
         self.history = callbacks_module.History(history, epochs_run, self, params)
         return self.history
 
-    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", steps=None, return_dict=False, **kwargs):
+    def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
+                 callbacks=None, return_dict=False, **kwargs):
         """The loss and metrics on (x, y) or a Dataset of (x, y) batches: a scalar loss without
-        metrics, else [loss, metrics...] (or a dict with return_dict=True), as Keras returns them."""
+        metrics, else [loss, metrics...] (or a dict with return_dict=True), as Keras returns them.
+        ``sample_weight`` and ``callbacks`` are refused (not built for evaluate yet)."""
+        _hints_only(kwargs, "evaluate")
+        if sample_weight is not None:
+            raise Error("evaluate: sample_weight is not supported by Tandem")
+        if callbacks:
+            raise Error("evaluate: callbacks are not supported by Tandem's evaluate")
         printing = 0 if _verbose(verbose) == 0 else 1
         x = _dataset_of(x, "evaluate")
         if isinstance(x, data.Dataset):
@@ -290,9 +320,13 @@ class Sequential:
         values = list(logs.values())
         return values[0] if len(values) == 1 else values
 
-    def predict(self, x, batch_size=None, verbose="auto", steps=None, **kwargs):
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None, **kwargs):
         """The model's outputs for x (or each batch of a Dataset, whose elements are x or (x, y)
-        batches), as a numpy array; x without rows gives an empty array, as Keras."""
+        batches), as a numpy array; x without rows gives an empty array, as Keras. ``callbacks``
+        are refused (not built for predict yet)."""
+        _hints_only(kwargs, "predict")
+        if callbacks:
+            raise Error("predict: callbacks are not supported by Tandem's predict")
         x = _dataset_of(x, "predict")
         if isinstance(x, data.Dataset):
             steps = 0 if steps is None else _steps(steps, "predict: steps")
@@ -323,34 +357,56 @@ class Sequential:
         """Sets every variable from arrays in get_weights' order and shapes."""
         self._model.set_weights([_arrays.features(w, "set_weights") for w in weights])
 
-    def save_weights(self, filepath, overwrite=True, **kwargs):
+    def save_weights(self, filepath, overwrite=True, max_shard_size=None):
         """Writes the weights (and the optimizer's state when compiled): a path ending in
         ``.weights.h5`` gets Keras 3's HDF5 layout (Keras' ``load_weights`` reads it), any other a
         safetensors file (the file `tandem evaluate` reads). ``overwrite=False`` refuses an
         existing file."""
+        if max_shard_size is not None:
+            raise Error("save_weights: max_shard_size (sharded weight files) is not supported by Tandem")
         _refuse_overwrite(filepath, overwrite, "save_weights")
         self._model.save_weights(str(filepath))
 
-    def load_weights(self, filepath, **kwargs):
+    def load_weights(self, filepath, skip_mismatch=False, by_name=False, **kwargs):
         """Reads weights written by save_weights (either format), ModelCheckpoint or `tandem fit
-        --save`, Keras 3's ``.weights.h5``, or the weights of a ``.keras`` file."""
+        --save`, Keras 3's ``.weights.h5``, or the weights of a ``.keras`` file. Every weight must
+        match: ``skip_mismatch`` and Keras 2's ``by_name`` are refused."""
+        if kwargs:
+            raise TypeError(f"load_weights() got an unexpected keyword argument {sorted(kwargs)[0]!r}")
+        if skip_mismatch or by_name:
+            raise Error("load_weights: skip_mismatch and by_name are not supported by Tandem (every weight of the "
+                        "file must match the model's, or the file is refused naming the first that does not)")
         self._model.load_weights(str(filepath))
 
     def save(self, filepath, overwrite=True, zipped=None, **kwargs):
         """Writes the model as Keras 3's ``.keras`` file: config.json (the architecture, its build
         and compile configs), metadata.json and model.weights.h5 (weights and optimizer state).
-        ``keras.models.load_model`` (Keras 3's or Tandem's) reads it back."""
+        ``keras.models.load_model`` (Keras 3's or Tandem's) reads it back. Keras 2's arguments
+        (save_format, include_optimizer, signatures, options) are refused."""
+        if kwargs:
+            raise Error(f"save: {', '.join(sorted(kwargs))} {'is' if len(kwargs) == 1 else 'are'} Keras 2's; Tandem "
+                        "writes Keras 3's .keras file, optimizer included")
         if zipped is False:
             raise Error("save: zipped=False is not supported by Tandem (it writes .keras files)")
         _refuse_overwrite(filepath, overwrite, "save")
         self._model.save(str(filepath))
 
     def to_json(self, **kwargs):
-        """The architecture as Keras' JSON (model_from_json reads it back)."""
-        return self._model.to_json()
+        """The architecture as Keras' JSON (model_from_json reads it back); ``kwargs`` go to
+        json.dumps (``indent=2``), as Keras'."""
+        text = self._model.to_json()
+        return json.dumps(json.loads(text), **kwargs) if kwargs else text
 
     def __repr__(self):
         return f"<tandem.keras.Sequential {self.name!r}: {len(self._model.layers)} layers>"
+
+
+def _hints_only(kwargs, what):
+    """Keras' hints that change no result (data-loading workers) are accepted; anything else is a TypeError."""
+    unknown = sorted(k for k in kwargs if k not in ("workers", "use_multiprocessing", "max_queue_size"))
+    if unknown:
+        raise TypeError(f"{what}() got an unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
+                        f"{', '.join(repr(k) for k in unknown)}")
 
 
 def model_from_json(json_string, custom_objects=None, seed=None):
