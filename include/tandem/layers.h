@@ -182,6 +182,8 @@ class Dense : public Layer {
 struct DropoutOptions {
   std::string name;
   std::optional<Shape> input_shape;
+  // Keras' seed: the layer's masks from this seed alone (by step and row), not from the model's.
+  std::optional<uint64_t> seed;
 };
 
 class Dropout : public Layer {
@@ -199,6 +201,7 @@ class Dropout : public Layer {
   Shape do_build(const Shape& input_shape, uint64_t seed) override;
   float rate_;
   uint64_t salt_ = 0;
+  std::optional<uint64_t> seed_;
   int64_t feature_offset_ = 0, features_ = 0;  // a slice's place in whole samples (0: whole)
 };
 

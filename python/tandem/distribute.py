@@ -91,6 +91,7 @@ class Strategy:
     def experimental_distribute_dataset(self, dataset, options=None):
         """The dataset's elements as global batches for ``run``, which cuts each for the replicas
         (batch the dataset by the global batch size, e.g. 64 * num_replicas_in_sync)."""
+        _no_input_options(options, "experimental_distribute_dataset")
         if not isinstance(dataset, data.Dataset):
             raise Error(f"experimental_distribute_dataset: expected a tandem.data.Dataset, got {dataset!r}")
         return DistributedDataset(dataset, self)
@@ -101,6 +102,7 @@ class Strategy:
         consecutive batches are joined into the global batch that ``run`` cuts for the replicas (one
         copy of the rows; a replica's rows are its batch where the batches are the same size, and
         the summed gradient is the same either way). A last, shorter group is joined the same way."""
+        _no_input_options(options, "distribute_datasets_from_function")
         context = InputContext(1, 0, self.num_replicas_in_sync)
         dataset = dataset_fn(context)
         if not isinstance(dataset, data.Dataset):
@@ -213,9 +215,17 @@ def _cpu_device(device, what):
                     + (" (strategies over GPUs are not built yet: docs/gpu.md)" if "gpu" in name else ""))
 
 
+def _no_input_options(options, what):
+    if options is not None:
+        raise Error(f"{what}: options (tf.distribute.InputOptions: prefetching to devices, replication modes) are "
+                    "not supported by Tandem, whose replicas read the host's batches in place")
+
+
 class CrossDeviceOps:
     """How the replicas' gradients are summed (tf.distribute's cross_device_ops). On this machine's
-    CPU replicas every kind is the same in-process all-reduce: the sum, in replica order."""
+    CPU replicas every kind is the same in-process all-reduce: the sum, in replica order.
+    ``num_packs`` (how many buffers the gradients are packed into) is a hint that changes no
+    result here: it is checked and accepted."""
 
     def __init__(self, num_packs=1):
         if isinstance(num_packs, bool) or not isinstance(num_packs, int) or num_packs < 1:

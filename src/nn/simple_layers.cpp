@@ -3,7 +3,8 @@
 
 namespace tandem::layers {
 
-Dropout::Dropout(float rate, DropoutOptions options) : Layer(options.name, options.input_shape), rate_(rate) {
+Dropout::Dropout(float rate, DropoutOptions options)
+    : Layer(options.name, options.input_shape), rate_(rate), seed_(options.seed) {
   if (!(rate >= 0.0f && rate < 1.0f)) fail("{}: rate must be in [0, 1), got {}", label(), rate);
 }
 
@@ -16,7 +17,7 @@ Tensor Dropout::call(const Tensor& x, const CallContext& ctx) {
   check_input(x);
   if (!ctx.training || rate_ == 0.0f) return x;
   RandomKey key = ctx.random;
-  key.seed = mix_seed(key.seed, salt_);
+  key.seed = seed_ ? mix_seed(*seed_, 0x44726f706f7574) : mix_seed(key.seed, salt_);  // its own seed: "Dropout"
   key.feature_offset = feature_offset_;
   key.features = features_;
   return ops::dropout(x, rate_, key);

@@ -52,10 +52,12 @@ void register_layers(py::module_& m) {
           py::arg("units"), py::arg("activation"), py::arg("use_bias"), py::arg("kernel_initializer"),
           py::arg("bias_initializer"), py::arg("name"), py::arg("input_shape"));
   py::class_<Dropout, Layer, std::shared_ptr<Dropout>>(m, "Dropout")
-      .def(py::init([](float rate, std::string name, std::optional<std::vector<int64_t>> input_shape) {
-             return std::make_shared<Dropout>(rate, DropoutOptions{.name = name, .input_shape = shape_of(input_shape)});
+      .def(py::init([](float rate, std::string name, std::optional<std::vector<int64_t>> input_shape,
+                       std::optional<uint64_t> seed) {
+             return std::make_shared<Dropout>(
+                 rate, DropoutOptions{.name = name, .input_shape = shape_of(input_shape), .seed = seed});
            }),
-           py::arg("rate"), py::arg("name"), py::arg("input_shape"));
+           py::arg("rate"), py::arg("name"), py::arg("input_shape"), py::arg("seed") = py::none());
   py::class_<Conv2D, Layer, std::shared_ptr<Conv2D>>(m, "Conv2D")
       .def(
           py::init([](int64_t filters, std::pair<int64_t, int64_t> kernel, std::pair<int64_t, int64_t> strides,

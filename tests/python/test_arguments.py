@@ -81,3 +81,23 @@ def test_callbacks_arguments(tf, model, tmp_path):
         cb.ModelCheckpoint(tmp_path / "c", initial_value_threshold=0.5)
     with pytest.raises(TypeError):
         cb.BackupAndRestore(tmp_path / "b", double_checkpoint=True)
+
+
+def test_dropout_seed_acts_and_dataset_options_are_refused(tf):
+    x = np.ones((4, 8), np.float32)
+    masks = []
+    for model_seed in (1, 2):
+        for layer_seed in (5, None):
+            m = tf.keras.Sequential([tf.keras.layers.Dropout(0.5, seed=layer_seed, input_shape=(8,))], seed=model_seed)
+            masks.append(m(x, training=True).numpy())
+    # Its own seed: the same masks under two model seeds; without one, the model's seed decides.
+    np.testing.assert_array_equal(masks[0], masks[2])
+    assert not np.array_equal(masks[1], masks[3])
+    with pytest.raises(tf.Error, match="Dropout: seed must be a non-negative int"):
+        tf.keras.layers.Dropout(0.5, seed=-1)
+    strategy = tf.distribute.MirroredStrategy(num_replicas=2)
+    dataset = tf.data.Dataset.from_tensor_slices(x).batch(2)
+    with pytest.raises(tf.Error, match="options .tf.distribute.InputOptions"):
+        strategy.experimental_distribute_dataset(dataset, options=object())
+    with pytest.raises(tf.Error, match="options .tf.distribute.InputOptions"):
+        strategy.distribute_datasets_from_function(lambda ctx: dataset, options=object())

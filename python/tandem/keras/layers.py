@@ -65,11 +65,14 @@ def Dense(units, activation=None, use_bias=True, kernel_initializer="glorot_unif
 
 
 def Dropout(rate, noise_shape=None, seed=None, name=None, input_shape=None, **kwargs):
-    """Sets input units to 0 with frequency ``rate`` during training, scaling the rest by 1/(1 - rate)."""
+    """Sets input units to 0 with frequency ``rate`` during training, scaling the rest by 1/(1 - rate).
+    With ``seed``, the layer's masks come from that seed alone (by step and row), not the model's."""
     _no_extra(kwargs, "Dropout")
     if noise_shape is not None:
         raise Error("Dropout: noise_shape is not supported (the mask covers every element)")
-    return _policy(_tandem.Dropout(float(rate), name or "", _shape(input_shape, None, "Dropout")), kwargs)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise Error(f"Dropout: seed must be a non-negative int or None, got {seed!r}")
+    return _policy(_tandem.Dropout(float(rate), name or "", _shape(input_shape, None, "Dropout"), seed), kwargs)
 
 
 def Conv2D(filters, kernel_size, strides=(1, 1), padding="valid", activation=None, use_bias=True,
