@@ -44,6 +44,7 @@ ReplicaThreads::ReplicaThreads(Strategy& owner, int replicas, int threads_per_re
       replicas_(replicas),
       threads_per_replica_(threads_per_replica),
       make_group_(make_group),
+      runs_(static_cast<size_t>(replicas), 0),
       group_(make_group()),
       workers_(std::make_unique<Workers>()) {
   workers_->errors.resize(static_cast<size_t>(replicas_));
@@ -102,6 +103,7 @@ void ReplicaThreads::run_replica(int r, const std::function<void(int)>& job) {
   try {
     RunningAs as(&owner_, r);
     job(r);
+    ++runs_[static_cast<size_t>(r)];
   } catch (...) {
     workers_->errors[static_cast<size_t>(r)] = std::current_exception();
     std::string what = "an exception";

@@ -35,6 +35,9 @@ class ReplicaThreads {
   Communicator& communicator(int replica) { return *group_.at(static_cast<size_t>(replica)); }
   int replicas() const { return replicas_; }
   int threads_per_replica() const { return threads_per_replica_; }
+  // The jobs each replica has finished (replica r's count is written by its own thread only and
+  // read between runs).
+  std::vector<int64_t> runs() const { return runs_; }
 
  private:
   struct Workers;
@@ -44,6 +47,7 @@ class ReplicaThreads {
   Strategy& owner_;
   int replicas_, threads_per_replica_;
   MakeGroup make_group_;
+  std::vector<int64_t> runs_;
   std::vector<std::unique_ptr<Communicator>> group_;
   std::unique_ptr<Workers> workers_;
 };

@@ -143,6 +143,8 @@ void register_strategies(py::module_& m) {
           },
           py::arg("options"), py::arg("settings"), py::arg("owner"))
       .def_property_readonly("name", [](StrategyHandle& h) { return h.strategy->name(); })
+      // The jobs each replica (device) of this process has run: tests' proof that they ran.
+      .def_property_readonly("replica_runs", [](StrategyHandle& h) { return h.strategy->extended().replica_runs(); })
       .def_property_readonly("num_replicas_in_sync",
                              [](StrategyHandle& h) { return h.strategy->num_replicas_in_sync(); })
       .def_property_readonly("is_chief", [](StrategyHandle& h) { return h.strategy->extended().is_chief(); })

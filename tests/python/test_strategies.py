@@ -45,6 +45,10 @@ def test_each_strategy_by_scope_trains_as_one_device(tf, make, replicas):
     assert strategy.num_replicas_in_sync == replicas
     alone, h1 = train(tf, None)
     model, h2 = train(tf, strategy)
+    # The replicas ran: every one of this process's replicas (devices) took part in every step.
+    runs = strategy._handle.replica_runs
+    if replicas > 1:
+        assert len(runs) == replicas and min(runs) > 0 and len(set(runs)) == 1, runs
     assert model.distribute_strategy is strategy
     assert model._model.strategy_name == strategy.name
     for a, b in zip(alone.get_weights(), model.get_weights()):  # within 1e-5, relative, per tensor

@@ -144,6 +144,10 @@ class StrategyExtended {
   // Counts a run's report gives beside its figures, by name (the parameter-server chief's steps by
   // how far ahead of the slowest worker each started); none by default.
   virtual std::map<std::string, std::map<int64_t, int64_t>> report_counts() const { return {}; }
+  // The jobs (a step's share, a custom loop's run) each of this process's replicas or devices has
+  // run since the strategy was made: what shows that they ran. Empty where the strategy does not
+  // run replicas on threads of its own.
+  virtual std::vector<int64_t> replica_runs() const { return {}; }
   // Replica r's handle on the group the global batch is split over (ReplicaContext::batch_group):
   // by default all the replicas; null where each computes the whole batch.
   virtual Communicator* batch_group(int replica) { return &communicator(replica); }
@@ -409,6 +413,7 @@ class MirroredStrategy : public Strategy {
   void for_each_replica(const std::function<void(int replica)>& fn) override;
   Communicator& communicator(int replica) override;
   int threads_per_replica() const override { return threads_per_replica_; }
+  std::vector<int64_t> replica_runs() const override;
   const MirroredOptions& options() const { return options_; }
   // Deterministic: micro_batches fixed parts, reduced in order; else one part per replica,
   // grouped or bucketed.

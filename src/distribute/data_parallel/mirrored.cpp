@@ -79,5 +79,6 @@ std::string MirroredStrategy::name() const {
 }
 
 void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& fn) { threads_->run(fn); }
+std::vector<int64_t> MirroredStrategy::replica_runs() const { return threads_->runs(); }
 
 }  // namespace tandem::distribute

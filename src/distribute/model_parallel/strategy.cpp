@@ -94,6 +94,7 @@ ModelParallelStrategy::~ModelParallelStrategy() = default;
 
 Communicator& ModelParallelStrategy::communicator(int device) { return threads_->communicator(device); }
 int ModelParallelStrategy::threads_per_replica() const { return threads_->threads_per_replica(); }
+std::vector<int64_t> ModelParallelStrategy::replica_runs() const { return threads_->runs(); }
 void ModelParallelStrategy::split_batch(int64_t rows, BatchSplit& split) const {
   split.even(rows, num_local_replicas(), num_local_replicas());
 }

@@ -148,6 +148,7 @@ PipelineStrategy::~PipelineStrategy() = default;
 
 Communicator& PipelineStrategy::communicator(int device) { return threads_->communicator(device); }
 int PipelineStrategy::threads_per_replica() const { return threads_->threads_per_replica(); }
+std::vector<int64_t> PipelineStrategy::replica_runs() const { return threads_->runs(); }
 void PipelineStrategy::split_batch(int64_t rows, BatchSplit& split) const {
   split.even(rows, num_local_replicas(), num_local_replicas());
 }
