@@ -169,11 +169,12 @@ class Sequential:
 
     # --- training ---
 
-    def compile(self, optimizer="rmsprop", loss=None, loss_weights=None, metrics=None, weighted_metrics=None,
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None, weighted_metrics=None,
                 run_eagerly=False, steps_per_execution=1, jit_compile="auto", auto_scale_loss=True, **kwargs):
         """Configures training: ``optimizer`` (a name such as 'adam' or a tandem.keras.optimizers
         object), ``loss`` (a name such as 'sparse_categorical_crossentropy' or a losses object) and
-        ``metrics`` (names: 'accuracy', 'sparse_categorical_accuracy', ...). ``run_eagerly``,
+        ``metrics`` (names: 'accuracy', 'sparse_categorical_accuracy', ...), in tf.keras' order (TensorFlow
+        2's: metrics third, as the tutorials pass them; name the others). ``run_eagerly``,
         ``steps_per_execution`` and ``auto_scale_loss`` change no result in Tandem (its steps run
         eagerly through the engine; bf16 needs no loss scaling) and are accepted; ``loss_weights``
         (one output here), ``weighted_metrics`` (no sample weights yet) and ``jit_compile=True``
