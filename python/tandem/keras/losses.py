@@ -57,7 +57,7 @@ class Loss:
         return f"<tandem.keras.losses {self.name} from_logits={self.from_logits}>"
 
 
-def _check(what, name, dtype, kwargs, axis=-1):
+def _check(what, dtype, kwargs, axis=-1):
     if kwargs:
         raise TypeError(f"{what}: unexpected argument{'s' if len(kwargs) > 1 else ''} {', '.join(sorted(kwargs))}")
     if axis != -1:
@@ -69,7 +69,7 @@ def _check(what, name, dtype, kwargs, axis=-1):
 def SparseCategoricalCrossentropy(from_logits=False, ignore_class=None, reduction=Reduction.SUM_OVER_BATCH_SIZE,
                                   name="sparse_categorical_crossentropy", dtype=None, **kwargs):
     """Cross-entropy between integer labels and predicted class scores (logits when from_logits)."""
-    _check("SparseCategoricalCrossentropy", name, dtype, kwargs)
+    _check("SparseCategoricalCrossentropy", dtype, kwargs)
     if ignore_class is not None:
         raise Error("SparseCategoricalCrossentropy: ignore_class is not built in Tandem (every label counts)")
     return Loss("sparse_categorical_crossentropy", from_logits, reduction)
@@ -78,18 +78,18 @@ def SparseCategoricalCrossentropy(from_logits=False, ignore_class=None, reductio
 def CategoricalCrossentropy(from_logits=False, label_smoothing=0.0, axis=-1, reduction=Reduction.SUM_OVER_BATCH_SIZE,
                             name="categorical_crossentropy", dtype=None, **kwargs):
     """Cross-entropy between one-hot labels (smoothed: y·(1 - s) + s / classes) and class scores."""
-    _check("CategoricalCrossentropy", name, dtype, kwargs, axis)
+    _check("CategoricalCrossentropy", dtype, kwargs, axis)
     return Loss("categorical_crossentropy", from_logits, reduction, label_smoothing)
 
 
 def BinaryCrossentropy(from_logits=False, label_smoothing=0.0, axis=-1, reduction=Reduction.SUM_OVER_BATCH_SIZE,
                        name="binary_crossentropy", dtype=None, **kwargs):
     """Cross-entropy between 0/1 labels (smoothed: y·(1 - s) + s / 2) and predicted probabilities."""
-    _check("BinaryCrossentropy", name, dtype, kwargs, axis)
+    _check("BinaryCrossentropy", dtype, kwargs, axis)
     return Loss("binary_crossentropy", from_logits, reduction, label_smoothing)
 
 
 def MeanSquaredError(reduction=Reduction.SUM_OVER_BATCH_SIZE, name="mean_squared_error", dtype=None, **kwargs):
     """Mean of the squared errors."""
-    _check("MeanSquaredError", name, dtype, kwargs)
+    _check("MeanSquaredError", dtype, kwargs)
     return Loss("mse", False, reduction)
