@@ -33,13 +33,22 @@ class StopRecording {
   GradientTape* saved_;
 };
 
+// Keras' L1/L2 weight penalty (keras.regularizers.l1, l2, l1_l2): l1·Σ|w| + l2·Σw², added to the
+// training loss. 0 and 0: none.
+struct Regularizer {
+  float l1 = 0.0f;
+  float l2 = 0.0f;
+  bool any() const { return l1 != 0.0f || l2 != 0.0f; }
+};
+
 // A named tensor owned by a layer (or by the user); trainable ones are watched by every GradientTape.
 struct Variable {
   std::string name;  // "dense/kernel"
   Tensor value;
-  bool trainable = true;  // given a gradient and updated by the optimizer: it learns and is not frozen
-  bool frozen = false;    // its layer is frozen (Keras' trainable = False): it keeps its value in training
-  bool learns = true;     // trainable unless frozen (false: a layer's own statistics, as batch normalization's)
+  bool trainable = true;    // given a gradient and updated by the optimizer: it learns and is not frozen
+  bool frozen = false;      // its layer is frozen (Keras' trainable = False): it keeps its value in training
+  bool learns = true;       // trainable unless frozen (false: a layer's own statistics, as batch normalization's)
+  Regularizer regularizer;  // its layer's kernel_regularizer or bias_regularizer: fit adds its penalty
 };
 
 class GradientTape {

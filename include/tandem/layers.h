@@ -24,6 +24,10 @@ struct CallContext {
   // BatchNormalization its moving statistics to the second.
   ops::DeferredKernelGradients* kernel_gradients = nullptr;
   ops::DeferredMovingStatistics* moving_statistics = nullptr;
+  // Where the layers' activity regularizers put their penalties, one per row (B) each, for the
+  // step to add to its rows' losses; null where nobody takes them (predict). A training call that
+  // meets an activity regularizer with nowhere to put it fails, naming the layer.
+  std::vector<Tensor>* penalties = nullptr;
 };
 
 // A height × width pair that also accepts one number for both (Keras' int-or-tuple).
@@ -102,6 +106,16 @@ class Layer {
   void set_trainable(bool trainable);
   int64_t count_params() const;
 
+  // Keras' kernel_regularizer and bias_regularizer (the penalty of the variable of that name joins
+  // fit's and evaluate's loss; a layer without that variable refuses it) and activity_regularizer
+  // (the penalty of each output row joins that row's loss, so a batch's is their sum ÷ its rows, as
+  // Keras divides it by the batch size). Set before or after building.
+  struct Regularizers {
+    Regularizer kernel, bias, activity;
+  };
+  void set_regularizers(const Regularizers& regularizers);
+  const Regularizers& regularizers() const { return regularizers_; }
+
   // Keras' dtype policy: "float32", or "mixed_bfloat16" (the layer's matrix products in bf16 with
   // float32 accumulation; its variables, inputs and outputs float32: ops::PrecisionScope). A
   // layer takes the global policy (mixed_precision::set_global_policy) when it is made.
@@ -128,6 +142,7 @@ class Layer {
   std::vector<Variable> variables_;
   std::optional<Device> device_;
   bool trainable_ = true;
+  Regularizers regularizers_;
   ops::Precision precision_;  // the dtype policy's products: a layer that multiplies runs its call under it
 };
 
@@ -145,8 +160,12 @@ std::string global_policy();
 namespace layers {
 
 // Runs `layers` in order on x, each on its device (Layer::device; an unplaced one on x's), the
-// activations moved between devices and the result moved back to x's device.
+// activations moved between devices and the result moved back to x's device. Activity
+// regularizers' penalties go to ctx.penalties (add_activity_penalty).
 Tensor call_layers(std::span<const std::shared_ptr<Layer>> layers, const Tensor& x, const CallContext& ctx);
+// After `layer` gave `output` in a call under ctx: its activity regularizer's row penalties to
+// ctx.penalties, on `device` (where the rows' losses are).
+void add_activity_penalty(const Layer& layer, const Tensor& output, const CallContext& ctx, Device device);
 
 struct DenseOptions {
   bool use_bias = true;

@@ -49,11 +49,21 @@ struct FitOptions {
   // (architecture, optimizer and learning rate, global batch size, seed): checkpoints carry it,
   // and BackupAndRestore resumes only a backup of the same run.
   std::map<std::string, std::string> run_config;
+  // Keras' sample weights: `sample_weight` float, one per row of x (validation_split holds out its
+  // share with the rows); `class_weight` class → weight, times a row's weight by its class (the
+  // label; a one-hot target's largest entry; a (n, 1) target cast to an integer, as Keras). A row's
+  // loss is multiplied by its weight, and a batch's loss is Σ weight·loss ÷ its rows (Keras'
+  // SUM_OVER_BATCH_SIZE). A Dataset's weights are its elements' third component.
+  Tensor sample_weight;
+  std::map<int64_t, float> class_weight;
+  // validation_data's weights (Keras' (x_val, y_val, val_sample_weights)); undefined: none.
+  Tensor validation_sample_weight;
 };
 
 struct EvaluateOptions {
   int64_t batch_size = 32;
   int verbose = 0;
+  Tensor sample_weight;  // one per row of x, as fit's (the loss a weighted mean: Σ w·loss ÷ rows)
 };
 
 // Where training stands: the next batch to run is batch `step` of epoch `epoch`.
@@ -101,6 +111,13 @@ class Sequential {
   // The model's variables; inside Strategy::run, the running replica's.
   std::vector<Variable*> variables();
   std::vector<Variable*> trainable_variables();
+  // Keras' model.losses: each trainable (not frozen) variable's kernel_regularizer or
+  // bias_regularizer penalty at its current value (as Keras 3: a frozen layer's are not), then the last call's activity penalties (each over the call's rows ÷ its rows),
+  // recorded on the active tape (a custom loop adds them to its loss). Inside Strategy::run, the
+  // running replica's.
+  std::vector<Tensor> losses();
+  // The weights' penalties summed, as evaluate adds them to the loss it reports (0: none).
+  double weight_penalty();
   // Keras' model.trainable = False (or True): every layer frozen (or unfrozen), as
   // Layer::set_trainable; a layer may be set on its own after it (fine-tuning: freeze the base,
   // then train the head).
@@ -181,7 +198,7 @@ class Sequential {
   std::shared_ptr<distribute::ModelReplicas> make_replicas();
   // The loss and metrics on held-out data in inference mode, without evaluate's checks (fit's
   // validation data was checked when fit began).
-  Logs validation_logs(const Tensor& x, const Tensor& y, int64_t batch_size);
+  Logs validation_logs(const Tensor& x, const Tensor& y, int64_t batch_size, const Tensor& sample_weight = {});
   // The same on pass `pass` of a pipeline of (x, y) batches (its first `steps`, 0: all); `batches`,
   // where given, gets how many it read; `what` names the caller in errors.
   Logs validation_logs(const data::Dataset& dataset, int64_t steps = 0, int pass = 0, int64_t* batches = nullptr,
@@ -197,8 +214,17 @@ class Sequential {
   std::string keras_weights();
   void load_keras_weights(std::string_view bytes, const std::string& source);
   void check_data(const Tensor& x, const Tensor& y, const char* what);
-  // A pipeline's (x, y) batch as fit and evaluate take it: x float32, y as the loss reads it.
-  std::pair<Tensor, Tensor> dataset_batch(const data::Element& element, const char* what);
+  // A pipeline's (x, y) or (x, y, sample weights) batch as fit and evaluate take it: x float32, y
+  // as the loss reads it, the weights checked (times class_weight's; undefined: none).
+  struct Batch {
+    Tensor x, y, weights;
+  };
+  Batch dataset_batch(const data::Element& element, const char* what,
+                      const std::map<int64_t, float>& class_weight = {});
+  // The rows' weights: `given` (one per row of y, or undefined) times class_weight's by y's class,
+  // checked and named in errors as `what`; undefined where neither is given.
+  Tensor sample_weights(const Tensor& given, const std::map<int64_t, float>& class_weight, const Tensor& y,
+                        const std::string& what) const;
   Shape output_rows(int64_t rows) const;  // the shape of `rows` outputs
   // The replica this thread runs as inside Strategy::run (made on first use), or null outside.
   distribute::ModelReplicas::Replica* running_replica(const Tensor* first_input);
@@ -218,6 +244,7 @@ class Sequential {
   std::map<std::string, std::string> run_signature_;
   // The running metrics of the epoch in progress (loss first), saved in checkpoints.
   std::vector<Metric> running_metrics_;
+  std::vector<Tensor> activity_losses_;  // the last call's activity penalties, per row
   std::vector<std::pair<double, int64_t>> restored_metrics_;
 };
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/autograd.h"
 #include "tandem/collectives/replica_context.h"
 #include "tandem/op_types.h"
 #include "tandem/tensor.h"
@@ -57,6 +58,16 @@ Tensor scale(const Tensor& x, float factor);
 Tensor square(const Tensor& x);
 Tensor log(const Tensor& x);
 Tensor clip(const Tensor& x, float low, float high);
+Tensor abs(const Tensor& x);  // gradient sign(x), 0 at 0 (TensorFlow's)
+// A regularizer's penalty on x, a scalar: l1·Σ|x| + l2·Σx² (Keras' L1L2.__call__).
+Tensor penalty(const Tensor& x, const Regularizer& regularizer);
+// Its gradient, l1·sign(x) + 2·l2·x, not recorded (what the penalty adds to x's gradient).
+Tensor penalty_gradient(const Tensor& x, const Regularizer& regularizer);
+// Σ of the variables' regularizer penalties (Variable::regularizer): a scalar on the first
+// regularized variable's device, or undefined where none has one.
+Tensor penalties(std::span<Variable* const> variables);
+// The penalty of each row of x:(B, …) -> (B), an activity regularizer's per sample.
+Tensor row_penalties(const Tensor& x, const Regularizer& regularizer);
 Tensor sum(const Tensor& x);   // -> scalar ()
 Tensor mean(const Tensor& x);  // -> scalar ()
 Tensor reshape(const Tensor& x, const Shape& shape);

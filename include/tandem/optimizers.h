@@ -120,6 +120,11 @@ class Optimizer {
   // times (1 - lr · weight_decay) before its update, as torch.optim.AdamW. 0: none.
   void set_weight_decay(float weight_decay);
   float weight_decay() const { return weight_decay_; }
+  // Whether an update adds each variable's regularizer gradient (Variable::regularizer) to its
+  // gradient, before clipping: on while fit runs (its loss holds the penalties, as Keras' fit adds
+  // model.losses), off otherwise, since a custom loop adds model.losses to its own loss.
+  void set_regularizes(bool regularizes) { regularizes_ = regularizes; }
+  bool regularizes() const { return regularizes_; }
   // Keras' config keys for its hyperparameters besides the learning rate ({"beta_1", 0.9}, ...;
   // booleans as 0 or 1), as a .keras file's compile_config holds them.
   virtual std::vector<std::pair<std::string, double>> config() const { return {}; }
@@ -148,6 +153,7 @@ class Optimizer {
   int64_t iterations_ = 0;
   GradientClipping clipping_;
   float weight_decay_ = 0.0f;
+  bool regularizes_ = false;
   std::vector<std::string> slot_owners_;  // variable names, one per slot group
   std::vector<Tensor> slots_;             // slots_per_variable() per variable
 };

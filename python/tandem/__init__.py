@@ -54,7 +54,10 @@ class GradientTape:
     """Records the engine's operations inside its ``with`` block (on this thread), for
     ``tape.gradient(loss, model.trainable_variables)`` after it, as tf.GradientTape."""
 
-    def __init__(self, persistent=False):
+    def __init__(self, persistent=False, watch_accessed_variables=True):
+        if watch_accessed_variables is not True:
+            raise Error("GradientTape: watch_accessed_variables=False is not supported: a Tandem tape watches every "
+                        "trainable variable (freeze a layer with trainable=False instead)")
         self._tape = _tandem.GradientTape(bool(persistent))
 
     def __enter__(self):
@@ -68,22 +71,36 @@ class GradientTape:
     def watch(self, tensor):
         self._tape.watch(tensor)
 
-    def gradient(self, target, sources, output_gradients=None):
+    def gradient(self, target, sources, output_gradients=None, unconnected_gradients="zero"):
         """d target / d source for each source (variables or tensors), as a list of Tensors.
 
         With output_gradients (the gradient flowing into a non-scalar target, of its shape), the
-        gradients of sum(target * output_gradients), as tf.GradientTape.gradient takes it."""
+        gradients of sum(target * output_gradients), as tf.GradientTape.gradient takes it. A source
+        the target does not depend on gets zeros (tf.UnconnectedGradients.ZERO; "none", TensorFlow's
+        default None for it, is refused by name)."""
+        if str(getattr(unconnected_gradients, "value", unconnected_gradients)).lower() != "zero":
+            raise Error(f"GradientTape.gradient: unconnected_gradients={unconnected_gradients!r} is not supported: a "
+                        "source the target does not depend on gets zeros (unconnected_gradients='zero')")
         return self._tape.gradient(target, list(sources), output_gradients)
 
-def function(func=None, input_signature=None, autograph=True, jit_compile=None, reduce_retracing=False, **kwargs):
+def function(func=None, input_signature=None, autograph=True, jit_compile=None, reduce_retracing=False,
+             experimental_implements=None, experimental_autograph_options=None, experimental_attributes=None,
+             experimental_relax_shapes=None, experimental_compile=None, experimental_follow_type_hints=None):
     """tf.function: Tandem runs every op eagerly through its C++ engine, so there is no graph to
     trace; the function is returned as it is and runs as written (a custom loop's
-    ``@tf.function`` step works unchanged). ``jit_compile=True`` (XLA) is refused by name."""
-    if jit_compile:
-        raise Error("tf.function: jit_compile=True asks for XLA, which Tandem does not have; its ops run eagerly "
+    ``@tf.function`` step works unchanged). The tracing hints (``autograph``,
+    ``reduce_retracing``, ``experimental_autograph_options``, ``experimental_relax_shapes``,
+    ``experimental_follow_type_hints``) change nothing; what asks for a graph or XLA is refused by
+    name."""
+    if jit_compile or experimental_compile:
+        name = "jit_compile" if jit_compile else "experimental_compile"
+        raise Error(f"tf.function: {name}=True asks for XLA, which Tandem does not have; its ops run eagerly "
                     "through the C++ engine")
-    if kwargs:
-        raise TypeError(f"function() got an unexpected keyword argument {sorted(kwargs)[0]!r}")
+    for name, value in (("input_signature", input_signature), ("experimental_implements", experimental_implements),
+                        ("experimental_attributes", experimental_attributes)):
+        if value is not None:
+            raise Error(f"tf.function: {name} is not supported: Tandem traces no graph to give a signature or "
+                        "attributes to (the function runs eagerly, as written)")
     if func is None:
         return lambda f: f
     return func

@@ -19,7 +19,20 @@ def features(x, what):
         raise Error(f"{what}: x cannot be read as an array: {e}") from None
     if a.dtype.kind not in "fiub":
         raise Error(f"{what}: x must hold numbers, got an array of {a.dtype}")
+    _fits_float32(a, what, "x")
     return np.require(a, dtype=np.float32, requirements=["C", "A"])
+
+
+def _fits_float32(a, what, name):
+    """A float64 (or wider) array whose finite values float32 cannot hold (they would become
+    infinities) is refused, naming the first such sample (row) and its value."""
+    if a.dtype.kind != "f" or a.dtype.itemsize <= 4 or a.size == 0:
+        return
+    big = np.isfinite(a) & (np.abs(a) > np.finfo(np.float32).max)
+    if big.any():
+        at = np.unravel_index(int(np.argmax(big)), a.shape)
+        raise Error(f"{what}: {name} at row {at[0] if a.ndim else 0} is {float(a[at])!r}, beyond float32's range "
+                    f"(±{float(np.finfo(np.float32).max):.4g}); scale the data")
 
 
 def targets(y, what):
@@ -39,5 +52,6 @@ def targets(y, what):
             raise Error(f"{what}: labels must fit in int32, got values from {a.min()} to {a.max()}")
         return np.ascontiguousarray(a, dtype=np.int32)
     if a.dtype.kind == "f":
+        _fits_float32(a, what, "y")
         return np.ascontiguousarray(a, dtype=np.float32)
     raise Error(f"{what}: y must hold numbers, got an array of {a.dtype}")

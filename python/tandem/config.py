@@ -168,8 +168,11 @@ class threading:  # noqa: N801 - tf.config.threading's names
 
     @staticmethod
     def set_inter_op_parallelism_threads(num_threads):
-        raise Error("set_inter_op_parallelism_threads: Tandem runs a step's ops in order, each over the intra-op "
-                    "threads; set those (set_intra_op_parallelism_threads) or use a strategy's replicas")
+        """Tandem runs a step's ops one at a time (1; 0, the system's choice, is that too)."""
+        if isinstance(num_threads, bool) or num_threads not in (0, 1):
+            raise Error(f"set_inter_op_parallelism_threads: num_threads={num_threads!r} is not supported: Tandem runs "
+                        "a step's ops in order, each over the intra-op threads; set those "
+                        "(set_intra_op_parallelism_threads) or use a strategy's replicas")
 
     @staticmethod
     def get_inter_op_parallelism_threads():

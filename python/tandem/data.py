@@ -154,9 +154,20 @@ class Dataset:
         return Dataset(_tandem.Dataset.from_tensor_slices(arrays), _Structure(structure))
 
     @staticmethod
-    def range(*args, dtype=np.int32, name=None):
-        """The integers of Python's range(start, stop, step), one per element."""
-        return Dataset.from_tensor_slices(np.arange(*args, dtype=np.int64).astype(dtype))
+    def range(*args, output_type=None, name=None):
+        """The integers of Python's range(start, stop, step), one per element. ``output_type``: an
+        integer type (Tandem holds integers as int32, TensorFlow's default int64 included; values
+        beyond int32 are refused) or float32."""
+        kind = np.dtype(getattr(output_type, "as_numpy_dtype", output_type) or np.int64)
+        values = np.arange(*args, dtype=np.int64)
+        if kind == np.float32:
+            return Dataset.from_tensor_slices(values.astype(np.float32))
+        if kind.kind not in "iu":
+            raise Error(f"Dataset.range: output_type must be an integer type or float32, got {output_type!r}")
+        if values.size and (values.min() < np.iinfo(np.int32).min or values.max() > np.iinfo(np.int32).max):
+            raise Error(f"Dataset.range: values from {values.min()} to {values.max()} do not fit in int32, which "
+                        "holds Tandem's integers")
+        return Dataset.from_tensor_slices(values.astype(np.int32))
 
     # --- stages ---
 
@@ -286,10 +297,12 @@ class Dataset:
         return self._iterate()
 
     def _pairs(self, what):
-        """The native pipeline, checked to give (x, y) elements where that is known yet."""
+        """The native pipeline, checked to give (x, y) or (x, y, sample_weight) elements where that
+        is known yet."""
         s = self._structure.value
-        if s is not None and s != ("tuple", None, [_LEAF, _LEAF]):
-            raise Error(f"{what}: the dataset's elements must be (x, y) tuples of arrays, got {_describe(s)}")
+        if s is not None and s not in (("tuple", None, [_LEAF, _LEAF]), ("tuple", None, [_LEAF, _LEAF, _LEAF])):
+            raise Error(f"{what}: the dataset's elements must be (x, y) or (x, y, sample_weight) tuples of arrays, "
+                        f"got {_describe(s)}")
         return self._native
 
     def _inputs(self, what):

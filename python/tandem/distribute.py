@@ -76,14 +76,17 @@ class Strategy:
     def name(self):
         return self._handle.name
 
-    def run(self, fn, args=(), kwargs=None):
+    def run(self, fn, args=(), kwargs=None, options=None):
         """Runs ``fn(*args)`` on every replica (its thread), each array's rows cut for the replicas
         as the strategy cuts a batch (pass the global batch: an element of a distributed dataset,
         or arrays; tuples and dicts of them keep their shape); returns a PerReplica of the
         results. Inside, the model, the tape and the optimizer are the replica's, and
         apply_gradients sums over them."""
         if kwargs:
-            raise Error("run: keyword arguments are not supported; pass them positionally")
+            raise Error("run: kwargs (keyword arguments for fn) are not supported; pass them positionally in args")
+        if options is not None:
+            raise Error("run: options (tf.distribute.RunOptions) are not supported: Tandem's replicas take no "
+                        "run-time options")
         leaves, structure = data._flatten(tuple(args))
         leaves = [v if isinstance(v, _tandem.Tensor) else data._component(v, "run") for v in leaves]
         return PerReplica(self._handle.run(lambda *parts: fn(*data._pack(structure, parts)), tuple(leaves)))
@@ -248,7 +251,8 @@ class ReductionToOneDevice(CrossDeviceOps):
         if reduce_to_device is not None:
             _cpu_device(reduce_to_device, "ReductionToOneDevice")
         if accumulation_dtype not in (None, "float32"):
-            raise Error(f"ReductionToOneDevice: Tandem sums float32 gradients in float32, not {accumulation_dtype!r}")
+            raise Error(f"ReductionToOneDevice: accumulation_dtype={accumulation_dtype!r} is not supported: Tandem sums "
+                        "float32 gradients in float32")
 
 
 class CommunicationImplementation:  # noqa: N801 - tf.distribute.experimental's enum

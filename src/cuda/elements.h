@@ -21,7 +21,7 @@
 namespace tandem::cuda::elements {
 
 // kernels::cpu's enums, as numbers (the backend passes them through unchanged).
-enum Unary : int { kScale = 0, kSquare = 1, kLog = 2, kClip = 3 };
+enum Unary : int { kScale = 0, kSquare = 1, kLog = 2, kClip = 3, kAbs = 4 };
 enum Binary : int { kAdd = 0, kSub = 1, kMul = 2 };
 enum Act : int { kLinear = 0, kReLU = 1, kELU = 2, kSELU = 3, kTanh = 4, kSigmoid = 5, kGELU = 6, kSoftmax = 7 };
 enum Pointwise : int { kSquaredError = 0, kBinaryCrossEntropyLogits = 1, kBinaryCrossEntropy = 2 };
@@ -95,12 +95,19 @@ TANDEM_HD float dropout_mask(uint64_t seed, uint64_t step, int64_t sample_offset
 }
 
 TANDEM_HD float unary(int kind, float x, float factor, float low, float high) {
-  return kind == kScale ? factor * x : kind == kSquare ? x * x : kind == kLog ? logf(x) : min_f(max_f(x, low), high);
+  return kind == kScale    ? factor * x
+         : kind == kSquare ? x * x
+         : kind == kLog    ? logf(x)
+         : kind == kAbs    ? fabsf(x)
+                           : min_f(max_f(x, low), high);
 }
 TANDEM_HD float unary_backward(int kind, float x, float dy, float factor, float low, float high) {
   return kind == kScale    ? factor * dy
          : kind == kSquare ? 2.0f * x * dy
          : kind == kLog    ? dy / x
+         : kind == kAbs    ? (x > 0.0f   ? dy
+                              : x < 0.0f ? -dy
+                                         : 0.0f)
                            : (x >= low && x <= high ? dy : 0.0f);
 }
 TANDEM_HD float binary(int kind, float a, float b) { return kind == kAdd ? a + b : kind == kSub ? a - b : a * b; }

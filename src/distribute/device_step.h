@@ -13,6 +13,7 @@
 #include "tandem/distribute/step_runner.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/distribute/train_step.h"
+#include "tandem/ops.h"
 
 namespace tandem::distribute {
 
@@ -45,11 +46,24 @@ class DeviceStep : public StepRunner {
     Tensor labels, predictions;
     double loss_sum = 0.0;
   };
+  // The regularizer penalties of the trainable variables this process's devices hold of the
+  // model's first copy (`first_copy(d)`: whether local device d holds a piece of it), read before
+  // the step updates them; report() adds them, summed over the processes, to the step's loss.
+  template <class FirstCopy>
+  double copy_penalty(int devices, const FirstCopy& first_copy) {
+    StopRecording no_tape;
+    double total = 0.0;
+    for (int d = 0; d < devices; ++d)
+      if (first_copy(d))
+        if (Tensor p = ops::penalties(replicas_[d].trainable); p.defined()) total += static_cast<double>(p.item());
+    return total;
+  }
   // Fit's metrics updated from this process's parts (part(i) for i < parts: nothing where the part
-  // had no rows or is another process's), summed over the processes; the global batch's mean loss.
+  // had no rows or is another process's), summed over the processes; the global batch's mean loss
+  // plus the penalties (copy_penalty's, this process's share).
   template <class Part>
-  double report(int parts, int64_t rows, const Part& part) {
-    double loss = 0.0;
+  double report(int parts, int64_t rows, const Part& part, double penalty = 0.0) {
+    double loss = penalty * static_cast<double>(rows);
     summed_.start(metrics_);
     for (int i = 0; i < parts; ++i) {
       std::optional<Reported> r = part(i);

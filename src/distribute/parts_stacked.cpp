@@ -35,7 +35,9 @@ void TrainStep::compute_parts_stacked(ReplicaState& work, int r) {
     }
   // Dropout's masks are drawn per row, and each row's gradient starts at 1 ÷ the global batch: as
   // in the parts' own steps.
-  RowsForward step = forward_rows(replicas_[r].layers, loss_, h, y, {seed_, key_, begin, batch_->rows, &deferred});
+  RowsForward step =
+      forward_rows(replicas_[r].layers, loss_, h, y,
+                   {seed_, key_, begin, batch_->rows, &deferred, nullptr, batch_->weights_of(begin, end)});
   h = step.predictions;
   const Tensor& per_sample = step.loss.per_sample;
   forward.reset();

@@ -54,11 +54,13 @@ void TrainStep::compute_parts_together(ReplicaState& work, int r) {
   std::vector<int> live;  // this replica's parts with rows; even with none it runs, for the collectives
   std::vector<Tensor> h, y;
   std::vector<CallContext> contexts;
+  std::vector<std::vector<Tensor>> penalties(static_cast<size_t>(last - first));  // each part's activity penalties
   for (int p = first; p < last; ++p) {
     if (split_.begin(p) == split_.end(p)) continue;
     live.push_back(p);
     batch_->slice(split_.begin(p), split_.end(p), h.emplace_back(), y.emplace_back());
     contexts.push_back(BatchRows{seed_, key_, split_.begin(p), batch_->rows}.context());
+    contexts.back().penalties = &penalties[live.size() - 1];
   }
   size_t k = rep.trainable.size(), count = live.size();
   std::optional<ops::RowExactProducts> exact;
@@ -78,11 +80,17 @@ void TrainStep::compute_parts_together(ReplicaState& work, int r) {
         for (size_t j = 0; j < k; ++j) rep.trainable[j]->value = aliases[i * k + j];
       },
       [&](std::span<const double> values, size_t per_part) { return gather_part_values(r, values, per_part, live); }};
-  for (auto& layer : rep.layers) layer->call_parts(step);
+  for (auto& layer : rep.layers) {
+    layer->call_parts(step);
+    for (size_t i = 0; i < h.size(); ++i) layers::add_activity_penalty(*layer, h[i], contexts[i], h[i].device());
+  }
   std::vector<Tensor> per_sample(count);
   Tensor loss;
   for (size_t i = 0; i < count; ++i) {
-    RowsLoss part = rows_loss(loss_, y[i], h[i], {seed_, key_, split_.begin(live[i]), batch_->rows});
+    RowsLoss part = rows_loss(loss_, y[i], h[i],
+                              {seed_, key_, split_.begin(live[i]), batch_->rows, nullptr, nullptr,
+                               batch_->weights_of(split_.begin(live[i]), split_.end(live[i]))},
+                              penalties[i]);
     per_sample[i] = part.per_sample;
     loss = i == 0 ? part.loss : ops::add(loss, part.loss);
   }

@@ -30,6 +30,8 @@ struct BatchRows {
   // What the runner collects over several calls before it applies it (CallContext's): null, each call's own.
   ops::DeferredKernelGradients* kernel_gradients = nullptr;
   ops::DeferredMovingStatistics* moving_statistics = nullptr;
+  // These rows' sample weights (GlobalBatch::weights_of), or undefined: each row's loss as it is.
+  Tensor weights;
   // Training mode, dropout keyed by the rows' place in the global batch.
   CallContext context() const { return {true, RandomKey{seed, step, first}, kernel_gradients, moving_statistics}; }
 };
@@ -39,14 +41,16 @@ struct RowsLoss {
   Tensor loss;         // where backward starts
   bool whole = false;  // the rows are the whole batch: `loss` is their mean
 };
-// The loss of `predictions` against `y`, these rows of the batch.
-RowsLoss rows_loss(const Loss& loss, const Tensor& y, const Tensor& predictions, const BatchRows& rows);
+// The loss of `predictions` against `y`, these rows of the batch: each row's times its sample
+// weight, then its activity penalties (CallContext::penalties) added, which Keras does not weight.
+RowsLoss rows_loss(const Loss& loss, const Tensor& y, const Tensor& predictions, const BatchRows& rows,
+                   std::span<const Tensor> penalties = {});
 
 struct RowsForward {
   Tensor predictions;
   RowsLoss loss;
 };
-// Forward over `stack` on the tape recording now, then rows_loss.
+// Forward over `stack` on the tape recording now, then rows_loss with the layers' activity penalties.
 RowsForward forward_rows(std::span<const std::shared_ptr<layers::Layer>> stack, const Loss& loss, const Tensor& x,
                          const Tensor& y, const BatchRows& rows);
 

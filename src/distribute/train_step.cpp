@@ -182,8 +182,10 @@ std::optional<double> TrainStep::run(const GlobalBatch& batch, uint64_t key) {
   part_loss_scales_.assign(parts, 1.0);
   batch_ = &batch;
   key_ = key;
+  Tensor penalty;  // of the weights the step starts from (read after the update is queued)
   {
     StopRecording not_here;  // each replica records on its own tape
+    penalty = ops::penalties(replicas_[0].trainable);
     strategy_->for_each_replica(replica_job_);
   }
   for (size_t p = 0; p < parts; ++p)
@@ -192,7 +194,7 @@ std::optional<double> TrainStep::run(const GlobalBatch& batch, uint64_t key) {
   update_metrics();
   double sum = 0.0;  // in part order, so the figure does not depend on timing
   for (double l : part_losses_) sum += l;
-  return sum / static_cast<double>(batch.rows);
+  return sum / static_cast<double>(batch.rows) + (penalty.defined() ? static_cast<double>(penalty.item()) : 0.0);
 }
 
 // Alone, the metrics take the parts' predictions. Over several processes, each has its own parts'
@@ -273,8 +275,9 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
     for (size_t i = 0; i < work.sources.size(); ++i)
       if (work.as_products[i]) deferred->defer(work.sources[i]);
   }
-  RowsForward step =
-      forward_rows(replicas_[r].layers, loss_, x, y, {seed_, key_, begin, global, deferred ? &*deferred : nullptr});
+  RowsForward step = forward_rows(
+      replicas_[r].layers, loss_, x, y,
+      {seed_, key_, begin, global, deferred ? &*deferred : nullptr, nullptr, batch_->weights_of(begin, end)});
   const Tensor& loss = step.loss.loss;
   forward.reset();
   {

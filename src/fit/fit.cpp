@@ -47,9 +47,10 @@ void shuffle(std::vector<int64_t>& index, uint64_t seed, int epoch) {
 // by seed and epoch), gathered into new tensors.
 class TensorBatches {
  public:
-  TensorBatches(Tensor x, Tensor y, int64_t batch, bool shuffled, uint64_t seed)
+  TensorBatches(Tensor x, Tensor y, Tensor weights, int64_t batch, bool shuffled, uint64_t seed)
       : x_(std::move(x)),
         y_(std::move(y)),
+        weights_(std::move(weights)),
         batch_(batch),
         shuffled_(shuffled),
         seed_(seed),
@@ -75,11 +76,12 @@ class TensorBatches {
       };
     out.x = out.y = Tensor();
     if (!lazy) out.gather(0, out.rows, &out.x, out.y);  // else each replica gathers its rows
+    out.weights = weights_.defined() ? gather_rows(weights_, index_, first_row_, first_row_ + out.rows) : Tensor();
     return true;
   }
 
  private:
-  Tensor x_, y_;
+  Tensor x_, y_, weights_;
   int64_t batch_;
   bool shuffled_;
   uint64_t seed_;
@@ -90,7 +92,7 @@ class TensorBatches {
 
 // fit's validation at each epoch's end: options' dataset, else x_val, y_val (undefined: none).
 FitLoop::Validation validation_of(Sequential& model, const FitOptions& options, const Tensor& x_val,
-                                  const Tensor& y_val) {
+                                  const Tensor& y_val, const Tensor& w_val = {}) {
   if (options.validation_dataset) {
     const data::Dataset& d = *options.validation_dataset;
     if (d.cardinality() == data::Dataset::kInfinite)
@@ -99,8 +101,10 @@ FitLoop::Validation validation_of(Sequential& model, const FitOptions& options, 
             fmt::format("a dataset of {} batches", d.cardinality())};
   }
   if (!x_val.defined()) return {nullptr, "none"};
-  return {[&model, x_val, y_val, batch = options.batch_size] { return model.validation_logs(x_val, y_val, batch); },
-          fmt::format("{} rows", x_val.dim(0))};
+  return {[&model, x_val, y_val, w_val, batch = options.batch_size] {
+            return model.validation_logs(x_val, y_val, batch, w_val);
+          },
+          fmt::format("{} rows{}", x_val.dim(0), w_val.defined() ? " (weighted)" : "")};
 }
 
 }  // namespace
@@ -193,12 +197,16 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
   if (sparse) y_cast = y_cast.reshape({y_cast.dim(0)});
 
   int64_t n = x_c.dim(0);
-  Tensor x = x_c, y = y_cast, x_val, y_val;
+  Tensor w_all = sample_weights(options.sample_weight, options.class_weight, y_cast, "fit");
+  Tensor x = x_c, y = y_cast, w = w_all, x_val, y_val, w_val;
   if (options.validation_data) {
     x_val = options.validation_data->first;
     y_val = options.validation_data->second;
     check_data(x_val, y_val, "fit (validation_data)");
     if (sparse) y_val = ops::class_labels(y_val, "validation_data: y");  // refused before any step
+    w_val = sample_weights(options.validation_sample_weight, {}, y_val, "fit (validation_data)");
+  } else if (options.validation_sample_weight.defined()) {
+    fail("fit: validation_sample_weight is given without validation_data");
   } else if (options.validation_split > 0.0) {
     auto held = static_cast<int64_t>(std::floor(static_cast<double>(n) * options.validation_split));
     if (held == 0 || held == n)
@@ -208,21 +216,25 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
     y = y_cast.slice(0, n - held);
     x_val = x_c.slice(n - held, n);
     y_val = y_cast.slice(n - held, n);
+    if (w_all.defined()) {  // Keras splits the weights with the rows
+      w = w_all.slice(0, n - held);
+      w_val = w_all.slice(n - held, n);
+    }
   }
   int64_t rows = x.dim(0), batch = options.batch_size;
   int64_t steps = (rows + batch - 1) / batch;
 
   // fit's loop reads the batches in order; a parameter-server worker reads those the chief names.
-  auto in_order = std::make_shared<TensorBatches>(x, y, batch, options.shuffle, seed_);
+  auto in_order = std::make_shared<TensorBatches>(x, y, w, batch, options.shuffle, seed_);
   auto batches = [in_order](int epoch, int64_t step, bool lazy, distribute::GlobalBatch& out) {
     return in_order->fill(epoch, step, lazy, out);
   };
-  auto at = [x, y, batch, shuffled = options.shuffle, seed = seed_, by_position = std::shared_ptr<TensorBatches>()](
+  auto at = [x, y, w, batch, shuffled = options.shuffle, seed = seed_, by_position = std::shared_ptr<TensorBatches>()](
                 int epoch, int64_t step, distribute::GlobalBatch& out) mutable {
-    if (!by_position) by_position = std::make_shared<TensorBatches>(x, y, batch, shuffled, seed);  // on first use
+    if (!by_position) by_position = std::make_shared<TensorBatches>(x, y, w, batch, shuffled, seed);  // on first use
     return by_position->fill(epoch, step, false, out);
   };
-  return FitLoop(*this, options, steps, batches, validation_of(*this, options, x_val, y_val), at).run();
+  return FitLoop(*this, options, steps, batches, validation_of(*this, options, x_val, y_val, w_val), at).run();
 }
 
 History Sequential::fit(const data::Dataset& dataset, const FitOptions& options) {
@@ -231,6 +243,10 @@ History Sequential::fit(const data::Dataset& dataset, const FitOptions& options)
   if (options.validation_split != 0.0)
     fail("fit: validation_split does not apply to a Dataset; pass validation_data or take()/skip() a split");
   if (options.steps_per_epoch < 0) fail("fit: steps_per_epoch must be positive, got {}", options.steps_per_epoch);
+  if (options.sample_weight.defined())
+    fail("fit: sample_weight does not apply to a Dataset; make its elements (x, y, sample_weight)");
+  if (options.validation_sample_weight.defined())
+    fail("fit: validation_sample_weight does not apply to a Dataset; make the validation elements (x, y, weights)");
   bool runs_on = options.steps_per_epoch > 0;  // one iterator across epochs, as Keras'
   int64_t steps = runs_on ? options.steps_per_epoch : dataset.cardinality();
   if (steps == data::Dataset::kInfinite)
@@ -261,17 +277,19 @@ History Sequential::fit(const data::Dataset& dataset, const FitOptions& options)
       }
       return false;
     }
-    std::tie(out.x, out.y) = dataset_batch(*e, "fit (dataset)");
+    Batch b = dataset_batch(*e, "fit (dataset)", options.class_weight);
+    out.x = b.x, out.y = b.y, out.weights = b.weights;
     out.rows = out.x.dim(0);
     return true;
   };
   return FitLoop(*this, options, steps, batches, validation_of(*this, options, Tensor(), Tensor())).run();
 }
 
-std::pair<Tensor, Tensor> Sequential::dataset_batch(const data::Element& element, const char* what) {
-  if (element.size() != 2)
-    fail("{}: dataset elements must be (x, y) batches, got {} component{}", what, element.size(),
-         element.size() == 1 ? "" : "s");
+Sequential::Batch Sequential::dataset_batch(const data::Element& element, const char* what,
+                                            const std::map<int64_t, float>& class_weight) {
+  if (element.size() != 2 && element.size() != 3)
+    fail("{}: dataset elements must be (x, y) or (x, y, sample_weight) batches, got {} component{}", what,
+         element.size(), element.size() == 1 ? "" : "s");
   Tensor x = element[0], y = element[1];
   if (built() && (x.rank() < 2 || x.shape() == layers_.front()->input_shape()))
     fail("{}: x has shape {}, one sample of the model's input {}: batch the dataset (.batch(n)) first", what,
@@ -282,7 +300,48 @@ std::pair<Tensor, Tensor> Sequential::dataset_batch(const data::Element& element
   if (sparse) y = ops::class_labels(y, fmt::format("{}: y", what));
   if (sparse && y.rank() != 1) y = y.reshape({y.dim(0)});
   if (!sparse && y.dtype() != DType::Float32) y = y.astype(DType::Float32);
-  return {x, y};
+  return {x, y, sample_weights(element.size() == 3 ? element[2] : Tensor(), class_weight, y, what)};
+}
+
+Tensor Sequential::sample_weights(const Tensor& given, const std::map<int64_t, float>& class_weight, const Tensor& y,
+                                  const std::string& what) const {
+  if (!given.defined() && class_weight.empty()) return {};
+  int64_t n = y.dim(0);
+  std::vector<float> w(static_cast<size_t>(n), 1.0f);
+  if (given.defined()) {
+    bool column = given.rank() == 2 && given.dim(1) == 1;
+    if (!(given.rank() == 1 || column) || given.dim(0) != n)
+      fail("{}: sample_weight has shape {}, expected one weight per sample: ({}) or ({}, 1)", what, given.shape().str(),
+           n, n);
+    if (given.dtype() != DType::Float32 && given.dtype() != DType::Int32)
+      fail("{}: sample_weight must be numbers (float or int), got {}", what, dtype_name(given.dtype()));
+    Tensor f = given.dtype() == DType::Float32 ? given.contiguous() : given.contiguous().astype(DType::Float32);
+    const float* v = f.data<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(v[i])) fail("{}: sample_weight at row {} is {}, not a finite number", what, i, v[i]);
+      w[static_cast<size_t>(i)] = v[i];
+    }
+  }
+  if (!class_weight.empty()) {
+    for (const auto& [c, cw] : class_weight)
+      if (!std::isfinite(cw)) fail("{}: class_weight for class {} is {}, not a finite number", what, c, cw);
+    // Each row's class, as Keras reads it: the label; a one-hot row's largest entry; else the value cast.
+    Tensor labels = y.contiguous();
+    bool one_hot = labels.rank() == 2 && labels.dim(1) > 1;
+    if (labels.rank() > 2) fail("{}: class_weight needs targets of rank 1 or 2, got {}", what, labels.shape().str());
+    Tensor f = labels.dtype() == DType::Float32 ? labels : labels.astype(DType::Float32);
+    const float* v = f.data<float>();
+    int64_t width = one_hot ? labels.dim(1) : 1;
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = v + i * width;
+      auto c = static_cast<int64_t>(one_hot ? std::max_element(row, row + width) - row : static_cast<int64_t>(row[0]));
+      auto it = class_weight.find(c);
+      if (it == class_weight.end())
+        fail("{}: class_weight has no weight for class {} (row {}); give one for every class", what, c, i);
+      w[static_cast<size_t>(i)] *= it->second;
+    }
+  }
+  return Tensor::from_vector({n}, std::span<const float>(w));
 }
 
 namespace {
@@ -290,11 +349,20 @@ namespace {
 // The loss and metrics of inference batches, as evaluate and validation report them.
 class Tally {
  public:
-  Tally(const Loss& loss, const std::vector<std::string>& metric_names) : loss_(loss) {
+  // The loss reported adds the weights' penalties and each row's activity penalties, as fit's.
+  Tally(Sequential& model, const Loss& loss, const std::vector<std::string>& metric_names)
+      : model_(model), loss_(loss), weight_penalty_(model.weight_penalty()) {
     for (const std::string& m : metric_names) metrics_.push_back(Metric::parse(m, loss));
   }
-  void add(const Tensor& y, const Tensor& y_pred) {
-    loss_metric_.update_mean(ops::mean(loss_.per_sample(y, y_pred)).item(), y_pred.dim(0));
+  // `weights`: the rows' sample weights (undefined: 1 each), which weigh their losses.
+  void add(const Tensor& x, const Tensor& y, const Tensor& weights) {
+    std::vector<Tensor> penalties;
+    CallContext context{false, {}};
+    context.penalties = &penalties;
+    Tensor y_pred = model_.call(x, context), per_sample = loss_.per_sample(y, y_pred);
+    if (weights.defined()) per_sample = ops::mul(per_sample, ops::to_device(weights, per_sample.device()));
+    for (const Tensor& p : penalties) per_sample = ops::add(per_sample, p);
+    loss_metric_.update_mean(ops::mean(per_sample).item() + weight_penalty_, y_pred.dim(0));
     for (Metric& m : metrics_) m.update(y, y_pred);
     ++batches_;
   }
@@ -306,7 +374,9 @@ class Tally {
   }
 
  private:
+  Sequential& model_;
   const Loss& loss_;
+  double weight_penalty_;
   Metric loss_metric_{Metric::Kind::Mean, "loss"};
   std::vector<Metric> metrics_;
   int64_t batches_ = 0;
@@ -320,17 +390,17 @@ void print_evaluation(int64_t batches, const Logs& logs) {
 
 }  // namespace
 
-Logs Sequential::validation_logs(const Tensor& x_in, const Tensor& y_in, int64_t batch) {
+Logs Sequential::validation_logs(const Tensor& x_in, const Tensor& y_in, int64_t batch, const Tensor& weights) {
   StopRecording no_tape;
   bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
   Tensor y = sparse ? ops::class_labels(y_in, "validation_data: y") : y_in.contiguous();
   if (!sparse && y.dtype() != DType::Float32) y = y.astype(DType::Float32);
   if (sparse) y = y.reshape({y.dim(0)});
   Tensor x = x_in.contiguous();
-  Tally tally(*loss_, metric_names_);
+  Tally tally(*this, *loss_, metric_names_);
   for (int64_t begin = 0, n = x.dim(0); begin < n; begin += batch) {
     int64_t end = std::min(n, begin + batch);
-    tally.add(y.slice(begin, end), call(x.slice(begin, end), CallContext{false, {}}));
+    tally.add(x.slice(begin, end), y.slice(begin, end), weights.defined() ? weights.slice(begin, end) : Tensor());
   }
   return tally.logs();
 }
@@ -338,13 +408,13 @@ Logs Sequential::validation_logs(const Tensor& x_in, const Tensor& y_in, int64_t
 Logs Sequential::validation_logs(const data::Dataset& dataset, int64_t steps, int pass, int64_t* batches,
                                  const char* what) {
   StopRecording no_tape;
-  Tally tally(*loss_, metric_names_);
+  Tally tally(*this, *loss_, metric_names_);
   std::unique_ptr<data::Iterator> it = dataset.iterate(pass);
   while (steps == 0 || tally.batches() < steps) {
     std::optional<data::Element> e = it->next();
     if (!e) break;
-    auto [x, y] = dataset_batch(*e, what);
-    tally.add(y, call(x, CallContext{false, {}}));
+    Batch b = dataset_batch(*e, what);
+    tally.add(b.x, b.y, b.weights);
   }
   if (tally.batches() == 0) fail("{}: the dataset gave no batches", what);
   if (batches != nullptr) *batches = tally.batches();
@@ -357,7 +427,8 @@ Logs Sequential::evaluate(const Tensor& x, const Tensor& y, const EvaluateOption
   if (!y.defined()) fail("evaluate: y is undefined");
   check_data(x, y, "evaluate");
   distribute::JobPhase phase(*strategy_, "evaluation");
-  Logs logs = validation_logs(x, y, options.batch_size);
+  Tensor weights = sample_weights(options.sample_weight, {}, y, "evaluate");
+  Logs logs = validation_logs(x, y, options.batch_size, weights);
   if (options.verbose > 0) print_evaluation((x.dim(0) + options.batch_size - 1) / options.batch_size, logs);
   return logs;
 }

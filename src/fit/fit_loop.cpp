@@ -24,6 +24,12 @@ History FitLoop::run() {
       fmt::format("steps per epoch {}, epochs {}, validation {}", steps_, options_.epochs, validation_.text);
   for (const auto& [key, value] : options_.run_config) run_text += fmt::format(", {} {}", key, value);
   distribute::check_workers_agree(*strategy, "the data and settings", run_text);
+  // fit's updates add the weights' penalties' gradients (a custom loop adds model.losses itself).
+  struct Regularizing {
+    Optimizer& optimizer;
+    explicit Regularizing(Optimizer& o) : optimizer(o) { optimizer.set_regularizes(true); }
+    ~Regularizing() { optimizer.set_regularizes(false); }
+  } regularizing(model_.optimizer());
   TrainingPosition start = begin();
   std::string model_text;
   for (const auto& [key, value] : model_.run_signature()) model_text += fmt::format("{}: {}; ", key, value);

@@ -98,6 +98,33 @@ class LayerConfig {
       }
     return spec;
   }
+  // A regularizer as Keras writes it: {"class_name": "L2", "config": {"l2": 0.01}} (L1, L2, L1L2;
+  // Keras 3 adds "module"), a name ("l1", "l2", "l1_l2": Keras' 0.01), or null for none.
+  Regularizer regularizer(const char* key) {
+    read_.insert(key);
+    if (!has(key)) return {};
+    const json& v = config_[key];
+    if (v.is_string()) {
+      std::string n = v.get<std::string>();
+      if (n == "l1") return {.l1 = 0.01f};
+      if (n == "l2") return {.l2 = 0.01f};
+      if (n == "l1_l2" || n == "l1l2") return {.l1 = 0.01f, .l2 = 0.01f};
+      fail("{}: \"{}\" is \"{}\", expected \"l1\", \"l2\" or \"l1_l2\"", where_, key, n);
+    }
+    std::string kind = v.is_object() && v.contains("class_name") && v["class_name"].is_string()
+                           ? v["class_name"].get<std::string>()
+                           : "";
+    if (kind != "L1" && kind != "L2" && kind != "L1L2")
+      fail("{}: \"{}\" is {}; Tandem implements the regularizers L1, L2 and L1L2", where_, key, v.dump());
+    const json config = v.contains("config") && v["config"].is_object() ? v["config"] : json::object();
+    for (const auto& [k, value] : config.items())
+      if ((k != "l1" || kind == "L2") && (k != "l2" || kind == "L1"))
+        fail("{}: \"{}\" ({}) has an unknown argument \"{}\"", where_, key, kind, k);
+    std::string at = fmt::format("{} ({})", where_, key);
+    float fallback = kind == "L1L2" ? 0.0f : 0.01f;  // Keras' L1L2() is 0 and 0, L1() and L2() 0.01
+    return {.l1 = kind == "L2" ? 0.0f : model_json::get<float>(config, "l1", fallback, at),
+            .l2 = kind == "L1" ? 0.0f : model_json::get<float>(config, "l2", fallback, at)};
+  }
   // An activation as a name ("relu") or an object: Keras 3's serialized function
   // ({"class_name": "function", "config": "relu"}) or a layer-like one ({"class_name": "ReLU", "config": {}}).
   std::string activation(const char* key) {
@@ -142,9 +169,9 @@ class LayerConfig {
         return true;
       };
       std::map<std::string, Check> t;
-      for (const char* k : {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint",
-                            "bias_constraint", "beta_regularizer", "gamma_regularizer", "beta_constraint",
-                            "gamma_constraint", "noise_shape", "seed", "lora_rank", "quantization_config"})
+      for (const char* k : {"kernel_regularizer", "bias_regularizer", "kernel_constraint", "bias_constraint",
+                            "beta_regularizer", "gamma_regularizer", "beta_constraint", "gamma_constraint",
+                            "noise_shape", "seed", "lora_rank", "quantization_config"})
         t[k] = {null, "null"};
       // Keras 3's InputLayer writes "optional": false.
       t["optional"] = {[](const json& v) { return v.is_boolean() && !v.get<bool>(); }, "false"};
@@ -277,6 +304,12 @@ std::unique_ptr<Sequential> model_from_json(const std::string& text, const Model
           where, type);
     }
     model->layers().back()->set_trainable(c.get<bool>("trainable", true));  // a frozen layer stays frozen
+    Layer::Regularizers regularizers{.activity = c.regularizer("activity_regularizer")};
+    if (type == "Dense" || type == "Conv2D") {
+      regularizers.kernel = c.regularizer("kernel_regularizer");
+      regularizers.bias = c.regularizer("bias_regularizer");
+    }
+    model->layers().back()->set_regularizers(regularizers);
     // A mixed-precision dtype policy: Keras 2's {"class_name": "Policy", "config": {"name": …}},
     // Keras 3's DTypePolicy alike, or the name alone.
     if (c.has("dtype")) {

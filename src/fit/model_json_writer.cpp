@@ -35,6 +35,14 @@ json initializer(const InitializerSpec& spec) {
   return {{"class_name", camel}, {"config", config}};
 }
 
+// Keras 2's form: null, {"class_name": "L2", "config": {"l2": 0.01}}, L1 or L1L2.
+json regularizer_json(const Regularizer& r) {
+  if (!r.any()) return nullptr;
+  if (r.l1 == 0.0f) return {{"class_name", "L2"}, {"config", {{"l2", r.l2}}}};
+  if (r.l2 == 0.0f) return {{"class_name", "L1"}, {"config", {{"l1", r.l1}}}};
+  return {{"class_name", "L1L2"}, {"config", {{"l1", r.l1}, {"l2", r.l2}}}};
+}
+
 json activation_json(tandem::Activation a) { return std::string(activation_name(a)); }
 
 json padding(Padding p) { return p == Padding::Same ? "same" : "valid"; }
@@ -49,9 +57,9 @@ json layer_config(const Layer& layer) {
     c["use_bias"] = d->options().use_bias;
     c["kernel_initializer"] = initializer(d->options().kernel_initializer);
     c["bias_initializer"] = initializer(d->options().bias_initializer);
-    for (const char* k :
-         {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"})
-      c[k] = nullptr;
+    c["kernel_regularizer"] = regularizer_json(layer.regularizers().kernel);
+    c["bias_regularizer"] = regularizer_json(layer.regularizers().bias);
+    c["kernel_constraint"] = c["bias_constraint"] = nullptr;
   } else if (const auto* d = dynamic_cast<const Dropout*>(&layer)) {
     c["rate"] = d->rate();
     c["noise_shape"] = nullptr;
@@ -69,9 +77,9 @@ json layer_config(const Layer& layer) {
     c["use_bias"] = o.use_bias;
     c["kernel_initializer"] = initializer(o.kernel_initializer);
     c["bias_initializer"] = initializer(o.bias_initializer);
-    for (const char* k :
-         {"kernel_regularizer", "bias_regularizer", "activity_regularizer", "kernel_constraint", "bias_constraint"})
-      c[k] = nullptr;
+    c["kernel_regularizer"] = regularizer_json(layer.regularizers().kernel);
+    c["bias_regularizer"] = regularizer_json(layer.regularizers().bias);
+    c["kernel_constraint"] = c["bias_constraint"] = nullptr;
   } else if (const auto* p = dynamic_cast<const Pooling2D*>(&layer)) {
     c["pool_size"] = pair_of(p->pool_size());
     c["strides"] = pair_of(p->strides());
@@ -93,6 +101,8 @@ json layer_config(const Layer& layer) {
   } else {
     fail("to_json: {} has no Keras form", layer.label());
   }
+  if (layer.regularizers().activity.any() || c.contains("kernel_regularizer"))
+    c["activity_regularizer"] = regularizer_json(layer.regularizers().activity);
   return {{"class_name", layer.type()}, {"config", c}};
 }
 

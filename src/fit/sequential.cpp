@@ -79,7 +79,13 @@ distribute::ModelReplicas::Replica* Sequential::running_replica(const Tensor* fi
 
 Tensor Sequential::operator()(const Tensor& x, bool training) {
   distribute::ModelReplicas::Replica* rep = running_replica(&x);
-  if (rep == nullptr) return call(x, CallContext{training, {seed_, training ? training_calls_++ : 0, 0}});
+  std::vector<Tensor>& activity = rep != nullptr ? rep->activity_losses : activity_losses_;
+  activity.clear();  // as Keras: a call's activity losses replace the last call's
+  if (rep == nullptr) {
+    CallContext ctx{training, {seed_, training ? training_calls_++ : 0, 0}};
+    ctx.penalties = &activity;
+    return call(x, ctx);
+  }
   if (!x.defined()) fail("Sequential \"{}\": input is undefined", name_);
   // Replicas see consecutive slices of the global batch: each sample gets the dropout mask it
   // would get on one device (from the slice's first row when run was given a split batch, else
@@ -87,6 +93,7 @@ Tensor Sequential::operator()(const Tensor& x, bool training) {
   const distribute::ReplicaContext* context = distribute::replica_context();
   int64_t offset = context->first_row >= 0 ? context->first_row : x.dim(0) * context->replica_id;
   CallContext ctx{training, {seed_, training ? rep->training_calls++ : 0, offset}};
+  ctx.penalties = &activity;
   return layers::call_layers(rep->layers, x, ctx);
 }
 
@@ -96,6 +103,22 @@ std::vector<Variable*> Sequential::variables() {
   for (auto& l : layers_)
     for (auto& v : l->variables()) out.push_back(&v);
   return out;
+}
+
+std::vector<Tensor> Sequential::losses() {
+  std::vector<Tensor> out;
+  for (Variable* v : trainable_variables())
+    if (v->regularizer.any()) out.push_back(ops::penalty(v->value, v->regularizer));
+  distribute::ModelReplicas::Replica* rep = running_replica(nullptr);
+  for (const Tensor& rows : rep != nullptr ? rep->activity_losses : activity_losses_)
+    out.push_back(ops::mean(rows));  // Keras divides an activity penalty by the batch's rows
+  return out;
+}
+
+double Sequential::weight_penalty() {
+  StopRecording no_tape;
+  Tensor total = ops::penalties(trainable_variables());
+  return total.defined() ? static_cast<double>(total.item()) : 0.0;
 }
 
 std::vector<Variable*> Sequential::replica_variables(int replica) {

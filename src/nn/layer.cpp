@@ -2,6 +2,7 @@
 #include "tandem/layers.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 
 namespace tandem {
@@ -61,7 +62,26 @@ Shape Layer::build(const Shape& input_shape, uint64_t seed) {
   input_shape_ = input_shape;
   output_shape_ = do_build(input_shape, seed);
   built_ = true;
+  set_regularizers(regularizers_);
   return output_shape_;
+}
+
+void Layer::set_regularizers(const Regularizers& r) {
+  for (auto [what, g] :
+       {std::pair{"kernel_regularizer", r.kernel}, {"bias_regularizer", r.bias}, {"activity_regularizer", r.activity}})
+    if (!(g.l1 >= 0.0f && g.l2 >= 0.0f && std::isfinite(g.l1) && std::isfinite(g.l2)))
+      fail("{}: {} needs finite, non-negative l1 and l2, got l1={} l2={}", label(), what, g.l1, g.l2);
+  regularizers_ = r;
+  if (!built_) return;
+  bool kernel = false, bias = false;
+  for (Variable& v : variables_) {
+    if (v.name.ends_with("/kernel")) kernel = true, v.regularizer = r.kernel;
+    if (v.name.ends_with("/bias")) bias = true, v.regularizer = r.bias;
+  }
+  if (r.kernel.any() && !kernel) fail("{}: kernel_regularizer is given, but the layer has no kernel", label());
+  if (r.bias.any() && !bias)
+    fail("{}: bias_regularizer is given, but the layer has no bias{}", label(),
+         kernel ? " (it was made with use_bias=False)" : "");
 }
 
 std::shared_ptr<Layer> Layer::replicate() const {
@@ -103,12 +123,28 @@ Tensor call_layers(std::span<const std::shared_ptr<Layer>> layers, const Tensor&
     std::optional<ComputeOn> on;
     if (layer.device()) on.emplace(*layer.device());
     h = ops::to_device(h, layer.device().value_or(x.device()));
-    std::optional<Tensor> fused;
-    if (i + 1 < layers.size()) fused = layer.call_with_next(*layers[i + 1], h, ctx);
+    std::optional<Tensor> fused;  // not past a layer whose output has a penalty
+    if (i + 1 < layers.size() && !layer.regularizers().activity.any())
+      fused = layer.call_with_next(*layers[i + 1], h, ctx);
     if (fused) ++i;
     h = fused ? *fused : layer.call(h, ctx);
+    add_activity_penalty(fused ? *layers[i] : layer, h, ctx, x.device());
   }
   return ops::to_device(h, x.device());
+}
+
+void add_activity_penalty(const Layer& layer, const Tensor& output, const CallContext& ctx, Device device) {
+  const Regularizer& r = layer.regularizers().activity;
+  if (!r.any()) return;
+  if (ctx.penalties == nullptr) {
+    if (ctx.training)
+      fail(
+          "{}: activity_regularizer: this strategy's step does not add a layer's penalty to the loss (its "
+          "layers run in separate stages); use a data-parallel strategy, or no activity_regularizer",
+          layer.label());
+    return;
+  }
+  ctx.penalties->push_back(ops::to_device(ops::row_penalties(output, r), device));
 }
 
 Tensor& Layer::add_variable(const std::string& short_name, const Shape& shape, const Initializer& init, int64_t fan_in,

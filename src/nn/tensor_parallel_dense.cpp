@@ -39,7 +39,7 @@ TensorParallelDense::TensorParallelDense(const Dense& whole, Split split, std::v
     const Variable& v = whole.variables()[i];
     Tensor piece = cut(i, v.value);
     mark_trainable(piece, v.trainable);
-    variables_.push_back(Variable{v.name, piece, v.trainable, v.frozen, v.learns});
+    variables_.push_back(Variable{v.name, piece, v.trainable, v.frozen, v.learns, v.regularizer});
   }
 }
 

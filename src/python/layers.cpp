@@ -22,6 +22,24 @@ void register_layers(py::module_& m) {
       // Keras' layer.trainable: False freezes the layer's variables (and runs batch normalization
       // in inference mode); the next fit or optimizer.apply_gradients follows it.
       .def_property("trainable", &Layer::trainable, &Layer::set_trainable)
+      // Keras' kernel_regularizer, bias_regularizer and activity_regularizer, each (l1, l2).
+      .def(
+          "set_regularizers",
+          [](Layer& l, std::pair<float, float> kernel, std::pair<float, float> bias, std::pair<float, float> activity) {
+            l.set_regularizers({.kernel = {kernel.first, kernel.second},
+                                .bias = {bias.first, bias.second},
+                                .activity = {activity.first, activity.second}});
+          },
+          py::arg("kernel"), py::arg("bias"), py::arg("activity"))
+      .def_property_readonly("regularizers",
+                             [](const Layer& l) {
+                               py::dict out;
+                               for (auto [key, r] : {std::pair{"kernel", l.regularizers().kernel},
+                                                     {"bias", l.regularizers().bias},
+                                                     {"activity", l.regularizers().activity}})
+                                 out[key] = py::make_tuple(r.l1, r.l2);
+                               return out;
+                             })
       .def_property_readonly("dtype_policy", &Layer::dtype_policy)
       .def("set_dtype_policy", &Layer::set_dtype_policy, py::arg("name"))
       .def_property_readonly("output_shape",

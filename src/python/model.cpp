@@ -116,8 +116,12 @@ void register_model(py::module_& m) {
       .def("fit",
            [](ModelHandle& h, const py::object& x, const py::object& y, int epochs, int64_t batch_size,
               int64_t steps_per_epoch, int dataset_pass, double validation_split, const py::object& validation,
-              bool shuffle, const py::list& callbacks, int verbose, int initial_epoch) {
+              bool shuffle, const py::list& callbacks, int verbose, int initial_epoch, const py::object& sample_weight,
+              const std::map<int64_t, float>& class_weight) {
              FitOptions o;
+             if (!sample_weight.is_none())
+               o.sample_weight = from_numpy(sample_weight.cast<py::array>(), "fit: sample_weight");
+             o.class_weight = class_weight;
              o.epochs = epochs;
              o.batch_size = batch_size;
              o.steps_per_epoch = steps_per_epoch;
@@ -126,13 +130,16 @@ void register_model(py::module_& m) {
              o.shuffle = shuffle;
              o.verbose = verbose;
              o.initial_epoch = initial_epoch;
-             // validation: None, a Dataset, or (x_val, y_val) arrays.
+             // validation: None, a Dataset, or (x_val, y_val[, weights]) arrays.
              if (py::isinstance<data::Dataset>(validation)) {
                o.validation_dataset = validation.cast<data::Dataset>();
              } else if (!validation.is_none()) {
-               auto pair = validation.cast<py::tuple>();
-               o.validation_data = std::pair{from_numpy(pair[0].cast<py::array>(), "fit: validation_data x"),
-                                             from_numpy(pair[1].cast<py::array>(), "fit: validation_data y")};
+               auto items = validation.cast<py::tuple>();
+               o.validation_data = std::pair{from_numpy(items[0].cast<py::array>(), "fit: validation_data x"),
+                                             from_numpy(items[1].cast<py::array>(), "fit: validation_data y")};
+               if (items.size() > 2 && !items[2].is_none())
+                 o.validation_sample_weight =
+                     from_numpy(items[2].cast<py::array>(), "fit: validation_data sample weights");
              }
              std::optional<data::Dataset> dataset;
              Tensor tx, ty;
@@ -172,13 +179,15 @@ void register_model(py::module_& m) {
              return to_numpy(out);
            })
       .def("evaluate",
-           [](ModelHandle& h, const py::array& x, const py::array& y, int64_t batch_size, int verbose) {
-             Tensor tx = from_numpy(x, "evaluate: x"), ty = from_numpy(y, "evaluate: y");
+           [](ModelHandle& h, const py::array& x, const py::array& y, int64_t batch_size, int verbose,
+              const py::object& sample_weight) {
+             Tensor tx = from_numpy(x, "evaluate: x"), ty = from_numpy(y, "evaluate: y"), tw;
+             if (!sample_weight.is_none()) tw = from_numpy(sample_weight.cast<py::array>(), "evaluate: sample_weight");
              Busy busy(h, "evaluate");
              Logs logs;
              {
                py::gil_scoped_release nogil;
-               logs = h.get().evaluate(tx, ty, {.batch_size = batch_size, .verbose = verbose});
+               logs = h.get().evaluate(tx, ty, {.batch_size = batch_size, .verbose = verbose, .sample_weight = tw});
              }
              return logs_dict(logs);
            })
@@ -201,6 +210,7 @@ void register_model(py::module_& m) {
       .def_property_readonly(
           "trainable_variables",
           [](ModelHandle& h) { return py::cast(h.get().trainable_variables(), py::return_value_policy::reference); })
+      .def_property_readonly("losses", [](ModelHandle& h) { return h.get().losses(); })
       .def("summary", [](ModelHandle& h) { return h.get().summary(); })
       .def("to_json", [](ModelHandle& h) { return h.get().to_json(); })
       .def("count_params", [](ModelHandle& h) { return h.get().count_params(); })

@@ -115,6 +115,16 @@ void Optimizer::apply_here(std::span<Variable* const> variables, std::span<const
   float lr = current_learning_rate();
   int per = slots_per_variable();
   ++iterations_;
+  std::vector<Tensor> regularized;  // fit's: the penalties' gradients added, from the values before the update
+  if (regularizes_ &&
+      std::any_of(variables.begin(), variables.end(), [](Variable* v) { return v->regularizer.any(); })) {
+    StopRecording no_tape;
+    regularized.assign(gradients.begin(), gradients.end());
+    for (size_t i = 0; i < variables.size(); ++i)
+      if (variables[i]->regularizer.any())
+        regularized[i] = ops::add(gradients[i], ops::penalty_gradient(variables[i]->value, variables[i]->regularizer));
+    gradients = regularized;
+  }
   std::vector<Tensor> clipped = clipped_gradients(gradients);
   for (size_t i = 0; i < variables.size(); ++i) {
     Variable& v = *variables[i];

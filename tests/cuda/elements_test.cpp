@@ -34,6 +34,7 @@ std::vector<float> values(int64_t n, uint64_t seed, float low = -4.0f, float hig
 
 TEST(CudaElements, TheEnumsAreTheCpuKernels) {
   EXPECT_EQ(el::kClip, static_cast<int>(UnaryKind::Clip));
+  EXPECT_EQ(el::kAbs, static_cast<int>(UnaryKind::Abs));
   EXPECT_EQ(el::kMul, static_cast<int>(BinaryKind::Mul));
   EXPECT_EQ(el::kSoftmax, static_cast<int>(Activation::Softmax));
   EXPECT_EQ(el::kGELU, static_cast<int>(Activation::GELU));
@@ -64,7 +65,7 @@ TEST(CudaElements, DropoutMasksAreTheCpuMasks) {
 TEST(CudaElements, UnaryAndBinaryAreTheCpuKernels) {
   std::vector<float> x = values(64, 2, 0.1f, 3.0f), g = values(64, 3), b = values(8, 4), y(64), d(64);
   x[5] = std::numeric_limits<float>::quiet_NaN();  // clip keeps a NaN, as std::min(std::max(…)) does
-  for (UnaryKind kind : {UnaryKind::Scale, UnaryKind::Square, UnaryKind::Log, UnaryKind::Clip}) {
+  for (UnaryKind kind : {UnaryKind::Scale, UnaryKind::Square, UnaryKind::Log, UnaryKind::Clip, UnaryKind::Abs}) {
     kernels::cpu::unary(kind, x.data(), y.data(), 64, 0.5f, 0.5f, 2.0f);
     kernels::cpu::unary_backward(kind, x.data(), g.data(), d.data(), 64, 0.5f, 0.5f, 2.0f);
     for (size_t i = 0; i < 64; ++i) {

@@ -245,6 +245,30 @@ std::vector<OpCase> op_cases() {
                      for (int i = 0; i < 8; ++i) y[i] = std::clamp(in[0][i], -0.5, 0.5);
                      return y;
                    }});
+  cases.push_back({"abs",
+                   {{8}},
+                   [](const Inputs& in) { return ops::abs(in[0]); },
+                   [](const RefInputs& in) {
+                     Vec y(8);
+                     for (int i = 0; i < 8; ++i) y[i] = std::fabs(in[0][i]);
+                     return y;
+                   }});
+  cases.push_back({"penalty",  // a regularizer's: l1·Σ|x| + l2·Σx²
+                   {{5}},
+                   [](const Inputs& in) { return ops::penalty(in[0], {.l1 = 0.3f, .l2 = 0.7f}); },
+                   [](const RefInputs& in) {
+                     double s = 0;
+                     for (double v : in[0]) s += 0.3 * std::fabs(v) + 0.7 * v * v;
+                     return Vec{s};
+                   }});
+  cases.push_back({"row_penalties",  // an activity regularizer's, per row
+                   {{3, 4}},
+                   [](const Inputs& in) { return ops::row_penalties(in[0], {.l1 = 0.3f, .l2 = 0.7f}); },
+                   [](const RefInputs& in) {
+                     Vec y(3, 0.0);
+                     for (int i = 0; i < 12; ++i) y[i / 4] += 0.3 * std::fabs(in[0][i]) + 0.7 * in[0][i] * in[0][i];
+                     return y;
+                   }});
   cases.push_back({"sum",
                    {{3, 4}},
                    [](const Inputs& in) { return ops::sum(in[0]); },

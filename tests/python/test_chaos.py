@@ -1,4 +1,5 @@
-"""A short chaos schedule (bench/chaos.py, fixed seed, small MNIST files made here): faults injected
+"""A short chaos schedule (bench/chaos.py, a fixed seed that aims faults at every phase, small MNIST
+files made here): faults injected
 from outside into an asynchronous and a synchronous parameter-server job, a deterministic
 multi-worker job and an asynchronous job with --record, each for about 20 s. No hang, every fault
 named, no unreadable checkpoint, no end that the rules do not explain, the accuracy reached, the
@@ -37,7 +38,9 @@ def test_a_short_chaos_schedule_leaves_every_job_whole(tmp_path):
     out = tmp_path / "chaos.json"
     # The watchdog: within ctest's limit (600 s), the harness is told to end (it ends its jobs, which
     # run in sessions of their own); it also ends if this process dies first.
-    run = subprocess.Popen([sys.executable, str(CHAOS), "--synthetic", "--seed", "7", "--faults", "4", "--epochs",
+    # Seed 55 aims a fault at every phase: a step, an epoch's end, and a restore (the multi-worker
+    # job's resume after its ranks were killed; the asynchronous job's server restored after its kill).
+    run = subprocess.Popen([sys.executable, str(CHAOS), "--synthetic", "--seed", "55", "--faults", "4", "--epochs",
                             "150", "--cli", str(CLI), "--json", str(out), "--end-with-parent"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -57,6 +60,8 @@ def test_a_short_chaos_schedule_leaves_every_job_whole(tmp_path):
         assert r["unreadable_checkpoints"] == [], (job, said)
         assert r["accuracy"] is not None and r["accuracy"] >= 90.0, (job, said)
     assert results["multiworker"]["ended_by_rule"] >= 1, said  # it was resumed at least once
+    aimed = {phase for r in results.values() for phase in r["aimed"]}
+    assert {"step", "epoch-end", "restore"} <= aimed, (aimed, said)
     assert results["multiworker"]["hash_equal"], said
     record = results["async-record"]["record"]  # the steps handed out again are those the log says
     assert record["agrees"] and record["steps_handed_again"] >= 1, (record, said)

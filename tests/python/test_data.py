@@ -203,7 +203,7 @@ def test_steps_per_epoch_runs_one_iterator_across_epochs(tf, capfd):
         model(tf).fit(tf.data.Dataset.from_tensor_slices((x, y)), verbose=0)
     with pytest.raises(tf.Error, match="batch_size does not apply to a Dataset"):
         model(tf).fit(ds, batch_size=16, verbose=0)
-    with pytest.raises(tf.Error, match=r"\(x, y\) tuples"):
+    with pytest.raises(tf.Error, match=r"\(x, y\) or \(x, y, sample_weight\) tuples"):
         model(tf).fit(tf.data.Dataset.from_tensor_slices({"x": x, "y": y}).batch(4), verbose=0)
     with pytest.raises(TypeError, match="unexpected keyword argument 'epoch'"):
         model(tf).fit(ds, epoch=2)

@@ -38,7 +38,7 @@ def test_errors_name_the_problem(tf, tmp_path):
         model.fit(np.array([["a"] * 20] * 256), y, verbose=0)
     with pytest.raises(tf.Error, match="Dense: units must be positive"):
         tf.keras.layers.Dense(0)
-    with pytest.raises(tf.Error, match="unknown argument unitz"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'unitz'"):
         tf.keras.layers.Dense(4, unitz=3)
     with pytest.raises(tf.Error, match="expected a layer"):
         tf.keras.Sequential().add("dense")

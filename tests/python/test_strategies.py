@@ -276,12 +276,15 @@ def test_parameter_servers_in_this_process_as_the_last_tutorial_runs_them(tf, mo
         model.fit(x, y, epochs=1, batch_size=32, verbose=0)
     for a, b in zip(alone.get_weights(), local.get_weights()):
         np.testing.assert_array_equal(b, a)
+    assert strategy._handle.replica_runs == [2 * 16], "the worker did not train every step of both fits"
 
     for s in (tf.distribute.experimental.ParameterServerStrategy(num_workers=2),
               tf.distribute.experimental.ParameterServerStrategy(mode="sync", num_workers=2)):
         model = model_under(s)
         history = model.fit(x, y, epochs=3, batch_size=32, validation_data=(x, y), verbose=0)
         assert model.distribute_strategy is s and s.name in ("ps-async:1x2:threads", "ps-sync:1x2:threads")
+        runs = s._handle.replica_runs
+        assert len(runs) == 2 and min(runs) > 0 and sum(runs) == 3 * 16, runs  # both workers trained
         assert history.history["val_loss"][-1] < history.history["val_loss"][0]
 
     PS = tf.distribute.experimental.ParameterServerStrategy

@@ -136,6 +136,8 @@ class ParameterServerStrategy : public Strategy {
   // The chief, asynchronous: how many steps ahead of the slowest worker's finished steps each step
   // started (the staleness histogram of the report), over every fit; empty elsewhere.
   std::map<int64_t, int64_t> steps_ahead() const;
+  // On the chief: the steps each worker trained (their results came back), over every fit.
+  std::vector<int64_t> replica_runs() const override;
   // On the chief: {"steps_ahead_of_slowest": steps_ahead()} where steps were started.
   std::map<std::string, std::map<int64_t, int64_t>> report_counts() const override;
   int num_workers() const { return cluster_.count("worker"); }
@@ -163,6 +165,7 @@ class ParameterServerStrategy : public Strategy {
   std::unique_ptr<LocalTasks> local_;
   uint64_t local_generation_ = 0;
   std::map<int64_t, int64_t> steps_ahead_before_;  // in process: the fits' before the running one
+  std::vector<int64_t> worker_steps_before_;       // likewise
 };
 
 }  // namespace tandem::distribute

@@ -27,11 +27,19 @@ class ModelReplicas;
 struct GlobalBatch {
   using Gather = std::function<void(int64_t begin, int64_t end, Tensor* x, Tensor& y)>;
   Tensor x, y;
+  // Keras' sample weights (sample_weight, class_weight, a dataset's third component): float32, one
+  // per row of the global batch, on the host; undefined: every row weighs 1. A row's loss is
+  // multiplied by its weight and the batch's loss is Σ weight·loss ÷ its rows, as Keras'.
+  Tensor weights;
   int64_t rows = 0;
   Gather gather;  // used when x is undefined
   int epoch = 0;
   int64_t step = 0;
   void slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) const;
+  // The weights of rows [begin, end) (undefined where the batch has none).
+  Tensor weights_of(int64_t begin, int64_t end) const {
+    return weights.defined() ? weights.slice(begin, end) : Tensor();
+  }
 };
 
 // Fills `out` with batch `step` of epoch `epoch`, in any order (false past the epoch's end): fit's
@@ -64,7 +72,9 @@ class StepRunner {
   // false when its data ran out) is checked against the others' (a mismatch is named, an Error).
   virtual void check_batch(bool have, int64_t rows, int epoch, int64_t step) = 0;
   // One step on the global batch; `key` keys its dropout masks (the optimizer's iteration).
-  // Returns the global batch's mean per-sample loss, and the metrics hold its predictions; or,
+  // Returns the global batch's mean per-sample loss (each row's times its sample weight, plus its
+  // activity penalties) plus the trainable weights' regularizer penalties before the update, as
+  // Keras' fit reports it, and the metrics hold its predictions; or,
   // where the step finishes later (handed to a worker), nullopt, and the runner adds both to the
   // metrics (StepParts::loss_metric) when they come.
   virtual std::optional<double> run(const GlobalBatch& batch, uint64_t key) = 0;

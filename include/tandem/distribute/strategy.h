@@ -145,8 +145,8 @@ class StrategyExtended {
   // how far ahead of the slowest worker each started); none by default.
   virtual std::map<std::string, std::map<int64_t, int64_t>> report_counts() const { return {}; }
   // The jobs (a step's share, a custom loop's run) each of this process's replicas or devices has
-  // run since the strategy was made: what shows that they ran. Empty where the strategy does not
-  // run replicas on threads of its own.
+  // run since the strategy was made: what shows that they ran (a parameter-server chief: the steps
+  // each worker trained). Empty where the strategy does not run replicas on threads of its own.
   virtual std::vector<int64_t> replica_runs() const { return {}; }
   // Replica r's handle on the group the global batch is split over (ReplicaContext::batch_group):
   // by default all the replicas; null where each computes the whole batch.

@@ -30,7 +30,8 @@ class ModelReplicas {
   struct Replica {
     std::vector<std::shared_ptr<layers::Layer>> layers;
     std::vector<Variable*> variables, trainable;
-    uint64_t training_calls = 0;  // inside Strategy::run: keys each training call's dropout
+    uint64_t training_calls = 0;          // inside Strategy::run: keys each training call's dropout
+    std::vector<Tensor> activity_losses;  // inside Strategy::run: the last call's activity penalties, per row
   };
   ModelReplicas(const StrategyExtended& strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers);
   int size() const { return static_cast<int>(replicas_.size()); }

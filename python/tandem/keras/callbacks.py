@@ -70,19 +70,31 @@ def _freq(save_freq, what):
 
 
 def ModelCheckpoint(filepath, monitor="val_loss", verbose=0, save_best_only=False, save_weights_only=False,
-                    mode="auto", save_freq="epoch", initial_value_threshold=None):
+                    mode="auto", save_freq="epoch", options=None, initial_value_threshold=None):
     """Saves the model after each epoch (or every ``save_freq`` batches); ``filepath`` may hold
     ``{epoch:02d}`` and logged values such as ``{val_loss:.2f}``. Files are safetensors; without
     save_weights_only they also hold the optimizer and the training position. ``verbose`` prints
     nothing more in Tandem; ``initial_value_threshold`` is refused."""
     if initial_value_threshold is not None:
         raise Error("ModelCheckpoint: initial_value_threshold is not supported by Tandem")
+    if options is not None:
+        raise Error("ModelCheckpoint: options (tf.train.CheckpointOptions) are not supported by Tandem")
     return _tandem.ModelCheckpoint(str(filepath), monitor, bool(save_best_only), bool(save_weights_only), mode,
                                    _freq(save_freq, "ModelCheckpoint"))
 
 
-def BackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=True):
-    """Backs up the training state in ``backup_dir``; a fit interrupted (even killed) resumes there."""
+def BackupAndRestore(backup_dir, save_freq="epoch", delete_checkpoint=True, save_before_preemption=False,
+                     double_checkpoint=False):
+    """Backs up the training state in ``backup_dir``; a fit interrupted (even killed) resumes there.
+    Each backup is written whole before it replaces the last (a kill mid-write leaves the last
+    one), so ``double_checkpoint`` is refused, as is ``save_before_preemption`` (a preemption
+    notice of TPU and GCE hosts)."""
+    if save_before_preemption:
+        raise Error("BackupAndRestore: save_before_preemption=True is not supported: Tandem gets no preemption "
+                    "notice; back up every epoch or every save_freq batches")
+    if double_checkpoint:
+        raise Error("BackupAndRestore: double_checkpoint=True is not supported: each backup is written whole before "
+                    "it replaces the last, so a kill mid-write leaves the previous one")
     return _tandem.BackupAndRestore(str(backup_dir), _freq(save_freq, "BackupAndRestore"), bool(delete_checkpoint))
 
 

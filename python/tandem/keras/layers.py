@@ -1,6 +1,7 @@
 """Keras layers (tf.keras.layers), with Keras' names and defaults. Each is the engine's layer."""
 from .. import _tandem
 from ..errors import Error
+from . import regularizers as _regularizers
 
 __all__ = ["Dense", "Dropout", "Conv2D", "MaxPooling2D", "AveragePooling2D", "Flatten", "BatchNormalization",
            "Activation", "Input", "InputLayer"]
@@ -47,7 +48,9 @@ def _initializer(v, what):
 
 
 def Dense(units, activation=None, use_bias=True, kernel_initializer="glorot_uniform", bias_initializer="zeros",
-          name=None, input_shape=None, input_dim=None, **kwargs):
+          kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None, kernel_constraint=None,
+          bias_constraint=None, lora_rank=None, name=None, input_shape=None, input_dim=None, trainable=True, dtype=None,
+          dynamic=False, autocast=True):
     """Densely-connected layer: ``activation(dot(x, kernel) + bias)``.
 
     Args:
@@ -55,78 +58,129 @@ def Dense(units, activation=None, use_bias=True, kernel_initializer="glorot_unif
         activation: a name ('relu', 'elu', 'tanh', 'sigmoid', 'softmax', ...) or None for linear.
         use_bias: whether the layer adds a bias vector.
         kernel_initializer, bias_initializer: initializer names.
+        kernel_regularizer, bias_regularizer, activity_regularizer: keras.regularizers l1, l2 or
+            l1_l2 (or their names): penalties fit adds to the loss.
         name: the layer's name (default dense, dense_1, ...).
         input_shape: per-sample input shape of the first layer, e.g. (784,).
     """
-    _no_extra(kwargs, "Dense")
-    return _policy(_tandem.Dense(int(units), _activation(activation, "Dense"), bool(use_bias),
-                                 _initializer(kernel_initializer, "Dense"), _initializer(bias_initializer, "Dense"),
-                                 name or "", _shape(input_shape, input_dim, "Dense")), kwargs)
+    _no_constraints("Dense", kernel_constraint, bias_constraint)
+    if lora_rank is not None:
+        raise Error("Dense: lora_rank (LoRA) is not supported by Tandem")
+    layer = _tandem.Dense(int(units), _activation(activation, "Dense"), bool(use_bias),
+                          _initializer(kernel_initializer, "Dense"), _initializer(bias_initializer, "Dense"),
+                          name or "", _shape(input_shape, input_dim, "Dense"))
+    return _base(layer, "Dense", trainable, dtype, dynamic, autocast, activity_regularizer, kernel_regularizer,
+                 bias_regularizer)
 
 
-def Dropout(rate, noise_shape=None, seed=None, name=None, input_shape=None, **kwargs):
+def Dropout(rate, noise_shape=None, seed=None, name=None, input_shape=None, trainable=True, dtype=None,
+            dynamic=False, autocast=True, activity_regularizer=None):
     """Sets input units to 0 with frequency ``rate`` during training, scaling the rest by 1/(1 - rate).
     With ``seed``, the layer's masks come from that seed alone (by step and row), not the model's."""
-    _no_extra(kwargs, "Dropout")
     if noise_shape is not None:
         raise Error("Dropout: noise_shape is not supported (the mask covers every element)")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         raise Error(f"Dropout: seed must be a non-negative int or None, got {seed!r}")
-    return _policy(_tandem.Dropout(float(rate), name or "", _shape(input_shape, None, "Dropout"), seed), kwargs)
+    return _base(_tandem.Dropout(float(rate), name or "", _shape(input_shape, None, "Dropout"), seed), "Dropout",
+                 trainable, dtype, dynamic, autocast, activity_regularizer)
 
 
-def Conv2D(filters, kernel_size, strides=(1, 1), padding="valid", activation=None, use_bias=True,
-           kernel_initializer="glorot_uniform", bias_initializer="zeros", name=None, input_shape=None, **kwargs):
+def Conv2D(filters, kernel_size, strides=(1, 1), padding="valid", data_format=None, dilation_rate=(1, 1), groups=1,
+           activation=None, use_bias=True, kernel_initializer="glorot_uniform", bias_initializer="zeros",
+           kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None, kernel_constraint=None,
+           bias_constraint=None, name=None, input_shape=None, trainable=True, dtype=None, dynamic=False,
+           autocast=True):
     """2D convolution over (batch, height, width, channels) inputs (channels last, as Keras)."""
-    _no_extra(kwargs, "Conv2D")
-    return _policy(_tandem.Conv2D(int(filters), _pair(kernel_size, "Conv2D", "kernel_size"),
-                                  _pair(strides, "Conv2D", "strides"), padding, _activation(activation, "Conv2D"),
-                                  bool(use_bias), _initializer(kernel_initializer, "Conv2D"),
-                                  _initializer(bias_initializer, "Conv2D"), name or "", _shape(input_shape, None, "Conv2D")),
-                   kwargs)
+    _no_constraints("Conv2D", kernel_constraint, bias_constraint)
+    _channels_last(data_format, "Conv2D")
+    if _pair(dilation_rate, "Conv2D", "dilation_rate") != (1, 1):
+        raise Error(f"Conv2D: dilation_rate={dilation_rate!r} is not supported (Tandem's convolutions are undilated)")
+    if groups != 1:
+        raise Error(f"Conv2D: groups={groups!r} is not supported (Tandem's convolutions are not grouped)")
+    layer = _tandem.Conv2D(int(filters), _pair(kernel_size, "Conv2D", "kernel_size"),
+                           _pair(strides, "Conv2D", "strides"), padding, _activation(activation, "Conv2D"),
+                           bool(use_bias), _initializer(kernel_initializer, "Conv2D"),
+                           _initializer(bias_initializer, "Conv2D"), name or "", _shape(input_shape, None, "Conv2D"))
+    return _base(layer, "Conv2D", trainable, dtype, dynamic, autocast, activity_regularizer, kernel_regularizer,
+                 bias_regularizer)
 
 
-def MaxPooling2D(pool_size=(2, 2), strides=None, padding="valid", name=None, input_shape=None, **kwargs):
+def MaxPooling2D(pool_size=(2, 2), strides=None, padding="valid", data_format=None, name=None, input_shape=None,
+                 trainable=True, dtype=None, dynamic=False, autocast=True, activity_regularizer=None):
     """Max pooling over 2D windows (strides default to the pool size)."""
-    _no_extra(kwargs, "MaxPooling2D")
-    return _policy(_tandem.Pooling2D(True, _pair(pool_size, "MaxPooling2D", "pool_size"),
+    _channels_last(data_format, "MaxPooling2D")
+    return _base(_tandem.Pooling2D(True, _pair(pool_size, "MaxPooling2D", "pool_size"),
                                      None if strides is None else _pair(strides, "MaxPooling2D", "strides"), padding,
-                                     name or "", _shape(input_shape, None, "MaxPooling2D")), kwargs)
+                                     name or "", _shape(input_shape, None, "MaxPooling2D")), "MaxPooling2D",
+                 trainable, dtype, dynamic, autocast, activity_regularizer)
 
 
-def AveragePooling2D(pool_size=(2, 2), strides=None, padding="valid", name=None, input_shape=None, **kwargs):
+def AveragePooling2D(pool_size=(2, 2), strides=None, padding="valid", data_format=None, name=None, input_shape=None,
+                 trainable=True, dtype=None, dynamic=False, autocast=True, activity_regularizer=None):
     """Average pooling over 2D windows (strides default to the pool size)."""
-    _no_extra(kwargs, "AveragePooling2D")
-    return _policy(_tandem.Pooling2D(False, _pair(pool_size, "AveragePooling2D", "pool_size"),
+    _channels_last(data_format, "AveragePooling2D")
+    return _base(_tandem.Pooling2D(False, _pair(pool_size, "AveragePooling2D", "pool_size"),
                                      None if strides is None else _pair(strides, "AveragePooling2D", "strides"), padding,
-                                     name or "", _shape(input_shape, None, "AveragePooling2D")), kwargs)
+                                     name or "", _shape(input_shape, None, "AveragePooling2D")), "AveragePooling2D",
+                 trainable, dtype, dynamic, autocast, activity_regularizer)
 
 
-def Flatten(name=None, input_shape=None, **kwargs):
+def Flatten(data_format=None, name=None, input_shape=None, trainable=True, dtype=None, dynamic=False, autocast=True,
+            activity_regularizer=None):
     """Flattens each sample to one dimension."""
-    _no_extra(kwargs, "Flatten")
-    return _policy(_tandem.Flatten(name or "", _shape(input_shape, None, "Flatten")), kwargs)
+    _channels_last(data_format, "Flatten")
+    return _base(_tandem.Flatten(name or "", _shape(input_shape, None, "Flatten")), "Flatten", trainable, dtype,
+                 dynamic, autocast, activity_regularizer)
 
 
-def BatchNormalization(momentum=0.99, epsilon=0.001, synchronized=False, name=None, input_shape=None, **kwargs):
-    """Normalizes each feature over the batch (moving statistics for inference)."""
-    _no_extra(kwargs, "BatchNormalization")
-    return _policy(_tandem.BatchNormalization(float(momentum), float(epsilon), bool(synchronized), name or "",
-                                              _shape(input_shape, None, "BatchNormalization")), kwargs)
+def BatchNormalization(axis=-1, momentum=0.99, epsilon=0.001, center=True, scale=True, beta_initializer="zeros",
+                       gamma_initializer="ones", moving_mean_initializer="zeros", moving_variance_initializer="ones",
+                       beta_regularizer=None, gamma_regularizer=None, beta_constraint=None, gamma_constraint=None,
+                       synchronized=False, name=None, input_shape=None, trainable=True, dtype=None, dynamic=False,
+                       autocast=True, activity_regularizer=None):
+    """Normalizes each feature (the last axis) over the batch (moving statistics for inference)."""
+    what = "BatchNormalization"
+    if axis not in (-1, [-1], (-1,)):
+        raise Error(f"{what}: axis={axis!r} is not supported: Tandem normalizes the last axis (channels last)")
+    for arg, value in (("center", center), ("scale", scale)):
+        if value is not True:
+            raise Error(f"{what}: {arg}={value!r} is not supported: Tandem's batch normalization has beta and gamma")
+    for arg, value, default in (("beta_initializer", beta_initializer, "zeros"),
+                                ("gamma_initializer", gamma_initializer, "ones"),
+                                ("moving_mean_initializer", moving_mean_initializer, "zeros"),
+                                ("moving_variance_initializer", moving_variance_initializer, "ones")):
+        if not (isinstance(value, str) and value == default):
+            raise Error(f"{what}: {arg}={value!r} is not supported: Tandem starts from {default!r}")
+    for arg, value in (("beta_regularizer", beta_regularizer), ("gamma_regularizer", gamma_regularizer),
+                       ("beta_constraint", beta_constraint), ("gamma_constraint", gamma_constraint)):
+        if value is not None:
+            raise Error(f"{what}: {arg} is not supported by Tandem")
+    return _base(_tandem.BatchNormalization(float(momentum), float(epsilon), bool(synchronized), name or "",
+                                            _shape(input_shape, None, what)), what, trainable, dtype, dynamic,
+                 autocast, activity_regularizer)
 
 
-def Activation(activation, name=None, input_shape=None, **kwargs):
+def Activation(activation, name=None, input_shape=None, trainable=True, dtype=None, dynamic=False, autocast=True,
+               activity_regularizer=None):
     """Applies an activation function to its input."""
-    _no_extra(kwargs, "Activation")
-    return _policy(_tandem.Activation(_activation(activation, "Activation") or "linear", name or "",
-                                      _shape(input_shape, None, "Activation")), kwargs)
+    return _base(_tandem.Activation(_activation(activation, "Activation") or "linear", name or "",
+                                    _shape(input_shape, None, "Activation")), "Activation", trainable, dtype, dynamic,
+                 autocast, activity_regularizer)
 
 
 class InputLayer:
-    """The per-sample shape of a model's input (``keras.Input(shape=(784,))``)."""
+    """The per-sample shape of a model's input (``keras.Input(shape=(784,))``). ``batch_size`` is
+    a hint (Tandem's models take any batch); ``batch_shape`` is the shape with its batch axis;
+    what makes other inputs (sparse, ragged, a given tensor or spec, another dtype, optional) is
+    refused by name."""
 
-    def __init__(self, shape=None, batch_size=None, name=None, input_shape=None, **kwargs):
-        _no_extra(kwargs, "Input")
+    def __init__(self, input_shape=None, shape=None, batch_size=None, dtype=None, input_tensor=None, sparse=None,
+                 name=None, ragged=None, type_spec=None, batch_shape=None, optional=False):
+        _input_refusals(dtype, sparse, ragged, type_spec, optional, ("input_tensor", input_tensor))
+        if batch_shape is not None:
+            if shape is not None or input_shape is not None:
+                raise Error("Input: give shape or batch_shape, not both")
+            shape = tuple(batch_shape)[1:]
         self.shape = tuple(_shape(shape if shape is not None else input_shape, None, "Input") or ())
         if not self.shape:
             raise Error("Input: shape is required, e.g. Input(shape=(784,))")
@@ -136,25 +190,52 @@ class InputLayer:
         return f"Input(shape={self.shape})"
 
 
-def Input(shape=None, batch_size=None, name=None, **kwargs):
+def Input(shape=None, batch_size=None, name=None, dtype=None, sparse=None, tensor=None, ragged=None, type_spec=None,
+          batch_shape=None, optional=False):
     """The per-sample shape of a model's input, as keras.Input: ``Sequential([Input((784,)), Dense(10)])``."""
-    return InputLayer(shape=shape, batch_size=batch_size, name=name, **kwargs)
+    _input_refusals(dtype, sparse, ragged, type_spec, optional, ("tensor", tensor))
+    return InputLayer(shape=shape, batch_size=batch_size, name=name, batch_shape=batch_shape)
 
 
-def _policy(layer, kwargs):
-    """Keras' per-layer ``dtype`` (a policy name, "float32" or "mixed_bfloat16", or a Policy) and
-    ``trainable`` (False: the layer is frozen)."""
-    dtype = kwargs.get("dtype")
+def _input_refusals(dtype, sparse, ragged, type_spec, optional, given):
+    if dtype not in (None, "float32") and getattr(dtype, "name", None) != "float32":
+        raise Error(f"Input: dtype={dtype!r} is not supported: Tandem's models take float32 inputs (others are "
+                    "converted by fit)")
+    for arg, value in (("sparse", sparse), ("ragged", ragged), ("optional", optional)):
+        if value:
+            raise Error(f"Input: {arg}=True is not supported: Tandem's inputs are dense arrays")
+    for arg, value in (("type_spec", type_spec), given):
+        if value is not None:
+            raise Error(f"Input: {arg} is not supported: Tandem's input is given by its shape")
+
+
+def _base(layer, what, trainable, dtype, dynamic, autocast, activity_regularizer=None, kernel_regularizer=None,
+          bias_regularizer=None):
+    """Keras' base-layer arguments: ``dtype`` (a policy name, "float32" or "mixed_bfloat16", or a
+    Policy), ``trainable`` (False: the layer is frozen), the regularizers (``activity_regularizer``
+    every layer takes); ``dynamic=True`` and ``autocast=False`` are refused by name."""
+    if dynamic is not False:
+        raise Error(f"{what}: dynamic={dynamic!r} is not supported: Tandem's layers run through the engine")
+    if autocast is not True:
+        raise Error(f"{what}: autocast={autocast!r} is not supported: a mixed_bfloat16 layer always computes its "
+                    "products in bfloat16")
     if dtype is not None:
         layer.set_dtype_policy(getattr(dtype, "name", dtype))
-    trainable = kwargs.get("trainable", True)
     if not isinstance(trainable, bool):
-        raise Error(f"{layer.type}: trainable must be True or False, got {trainable!r}")
+        raise Error(f"{what}: trainable must be True or False, got {trainable!r}")
     layer.trainable = trainable
+    if kernel_regularizer is not None or bias_regularizer is not None or activity_regularizer is not None:
+        layer.set_regularizers(*_regularizers._pairs(what, kernel_regularizer, bias_regularizer,
+                                                     activity_regularizer))
     return layer
 
 
-def _no_extra(kwargs, what):
-    unknown = sorted(k for k in kwargs if k not in ("dtype", "trainable"))
-    if unknown:
-        raise Error(f"{what}: unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+def _channels_last(data_format, what):
+    if data_format not in (None, "channels_last"):
+        raise Error(f"{what}: data_format={data_format!r} is not supported: Tandem's tensors are channels_last")
+
+
+def _no_constraints(what, kernel_constraint, bias_constraint):
+    for name, value in (("kernel_constraint", kernel_constraint), ("bias_constraint", bias_constraint)):
+        if value is not None:
+            raise Error(f"{what}: {name} is not supported (Tandem projects no weights after an update)")

@@ -6,6 +6,7 @@ import numpy as np
 from .. import _tandem, _arrays, data
 from ..errors import Error
 from . import callbacks as callbacks_module
+from . import losses as losses_module
 from .layers import InputLayer
 
 __all__ = ["Sequential", "model_from_json", "load_model"]
@@ -68,10 +69,14 @@ class Sequential:
     ``keras.utils.set_random_seed``'s, else 0.
     """
 
-    def __init__(self, layers=None, name=None, seed=None):
+    def __init__(self, layers=None, name=None, trainable=True, seed=None):
+        if not isinstance(trainable, bool):
+            raise Error(f"Sequential: trainable must be True or False, got {trainable!r}")
         self._adopt(_tandem.Model(name or "sequential", _seed_of(seed)))
         for layer in layers or []:
             self.add(layer)
+        if not trainable:
+            self.trainable = False
 
     def _adopt(self, handle):
         """Takes the engine's model, made under the strategy whose scope is open (kept alive with it)."""
@@ -96,8 +101,10 @@ class Sequential:
 
     # --- building ---
 
-    def add(self, layer):
-        """Adds a layer on top of the stack (or, first, a ``keras.Input`` giving the input shape)."""
+    def add(self, layer, rebuild=True):
+        """Adds a layer on top of the stack (or, first, a ``keras.Input`` giving the input shape).
+        ``rebuild`` (Keras 3's) changes nothing: the model builds itself when its input shape is
+        known."""
         if isinstance(layer, InputLayer):
             if self._model.layers:
                 raise Error("Sequential.add: an Input goes first, before any layer")
@@ -162,15 +169,25 @@ class Sequential:
     def count_params(self):
         return self._model.count_params()
 
-    def summary(self, print_fn=None):
-        """Prints the layers, their output shapes and parameter counts (Keras' table)."""
+    def summary(self, line_length=None, positions=None, print_fn=None, expand_nested=False, show_trainable=False,
+                layer_range=None):
+        """Prints the layers, their output shapes and parameter counts (Keras' table, its trainable
+        and non-trainable counts), through ``print_fn`` (default print). The table's layout is
+        fixed: ``line_length``, ``positions``, ``show_trainable`` and ``layer_range`` are refused by
+        name; ``expand_nested`` has nothing to expand in a Sequential of layers."""
+        for name, value, default in (("line_length", line_length, None), ("positions", positions, None),
+                                     ("show_trainable", show_trainable, False), ("layer_range", layer_range, None)):
+            if value != default:
+                raise Error(f"summary: {name}={value!r} is not supported: Tandem prints Keras' table in its fixed "
+                            "layout")
         text = self._model.summary()
         (print_fn or print)(text.rstrip("\n"))
 
     # --- training ---
 
     def compile(self, optimizer="rmsprop", loss=None, metrics=None, loss_weights=None, weighted_metrics=None,
-                run_eagerly=False, steps_per_execution=1, jit_compile="auto", auto_scale_loss=True, **kwargs):
+                run_eagerly=False, steps_per_execution=1, jit_compile="auto", auto_scale_loss=True,
+                pss_evaluation_shards=0):
         """Configures training: ``optimizer`` (a name such as 'adam' or a tandem.keras.optimizers
         object), ``loss`` (a name such as 'sparse_categorical_crossentropy' or a losses object) and
         ``metrics`` (names: 'accuracy', 'sparse_categorical_accuracy', ...), in tf.keras' order (TensorFlow
@@ -178,14 +195,15 @@ class Sequential:
         ``steps_per_execution`` and ``auto_scale_loss`` change no result in Tandem (its steps run
         eagerly through the engine; bf16 needs no loss scaling) and are accepted; ``loss_weights``
         (one output here), ``weighted_metrics`` (no sample weights yet) and ``jit_compile=True``
-        (XLA) are refused."""
-        if kwargs:
-            raise TypeError(f"compile() got an unexpected keyword argument{'s' if len(kwargs) > 1 else ''} "
-                            f"{', '.join(repr(k) for k in sorted(kwargs))}")
+        (XLA) and ``pss_evaluation_shards`` (evaluation on parameter-server workers) are refused."""
+        if pss_evaluation_shards != 0:
+            raise Error(f"compile: pss_evaluation_shards={pss_evaluation_shards!r} is not supported: under "
+                        "ParameterServerStrategy Tandem's chief evaluates")
         if loss_weights is not None:
             raise Error("compile: loss_weights weigh the losses of several outputs; a Sequential model has one")
         if weighted_metrics:
-            raise Error("compile: weighted_metrics need sample weights, which Tandem's fit does not take yet")
+            raise Error("compile: weighted_metrics are not supported by Tandem (the loss is weighted by sample_weight "
+                        "and class_weight; metrics count every row)")
         if jit_compile is True:
             raise Error("compile: jit_compile=True asks for XLA, which Tandem does not have; its steps run through "
                         "the C++ engine")
@@ -203,10 +221,15 @@ class Sequential:
         if getattr(loss, "reduction", "auto") not in ("auto", "sum_over_batch_size"):
             raise Error(f"compile: the loss's reduction is {loss.reduction!r}; fit trains on the batch's mean "
                         "(reduction 'sum_over_batch_size'): a summed or unreduced loss is for custom loops")
+        if isinstance(loss, losses_module.Loss) and not hasattr(loss, "_loss"):
+            raise Error(f"compile: {type(loss).__name__} is a custom Loss; fit computes its loss in the engine, so "
+                        "compile takes Tandem's losses (keras.losses.*, or their names); use it in a custom loop")
         self._model.compile(optimizer, getattr(loss, "_loss", loss), list(metrics))
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
-            validation_data=None, shuffle=True, initial_epoch=0, steps_per_epoch=None, **kwargs):
+            validation_data=None, shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
+            steps_per_epoch=None, validation_steps=None, validation_batch_size=None, validation_freq=1,
+            max_queue_size=10, workers=1, use_multiprocessing=False):
         """Trains the model for ``epochs`` passes over (x, y).
 
         Args:
@@ -218,8 +241,14 @@ class Sequential:
             verbose: 'auto' or 1 (progress bar), 2 (one line per epoch), 0 (silent).
             callbacks: tandem.keras.callbacks objects, or your Callback subclasses.
             validation_split: the last fraction of x, y held out for validation.
-            validation_data: (x_val, y_val) or a Dataset to evaluate at each epoch's end.
+            validation_data: (x_val, y_val), (x_val, y_val, val_sample_weights) or a Dataset to
+                evaluate at each epoch's end.
             shuffle: shuffle the training samples each epoch (arrays; a Dataset shuffles itself).
+            class_weight: {class: weight}, each row's loss times its class's weight (every class
+                in y needs one).
+            sample_weight: one weight per sample of x, each row's loss times its weight (a batch's
+                loss is Σ weight·loss ÷ its rows, as Keras'); a Dataset's elements carry theirs
+                as (x, y, sample_weight).
             initial_epoch: the epoch to start at (resuming).
             steps_per_epoch: with a Dataset, the batches of an epoch; its iterator then runs on
                 across epochs, as Keras 3's: running out at an epoch's start begins a new pass;
@@ -231,18 +260,13 @@ class Sequential:
         Ctrl-C stops between batches with KeyboardInterrupt; the weights of the last finished
         batch are kept. The GIL is released while the engine trains.
         """
-        unknown = sorted(k for k in kwargs if k not in ("workers", "use_multiprocessing", "max_queue_size",
-                                                        "class_weight", "sample_weight", "validation_steps",
-                                                        "validation_batch_size", "validation_freq"))
-        if unknown:
-            raise TypeError(f"fit() got an unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
-                            f"{', '.join(repr(k) for k in unknown)}")
-        for name in ("class_weight", "sample_weight", "validation_steps", "validation_batch_size"):
-            if kwargs.get(name) is not None:
-                raise Error(f"fit: {name} is not supported by Tandem")
+        for name, value in (("validation_steps", validation_steps), ("validation_batch_size", validation_batch_size)):
+            if value is not None:
+                raise Error(f"fit: {name} is not supported by Tandem (validation reads all of validation_data in "
+                            "batches of batch_size)")
         if not isinstance(shuffle, bool):
             raise Error(f"fit: shuffle must be True or False (Tandem has no shuffle='batch'), got {shuffle!r}")
-        if kwargs.get("validation_freq", 1) != 1:
+        if validation_freq != 1:
             raise Error("fit: validation_freq other than 1 is not supported by Tandem (validation runs every epoch)")
         steps_per_epoch = 0 if steps_per_epoch is None else _steps(steps_per_epoch, "fit: steps_per_epoch")
         x = _dataset_of(x, "fit")
@@ -253,6 +277,8 @@ class Sequential:
                 raise Error("fit: y must be None when x is a Dataset (its elements are (x, y) batches)")
             if batch_size is not None:
                 raise Error("fit: batch_size does not apply to a Dataset (it is batched already: .batch(n))")
+            if sample_weight is not None:
+                raise Error("fit: sample_weight does not apply to a Dataset; make its elements (x, y, sample_weight)")
             dataset_pass = x._next_passes(int(epochs))  # epoch e reads pass dataset_pass + e
             x = x._pairs("fit")
         else:
@@ -260,6 +286,8 @@ class Sequential:
                 raise Error("fit: steps_per_epoch applies to a Dataset; with arrays every epoch covers x")
             x = _arrays.features(x, "fit")
             y = _arrays.targets(y, "fit")
+            if sample_weight is not None:
+                sample_weight = _weights(sample_weight, "fit: sample_weight")
         validation = None
         if isinstance(validation_data, data.Dataset):
             validation = validation_data._pairs("fit (validation_data)")
@@ -268,10 +296,13 @@ class Sequential:
                 val_x, val_y = validation_data[:2]
             except (TypeError, ValueError):
                 raise Error("fit: validation_data must be a tuple (x_val, y_val) or a Dataset") from None
-            if len(validation_data) > 2 and validation_data[2] is not None:
-                raise Error("fit: validation_data's sample weights (its third item) are not supported by Tandem")
+            if len(validation_data) > 3:
+                raise Error(f"fit: validation_data has {len(validation_data)} items; expected (x_val, y_val) or "
+                            "(x_val, y_val, val_sample_weights)")
             validation = (_arrays.features(val_x, "fit (validation_data)"),
                           _arrays.targets(val_y, "fit (validation_data)"))
+            if len(validation_data) == 3 and validation_data[2] is not None:
+                validation += (_weights(validation_data[2], "fit: validation_data's sample weights"),)
         verbose = _verbose(verbose)
         batch_size = _batch_size(batch_size)
         native = []
@@ -289,18 +320,16 @@ class Sequential:
             native.append(cb)
         history, epochs_run = self._model.fit(x, y, int(epochs), batch_size, steps_per_epoch, dataset_pass,
                                               float(validation_split), validation, bool(shuffle), native, verbose,
-                                              int(initial_epoch))
+                                              int(initial_epoch), sample_weight, _class_weight(class_weight))
         self.history = callbacks_module.History(history, epochs_run, self, params)
         return self.history
 
     def evaluate(self, x=None, y=None, batch_size=None, verbose="auto", sample_weight=None, steps=None,
-                 callbacks=None, return_dict=False, **kwargs):
+                 callbacks=None, max_queue_size=10, workers=1, use_multiprocessing=False, return_dict=False):
         """The loss and metrics on (x, y) or a Dataset of (x, y) batches: a scalar loss without
         metrics, else [loss, metrics...] (or a dict with return_dict=True), as Keras returns them.
-        ``sample_weight`` and ``callbacks`` are refused (not built for evaluate yet)."""
-        _hints_only(kwargs, "evaluate")
-        if sample_weight is not None:
-            raise Error("evaluate: sample_weight is not supported by Tandem")
+        ``sample_weight`` weighs each row's loss as fit's; ``callbacks`` are refused (not built for
+        evaluate yet)."""
         if callbacks:
             raise Error("evaluate: callbacks are not supported by Tandem's evaluate")
         printing = 0 if _verbose(verbose) == 0 else 1
@@ -308,6 +337,9 @@ class Sequential:
         if isinstance(x, data.Dataset):
             if y is not None:
                 raise Error("evaluate: y must be None when x is a Dataset (its elements are (x, y) batches)")
+            if sample_weight is not None:
+                raise Error("evaluate: sample_weight does not apply to a Dataset; make its elements (x, y, "
+                            "sample_weight)")
             steps = 0 if steps is None else _steps(steps, "evaluate: steps")
             logs = self._model.evaluate_dataset(x._pairs("evaluate"), steps, printing, x._next_passes(1))
         else:
@@ -315,17 +347,18 @@ class Sequential:
                 raise Error("evaluate: steps applies to a Dataset; with arrays all of x is evaluated")
             x = _arrays.features(x, "evaluate")
             y = _arrays.targets(y, "evaluate")
-            logs = self._model.evaluate(x, y, _batch_size(batch_size), printing)
+            weights = None if sample_weight is None else _weights(sample_weight, "evaluate: sample_weight")
+            logs = self._model.evaluate(x, y, _batch_size(batch_size), printing, weights)
         if return_dict:
             return logs
         values = list(logs.values())
         return values[0] if len(values) == 1 else values
 
-    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None, **kwargs):
+    def predict(self, x, batch_size=None, verbose="auto", steps=None, callbacks=None, max_queue_size=10, workers=1,
+                use_multiprocessing=False):
         """The model's outputs for x (or each batch of a Dataset, whose elements are x or (x, y)
         batches), as a numpy array; x without rows gives an empty array, as Keras. ``callbacks``
         are refused (not built for predict yet)."""
-        _hints_only(kwargs, "predict")
         if callbacks:
             raise Error("predict: callbacks are not supported by Tandem's predict")
         x = _dataset_of(x, "predict")
@@ -336,12 +369,22 @@ class Sequential:
             raise Error("predict: steps applies to a Dataset; with arrays all of x is predicted")
         return self._model.predict(_arrays.features(x, "predict"), _batch_size(batch_size))
 
-    def __call__(self, x, training=False):
-        """The model on x as a tandem Tensor (``.numpy()`` for its values), recorded by an open
-        GradientTape: a custom loop's forward pass (inside strategy.run, this replica's)."""
-        if not isinstance(x, _tandem.Tensor):
-            x = _arrays.features(x, "model(x)")
-        return self._model.call(x, bool(training))
+    def __call__(self, inputs, training=False, mask=None):
+        """The model on ``inputs`` as a tandem Tensor (``.numpy()`` for its values), recorded by an
+        open GradientTape: a custom loop's forward pass (inside strategy.run, this replica's).
+        ``mask`` is refused (no layer here takes one)."""
+        if mask is not None:
+            raise Error("model(inputs): mask is not supported: no Tandem layer takes a mask")
+        if not isinstance(inputs, _tandem.Tensor):
+            inputs = _arrays.features(inputs, "model(x)")
+        return self._model.call(inputs, bool(training))
+
+    @property
+    def losses(self):
+        """Keras' model.losses: each kernel and bias regularizer's penalty at the current weights, then
+        the last call's activity penalties, as tandem Tensors recorded by an open GradientTape (a
+        custom loop adds ``sum(model.losses)`` to its loss; fit adds them itself)."""
+        return list(self._model.losses)
 
     @property
     def trainable_variables(self):
@@ -358,35 +401,43 @@ class Sequential:
         """Sets every variable from arrays in get_weights' order and shapes."""
         self._model.set_weights([_arrays.features(w, "set_weights") for w in weights])
 
-    def save_weights(self, filepath, overwrite=True, max_shard_size=None):
+    def save_weights(self, filepath, overwrite=True, save_format=None, options=None, max_shard_size=None):
         """Writes the weights (and the optimizer's state when compiled): a path ending in
         ``.weights.h5`` gets Keras 3's HDF5 layout (Keras' ``load_weights`` reads it), any other a
         safetensors file (the file `tandem evaluate` reads). ``overwrite=False`` refuses an
         existing file."""
         if max_shard_size is not None:
             raise Error("save_weights: max_shard_size (sharded weight files) is not supported by Tandem")
+        if save_format is not None:
+            raise Error(f"save_weights: save_format={save_format!r} is Keras 2's; Tandem picks the format by the "
+                        "file's name (.weights.h5: Keras 3's HDF5, else safetensors)")
+        if options is not None:
+            raise Error("save_weights: options (tf.train.CheckpointOptions) are not supported by Tandem")
         _refuse_overwrite(filepath, overwrite, "save_weights")
         self._model.save_weights(str(filepath))
 
-    def load_weights(self, filepath, skip_mismatch=False, by_name=False, **kwargs):
+    def load_weights(self, filepath, skip_mismatch=False, by_name=False, options=None):
         """Reads weights written by save_weights (either format), ModelCheckpoint or `tandem fit
         --save`, Keras 3's ``.weights.h5``, or the weights of a ``.keras`` file. Every weight must
         match: ``skip_mismatch`` and Keras 2's ``by_name`` are refused."""
-        if kwargs:
-            raise TypeError(f"load_weights() got an unexpected keyword argument {sorted(kwargs)[0]!r}")
+        if options is not None:
+            raise Error("load_weights: options (tf.train.CheckpointOptions) are not supported by Tandem")
         if skip_mismatch or by_name:
             raise Error("load_weights: skip_mismatch and by_name are not supported by Tandem (every weight of the "
                         "file must match the model's, or the file is refused naming the first that does not)")
         self._model.load_weights(str(filepath))
 
-    def save(self, filepath, overwrite=True, zipped=None, **kwargs):
+    def save(self, filepath, overwrite=True, zipped=None, save_format=None, include_optimizer=True, signatures=None,
+             options=None, save_traces=True):
         """Writes the model as Keras 3's ``.keras`` file: config.json (the architecture, its build
         and compile configs), metadata.json and model.weights.h5 (weights and optimizer state).
         ``keras.models.load_model`` (Keras 3's or Tandem's) reads it back. Keras 2's arguments
         (save_format, include_optimizer, signatures, options) are refused."""
-        if kwargs:
-            raise Error(f"save: {', '.join(sorted(kwargs))} {'is' if len(kwargs) == 1 else 'are'} Keras 2's; Tandem "
-                        "writes Keras 3's .keras file, optimizer included")
+        for name, value, default in (("save_format", save_format, None), ("include_optimizer", include_optimizer, True),
+                                     ("signatures", signatures, None), ("options", options, None),
+                                     ("save_traces", save_traces, True)):
+            if value is not default and value != default:
+                raise Error(f"save: {name} is Keras 2's; Tandem writes Keras 3's .keras file, optimizer included")
         if zipped is False:
             raise Error("save: zipped=False is not supported by Tandem (it writes .keras files)")
         _refuse_overwrite(filepath, overwrite, "save")
@@ -402,16 +453,11 @@ class Sequential:
         return f"<tandem.keras.Sequential {self.name!r}: {len(self._model.layers)} layers>"
 
 
-def _hints_only(kwargs, what):
-    """Keras' hints that change no result (data-loading workers) are accepted; anything else is a TypeError."""
-    unknown = sorted(k for k in kwargs if k not in ("workers", "use_multiprocessing", "max_queue_size"))
-    if unknown:
-        raise TypeError(f"{what}() got an unexpected keyword argument{'s' if len(unknown) > 1 else ''} "
-                        f"{', '.join(repr(k) for k in unknown)}")
-
-
 def model_from_json(json_string, custom_objects=None, seed=None):
-    """A model from Keras' JSON (``model.to_json()``, or a Keras file's architecture)."""
+    """A model from Keras' JSON (``model.to_json()``, or a Keras file's architecture); Tandem's
+    layers only, so ``custom_objects`` are refused."""
+    if custom_objects:
+        raise Error("model_from_json: custom_objects are not supported: Tandem reads its own layers only")
     if not isinstance(json_string, str):
         raise Error(f"model_from_json: expected a JSON string, got {type(json_string).__name__}")
     model = Sequential.__new__(Sequential)
@@ -429,3 +475,29 @@ def load_model(filepath, custom_objects=None, compile=True, safe_mode=True, seed
     model = Sequential.__new__(Sequential)
     model._adopt(_tandem.load_model(path, _seed_of(seed), bool(compile)))
     return model
+
+
+def _weights(sample_weight, what):
+    """Sample weights as a float32 array (the engine checks their count and values)."""
+    if hasattr(sample_weight, "numpy"):
+        sample_weight = sample_weight.numpy()
+    try:
+        return np.ascontiguousarray(sample_weight, dtype=np.float32)
+    except (TypeError, ValueError):
+        raise Error(f"{what} must be numbers, one per sample, got {type(sample_weight).__name__}") from None
+
+
+def _class_weight(class_weight):
+    """Keras' class_weight {class index: weight} as the engine's map."""
+    if class_weight is None:
+        return {}
+    if not isinstance(class_weight, dict):
+        raise Error(f"fit: class_weight must be a dict {{class index: weight}}, got {class_weight!r}")
+    out = {}
+    for k, v in class_weight.items():
+        if isinstance(k, bool) or not hasattr(k, "__index__"):
+            raise Error(f"fit: class_weight's keys are class indices (ints), got {k!r}")
+        if isinstance(v, bool) or not hasattr(v, "__float__"):
+            raise Error(f"fit: class_weight for class {k} must be a number, got {v!r}")
+        out[k.__index__()] = float(v)
+    return out

@@ -46,7 +46,9 @@ void ShardedUpdate::lay_out(std::span<Variable* const> variables) {
   mine_.clear();
   for (const Segment& s : streams_[static_cast<size_t>(me)]) {
     Variable& v = *variables_[s.variable];
-    mine_.push_back({v.name, v.value.reshape({v.value.numel()}).slice(s.at, s.at + s.size), true});
+    mine_.push_back({.name = v.name,
+                     .value = v.value.reshape({v.value.numel()}).slice(s.at, s.at + s.size),
+                     .regularizer = v.regularizer});
   }
   mine_pointers_.clear();
   for (Variable& v : mine_) mine_pointers_.push_back(&v);

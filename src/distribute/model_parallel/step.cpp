@@ -36,6 +36,7 @@ class TensorParallelStep : public DeviceStep {
     std::vector<double> sums(static_cast<size_t>(copies), 0.0);
     std::vector<Tensor> predictions(static_cast<size_t>(copies));
     if (strategy_.shards().whole_holds()) strategy_.shards().reslice();
+    double penalty = copy_penalty(replicas_.size(), [&](int d) { return first_ + d < pieces; });
     Timeline* timeline = strategy_.extended().timeline();
     strategy_.devices().run([&](int d) {  // the devices hold until the epoch ends
       ModelReplicas::Replica& device = replicas_[d];
@@ -49,8 +50,9 @@ class TensorParallelStep : public DeviceStep {
         bool whole = begin == 0 && end == rows;
         GradientTape tape;
         std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", row);
-        RowsForward step = forward_rows(device.layers, loss_, whole ? x : x.slice(begin, end),
-                                        whole ? y : y.slice(begin, end), {seed_, key, begin, rows});
+        RowsForward step =
+            forward_rows(device.layers, loss_, whole ? x : x.slice(begin, end), whole ? y : y.slice(begin, end),
+                         {seed_, key, begin, rows, nullptr, nullptr, batch.weights_of(begin, end)});
         forward.reset();
         Timeline::Span backward(timeline, "backward", row);
         grads = tape.gradient(step.loss.loss, device.trainable);
@@ -62,12 +64,16 @@ class TensorParallelStep : public DeviceStep {
       Timeline::Span update(timeline, "update", row);
       optimizer_.apply(device.trainable, grads);
     });
-    return report(copies, rows, [&](int c) -> std::optional<Reported> {
-      int64_t begin = rows * c / copies, end = rows * (c + 1) / copies;
-      if (begin == end || !predictions[static_cast<size_t>(c)].defined()) return {};  // no rows, or another process's
-      return Reported{copies == 1 ? y : y.slice(begin, end), predictions[static_cast<size_t>(c)],
-                      sums[static_cast<size_t>(c)]};
-    });
+    return report(
+        copies, rows,
+        [&](int c) -> std::optional<Reported> {
+          int64_t begin = rows * c / copies, end = rows * (c + 1) / copies;
+          if (begin == end || !predictions[static_cast<size_t>(c)].defined())
+            return {};  // no rows, or another process's
+          return Reported{copies == 1 ? y : y.slice(begin, end), predictions[static_cast<size_t>(c)],
+                          sums[static_cast<size_t>(c)]};
+        },
+        penalty);
   }
 
   void finish_epoch() override { strategy_.shards().write_back(&optimizer_); }

@@ -76,11 +76,12 @@ class PipelineStep : public DeviceStep {
     if (batch.step == 0)  // the epoch's figures start again
       for (Device& device : devices_) device.epoch_busy = device.epoch_window = 0.0;
     make_optimizers();
+    double penalty = copy_penalty(replicas_.size(), [&](int d) { return first_ + d < stages_; });
     Clock::time_point start = Clock::now();
     try {
       strategy_.devices().run([&](int d) {
         try {
-          run_device(d, x, y, rows, key);
+          run_device(d, x, y, batch.weights, rows, key);
         } catch (const std::exception& e) {  // the other stages and copies stop waiting for this one
           strategy_.pipe_group(d).abort(e.what());
           strategy_.data_group(d).abort(e.what());
@@ -102,11 +103,14 @@ class PipelineStep : public DeviceStep {
     }
     optimizer_.set_iterations(optimizers_[0]->iterations());
     // The last stages' losses and predictions (over processes, summed over them).
-    double loss = report(total, rows, [&](int k) -> std::optional<Reported> {
-      const Result& r = results_[static_cast<size_t>(k)];
-      if (!r.predictions.defined()) return {};  // no rows, or another process's
-      return Reported{y.slice(r.begin, r.end), r.predictions, r.loss_sum};
-    });
+    double loss = report(
+        total, rows,
+        [&](int k) -> std::optional<Reported> {
+          const Result& r = results_[static_cast<size_t>(k)];
+          if (!r.predictions.defined()) return {};  // no rows, or another process's
+          return Reported{y.slice(r.begin, r.end), r.predictions, r.loss_sum};
+        },
+        penalty);
     results_.clear();
     return loss;
   }
@@ -171,7 +175,7 @@ class PipelineStep : public DeviceStep {
       if (optimizers_[d]->current_learning_rate() != lr) optimizers_[d]->set_learning_rate(lr);  // a callback's
   }
 
-  void run_device(int d, const Tensor& x, const Tensor& y, int64_t rows, uint64_t key) {
+  void run_device(int d, const Tensor& x, const Tensor& y, const Tensor& sample_weights, int64_t rows, uint64_t key) {
     Device& device = devices_[static_cast<size_t>(d)];
     ModelReplicas::Replica& stage_replica = replicas_[d];
     const auto& stack = stage_replica.layers;
@@ -233,7 +237,14 @@ class PipelineStep : public DeviceStep {
         f.tape = std::make_unique<GradientTape>();
         if (!first) f.tape->watch(h);
         f.input = h;
-        BatchRows at{seed_, key, begin, rows, &kernels, &moving};  // the micro-batch's rows of one device's step
+        BatchRows at{seed_,
+                     key,
+                     begin,
+                     rows,
+                     &kernels,
+                     &moving,
+                     sample_weights.defined() ? sample_weights.slice(begin, end)
+                                              : Tensor()};  // the micro-batch's rows of one device's step
         Tensor out = layers::call_layers(stack, h, at.context());
         RowsLoss loss;
         if (last) {

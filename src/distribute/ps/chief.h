@@ -59,6 +59,8 @@ struct ParameterServerStrategy::Chief {
   // Asynchronous: how many steps ahead of the slowest worker's finished steps each step started
   // (by the chief's clocks; the servers' log gives theirs), over every fit of this strategy.
   std::map<int64_t, int64_t> steps_ahead;
+  // The steps each worker trained whose results came back (worker index → count), over every fit.
+  std::vector<int64_t> worker_steps;
 };
 
 std::unique_ptr<StepRunner> make_coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts);

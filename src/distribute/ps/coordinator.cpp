@@ -73,7 +73,7 @@ std::optional<double> Coordinator::run(const GlobalBatch& batch, uint64_t) {
     not_trained_ = trained_unrecorded_ = reached_some_ = 0;
     epoch_done_ = false;
   }
-  Batch b{Tensor(), Tensor(), batch.epoch, batch.step};
+  Batch b{Tensor(), Tensor(), batch.weights.defined() ? batch.weights.clone() : Tensor(), batch.epoch, batch.step};
   if (batch.x.defined()) {
     b.x = batch.x.clone();  // the batch source may reuse its tensors
     b.y = batch.y.clone();
@@ -145,6 +145,7 @@ void Coordinator::dispatch(int w, const Batch& b, int64_t key, int64_t first_row
   step.add(0, 0, encode(StepInfo{first_row, round_rows, pushes, b.epoch, b.step, clock}));
   step.add(0, 1, b.y);
   if (b.x.defined()) step.add(0, 2, b.x);
+  if (b.weights.defined()) step.add(0, 3, b.weights);
   in_flight_[id] = Sent{w, b, key, first_row, round_rows, pushes, Tensor(), Tensor(), false};
   if (!chief_.options.record.empty()) chief_.record.steps.push_back({w, b.epoch, record_field(b.step, "step")});
   try {
@@ -224,6 +225,9 @@ void Coordinator::finish_one(const Incoming& result) {
   sent.predictions = result.items[1].tensor();
   sent.done = true;
   ++clocks_.finished[static_cast<size_t>(sent.worker)];
+  if (chief_.worker_steps.size() <= static_cast<size_t>(sent.worker))
+    chief_.worker_steps.resize(static_cast<size_t>(sent.worker) + 1, 0);
+  ++chief_.worker_steps[static_cast<size_t>(sent.worker)];
   if (result.envelope.aux < 0) {
     ++counts_.dropped;
   } else {

@@ -43,7 +43,8 @@ class Coordinator : public StepRunner {
 
  private:
   struct Batch {
-    Tensor x, y;  // x undefined: the worker reads the rows by position
+    Tensor x, y;     // x undefined: the worker reads the rows by position
+    Tensor weights;  // the rows' sample weights, or undefined
     int epoch = 0;
     int64_t step = 0;
   };

@@ -97,6 +97,8 @@ void ParameterServerStrategy::stop_local(uint64_t generation) {
   if (!local_ || (generation != 0 && generation != local_->generation)) return;
   if (chief_) {
     for (auto [steps, count] : chief_->steps_ahead) steps_ahead_before_[steps] += count;
+    worker_steps_before_.resize(std::max(worker_steps_before_.size(), chief_->worker_steps.size()), 0);
+    for (size_t w = 0; w < chief_->worker_steps.size(); ++w) worker_steps_before_[w] += chief_->worker_steps[w];
     try {
       if (!links_->link->control().failed()) {
         chief_->stop_all();

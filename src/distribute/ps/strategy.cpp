@@ -189,6 +189,15 @@ std::map<int64_t, int64_t> ParameterServerStrategy::steps_ahead() const {
   return ahead;
 }
 
+std::vector<int64_t> ParameterServerStrategy::replica_runs() const {
+  std::vector<int64_t> runs = worker_steps_before_;
+  if (chief_) {
+    runs.resize(std::max(runs.size(), chief_->worker_steps.size()), 0);
+    for (size_t w = 0; w < chief_->worker_steps.size(); ++w) runs[w] += chief_->worker_steps[w];
+  }
+  return runs;
+}
+
 bool ParameterServerStrategy::is_chief() const { return cluster_.task().type == "chief"; }
 
 bool ParameterServerStrategy::serves() const { return !is_chief(); }

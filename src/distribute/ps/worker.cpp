@@ -76,9 +76,17 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
   // One step: pull, forward and backward, push; the result for the chief.
   auto train = [&](const Incoming& step) {
     StepInfo info = decode_step_info(step.items[0]);
-    Tensor y = step.items[1].adopt(step.frames), x;
-    if (step.items.size() == 3) x = step.items[2].adopt(step.frames);  // the rows read in place from their frames
-    else x = read_batch(link, parts, static_cast<int>(info.epoch), info.step, y);
+    Tensor y = step.items[1].adopt(step.frames), x, weights;
+    for (size_t i = 2; i < step.items.size(); ++i) {  // the rows read in place from their frames; their weights
+      uint32_t what = step.items[i].header.shard;
+      if (what != 2 && what != 3)
+        fail("ParameterServerStrategy: a step's item {} is part {}, expected 2 or 3", i, what);
+      (what == 2 ? x : weights) = step.items[i].adopt(step.frames);
+    }
+    if (weights.defined() && (weights.dtype() != DType::Float32 || !(weights.shape() == Shape{y.dim(0)})))
+      fail("ParameterServerStrategy: a step's sample weights are {} {}, expected float32 [{}]",
+           dtype_name(weights.dtype()), weights.shape().str(), y.dim(0));
+    if (!x.defined()) x = read_batch(link, parts, static_cast<int>(info.epoch), info.step, y);
 
     if (!pulled) shards.request_pull(link, me);
     pulled = false;
@@ -86,11 +94,18 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));  // the test's straggler
     RowsForward done;  // as fit's step: this worker's rows of the round
     std::vector<Tensor> grads;
+    double round_penalty = 0.0;
     {
       GradientTape tape;
       done = forward_rows(model.layers, parts.loss, x, y,
-                          {parts.seed, static_cast<uint64_t>(step.envelope.aux), info.first_row, info.round_rows});
-      grads = tape.gradient(done.loss.loss, model.trainable);
+                          {parts.seed, static_cast<uint64_t>(step.envelope.aux), info.first_row, info.round_rows,
+                           nullptr, nullptr, weights});
+      // The weights' penalties once a round (its first rows' worker), as one device's step adds them.
+      Tensor objective = done.loss.loss, penalty;
+      if (info.first_row == 0) penalty = ops::penalties(model.trainable);
+      if (penalty.defined()) objective = ops::add(objective, penalty);
+      grads = tape.gradient(objective, model.trainable);
+      if (penalty.defined()) round_penalty = penalty.item() * static_cast<double>(info.round_rows);
     }
     bool sync = options.mode == PsMode::Synchronous;
     int64_t round = sync && options.backup_workers == 0 ? step.envelope.aux : -1;  // the key is the round's number
@@ -118,7 +133,9 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     ++steps;
     if (staleness < 0) ++dropped;
     Outgoing result(MessageType::Result, me, step.envelope.step, staleness);
-    result.add(0, 0, Tensor::from_vector({1}, std::vector<float>{ops::sum(done.loss.per_sample).item()}));
+    result.add(0, 0,
+               Tensor::from_vector(
+                   {1}, std::vector<float>{static_cast<float>(ops::sum(done.loss.per_sample).item() + round_penalty)}));
     result.add(0, 1, done.predictions.contiguous());
     return result;
   };
@@ -154,7 +171,7 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
       Outgoing(MessageType::Aborted, me).send(chief);
       continue;
     }
-    if (step.envelope.type != MessageType::Step || step.items.size() < 2 || step.items.size() > 3)
+    if (step.envelope.type != MessageType::Step || step.items.size() < 2 || step.items.size() > 4)
       fail("ParameterServerStrategy: {} got a {} message from the chief where a step was due",
            link.describe(link.task()), message_type_name(step.envelope.type));
     std::optional<Outgoing> result;

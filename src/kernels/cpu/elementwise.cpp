@@ -13,6 +13,7 @@ void unary(UnaryKind kind, const float* x, float* y, int64_t n, float factor, fl
     y[i] = kind == UnaryKind::Scale    ? factor * x[i]
            : kind == UnaryKind::Square ? x[i] * x[i]
            : kind == UnaryKind::Log    ? std::log(x[i])
+           : kind == UnaryKind::Abs    ? std::fabs(x[i])
                                        : std::min(std::max(x[i], low), high);
 }
 
@@ -22,6 +23,9 @@ void unary_backward(UnaryKind kind, const float* x, const float* g, float* d, in
     d[i] = kind == UnaryKind::Scale    ? factor * g[i]
            : kind == UnaryKind::Square ? 2.0f * x[i] * g[i]
            : kind == UnaryKind::Log    ? g[i] / x[i]
+           : kind == UnaryKind::Abs    ? (x[i] > 0.0f   ? g[i]
+                                          : x[i] < 0.0f ? -g[i]
+                                                        : 0.0f)
                                        : (x[i] >= low && x[i] <= high ? g[i] : 0.0f);
 }
 

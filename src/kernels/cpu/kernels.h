@@ -8,12 +8,13 @@
 
 namespace tandem::kernels::cpu {
 
-enum class UnaryKind : uint8_t { Scale, Square, Log, Clip };
+enum class UnaryKind : uint8_t { Scale, Square, Log, Clip, Abs };
 enum class BinaryKind : uint8_t { Add, Sub, Mul };
 
-// y = factor·x, x², log x or x clipped to [low, high], element by element (y may be x).
+// y = factor·x, x², log x, x clipped to [low, high] or |x|, element by element (y may be x).
 void unary(UnaryKind kind, const float* x, float* y, int64_t n, float factor, float low, float high);
-// dx = factor·dy, 2x·dy, dy/x, or dy inside [low, high] and 0 outside (x unused for Scale).
+// dx = factor·dy, 2x·dy, dy/x, dy inside [low, high] and 0 outside, or sign(x)·dy (0 at 0, as
+// TensorFlow's); x unused for Scale.
 void unary_backward(UnaryKind kind, const float* x, const float* dy, float* dx, int64_t n, float factor, float low,
                     float high);
 // y(n) = a op b, with b(b_n) repeated along a's rows when b_n < n (b_n divides n).

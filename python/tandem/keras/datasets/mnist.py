@@ -2,6 +2,6 @@
 from ._files import idx_dataset
 
 
-def load_data(path=None):
+def load_data(path="mnist.npz"):
     """((x_train, y_train), (x_test, y_test)): uint8 images (n, 28, 28) and uint8 labels (n,), as Keras."""
     return idx_dataset("mnist")
