@@ -193,7 +193,7 @@ TEST(Dataset, FitOnAPipelineEqualsFitOnTensors) {
                            {.epochs = 1, .verbose = 0});
   EXPECT_EQ(hc["loss"].size(), 1u);
   EXPECT_TRUE(testing::throws_error([&] { make()->fit(Dataset::from_tensor_slices({x}).batch(16), {.verbose = 0}); },
-                                    {"(x, y) batches, got 1 component"}));
+                                    {"(x, y) or (x, y, sample_weight) batches, got 1 component"}));
   EXPECT_TRUE(testing::throws_error(
       [&] {
         make()->fit(Dataset::from_tensor_slices({x, y}), {.verbose = 0});

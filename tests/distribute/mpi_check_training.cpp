@@ -46,9 +46,21 @@ std::unique_ptr<Sequential> batch_norm_cnn() {
   return m;
 }
 
+// Keras' regularizers on the first layer (kernel and activity) and the last (kernel), and sample
+// weights by row: what the "weighted" mode and ZeRO's comparison train with.
+void regularize(Sequential& model) {
+  model.layers().front()->set_regularizers({.kernel = {.l2 = 0.01f}, .activity = {.l1 = 0.001f}});
+  model.layers().back()->set_regularizers({.kernel = {.l1 = 0.002f, .l2 = 0.003f}});
+}
+Tensor row_weights(int64_t n) {
+  std::vector<float> w(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) w[static_cast<size_t>(i)] = 0.25f + static_cast<float>(i % 5) * 0.5f;
+  return Tensor::from_vector({n}, std::span<const float>(w));
+}
+
 // n = 73: global batches of 24, the last one of 1 row (most replicas' shares empty).
 std::vector<std::vector<float>> train(const Make& make, distribute::Strategy* strategy, Shape per_sample,
-                                      int64_t n = 73, bool freeze_first_two = false) {
+                                      int64_t n = 73, bool freeze_first_two = false, bool weighted = false) {
   Shape shape{n};
   for (int64_t d : per_sample) shape.push_back(d);
   Tensor x = tandem::testing::random_tensor(shape, 5);
@@ -63,7 +75,9 @@ std::vector<std::vector<float>> train(const Make& make, distribute::Strategy* st
   }
   if (freeze_first_two)  // fine-tuning: the base frozen (a frozen batch normalization runs in inference mode)
     for (int i = 0; i < 2; ++i) model->layers()[static_cast<size_t>(i)]->set_trainable(false);
-  model->fit(x, y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+  if (weighted) regularize(*model);
+  model->fit(x, y,
+             {.epochs = 2, .batch_size = 24, .verbose = 0, .sample_weight = weighted ? row_weights(n) : Tensor()});
   std::vector<std::vector<float>> out;
   for (Variable* v : model->variables()) out.push_back(v->value.to_vector());
   return out;
@@ -99,10 +113,12 @@ void zero_against_plain(std::shared_ptr<Communicator> world, bool deterministic)
     Tensor y = Tensor::from_vector({rows}, std::span<const int32_t>(labels));
     auto make = [&] {
       Strategy::Scope scope(&strategy);
-      return dropout_mlp();  // Adam: two slots per variable
+      std::unique_ptr<Sequential> m = dropout_mlp();  // Adam: two slots per variable
+      regularize(*m);                                 // the penalties' gradients added to each worker's shards
+      return m;
     };
     std::unique_ptr<Sequential> model = make();
-    model->fit(x, y, {.epochs = 2, .batch_size = 24, .verbose = 0});
+    model->fit(x, y, {.epochs = 2, .batch_size = 24, .verbose = 0, .sample_weight = row_weights(rows)});
     if (resume) {
       std::string path = (std::filesystem::temp_directory_path() /
                           fmt::format("tandem-zero-{}-{}.safetensors", getppid(), world->rank()))
@@ -112,7 +128,7 @@ void zero_against_plain(std::shared_ptr<Communicator> world, bool deterministic)
       model->load_checkpoint(path);
       std::filesystem::remove(path);
     }
-    model->fit(x, y, {.epochs = 1, .batch_size = 24, .verbose = 0});
+    model->fit(x, y, {.epochs = 1, .batch_size = 24, .verbose = 0, .sample_weight = row_weights(rows)});
     return model->state();
   };
   distribute::MultiWorkerMirroredStrategy plain(
@@ -155,7 +171,8 @@ void zero_against_plain(std::shared_ptr<Communicator> world, bool deterministic)
 void train_and_compare(std::shared_ptr<Communicator> world, int local, const std::string& mode) {
   if (mode == "fused-bits") return fused_bits(world);
   if (mode == "zero" || mode == "zero-deterministic") return zero_against_plain(world, mode == "zero-deterministic");
-  bool frozen = mode == "frozen", deterministic = mode == "deterministic" || frozen;
+  bool frozen = mode == "frozen", weighted = mode == "weighted",
+       deterministic = mode == "deterministic" || frozen || weighted;
   distribute::MultiWorkerMirroredStrategy strategy({.local_replicas = local,
                                                     .threads_per_replica = 1,
                                                     .deterministic = deterministic,
@@ -164,8 +181,8 @@ void train_and_compare(std::shared_ptr<Communicator> world, int local, const std
   distribute::MirroredStrategy one({.num_replicas = 1, .threads_per_replica = 1, .deterministic = true});
   for (auto [name, make, per_sample] : {std::tuple{"dropout mlp", Make(dropout_mlp), Shape{6}},
                                         std::tuple{"batch norm cnn", Make(batch_norm_cnn), Shape{6, 6, 1}}}) {
-    auto got = train(make, &strategy, per_sample, 73, frozen);
-    auto want = train(make, deterministic ? &one : nullptr, per_sample, 73, frozen);
+    auto got = train(make, &strategy, per_sample, 73, frozen, weighted);
+    auto want = train(make, deterministic ? &one : nullptr, per_sample, 73, frozen, weighted);
     if (frozen) {  // the base's variables as made, bit for bit; the head's trained
       std::unique_ptr<Sequential> fresh = make();
       size_t base = fresh->layers()[0]->variables().size() + fresh->layers()[1]->variables().size();

@@ -27,9 +27,10 @@ TEST(MultiWorker, TrainsAsOneProcessOnTheSameGlobalBatches) {
     int workers, local;
     const char* mode;
   };
-  for (Case c : {Case{2, 1, "fast"}, Case{3, 1, "fast"}, Case{2, 2, "fast"}, Case{2, 1, "bucketed"},
-                 Case{3, 1, "bucketed"}, Case{2, 2, "bucketed"}, Case{2, 1, "deterministic"},
-                 Case{3, 1, "deterministic"}, Case{2, 2, "deterministic"}, Case{2, 2, "frozen"}}) {
+  for (Case c :
+       {Case{2, 1, "fast"}, Case{3, 1, "fast"}, Case{2, 2, "fast"}, Case{2, 1, "bucketed"}, Case{3, 1, "bucketed"},
+        Case{2, 2, "bucketed"}, Case{2, 1, "deterministic"}, Case{3, 1, "deterministic"}, Case{2, 2, "deterministic"},
+        Case{2, 2, "frozen"}, Case{2, 1, "weighted"}, Case{3, 1, "weighted"}}) {
     TempDir dir;
     Watched w = launch_check(dir, c.workers, "train", 20000, {std::to_string(c.local), c.mode});
     ASSERT_EQ(w.code, 0) << c.workers << " workers x " << c.local << " replicas, " << c.mode << "\n" << w.output;

@@ -283,10 +283,12 @@ def test_fit_evaluate_and_predict_release_the_gil_so_python_threads_run_meanwhil
             ran, seconds = ran_during(call)
             idle, _ = ran_during(lambda: time.sleep(seconds))  # the baseline over as long a time
             assert idle > 100, f"the counter counted {idle} times in {seconds:.2f} s idle: the machine starved it"
+            # Alone, the calls reach about 0.9 of the idle count and the controls below 0.05; the
+            # margins are for a loaded machine (a control reached 0.1 under the whole suite).
             if name.startswith("the control"):
-                assert ran < 0.1 * idle, f"{name}: the thread counted {ran} times, {idle} when idle"
+                assert ran < 0.25 * idle, f"{name}: the thread counted {ran} times, {idle} when idle"
             else:
-                assert ran > 0.3 * idle, f"the thread counted {ran} times in the middle of {name}'s {seconds:.2f} s, " \
+                assert ran > 0.4 * idle, f"the thread counted {ran} times in the middle of {name}'s {seconds:.2f} s, " \
                                          f"{idle} when idle"
     finally:
         done.set()
