@@ -4,9 +4,8 @@
 // by name. torch.optim.AdamW and clip_grad_norm_ are the Python tests' (tests/python/test_optimizers.py).
 #include <cmath>
 
-#include "tandem/distribute/strategy_registry.h"
-#include "tandem/model.h"
 #include "test_util.h"
+#include "train/under_strategy.h"
 
 namespace tandem {
 namespace {
@@ -121,24 +120,16 @@ TEST(LabelSmoothing, TargetsAreSmoothedAsKerasDoes) {
 
 std::vector<std::vector<float>> train(const std::string& strategy_name, GradientClipping clipping, float decay = 0) {
   testing::LabelledRows d = testing::labelled_rows(48, 5, 3, 3);
-  std::unique_ptr<distribute::Strategy> strategy =
-      strategy_name == "default" ? nullptr : distribute::make_strategy(strategy_name, 1);
-  std::unique_ptr<Sequential> model;
-  {
-    std::optional<distribute::Strategy::Scope> scope;
-    if (strategy) scope.emplace(strategy.get());
-    model = std::make_unique<Sequential>(SequentialOptions{.seed = 2});
-    model->add(Dense(6, "relu", {.input_shape = Shape{5}}));
-    model->add(Dense(3, "softmax"));
+  testing::UnderStrategy run = testing::made_under(strategy_name, [&] {
+    auto model = testing::small_classifier();
     optimizers::SGD sgd(0.5f);
     sgd.set_clipping(clipping);
     sgd.set_weight_decay(decay);
     model->compile(sgd, "sparse_categorical_crossentropy");
-  }
-  model->fit(d.x, d.y, {.epochs = 2, .batch_size = 16, .verbose = 0});
-  std::vector<std::vector<float>> out;
-  for (Variable* v : model->variables()) out.push_back(v->value.to_vector());
-  return out;
+    return model;
+  });
+  run.model->fit(d.x, d.y, {.epochs = 2, .batch_size = 16, .verbose = 0});
+  return testing::weights_of(*run.model);
 }
 
 // Clipping acts on the step's combined gradients: two or three replicas clip as one device does.

@@ -4,10 +4,9 @@
 // the same result under the strategies, refusals by name, and Keras' model files.
 #include <cmath>
 
-#include "tandem/distribute/strategy_registry.h"
-#include "tandem/model.h"
 #include "tandem/model_json.h"
 #include "test_util.h"
+#include "train/under_strategy.h"
 
 namespace tandem {
 namespace {
@@ -84,24 +83,16 @@ TEST(Regularizers, ACustomLoopGetsThemFromLossesAndTheOptimizerAddsNothing) {
 std::pair<std::vector<std::vector<float>>, double> train(const std::string& strategy_name, bool activity = true) {
   SCOPED_TRACE(strategy_name);
   testing::LabelledRows d = testing::labelled_rows(48, 5, 3, 3);
-  std::unique_ptr<distribute::Strategy> strategy =
-      strategy_name == "default" ? nullptr : distribute::make_strategy(strategy_name, 1);
-  std::unique_ptr<Sequential> model;
-  {
-    std::optional<distribute::Strategy::Scope> scope;
-    if (strategy) scope.emplace(strategy.get());
-    model = std::make_unique<Sequential>(SequentialOptions{.seed = 2});
-    model->add(Dense(6, "relu", {.input_shape = Shape{5}}));
-    model->add(Dense(3, "softmax"));
+  testing::UnderStrategy run = testing::made_under(strategy_name, [&] {
+    auto model = testing::small_classifier();
     model->layers()[0]->set_regularizers(
         {.kernel = {.l1 = 0.01f, .l2 = 0.02f}, .bias = {.l2 = 0.05f}, .activity = {.l1 = activity ? 0.03f : 0.0f}});
     model->layers()[1]->set_regularizers({.kernel = {.l2 = 0.1f}});
     model->compile(optimizers::SGD(0.5f), "sparse_categorical_crossentropy");
-  }
-  History h = model->fit(d.x, d.y, {.epochs = 2, .batch_size = 16, .verbose = 0});
-  std::vector<std::vector<float>> out;
-  for (Variable* v : model->variables()) out.push_back(v->value.to_vector());
-  return {out, h["loss"].back()};
+    return model;
+  });
+  History h = run.model->fit(d.x, d.y, {.epochs = 2, .batch_size = 16, .verbose = 0});
+  return {testing::weights_of(*run.model), h["loss"].back()};
 }
 
 void expect_same(const std::string& strategy_name, bool activity = true) {

@@ -3,9 +3,8 @@
 // validation_data's; evaluate likewise. Hand-computed values, the same result under the
 // strategies, and bad weights refused by name and row.
 #include "tandem/data/dataset.h"
-#include "tandem/distribute/strategy_registry.h"
-#include "tandem/model.h"
 #include "test_util.h"
+#include "train/under_strategy.h"
 
 namespace tandem {
 namespace {
@@ -60,24 +59,16 @@ Tensor weights_by_class(const Tensor& labels, std::vector<float> per_class) {
 std::pair<std::vector<std::vector<float>>, double> train(const std::string& strategy_name, FitOptions options) {
   SCOPED_TRACE(strategy_name);
   testing::LabelledRows d = data();
-  std::unique_ptr<distribute::Strategy> strategy =
-      strategy_name == "default" ? nullptr : distribute::make_strategy(strategy_name, 1);
-  std::unique_ptr<Sequential> model;
-  {
-    std::optional<distribute::Strategy::Scope> scope;
-    if (strategy) scope.emplace(strategy.get());
-    model = std::make_unique<Sequential>(SequentialOptions{.seed = 2});
-    model->add(Dense(6, "relu", {.input_shape = Shape{5}}));
-    model->add(Dense(3, "softmax"));
+  testing::UnderStrategy run = testing::made_under(strategy_name, [] {
+    auto model = testing::small_classifier();
     model->compile(optimizers::SGD(0.5f), "sparse_categorical_crossentropy");
-  }
+    return model;
+  });
   options.epochs = 2;
   options.batch_size = 16;
   options.verbose = 0;
-  History h = model->fit(d.x, d.y, options);
-  std::vector<std::vector<float>> out;
-  for (Variable* v : model->variables()) out.push_back(v->value.to_vector());
-  return {out, h["loss"].back()};
+  History h = run.model->fit(d.x, d.y, options);
+  return {testing::weights_of(*run.model), h["loss"].back()};
 }
 
 // class_weight is the sample weight of each row's class; with sample_weight too, their product.

@@ -2,9 +2,8 @@
 // optimizer slot), its batch normalization runs in inference mode, and the rest trains. Fine-tuning
 // (train, freeze the base, train the head) under the default, mirrored, central-storage and
 // parameter-server strategies; the multi-worker case is tests/distribute/multi_worker_test.cpp's.
-#include "tandem/distribute/strategy_registry.h"
-#include "tandem/model.h"
 #include "test_util.h"
+#include "train/under_strategy.h"
 
 namespace tandem {
 namespace {
@@ -20,12 +19,6 @@ std::unique_ptr<Sequential> base_and_head() {
   return m;
 }
 
-std::vector<std::vector<float>> values(Sequential& m) {
-  std::vector<std::vector<float>> out;
-  for (Variable* v : m.variables()) out.push_back(v->value.to_vector());
-  return out;
-}
-
 // Pretrained (where the strategy trains batch normalization: not on parameter servers), then its
 // base (Dense and BatchNormalization) frozen and the head trained under the strategy: the base's
 // six variables keep their bits, the head's two train, and the optimizer keeps slots for the head
@@ -33,21 +26,15 @@ std::vector<std::vector<float>> values(Sequential& m) {
 void fine_tune(const std::string& strategy_name, bool pretrain = true) {
   SCOPED_TRACE(strategy_name);
   testing::LabelledRows d = testing::labelled_rows(48, 6, 4, 7);
-  std::unique_ptr<distribute::Strategy> strategy =
-      strategy_name == "default" ? nullptr : distribute::make_strategy(strategy_name, 1);
-  std::unique_ptr<Sequential> model;
-  {
-    std::optional<distribute::Strategy::Scope> scope;
-    if (strategy) scope.emplace(strategy.get());
-    model = base_and_head();
-  }
+  testing::UnderStrategy run = testing::made_under(strategy_name, base_and_head);
+  std::unique_ptr<Sequential>& model = run.model;
   if (pretrain) model->fit(d.x, d.y, {.epochs = 1, .batch_size = 16, .verbose = 0});  // everything trains
-  auto pretrained = values(*model);
+  auto pretrained = testing::weights_of(*model);
   model->layers()[0]->set_trainable(false);
   model->layers()[1]->set_trainable(false);
   EXPECT_EQ(model->trainable_variables().size(), 2u);
   model->fit(d.x, d.y, {.epochs = 2, .batch_size = 16, .verbose = 0});
-  auto tuned = values(*model);
+  auto tuned = testing::weights_of(*model);
   auto vars = model->variables();
   for (size_t i = 0; i < vars.size(); ++i) {
     if (i < 6) EXPECT_EQ(tuned[i], pretrained[i]) << vars[i]->name << " of the frozen base changed";
