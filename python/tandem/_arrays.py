@@ -55,3 +55,18 @@ def targets(y, what):
         _fits_float32(a, what, "y")
         return np.ascontiguousarray(a, dtype=np.float32)
     raise Error(f"{what}: y must hold numbers, got an array of {a.dtype}")
+
+
+def loss_weights(sample_weight, rows, what):
+    """A loss's sample_weight in a custom loop: a number, or one weight per sample ((rows,) or
+    (rows, 1)) as a float32 tandem Tensor, to multiply the per-sample losses by."""
+    from . import _tandem
+
+    w = np.asarray(sample_weight.numpy() if hasattr(sample_weight, "numpy") else sample_weight, dtype=np.float32)
+    if w.ndim == 0:
+        return float(w)
+    if w.ndim == 2 and w.shape[1] == 1:
+        w = w.reshape(-1)
+    if w.shape != (rows,):
+        raise Error(f"{what}: sample_weight has shape {w.shape}, expected a number or ({rows},)")
+    return _tandem.as_tensor(np.ascontiguousarray(w))

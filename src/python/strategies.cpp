@@ -213,6 +213,13 @@ void register_strategies(py::module_& m) {
     std::shared_ptr<StrategyHandle> h = it != made.end() ? it->second.lock() : nullptr;
     return h && !h->owner.is_none() ? h->owner() : py::none();
   });
+  // tf.distribute.get_replica_context().num_replicas_in_sync: the running replica's (inside
+  // strategy.run), else the open scope's strategy's, else 1.
+  m.def("replicas_in_sync", [] {
+    if (const distribute::ReplicaContext* c = distribute::replica_context()) return c->num_replicas_in_sync();
+    if (const distribute::Strategy* s = distribute::current_strategy()) return s->num_replicas_in_sync();
+    return 1;
+  });
   // The model made in a scope keeps its strategy: Model(...) under enter() is tied to it here.
   m.def("attach_strategy", [](ModelHandle& model, StrategyHandle& strategy) { model.strategy = strategy.strategy; });
 

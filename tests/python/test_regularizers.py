@@ -99,3 +99,49 @@ def test_class_weight_is_each_rows_class_weight(tf):
         run(class_weight={0: 1.0, 1: 1.0})
     with pytest.raises(tandem.Error, match=r"sample_weight has shape \(3,\), expected one weight per sample"):
         run(sample_weight=np.ones(3, np.float32))
+
+
+def test_a_custom_loop_under_mirrored_adds_the_scaled_penalties_as_one_device(tf):
+    """Each replica adds tf.nn.scale_regularization_loss(sum(model.losses)) to its share of the
+    batch's loss; the replicas' gradients summed are one device's with the penalties added once."""
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(64, 6)).astype(np.float32)
+    y = (np.arange(64) % 4).astype(np.int32)
+
+    def loop(strategy):
+        def build():
+            model = tf.keras.Sequential([
+                tf.keras.layers.Dense(8, activation="relu", input_shape=(6,), kernel_regularizer="l2",
+                                      activity_regularizer=tf.keras.regularizers.l1(0.01)),
+                tf.keras.layers.Dense(4, kernel_regularizer=tf.keras.regularizers.l1_l2(0.01, 0.02))], seed=3)
+            return model, tf.keras.optimizers.SGD(0.1)
+
+        if strategy is None:
+            model, optimizer = build()
+        else:
+            with strategy.scope():
+                model, optimizer = build()
+        loss_object = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True,
+                                                                    reduction=tf.keras.losses.Reduction.NONE)
+
+        def step(xb, yb):
+            with tf.GradientTape() as tape:
+                per_sample = loss_object(yb, model(xb, training=True))
+                loss = tf.nn.compute_average_loss(per_sample, global_batch_size=16)
+                loss = loss + tf.nn.scale_regularization_loss(sum(model.losses))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+
+        for i in range(4):
+            xb, yb = x[16 * i:16 * (i + 1)], y[16 * i:16 * (i + 1)]
+            if strategy is None:
+                step(xb, yb)
+            else:
+                strategy.run(step, args=(xb, yb))
+        return model.get_weights()
+
+    assert tf.nn.scale_regularization_loss(2.0) == 2.0  # one replica outside a strategy
+    alone = loop(None)
+    mirrored = loop(tf.distribute.MirroredStrategy(num_replicas=2))
+    for a, b in zip(alone, mirrored):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)

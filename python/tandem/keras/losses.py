@@ -1,5 +1,5 @@
 """Keras losses (tf.keras.losses), with Keras 3's arguments: each acts or is refused by name."""
-from .. import _tandem
+from .. import _arrays, _tandem
 from ..errors import Error
 
 __all__ = ["SparseCategoricalCrossentropy", "CategoricalCrossentropy", "BinaryCrossentropy", "MeanSquaredError",
@@ -44,14 +44,7 @@ class Loss:
     def __call__(self, y_true, y_pred, sample_weight=None):
         per_sample = self.call(y_true, y_pred)
         if sample_weight is not None:
-            import numpy as np
-            w = np.asarray(sample_weight.numpy() if hasattr(sample_weight, "numpy") else sample_weight, np.float32)
-            rows = len(per_sample)
-            if w.ndim == 2 and w.shape[1] == 1:
-                w = w.reshape(-1)
-            if w.ndim == 1 and w.shape != (rows,):
-                raise Error(f"loss: sample_weight has shape {w.shape}, expected a number or ({rows},)")
-            per_sample = per_sample * (float(w) if w.ndim == 0 else _tandem.as_tensor(np.ascontiguousarray(w)))
+            per_sample = per_sample * _arrays.loss_weights(sample_weight, len(per_sample), "loss")
         if self.reduction in (Reduction.NONE, None):
             return per_sample
         if self.reduction == Reduction.SUM:
