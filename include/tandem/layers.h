@@ -132,6 +132,8 @@ class Layer {
   virtual Shape do_build(const Shape& input_shape, uint64_t seed) = 0;
   Tensor& add_variable(const std::string& short_name, const Shape& shape, const Initializer& init, int64_t fan_in,
                        int64_t fan_out, uint64_t seed, bool trainable = true);
+  // Checks that the layer has the variables `r` regularizes (named), then sets their regularizers.
+  void apply_regularizers(const Regularizers& r);
   // Checks the per-sample part of a batch against the built input shape.
   void check_input(const Tensor& x) const;
 

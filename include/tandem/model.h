@@ -51,7 +51,8 @@ struct FitOptions {
   std::map<std::string, std::string> run_config;
   // Keras' sample weights: `sample_weight` float, one per row of x (validation_split holds out its
   // share with the rows); `class_weight` class → weight, times a row's weight by its class (the
-  // label; a one-hot target's largest entry; a (n, 1) target cast to an integer, as Keras). A row's
+  // label; a one-hot target's largest entry; a (n, 1) target rounded, as Keras 3; validation rows
+  // are not class-weighted, as Keras'). A row's
   // loss is multiplied by its weight, and a batch's loss is Σ weight·loss ÷ its rows (Keras'
   // SUM_OVER_BATCH_SIZE). A Dataset's weights are its elements' third component.
   Tensor sample_weight;

@@ -1,6 +1,7 @@
 #pragma once
 // Optimizers and learning-rate schedules. An optimizer's slots (momenta, moments) and its step
 // count are part of the model's state.
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -122,9 +123,11 @@ class Optimizer {
   float weight_decay() const { return weight_decay_; }
   // Whether an update adds each variable's regularizer gradient (Variable::regularizer) to its
   // gradient, before clipping: on while fit runs (its loss holds the penalties, as Keras' fit adds
-  // model.losses), off otherwise, since a custom loop adds model.losses to its own loss.
-  void set_regularizes(bool regularizes) { regularizes_ = regularizes; }
-  bool regularizes() const { return regularizes_; }
+  // model.losses), off otherwise, since a custom loop adds model.losses to its own loss. Shared
+  // with the optimizer's copies (a replica's, a shard's, a stage's), which strategies keep from one
+  // fit to a custom loop after it: the switch reaches them all.
+  void set_regularizes(bool regularizes) { regularizes_->store(regularizes); }
+  bool regularizes() const { return regularizes_->load(); }
   // Keras' config keys for its hyperparameters besides the learning rate ({"beta_1", 0.9}, ...;
   // booleans as 0 or 1), as a .keras file's compile_config holds them.
   virtual std::vector<std::pair<std::string, double>> config() const { return {}; }
@@ -153,7 +156,7 @@ class Optimizer {
   int64_t iterations_ = 0;
   GradientClipping clipping_;
   float weight_decay_ = 0.0f;
-  bool regularizes_ = false;
+  std::shared_ptr<std::atomic<bool>> regularizes_ = std::make_shared<std::atomic<bool>>(false);
   std::vector<std::string> slot_owners_;  // variable names, one per slot group
   std::vector<Tensor> slots_;             // slots_per_variable() per variable
 };

@@ -197,8 +197,9 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
   if (sparse) y_cast = y_cast.reshape({y_cast.dim(0)});
 
   int64_t n = x_c.dim(0);
-  Tensor w_all = sample_weights(options.sample_weight, options.class_weight, y_cast, "fit");
-  Tensor x = x_c, y = y_cast, w = w_all, x_val, y_val, w_val;
+  // The given weights checked whole; class_weight weighs the training rows alone (not validation's, as Keras).
+  Tensor given = sample_weights(options.sample_weight, {}, y_cast, "fit");
+  Tensor x = x_c, y = y_cast, w = given, x_val, y_val, w_val;
   if (options.validation_data) {
     x_val = options.validation_data->first;
     y_val = options.validation_data->second;
@@ -216,11 +217,12 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
     y = y_cast.slice(0, n - held);
     x_val = x_c.slice(n - held, n);
     y_val = y_cast.slice(n - held, n);
-    if (w_all.defined()) {  // Keras splits the weights with the rows
-      w = w_all.slice(0, n - held);
-      w_val = w_all.slice(n - held, n);
+    if (given.defined()) {  // Keras splits the weights with the rows
+      w = given.slice(0, n - held);
+      w_val = given.slice(n - held, n);
     }
   }
+  if (!options.class_weight.empty()) w = sample_weights(w, options.class_weight, y, "fit");
   int64_t rows = x.dim(0), batch = options.batch_size;
   int64_t steps = (rows + batch - 1) / batch;
 
@@ -325,7 +327,7 @@ Tensor Sequential::sample_weights(const Tensor& given, const std::map<int64_t, f
   if (!class_weight.empty()) {
     for (const auto& [c, cw] : class_weight)
       if (!std::isfinite(cw)) fail("{}: class_weight for class {} is {}, not a finite number", what, c, cw);
-    // Each row's class, as Keras reads it: the label; a one-hot row's largest entry; else the value cast.
+    // Each row's class, as Keras 3 reads it: a one-hot row's largest entry; else the value rounded.
     Tensor labels = y.contiguous();
     bool one_hot = labels.rank() == 2 && labels.dim(1) > 1;
     if (labels.rank() > 2) fail("{}: class_weight needs targets of rank 1 or 2, got {}", what, labels.shape().str());
@@ -334,7 +336,7 @@ Tensor Sequential::sample_weights(const Tensor& given, const std::map<int64_t, f
     int64_t width = one_hot ? labels.dim(1) : 1;
     for (int64_t i = 0; i < n; ++i) {
       const float* row = v + i * width;
-      auto c = static_cast<int64_t>(one_hot ? std::max_element(row, row + width) - row : static_cast<int64_t>(row[0]));
+      int64_t c = one_hot ? std::max_element(row, row + width) - row : std::lround(row[0]);
       auto it = class_weight.find(c);
       if (it == class_weight.end())
         fail("{}: class_weight has no weight for class {} (row {}); give one for every class", what, c, i);

@@ -108,7 +108,7 @@ class LayerConfig {
       std::string n = v.get<std::string>();
       if (n == "l1") return {.l1 = 0.01f};
       if (n == "l2") return {.l2 = 0.01f};
-      if (n == "l1_l2" || n == "l1l2") return {.l1 = 0.01f, .l2 = 0.01f};
+      if (n == "l1_l2") return {.l1 = 0.01f, .l2 = 0.01f};
       fail("{}: \"{}\" is \"{}\", expected \"l1\", \"l2\" or \"l1_l2\"", where_, key, n);
     }
     std::string kind = v.is_object() && v.contains("class_name") && v["class_name"].is_string()

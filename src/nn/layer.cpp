@@ -1,6 +1,7 @@
 #include "tandem/autograd.h"
 #include "tandem/layers.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -61,8 +62,8 @@ Shape Layer::build(const Shape& input_shape, uint64_t seed) {
   variables_.clear();
   input_shape_ = input_shape;
   output_shape_ = do_build(input_shape, seed);
+  apply_regularizers(regularizers_);  // before built_: a layer refusing its regularizers stays unbuilt
   built_ = true;
-  set_regularizers(regularizers_);
   return output_shape_;
 }
 
@@ -71,17 +72,24 @@ void Layer::set_regularizers(const Regularizers& r) {
        {std::pair{"kernel_regularizer", r.kernel}, {"bias_regularizer", r.bias}, {"activity_regularizer", r.activity}})
     if (!(g.l1 >= 0.0f && g.l2 >= 0.0f && std::isfinite(g.l1) && std::isfinite(g.l2)))
       fail("{}: {} needs finite, non-negative l1 and l2, got l1={} l2={}", label(), what, g.l1, g.l2);
+  if (built_) apply_regularizers(r);
   regularizers_ = r;
-  if (!built_) return;
-  bool kernel = false, bias = false;
-  for (Variable& v : variables_) {
-    if (v.name.ends_with("/kernel")) kernel = true, v.regularizer = r.kernel;
-    if (v.name.ends_with("/bias")) bias = true, v.regularizer = r.bias;
-  }
+}
+
+void Layer::apply_regularizers(const Regularizers& r) {
+  auto has = [&](std::string_view suffix) {
+    return std::any_of(variables_.begin(), variables_.end(),
+                       [&](const Variable& v) { return v.name.ends_with(suffix); });
+  };
+  bool kernel = has("/kernel"), bias = has("/bias");
   if (r.kernel.any() && !kernel) fail("{}: kernel_regularizer is given, but the layer has no kernel", label());
   if (r.bias.any() && !bias)
     fail("{}: bias_regularizer is given, but the layer has no bias{}", label(),
          kernel ? " (it was made with use_bias=False)" : "");
+  for (Variable& v : variables_) {  // checked: nothing changes before
+    if (v.name.ends_with("/kernel")) v.regularizer = r.kernel;
+    if (v.name.ends_with("/bias")) v.regularizer = r.bias;
+  }
 }
 
 std::shared_ptr<Layer> Layer::replicate() const {

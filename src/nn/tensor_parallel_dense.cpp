@@ -16,6 +16,11 @@ TensorParallelDense::TensorParallelDense(const Dense& whole, Split split, std::v
       activation_(whole.activation()),
       use_bias_(whole.options().use_bias) {
   if (!whole.built()) fail("{}: a Dense layer is split once built", whole.label());
+  if (whole.regularizers().activity.any())
+    fail(
+        "{}: activity_regularizer is not supported on a Dense layer split over devices (each holds part of its "
+        "output); split other layers, or regularize the weights (kernel_regularizer)",
+        whole.label());
   set_dtype_policy(whole.dtype_policy());
   int rank = group.rank();
   if (static_cast<int>(widths_.size()) != group.size())

@@ -116,7 +116,7 @@ void Optimizer::apply_here(std::span<Variable* const> variables, std::span<const
   int per = slots_per_variable();
   ++iterations_;
   std::vector<Tensor> regularized;  // fit's: the penalties' gradients added, from the values before the update
-  if (regularizes_ &&
+  if (regularizes() &&
       std::any_of(variables.begin(), variables.end(), [](Variable* v) { return v->regularizer.any(); })) {
     StopRecording no_tape;
     regularized.assign(gradients.begin(), gradients.end());

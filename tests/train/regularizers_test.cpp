@@ -111,9 +111,43 @@ TEST(Regularizers, TheStrategiesTrainAsOneDevice) {
   for (const char* name : {"pipeline:2", "model-parallel:2"}) expect_same(name, false);
 }
 
+// Synchronous parameter servers with a backup worker: an update sums two of the three workers'
+// pushes, each its rows' share of the penalties, so an update adds them once. With inputs of zeros
+// the data gives no gradient: each update multiplies the kernel by exactly (1 - lr · 2 · l2).
+TEST(Regularizers, AnUpdateOfSeveralPushesAddsThePenaltiesOnce) {
+  Tensor x = Tensor::zeros({96, 2}), y = Tensor::zeros({96, 1});
+  testing::UnderStrategy run = testing::made_under("ps-sync:1x3:1:threads", [] {
+    auto model = std::make_unique<Sequential>();
+    model->add(Dense(1, "", {.use_bias = false, .kernel_initializer = "ones", .input_shape = Shape{2}}));
+    model->layers()[0]->set_regularizers({.kernel = {.l2 = 0.5f}});
+    model->compile(optimizers::SGD(0.1f), "mse");
+    return model;
+  });
+  History h = run.model->fit(x, y, {.epochs = 1, .batch_size = 16, .verbose = 0});
+  int64_t updates = run.model->optimizer().iterations();
+  ASSERT_GT(updates, 0);
+  float want = std::pow(1.0f - 0.1f * 2 * 0.5f, static_cast<float>(updates));
+  for (float w : run.model->variables()[0]->value.to_vector()) EXPECT_NEAR(w, want, 1e-6) << updates << " updates";
+  EXPECT_GT(h["loss"][0], 0.0) << "the reported loss holds the penalty";
+}
+
+// The optimizer's copies (a replica's, a shard's) follow fit's switch, which a custom loop after
+// fit turns off: a copy kept from fit would add the penalties' gradients twice.
+TEST(Regularizers, TheOptimizersCopiesFollowTheSwitch) {
+  optimizers::Adam adam;
+  std::unique_ptr<Optimizer> copy = adam.clone();
+  adam.set_regularizes(true);
+  EXPECT_TRUE(copy->regularizes());
+  adam.set_regularizes(false);
+  EXPECT_FALSE(copy->regularizes());
+}
+
 TEST(Regularizers, AStepThatCannotTakeAnActivityPenaltyRefusesIt) {
   std::string error = testing::error_of([] { train("pipeline:2"); });
   EXPECT_NE(error.find("Dense \"dense\": activity_regularizer: this strategy's step does not add"), std::string::npos)
+      << error;
+  error = testing::error_of([] { train("model-parallel:2"); });
+  EXPECT_NE(error.find("activity_regularizer is not supported on a Dense layer split over devices"), std::string::npos)
       << error;
 }
 
@@ -124,6 +158,7 @@ TEST(Regularizers, BadOnesAreRefusedByName) {
   EXPECT_NE(error.find("bias_regularizer is given, but the layer has no bias (it was made with use_bias=False)"),
             std::string::npos)
       << error;
+  EXPECT_FALSE(no_bias.regularizers().bias.any()) << "a refused regularizer stayed on the layer";
   error = testing::error_of([&] { no_bias.set_regularizers({.kernel = {.l1 = -1.0f}}); });
   EXPECT_NE(error.find("kernel_regularizer needs finite, non-negative l1 and l2, got l1=-1 l2=0"), std::string::npos)
       << error;
@@ -131,6 +166,7 @@ TEST(Regularizers, BadOnesAreRefusedByName) {
   flatten.set_regularizers({.kernel = {.l2 = 0.1f}});
   error = testing::error_of([&] { flatten.build(Shape{2, 2}, 1); });
   EXPECT_NE(error.find("kernel_regularizer is given, but the layer has no kernel"), std::string::npos) << error;
+  EXPECT_FALSE(flatten.built()) << "a layer that refused its regularizers counts as built";
 }
 
 TEST(Regularizers, KerasModelFilesKeepThem) {

@@ -86,6 +86,33 @@ TEST(SampleWeight, ClassWeightIsEachRowsClassWeight) {
   EXPECT_EQ(both, product);
 }
 
+// Keras weighs validation rows by their sample weights alone: class_weight is for training.
+TEST(SampleWeight, ValidationRowsAreNotClassWeighted) {
+  testing::LabelledRows d = data();
+  testing::UnderStrategy run = testing::made_under("default", [] {
+    auto model = testing::small_classifier();
+    model->compile(optimizers::SGD(0.5f), "sparse_categorical_crossentropy");
+    return model;
+  });
+  History h = run.model->fit(d.x, d.y,
+                             {.epochs = 1,
+                              .batch_size = 16,
+                              .validation_split = 0.25,
+                              .verbose = 0,
+                              .class_weight = {{0, 5.0f}, {1, 0.1f}, {2, 1.0f}}});
+  Tensor x_val = d.x.slice(36, 48), y_val = d.y.slice(36, 48);
+  EXPECT_NEAR(h["val_loss"][0], run.model->evaluate(x_val, y_val)[0].second, 1e-6);
+}
+
+// A target of one column is its class rounded, as Keras 3: 0.9999999 is class 1.
+TEST(SampleWeight, AOneColumnTargetsClassIsRounded) {
+  auto model = ones_model();
+  Tensor x = values({1, 2, 0, 1}, {2, 2}), y = values({0.9999999f, 0.0f}, {2, 1});
+  History h = model->fit(x, y, {.epochs = 1, .batch_size = 2, .verbose = 0, .class_weight = {{0, 0.0f}, {1, 2.0f}}});
+  // Row 0 (class 1, weight 2): (3 - 0.9999999)² · 2 ÷ 2 rows; row 1 weighs 0.
+  EXPECT_NEAR(h["loss"][0], (3 - 0.9999999) * (3 - 0.9999999) * 2 / 2, 1e-4);
+}
+
 TEST(SampleWeight, TheStrategiesTrainAsOneDevice) {
   FitOptions weighted{.sample_weight = weights_by_class(data().y, {2.0f, 0.5f, 0.0f})};
   auto [one, one_loss] = train("default", weighted);

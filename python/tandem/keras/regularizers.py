@@ -80,7 +80,7 @@ def l1_l2(l1=0.01, l2=0.01):
     return L1L2(l1, l2)
 
 
-_NAMES = {"l1": L1, "l2": L2, "l1_l2": l1_l2, "l1l2": L1L2, "L1": L1, "L2": L2, "L1L2": L1L2}
+_NAMES = {"l1": L1, "l2": L2, "l1_l2": l1_l2, "L1": L1, "L2": L2, "L1L2": L1L2}
 
 
 def get(identifier):

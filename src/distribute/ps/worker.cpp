@@ -94,18 +94,22 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));  // the test's straggler
     RowsForward done;  // as fit's step: this worker's rows of the round
     std::vector<Tensor> grads;
-    double round_penalty = 0.0;
+    double round_penalty = 0.0;  // the penalties times this push's rows, as the chief divides the loss
     {
       GradientTape tape;
       done = forward_rows(model.layers, parts.loss, x, y,
                           {parts.seed, static_cast<uint64_t>(step.envelope.aux), info.first_row, info.round_rows,
                            nullptr, nullptr, weights});
-      // The weights' penalties once a round (its first rows' worker), as one device's step adds them.
-      Tensor objective = done.loss.loss, penalty;
-      if (info.first_row == 0) penalty = ops::penalties(model.trainable);
-      if (penalty.defined()) objective = ops::add(objective, penalty);
+      // The weights' penalties, each push its rows' share of them (rows ÷ the update's rows, as its
+      // loss): the pushes an update sums (a round's, or a synchronous step's with backup workers)
+      // add them once, as one device's step.
+      Tensor objective = done.loss.loss, penalty = ops::penalties(model.trainable);
+      auto rows = static_cast<double>(y.dim(0));
+      if (penalty.defined())
+        objective =
+            ops::add(objective, ops::scale(penalty, static_cast<float>(rows / static_cast<double>(info.round_rows))));
       grads = tape.gradient(objective, model.trainable);
-      if (penalty.defined()) round_penalty = penalty.item() * static_cast<double>(info.round_rows);
+      if (penalty.defined()) round_penalty = static_cast<double>(penalty.item()) * rows;
     }
     bool sync = options.mode == PsMode::Synchronous;
     int64_t round = sync && options.backup_workers == 0 ? step.envelope.aux : -1;  // the key is the round's number
