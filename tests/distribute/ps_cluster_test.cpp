@@ -4,6 +4,7 @@
 // process, bounded staleness, backup workers, an interrupted launcher, three namespace hosts.
 // The parts in process are parameter_server_test.cpp's; replay and the tasks that die
 // ps_faults_test.cpp's.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -22,6 +23,28 @@
 
 namespace tandem::testing {
 namespace {
+
+// The bitwise comparison the cluster tests make sees every byte of every tensor: a -0 where the
+// other run has +0 (equal as floats), another step count, another metric total.
+TEST(PsCluster, TheBitwiseComparisonSeesEveryByteOfEveryTensor) {
+  TempDir dir;
+  auto save = [&](const std::string& name, float weight, int32_t steps, float metric) {
+    io::TensorFile f;
+    f.tensors = {{"dense/kernel", Tensor::from_vector({2}, std::vector<float>{weight, 1.0f})},
+                 {"optimizer/iterations", Tensor::from_vector({1}, std::vector<int32_t>{steps})},
+                 {"metric/accuracy", Tensor::from_vector({1}, std::vector<float>{metric})}};
+    io::save_safetensors(dir.file(name), f);
+    return dir.file(name);
+  };
+  std::string base = save("a", 0.0f, 3, 0.5f);
+  expect_same_state(base, save("same", 0.0f, 3, 0.5f), 0, "the same");
+  EXPECT_NONFATAL_FAILURE(expect_same_state(base, save("negative zero", -0.0f, 3, 0.5f), 0, "zero"),
+                          "dense/kernel differs in its bytes");
+  EXPECT_NONFATAL_FAILURE(expect_same_state(base, save("steps", 0.0f, 4, 0.5f), 0, "steps"),
+                          "optimizer/iterations differs in its bytes");
+  EXPECT_NONFATAL_FAILURE(expect_same_state(base, save("metric", 0.0f, 3, 0.25f), 0, "metric"),
+                          "metric/accuracy differs in its bytes");
+}
 
 TEST(PsCluster, SynchronousTrainingIsOneProcessBitwiseWholeOrSharded) {
   TempDir dir;
