@@ -37,6 +37,9 @@ void set_cpu_devices(const std::vector<CpuDeviceOptions>& devices);
 int num_cpu_devices();
 // Device cpu:index's options; fails for a device that was not made.
 CpuDeviceOptions cpu_device_options(int index);
+// The most bytes of tensors that may live on `device` at once (a CPU device's memory_limit_bytes;
+// 0: no limit, as for other devices, whose allocators say when they run out).
+int64_t device_memory_limit(Device device);
 // The bytes of tensors living on a CPU device now (counted where it has a limit or is not cpu:0).
 int64_t device_bytes_in_use(Device device);
 // A size as messages give it: "800 bytes", "310.3 kB", "8.2 MB", "1.50 GB".

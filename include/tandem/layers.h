@@ -84,6 +84,22 @@ class Layer {
   virtual bool stacks_rows() const { return false; }
   // After backward of a call_parts step (layers in reverse order).
   virtual void finish_parts() {}
+  // Which of its variables the layer's call can hand to ops::DeferredKernelGradients as products
+  // (CallContext::kernel_gradients: Dense's kernel, variable 0, and its bias, variable 1, summed
+  // from the same products); -1: none. A step asks the layer, not its type.
+  struct DeferrableKernel {
+    int kernel = -1, bias = -1;
+  };
+  virtual DeferrableKernel deferrable_kernel() const { return {}; }
+  // A layer with moving statistics (BatchNormalization): their variables and the momentum they
+  // move by, for a step that moves them over several calls (ops::DeferredMovingStatistics); none
+  // elsewhere. The pointers hold while the layer's variables do.
+  struct MovingStatistics {
+    Tensor* mean = nullptr;
+    Tensor* variance = nullptr;
+    float momentum = 0.0f;
+  };
+  virtual std::optional<MovingStatistics> moving_statistics() { return std::nullopt; }
 
   // A deep copy: same configuration, its own copies of the variables (a replica's layer).
   std::shared_ptr<Layer> replicate() const;
@@ -188,6 +204,7 @@ class Dense : public Layer {
   std::string default_name() const override { return "dense"; }
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   bool stacks_rows() const override;
+  DeferrableKernel deferrable_kernel() const override { return {0, options_.use_bias ? 1 : -1}; }
   int64_t units() const { return units_; }
   Activation activation() const { return activation_; }
   const DenseOptions& options() const { return options_; }
@@ -338,6 +355,9 @@ class BatchNormalization : public Layer {
   Tensor call(const Tensor& x, const CallContext& ctx) override;
   void call_parts(BatchParts& parts) override;
   bool needs_parts_together() const override { return trainable(); }
+  std::optional<MovingStatistics> moving_statistics() override {
+    return MovingStatistics{&variables_[2].value, &variables_[3].value, options_.momentum};
+  }
   void finish_parts() override;
   const BatchNormalizationOptions& options() const { return options_; }
 

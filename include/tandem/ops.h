@@ -211,6 +211,9 @@ class DeferredKernelGradients {
   DeferredKernelGradients& operator=(const DeferredKernelGradients&) = delete;
   // with_bias: dense's backward leaves the bias gradient too (the caller sums the kept dz's rows).
   void defer(const Tensor& kernel, bool with_bias = false);
+  // Whether dense's backward on `device` can keep its products for one (the CPU's: its backend
+  // computes the stacked product; elsewhere each call's gradient is summed as it comes).
+  static bool takes(Device device);
   bool defers(const Tensor& kernel) const;
   bool defers_bias(const Tensor& kernel) const;
   void add(const Tensor& kernel, const Tensor& x, const Tensor& dz, bool bf16);  // bf16: the product's precision

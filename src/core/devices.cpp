@@ -66,6 +66,11 @@ CpuDeviceOptions cpu_device_options(int index) {
   return cpu_devices[static_cast<size_t>(index)].options;
 }
 
+int64_t device_memory_limit(Device device) {
+  if (device.kind != Device::Kind::CPU) return 0;
+  return cpu_device_options(device.index).memory_limit_bytes;
+}
+
 int64_t device_bytes_in_use(Device device) {
   check_device(device, "device_bytes_in_use");
   if (device.kind != Device::Kind::CPU) return 0;

@@ -4,7 +4,6 @@
 #include "tandem/distribute/train_step.h"
 
 #include <algorithm>
-#include <map>
 #include <optional>
 
 #include "distribute/replica_state.h"
@@ -49,24 +48,26 @@ ModelReplicas::ModelReplicas(const StrategyExtended& strategy,
 
 namespace {
 
-// A model placed on CPU devices with memory limits (with_device) is refused before it trains where
-// its variables and the optimizer's slots do not fit on a device.
+// A model placed on devices with memory limits (with_device; a CPU device's memory_limit_bytes) is
+// refused before it trains where its variables and the optimizer's slots do not fit on a device.
 void check_placed_memory(ModelReplicas& replicas, const Optimizer& optimizer) {
   if (replicas.size() != 1) return;
-  std::map<int, int64_t> needs;  // by CPU device
+  std::vector<std::pair<Device, int64_t>> needs;  // by device, in the layers' order
   for (const auto& l : replicas[0].layers) {
-    if (!l->device() || l->device()->kind != Device::Kind::CPU) continue;
+    if (!l->device() || device_memory_limit(*l->device()) == 0) continue;
+    auto at = std::find_if(needs.begin(), needs.end(), [&](const auto& n) { return n.first == *l->device(); });
+    if (at == needs.end()) at = needs.insert(needs.end(), {*l->device(), 0});
     for (const Variable& v : l->variables())
-      needs[l->device()->index] += v.value.numel() * static_cast<int64_t>(dtype_size(v.value.dtype())) *
-                                   (1 + (v.trainable ? optimizer.slots_per_variable() : 0));
+      at->second += v.value.numel() * static_cast<int64_t>(dtype_size(v.value.dtype())) *
+                    (1 + (v.trainable ? optimizer.slots_per_variable() : 0));
   }
-  for (auto [index, bytes] : needs) {
-    int64_t limit = cpu_device_options(index).memory_limit_bytes;
-    if (limit > 0 && bytes > limit)
+  for (auto [device, bytes] : needs) {
+    int64_t limit = device_memory_limit(device);
+    if (bytes > limit)
       fail(
           "the layers placed on {} need {} there (their variables and {} optimizer slot{} per trainable one, {}), "
           "more than its memory limit of {}; place some of them on another device or raise its limit",
-          Device::cpu(index).name(), memory_size(bytes), optimizer.slots_per_variable(),
+          device.name(), memory_size(bytes), optimizer.slots_per_variable(),
           optimizer.slots_per_variable() == 1 ? "" : "s", optimizer.name(), memory_size(limit));
   }
 }
@@ -108,15 +109,15 @@ TrainStep::TrainStep(StrategyExtended& strategy, const StepParts& parts)
   for (int r = 0; r < replicas_.size(); ++r) {
     auto q = static_cast<size_t>(r);
     for (const auto& l : replicas_[r].layers) {
-      bool dense = dynamic_cast<const layers::Dense*>(l.get()) != nullptr;
+      layers::Layer::DeferrableKernel deferrable = l->deferrable_kernel();
       int kernel = -1;  // the layer's kernel among the sources, where its gradient comes as products
       for (size_t k = 0; k < l->variables().size(); ++k) {
         const Variable& v = l->variables()[k];
         if (!v.trainable) continue;
-        bool cpu = v.value.device().kind == Device::Kind::CPU;
-        as_products[q].push_back(products && k == 0 && dense && cpu);
+        as_products[q].push_back(products && static_cast<int>(k) == deferrable.kernel &&
+                                 ops::DeferredKernelGradients::takes(v.value.device()));
         if (as_products[q].back()) kernel = static_cast<int>(sources[q].size());
-        bias_of[q].push_back(k == 1 && dense ? kernel : -1);
+        bias_of[q].push_back(static_cast<int>(k) == deferrable.bias ? kernel : -1);
         sources[q].push_back(v.value);
         if (!as_products[q].back() && bias_of[q].back() < 0) stacked_ = false;
       }

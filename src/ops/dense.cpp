@@ -75,6 +75,8 @@ DeferredKernelGradients::Kept* DeferredKernelGradients::find(const Tensor& kerne
   return nullptr;
 }
 
+bool DeferredKernelGradients::takes(Device device) { return device.kind == Device::Kind::CPU; }
+
 void DeferredKernelGradients::defer(const Tensor& kernel, bool with_bias) {
   if (Kept* k = find(kernel)) k->with_bias = k->with_bias || with_bias;
   else kept_.push_back({kernel, {}, {}, false, with_bias});

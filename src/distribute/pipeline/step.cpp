@@ -58,7 +58,7 @@ class PipelineStep : public DeviceStep {
                                : fmt::format("stage {}", g % stages_);
       device.order = schedule_of(strategy.pipeline_options().schedule, g % stages_, stages_, micro_);
       for (const auto& l : replicas_[d].layers)
-        if (auto* bn = dynamic_cast<layers::BatchNormalization*>(l.get())) device.batch_norms.push_back(bn);
+        if (std::optional<layers::Layer::MovingStatistics> m = l->moving_statistics()) device.moving.push_back(*m);
     }
   }
   // Over processes: every stage's variables to every process (validation, callbacks, evaluation).
@@ -125,9 +125,9 @@ class PipelineStep : public DeviceStep {
 
  private:
   struct Device {
-    std::string row;                                       // the timeline's
-    std::vector<bool> order;                               // the schedule
-    std::vector<layers::BatchNormalization*> batch_norms;  // its stage's, in order
+    std::string row;                                      // the timeline's
+    std::vector<bool> order;                              // the schedule
+    std::vector<layers::Layer::MovingStatistics> moving;  // its stage's layers' (batch normalization's), in order
     double busy = 0.0, epoch_busy = 0.0, epoch_window = 0.0;
     Clock::time_point done;  // of the step's forwards and backwards, its gradients made
   };
@@ -187,8 +187,8 @@ class PipelineStep : public DeviceStep {
     ops::DeferredKernelGradients kernels;
     if (strategy_.pipeline_options().defer_kernel_gradients)
       for (const auto& l : stack)
-        if (dynamic_cast<layers::Dense*>(l.get()) != nullptr && l->variables()[0].trainable)
-          kernels.defer(l->variables()[0].value);
+        if (int k = l->deferrable_kernel().kernel; k >= 0 && l->variables()[static_cast<size_t>(k)].trainable)
+          kernels.defer(l->variables()[static_cast<size_t>(k)].value);
     // The tape's sources: the trainable variables whose gradients backward makes (`of`: their
     // places among the trainable ones), then the stage's input.
     std::vector<Tensor> sources;
@@ -299,11 +299,10 @@ class PipelineStep : public DeviceStep {
       }
       Communicator& data = strategy_.data_group(d);
       data.all_reduce(buffers, ReduceOp::Sum);
-      for (layers::BatchNormalization* bn : device.batch_norms) {  // toward every copy's micro-batches
-        auto& vars = bn->variables();
-        std::vector<double> sums = moving.sums(vars[2].value, vars[2].value.numel());
+      for (const layers::Layer::MovingStatistics& m : device.moving) {  // toward every copy's micro-batches
+        std::vector<double> sums = moving.sums(*m.mean, m.mean->numel());
         data.all_reduce(sums.data(), static_cast<int64_t>(sums.size()), DataType::Float64, ReduceOp::Sum);
-        ops::DeferredMovingStatistics::move(vars[2].value, vars[3].value, sums, bn->options().momentum);
+        ops::DeferredMovingStatistics::move(*m.mean, *m.variance, sums, m.momentum);
       }
     } else {
       moving.apply();

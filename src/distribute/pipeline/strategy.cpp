@@ -33,11 +33,12 @@ std::vector<double> layer_costs(const std::vector<std::shared_ptr<Layer>>& layer
   std::vector<double> costs;
   for (size_t i = 0; i < layers.size(); ++i) {
     std::shared_ptr<Layer> copy = layers[i]->replicate();
-    bool deferred =
-        defer && dynamic_cast<const layers::Dense*>(copy.get()) != nullptr && copy->variables()[0].trainable;
+    int kernel = defer ? copy->deferrable_kernel().kernel : -1;
+    bool deferred = kernel >= 0 && copy->variables()[static_cast<size_t>(kernel)].trainable;
     std::vector<Tensor> sources;
     for (size_t k = 0; k < copy->variables().size(); ++k)
-      if (copy->variables()[k].trainable && !(deferred && k == 0)) sources.push_back(copy->variables()[k].value);
+      if (copy->variables()[k].trainable && !(deferred && static_cast<int>(k) == kernel))
+        sources.push_back(copy->variables()[k].value);
     if (i > 0) sources.push_back(h);  // every layer but the model's first hands its input's gradient back
     double best = std::numeric_limits<double>::infinity();
     Tensor out;
