@@ -22,22 +22,34 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A stage's order of work over its micro-batches: true a forward, false a backward, each kind in
-// micro-batch order.
-std::vector<bool> schedule_of(PipelineSchedule schedule, int stage, int stages, int micro_batches) {
-  std::vector<bool> order;
+// One action of a stage's schedule, the schedule a list of them (as PyTorch's
+// pipelining/schedules.py keeps one): the forward or the backward of one micro-batch.
+struct Action {
+  enum class Kind : uint8_t { Forward, Backward };
+  Kind kind;
+  int micro_batch;
+};
+
+// A stage's actions over its micro-batches, each kind in micro-batch order: GPipe's every forward
+// then every backward; 1F1B's warm-up forwards, then one forward and one backward, then the
+// cool-down backwards.
+std::vector<Action> schedule_of(PipelineSchedule schedule, int stage, int stages, int micro_batches) {
+  std::vector<Action> order;
+  int forwards = 0, backwards = 0;
+  auto forward = [&] { order.push_back({Action::Kind::Forward, forwards++}); };
+  auto backward = [&] { order.push_back({Action::Kind::Backward, backwards++}); };
   if (schedule == PipelineSchedule::GPipe) {
-    order.assign(static_cast<size_t>(micro_batches), true);
-    order.resize(2 * static_cast<size_t>(micro_batches), false);
+    for (int i = 0; i < micro_batches; ++i) forward();
+    for (int i = 0; i < micro_batches; ++i) backward();
     return order;
   }
-  int warmup = std::min(stages - stage - 1, micro_batches);  // 1F1B: then one forward, one backward
-  for (int i = 0; i < warmup; ++i) order.push_back(true);
+  int warmup = std::min(stages - stage - 1, micro_batches);
+  for (int i = 0; i < warmup; ++i) forward();
   for (int i = warmup; i < micro_batches; ++i) {
-    order.push_back(true);
-    order.push_back(false);
+    forward();
+    backward();
   }
-  for (int i = 0; i < warmup; ++i) order.push_back(false);
+  for (int i = 0; i < warmup; ++i) backward();
   return order;
 }
 
@@ -126,7 +138,7 @@ class PipelineStep : public DeviceStep {
  private:
   struct Device {
     std::string row;                                      // the timeline's
-    std::vector<bool> order;                              // the schedule
+    std::vector<Action> order;                            // the schedule
     std::vector<layers::Layer::MovingStatistics> moving;  // its stage's layers' (batch normalization's), in order
     double busy = 0.0, epoch_busy = 0.0, epoch_window = 0.0;
     Clock::time_point done;  // of the step's forwards and backwards, its gradients made
@@ -219,9 +231,9 @@ class PipelineStep : public DeviceStep {
       std::erase_if(sending, [](const auto& s) { return s.first->done(); });
       sending.emplace_back(pipe.send_async(t.data<float>(), t.numel(), DataType::Float32, to, tag), t);
     };
-    int forwards = 0, backwards = 0;
-    for (bool forward : device.order) {
-      int m = forward ? forwards++ : backwards++, k = copy * micro_ + m;
+    for (const Action& action : device.order) {
+      bool forward = action.kind == Action::Kind::Forward;
+      int m = action.micro_batch, k = copy * micro_ + m;
       int64_t begin = rows * k / total, end = rows * (k + 1) / total;
       if (begin == end) continue;  // no rows: every stage skips it
       InFlight& f = flight[static_cast<size_t>(m)];
