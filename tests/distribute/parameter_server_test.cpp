@@ -175,6 +175,22 @@ TEST(PsWire, StepInfoRoundTripsWithoutNarrowingAndBadOnesAreRefused) {
                        StepInfo{.round_rows = 5, .pushes = 1, .epoch = int64_t{1} << 32}})
     EXPECT_NE(error_of([&] { decode_step_info(item_of(encode(bad))); }).find("a step's info is inconsistent"),
               std::string::npos);
+  // The servers' update policy: a typed value each way, an inconsistent one named.
+  for (PsPolicy policy : {PsPolicy{}, PsPolicy{.kind = PsPolicy::Kind::BoundedStaleness, .max_staleness = 3},
+                          PsPolicy{.kind = PsPolicy::Kind::Synchronous, .backup_workers = 2}}) {
+    PsPolicy got = decode_policy(item_of(encode(policy)), 3);
+    EXPECT_EQ(got.kind, policy.kind);
+    EXPECT_EQ(got.max_staleness, policy.max_staleness);
+    EXPECT_EQ(got.backup_workers, policy.backup_workers);
+  }
+  for (PsPolicy bad :
+       {PsPolicy{.kind = static_cast<PsPolicy::Kind>(7)}, PsPolicy{.max_staleness = 2},
+        PsPolicy{.kind = PsPolicy::Kind::BoundedStaleness, .max_staleness = -1},
+        PsPolicy{.kind = PsPolicy::Kind::Synchronous, .backup_workers = 3}, PsPolicy{.backup_workers = 1}})
+    EXPECT_NE(error_of([&] { decode_policy(item_of(encode(bad)), 3); }).find("an inconsistent update policy"),
+              std::string::npos);
+  EXPECT_NE(error_of([&] { decode_policy(item_of(old_form), 3); }).find("an update policy is a uint8 tensor"),
+            std::string::npos);
 }
 
 TEST(PsPlacement, ShardsCoverEachVariableOnDistinctServersAndBalanceTheBytes) {
@@ -282,6 +298,7 @@ TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
   EXPECT_EQ(early.envelope.type, MessageType::Refused);
   EXPECT_NE(std::string(early.items.at(0).payload).find("pull before init"), std::string::npos);
   Outgoing init(MessageType::Init, 0, 0, 0);
+  init.add(0, 0, encode(PsPolicy{}), kPolicyItem);  // asynchronous
   init.add(0, 0, Tensor::from_vector({2, 2}, std::vector<float>{1, 2, 3, 4}));
   init.add(1, 0, Tensor::from_vector({3}, std::vector<float>{5, 6, 7}));
   EXPECT_EQ(ask(std::move(init)).envelope.type, MessageType::Ready);
@@ -352,7 +369,8 @@ TEST(ParameterServer, RefusesAPushFurtherAheadThanTheStalenessBound) {
   ServedOnLoopback on(2);
   ParameterServer& server = on.server;
   auto ask = [&](Outgoing message) { return on.ask(std::move(message)); };
-  Outgoing init(MessageType::Init, 0, 0, 2 + 1);  // asynchronous, bound 1
+  Outgoing init(MessageType::Init, 0, 0, 0);
+  init.add(0, 0, encode(PsPolicy{.kind = PsPolicy::Kind::BoundedStaleness, .max_staleness = 1}), kPolicyItem);
   init.add(0, 0, Tensor::from_vector({2}, std::vector<float>{1, 2}));
   ASSERT_EQ(ask(std::move(init)).envelope.type, MessageType::Ready);
   int64_t version = 0;
@@ -384,7 +402,8 @@ TEST(ParameterServer, RefusesAPushFurtherAheadThanTheStalenessBound) {
 TEST(ParameterServer, ClosesNumberedRoundsAndDropsAPushForAClosedOne) {
   ServedOnLoopback on(2);
   auto ask = [&](Outgoing message) { return on.ask(std::move(message)); };
-  Outgoing init(MessageType::Init, 0, 0, 1);  // synchronous
+  Outgoing init(MessageType::Init, 0, 0, 0);
+  init.add(0, 0, encode(PsPolicy{.kind = PsPolicy::Kind::Synchronous}), kPolicyItem);
   init.add(0, 0, Tensor::from_vector({2}, std::vector<float>{1, 2}));
   ASSERT_EQ(ask(std::move(init)).envelope.type, MessageType::Ready);
   int64_t version = 0;
@@ -437,6 +456,7 @@ TEST(ParameterServer, AdmitsOnlyAllowedKeysUnderAuth) {
   EXPECT_NE(said.find("already holds keys"), std::string::npos) << said;
   ServedOnLoopback on(1, &keys);
   Outgoing init(MessageType::Init, 0, 0, 0);
+  init.add(0, 0, encode(PsPolicy{}), kPolicyItem);
   init.add(0, 0, Tensor::from_vector({2}, std::vector<float>{1, 2}));
   EXPECT_EQ(on.ask(std::move(init)).envelope.type, MessageType::Ready);
   for (std::optional<KeyPair> stranger : {std::optional<KeyPair>(make_key_pair()), std::optional<KeyPair>()}) {

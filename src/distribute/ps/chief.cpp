@@ -8,7 +8,22 @@ namespace tandem::distribute {
 using ps::Incoming;
 using ps::MessageType;
 using ps::Outgoing;
+using ps::PsPolicy;
 using ps::ShardTable;
+
+namespace {
+
+// The servers' update policy, from the options the strategy checked (its constructor made a
+// staleness bound of 0 synchronous).
+PsPolicy policy_of(const ParameterServerOptions& options) {
+  if (options.mode == PsMode::Synchronous)
+    return {.kind = PsPolicy::Kind::Synchronous, .backup_workers = options.backup_workers};
+  if (options.max_staleness > 0)
+    return {.kind = PsPolicy::Kind::BoundedStaleness, .max_staleness = options.max_staleness};
+  return {};
+}
+
+}  // namespace
 
 void ParameterServerStrategy::Chief::initialize(std::vector<Variable*> trainable, Optimizer& opt) {
   if (shards && optimizer == &opt) {  // another fit: the optimizer's state is the servers', not the stale copy here
@@ -30,8 +45,8 @@ void ParameterServerStrategy::Chief::initialize(std::vector<Variable*> trainable
 void ParameterServerStrategy::Chief::init_server(int s, const std::vector<int64_t>& clocks) {
   const auto& variables = shards->variables();
   std::vector<std::pair<std::string, Tensor>> state = optimizer->state();
-  int64_t mode = options.mode == PsMode::Synchronous ? 1 : options.max_staleness > 0 ? 2 + options.max_staleness : 0;
-  Outgoing init(MessageType::Init, 0, optimizer->iterations(), mode);
+  Outgoing init(MessageType::Init, 0, optimizer->iterations(), 0);
+  init.add(0, 0, ps::encode(policy_of(options)), ps::kPolicyItem);
   for (size_t i : shards->on_server(s)) {
     const ShardPlacement& p = shards->placement()[i];
     auto v = static_cast<size_t>(p.variable);

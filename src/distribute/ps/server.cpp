@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "core/tensor_impl.h"
 
@@ -187,8 +188,8 @@ void ParameterServer::hand_journal(Outgoing& answer) {
   journal_.clear();
 }
 
-// Init: the shards' values (aux 0) then their optimizer slots (aux k + 1, slot k); the envelope's
-// step is the optimizer's iteration count, its aux 1 for synchronous updates.
+// Init: the update policy (aux kPolicyItem), the shards' values (aux 0) then their optimizer slots
+// (aux k + 1, slot k); the envelope's step is the optimizer's iteration count.
 void ParameterServer::init(const Incoming& request) {
   initialized_ = false;  // until this init is through
   shards_.clear();
@@ -196,6 +197,7 @@ void ParameterServer::init(const Incoming& request) {
   updates_.reset();
   std::vector<const Item*> slots;
   const Item* clocks = nullptr;
+  std::optional<PsPolicy> policy;
   journaling_ = false;
   journal_.clear();
   replay_.clear();
@@ -203,6 +205,10 @@ void ParameterServer::init(const Incoming& request) {
   held_.clear();
   expected_.clear();
   for (const Item& item : request.items) {
+    if (item.header.aux == kPolicyItem) {
+      policy = decode_policy(item, workers_);
+      continue;
+    }
     if (item.header.aux == -1) {  // a restore: the workers' clocks so far
       clocks = &item;
       continue;
@@ -266,8 +272,9 @@ void ParameterServer::init(const Incoming& request) {
     Tensor t = clocks->tensor();
     given.assign(t.data<int32_t>(), t.data<int32_t>() + workers_);
   }
+  if (!policy) fail("init: the chief gave no update policy");
   updates_ =
-      make_update_policy(request.envelope.aux, *optimizer_, variables_, workers_, std::move(given),
+      make_update_policy(*policy, *optimizer_, variables_, workers_, std::move(given),
                          [this](Optimizer& optimizer, std::vector<Tensor>& gradients) { apply(optimizer, gradients); });
   version_ = 0;
   initialized_ = true;

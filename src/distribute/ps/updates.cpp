@@ -162,14 +162,14 @@ const std::map<int64_t, int64_t>& UpdatePolicy::ahead_counts() const {
   return none;
 }
 
-std::unique_ptr<UpdatePolicy> make_update_policy(int64_t mode, Optimizer& optimizer,
+std::unique_ptr<UpdatePolicy> make_update_policy(const PsPolicy& policy, Optimizer& optimizer,
                                                  std::span<Variable* const> variables, int workers,
                                                  std::vector<int64_t> clocks, UpdatePolicy::Apply apply) {
-  if (mode < 0) fail("init: mode {} (expected 0 asynchronous, 1 synchronous, 2 + S bounded staleness)", mode);
-  if (mode == 1) return std::make_unique<SynchronousUpdates>(optimizer, workers, variables.empty(), std::move(apply));
+  if (policy.kind == PsPolicy::Kind::Synchronous)
+    return std::make_unique<SynchronousUpdates>(optimizer, workers, variables.empty(), std::move(apply));
   clocks.resize(static_cast<size_t>(workers), 0);
-  return std::make_unique<AsynchronousUpdates>(optimizer, variables, mode >= 2 ? mode - 2 : -1, std::move(clocks),
-                                               std::move(apply));
+  int64_t bound = policy.kind == PsPolicy::Kind::BoundedStaleness ? policy.max_staleness : -1;
+  return std::make_unique<AsynchronousUpdates>(optimizer, variables, bound, std::move(clocks), std::move(apply));
 }
 
 }  // namespace tandem::distribute::ps

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "distribute/ps/wire.h"
 #include "tandem/optimizers.h"
 
 namespace tandem::distribute::ps {
@@ -69,7 +70,7 @@ class UpdatePolicy {
 // For the init's mode (0 asynchronous, 1 synchronous, 2 + S asynchronous with staleness bound S):
 // the policy over `variables` (the server's shards) from `optimizer` (built and loaded with their
 // state); `clocks`: the workers' clocks so far (a restore; empty: zeros).
-std::unique_ptr<UpdatePolicy> make_update_policy(int64_t mode, Optimizer& optimizer,
+std::unique_ptr<UpdatePolicy> make_update_policy(const PsPolicy& policy, Optimizer& optimizer,
                                                  std::span<Variable* const> variables, int workers,
                                                  std::vector<int64_t> clocks, UpdatePolicy::Apply apply);
 

@@ -164,4 +164,34 @@ StepInfo decode_step_info(const Item& item) {
   return info;
 }
 
+Tensor encode(const PsPolicy& policy) {
+  Tensor t = Tensor::empty(Shape{kPolicyBytes}, DType::UInt8);
+  char* p = static_cast<char*>(t.raw());
+  put(p, static_cast<int64_t>(policy.kind));
+  put(p + 8, policy.max_staleness);
+  put(p + 16, policy.backup_workers);
+  return t;
+}
+
+PsPolicy decode_policy(const Item& item, int workers) {
+  if (item.header.dtype != DType::UInt8 || item.header.shape != Shape{kPolicyBytes})
+    fail("parameter-server message: an update policy is a uint8 tensor of shape [{}], got {} {}", kPolicyBytes,
+         dtype_name(item.header.dtype), item.header.shape.str());
+  const char* p = item.payload.data();
+  int64_t kind = get<int64_t>(p);
+  PsPolicy policy{static_cast<PsPolicy::Kind>(kind), get<int64_t>(p + 8), get<int64_t>(p + 16)};
+  bool known = kind >= 0 && kind <= 2;
+  bool staleness =
+      policy.kind == PsPolicy::Kind::BoundedStaleness ? policy.max_staleness >= 0 : policy.max_staleness == 0;
+  bool backups = policy.kind == PsPolicy::Kind::Synchronous
+                     ? policy.backup_workers >= 0 && policy.backup_workers < workers
+                     : policy.backup_workers == 0;
+  if (!known || !staleness || !backups)
+    fail(
+        "parameter-server message: an inconsistent update policy: kind {} (0 asynchronous, 1 bounded staleness, 2 "
+        "synchronous), staleness bound {}, {} backup workers of {} workers",
+        kind, policy.max_staleness, policy.backup_workers, workers);
+  return policy;
+}
+
 }  // namespace tandem::distribute::ps

@@ -96,4 +96,22 @@ Tensor encode(const StepInfo& info);
 // An Error naming what is wrong for anything but a StepInfo's bytes with consistent fields.
 StepInfo decode_step_info(const Item& item);
 
+// How a server applies the workers' pushes, made from the strategy's options once (policy_of) and
+// given to each server in its Init message (an item tagged kPolicyItem: 8 little-endian bytes a
+// field): every push at once (asynchronous), or so that no push is computed more than
+// `max_staleness` updates behind (bounded staleness), or in rounds of the workers' pushes, the
+// last `backup_workers` of a round dropped (synchronous).
+struct PsPolicy {
+  enum class Kind : int64_t { Asynchronous = 0, BoundedStaleness = 1, Synchronous = 2 };
+  Kind kind = Kind::Asynchronous;
+  int64_t max_staleness = 0;   // bounded staleness: 0 or more
+  int64_t backup_workers = 0;  // synchronous: 0 or more, fewer than the workers
+};
+inline constexpr int64_t kPolicyItem = -4;
+inline constexpr int64_t kPolicyBytes = 3 * 8;
+Tensor encode(const PsPolicy& policy);
+// An Error naming what is wrong for anything but a policy's bytes with consistent fields (for
+// `workers` workers).
+PsPolicy decode_policy(const Item& item, int workers);
+
 }  // namespace tandem::distribute::ps
