@@ -67,8 +67,7 @@ class UpdatePolicy {
   }
 };
 
-// For the init's mode (0 asynchronous, 1 synchronous, 2 + S asynchronous with staleness bound S):
-// the policy over `variables` (the server's shards) from `optimizer` (built and loaded with their
+// For the init's policy (wire.h's PsPolicy): the updates over `variables` (the server's shards) from `optimizer` (built and loaded with their
 // state); `clocks`: the workers' clocks so far (a restore; empty: zeros).
 std::unique_ptr<UpdatePolicy> make_update_policy(const PsPolicy& policy, Optimizer& optimizer,
                                                  std::span<Variable* const> variables, int workers,

@@ -32,9 +32,9 @@ enum class MessageType : uint16_t {
                     // rounds; -1 otherwise)
   Pushed = 4,       // server → worker: step = the version after; aux = the staleness it was applied with,
                     // or -1: dropped, its round applied without it (synchronous, backup workers)
-  Init = 5,         // chief → server: one item per shard, its value (item aux 0), then the optimizer's state
-                    // items (aux k: slot k - 1), and on a restore the workers' clocks (aux -1, int32 [W]);
-                    // aux = the mode: 0 asynchronous, 1 synchronous, 2 + S asynchronous with staleness bound S
+  Init = 5,         // chief → server: the update policy (item aux kPolicyItem: a PsPolicy, below), one item
+                    // per shard, its value (item aux 0), then the optimizer's state items (aux k: slot
+                    // k - 1), and on a restore the workers' clocks (aux -1, int32 [W])
   Ready = 6,        // server → chief: initialized; worker → chief: ready for a step (aux = the worker's index)
   Step = 7,         // chief → worker: its StepInfo (below: first row in the round, the round's rows, its
                     // pushes, epoch, step in the epoch, the worker's clock), then y (and x when not read by position);
