@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <limits>
 
-#include "cuda/elements.h"
 #include "cuda/gpu.h"
+#include "kernels/elements.h"
 #include "tandem/cuda.h"
 #include "tandem/error.h"
 
@@ -244,7 +244,8 @@ class GpuBackend final : public kernels::Backend {
   }
   void adam_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
                    int64_t step) override {
-    run(launch::adam_update(w, g, m, v, n, elements::adam_alpha(lr, b1, b2, step), b1, b2, eps, s()), "adam_update");
+    run(launch::adam_update(w, g, m, v, n, kernels::elements::adam_alpha(lr, b1, b2, step), b1, b2, eps, s()),
+        "adam_update");
   }
   void rmsprop_update(float* w, const float* g, float* ms, float* v, int64_t n, float lr, float rho, float momentum,
                       float eps) override {

@@ -5,11 +5,12 @@
 #include <cuda_runtime.h>
 
 #include "cuda/device_api.h"
-#include "cuda/elements.h"
 #include "cuda/grid.cuh"
+#include "kernels/elements.h"
 
 namespace tandem::cuda::launch {
 namespace {
+namespace elements = kernels::elements;
 // The outputs o (0 ≤ o < outputs) whose window [o·stride - pad, … + window) holds input i.
 __device__ inline void windows_holding(int64_t i, int64_t pad, int64_t window, int64_t stride, int64_t outputs,
                                        int64_t& first, int64_t& last) {
@@ -17,12 +18,6 @@ __device__ inline void windows_holding(int64_t i, int64_t pad, int64_t window, i
   first = top - window + 1 <= 0 ? 0 : (top - window + 1 + stride - 1) / stride;
   last = top / stride;
   if (last > outputs - 1) last = outputs - 1;
-}
-// How many of output o's window [o·stride - pad, … + window) fall inside 0 … size - 1 (average
-// pooling's divisor: padding is not counted).
-__device__ inline int64_t inside(int64_t o, int64_t stride, int64_t pad, int64_t window, int64_t size) {
-  int64_t begin = o * stride - pad, end = begin + window;
-  return (end < size ? end : size) - (begin > 0 ? begin : 0);
 }
 }  // namespace
 
@@ -55,22 +50,17 @@ int col2im(const Conv& s, const float* dcols, int64_t first_image, int64_t image
 }
 
 int pool2d_forward(const Pool& s, const float* x, float* y, int32_t* argmax, void* stream) {
+  elements::ConvGeometry g{s.h, s.w, s.c, s.ph, s.pw, s.sh, s.sw, s.pad_top, s.pad_left, s.oh, s.ow};
   return each(s.n * s.oh * s.ow * s.c, stream, [=] __device__(int64_t e) {
     int64_t c = e % s.c, ox = (e / s.c) % s.ow, oy = (e / (s.c * s.ow)) % s.oh, n = e / (s.c * s.ow * s.oh);
     float best = 0.0f, total = 0.0f;
     int64_t at = -1, count = 0;  // the maximum's place in the window (py·pw + px)
-    for (int64_t py = 0; py < s.ph; ++py) {
-      int64_t iy = oy * s.sh - s.pad_top + py;
-      if (iy < 0 || iy >= s.h) continue;
-      for (int64_t px = 0; px < s.pw; ++px) {
-        int64_t ix = ox * s.sw - s.pad_left + px;
-        if (ix < 0 || ix >= s.w) continue;
-        float v = x[((n * s.h + iy) * s.w + ix) * s.c + c];
-        if (at < 0 || v > best) best = v, at = py * s.pw + px;
-        total += v;
-        ++count;
-      }
-    }
+    elements::window_places(g, oy, ox, [&](int64_t place, int64_t iy, int64_t ix) {
+      float v = x[((n * s.h + iy) * s.w + ix) * s.c + c];
+      if (at < 0 || v > best) best = v, at = place;
+      total += v;
+      ++count;
+    });
     if (s.max) {
       y[e] = best;
       argmax[e] = int32_t(at);
@@ -107,7 +97,8 @@ int pool2d_backward(const Pool& s, const float* dy, const int32_t* argmax, float
       return argmax[o] == place ? dy[o] : 0.0f;
     });
   return gather_windows(s, dx, stream, [=] __device__(int64_t o, int64_t, int64_t oy, int64_t ox) {
-    int64_t rows = inside(oy, s.sh, s.pad_top, s.ph, s.h), cols = inside(ox, s.sw, s.pad_left, s.pw, s.w);
+    int64_t rows = elements::window_inside(oy, s.sh, s.pad_top, s.ph, s.h),
+            cols = elements::window_inside(ox, s.sw, s.pad_left, s.pw, s.w);
     return dy[o] / float(rows * cols);
   });
 }

@@ -63,7 +63,7 @@ int blas_gemm_bf16(void* handle, bool transpose_a, bool transpose_b, int64_t m, 
 }  // namespace tandem::cuda::api
 
 // The kernels (kernels.cu, conv.cu): contracts as kernels/cpu/kernels.h's functions of the same
-// names; enums as the numbers of cuda/elements.h.
+// names; enums as the numbers of kernels/elements.h.
 namespace tandem::cuda::launch {
 
 int fill(void* to, const void* pattern, size_t pattern_bytes, size_t count, void* stream);
@@ -118,7 +118,7 @@ int rmsprop_update(float* w, const float* g, float* mean_square, float* velocity
                    float momentum, float epsilon, void* stream);
 int adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon, void* stream);
 
-// Convolution (NHWC input, HWIO kernel) and pooling (NHWC), as kernels/cpu/kernels.h's shapes.
+// Convolution (NHWC input, HWIO kernel) and pooling (NHWC), as kernels/shapes.h gives them.
 struct Conv {
   int64_t n, h, w, c, kh, kw, f, sh, sw, pad_top, pad_left, oh, ow;
   bool relu;
@@ -128,7 +128,7 @@ struct Pool {
   bool max;
   int64_t n, h, w, c, ph, pw, sh, sw, pad_top, pad_left, oh, ow;
 };
-// A convolution is products of its im2col matrix (cuda/elements.h: a row per output place, a column
+// A convolution is products of its im2col matrix (kernels/elements.h: a row per output place, a column
 // per window place) with the kernel, a pass of images at a time: rows of images first_image …
 // + images - 1, into cols (float32) or cols16 (bf16, when not null), packed.
 int im2col(const Conv& s, const float* x, int64_t first_image, int64_t images, float* cols, uint16_t* cols16,

@@ -1,15 +1,15 @@
 // The CUDA kernels of the elementwise, loss, normalization and update families, and the ordered
-// products: grids over cuda/elements.h's functions (C++17, nvcc). Each launcher queues its work
+// products: grids over kernels/elements.h's functions (C++17, nvcc). Each launcher queues its work
 // on the stream it is handed and returns the launch's error code.
 #include <cuda_runtime.h>
 
 #include "cuda/device_api.h"
-#include "cuda/elements.h"
 #include "cuda/grid.cuh"
+#include "kernels/elements.h"
 
 namespace tandem::cuda::launch {
 namespace {
-namespace el = elements;
+namespace el = kernels::elements;
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 }  // namespace
 
@@ -293,9 +293,10 @@ int moving_average(float* moving, const float* value, int64_t n, float momentum,
 
 int sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum, bool nesterov,
                void* stream) {
-  return each(n, stream, [=] __device__(int64_t i) {
-    el::sgd(w[i], g[i], velocity == nullptr ? nullptr : velocity + i, lr, momentum, nesterov);
-  });
+  if (velocity == nullptr || momentum == 0.0f)
+    return each(n, stream, [=] __device__(int64_t i) { el::sgd(w[i], g[i], lr); });
+  return each(n, stream,
+              [=] __device__(int64_t i) { el::sgd_momentum(w[i], g[i], velocity[i], lr, momentum, nesterov); });
 }
 int adam_update(float* w, const float* g, float* m, float* v, int64_t n, float alpha, float beta1, float beta2,
                 float epsilon, void* stream) {

@@ -6,17 +6,10 @@
 // oneDNN and the vectorized loops of kernels/cpu.
 #include <string>
 
-#include "kernels/cpu/kernels.h"
+#include "kernels/shapes.h"
 #include "tandem/tensor.h"
 
 namespace tandem::kernels {
-
-using cpu::BinaryKind;
-using cpu::Conv2dShape;
-using cpu::PointwiseLoss;
-using cpu::Pool2dShape;
-using cpu::PoolKind;
-using cpu::UnaryKind;
 
 class Backend {
  public:

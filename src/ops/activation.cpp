@@ -82,7 +82,7 @@ Tensor activation(const Tensor& x_in, Activation act) {
   if (act == Activation::Softmax) note_softmax_of(y, x_in);
   if (auto* tape = autograd::tracking_tape({&x_in})) {
     auto* node = new ActivationNode();
-    if (kernels::cpu::activation_backward_needs_input(act)) node->x = x;
+    if (kernels::activation_backward_needs_input(act)) node->x = x;
     node->y = y;
     node->act = act;
     autograd::record(tape, node, {&x_in}, y);

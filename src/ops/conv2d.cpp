@@ -59,8 +59,8 @@ kernels::Conv2dShape conv2d_shape_of(const Tensor& x_in, const Tensor& kernel_in
     if (bias.rank() != 1 || bias.dim(0) != kernel_in.dim(3))
       fail("conv2d: bias has shape {}, expected ({},)", bias.shape().str(), kernel_in.dim(3));
   }
-  auto s = kernels::cpu::conv2d_shape(x_in.dim(0), x_in.dim(1), x_in.dim(2), x_in.dim(3), kernel_in.dim(0),
-                                      kernel_in.dim(1), kernel_in.dim(3), stride_h, stride_w, padding);
+  auto s = kernels::conv2d_shape(x_in.dim(0), x_in.dim(1), x_in.dim(2), x_in.dim(3), kernel_in.dim(0), kernel_in.dim(1),
+                                 kernel_in.dim(3), stride_h, stride_w, padding);
   if (s.oh < 1 || s.ow < 1)
     fail("conv2d: a {}x{} kernel does not fit the {}x{} input with 'valid' padding", s.kh, s.kw, s.h, s.w);
   s.fused_relu = act == Activation::ReLU;
@@ -83,7 +83,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, i
   GradientTape* tape = autograd::tracking_tape({&x_in, &kernel_in, &bias});
   Tensor z;
   if (!s.fused_relu && act != Activation::Linear) {
-    if (tape && kernels::cpu::activation_backward_needs_input(act)) z = y.clone();
+    if (tape && kernels::activation_backward_needs_input(act)) z = y.clone();
     kernels::backend(x.device()).bias_activation(y.buffer<float>(), nullptr, y.numel() / s.f, s.f, act);
   }
   if (tape) {
@@ -101,7 +101,7 @@ Tensor conv2d(const Tensor& x_in, const Tensor& kernel_in, const Tensor& bias, i
 
 std::pair<int64_t, int64_t> window_output_size(int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                                                Padding padding) {
-  auto s = kernels::cpu::conv2d_shape(1, h, w, 1, kh, kw, 1, sh, sw, padding);
+  auto s = kernels::conv2d_shape(1, h, w, 1, kh, kw, 1, sh, sw, padding);
   return {s.oh, s.ow};
 }
 

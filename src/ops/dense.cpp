@@ -233,7 +233,7 @@ Tensor dense(const Tensor& x_in, const Tensor& kernel, const Tensor& bias, Activ
   }
   const float* bias_data = bias.defined() ? bias.buffer<float>() : nullptr;
   Tensor z;
-  if (tape && kernels::cpu::activation_backward_needs_input(act)) {
+  if (tape && kernels::activation_backward_needs_input(act)) {
     kernels::backend(x.device()).bias_activation(y.buffer<float>(), bias_data, b, units, Activation::Linear);
     z = y.clone();
     bias_data = nullptr;

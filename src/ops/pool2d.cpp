@@ -49,7 +49,7 @@ kernels::Pool2dShape pool2d_shape_of(int64_t n, int64_t h, int64_t w, int64_t c,
                                      int64_t pw, int64_t sh, int64_t sw, Padding padding, const char* op) {
   if (ph < 1 || pw < 1 || sh < 1 || sw < 1)
     fail("{}: pool size ({}, {}) and strides ({}, {}) must be positive", op, ph, pw, sh, sw);
-  auto s = kernels::cpu::pool2d_shape(kind, n, h, w, c, ph, pw, sh, sw, padding);
+  auto s = kernels::pool2d_shape(kind, n, h, w, c, ph, pw, sh, sw, padding);
   if (s.oh < 1 || s.ow < 1) fail("{}: a {}x{} window does not fit the {}x{} input", op, ph, pw, s.h, s.w);
   return s;
 }

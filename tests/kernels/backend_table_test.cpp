@@ -61,9 +61,9 @@ struct Case {
   bool compared = true;  // false: a capability or a size, which may differ by device
 };
 
-const kernels::Conv2dShape kConv = kernels::cpu::conv2d_shape(2, 6, 6, 2, 3, 3, 3, 1, 1, Padding::Same);
+const kernels::Conv2dShape kConv = kernels::conv2d_shape(2, 6, 6, 2, 3, 3, 3, 1, 1, Padding::Same);
 const kernels::Pool2dShape kPool =
-    kernels::cpu::pool2d_shape(kernels::PoolKind::Max, 2, 6, 6, 3, 2, 2, 2, 2, Padding::Valid);
+    kernels::pool2d_shape(kernels::PoolKind::Max, 2, 6, 6, 3, 2, 2, 2, 2, Padding::Valid);
 
 std::vector<Case> cases() {
   using kernels::BinaryKind, kernels::PointwiseLoss, kernels::UnaryKind;

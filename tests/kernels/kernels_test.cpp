@@ -232,8 +232,8 @@ TEST(Activations, WideRowsMatchNaiveAcrossTheRange) {
 // image: outputs, input gradients and the weight gradients summed over images.
 TEST(Conv2d, ChunkedBatchMatchesImageByImage) {
   const int64_t n = 11, h = 17, w = 15, c = 5, f = 12;
-  auto s = kernels::cpu::conv2d_shape(n, h, w, c, 3, 3, f, 1, 1, Padding::Same);
-  auto one = kernels::cpu::conv2d_shape(1, h, w, c, 3, 3, f, 1, 1, Padding::Same);
+  auto s = kernels::conv2d_shape(n, h, w, c, 3, 3, f, 1, 1, Padding::Same);
+  auto one = kernels::conv2d_shape(1, h, w, c, 3, 3, f, 1, 1, Padding::Same);
   ASSERT_GT(2.0 * n * s.oh * s.ow * f * 9 * c, 2.0e6) << "too small to be chunked";
   std::vector<float> x = testing::random_tensor({n, h, w, c}, 1).to_vector(),
                      k = testing::random_tensor({3, 3, c, f}, 2).to_vector(),
@@ -265,9 +265,9 @@ TEST(Conv2d, ChunkedBatchMatchesImageByImage) {
 
 TEST(Pool2d, ChunkedBatchMatchesImageByImage) {
   const int64_t n = 13, h = 24, w = 24, c = 16;
-  for (auto kind : {kernels::cpu::PoolKind::Max, kernels::cpu::PoolKind::Average}) {
-    auto s = kernels::cpu::pool2d_shape(kind, n, h, w, c, 2, 2, 2, 2, Padding::Valid);
-    auto one = kernels::cpu::pool2d_shape(kind, 1, h, w, c, 2, 2, 2, 2, Padding::Valid);
+  for (auto kind : {kernels::PoolKind::Max, kernels::PoolKind::Average}) {
+    auto s = kernels::pool2d_shape(kind, n, h, w, c, 2, 2, 2, 2, Padding::Valid);
+    auto one = kernels::pool2d_shape(kind, 1, h, w, c, 2, 2, 2, 2, Padding::Valid);
     ASSERT_GT(32.0 * static_cast<double>(n * s.oh * s.ow * c * 4), 2.0e6) << "too small to be chunked";
     std::vector<float> x = testing::random_tensor({n, h, w, c}, 5).to_vector(),
                        dy = testing::random_tensor({n, s.oh, s.ow, c}, 6).to_vector();

@@ -1,40 +1,24 @@
 // Elementwise families, sums and dropout masks, moved out of the ops so that every device
 // brings its own.
-#include <algorithm>
-#include <cmath>
-
 #include "kernels/cpu/kernels.h"
+#include "kernels/elements.h"
 #include "tandem/random.h"
 
 namespace tandem::kernels::cpu {
 
 void unary(UnaryKind kind, const float* x, float* y, int64_t n, float factor, float low, float high) {
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = kind == UnaryKind::Scale    ? factor * x[i]
-           : kind == UnaryKind::Square ? x[i] * x[i]
-           : kind == UnaryKind::Log    ? std::log(x[i])
-           : kind == UnaryKind::Abs    ? std::fabs(x[i])
-                                       : std::min(std::max(x[i], low), high);
+  for (int64_t i = 0; i < n; ++i) y[i] = elements::unary(static_cast<int>(kind), x[i], factor, low, high);
 }
 
 void unary_backward(UnaryKind kind, const float* x, const float* g, float* d, int64_t n, float factor, float low,
                     float high) {
   for (int64_t i = 0; i < n; ++i)
-    d[i] = kind == UnaryKind::Scale    ? factor * g[i]
-           : kind == UnaryKind::Square ? 2.0f * x[i] * g[i]
-           : kind == UnaryKind::Log    ? g[i] / x[i]
-           : kind == UnaryKind::Abs    ? (x[i] > 0.0f   ? g[i]
-                                          : x[i] < 0.0f ? -g[i]
-                                                        : 0.0f)
-                                       : (x[i] >= low && x[i] <= high ? g[i] : 0.0f);
+    d[i] = elements::unary_backward(static_cast<int>(kind), x == nullptr ? 0.0f : x[i], g[i], factor, low, high);
 }
 
 void binary(BinaryKind kind, const float* a, const float* b, float* y, int64_t n, int64_t b_n) {
   bool bcast = b_n < n;
-  for (int64_t i = 0; i < n; ++i) {
-    float bv = b[bcast ? i % b_n : i];
-    y[i] = kind == BinaryKind::Add ? a[i] + bv : kind == BinaryKind::Sub ? a[i] - bv : a[i] * bv;
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = elements::binary(static_cast<int>(kind), a[i], b[bcast ? i % b_n : i]);
 }
 
 double sum(const float* x, int64_t n) {

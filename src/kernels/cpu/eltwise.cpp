@@ -1,23 +1,21 @@
-// Activations, fused with the bias add of a dense layer, and their derivatives.
+// Activations, fused with the bias add of a dense layer, and their derivatives: loops over
+// kernels/elements.h's formulas, one loop per activation so that each vectorizes.
 #include <algorithm>
-#include <cmath>
 
-#include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/elements.h"
 
 namespace tandem::kernels::cpu {
 namespace {
-
-constexpr float kSeluScale = 1.0507009873554804934f;
-constexpr float kSeluAlpha = 1.6732632423543772848f;
+namespace el = elements;
 
 TANDEM_VECTORIZE void relu_rows_loop(float* y, const float* b, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < rows; ++i) {
     float* r = y + i * cols;
     if (b)
-      for (int64_t j = 0; j < cols; ++j) r[j] = std::max(r[j] + b[j], 0.0f);
+      for (int64_t j = 0; j < cols; ++j) r[j] = el::activation(el::kReLU, r[j] + b[j]);
     else
-      for (int64_t j = 0; j < cols; ++j) r[j] = std::max(r[j], 0.0f);
+      for (int64_t j = 0; j < cols; ++j) r[j] = el::activation(el::kReLU, r[j]);
   }
 }
 void relu_rows(float* y, const float* b, int64_t rows, int64_t cols) {
@@ -34,62 +32,23 @@ void bias_rows(float* y, const float* b, int64_t rows, int64_t cols) {
   core::vectorized([&] { bias_rows_loop(y, b, rows, cols); });
 }
 
-TANDEM_VECTORIZE void elu_all_loop(float* y, int64_t n, float scale, float alpha) {
-  // exp of min(x, 0) for every element, so the loop has no branch and vectorizes.
-  for (int64_t i = 0; i < n; ++i) {
-    float x = y[i];
-    float e = vexp(std::min(x, 0.0f));
-    y[i] = x > 0.0f ? scale * x : scale * alpha * (e - 1.0f);
-  }
+// One elementwise activation over y (exp of min(x, 0) for every element: no branch).
+template <el::Act A>
+TANDEM_VECTORIZE void activation_all_loop(float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = el::activation(A, y[i]);
 }
-void elu_all(float* y, int64_t n, float scale, float alpha) {
-  core::vectorized([&] { elu_all_loop(y, n, scale, alpha); });
+template <el::Act A>
+void activation_all(float* y, int64_t n) {
+  core::vectorized([&] { activation_all_loop<A>(y, n); });
 }
 
-TANDEM_VECTORIZE void sigmoid_all_loop(float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + vexp(-y[i]));
+template <el::Act A>
+TANDEM_VECTORIZE void backward_from_output_loop(const float* dy, const float* y, float* dz, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dz[i] = el::activation_backward(A, dy[i], 0.0f, y[i]);
 }
-void sigmoid_all(float* y, int64_t n) {
-  core::vectorized([&] { sigmoid_all_loop(y, n); });
-}
-
-TANDEM_VECTORIZE void tanh_all_loop(float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = 1.0f - 2.0f / (vexp(2.0f * y[i]) + 1.0f);
-}
-void tanh_all(float* y, int64_t n) {
-  core::vectorized([&] { tanh_all_loop(y, n); });
-}
-
-void gelu_all(float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * y[i] * (1.0f + std::erf(y[i] * 0.70710678118654752f));
-}
-
-TANDEM_VECTORIZE void backward_from_output_loop(const float* dy, const float* y, float* dz, int64_t n, Activation act) {
-  switch (act) {
-    case Activation::ReLU:
-      for (int64_t i = 0; i < n; ++i) dz[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-      break;
-    case Activation::ELU:
-      for (int64_t i = 0; i < n; ++i) dz[i] = y[i] > 0.0f ? dy[i] : dy[i] * (y[i] + 1.0f);
-      break;
-    case Activation::SELU:
-      for (int64_t i = 0; i < n; ++i)
-        dz[i] = y[i] > 0.0f ? dy[i] * kSeluScale : dy[i] * (y[i] + kSeluScale * kSeluAlpha);
-      break;
-    case Activation::Sigmoid:
-      for (int64_t i = 0; i < n; ++i) dz[i] = dy[i] * y[i] * (1.0f - y[i]);
-      break;
-    case Activation::Tanh:
-      for (int64_t i = 0; i < n; ++i) dz[i] = dy[i] * std::fma(-y[i], y[i], 1.0f);
-      break;
-    case Activation::Linear:
-      for (int64_t i = 0; i < n; ++i) dz[i] = dy[i];
-      break;
-    default: break;
-  }
-}
-void backward_from_output(const float* dy, const float* y, float* dz, int64_t n, Activation act) {
-  core::vectorized([&] { backward_from_output_loop(dy, y, dz, n, act); });
+template <el::Act A>
+void backward_from_output(const float* dy, const float* y, float* dz, int64_t n) {
+  core::vectorized([&] { backward_from_output_loop<A>(dy, y, dz, n); });
 }
 
 }  // namespace
@@ -101,29 +60,24 @@ void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Ac
   switch (act) {
     case Activation::Linear: break;
     case Activation::ReLU: break;
-    case Activation::ELU: elu_all(y, n, 1.0f, 1.0f); break;
-    case Activation::SELU: elu_all(y, n, kSeluScale, kSeluAlpha); break;
-    case Activation::Sigmoid: sigmoid_all(y, n); break;
-    case Activation::Tanh: tanh_all(y, n); break;
-    case Activation::GELU: gelu_all(y, n); break;
+    case Activation::ELU: activation_all<el::kELU>(y, n); break;
+    case Activation::SELU: activation_all<el::kSELU>(y, n); break;
+    case Activation::Sigmoid: activation_all<el::kSigmoid>(y, n); break;
+    case Activation::Tanh: activation_all<el::kTanh>(y, n); break;
+    case Activation::GELU:
+      for (int64_t i = 0; i < n; ++i) y[i] = el::activation(el::kGELU, y[i]);
+      break;
     case Activation::Softmax:
       for (int64_t i = 0; i < rows; ++i) softmax_row(y + i * cols, cols, y + i * cols);
       break;
   }
 }
 
-bool activation_backward_needs_input(Activation act) { return act == Activation::GELU; }
-
 void activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows, int64_t cols,
                          Activation act) {
   int64_t n = rows * cols;
   if (act == Activation::GELU) {
-    for (int64_t i = 0; i < n; ++i) {
-      float x = z[i];
-      float cdf = 0.5f * (1.0f + std::erf(x * 0.70710678118654752f));
-      float pdf = 0.39894228040143268f * std::exp(-0.5f * x * x);
-      dz[i] = dy[i] * (cdf + x * pdf);
-    }
+    for (int64_t i = 0; i < n; ++i) dz[i] = el::activation_backward(el::kGELU, dy[i], z[i], 0.0f);
     return;
   }
   if (act == Activation::Softmax) {
@@ -136,7 +90,14 @@ void activation_backward(const float* dy, const float* z, const float* y, float*
     }
     return;
   }
-  backward_from_output(dy, y, dz, n, act);
+  switch (act) {
+    case Activation::ReLU: return backward_from_output<el::kReLU>(dy, y, dz, n);
+    case Activation::ELU: return backward_from_output<el::kELU>(dy, y, dz, n);
+    case Activation::SELU: return backward_from_output<el::kSELU>(dy, y, dz, n);
+    case Activation::Sigmoid: return backward_from_output<el::kSigmoid>(dy, y, dz, n);
+    case Activation::Tanh: return backward_from_output<el::kTanh>(dy, y, dz, n);
+    default: return backward_from_output<el::kLinear>(dy, y, dz, n);
+  }
 }
 
 TANDEM_VECTORIZE void column_sums_loop(const float* dy, int64_t rows, int64_t cols, float* db) {

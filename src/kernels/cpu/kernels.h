@@ -1,15 +1,14 @@
 #pragma once
 // CPU kernels on raw, contiguous, row-major float32 buffers. Ops check shapes; kernels trust them.
+// The kinds and shapes they take are every device's (kernels/shapes.h).
 #include <cstdint>
 #include <functional>
 
 #include "core/vectorize.h"
+#include "kernels/shapes.h"
 #include "tandem/op_types.h"
 
 namespace tandem::kernels::cpu {
-
-enum class UnaryKind : uint8_t { Scale, Square, Log, Clip, Abs };
-enum class BinaryKind : uint8_t { Add, Sub, Mul };
 
 // y = factor·x, x², log x, x clipped to [low, high] or |x|, element by element (y may be x).
 void unary(UnaryKind kind, const float* x, float* y, int64_t n, float factor, float low, float high);
@@ -28,7 +27,6 @@ void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sa
 
 // Per-row losses over rows of per_row values: loss(rows) = the row's mean of (p - t)² or of the
 // binary cross-entropy of logits or of probabilities (clipped to [ε, 1-ε]), summed in double.
-enum class PointwiseLoss : uint8_t { SquaredError, BinaryCrossEntropyLogits, BinaryCrossEntropy };
 void pointwise_loss(PointwiseLoss kind, const float* pred, const float* target, float* loss, int64_t rows,
                     int64_t per_row);
 // dpred = d loss_i / d pred · dy_i.
@@ -101,7 +99,6 @@ void bias_activation(float* y, const float* bias, int64_t rows, int64_t cols, Ac
 // For Softmax, rows/cols give the row layout.
 void activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows, int64_t cols,
                          Activation act);
-bool activation_backward_needs_input(Activation act);  // true when dz needs z, not just y
 // db(cols) = column sums of dy(rows,cols).
 void column_sums(const float* dy, int64_t rows, int64_t cols, float* db);
 
@@ -126,18 +123,6 @@ void rmsprop_update(float* w, const float* g, float* mean_square, float* velocit
                     float momentum, float epsilon);
 void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon);
 
-struct Conv2dShape {
-  int64_t n, h, w, c;  // input NHWC
-  int64_t kh, kw, f;   // kernel HWIO (KH, KW, C, F)
-  int64_t sh, sw;      // strides
-  int64_t pad_top, pad_left, pad_bottom, pad_right;
-  int64_t oh, ow;           // output spatial size
-  bool fused_relu = false;  // forward applies ReLU as a oneDNN post-op
-  bool bf16 = false;        // products in bf16 (x, the kernel and dy rounded), float32 accumulation and results
-  bool operator==(const Conv2dShape&) const = default;
-};
-Conv2dShape conv2d_shape(int64_t n, int64_t h, int64_t w, int64_t c, int64_t kh, int64_t kw, int64_t f, int64_t sh,
-                         int64_t sw, Padding padding);
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* kernel, const float* bias, float* y);
 void conv2d_backward_data(const Conv2dShape& s, const float* dy, const float* kernel, float* dx);
 void conv2d_backward_weights(const Conv2dShape& s, const float* x, const float* dy, float* dkernel, float* dbias);
@@ -174,16 +159,6 @@ void conv2d_forward_chunks(const Conv2dShape& s, const float* x, const float* ke
 void conv2d_backward_chunks(const Conv2dShape& s, const float* x, const float* kernel, const ConvChunkGradient& fill_dy,
                             float* dx, float* dkernel, float* dbias);
 
-enum class PoolKind : uint8_t { Max, Average };
-struct Pool2dShape {
-  PoolKind kind;
-  int64_t n, h, w, c, ph, pw, sh, sw;
-  int64_t pad_top, pad_left, pad_bottom, pad_right;
-  int64_t oh, ow;
-  bool operator==(const Pool2dShape&) const = default;
-};
-Pool2dShape pool2d_shape(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t c, int64_t ph, int64_t pw, int64_t sh,
-                         int64_t sw, Padding padding);
 // workspace: for max pooling, oneDNN's argmax record (pool2d_workspace_bytes); unused for average.
 size_t pool2d_workspace_bytes(const Pool2dShape& s);
 void pool2d_forward(const Pool2dShape& s, const float* x, float* y, void* workspace);

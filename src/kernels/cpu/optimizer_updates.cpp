@@ -3,12 +3,12 @@
 // decays toward zero (Adam's m and v where a weight's gradient is zero or tiny) otherwise passes
 // through the subnormal range, where each operation costs the CPU a microcode assist. The mlp at
 // batch 25 spent 78% of its step in adam_update so (perf), one tenth of its floor's speed.
+// The formulas are kernels/elements.h's, one element at a time.
 #include <xmmintrin.h>
-
-#include <cmath>
 
 #include "core/parallel.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/elements.h"
 
 namespace tandem::kernels::cpu {
 namespace {
@@ -45,23 +45,12 @@ class SubnormalsFlushed {
 TANDEM_VECTORIZE void sgd_update_loop(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum,
                                       bool nesterov) {
   SubnormalsFlushed flushed;
-  if (momentum == 0.0f) {
-    for (int64_t i = 0; i < n; ++i) w[i] -= lr * g[i];
-    return;
-  }
-  // Keras: v = momentum·v - lr·g; w += v (plain) or w += momentum·v - lr·g (Nesterov).
-  if (nesterov) {
-    for (int64_t i = 0; i < n; ++i) {
-      float v = momentum * velocity[i] - lr * g[i];
-      velocity[i] = v;
-      w[i] += momentum * v - lr * g[i];
-    }
+  if (velocity == nullptr || momentum == 0.0f) {
+    for (int64_t i = 0; i < n; ++i) elements::sgd(w[i], g[i], lr);
+  } else if (nesterov) {  // a loop per form, so that each vectorizes
+    for (int64_t i = 0; i < n; ++i) elements::sgd_momentum(w[i], g[i], velocity[i], lr, momentum, true);
   } else {
-    for (int64_t i = 0; i < n; ++i) {
-      float v = momentum * velocity[i] - lr * g[i];
-      velocity[i] = v;
-      w[i] += v;
-    }
+    for (int64_t i = 0; i < n; ++i) elements::sgd_momentum(w[i], g[i], velocity[i], lr, momentum, false);
   }
 }
 void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, float momentum, bool nesterov) {
@@ -70,43 +59,27 @@ void sgd_update(float* w, const float* g, float* velocity, int64_t n, float lr, 
   });
 }
 
-TANDEM_VECTORIZE void adam_update_loop(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                                       float beta2, float epsilon, int64_t step) {
+TANDEM_VECTORIZE void adam_update_loop(float* w, const float* g, float* m, float* v, int64_t n, float alpha,
+                                       float beta1, float beta2, float epsilon) {
   SubnormalsFlushed flushed;
-  // Keras' form: the bias corrections fold into the step size, epsilon stays outside the sqrt.
-  double t = static_cast<double>(step);
-  float alpha = static_cast<float>(lr * std::sqrt(1.0 - std::pow(beta2, t)) / (1.0 - std::pow(beta1, t)));
-  float one_minus_b1 = 1.0f - beta1, one_minus_b2 = 1.0f - beta2;
-  for (int64_t i = 0; i < n; ++i) {
-    float gi = g[i];
-    float mi = m[i] + one_minus_b1 * (gi - m[i]);
-    float vi = v[i] + one_minus_b2 * (gi * gi - v[i]);
-    m[i] = mi;
-    v[i] = vi;
-    w[i] -= alpha * mi / (std::sqrt(vi) + epsilon);
-  }
+  for (int64_t i = 0; i < n; ++i) elements::adam(w[i], g[i], m[i], v[i], alpha, beta1, beta2, epsilon);
 }
 void adam_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
                  float epsilon, int64_t step) {
+  float alpha = elements::adam_alpha(lr, beta1, beta2, step);
   over_elements(n, 28, [&](int64_t i, int64_t count) {
-    adam_update_loop(w + i, g + i, m + i, v + i, count, lr, beta1, beta2, epsilon, step);
+    adam_update_loop(w + i, g + i, m + i, v + i, count, alpha, beta1, beta2, epsilon);
   });
 }
 
 TANDEM_VECTORIZE void rmsprop_update_loop(float* w, const float* g, float* mean_square, float* velocity, int64_t n,
                                           float lr, float rho, float momentum, float epsilon) {
   SubnormalsFlushed flushed;
-  for (int64_t i = 0; i < n; ++i) {
-    float ms = rho * mean_square[i] + (1.0f - rho) * g[i] * g[i];
-    mean_square[i] = ms;
-    float step = lr * g[i] / (std::sqrt(ms) + epsilon);
-    if (velocity) {
-      float vel = momentum * velocity[i] + step;
-      velocity[i] = vel;
-      w[i] -= vel;
-    } else {
-      w[i] -= step;
-    }
+  if (velocity == nullptr) {
+    for (int64_t i = 0; i < n; ++i) elements::rmsprop(w[i], g[i], mean_square[i], nullptr, lr, rho, momentum, epsilon);
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      elements::rmsprop(w[i], g[i], mean_square[i], velocity + i, lr, rho, momentum, epsilon);
   }
 }
 void rmsprop_update(float* w, const float* g, float* mean_square, float* velocity, int64_t n, float lr, float rho,
@@ -120,11 +93,7 @@ void rmsprop_update(float* w, const float* g, float* mean_square, float* velocit
 TANDEM_VECTORIZE void adagrad_update_loop(float* w, const float* g, float* accumulator, int64_t n, float lr,
                                           float epsilon) {
   SubnormalsFlushed flushed;
-  for (int64_t i = 0; i < n; ++i) {
-    float a = accumulator[i] + g[i] * g[i];
-    accumulator[i] = a;
-    w[i] -= lr * g[i] / (std::sqrt(a) + epsilon);
-  }
+  for (int64_t i = 0; i < n; ++i) elements::adagrad(w[i], g[i], accumulator[i], lr, epsilon);
 }
 void adagrad_update(float* w, const float* g, float* accumulator, int64_t n, float lr, float epsilon) {
   over_elements(

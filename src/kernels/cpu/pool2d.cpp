@@ -14,6 +14,7 @@
 #include "core/vectorize.h"
 #include "kernels/cpu/dnnl_context.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/elements.h"
 #include "tandem/error.h"
 
 namespace tandem::kernels::cpu {
@@ -122,6 +123,11 @@ void max_unpool_2x2_row(const float* __restrict dy, const int32_t* __restrict ar
   core::vectorized([&] { max_unpool_2x2_row_loop(dy, arg, w, c, count, dx); });
 }
 
+// The window's geometry as kernels/elements.h walks it.
+elements::ConvGeometry window(const Pool2dShape& s) {
+  return {s.h, s.w, s.c, s.ph, s.pw, s.sh, s.sw, s.pad_top, s.pad_left, s.oh, s.ow};
+}
+
 bool is_2x2_inside(const Pool2dShape& s) {
   return s.ph == 2 && s.pw == 2 && s.sh == 2 && s.sw == 2 && s.pad_top == 0 && s.pad_left == 0 && 2 * s.oh <= s.h &&
          2 * s.ow <= s.w;
@@ -133,28 +139,20 @@ void max_pool_image(const Pool2dShape& s, const float* x, float* y, int32_t* arg
       max_pool_2x2_row(x + 2 * oh * s.w * s.c, s.w, s.c, s.ow, y + oh * s.ow * s.c, arg + oh * s.ow * s.c);
     return;
   }
+  elements::ConvGeometry g = window(s);
   for (int64_t oh = 0; oh < s.oh; ++oh)
     for (int64_t ow = 0; ow < s.ow; ++ow) {
       float* yo = y + (oh * s.ow + ow) * s.c;
       int32_t* ao = arg + (oh * s.ow + ow) * s.c;
       bool any = false;
-      for (int64_t i = 0; i < s.ph; ++i) {
-        int64_t hi = oh * s.sh - s.pad_top + i;
-        if (hi < 0 || hi >= s.h) continue;
-        for (int64_t j = 0; j < s.pw; ++j) {
-          int64_t wj = ow * s.sw - s.pad_left + j;
-          if (wj < 0 || wj >= s.w) continue;
-          const float* xi = x + (hi * s.w + wj) * s.c;
-          auto k = static_cast<int32_t>(i * s.pw + j);
-          if (any) {
-            fold_max(xi, yo, ao, k, s.c);
-            continue;
-          }
-          std::copy(xi, xi + s.c, yo);
-          std::fill(ao, ao + s.c, k);
-          any = true;
-        }
-      }
+      elements::window_places(g, oh, ow, [&](int64_t place, int64_t hi, int64_t wj) {
+        const float* xi = x + (hi * s.w + wj) * s.c;
+        auto k = static_cast<int32_t>(place);
+        if (any) return fold_max(xi, yo, ao, k, s.c);
+        std::copy(xi, xi + s.c, yo);
+        std::fill(ao, ao + s.c, k);
+        any = true;
+      });
       if (!any) {  // a window in the padding alone
         std::fill(yo, yo + s.c, 0.0f);
         std::fill(ao, ao + s.c, -1);
@@ -193,18 +191,14 @@ void max_pool_image_backward(const Pool2dShape& s, const float* dy, const int32_
   bool tiles = s.sh == s.ph && s.sw == s.pw && s.oh * s.sh - s.pad_top >= s.h && s.ow * s.sw - s.pad_left >= s.w;
   auto* write = tiles ? set_where : add_where;
   if (!tiles) std::fill(dx, dx + s.h * s.w * s.c, 0.0f);
+  elements::ConvGeometry g = window(s);
   for (int64_t oh = 0; oh < s.oh; ++oh)
     for (int64_t ow = 0; ow < s.ow; ++ow) {
       const float* d = dy + (oh * s.ow + ow) * s.c;
       const int32_t* a = arg + (oh * s.ow + ow) * s.c;
-      for (int64_t i = 0; i < s.ph; ++i) {
-        int64_t hi = oh * s.sh - s.pad_top + i;
-        if (hi < 0 || hi >= s.h) continue;
-        for (int64_t j = 0; j < s.pw; ++j) {
-          int64_t wj = ow * s.sw - s.pad_left + j;
-          if (wj >= 0 && wj < s.w) write(d, a, static_cast<int32_t>(i * s.pw + j), dx + (hi * s.w + wj) * s.c, s.c);
-        }
-      }
+      elements::window_places(g, oh, ow, [&](int64_t place, int64_t hi, int64_t wj) {
+        write(d, a, static_cast<int32_t>(place), dx + (hi * s.w + wj) * s.c, s.c);
+      });
     }
 }
 
@@ -247,26 +241,6 @@ void for_image_chunks(const Pool2dShape& s, const F& fn) {
 }
 
 }  // namespace
-
-Pool2dShape pool2d_shape(PoolKind kind, int64_t n, int64_t h, int64_t w, int64_t c, int64_t ph, int64_t pw, int64_t sh,
-                         int64_t sw, Padding padding) {
-  Conv2dShape geometry = conv2d_shape(n, h, w, c, ph, pw, c, sh, sw, padding);
-  return Pool2dShape{kind,
-                     n,
-                     h,
-                     w,
-                     c,
-                     ph,
-                     pw,
-                     sh,
-                     sw,
-                     geometry.pad_top,
-                     geometry.pad_left,
-                     geometry.pad_bottom,
-                     geometry.pad_right,
-                     geometry.oh,
-                     geometry.ow};
-}
 
 // Max: the window index of each output value. Average: room for the whole batch's primitive and
 // for its chunks' image-by-image parts (none, as oneDNN keeps no workspace for it).

@@ -1,26 +1,11 @@
 // Softmax fused with cross-entropy: one pass gives the loss and the probabilities that the
 // backward pass turns into (p - target) without ever forming log(softmax).
-#include <algorithm>
-#include <cmath>
-
-#include "kernels/cpu/fast_math.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/elements.h"
 
 namespace tandem::kernels::cpu {
-TANDEM_VECTORIZE float softmax_row_loop(const float* row, int64_t cols, float* p) {
-  float m = row[0];
-  for (int64_t j = 1; j < cols; ++j) m = std::max(m, row[j]);
-  float s = 0.0f;
-  for (int64_t j = 0; j < cols; ++j) {
-    p[j] = vexp(row[j] - m);
-    s += p[j];
-  }
-  float inv = 1.0f / s;
-  for (int64_t j = 0; j < cols; ++j) p[j] *= inv;
-  return std::log(s) + m;
-}
 float softmax_row(const float* row, int64_t cols, float* p) {
-  return core::vectorized([&] { return softmax_row_loop(row, cols, p); });
+  return core::vectorized([&] { return elements::softmax_row(row, cols, p); });
 }
 
 void sparse_softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t cols, float* loss,

@@ -1,24 +1,25 @@
-// The CUDA kernels' per-element functions (src/cuda/elements.h), compiled for the host, against
-// the CPU's kernels: the same bits where both sides share the math (Philox, the exp polynomial,
-// the optimizers' updates, bf16 rounding), so that a GPU kernel built on them computes what the
-// CPU does. Runs without a GPU.
+// The shared per-element functions (src/kernels/elements.h), called one element at a time on the
+// host, against the CPU's kernels: Philox, dropout masks, bf16 rounding and im2col against the
+// CPU's own generator, rounding and convolution; the families whose CPU loops call these
+// functions, to the same bits in every vector lane and tail at each vector level (the test runs
+// again capped to AVX2). What the CUDA kernels compute is these functions. Runs without a GPU.
 #include <bit>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "cuda/elements.h"
 #include "kernels/cpu/kernels.h"
+#include "kernels/elements.h"
 #include "tandem/random.h"
 #include "test_util.h"
 
 namespace tandem {
 namespace {
 
-namespace el = cuda::elements;
-using kernels::cpu::BinaryKind;
-using kernels::cpu::PointwiseLoss;
-using kernels::cpu::UnaryKind;
+namespace el = kernels::elements;
+using kernels::BinaryKind;
+using kernels::PointwiseLoss;
+using kernels::UnaryKind;
 
 // The same bits, -0 told from +0; any NaN for a NaN (its sign and payload are the hardware's).
 ::testing::AssertionResult same(float a, float b) {
@@ -32,7 +33,7 @@ std::vector<float> values(int64_t n, uint64_t seed, float low = -4.0f, float hig
   return testing::random_tensor({n}, seed, low, high).to_vector();
 }
 
-TEST(CudaElements, TheEnumsAreTheCpuKernels) {
+TEST(Elements, TheEnumsAreTheCpuKernels) {
   EXPECT_EQ(el::kClip, static_cast<int>(UnaryKind::Clip));
   EXPECT_EQ(el::kAbs, static_cast<int>(UnaryKind::Abs));
   EXPECT_EQ(el::kMul, static_cast<int>(BinaryKind::Mul));
@@ -41,7 +42,7 @@ TEST(CudaElements, TheEnumsAreTheCpuKernels) {
   EXPECT_EQ(el::kBinaryCrossEntropy, static_cast<int>(PointwiseLoss::BinaryCrossEntropy));
 }
 
-TEST(CudaElements, PhiloxWordsAreTheCpuGenerator) {
+TEST(Elements, PhiloxWordsAreTheCpuGenerator) {
   for (uint64_t seed : {0ull, 7ull, 0xDEADBEEFCAFEull})
     for (uint64_t stream : {0ull, 3ull, 1ull << 40}) {
       Philox rng(seed, stream);
@@ -51,7 +52,7 @@ TEST(CudaElements, PhiloxWordsAreTheCpuGenerator) {
     }
 }
 
-TEST(CudaElements, DropoutMasksAreTheCpuMasks) {
+TEST(Elements, DropoutMasksAreTheCpuMasks) {
   const int64_t rows = 3, per_sample = 37, features = 80, feature_offset = 5, sample_offset = 11;
   std::vector<float> x = values(rows * per_sample, 1), y(x.size()), mask(x.size());
   kernels::cpu::dropout(x.data(), y.data(), mask.data(), rows, per_sample, 0.3f, 42, 9, sample_offset, features,
@@ -62,7 +63,7 @@ TEST(CudaElements, DropoutMasksAreTheCpuMasks) {
                 mask[static_cast<size_t>(r * per_sample + j)]);
 }
 
-TEST(CudaElements, UnaryAndBinaryAreTheCpuKernels) {
+TEST(Elements, UnaryAndBinaryAreTheCpuKernels) {
   std::vector<float> x = values(64, 2, 0.1f, 3.0f), g = values(64, 3), b = values(8, 4), y(64), d(64);
   x[5] = std::numeric_limits<float>::quiet_NaN();  // clip keeps a NaN, as std::min(std::max(…)) does
   for (UnaryKind kind : {UnaryKind::Scale, UnaryKind::Square, UnaryKind::Log, UnaryKind::Clip, UnaryKind::Abs}) {
@@ -79,7 +80,7 @@ TEST(CudaElements, UnaryAndBinaryAreTheCpuKernels) {
   }
 }
 
-TEST(CudaElements, ActivationsAndTheirGradientsAreTheCpuKernels) {
+TEST(Elements, ActivationsAndTheirGradientsAreTheCpuKernels) {
   const int64_t rows = 4, cols = 33;  // not a whole vector: the CPU's scalar tails too
   std::vector<float> z = values(rows * cols, 5), bias = values(cols, 6), dy = values(rows * cols, 7);
   z[1] = std::numeric_limits<float>::quiet_NaN();  // kept a NaN, as the CPU keeps it
@@ -106,7 +107,7 @@ TEST(CudaElements, ActivationsAndTheirGradientsAreTheCpuKernels) {
   EXPECT_EQ(q, p);
 }
 
-TEST(CudaElements, PointwiseLossesAreTheCpuKernels) {
+TEST(Elements, PointwiseLossesAreTheCpuKernels) {
   const int64_t rows = 3, per_row = 17;
   std::vector<float> probs = values(rows * per_row, 9, 0.0f, 1.0f), logits = values(rows * per_row, 10),
                      t = values(rows * per_row, 11, 0.0f, 1.0f), dy = values(rows, 12);
@@ -130,7 +131,7 @@ TEST(CudaElements, PointwiseLossesAreTheCpuKernels) {
   }
 }
 
-TEST(CudaElements, OptimizerUpdatesAreTheCpuKernels) {
+TEST(Elements, OptimizerUpdatesAreTheCpuKernels) {
   const int64_t n = 41;
   std::vector<float> w0 = values(n, 13), g = values(n, 14), s0 = values(n, 15, 0.1f, 1.0f), v0 = values(n, 16);
   auto expect_same = [&](const char* name, auto cpu, auto element) {
@@ -164,7 +165,7 @@ TEST(CudaElements, OptimizerUpdatesAreTheCpuKernels) {
       [&](float& w, float gi, float& a, float&) { el::adagrad(w, gi, a, 0.1f, 1e-7f); });
 }
 
-TEST(CudaElements, Bf16RoundingIsTheCpus) {
+TEST(Elements, Bf16RoundingIsTheCpus) {
   std::vector<float> x = values(200, 17, -1e4f, 1e4f);
   x.push_back(std::bit_cast<float>(0x3f808000u));  // a tie, to even (down)
   x.push_back(std::bit_cast<float>(0x3f818000u));  // a tie, to even (up)
@@ -177,7 +178,7 @@ TEST(CudaElements, Bf16RoundingIsTheCpus) {
 
 // The CUDA device's convolutions are products of the im2col matrix these index functions read; here,
 // on the host, those products (in double) against the CPU's convolution, forward and both gradients.
-TEST(CudaElements, Im2colProductsAreTheCpusConvolution) {
+TEST(Elements, Im2colProductsAreTheCpusConvolution) {
   struct Case {
     int64_t n, h, w, c, k, f, stride;
     Padding padding;
@@ -185,7 +186,7 @@ TEST(CudaElements, Im2colProductsAreTheCpusConvolution) {
   for (Case t : {Case{2, 6, 7, 3, 3, 4, 1, Padding::Same}, Case{2, 7, 6, 2, 3, 5, 2, Padding::Same},
                  Case{1, 8, 8, 3, 3, 2, 2, Padding::Valid}, Case{2, 5, 5, 4, 1, 3, 1, Padding::Valid},
                  Case{1, 9, 7, 1, 5, 2, 3, Padding::Same}}) {
-    auto s = kernels::cpu::conv2d_shape(t.n, t.h, t.w, t.c, t.k, t.k, t.f, t.stride, t.stride, t.padding);
+    auto s = kernels::conv2d_shape(t.n, t.h, t.w, t.c, t.k, t.k, t.f, t.stride, t.stride, t.padding);
     el::ConvGeometry g{s.h, s.w, s.c, s.kh, s.kw, s.sh, s.sw, s.pad_top, s.pad_left, s.oh, s.ow};
     int64_t rows = s.n * s.oh * s.ow, window = s.kh * s.kw * s.c;
     std::vector<float> x = values(s.n * s.h * s.w * s.c, 1), kernel = values(window * s.f, 2),

@@ -1,26 +1,26 @@
 #pragma once
-// What the CUDA kernels compute for one element, one row's value or one Philox word: the same
-// functions on the host (compiled by g++ as C++20, checked against the CPU's kernels by
-// tests/cuda/elements_test.cpp without a GPU) and on the device (compiled by nvcc as C++17 inside
-// the kernels of src/cuda/*.cu, which only index). The formulas are the CPU kernels' own, with the
-// same explicit multiply-adds, so that an element has the CPU's bits where the device's math
-// library agrees with glibc's (exp here is the CPU's polynomial; log, erf and sqrt are each side's
-// correctly rounded or near-correct ones).
+// One formula per op for every device: what a kernel computes for one element, one row's value
+// or one Philox word, written once. The CPU's kernels (src/kernels/cpu, g++ C++20, inside their
+// vectorized loops) and the CUDA device's (src/cuda/*.cu, nvcc C++17, grids that only index) call
+// these same functions, so an element has the same bits on both where the device's math library
+// agrees with glibc's (exp is this polynomial on both; log, erf and sqrt are each side's correctly
+// rounded or near-correct ones). Multiply-adds are written out (fmaf): the CPU's files compile with
+// -ffp-contract=off and the CUDA kernels with --fmad=false, so no compiler fuses another.
 //
-// C++17 and no Tandem header: nvcc 11.8 knows C++17 only, and its host compiler is g++ 11.
+// C++17, plain C headers and no other Tandem header: nvcc compiles it too.
 #include <math.h>
 #include <stdint.h>
-#include <string.h>
 
 #ifdef __CUDACC__
 #define TANDEM_HD __host__ __device__ inline
 #else
-#define TANDEM_HD inline
+// Inlined into the vectorized copy of the loop that calls it (core/vectorize.h's rule).
+#define TANDEM_HD inline __attribute__((always_inline))
 #endif
 
-namespace tandem::cuda::elements {
+namespace tandem::kernels::elements {
 
-// kernels::cpu's enums, as numbers (the backend passes them through unchanged).
+// kernels::cpu's enums, as numbers (the backends pass them through unchanged).
 enum Unary : int { kScale = 0, kSquare = 1, kLog = 2, kClip = 3, kAbs = 4 };
 enum Binary : int { kAdd = 0, kSub = 1, kMul = 2 };
 enum Act : int { kLinear = 0, kReLU = 1, kELU = 2, kSELU = 3, kTanh = 4, kSigmoid = 5, kGELU = 6, kSoftmax = 7 };
@@ -34,9 +34,7 @@ TANDEM_HD float bits_to_float(uint32_t u) {
 #ifdef __CUDA_ARCH__
   return __uint_as_float(u);
 #else
-  float f;
-  memcpy(&f, &u, sizeof f);
-  return f;
+  return __builtin_bit_cast(float, u);
 #endif
 }
 
@@ -45,7 +43,8 @@ TANDEM_HD float bits_to_float(uint32_t u) {
 TANDEM_HD float min_f(float a, float b) { return b < a ? b : a; }
 TANDEM_HD float max_f(float a, float b) { return a < b ? b : a; }
 
-// kernels/cpu/fast_math.h's vexp: Cephes' range reduction and polynomial.
+// exp that vectorizes (glibc's expf is a scalar call): Cephes' range reduction and polynomial,
+// within about 2 ulp over the float range.
 TANDEM_HD float exp_poly(float x) {
   x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
   float n = floorf(fmaf(x, 1.44269504088896341f, 0.5f));
@@ -141,7 +140,7 @@ TANDEM_HD float activation_backward(int act, float dy, float z, float y) {
   }
 }
 
-// Softmax of one row (p may be row): returns log Σ exp(row) (kernels::cpu::softmax_row).
+// Softmax of one row (p may be row): returns log Σ exp(row).
 TANDEM_HD float softmax_row(const float* row, int64_t cols, float* p) {
   float m = row[0];
   for (int64_t j = 1; j < cols; ++j) m = max_f(m, row[j]);
@@ -173,15 +172,13 @@ TANDEM_HD float pointwise_gradient(int kind, float p, float t, float dy_row, int
   return (p < kLossEpsilon || p > 1.0f - kLossEpsilon) ? 0.0f : g * (p - t) / (p * (1.0f - p));
 }
 
-// Optimizer updates of one element (kernels/cpu/optimizer_updates.cpp). Adam's alpha folds the
-// bias corrections in, computed once on the host (adam_alpha).
-TANDEM_HD void sgd(float& w, float g, float* velocity, float lr, float momentum, bool nesterov) {
-  if (velocity == nullptr || momentum == 0.0f) {
-    w -= lr * g;
-    return;
-  }
-  float v = momentum * *velocity - lr * g;
-  *velocity = v;
+// Optimizer updates of one element, in Keras' forms. SGD with momentum: v = momentum·v - lr·g;
+// w += v, or momentum·v - lr·g with Nesterov. Adam's alpha folds the bias corrections in,
+// computed once on the host (adam_alpha); epsilon stays outside the square root.
+TANDEM_HD void sgd(float& w, float g, float lr) { w -= lr * g; }
+TANDEM_HD void sgd_momentum(float& w, float g, float& velocity, float lr, float momentum, bool nesterov) {
+  float v = momentum * velocity - lr * g;
+  velocity = v;
   w += nesterov ? momentum * v - lr * g : v;
 }
 inline float adam_alpha(float lr, float beta1, float beta2, int64_t step) {
@@ -214,25 +211,44 @@ TANDEM_HD void adagrad(float& w, float g, float& accumulator, float lr, float ep
   w -= lr * g / (sqrtf(a) + epsilon);
 }
 
-// bf16 of x: to nearest, ties to even (kernels::cpu::round_to_bf16), NaN kept a NaN.
+// bf16 of x: to nearest, ties to even, NaN kept a NaN.
 TANDEM_HD uint16_t to_bf16(float x) {
-  uint32_t u;
 #ifdef __CUDA_ARCH__
-  u = __float_as_uint(x);
+  uint32_t u = __float_as_uint(x);
 #else
-  memcpy(&u, &x, sizeof u);
+  uint32_t u = __builtin_bit_cast(uint32_t, x);
 #endif
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-// A convolution as a product (NHWC input, HWIO kernel): the im2col matrix has a row per output
+// A window over an NHWC image (a convolution's kernel, a pooling window), and a convolution as a
+// product (NHWC input, HWIO kernel): the im2col matrix has a row per output
 // place r = (n·oh + oy)·ow + ox and a column per window place k = (ky·kw + kx)·c + ci, holding the
 // input at (n, oy·sh - pad_top + ky, ox·sw - pad_left + kx, ci), 0 over the padding; the output is
 // that matrix times the kernel (kh·kw·c × f).
 struct ConvGeometry {
   int64_t h, w, c, kh, kw, sh, sw, pad_top, pad_left, oh, ow;
 };
+// Every place of output (oy, ox)'s window that lies inside the input, row by row:
+// visit(place, iy, ix) with place = ky·kw + kx (the pooling's argmax index).
+template <class Visit>
+TANDEM_HD void window_places(const ConvGeometry& g, int64_t oy, int64_t ox, Visit visit) {
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    int64_t iy = oy * g.sh - g.pad_top + ky;
+    if (iy < 0 || iy >= g.h) continue;
+    for (int64_t kx = 0; kx < g.kw; ++kx) {
+      int64_t ix = ox * g.sw - g.pad_left + kx;
+      if (ix >= 0 && ix < g.w) visit(ky * g.kw + kx, iy, ix);
+    }
+  }
+}
+// How many of output o's window [o·stride - pad, … + window) fall inside 0 … size - 1 along one
+// axis (average pooling's divisor: the padding is not counted).
+TANDEM_HD int64_t window_inside(int64_t o, int64_t stride, int64_t pad, int64_t window, int64_t size) {
+  int64_t begin = o * stride - pad, end = begin + window;
+  return (end < size ? end : size) - (begin > 0 ? begin : 0);
+}
 // The input element im2col's (r, k) reads, or -1 where its window hangs over the padding.
 TANDEM_HD int64_t im2col_source(const ConvGeometry& g, int64_t r, int64_t k) {
   int64_t ci = k % g.c, kx = (k / g.c) % g.kw, ky = k / (g.c * g.kw);
@@ -257,4 +273,4 @@ TANDEM_HD void im2col_readers(const ConvGeometry& g, int64_t e, Visit visit) {
   }
 }
 
-}  // namespace tandem::cuda::elements
+}  // namespace tandem::kernels::elements
