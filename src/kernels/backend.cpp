@@ -3,6 +3,7 @@
 
 #include <array>
 
+#include "kernels/cpu/kernels.h"
 #include "tandem/error.h"
 
 namespace tandem::kernels {

@@ -145,7 +145,11 @@ TEST(Elements, OptimizerUpdatesAreTheCpuKernels) {
   for (bool nesterov : {false, true})
     expect_same(
         "sgd", [&](float* w, float*, float* v) { kernels::cpu::sgd_update(w, g.data(), v, n, 0.1f, 0.9f, nesterov); },
-        [&](float& w, float gi, float&, float& v) { el::sgd(w, gi, &v, 0.1f, 0.9f, nesterov); });
+        [&](float& w, float gi, float&, float& v) { el::sgd_momentum(w, gi, v, 0.1f, 0.9f, nesterov); });
+  expect_same(
+      "plain sgd",
+      [&](float* w, float*, float*) { kernels::cpu::sgd_update(w, g.data(), nullptr, n, 0.1f, 0.0f, false); },
+      [&](float& w, float gi, float&, float&) { el::sgd(w, gi, 0.1f); });
   expect_same(
       "adam",
       [&](float* w, float* m, float* v) {
