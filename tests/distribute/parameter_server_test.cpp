@@ -210,6 +210,7 @@ TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
   init.add(1, 0, Tensor::from_vector({3}, std::vector<float>{5, 6, 7}));
   EXPECT_EQ(ask(std::move(init)).envelope.type, MessageType::Ready);
   Outgoing push(MessageType::Push, 0, 0, 0);
+  push.add(0, 0, encode(PushInfo{}), kPushInfoItem);
   push.add(0, 0, Tensor::from_vector({2, 2}, std::vector<float>{2, 2, 2, 2}));
   push.add(1, 0, Tensor::from_vector({3}, std::vector<float>{-2, 0, 2}));
   Incoming pushed = ask(std::move(push));
@@ -218,6 +219,7 @@ TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
   EXPECT_EQ(pushed.envelope.aux, 0);   // computed on the version it was applied to
   // Garbage of every kind: refused, counted, answered where there is someone to answer.
   Outgoing wrong_shape(MessageType::Push, 0, 1, 0);
+  wrong_shape.add(0, 0, encode(PushInfo{}), kPushInfoItem);
   wrong_shape.add(0, 0, Tensor::zeros({4}));
   wrong_shape.add(1, 0, Tensor::zeros({3}));
   Incoming refused = ask(std::move(wrong_shape));
@@ -226,13 +228,21 @@ TEST(ParameterServer, AppliesPushesRefusesBadMessagesAndKeepsServing) {
                 .find("the gradient of shard 0/0 is float32 (4,), the shard float32 (2, 2)"),
             std::string::npos);
   Outgoing unknown(MessageType::Push, 0, 1, 0);
+  unknown.add(0, 0, encode(PushInfo{}), kPushInfoItem);
   unknown.add(7, 0, Tensor::zeros({2, 2}));
   unknown.add(1, 0, Tensor::zeros({3}));
   EXPECT_EQ(ask(std::move(unknown)).envelope.type, MessageType::Refused);
   Outgoing future(MessageType::Push, 0, 99, 0);  // computed on a version the server never had
+  future.add(0, 0, encode(PushInfo{}), kPushInfoItem);
   future.add(0, 0, Tensor::zeros({2, 2}));
   future.add(1, 0, Tensor::zeros({3}));
   EXPECT_EQ(ask(std::move(future)).envelope.type, MessageType::Refused);
+  Outgoing no_info(MessageType::Push, 0, 1, 0);  // gradients without the push's info first
+  no_info.add(0, 0, Tensor::zeros({2, 2}));
+  no_info.add(1, 0, Tensor::zeros({3}));
+  Incoming without = ask(std::move(no_info));
+  EXPECT_EQ(without.envelope.type, MessageType::Refused);
+  EXPECT_NE(std::string(without.items.at(0).payload).find("a push begins with its push info"), std::string::npos);
   uint64_t state = 5;
   int64_t dropped = messages_dropped();
   for (int i = 0; i < 200; ++i) {  // random and truncated frames
@@ -376,6 +386,7 @@ TEST(ParameterServer, AdmitsOnlyAllowedKeysUnderAuth) {
       }
     };
     Outgoing push(MessageType::Push, 0, 0, 0);
+    push.add(0, 0, encode(PushInfo{}), kPushInfoItem);
     push.add(0, 0, Tensor::from_vector({2}, std::vector<float>{10, 10}));
     EXPECT_TRUE(unanswered(std::move(push)));
     EXPECT_TRUE(unanswered(Outgoing(MessageType::Pull, 0)));

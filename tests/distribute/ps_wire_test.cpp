@@ -101,6 +101,26 @@ TEST(PsWire, StepInfoRoundTripsWithoutNarrowingAndBadOnesAreRefused) {
               std::string::npos);
   EXPECT_NE(error_of([&] { decode_policy(item_of(old_form), 3); }).find("an update policy is a uint8 tensor"),
             std::string::npos);
+  // A push's named fields: the clock, and a synchronous round's number and pushes, never one field
+  // read two ways; an item not tagged as the push's info, or one with inconsistent fields, named.
+  auto push_item = [&](const PushInfo& info, int64_t tag = kPushInfoItem) {
+    Item item = item_of(encode(info));
+    item.header.aux = tag;
+    return item;
+  };
+  for (PushInfo info : {PushInfo{.clock = (int64_t{1} << 35) + 1}, PushInfo{.clock = 4, .round = 9, .round_pushes = 3},
+                        PushInfo{.clock = 2, .round = -1, .round_pushes = 2}}) {
+    PushInfo got = decode_push_info(push_item(info));
+    EXPECT_EQ(got.clock, info.clock);
+    EXPECT_EQ(got.round, info.round);
+    EXPECT_EQ(got.round_pushes, info.round_pushes);
+  }
+  for (PushInfo bad : {PushInfo{.clock = -1}, PushInfo{.round = -2}, PushInfo{.round = 3, .round_pushes = 0},
+                       PushInfo{.round_pushes = kMaxWorkers + 1}})
+    EXPECT_NE(error_of([&] { decode_push_info(push_item(bad)); }).find("a push's info is inconsistent"),
+              std::string::npos);
+  EXPECT_NE(error_of([&] { decode_push_info(push_item(PushInfo{}, 0)); }).find("a push begins with its push info"),
+            std::string::npos);
 }
 
 }  // namespace

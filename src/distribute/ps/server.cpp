@@ -78,7 +78,7 @@ void ParameterServer::check_replayed(const Incoming& request) {
 PsRecord::Event ParameterServer::event_of(const Incoming& request) const {
   bool push = request.envelope.type == MessageType::Push;
   return {push ? PsRecord::kPush : PsRecord::kPull, record_field(request.envelope.variable, "worker"),
-          record_field(push ? request.envelope.aux : 0, "clock"),
+          record_field(push && !request.items.empty() ? decode_push_info(request.items[0]).clock : 0, "clock"),
           record_field(push ? request.envelope.step : version_, "version")};
 }
 
@@ -281,10 +281,10 @@ void ParameterServer::init(const Incoming& request) {
 }
 
 std::vector<Tensor> ParameterServer::gradients_of(const Incoming& request) const {
-  if (request.items.size() != shards_.size())
-    fail("push: {} gradients for the {} shards held here", request.items.size(), shards_.size());
+  if (request.items.size() != shards_.size() + 1)
+    fail("push: its info and {} gradients for the {} shards held here", request.items.size() - 1, shards_.size());
   std::vector<Tensor> out(shards_.size());
-  for (const Item& item : request.items) {
+  for (const Item& item : std::span(request.items).subspan(1)) {
     auto it = index_.find({item.header.variable, item.header.shard});
     if (it == index_.end()) fail("push: shard {}/{} is not held here", item.header.variable, item.header.shard);
     const Shard& s = shards_[it->second];
@@ -305,15 +305,13 @@ void ParameterServer::apply(Optimizer& optimizer, std::vector<Tensor>& gradients
 }
 
 void ParameterServer::push(const Incoming& request, Outgoing& answer) {
-  int64_t round = request.items.empty() ? -1 : request.items[0].header.aux;
-  for (const Item& item : request.items)
-    if (item.header.aux != round) fail("push: its items name rounds {} and {}", round, item.header.aux);
+  if (request.items.empty()) fail("push: no items (its info first)");
+  PushInfo info = decode_push_info(request.items[0]);
   std::vector<Tensor> gradients = gradients_of(request);
   int64_t computed_on = request.envelope.step;
   if (computed_on < 0 || computed_on > version_)
     fail("push: computed on version {}, this server is at {}", computed_on, version_);
-  int64_t said = updates_->push(
-      {request.envelope.variable, request.envelope.aux, computed_on, version_, std::move(gradients), round});
+  int64_t said = updates_->push({request.envelope.variable, info, computed_on, version_, std::move(gradients)});
   answer = Outgoing(MessageType::Pushed, 0, version_, said);
 }
 

@@ -24,7 +24,7 @@ class AsynchronousUpdates : public UpdatePolicy {
     if (p.worker >= clocks_.size() && bound_ < 0 && p.worker < kMaxWorkers)
       clocks_.resize(p.worker + 1, 0);  // a worker added to the running job
     if (p.worker >= clocks_.size()) fail("push: from worker {}, of {}", p.worker, clocks_.size());
-    int64_t clock = p.aux;
+    int64_t clock = p.info.clock;
     if (clock < 0) fail("push: worker {}'s clock is {}", p.worker, clock);
     auto slowest = std::min_element(clocks_.begin(), clocks_.end());
     int64_t ahead = clock - *slowest;
@@ -88,21 +88,21 @@ class SynchronousUpdates : public UpdatePolicy {
       : optimizer_(optimizer), workers_(workers), holds_nothing_(holds_nothing), apply_(std::move(apply)) {}
 
   int64_t push(Push p) override {
-    int64_t size = p.aux;
+    int64_t size = p.info.round_pushes;
     if (size < 1) fail("push: a synchronous round of {} pushes", size);
     if (size > workers_) fail("push: a round of {} pushes from {} workers", size, workers_);
     if (holds_nothing_) return 0;  // no shard here (more servers than shards): no round to keep
     // Computed on a version a round already applied left behind (backup workers), or for a round
     // already applied or closed: dropped as stale.
-    if (p.computed_on < p.version || (p.round >= 0 && p.round <= last_round_)) {
+    if (p.computed_on < p.version || (p.info.round >= 0 && p.info.round <= last_round_)) {
       ++dropped_;
       return -1;
     }
     if (round_.empty()) {
       round_size_ = size;
-      round_key_ = p.round;
+      round_key_ = p.info.round;
     }
-    if (p.round != round_key_) fail("push: for round {}, the round in progress is {}", p.round, round_key_);
+    if (p.info.round != round_key_) fail("push: for round {}, the round in progress is {}", p.info.round, round_key_);
     if (size != round_size_) fail("push: a round of {} pushes, the round in progress has {}", size, round_size_);
     if (size == workers_ && round_.count(p.worker)) fail("push: worker {} pushed twice in one round", p.worker);
     round_.emplace(p.worker, std::move(p.gradients));

@@ -29,11 +29,10 @@ namespace tandem::distribute::ps {
 // not past the server's).
 struct Push {
   uint32_t worker = 0;
-  int64_t aux = 0;          // the envelope's: the worker's clock (asynchronous), the round's pushes (synchronous)
+  PushInfo info;            // the worker's clock; a synchronous round's number and pushes
   int64_t computed_on = 0;  // the version the gradients were computed on
   int64_t version = 0;      // the server's, as the push came
   std::vector<Tensor> gradients;
-  int64_t round = -1;  // synchronous rounds: the round it is of (-1: none, as with backup workers)
 };
 
 class UpdatePolicy {

@@ -137,24 +137,35 @@ std::vector<Item> decode_items(std::span<const std::string_view> frames) {
   return items;
 }
 
-Tensor encode(const StepInfo& info) {
-  Tensor t = Tensor::empty(Shape{kStepInfoBytes}, DType::UInt8);
+namespace {
+// A fixed-size item: its fields as 8 little-endian bytes each, in a uint8 tensor.
+Tensor encode_fields(std::initializer_list<int64_t> fields) {
+  Tensor t = Tensor::empty(Shape{static_cast<int64_t>(8 * fields.size())}, DType::UInt8);
   char* p = static_cast<char*>(t.raw());
-  int64_t at = 0;
-  for (int64_t field : {info.first_row, info.round_rows, info.pushes, info.epoch, info.step, info.clock}) {
-    put(p + at, field);
-    at += 8;
+  for (int64_t field : fields) {
+    put(p, field);
+    p += 8;
   }
   return t;
 }
+template <size_t N>
+std::array<int64_t, N> decode_fields(const Item& item, const char* what) {
+  if (item.header.dtype != DType::UInt8 || item.header.shape != Shape{static_cast<int64_t>(8 * N)})
+    fail("parameter-server message: {} is a uint8 tensor of shape [{}], got {} {}", what, 8 * N,
+         dtype_name(item.header.dtype), item.header.shape.str());
+  std::array<int64_t, N> out{};
+  for (size_t i = 0; i < N; ++i) out[i] = get<int64_t>(item.payload.data() + 8 * i);
+  return out;
+}
+}  // namespace
+
+Tensor encode(const StepInfo& info) {
+  return encode_fields({info.first_row, info.round_rows, info.pushes, info.epoch, info.step, info.clock});
+}
 
 StepInfo decode_step_info(const Item& item) {
-  if (item.header.dtype != DType::UInt8 || item.header.shape != Shape{kStepInfoBytes})
-    fail("parameter-server message: a step's info is a uint8 tensor of shape [{}], got {} {}", kStepInfoBytes,
-         dtype_name(item.header.dtype), item.header.shape.str());
-  const char* p = item.payload.data();
-  StepInfo info{get<int64_t>(p),      get<int64_t>(p + 8),  get<int64_t>(p + 16),
-                get<int64_t>(p + 24), get<int64_t>(p + 32), get<int64_t>(p + 40)};
+  auto f = decode_fields<6>(item, "a step's info");
+  StepInfo info{f[0], f[1], f[2], f[3], f[4], f[5]};
   if (info.round_rows < 1 || info.first_row < 0 || info.first_row >= info.round_rows || info.pushes < 1 ||
       info.epoch < 0 || info.epoch > std::numeric_limits<int32_t>::max() || info.step < 0 || info.clock < 0)
     fail(
@@ -164,22 +175,31 @@ StepInfo decode_step_info(const Item& item) {
   return info;
 }
 
+Tensor encode(const PushInfo& info) { return encode_fields({info.clock, info.round, info.round_pushes}); }
+
+PushInfo decode_push_info(const Item& item) {
+  if (item.header.aux != kPushInfoItem)
+    fail("parameter-server message: a push begins with its push info (item tag {}), got an item tagged {}",
+         kPushInfoItem, item.header.aux);
+  auto f = decode_fields<3>(item, "a push's info");
+  PushInfo info{f[0], f[1], f[2]};
+  if (info.clock < 0 || info.round < -1 || info.round_pushes < 0 || info.round_pushes > kMaxWorkers ||
+      (info.round >= 0 && info.round_pushes == 0))
+    fail(
+        "parameter-server message: a push's info is inconsistent: clock {}, round {} (-1: none), {} pushes a round "
+        "(0: not synchronous)",
+        info.clock, info.round, info.round_pushes);
+  return info;
+}
+
 Tensor encode(const PsPolicy& policy) {
-  Tensor t = Tensor::empty(Shape{kPolicyBytes}, DType::UInt8);
-  char* p = static_cast<char*>(t.raw());
-  put(p, static_cast<int64_t>(policy.kind));
-  put(p + 8, policy.max_staleness);
-  put(p + 16, policy.backup_workers);
-  return t;
+  return encode_fields({static_cast<int64_t>(policy.kind), policy.max_staleness, policy.backup_workers});
 }
 
 PsPolicy decode_policy(const Item& item, int workers) {
-  if (item.header.dtype != DType::UInt8 || item.header.shape != Shape{kPolicyBytes})
-    fail("parameter-server message: an update policy is a uint8 tensor of shape [{}], got {} {}", kPolicyBytes,
-         dtype_name(item.header.dtype), item.header.shape.str());
-  const char* p = item.payload.data();
-  int64_t kind = get<int64_t>(p);
-  PsPolicy policy{static_cast<PsPolicy::Kind>(kind), get<int64_t>(p + 8), get<int64_t>(p + 16)};
+  auto f = decode_fields<3>(item, "an update policy");
+  int64_t kind = f[0];
+  PsPolicy policy{static_cast<PsPolicy::Kind>(kind), f[1], f[2]};
   bool known = kind >= 0 && kind <= 2;
   bool staleness =
       policy.kind == PsPolicy::Kind::BoundedStaleness ? policy.max_staleness >= 0 : policy.max_staleness == 0;

@@ -18,7 +18,7 @@
 namespace tandem::distribute::ps {
 
 inline constexpr uint32_t kMagic = 0x31535054;  // "TPS1"
-inline constexpr uint16_t kVersion = 3;         // 3: a synchronous push names its round
+inline constexpr uint16_t kVersion = 4;         // 4: a push's clock and round travel as a PushInfo
 inline constexpr size_t kHeaderBytes = 96;
 inline constexpr int kMaxRank = 6;
 inline constexpr int64_t kMaxWorkers = 4096;  // in one job, as `tandem launch --workers` allows
@@ -26,10 +26,8 @@ inline constexpr int64_t kMaxWorkers = 4096;  // in one job, as `tandem launch -
 enum class MessageType : uint16_t {
   Pull = 1,         // worker → server: every shard it holds, at its current version (no payload)
   Values = 2,       // server → worker: one item per shard; step = the server's version
-  Push = 3,         // worker → server: one item per shard, its gradient; step = the version it was computed on;
-                    // aux = the round's number of pushes (synchronous), or the worker's clock: its steps
-                    // before this one (asynchronous); each item's aux: the round's number (synchronous
-                    // rounds; -1 otherwise)
+  Push = 3,         // worker → server: its PushInfo (below; item aux kPushInfoItem), then one item per
+                    // shard, its gradient; step = the version it was computed on
   Pushed = 4,       // server → worker: step = the version after; aux = the staleness it was applied with,
                     // or -1: dropped, its round applied without it (synchronous, backup workers)
   Init = 5,         // chief → server: the update policy (item aux kPolicyItem: a PsPolicy, below), one item
@@ -87,14 +85,25 @@ std::vector<Item> decode_items(std::span<const std::string_view> frames);
 // round and the round's rows (a synchronous round is cut over its workers), the pushes that
 // complete the round, the batch (its epoch and step: a worker reading the data itself reads it by
 // position), and the worker's clock (its steps handed out before this one). Travels as 8
-// little-endian bytes a field (a UInt8 tensor of kStepInfoBytes), so no step or clock is narrowed.
+// little-endian bytes a field (a UInt8 tensor), so no step or clock is narrowed.
 struct StepInfo {
   int64_t first_row = 0, round_rows = 0, pushes = 0, epoch = 0, step = 0, clock = 0;
 };
-inline constexpr int64_t kStepInfoBytes = 6 * 8;
 Tensor encode(const StepInfo& info);
 // An Error naming what is wrong for anything but a StepInfo's bytes with consistent fields.
 StepInfo decode_step_info(const Item& item);
+
+// What a Push message's first item tells the server (tagged kPushInfoItem; 8 little-endian bytes a
+// field): the worker's clock (its steps handed out before this one), and for a synchronous round
+// its number (-1: none, as with backup workers, whose rounds are the server's versions) and the
+// pushes that complete it (0: not synchronous).
+struct PushInfo {
+  int64_t clock = 0, round = -1, round_pushes = 0;
+};
+inline constexpr int64_t kPushInfoItem = -5;
+Tensor encode(const PushInfo& info);
+// An Error naming what is wrong for anything but a push info item with consistent fields.
+PushInfo decode_push_info(const Item& item);
 
 // How a server applies the workers' pushes, made from the strategy's options once (policy_of) and
 // given to each server in its Init message (an item tagged kPolicyItem: 8 little-endian bytes a
@@ -108,7 +117,6 @@ struct PsPolicy {
   int64_t backup_workers = 0;  // synchronous: 0 or more, fewer than the workers
 };
 inline constexpr int64_t kPolicyItem = -4;
-inline constexpr int64_t kPolicyBytes = 3 * 8;
 Tensor encode(const PsPolicy& policy);
 // An Error naming what is wrong for anything but a policy's bytes with consistent fields (for
 // `workers` workers).

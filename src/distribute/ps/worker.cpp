@@ -112,13 +112,15 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
       if (penalty.defined()) round_penalty = static_cast<double>(penalty.item()) * rows;
     }
     bool sync = options.mode == PsMode::Synchronous;
-    int64_t round = sync && options.backup_workers == 0 ? step.envelope.aux : -1;  // the key is the round's number
+    PushInfo pushed{info.clock, sync && options.backup_workers == 0 ? step.envelope.aux : -1,  // the key is the round
+                    sync ? info.pushes : 0};
     for (int s = 0; s < link.servers(); ++s) {
-      Outgoing push(MessageType::Push, me, versions[static_cast<size_t>(s)], sync ? info.pushes : info.clock);
+      Outgoing push(MessageType::Push, me, versions[static_cast<size_t>(s)]);
+      push.add(0, 0, encode(pushed), kPushInfoItem);
       for (size_t i : shards.on_server(s)) {
         const ShardPlacement& p = shards.placement()[i];
         push.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
-                 ShardTable::rows(grads[static_cast<size_t>(p.variable)], p).contiguous(), round);
+                 ShardTable::rows(grads[static_cast<size_t>(p.variable)], p).contiguous());
       }
       push.send(link.server_sockets()[static_cast<size_t>(s)]);
     }
