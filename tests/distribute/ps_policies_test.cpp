@@ -99,8 +99,16 @@ struct Shards {
     ++version;
   };
   Shards() { optimizer->build(variables); }
-  Push push(uint32_t worker, int64_t aux, int64_t computed_on, std::vector<float> g) {
-    return {worker, aux, computed_on, version, {Tensor::from_vector({2}, std::move(g))}};
+  Push push(uint32_t worker, PushInfo info, int64_t computed_on, std::vector<float> g) {
+    return {worker, info, computed_on, version, {Tensor::from_vector({2}, std::move(g))}};
+  }
+  // A push of a synchronous round of `pushes` (unnumbered, as with backup workers), and one of the
+  // worker's clock.
+  Push round_push(uint32_t worker, int64_t pushes, int64_t computed_on, std::vector<float> g) {
+    return push(worker, {.round_pushes = pushes}, computed_on, std::move(g));
+  }
+  Push clock_push(uint32_t worker, int64_t clock, int64_t computed_on, std::vector<float> g) {
+    return push(worker, {.clock = clock}, computed_on, std::move(g));
   }
 };
 
@@ -108,19 +116,20 @@ TEST(PsUpdates, SynchronousSumsARoundInWorkerOrderAndDropsALatePush) {
   Shards s;
   auto policy = make_update_policy({.kind = PsPolicy::Kind::Synchronous}, *s.optimizer, s.variables, 3, {}, s.apply);
   EXPECT_FALSE(policy->journals());
-  EXPECT_EQ(policy->push(s.push(2, 2, 0, {1, 2})), 0);
+  EXPECT_EQ(policy->push(s.round_push(2, 2, 0, {1, 2})), 0);
   EXPECT_EQ(s.version, 0) << "a round of 2 waits for its second push";
-  EXPECT_EQ(policy->push(s.push(0, 2, 0, {3, 4})), 0);
+  EXPECT_EQ(policy->push(s.round_push(0, 2, 0, {3, 4})), 0);
   EXPECT_EQ(s.version, 1);
   EXPECT_EQ(s.v.value.to_vector(), (std::vector<float>{6, 14}));
-  EXPECT_EQ(policy->push(s.push(1, 2, 0, {100, 100})), -1) << "computed on version 0, the round applied without it";
+  EXPECT_EQ(policy->push(s.round_push(1, 2, 0, {100, 100})), -1)
+      << "computed on version 0, the round applied without it";
   EXPECT_EQ(policy->dropped(), 1);
   EXPECT_EQ(s.v.value.to_vector(), (std::vector<float>{6, 14}));
   EXPECT_NE(error_of([&] {
-              policy->push(s.push(0, 4, 1, {0, 0}));
+              policy->push(s.round_push(0, 4, 1, {0, 0}));
             }).find("a round of 4 pushes from 3 workers"),
             std::string::npos);
-  EXPECT_EQ(policy->push(s.push(1, 2, 1, {1, 1})), 0);
+  EXPECT_EQ(policy->push(s.round_push(1, 2, 1, {1, 1})), 0);
   EXPECT_EQ(policy->close_round(-1), 1);  // a worker of the round died: applied with the one push it has
   EXPECT_EQ(s.version, 2);
   EXPECT_EQ(s.v.value.to_vector(), (std::vector<float>{5, 13}));
@@ -135,8 +144,8 @@ TEST(PsUpdates, SynchronousDropsAPushForARoundAlreadyClosed) {
   Shards s;
   auto policy = make_update_policy({.kind = PsPolicy::Kind::Synchronous}, *s.optimizer, s.variables, 2, {}, s.apply);
   auto push = [&](uint32_t worker, int64_t pushes, int64_t round, std::vector<float> g) {
-    Push p = s.push(worker, pushes, s.version, std::move(g));  // computed on the newest version
-    p.round = round;
+    Push p = s.round_push(worker, pushes, s.version, std::move(g));  // computed on the newest version
+    p.info.round = round;
     return policy->push(std::move(p));
   };
   EXPECT_EQ(push(0, 2, 7, {1, 1}), 0);
@@ -165,7 +174,7 @@ TEST(PsUpdates, SynchronousDropsAPushForARoundAlreadyClosed) {
             std::string::npos);
   // A server holding no shard (more servers than shards) keeps no rounds and has no count to give.
   auto empty = make_update_policy({.kind = PsPolicy::Kind::Synchronous}, *s.optimizer, {}, 2, {}, s.apply);
-  EXPECT_EQ(empty->push(Push{1, 2, 0, 0, {}, 7}), 0);
+  EXPECT_EQ(empty->push(Push{1, {.round = 7, .round_pushes = 2}, 0, 0, {}}), 0);
   EXPECT_EQ(empty->close_round(7), -1);
 }
 
@@ -173,23 +182,23 @@ TEST(PsUpdates, AsynchronousAppliesEachPushThroughItsWorkersOwnOptimizer) {
   Shards s;
   auto policy = make_update_policy(PsPolicy{}, *s.optimizer, s.variables, 2, {}, s.apply);
   EXPECT_TRUE(policy->journals());
-  EXPECT_EQ(policy->push(s.push(1, 0, 0, {1, 1})), 0);
-  EXPECT_EQ(policy->push(s.push(0, 0, 0, {1, 1})), 1) << "computed on version 0, applied at 1: staleness 1";
+  EXPECT_EQ(policy->push(s.clock_push(1, 0, 0, {1, 1})), 0);
+  EXPECT_EQ(policy->push(s.clock_push(0, 0, 0, {1, 1})), 1) << "computed on version 0, applied at 1: staleness 1";
   EXPECT_EQ(s.v.value.to_vector(), (std::vector<float>{8, 18}));
   ASSERT_EQ(s.applied_by.size(), 2u);
   EXPECT_NE(s.applied_by[0], s.applied_by[1]) << "each worker updates through its own copy of the state";
   EXPECT_EQ(&policy->saved(), s.applied_by[1]) << "checkpoints keep worker 0's";
-  EXPECT_EQ(policy->push(s.push(1, 1, 2, {0, 0})), 0);
+  EXPECT_EQ(policy->push(s.clock_push(1, 1, 2, {0, 0})), 0);
   EXPECT_EQ(s.applied_by[2], s.applied_by[0]) << "worker 1's second push, through its own copy again";
   EXPECT_EQ(policy->saved().iterations(), 1);
   EXPECT_EQ(policy->iterations(), 2) << "the most any worker's copy has stepped";
-  EXPECT_EQ(policy->push(s.push(5, 0, 3, {0, 0})), 0) << "a worker added to the running job is taken";
+  EXPECT_EQ(policy->push(s.clock_push(5, 0, 3, {0, 0})), 0) << "a worker added to the running job is taken";
   EXPECT_EQ(policy->ahead_counts(), (std::map<int64_t, int64_t>{{0, 4}}));
   EXPECT_EQ(policy->describe("ps:0"),
             "ps:0: 4 pushes applied; steps their worker was ahead of the slowest: p50 0, p90 0, p99 0, max 0 (no "
             "bound)");
   EXPECT_NE(error_of([&] {
-              policy->push(s.push(0, -1, 4, {0, 0}));
+              policy->push(s.clock_push(0, -1, 4, {0, 0}));
             }).find("worker 0's clock is -1"),
             std::string::npos);
 }
@@ -199,14 +208,14 @@ TEST(PsUpdates, BoundedStalenessStartsFromARestoresClocksAndRefusesAWorkerTooFar
   auto policy = make_update_policy({.kind = PsPolicy::Kind::BoundedStaleness, .max_staleness = 1}, *s.optimizer,
                                    s.variables, 2, {4, 2}, s.apply);
   EXPECT_NE(error_of([&] {
-              policy->push(s.push(0, 4, 0, {1, 1}));
+              policy->push(s.clock_push(0, 4, 0, {1, 1}));
             }).find("worker 0's step 4 is 2 steps ahead of worker 1, which has finished 2 (the bound is 1)"),
             std::string::npos);
   EXPECT_EQ(s.version, 0);
-  EXPECT_EQ(policy->push(s.push(1, 2, 0, {1, 1})), 0);
-  EXPECT_EQ(policy->push(s.push(0, 4, 0, {1, 1})), 1);  // worker 1 has finished 3 now: 1 ahead
+  EXPECT_EQ(policy->push(s.clock_push(1, 2, 0, {1, 1})), 0);
+  EXPECT_EQ(policy->push(s.clock_push(0, 4, 0, {1, 1})), 1);  // worker 1 has finished 3 now: 1 ahead
   EXPECT_NE(error_of([&] {
-              policy->push(s.push(7, 0, 2, {0, 0}));
+              policy->push(s.clock_push(7, 0, 2, {0, 0}));
             }).find("push: from worker 7, of 2"),
             std::string::npos)
       << "under a bound, no worker joins beyond the cluster";
