@@ -292,7 +292,8 @@ TEST(ParameterServer, RefusesAPushFurtherAheadThanTheStalenessBound) {
   ASSERT_EQ(ask(std::move(init)).envelope.type, MessageType::Ready);
   int64_t version = 0;
   auto push = [&](uint32_t worker, int64_t clock) {
-    Outgoing p(MessageType::Push, worker, version, clock);
+    Outgoing p(MessageType::Push, worker, version);
+    p.add(0, 0, encode(PushInfo{.clock = clock}), kPushInfoItem);
     p.add(0, 0, Tensor::from_vector({2}, std::vector<float>{1, 1}));
     Incoming answer = ask(std::move(p));
     if (answer.envelope.type == MessageType::Pushed) version = answer.envelope.step;
@@ -313,7 +314,7 @@ TEST(ParameterServer, RefusesAPushFurtherAheadThanTheStalenessBound) {
   EXPECT_EQ(server.ahead_counts(), (std::map<int64_t, int64_t>{{0, 2}, {1, 2}}));  // read once it stopped
 }
 
-// Synchronous rounds over the wire: a push's items name its round; the chief's CloseRound names the
+// Synchronous rounds over the wire: a push's info names its round; the chief's CloseRound names the
 // round it closes and is answered with the pushes that round was applied with; a push for a round
 // already closed (a worker dropped from it that went on) is answered "dropped" and changes nothing.
 TEST(ParameterServer, ClosesNumberedRoundsAndDropsAPushForAClosedOne) {
@@ -325,8 +326,9 @@ TEST(ParameterServer, ClosesNumberedRoundsAndDropsAPushForAClosedOne) {
   ASSERT_EQ(ask(std::move(init)).envelope.type, MessageType::Ready);
   int64_t version = 0;
   auto push = [&](uint32_t worker, int64_t pushes, int64_t round) {
-    Outgoing p(MessageType::Push, worker, version, pushes);
-    p.add(0, 0, Tensor::from_vector({2}, std::vector<float>{2, 2}), round);
+    Outgoing p(MessageType::Push, worker, version);
+    p.add(0, 0, encode(PushInfo{.round = round, .round_pushes = pushes}), kPushInfoItem);
+    p.add(0, 0, Tensor::from_vector({2}, std::vector<float>{2, 2}));
     return ask(std::move(p));
   };
   auto close = [&](int64_t round) {
@@ -343,12 +345,13 @@ TEST(ParameterServer, ClosesNumberedRoundsAndDropsAPushForAClosedOne) {
   EXPECT_EQ(late.envelope.aux, -1) << "dropped: round 4 was closed";
   EXPECT_EQ(push(0, 1, 5).envelope.step, 2) << "round 5, of one push, applied at once";
   version = 2;
-  Outgoing mixed(MessageType::Push, 0, version, 1);
-  mixed.add(0, 0, Tensor::from_vector({2}, std::vector<float>{0, 0}), 6);
-  mixed.add(0, 1, Tensor::from_vector({2}, std::vector<float>{0, 0}), 7);
-  Incoming refused = ask(std::move(mixed));
+  Outgoing unsized(MessageType::Push, 0, version);  // a numbered round of no pushes
+  unsized.add(0, 0, encode(PushInfo{.round = 6}), kPushInfoItem);
+  unsized.add(0, 0, Tensor::from_vector({2}, std::vector<float>{0, 0}));
+  Incoming refused = ask(std::move(unsized));
   ASSERT_EQ(refused.envelope.type, MessageType::Refused);
-  EXPECT_NE(std::string(refused.items.at(0).payload).find("rounds 6 and 7"), std::string::npos)
+  EXPECT_NE(std::string(refused.items.at(0).payload).find("a push's info is inconsistent: clock 0, round 6"),
+            std::string::npos)
       << refused.items.at(0).payload;
   Incoming read = ask(Outgoing(MessageType::Pull, 0));
   EXPECT_EQ(read.envelope.step, 2);
