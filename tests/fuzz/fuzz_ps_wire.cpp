@@ -1,6 +1,7 @@
 // libFuzzer target: the parameter-server message decoder on arbitrary frames. The input is cut
 // into frames at each 0xff 0xfe pair (so that the fuzzer can make headers of the right size);
-// every item that decodes is copied out as a tensor.
+// every item that decodes is copied out as a tensor and read as each typed item (a step's info, a
+// push's info, an update policy), each of which must decode or be refused with a tandem::Error.
 #include <string_view>
 #include <vector>
 
@@ -17,9 +18,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       ++i;
     }
   frames.push_back(bytes.substr(from));
+  namespace ps = tandem::distribute::ps;
+  std::vector<ps::Item> items;
   try {
-    for (const auto& item : tandem::distribute::ps::decode_items(frames)) (void)item.tensor();
+    items = ps::decode_items(frames);
   } catch (const tandem::Error&) {
+    return 0;
+  }
+  for (const ps::Item& item : items) {
+    (void)item.tensor();
+    try {
+      (void)ps::decode_step_info(item);
+    } catch (const tandem::Error&) {
+    }
+    try {
+      (void)ps::decode_push_info(item);
+    } catch (const tandem::Error&) {
+    }
+    try {
+      (void)ps::decode_policy(item, 3);
+    } catch (const tandem::Error&) {
+    }
   }
   return 0;
 }
