@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "distribute/replica_threads.h"
 #include "distribute/update_rules.h"
 #include "tandem/error.h"
 
@@ -28,6 +29,19 @@ std::vector<std::shared_ptr<layers::Layer>> StrategyExtended::replica_layers(
 }
 
 UpdateRule& StrategyExtended::update_rule() const { return mirrored_update_rule(); }
+
+ReplicaThreads& StrategyExtended::executors() const {
+  if (executors_ == nullptr) fail("{}: runs no replicas of its own (no executors)", name());
+  return *executors_;
+}
+void StrategyExtended::for_each_replica(const std::function<void(int replica)>& fn) { executors().run(fn); }
+Communicator& StrategyExtended::communicator(int replica) { return executors().communicator(replica); }
+int StrategyExtended::threads_per_replica() const {
+  return executors_ != nullptr ? executors_->threads_per_replica() : 0;
+}
+std::vector<int64_t> StrategyExtended::replica_runs() const {
+  return executors_ != nullptr ? executors_->runs() : std::vector<int64_t>{};
+}
 
 void StrategyExtended::split_batch(int64_t rows, BatchSplit& split) const {
   split.even(rows, num_replicas_in_sync(), num_replicas_in_sync());

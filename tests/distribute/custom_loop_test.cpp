@@ -54,7 +54,7 @@ std::vector<double> train(Sequential& model, Optimizer& optimizer, distribute::S
   return losses;
 }
 
-void expect_same_as_one_device(distribute::MirroredStrategy& strategy, int64_t rows = 96) {
+void expect_same_as_one_device(distribute::Strategy& strategy, int64_t rows = 96) {
   auto reference = make_model();
   optimizers::Adam adam0(0.02f);
   std::vector<double> expected = train(*reference, adam0, nullptr, 3, rows);

@@ -66,10 +66,10 @@ void expect_same_training(const std::function<std::unique_ptr<Sequential>()>& ma
                           bool central = false) {
   auto reference = make();
   History h0 = reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
-  std::unique_ptr<distribute::MirroredStrategy> owned =
-      central ? std::make_unique<distribute::CentralStorageStrategy>(replicas, 1)
-              : std::make_unique<distribute::MirroredStrategy>(replicas, 1);
-  distribute::MirroredStrategy& mirrored = *owned;
+  std::unique_ptr<distribute::Strategy> owned;
+  if (central) owned = std::make_unique<distribute::CentralStorageStrategy>(replicas, 1);
+  else owned = std::make_unique<distribute::MirroredStrategy>(replicas, 1);
+  distribute::Strategy& mirrored = *owned;
   std::unique_ptr<Sequential> model;
   {
     auto scope = mirrored.scope();
@@ -271,9 +271,9 @@ std::vector<std::vector<float>> train_deterministic(const std::function<std::uni
                                                     const Data& d, distribute::MirroredOptions options,
                                                     bool central = false) {
   options.deterministic = true;
-  std::unique_ptr<distribute::MirroredStrategy> strategy =
-      central ? std::make_unique<distribute::CentralStorageStrategy>(options)
-              : std::make_unique<distribute::MirroredStrategy>(options);
+  std::unique_ptr<distribute::Strategy> strategy;
+  if (central) strategy = std::make_unique<distribute::CentralStorageStrategy>(options);
+  else strategy = std::make_unique<distribute::MirroredStrategy>(options);
   std::unique_ptr<Sequential> model;
   {
     auto scope = strategy->scope();

@@ -13,6 +13,7 @@
 //   auto scope = local.scope();   ...   model.fit(x, y, {.batch_size = 256});
 #include <fmt/format.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,13 +27,12 @@ struct LocalSgdOptions {
   int sync_every = 4;           // K: the weights are averaged after every K-th step
 };
 
-class LocalSgdStrategy : public MirroredStrategy {
+class LocalSgdStrategy : public Strategy {
  public:
-  explicit LocalSgdStrategy(LocalSgdOptions options = {})
-      : MirroredStrategy(
-            MirroredOptions{.num_replicas = options.num_replicas, .threads_per_replica = options.threads_per_replica}),
-        rule_(check(options.sync_every)) {}
+  explicit LocalSgdStrategy(LocalSgdOptions options = {});
+  ~LocalSgdStrategy() override;
   std::string name() const override { return fmt::format("local_sgd:{}:{}", num_replicas_in_sync(), rule_.every); }
+  int num_replicas_in_sync() const override;
   int sync_every() const { return rule_.every; }
   GradientReduction gradient_reduction() const override { return {GradientReduction::Kind::None}; }
   UpdateRule& update_rule() const override { return rule_; }
@@ -70,6 +70,7 @@ class LocalSgdStrategy : public MirroredStrategy {
     }
   };
   mutable Rule rule_;
+  std::unique_ptr<MirroredReplicas> replicas_;  // MirroredStrategy's replicas, one part per replica
 };
 
 }  // namespace tandem::distribute

@@ -78,9 +78,6 @@ class ModelParallelStrategy : public Strategy {
   UpdateRule& update_rule() const override;
   // This process's devices: a thread group each (device 0: the calling thread), as
   // MirroredStrategy's replicas; their group, of which the tensor and data groups are split.
-  Communicator& communicator(int device) override;
-  int threads_per_replica() const override;
-  std::vector<int64_t> replica_runs() const override;
   ReplicaThreads& devices() { return *threads_; }
   // fit's runner feeds every device its copy's whole batch itself; this even split only numbers
   // the rows. A custom loop's devices each take their copy's rows whole (replica_rows).

@@ -57,7 +57,7 @@ struct MultiWorkerOptions {
 
 class ShardedUpdate;
 
-class MultiWorkerMirroredStrategy : public MirroredStrategy {
+class MultiWorkerMirroredStrategy : public Strategy {
  public:
   explicit MultiWorkerMirroredStrategy(MultiWorkerOptions options = {});
   ~MultiWorkerMirroredStrategy() override;
@@ -83,7 +83,8 @@ class MultiWorkerMirroredStrategy : public MirroredStrategy {
   MultiWorkerMirroredStrategy(MultiWorkerOptions options, std::shared_ptr<Communicator> workers);
   std::shared_ptr<Communicator> workers_;
   MultiWorkerOptions mw_;
-  std::unique_ptr<ShardedUpdate> sharded_;  // with zero
+  std::unique_ptr<MirroredReplicas> replicas_;  // this worker's replicas, reducing through workers_
+  std::unique_ptr<ShardedUpdate> sharded_;      // with zero
   int local_;
   int64_t steps_ = 0;
   // Test hook, TANDEM_TEST_FAULT=hang:RANK:STEP or kill:RANK:STEP: worker RANK hangs (its control

@@ -111,9 +111,6 @@ class PipelineStrategy : public Strategy {
   void set_model_optimizer(Optimizer* optimizer) { optimizer_ = optimizer; }
   // This process's devices: a thread group each (device 0: the calling thread), as
   // MirroredStrategy's replicas; their group, of which the pipe and data groups are split.
-  Communicator& communicator(int device) override;
-  int threads_per_replica() const override;
-  std::vector<int64_t> replica_runs() const override;
   ReplicaThreads& devices() { return *threads_; }
   void split_batch(int64_t rows, BatchSplit& split) const override;
   // Refused: the stages run in fit's step alone (on devices()).

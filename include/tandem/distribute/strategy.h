@@ -134,20 +134,21 @@ class StrategyExtended {
   // Runs fn(replica) once per replica, each on its own thread (MirroredStrategy: replica 0 on
   // the calling one) with its replica context set, and waits: how the replicas run (all in
   // every step here; a strategy whose workers run ahead would run them its way). If any replica
-  // throws, the others' collectives fail too and the first error is rethrown here.
-  virtual void for_each_replica(const std::function<void(int replica)>& fn) = 0;
-  // Replica r's handle on the group the replicas reduce in (pluggable: in-process now).
-  virtual Communicator& communicator(int replica) = 0;
+  // throws, the others' collectives fail too and the first error is rethrown here. By default on
+  // the executors the strategy runs its replicas on (run_replicas_on).
+  virtual void for_each_replica(const std::function<void(int replica)>& fn);
+  // Replica r's handle on the group the replicas reduce in (by default the executors' group).
+  virtual Communicator& communicator(int replica);
   // The intra-op threads each of this process's replicas runs with, where the strategy runs
   // them on threads of their own (0: the replicas are not its threads).
-  virtual int threads_per_replica() const { return 0; }
+  virtual int threads_per_replica() const;
   // Counts a run's report gives beside its figures, by name (the parameter-server chief's steps by
   // how far ahead of the slowest worker each started); none by default.
   virtual std::map<std::string, std::map<int64_t, int64_t>> report_counts() const { return {}; }
   // The jobs (a step's share, a custom loop's run) each of this process's replicas or devices has
   // run since the strategy was made: what shows that they ran (a parameter-server chief: the steps
   // each worker trained). Empty where the strategy does not run replicas on threads of its own.
-  virtual std::vector<int64_t> replica_runs() const { return {}; }
+  virtual std::vector<int64_t> replica_runs() const;
   // Replica r's handle on the group the global batch is split over (ReplicaContext::batch_group):
   // by default all the replicas; null where each computes the whole batch.
   virtual Communicator* batch_group(int replica) { return &communicator(replica); }
@@ -215,11 +216,17 @@ class StrategyExtended {
 
  protected:
   StrategyExtended();
+  // The executors this strategy's replicas (or devices) run on: a part the strategy holds and
+  // outlives this call (threads today; src/distribute/replica_threads.h), which the hooks above
+  // use by default.
+  void run_replicas_on(ReplicaThreads& executors) { executors_ = &executors; }
   // The split batch's first rows while Strategy::run runs one (empty: none).
   std::vector<int64_t> first_rows_;
 
  private:
+  ReplicaThreads& executors() const;
   Timeline* timeline_ = nullptr;
+  ReplicaThreads* executors_ = nullptr;
   struct ReplicaOptimizers;  // replica_optimizer's copies (src/distribute/replica_optimizers.cpp)
   std::unique_ptr<ReplicaOptimizers> replica_optimizers_;
 };
@@ -398,6 +405,8 @@ struct MirroredOptions {
   std::function<std::vector<std::unique_ptr<Communicator>>(int replicas)> cross_device_ops = nullptr;
 };
 
+class MirroredReplicas;  // the mirrored family's part (src/distribute/data_parallel/mirrored_replicas.h)
+
 // One replica per group of cores, variables mirrored, gradients all-reduced every step.
 // On the CPU a replica is a thread pinned to its cores of the affinity mask (replica 0: the
 // calling thread), with usable cores ÷ replicas intra-op threads; more replicas than cores
@@ -409,34 +418,34 @@ class MirroredStrategy : public Strategy {
   explicit MirroredStrategy(MirroredOptions options);
   ~MirroredStrategy() override;
   std::string name() const override;
-  int num_replicas_in_sync() const override { return replicas_; }
-  void for_each_replica(const std::function<void(int replica)>& fn) override;
-  Communicator& communicator(int replica) override;
-  int threads_per_replica() const override { return threads_per_replica_; }
-  std::vector<int64_t> replica_runs() const override;
-  const MirroredOptions& options() const { return options_; }
+  int num_replicas_in_sync() const override;
   // Deterministic: micro_batches fixed parts, reduced in order; else one part per replica,
   // grouped or bucketed.
   void split_batch(int64_t rows, BatchSplit& split) const override;
   GradientReduction gradient_reduction() const override;
 
  private:
-  std::vector<std::unique_ptr<Communicator>> make_cross_device_ops() const;
-  MirroredOptions options_;
-  int replicas_, threads_per_replica_;
-  std::unique_ptr<ReplicaThreads> threads_;
+  std::unique_ptr<MirroredReplicas> replicas_;
 };
 
 // Variables live once, on the host; compute is replicated as in MirroredStrategy (replica
 // threads read the one copy), the gradients are summed and the update is applied once.
-class CentralStorageStrategy : public MirroredStrategy {
+class CentralStorageStrategy : public Strategy {
  public:
   explicit CentralStorageStrategy(int num_replicas = 0, int threads_per_replica = 0)
-      : MirroredStrategy(num_replicas, threads_per_replica) {}
-  explicit CentralStorageStrategy(MirroredOptions options) : MirroredStrategy(std::move(options)) {}
+      : CentralStorageStrategy(
+            MirroredOptions{.num_replicas = num_replicas, .threads_per_replica = threads_per_replica}) {}
+  explicit CentralStorageStrategy(MirroredOptions options);
+  ~CentralStorageStrategy() override;
   std::string name() const override;
+  int num_replicas_in_sync() const override;
+  void split_batch(int64_t rows, BatchSplit& split) const override;
+  GradientReduction gradient_reduction() const override;
   std::shared_ptr<layers::Layer> replica_layer(const layers::Layer& layer, int replica) const override;
   UpdateRule& update_rule() const override;
+
+ private:
+  std::unique_ptr<MirroredReplicas> replicas_;
 };
 
 // Strategies by name (make_strategy): tandem/distribute/strategy_registry.h.

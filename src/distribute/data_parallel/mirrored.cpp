@@ -1,20 +1,22 @@
-// MirroredStrategy: its replicas on ReplicaThreads (replica_threads.h), the cross-device group
-// they reduce in, its split and reduction policy.
+// MirroredStrategy, CentralStorageStrategy and LocalSgdStrategy, and the part they (and
+// MultiWorkerMirroredStrategy) hold: MirroredReplicas, their replicas on ReplicaThreads
+// (replica_threads.h), the cross-device group they reduce in, their split and reduction policy.
 #include <algorithm>
 #include <vector>
 
-#include "distribute/replica_threads.h"
-#include "tandem/distribute/strategy.h"
+#include "distribute/data_parallel/mirrored_replicas.h"
+#include "distribute/update_rules.h"
+#include "tandem/distribute/local_sgd.h"
 #include "tandem/error.h"
 #include "tandem/runtime.h"
 
 namespace tandem::distribute {
 
-void MirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const {
-  split.even(rows, options_.deterministic ? options_.micro_batches : replicas_, replicas_);
+void MirroredReplicas::split_batch(int64_t rows, int in_sync, BatchSplit& split) const {
+  split.even(rows, options_.deterministic ? options_.micro_batches : in_sync, in_sync);
 }
 
-GradientReduction MirroredStrategy::gradient_reduction() const {
+GradientReduction MirroredReplicas::gradient_reduction() const {
   using Kind = GradientReduction::Kind;
   if (options_.deterministic) return {Kind::Ordered};
   if (options_.bucket_bytes > 0)
@@ -22,63 +24,98 @@ GradientReduction MirroredStrategy::gradient_reduction() const {
   return {.kind = Kind::Grouped, .compression = options_.compression};
 }
 
-std::vector<std::unique_ptr<Communicator>> MirroredStrategy::make_cross_device_ops() const {
-  if (!options_.cross_device_ops) return make_in_process_communicators(replicas_);
-  std::vector<std::unique_ptr<Communicator>> handles = options_.cross_device_ops(replicas_);
-  if (static_cast<int>(handles.size()) != replicas_)
-    fail("MirroredStrategy: cross_device_ops made {} handles for {} replicas", handles.size(), replicas_);
+std::vector<std::unique_ptr<Communicator>> MirroredReplicas::make_cross_device_ops(int replicas,
+                                                                                   const char* who) const {
+  if (!options_.cross_device_ops) return make_in_process_communicators(replicas);
+  std::vector<std::unique_ptr<Communicator>> handles = options_.cross_device_ops(replicas);
+  if (static_cast<int>(handles.size()) != replicas)
+    fail("{}: cross_device_ops made {} handles for {} replicas", who, handles.size(), replicas);
   // Handle r is rank first + r of the group; a group over several processes (multiworker) has
   // every process's replicas, this one's from `first`.
-  int first = handles[0] ? handles[0]->rank() : 0, size = handles[0] ? handles[0]->size() : replicas_;
-  if (size % replicas_ != 0 || first % replicas_ != 0) first = 0, size = replicas_;
-  for (int r = 0; r < replicas_; ++r) {
+  int first = handles[0] ? handles[0]->rank() : 0, size = handles[0] ? handles[0]->size() : replicas;
+  if (size % replicas != 0 || first % replicas != 0) first = 0, size = replicas;
+  for (int r = 0; r < replicas; ++r) {
     const Communicator* c = handles[static_cast<size_t>(r)].get();
     if (c == nullptr || c->size() != size || c->rank() != first + r)
-      fail("MirroredStrategy: cross_device_ops handle {} is {}, expected rank {} of {}", r,
+      fail("{}: cross_device_ops handle {} is {}, expected rank {} of {}", who, r,
            c ? fmt::format("rank {} of {}", c->rank(), c->size()) : "null", first + r, size);
   }
   return handles;
 }
 
-MirroredStrategy::MirroredStrategy(MirroredOptions options) : options_(std::move(options)) {
+MirroredReplicas::MirroredReplicas(Strategy& owner, MirroredOptions options, const char* who)
+    : options_(std::move(options)) {
   int num_replicas = options_.num_replicas, threads_per_replica = options_.threads_per_replica;
   int cores = usable_cores();
   if (num_replicas < 0 || num_replicas > kMaxThreads)
-    fail("MirroredStrategy: num_replicas must be from 1 to {} (or 0 for one per usable core), got {}", kMaxThreads,
+    fail("{}: num_replicas must be from 1 to {} (or 0 for one per usable core), got {}", who, kMaxThreads,
          num_replicas);
   if (threads_per_replica < 0 || threads_per_replica > kMaxThreads)
-    fail("MirroredStrategy: threads_per_replica must be from 1 to {} (or 0 for the usable cores shared out), got {}",
+    fail("{}: threads_per_replica must be from 1 to {} (or 0 for the usable cores shared out), got {}", who,
          kMaxThreads, threads_per_replica);
-  replicas_ = num_replicas > 0 ? num_replicas : cores;
+  int replicas = num_replicas > 0 ? num_replicas : cores;
   if (options_.deterministic && options_.compression != Compression::None)
-    fail(
-        "MirroredStrategy: deterministic mode gathers every part's gradients in float32; compression ({}) is not "
-        "available with it",
-        compression_name(options_.compression));
+    fail("{}: deterministic mode gathers every part's gradients in float32; compression ({}) is not available with it",
+         who, compression_name(options_.compression));
   if (options_.cycle_time.count() < 0)
-    fail("MirroredStrategy: cycle_time must be 0 or positive, got {} us", options_.cycle_time.count());
-  if (options_.bucket_bytes < 0)
-    fail("MirroredStrategy: bucket_bytes must be 0 or positive, got {}", options_.bucket_bytes);
-  if (options_.deterministic && (options_.micro_batches < replicas_))
-    fail(
-        "MirroredStrategy: deterministic mode needs at least one micro-batch per replica: micro_batches {} < {} "
-        "replicas",
-        options_.micro_batches, replicas_);
-  threads_per_replica_ = threads_per_replica > 0 ? threads_per_replica : std::max(1, cores / replicas_);
+    fail("{}: cycle_time must be 0 or positive, got {} us", who, options_.cycle_time.count());
+  if (options_.bucket_bytes < 0) fail("{}: bucket_bytes must be 0 or positive, got {}", who, options_.bucket_bytes);
+  if (options_.deterministic && (options_.micro_batches < replicas))
+    fail("{}: deterministic mode needs at least one micro-batch per replica: micro_batches {} < {} replicas", who,
+         options_.micro_batches, replicas);
+  int threads = threads_per_replica > 0 ? threads_per_replica : std::max(1, cores / replicas);
   threads_ = std::make_unique<ReplicaThreads>(
-      *this, replicas_, threads_per_replica_, options_.pin_threads, [this] { return make_cross_device_ops(); },
-      "MirroredStrategy");
+      owner, replicas, threads, options_.pin_threads,
+      [this, replicas, who] { return make_cross_device_ops(replicas, who); }, who);
 }
 
+MirroredStrategy::MirroredStrategy(MirroredOptions options)
+    : replicas_(std::make_unique<MirroredReplicas>(*this, std::move(options), "MirroredStrategy")) {
+  run_replicas_on(replicas_->threads());
+}
 MirroredStrategy::~MirroredStrategy() = default;
-
-Communicator& MirroredStrategy::communicator(int replica) { return threads_->communicator(replica); }
-
 std::string MirroredStrategy::name() const {
-  return fmt::format("mirrored:{}{}", replicas_, options_.deterministic ? ":deterministic" : "");
+  return fmt::format("mirrored:{}{}", replicas_->count(), replicas_->options().deterministic ? ":deterministic" : "");
 }
+int MirroredStrategy::num_replicas_in_sync() const { return replicas_->count(); }
+void MirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const {
+  replicas_->split_batch(rows, replicas_->count(), split);
+}
+GradientReduction MirroredStrategy::gradient_reduction() const { return replicas_->gradient_reduction(); }
 
-void MirroredStrategy::for_each_replica(const std::function<void(int replica)>& fn) { threads_->run(fn); }
-std::vector<int64_t> MirroredStrategy::replica_runs() const { return threads_->runs(); }
+CentralStorageStrategy::CentralStorageStrategy(MirroredOptions options)
+    : replicas_(std::make_unique<MirroredReplicas>(*this, std::move(options), "CentralStorageStrategy")) {
+  run_replicas_on(replicas_->threads());
+}
+CentralStorageStrategy::~CentralStorageStrategy() = default;
+std::string CentralStorageStrategy::name() const {
+  return fmt::format("central:{}{}", replicas_->count(), replicas_->options().deterministic ? ":deterministic" : "");
+}
+int CentralStorageStrategy::num_replicas_in_sync() const { return replicas_->count(); }
+void CentralStorageStrategy::split_batch(int64_t rows, BatchSplit& split) const {
+  replicas_->split_batch(rows, replicas_->count(), split);
+}
+GradientReduction CentralStorageStrategy::gradient_reduction() const { return replicas_->gradient_reduction(); }
+
+// The trainable variables shared; each replica updates its own copy of the moving statistics
+// (to the same values, from the replicas' common statistics).
+std::shared_ptr<layers::Layer> CentralStorageStrategy::replica_layer(const layers::Layer& layer, int) const {
+  std::shared_ptr<layers::Layer> copy = layer.clone();
+  for (Variable& v : copy->variables())
+    if (!v.trainable) v.value = v.value.clone();
+  return copy;
+}
+UpdateRule& CentralStorageStrategy::update_rule() const { return central_update_rule(); }
+
+LocalSgdStrategy::LocalSgdStrategy(LocalSgdOptions options)
+    : rule_(check(options.sync_every)),
+      replicas_(std::make_unique<MirroredReplicas>(
+          *this,
+          MirroredOptions{.num_replicas = options.num_replicas, .threads_per_replica = options.threads_per_replica},
+          "LocalSgdStrategy")) {
+  run_replicas_on(replicas_->threads());
+}
+LocalSgdStrategy::~LocalSgdStrategy() = default;
+int LocalSgdStrategy::num_replicas_in_sync() const { return replicas_->count(); }
 
 }  // namespace tandem::distribute

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/fault_hooks.h"
+#include "distribute/data_parallel/mirrored_replicas.h"
 #include "distribute/data_parallel/sharded_update.h"
 #include "tandem/collectives/mpi.h"
 #include "tandem/error.h"
@@ -63,10 +64,12 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions opti
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions options,
                                                          std::shared_ptr<Communicator> workers)
-    : MirroredStrategy(mirrored_options(options, workers)),
-      workers_(std::move(workers)),
+    : workers_(std::move(workers)),
       mw_(std::move(options)),
+      replicas_(
+          std::make_unique<MirroredReplicas>(*this, mirrored_options(mw_, workers_), "MultiWorkerMirroredStrategy")),
       local_(mw_.local_replicas) {
+  run_replicas_on(replicas_->threads());
   if (mw_.num_workers > 0 && mw_.num_workers != workers_->size())
     fail("MultiWorkerMirroredStrategy: {} workers were asked for, and {} were launched", mw_.num_workers,
          workers_->size());
@@ -97,13 +100,13 @@ MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
 
 std::string MultiWorkerMirroredStrategy::name() const {
   return fmt::format("multiworker:{}{}{}{}", workers_->size(), local_ > 1 ? fmt::format(":{}", local_) : "",
-                     options().deterministic ? ":deterministic" : "", mw_.zero ? ":zero" : "");
+                     mw_.deterministic ? ":deterministic" : "", mw_.zero ? ":zero" : "");
 }
 
 GradientReduction MultiWorkerMirroredStrategy::gradient_reduction() const {
   // ZeRO reduce-scatters in its update rule; deterministic, the step sums in part order first.
   if (mw_.zero && !mw_.deterministic) return {GradientReduction::Kind::None};
-  return MirroredStrategy::gradient_reduction();
+  return replicas_->gradient_reduction();
 }
 
 UpdateRule& MultiWorkerMirroredStrategy::update_rule() const { return sharded_ ? *sharded_ : Strategy::update_rule(); }
@@ -119,16 +122,16 @@ void MultiWorkerMirroredStrategy::for_each_replica(const std::function<void(int 
     if (fault_kill_) raise(SIGKILL);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // alive (the control thread beats), never arriving
   }
-  MirroredStrategy::for_each_replica(fn);
+  Strategy::for_each_replica(fn);
 }
 
 void MultiWorkerMirroredStrategy::set_timeline(Timeline* timeline) {
-  MirroredStrategy::set_timeline(timeline);
+  Strategy::set_timeline(timeline);
   workers_->set_timeline(timeline);
 }
 
 void MultiWorkerMirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const {
-  split.even(rows, options().deterministic ? options().micro_batches : num_replicas_in_sync(), num_replicas_in_sync());
+  replicas_->split_batch(rows, num_replicas_in_sync(), split);
 }
 
 }  // namespace tandem::distribute

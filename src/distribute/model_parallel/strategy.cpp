@@ -65,6 +65,7 @@ ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options) : opt
       *this, devices,
       threads_per_device("ModelParallelStrategy", devices, "threads_per_shard", options.threads_per_shard),
       !options.processes, [devices] { return make_in_process_communicators(devices); }, "ModelParallelStrategy");
+  run_replicas_on(*threads_);
   if (options.num_shards < 1) fail("ModelParallelStrategy: num_shards must be at least 1, got {}", options.num_shards);
   if (options.data_replicas < 1)
     fail("ModelParallelStrategy: data_replicas must be at least 1, got {}", options.data_replicas);
@@ -92,9 +93,6 @@ ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options) : opt
 
 ModelParallelStrategy::~ModelParallelStrategy() = default;
 
-Communicator& ModelParallelStrategy::communicator(int device) { return threads_->communicator(device); }
-int ModelParallelStrategy::threads_per_replica() const { return threads_->threads_per_replica(); }
-std::vector<int64_t> ModelParallelStrategy::replica_runs() const { return threads_->runs(); }
 void ModelParallelStrategy::split_batch(int64_t rows, BatchSplit& split) const {
   split.even(rows, num_local_replicas(), num_local_replicas());
 }

@@ -102,6 +102,7 @@ PipelineStrategy::PipelineStrategy(PipelineOptions options) : options_(std::move
       *this, devices,
       threads_per_device("PipelineStrategy", devices, "threads_per_stage", std::max(1, o.threads_per_stage)),
       !o.processes, [devices] { return make_in_process_communicators(devices); }, "PipelineStrategy");
+  run_replicas_on(*threads_);
   if (o.processes && o.processes->size() != std::max(1, o.num_stages) * std::max(1, o.data_replicas))
     fail(
         "PipelineStrategy: {} stage{} × {} cop{} of the pipeline need {} processes, one device each, and {} were "
@@ -147,9 +148,6 @@ void PipelineStrategy::make_groups() {
 
 PipelineStrategy::~PipelineStrategy() = default;
 
-Communicator& PipelineStrategy::communicator(int device) { return threads_->communicator(device); }
-int PipelineStrategy::threads_per_replica() const { return threads_->threads_per_replica(); }
-std::vector<int64_t> PipelineStrategy::replica_runs() const { return threads_->runs(); }
 void PipelineStrategy::split_batch(int64_t rows, BatchSplit& split) const {
   split.even(rows, num_local_replicas(), num_local_replicas());
 }
