@@ -11,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common.h"
+#include "cli/fit_timeline.h"
 #include "tandem/collectives/mpi.h"
+#include "tandem/distribute/model_parallel.h"
 #include "tandem/distribute/parameter_server.h"
 
 namespace tandem::cli {
@@ -148,46 +150,6 @@ distribute::Compression compression_named(const std::string& name) {
   fail("--compression \"{}\": expected none, fp16 or bf16", name);
 }
 
-// Each worker's timeline file: `path` itself with one process, else with ".rank<R>" before its extension.
-std::string timeline_file(distribute::Strategy& strategy, const std::string& path) {
-  const distribute::Communicator* workers = strategy.extended().worker_communicator();
-  if (workers == nullptr || workers->size() == 1) return path;
-  std::filesystem::path p(path);
-  return (p.parent_path() / fmt::format("{}.rank{}{}", p.stem().string(), workers->rank(), p.extension().string()))
-      .string();
-}
-
-std::unique_ptr<Timeline> start_timeline(distribute::Strategy& strategy, const std::string& path) {
-  distribute::Communicator* workers = strategy.extended().worker_communicator();
-  int rank = workers != nullptr ? workers->rank() : 0;
-  auto timeline = std::make_unique<Timeline>(rank, fmt::format("rank {}", rank));
-  io::write_file_atomically(timeline_file(strategy, path), "");  // writable now, not after training
-  strategy.extended().set_timeline(timeline.get());
-  return timeline;
-}
-
-// Writes the trace and says where it went and how much of the all-reduce the backward pass hid:
-// the time the step waited for reductions against the time they took on the communication thread.
-void finish_timeline(distribute::Strategy& strategy, Timeline& timeline, const std::string& path, int verbose) {
-  strategy.extended().set_timeline(nullptr);
-  std::string file = timeline_file(strategy, path);
-  timeline.write(file);
-  if (verbose == 0) return;
-  auto totals = timeline.totals();
-  auto seconds = [&](const char* name) { return totals.count(name) ? totals[name].seconds : 0.0; };
-  int64_t steps = totals.count("update") ? totals["update"].count : 0;
-  std::printf("Timeline: %s (open it in chrome://tracing or https://ui.perfetto.dev)%s\n", file.c_str(),
-              file == path ? "" : "; one file per worker");
-  double reduce = seconds("all_reduce"), wait = seconds("wait");
-  if (steps > 0 && reduce > 0)
-    std::printf(
-        "  per step: forward %.2f ms, backward %.2f ms, all-reduce %.2f ms (%.0f%% hidden behind backward), "
-        "update %.2f ms\n",
-        1e3 * seconds("forward") / static_cast<double>(steps), 1e3 * seconds("backward") / static_cast<double>(steps),
-        1e3 * reduce / static_cast<double>(steps), 100.0 * hidden_fraction(totals),
-        1e3 * seconds("update") / static_cast<double>(steps));
-}
-
 // Which of the strategies' own flags this fit was given (check_strategy_flags refuses the ones its
 // strategy does not read).
 std::vector<std::pair<const char*, bool>> strategy_flags_given(const FitFlags& f) {
@@ -212,20 +174,24 @@ void run_fit(FitFlags f) {
   settings.threads_per_replica = f.common.threads;
   settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(f.timeout * 1000));
   settings.on_failure = end_on_worker_failure;
-  settings.bucket_bytes = static_cast<int64_t>(f.fusion_mb * 1024 * 1024);
-  settings.cycle_time = std::chrono::microseconds(static_cast<int64_t>(f.cycle_time_ms * 1000));
-  settings.compression = compression_named(f.compression);
-  settings.cluster_file = f.cluster;
-  settings.shard_bytes = static_cast<int64_t>(f.shard_mb * 1024 * 1024);
-  settings.ps.prefetch = f.prefetch;
-  settings.ps.auth_dir = f.auth;
-  settings.ps.insecure = f.insecure;
   settings.insecure = f.insecure;
-  settings.ps.record = f.record;
-  settings.ps.replay = f.replay;
-  settings.ps.min_workers = f.min_workers;
+  auto& fusion = settings.of<distribute::DataParallelSettings>();
+  fusion.bucket_bytes = static_cast<int64_t>(f.fusion_mb * 1024 * 1024);
+  fusion.cycle_time = std::chrono::microseconds(static_cast<int64_t>(f.cycle_time_ms * 1000));
+  fusion.compression = compression_named(f.compression);
+  auto& ps = settings.of<distribute::ParameterServerSettings>();
+  ps.cluster_file = f.cluster;
+  ps.shard_bytes = static_cast<int64_t>(f.shard_mb * 1024 * 1024);
+  ps.ps.prefetch = f.prefetch;
+  ps.ps.auth_dir = f.auth;
+  ps.ps.insecure = f.insecure;
+  ps.ps.record = f.record;
+  ps.ps.replay = f.replay;
+  ps.ps.min_workers = f.min_workers;
   check_strategy_flags(f.strategy, strategy_flags_given(f));
-  if (!f.device_memory.empty()) settings.device_memory_bytes = parse_bytes(f.device_memory, "--device-memory");
+  if (!f.device_memory.empty())
+    settings.of<distribute::ModelParallelSettings>().device_memory_bytes =
+        parse_bytes(f.device_memory, "--device-memory");
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, settings);
   refuse_idle_replicas(*strategy, f.strategy, f.common.batch_size);
   distribute::set_job_phase(*strategy, "start-up");  // the model, the data, the run directory

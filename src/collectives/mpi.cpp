@@ -5,6 +5,10 @@
 // submitted: on a thread of the communicator, or on the caller while that thread is idle; callers
 // wait with the timeout, watching the control plane. Point to point messages are posted by the
 // caller (MPI_THREAD_MULTIPLE) and tested until done.
+//
+// One idea, kept whole past 500 lines: the communicator class, whose queue, thread, waits and
+// calls share its private state; what stands apart already has its own file (the world, the
+// ranks' call checks, the ordered sum).
 #ifdef TANDEM_WITH_MPI
 #include "collectives/mpi_communicator.h"
 

@@ -7,7 +7,6 @@
 // bits are those of the parts one by one for any replica or worker count, at the cost of one pass
 // of the model instead of one per part.
 #include <algorithm>
-#include <optional>
 
 #include "distribute/replica_state.h"
 #include "distribute/step_body.h"
@@ -25,8 +24,6 @@ void TrainStep::compute_parts_stacked(ReplicaState& work, int r) {
   batch_->slice(begin, end, h, y);
   Timeline* timeline = strategy_->timeline();
   ops::RowExactProducts exact;
-  std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", work.thread_name.c_str());
-  work.tape.reset();
   ops::DeferredKernelGradients deferred;
   for (size_t i = 0; i < work.sources.size(); ++i)
     if (work.as_products[i]) {
@@ -35,20 +32,15 @@ void TrainStep::compute_parts_stacked(ReplicaState& work, int r) {
     }
   // Dropout's masks are drawn per row, and each row's gradient starts at 1 ÷ the global batch: as
   // in the parts' own steps.
-  RowsForward step =
-      forward_rows(replicas_[r].layers, loss_, h, y,
-                   {seed_, key_, begin, batch_->rows, &deferred, nullptr, batch_->weights_of(begin, end)});
+  RowsForward step = train_rows(work.tape, replicas_[r].layers, loss_, h, y,
+                                {seed_, key_, begin, batch_->rows, &deferred, nullptr, batch_->weights_of(begin, end)},
+                                {work.tape_sources, work.tape_grads}, {timeline, work.thread_name.c_str()});
   h = step.predictions;
   const Tensor& per_sample = step.loss.per_sample;
-  forward.reset();
+  for (Tensor& grad : work.grads) grad = Tensor();
   std::vector<ops::KernelProducts> kept(work.sources.size());
-  {
-    Timeline::Span backward(timeline, "backward", work.thread_name.c_str());
-    for (Tensor& grad : work.grads) grad = Tensor();
-    work.tape.gradient(step.loss.loss, work.tape_sources, work.tape_grads);
-    for (size_t i = 0; i < work.sources.size(); ++i)
-      if (work.as_products[i]) kept[i] = deferred.take(work.sources[i]);
-  }
+  for (size_t i = 0; i < work.sources.size(); ++i)
+    if (work.as_products[i]) kept[i] = deferred.take(work.sources[i]);
   for (int p = first; p < last; ++p) {
     int64_t from = split_.row[static_cast<size_t>(p)] - begin, to = split_.row[static_cast<size_t>(p) + 1] - begin;
     for (size_t i = 0; i < work.sources.size(); ++i) {

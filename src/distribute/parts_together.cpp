@@ -94,7 +94,7 @@ void TrainStep::compute_parts_together(ReplicaState& work, int r) {
     per_sample[i] = part.per_sample;
     loss = i == 0 ? part.loss : ops::add(loss, part.loss);
   }
-  if (count > 0) work.tape.gradient(loss, aliases, grads);
+  if (count > 0) backward(work.tape, loss, {aliases, grads});
   for (auto it = rep.layers.rbegin(); it != rep.layers.rend(); ++it) (*it)->finish_parts();
   for (size_t i = 0; i < count; ++i) {
     auto p = static_cast<size_t>(live[i]);

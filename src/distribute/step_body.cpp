@@ -1,5 +1,8 @@
-// The step body's two rules (step_body.h).
+// The step body: its two rules, forward to backward of a part, and the runners' backward
+// (step_body.h).
 #include "distribute/step_body.h"
+
+#include <optional>
 
 #include "tandem/ops.h"
 
@@ -26,6 +29,23 @@ RowsForward forward_rows(std::span<const std::shared_ptr<layers::Layer>> stack, 
   context.penalties = &penalties;
   out.predictions = layers::call_layers(stack, x, context);
   out.loss = rows_loss(loss, y, out.predictions, rows, penalties);
+  return out;
+}
+
+void backward(GradientTape& tape, const Tensor& target, const Backward& to) {
+  if (to.output_gradient.defined()) tape.gradient(target, to.sources, to.grads, to.output_gradient);
+  else tape.gradient(target, to.sources, to.grads, to.ready);
+}
+
+RowsForward train_rows(GradientTape& tape, std::span<const std::shared_ptr<layers::Layer>> stack, const Loss& loss,
+                       const Tensor& x, const Tensor& y, const BatchRows& rows, const Backward& to, Spans spans,
+                       const std::function<Tensor(const Tensor& loss)>& objective) {
+  std::optional<Timeline::Span> span(std::in_place, spans.timeline, "forward", spans.row);
+  tape.reset();
+  RowsForward out = forward_rows(stack, loss, x, y, rows);
+  span.emplace(spans.timeline, "backward", spans.row);
+  for (Tensor& g : to.grads) g = Tensor();  // the last step's go before backward makes new ones
+  backward(tape, objective ? objective(out.loss.loss) : out.loss.loss, to);
   return out;
 }
 

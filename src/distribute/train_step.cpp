@@ -268,30 +268,25 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
   Timeline* timeline = strategy_->timeline();
   std::optional<ops::RowExactProducts> exact;
   if (exact_products_) exact.emplace();
-  std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", work.thread_name.c_str());
-  work.tape.reset();
   std::optional<ops::DeferredKernelGradients> deferred;
   if (work.defers()) {
     deferred.emplace();
     for (size_t i = 0; i < work.sources.size(); ++i)
       if (work.as_products[i]) deferred->defer(work.sources[i]);
   }
-  RowsForward step = forward_rows(
-      replicas_[r].layers, loss_, x, y,
-      {seed_, key_, begin, global, deferred ? &*deferred : nullptr, nullptr, batch_->weights_of(begin, end)});
+  // Deferred kernels' gradients are not the tape's: it makes the others' (tape_sources).
+  Backward to = deferred ? Backward{work.tape_sources, work.tape_grads}
+                         : Backward{work.sources, work.grads, work.reducer.ready(work.grads)};
+  RowsForward step =
+      train_rows(work.tape, replicas_[r].layers, loss_, x, y,
+                 {seed_, key_, begin, global, deferred ? &*deferred : nullptr, nullptr, batch_->weights_of(begin, end)},
+                 to, {timeline, work.thread_name.c_str()});
   const Tensor& loss = step.loss.loss;
-  forward.reset();
-  {
-    Timeline::Span backward(timeline, "backward", work.thread_name.c_str());
-    for (Tensor& g : work.grads) g = Tensor();  // the last step's go before backward makes new ones
-    if (!deferred) {
-      work.tape.gradient(loss, work.sources, work.grads, work.reducer.ready(work.grads));
-    } else {
-      work.tape.gradient(loss, work.tape_sources, work.tape_grads);
-      for (size_t j = 0; j < work.tape_of.size(); ++j) work.grads[work.tape_of[j]] = std::move(work.tape_grads[j]);
-      for (size_t i = 0; i < work.sources.size(); ++i)
-        if (work.as_products[i]) work.products[i] = deferred->take(work.sources[i]);
-    }
+  if (deferred) {
+    for (Tensor& g : work.grads) g = Tensor();
+    for (size_t j = 0; j < work.tape_of.size(); ++j) work.grads[work.tape_of[j]] = std::move(work.tape_grads[j]);
+    for (size_t i = 0; i < work.sources.size(); ++i)
+      if (work.as_products[i]) work.products[i] = deferred->take(work.sources[i]);
   }
   // One device's figure is its batch mean's; a part's, its sum (read in run, after the update is queued).
   part_loss_values_[static_cast<size_t>(p)] = step.loss.whole ? loss : ops::sum(step.loss.per_sample);

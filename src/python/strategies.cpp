@@ -4,10 +4,22 @@
 #include <map>
 
 #include "tandem/distribute/model_parallel.h"
+#include "tandem/distribute/multi_worker.h"
+#include "tandem/distribute/parameter_server.h"
+#include "tandem/distribute/pipeline.h"
 #include "tandem/distribute/strategy_registry.h"
 #include "tandem/hvd.h"
 
 namespace tandem::python {
+namespace {
+// A family's setting as a flat attribute of StrategySettings (StrategySettings::of<Family>).
+template <class Family, class T>
+void family_field(py::class_<distribute::StrategySettings>& settings, const char* name, T Family::*field) {
+  settings.def_property(
+      name, [field](distribute::StrategySettings& s) { return s.of<Family>().*field; },
+      [field](distribute::StrategySettings& s, T value) { s.of<Family>().*field = value; });
+}
+}  // namespace
 
 void register_strategies(py::module_& m) {
   // The options a strategy's name does not carry, as the command line's flags fill them
@@ -18,23 +30,24 @@ void register_strategies(py::module_& m) {
       .def_static("fixed_shards", &distribute::Partitioner::fixed_shards, py::arg("num_shards"))
       .def_static("max_size", &distribute::Partitioner::max_size, py::arg("max_shard_bytes"), py::arg("max_shards"))
       .def_property_readonly("kind", [](const distribute::Partitioner& p) { return static_cast<int>(p.kind); });
-  py::class_<distribute::StrategySettings>(m, "StrategySettings")
-      .def(py::init<>())
+  py::class_<distribute::StrategySettings> settings(m, "StrategySettings");
+  settings.def(py::init<>())
       .def_readwrite("threads_per_replica", &distribute::StrategySettings::threads_per_replica)
       .def_property(
           "timeout", [](const distribute::StrategySettings& s) { return s.timeout.count() / 1000.0; },
           [](distribute::StrategySettings& s, double seconds) {
             if (!(seconds > 0)) fail("StrategySettings: timeout must be positive seconds, got {}", seconds);
             s.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
-          })
-      .def_readwrite("bucket_bytes", &distribute::StrategySettings::bucket_bytes)
-      .def_readwrite("cluster_file", &distribute::StrategySettings::cluster_file)
-      .def_readwrite("cluster_json", &distribute::StrategySettings::cluster_json)
-      .def_readwrite("shard_bytes", &distribute::StrategySettings::shard_bytes)
-      .def_readwrite("in_process", &distribute::StrategySettings::in_process)
-      .def_readwrite("local_ps", &distribute::StrategySettings::local_ps)
-      .def_readwrite("local_workers", &distribute::StrategySettings::local_workers)
-      .def_readwrite("device_memory_bytes", &distribute::StrategySettings::device_memory_bytes);
+          });
+  // Each family's settings as flat attributes, as tandem.distribute sets them.
+  family_field(settings, "bucket_bytes", &distribute::DataParallelSettings::bucket_bytes);
+  family_field(settings, "cluster_file", &distribute::ParameterServerSettings::cluster_file);
+  family_field(settings, "cluster_json", &distribute::ParameterServerSettings::cluster_json);
+  family_field(settings, "shard_bytes", &distribute::ParameterServerSettings::shard_bytes);
+  family_field(settings, "in_process", &distribute::ParameterServerSettings::in_process);
+  family_field(settings, "local_ps", &distribute::ParameterServerSettings::local_ps);
+  family_field(settings, "local_workers", &distribute::ParameterServerSettings::local_workers);
+  family_field(settings, "device_memory_bytes", &distribute::ModelParallelSettings::device_memory_bytes);
   // The families' option structs, as tandem.distribute fills them from TensorFlow's arguments: the
   // strategy's constructor checks them when Strategy.make_* makes it (the names parse into the same).
   using distribute::PsMode;

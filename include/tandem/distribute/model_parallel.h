@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "tandem/distribute/strategy.h"
+#include "tandem/distribute/strategy_registry.h"
 
 namespace tandem::distribute {
 
@@ -102,5 +103,13 @@ class ModelParallelStrategy : public Strategy {
   std::unique_ptr<Shards> shards_;
   std::vector<std::unique_ptr<Communicator>> tensor_, data_;
 };
+
+// The settings fit's flags give model parallelism (StrategySettings::of): each device's memory
+// for the variables and slots (0: no limit).
+struct ModelParallelSettings {
+  int64_t device_memory_bytes = 0;
+};
+// The strategy from its options (strategy_registry.h's make_* say what these add).
+std::unique_ptr<Strategy> make_model_parallel(ModelParallelOptions options, const StrategySettings& settings);
 
 }  // namespace tandem::distribute

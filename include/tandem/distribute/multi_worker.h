@@ -23,6 +23,7 @@
 #include <string>
 
 #include "tandem/distribute/strategy.h"
+#include "tandem/distribute/strategy_registry.h"
 
 namespace tandem::distribute {
 
@@ -92,5 +93,8 @@ class MultiWorkerMirroredStrategy : public Strategy {
   int64_t fault_at_ = -1;
   bool fault_kill_ = false;
 };
+
+// The strategy from its options (strategy_registry.h's make_* say what these add).
+std::unique_ptr<Strategy> make_multiworker(MultiWorkerOptions options, const StrategySettings& settings);
 
 }  // namespace tandem::distribute

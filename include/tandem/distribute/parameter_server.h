@@ -33,6 +33,7 @@
 
 #include "tandem/distribute/cluster.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/distribute/strategy_registry.h"
 
 namespace tandem::distribute {
 
@@ -167,5 +168,27 @@ class ParameterServerStrategy : public Strategy {
   std::map<int64_t, int64_t> steps_ahead_before_;  // in process: the fits' before the running one
   std::vector<int64_t> worker_steps_before_;       // likewise
 };
+
+// The settings fit's flags and the Python module give the parameter-server family
+// (StrategySettings::of): the cluster spec's file or TF_CONFIG's JSON text (both empty: the
+// TF_CONFIG environment variable), or an in-process cluster (the names' "ps-async:PxW:threads",
+// Python's ParameterServerStrategy() without a cluster) of `local_ps` servers and `local_workers`
+// workers (-1: one per usable core); the size above which a variable is split into shards over the
+// servers (0: never); and the options (prefetch, auth_dir, insecure, record, replay, min_workers;
+// the mode, staleness bound and backup workers come from the name, the timeout and the
+// partitioner from the above).
+struct ParameterServerSettings {
+  std::string cluster_file;
+  std::string cluster_json;
+  int64_t shard_bytes = 0;
+  bool in_process = false;
+  int local_ps = 1, local_workers = -1;
+  ParameterServerOptions ps;
+};
+
+// The strategy from its options (strategy_registry.h's make_* say what these add): the cluster in
+// process (ParameterServerSettings::in_process), else its cluster_json, else its cluster_file,
+// else TF_CONFIG.
+std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options, const StrategySettings& settings);
 
 }  // namespace tandem::distribute

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "tandem/distribute/strategy.h"
+#include "tandem/distribute/strategy_registry.h"
 #include "tandem/optimizers.h"
 
 namespace tandem::distribute {
@@ -135,5 +136,8 @@ class PipelineStrategy : public Strategy {
   int stage_of(size_t layer) const;
   std::vector<std::unique_ptr<Communicator>> pipe_, data_;
 };
+
+// The strategy from its options (strategy_registry.h's make_* say what these add).
+std::unique_ptr<Strategy> make_pipeline(PipelineOptions options, const StrategySettings& settings);
 
 }  // namespace tandem::distribute

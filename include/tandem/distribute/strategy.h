@@ -405,6 +405,14 @@ struct MirroredOptions {
   std::function<std::vector<std::unique_ptr<Communicator>>(int replicas)> cross_device_ops = nullptr;
 };
 
+// The settings fit's flags give the mirrored family and multiworker (StrategySettings::of):
+// tensor fusion and compression, as MirroredOptions says.
+struct DataParallelSettings {
+  int64_t bucket_bytes = 0;
+  std::chrono::microseconds cycle_time{0};
+  Compression compression = Compression::None;
+};
+
 class MirroredReplicas;  // the mirrored family's part (src/distribute/data_parallel/mirrored_replicas.h)
 
 // One replica per group of cores, variables mirrored, gradients all-reduced every step.

@@ -3,48 +3,47 @@
 // strategy's room registers an entry (its name, grammar, one line of help, its traits and its
 // factory, which parses the rest of the name), and make_strategy, the command line's help,
 // `tandem compare` and the Python module ask the registry instead of testing names themselves.
+// No family's header is included here: a family's own settings and its make_* live in its header.
+#include <any>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <typeindex>
 #include <vector>
 
-#include "tandem/distribute/model_parallel.h"
-#include "tandem/distribute/multi_worker.h"
-#include "tandem/distribute/parameter_server.h"
-#include "tandem/distribute/pipeline.h"
 #include "tandem/distribute/strategy.h"
 
 namespace tandem::distribute {
 
-// What a strategy is made with beside its name: the settings any strategy may read, then the
-// options of the families that read them (fit's flags fill them; a family reads only its own).
+// What a strategy is made with beside its name: the settings any strategy may read, then each
+// family's own, by type (the family's header defines it: DataParallelSettings in strategy.h,
+// ParameterServerSettings, ModelParallelSettings), which fit's flags and the Python module fill and
+// only that family reads.
 struct StrategySettings {
   int threads_per_replica = 0;
   std::chrono::milliseconds timeout = std::chrono::seconds(30);
   std::function<void(const std::string&)> on_failure;
-  // Processes on several machines without keys (MPI's ranks; a parameter-server cluster takes
-  // ps.insecure): allowed, on a network the user trusts (--insecure).
+  // Processes on several machines without keys (MPI's ranks; a parameter-server cluster takes its
+  // own): allowed, on a network the user trusts (--insecure).
   bool insecure = false;
-  // Mirrored and multiworker: tensor fusion and compression (MirroredOptions says what each does).
-  int64_t bucket_bytes = 0;
-  std::chrono::microseconds cycle_time{0};
-  Compression compression = Compression::None;
-  // Parameter servers: the cluster spec's file or text (both empty: the TF_CONFIG environment variable), the
-  // size above which a variable is split into shards over the servers (0: never), and their
-  // options (prefetch, auth_dir, insecure, record, replay, min_workers; the mode, staleness bound
-  // and backup workers come from the name, the timeout and the partitioner from the above).
-  std::string cluster_file;
-  // Or the cluster and this task as TF_CONFIG's JSON text (a cluster resolver's, from Python).
-  std::string cluster_json;
-  int64_t shard_bytes = 0;
-  // Or an in-process cluster (the names' "ps-async:PxW:threads", Python's ParameterServerStrategy()
-  // without a cluster): `local_ps` servers and `local_workers` workers (-1: one per usable core).
-  bool in_process = false;
-  int local_ps = 1, local_workers = -1;
-  ParameterServerOptions ps;
-  // Model parallelism: each device's memory for the variables and slots (0: no limit).
-  int64_t device_memory_bytes = 0;
+  // Family T's settings, made with its defaults on first use.
+  template <class T>
+  T& of() {
+    std::any& held = families_[std::type_index(typeid(T))];
+    if (!held.has_value()) held = T{};
+    return std::any_cast<T&>(held);
+  }
+  // Family T's settings as set, else its defaults.
+  template <class T>
+  T of() const {
+    auto it = families_.find(std::type_index(typeid(T)));
+    return it == families_.end() ? T{} : std::any_cast<const T&>(it->second);
+  }
+
+ private:
+  std::map<std::type_index, std::any> families_;
 };
 
 enum class StrategyFamily { OneDevice, DataParallel, ParameterServer, ModelParallel, Pipeline };
@@ -110,13 +109,9 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec, int threads_per
 // tandem.distribute fills from TensorFlow's arguments. The strategy's constructor checks the
 // options (the one place they are checked); these add the settings every family shares (threads,
 // fusion, timeout, the cluster) and what the machine decides (threads per device when none are
-// given; one device per process under `tandem launch`).
+// given; one device per process under `tandem launch`). The mirrored family's is here; each other
+// family's is in its header (make_multiworker, make_parameter_servers, make_model_parallel,
+// make_pipeline).
 std::unique_ptr<Strategy> make_mirrored(MirroredOptions options, bool central, const StrategySettings& settings);
-std::unique_ptr<Strategy> make_multiworker(MultiWorkerOptions options, const StrategySettings& settings);
-// The cluster: in process (settings.local_workers), else settings.cluster_json, else
-// settings.cluster_file, else TF_CONFIG.
-std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options, const StrategySettings& settings);
-std::unique_ptr<Strategy> make_model_parallel(ModelParallelOptions options, const StrategySettings& settings);
-std::unique_ptr<Strategy> make_pipeline(PipelineOptions options, const StrategySettings& settings);
 
 }  // namespace tandem::distribute

@@ -94,19 +94,21 @@ StrategyEntry replicated_entry(const char* name, const char* grammar, const char
 }  // namespace
 
 std::unique_ptr<Strategy> make_mirrored(MirroredOptions options, bool central, const StrategySettings& settings) {
+  DataParallelSettings fusion = settings.of<DataParallelSettings>();
   options.threads_per_replica = settings.threads_per_replica;
-  options.bucket_bytes = settings.bucket_bytes;
-  options.cycle_time = settings.cycle_time;
-  options.compression = settings.compression;
+  options.bucket_bytes = fusion.bucket_bytes;
+  options.cycle_time = fusion.cycle_time;
+  options.compression = fusion.compression;
   if (central) return std::make_unique<CentralStorageStrategy>(options);
   return std::make_unique<MirroredStrategy>(options);
 }
 
 std::unique_ptr<Strategy> make_multiworker(MultiWorkerOptions options, const StrategySettings& settings) {
+  DataParallelSettings fusion = settings.of<DataParallelSettings>();
   options.threads_per_replica = settings.threads_per_replica;
-  options.bucket_bytes = settings.bucket_bytes;
-  options.cycle_time = settings.cycle_time;
-  options.compression = settings.compression;
+  options.bucket_bytes = fusion.bucket_bytes;
+  options.cycle_time = fusion.cycle_time;
+  options.compression = fusion.compression;
   options.timeout = settings.timeout;
   options.on_failure = settings.on_failure;
   options.insecure = settings.insecure;

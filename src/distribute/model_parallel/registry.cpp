@@ -11,7 +11,7 @@ std::unique_ptr<Strategy> make_model_parallel(ModelParallelOptions options, cons
   int threads = settings.threads_per_replica;
   int devices = std::max(1, options.num_shards) * std::max(1, options.data_replicas);
   options.threads_per_shard = threads > 0 ? threads : std::max(1, usable_cores() / devices);
-  options.device_memory_bytes = settings.device_memory_bytes;
+  options.device_memory_bytes = settings.of<ModelParallelSettings>().device_memory_bytes;
   if (started_by_mpi_launcher()) {  // one device per process
     options.processes = launched_world(fmt::format("model-parallel:{}", options.num_shards), settings);
     if (threads <= 0)

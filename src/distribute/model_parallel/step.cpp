@@ -49,13 +49,13 @@ class TensorParallelStep : public DeviceStep {
       } else {
         bool whole = begin == 0 && end == rows;
         GradientTape tape;
-        std::optional<Timeline::Span> forward(std::in_place, timeline, "forward", row);
+        std::vector<Tensor> sources;
+        for (Variable* v : device.trainable) sources.push_back(v->value);
+        grads.resize(sources.size());
         RowsForward step =
-            forward_rows(device.layers, loss_, whole ? x : x.slice(begin, end), whole ? y : y.slice(begin, end),
-                         {seed_, key, begin, rows, nullptr, nullptr, batch.weights_of(begin, end)});
-        forward.reset();
-        Timeline::Span backward(timeline, "backward", row);
-        grads = tape.gradient(step.loss.loss, device.trainable);
+            train_rows(tape, device.layers, loss_, whole ? x : x.slice(begin, end), whole ? y : y.slice(begin, end),
+                       {seed_, key, begin, rows, nullptr, nullptr, batch.weights_of(begin, end)}, {sources, grads},
+                       {timeline, row});
         if (g % pieces == 0) {  // each copy's first piece speaks for it
           sums[static_cast<size_t>(copy)] = ops::sum(step.loss.per_sample).item();
           predictions[static_cast<size_t>(copy)] = step.predictions;

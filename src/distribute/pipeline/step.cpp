@@ -279,8 +279,7 @@ class PipelineStep : public DeviceStep {
       }
       Clock::time_point since = Clock::now();
       if (!first) sources.push_back(f.input);
-      if (last) f.tape->gradient(f.output, sources, grads);
-      else f.tape->gradient(f.output, sources, grads, upstream);
+      backward(*f.tape, f.output, {sources, grads, nullptr, upstream});  // from the loss on the last stage
       if (!first) {
         sources.pop_back();
         send(grads.back().contiguous(), stage - 1, 2 * m + 1);

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "distribute/replica_threads.h"
+#include "distribute/step_body.h"
 #include "tandem/autograd.h"
 #include "tandem/distribute/pipeline.h"
 #include "tandem/ops.h"
@@ -40,6 +41,7 @@ std::vector<double> layer_costs(const std::vector<std::shared_ptr<Layer>>& layer
       if (copy->variables()[k].trainable && !(deferred && static_cast<int>(k) == kernel))
         sources.push_back(copy->variables()[k].value);
     if (i > 0) sources.push_back(h);  // every layer but the model's first hands its input's gradient back
+    std::vector<Tensor> grads(sources.size());
     double best = std::numeric_limits<double>::infinity();
     Tensor out;
     for (int round = 0; round < 3; ++round) {
@@ -50,7 +52,7 @@ std::vector<double> layer_costs(const std::vector<std::shared_ptr<Layer>>& layer
         GradientTape tape;
         if (i > 0) tape.watch(h);
         out = copy->call(h, CallContext{true, RandomKey{1, static_cast<uint64_t>(round), 0}, &kernels});
-        tape.gradient(out, sources, Tensor::full(out.shape(), 1.0f));
+        backward(tape, out, {sources, grads, nullptr, Tensor::full(out.shape(), 1.0f)});
       }
       if (deferred) kernels.gradient(copy->variables()[0].value);
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());

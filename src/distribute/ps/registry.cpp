@@ -31,8 +31,9 @@ std::unique_ptr<Strategy> parameter_servers(const std::string& spec, std::vector
     if (!tasks)
       bad_strategy(spec, fmt::format("an in-process cluster names its servers and workers: {}:1x3:threads",
                                      words[0] == "ps-ssp" ? "ps-ssp:S" : words[0]));
-    settings.in_process = true;
-    std::tie(settings.local_ps, settings.local_workers) = *tasks;
+    ParameterServerSettings& ps = settings.of<ParameterServerSettings>();
+    ps.in_process = true;
+    std::tie(ps.local_ps, ps.local_workers) = *tasks;
     words.erase(words.begin() + 1);
     words.pop_back();
   }
@@ -50,7 +51,7 @@ std::unique_ptr<Strategy> parameter_servers(const std::string& spec, std::vector
   std::optional<int> bound;
   if (ssp && !(bound = count_in_name(words[1], 1000000)) && words[1] != "0")
     bad_strategy(spec, "ps-ssp:S takes a staleness bound S of 0 or more");
-  ParameterServerOptions options = settings.ps;
+  ParameterServerOptions options = settings.of<ParameterServerSettings>().ps;
   options.mode = sync ? PsMode::Synchronous : PsMode::Asynchronous;
   if (ssp) options.max_staleness = bound.value_or(0);
   if (sync) options.backup_workers = backups.value_or(0);
@@ -91,7 +92,8 @@ StrategyEntry entry(const char* name, const char* grammar, const char* row_gramm
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options, const StrategySettings& settings) {
+std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options, const StrategySettings& common) {
+  ParameterServerSettings settings = common.of<ParameterServerSettings>();
   bool local = settings.in_process;
   if (const char* tf_config = std::getenv("TF_CONFIG"); local && tf_config != nullptr && *tf_config != '\0')
     fail(
@@ -106,8 +108,8 @@ std::unique_ptr<Strategy> make_parameter_servers(ParameterServerOptions options,
                         : !settings.cluster_json.empty() ? ClusterSpec::parse(settings.cluster_json, "cluster_resolver")
                         : settings.cluster_file.empty()  ? ClusterSpec::from_environment()
                                                          : ClusterSpec::from_file(settings.cluster_file);
-  if (local && options.threads_per_worker == 0) options.threads_per_worker = settings.threads_per_replica;
-  options.timeout = settings.timeout;
+  if (local && options.threads_per_worker == 0) options.threads_per_worker = common.threads_per_replica;
+  options.timeout = common.timeout;
   if (settings.shard_bytes > 0) options.partitioner = Partitioner::min_size(settings.shard_bytes, cluster.count("ps"));
   return std::make_unique<ParameterServerStrategy>(cluster, options);
 }

@@ -92,25 +92,27 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     pulled = false;
     std::vector<int64_t> versions = shards.receive_pull(link);
     if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));  // the test's straggler
-    RowsForward done;  // as fit's step: this worker's rows of the round
-    std::vector<Tensor> grads;
-    double round_penalty = 0.0;  // the penalties times this push's rows, as the chief divides the loss
+    // As fit's step: this worker's rows of the round, and the weights' penalties, each push its rows'
+    // share of them (rows ÷ the update's rows, as its loss): the pushes an update sums (a round's, or
+    // a synchronous step's with backup workers) add them once, as one device's step.
+    std::vector<Tensor> sources, grads(model.trainable.size());
+    for (Variable* v : model.trainable) sources.push_back(v->value);
+    Tensor penalty;
+    auto rows = static_cast<double>(y.dim(0));
+    RowsForward done;
     {
-      GradientTape tape;
-      done = forward_rows(model.layers, parts.loss, x, y,
-                          {parts.seed, static_cast<uint64_t>(step.envelope.aux), info.first_row, info.round_rows,
-                           nullptr, nullptr, weights});
-      // The weights' penalties, each push its rows' share of them (rows ÷ the update's rows, as its
-      // loss): the pushes an update sums (a round's, or a synchronous step's with backup workers)
-      // add them once, as one device's step.
-      Tensor objective = done.loss.loss, penalty = ops::penalties(model.trainable);
-      auto rows = static_cast<double>(y.dim(0));
-      if (penalty.defined())
-        objective =
-            ops::add(objective, ops::scale(penalty, static_cast<float>(rows / static_cast<double>(info.round_rows))));
-      grads = tape.gradient(objective, model.trainable);
-      if (penalty.defined()) round_penalty = static_cast<double>(penalty.item()) * rows;
+      GradientTape tape;  // recording until the gradients are made, no further
+      done = train_rows(
+          tape, model.layers, parts.loss, x, y,
+          {parts.seed, static_cast<uint64_t>(step.envelope.aux), info.first_row, info.round_rows, nullptr, nullptr,
+           weights},
+          {sources, grads}, {}, [&](const Tensor& loss) {
+            penalty = ops::penalties(model.trainable);
+            if (!penalty.defined()) return loss;
+            return ops::add(loss, ops::scale(penalty, static_cast<float>(rows / static_cast<double>(info.round_rows))));
+          });
     }
+    double round_penalty = penalty.defined() ? static_cast<double>(penalty.item()) * rows : 0.0;
     bool sync = options.mode == PsMode::Synchronous;
     PushInfo pushed{info.clock, sync && options.backup_workers == 0 ? step.envelope.aux : -1,  // the key is the round
                     sync ? info.pushes : 0};
