@@ -247,8 +247,16 @@ def test_fit_evaluate_and_predict_release_the_gil_so_python_threads_run_meanwhil
     model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu", input_shape=(20,)),
                                  tf.keras.layers.Dense(5)])
     model.compile(optimizer="adam", loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    many = np.tile(x, (40, 1))  # evaluate and predict long enough to measure
     stamps, done = [], threading.Event()
+
+    def lasting(run):  # run(k) at the size k (doubled from 1) where one run lasts 0.4 s or more, on any host
+        k = 1
+        while True:
+            start = time.perf_counter()
+            run(k)
+            if time.perf_counter() - start >= 0.4:
+                return lambda: run(k)
+            k *= 2
 
     def count():  # pure Python: it runs only while nobody holds the GIL
         n = 0
@@ -285,9 +293,11 @@ def test_fit_evaluate_and_predict_release_the_gil_so_python_threads_run_meanwhil
     counter = threading.Thread(target=count, daemon=True)
     counter.start()
     try:
-        for name, call in (("fit", lambda: model.fit(x, y, epochs=3, batch_size=32, verbose=0)),
-                           ("evaluate", lambda: model.evaluate(many, np.tile(y, 40), batch_size=256, verbose=0)),
-                           ("predict", lambda: model.predict(many, batch_size=256, verbose=0)),
+        for name, call in (("fit", lasting(lambda k: model.fit(x, y, epochs=k, batch_size=32, verbose=0))),
+                           ("evaluate", lasting(lambda k: model.evaluate(np.tile(x, (k, 1)), np.tile(y, k),
+                                                                         batch_size=256, verbose=0))),
+                           ("predict", lasting(lambda k: model.predict(np.tile(x, (k, 1)), batch_size=256,
+                                                                       verbose=0))),
                            ("the control held throughout", held_throughout),
                            ("the control held per batch", held_per_batch)):
             ran, seconds = ran_during(call)

@@ -12,8 +12,13 @@
 
 namespace tandem::distribute {
 
-void MirroredReplicas::split_batch(int64_t rows, int in_sync, BatchSplit& split) const {
+void MirroredReplicas::split_batch(int64_t rows, BatchSplit& split, int in_sync) const {
+  if (in_sync == 0) in_sync = count();
   split.even(rows, options_.deterministic ? options_.micro_batches : in_sync, in_sync);
+}
+
+std::string MirroredReplicas::name(const char* family, int in_sync) const {
+  return fmt::format("{}:{}{}", family, in_sync, options_.deterministic ? ":deterministic" : "");
 }
 
 GradientReduction MirroredReplicas::gradient_reduction() const {
@@ -74,13 +79,9 @@ MirroredStrategy::MirroredStrategy(MirroredOptions options)
   run_replicas_on(replicas_->threads());
 }
 MirroredStrategy::~MirroredStrategy() = default;
-std::string MirroredStrategy::name() const {
-  return fmt::format("mirrored:{}{}", replicas_->count(), replicas_->options().deterministic ? ":deterministic" : "");
-}
+std::string MirroredStrategy::name() const { return replicas_->name("mirrored", replicas_->count()); }
 int MirroredStrategy::num_replicas_in_sync() const { return replicas_->count(); }
-void MirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const {
-  replicas_->split_batch(rows, replicas_->count(), split);
-}
+void MirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const { replicas_->split_batch(rows, split); }
 GradientReduction MirroredStrategy::gradient_reduction() const { return replicas_->gradient_reduction(); }
 
 CentralStorageStrategy::CentralStorageStrategy(MirroredOptions options)
@@ -88,13 +89,9 @@ CentralStorageStrategy::CentralStorageStrategy(MirroredOptions options)
   run_replicas_on(replicas_->threads());
 }
 CentralStorageStrategy::~CentralStorageStrategy() = default;
-std::string CentralStorageStrategy::name() const {
-  return fmt::format("central:{}{}", replicas_->count(), replicas_->options().deterministic ? ":deterministic" : "");
-}
+std::string CentralStorageStrategy::name() const { return replicas_->name("central", replicas_->count()); }
 int CentralStorageStrategy::num_replicas_in_sync() const { return replicas_->count(); }
-void CentralStorageStrategy::split_batch(int64_t rows, BatchSplit& split) const {
-  replicas_->split_batch(rows, replicas_->count(), split);
-}
+void CentralStorageStrategy::split_batch(int64_t rows, BatchSplit& split) const { replicas_->split_batch(rows, split); }
 GradientReduction CentralStorageStrategy::gradient_reduction() const { return replicas_->gradient_reduction(); }
 
 // The trainable variables shared; each replica updates its own copy of the moving statistics

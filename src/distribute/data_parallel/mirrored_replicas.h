@@ -4,6 +4,7 @@
 // checked once, the replicas' threads (the owner's executors, run_replicas_on), the cross-device
 // group they reduce in, and the split and reduction the options ask for.
 #include <memory>
+#include <string>
 
 #include "distribute/replica_threads.h"
 #include "tandem/distribute/strategy.h"
@@ -18,8 +19,10 @@ class MirroredReplicas {
   int count() const { return threads_->replicas(); }  // this process's replicas
   ReplicaThreads& threads() { return *threads_; }
   // Deterministic: micro_batches fixed parts, reduced in order; else one part per replica, of the
-  // `in_sync` replicas over every process.
-  void split_batch(int64_t rows, int in_sync, BatchSplit& split) const;
+  // `in_sync` replicas over every process (0: this process's).
+  void split_batch(int64_t rows, BatchSplit& split, int in_sync = 0) const;
+  // "family:N" (in_sync replicas), ":deterministic" added in that mode.
+  std::string name(const char* family, int in_sync) const;
   GradientReduction gradient_reduction() const;
 
  private:

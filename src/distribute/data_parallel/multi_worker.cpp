@@ -131,7 +131,7 @@ void MultiWorkerMirroredStrategy::set_timeline(Timeline* timeline) {
 }
 
 void MultiWorkerMirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const {
-  replicas_->split_batch(rows, num_replicas_in_sync(), split);
+  replicas_->split_batch(rows, split, num_replicas_in_sync());
 }
 
 }  // namespace tandem::distribute
