@@ -30,6 +30,7 @@ void TrainStep::compute_parts_stacked(ReplicaState& work, int r) {
       bool with_bias = std::find(work.bias_of.begin(), work.bias_of.end(), static_cast<int>(i)) != work.bias_of.end();
       deferred.defer(work.sources[i], with_bias);
     }
+  for (Tensor& grad : work.grads) grad = Tensor();  // the last step's go before backward
   // Dropout's masks are drawn per row, and each row's gradient starts at 1 ÷ the global batch: as
   // in the parts' own steps.
   RowsForward step = train_rows(work.tape, replicas_[r].layers, loss_, h, y,
@@ -37,7 +38,6 @@ void TrainStep::compute_parts_stacked(ReplicaState& work, int r) {
                                 {work.tape_sources, work.tape_grads}, {timeline, work.thread_name.c_str()});
   h = step.predictions;
   const Tensor& per_sample = step.loss.per_sample;
-  for (Tensor& grad : work.grads) grad = Tensor();
   std::vector<ops::KernelProducts> kept(work.sources.size());
   for (size_t i = 0; i < work.sources.size(); ++i)
     if (work.as_products[i]) kept[i] = deferred.take(work.sources[i]);

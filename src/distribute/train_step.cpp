@@ -274,7 +274,10 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
     for (size_t i = 0; i < work.sources.size(); ++i)
       if (work.as_products[i]) deferred->defer(work.sources[i]);
   }
-  // Deferred kernels' gradients are not the tape's: it makes the others' (tape_sources).
+  // Deferred kernels' gradients are not the tape's: it makes the others' (tape_sources). The last
+  // step's gradients go before backward makes new ones (train_rows clears those it writes).
+  if (deferred)
+    for (Tensor& g : work.grads) g = Tensor();
   Backward to = deferred ? Backward{work.tape_sources, work.tape_grads}
                          : Backward{work.sources, work.grads, work.reducer.ready(work.grads)};
   RowsForward step =
@@ -283,7 +286,6 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
                  to, {timeline, work.thread_name.c_str()});
   const Tensor& loss = step.loss.loss;
   if (deferred) {
-    for (Tensor& g : work.grads) g = Tensor();
     for (size_t j = 0; j < work.tape_of.size(); ++j) work.grads[work.tape_of[j]] = std::move(work.tape_grads[j]);
     for (size_t i = 0; i < work.sources.size(); ++i)
       if (work.as_products[i]) work.products[i] = deferred->take(work.sources[i]);
