@@ -222,8 +222,10 @@ def named(kind, target):
         return who + r" [^\n]*(died|ended with status)"
     if kind in ("stop", "link"):  # silent past the timeout (or, at the job's end, past the launcher's grace)
         return who + r" [^\n]*(stopped answering|was stopped for|died|did not answer|had not ended)"
-    # Each refusal is named up to the tenth of a process, then every thousandth.
-    return r"refused a control connection from 127\.0\.0\.1:[0-9]+|\(refusal ([1-9][0-9]|10)\)"
+    # Each refusal is named up to the tenth of a process, then every thousandth: by rank 0's control
+    # plane, or, where strangers reached only the servers' ports (rank 0 not listening yet), by them.
+    return (r"refused a control connection from 127\.0\.0\.1:[0-9]+|\(refusal ([1-9][0-9]|10)\)"
+            r"|dropped a message from an unknown address")
 
 
 JOBS = {
