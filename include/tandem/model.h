@@ -1,7 +1,7 @@
 #pragma once
 // Sequential: a stack of layers with Keras' compile / fit / evaluate / predict. The model is
 // layers, call, variables, summary and its files; fit hands off to its loop (src/fit/fit_loop.h),
-// which runs the step its strategy makes (Strategy::make_step).
+// which runs the step its strategy makes (StrategyExtended::make_step).
 #include <concepts>
 #include <cstdio>
 #include <functional>

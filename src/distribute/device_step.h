@@ -19,14 +19,14 @@ namespace tandem::distribute {
 
 class DeviceStep : public StepRunner {
  public:
-  DeviceStep(Strategy& strategy, const StepParts& parts)
+  DeviceStep(StrategyExtended& strategy, const StepParts& parts)
       : replicas_(parts.replicas),
         loss_(parts.loss),
         optimizer_(parts.optimizer),
         seed_(parts.seed),
         metrics_(parts.metrics),
-        first_(strategy.extended().first_local_replica()),
-        processes_(strategy.extended().worker_communicator()),
+        first_(strategy.first_local_replica()),
+        processes_(strategy.worker_communicator()),
         owner_(strategy) {}
   bool lazy_batches() const override { return false; }
   void check_batch(bool have, int64_t rows, int epoch, int64_t step) override {
@@ -83,7 +83,7 @@ class DeviceStep : public StepRunner {
   Communicator* processes_;  // over processes: their group; else null
 
  private:
-  const Strategy& owner_;
+  const StrategyExtended& owner_;
   std::vector<int64_t> batch_sizes_;
   SummedMetrics summed_;
 };

@@ -1,5 +1,5 @@
 // DistributedDataset (tandem/distribute/strategy.h): a dataset's global batches split per replica
-// as the strategy splits fit's (Strategy::split_batch), for custom loops.
+// as the strategy splits fit's (StrategyExtended::split_batch), for custom loops.
 #include "tandem/distribute/strategy.h"
 #include "tandem/error.h"
 

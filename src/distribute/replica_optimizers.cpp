@@ -1,4 +1,4 @@
-// The replicas' copies of an optimizer's slots (Strategy::replica_optimizer): under a mirroring
+// The replicas' copies of an optimizer's slots (StrategyExtended::replica_optimizer): under a mirroring
 // strategy every replica updates its own copy of the variables with its own copy of the slots.
 #include <map>
 #include <mutex>

@@ -38,7 +38,7 @@ struct ReplicaThreads::Workers {
   }
 };
 
-ReplicaThreads::ReplicaThreads(Strategy& owner, int replicas, int threads_per_replica, bool pin,
+ReplicaThreads::ReplicaThreads(StrategyExtended& owner, int replicas, int threads_per_replica, bool pin,
                                const MakeGroup& make_group, std::string who)
     : owner_(owner),
       replicas_(replicas),
@@ -101,7 +101,7 @@ void ReplicaThreads::start_thread(int r, bool pin, const std::vector<int>& cpus)
 
 void ReplicaThreads::run_replica(int r, const std::function<void(int)>& job) {
   try {
-    RunningAs as(&owner_, r);
+    RunningAs as(owner_, r);
     job(r);
     ++runs_[static_cast<size_t>(r)];
   } catch (...) {

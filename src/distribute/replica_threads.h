@@ -22,7 +22,7 @@ class ReplicaThreads {
   using MakeGroup = std::function<std::vector<std::unique_ptr<Communicator>>()>;
   // Starts the threads of replicas 1 .. replicas - 1 (`who` names the strategy in errors). Each
   // runs as `owner`'s replica r (its replica context, its update rule) while it runs a job.
-  ReplicaThreads(Strategy& owner, int replicas, int threads_per_replica, bool pin, const MakeGroup& make_group,
+  ReplicaThreads(StrategyExtended& owner, int replicas, int threads_per_replica, bool pin, const MakeGroup& make_group,
                  std::string who);
   ~ReplicaThreads();  // stops and joins the threads
   ReplicaThreads(const ReplicaThreads&) = delete;
@@ -44,7 +44,7 @@ class ReplicaThreads {
   void start_thread(int r, bool pin, const std::vector<int>& cpus);
   void run_replica(int r, const std::function<void(int)>& job);  // errors kept, the others told
   void stop();
-  Strategy& owner_;
+  StrategyExtended& owner_;
   int replicas_, threads_per_replica_;
   MakeGroup make_group_;
   std::vector<int64_t> runs_;

@@ -8,16 +8,16 @@ namespace tandem::distribute {
 // Runs as replica r of s while alive.
 class RunningAs {
  public:
-  RunningAs(Strategy* s, int r)
-      : context_{s,
-                 &s->extended().communicator(r),
-                 s->extended().first_local_replica() + r,
-                 s->num_replicas_in_sync(),
-                 s->extended().first_row(r),
+  RunningAs(StrategyExtended& s, int r)
+      : context_{s.strategy(),
+                 &s.communicator(r),
+                 s.first_local_replica() + r,
+                 s.num_replicas_in_sync(),
+                 s.first_row(r),
                  r,
-                 s->extended().num_local_replicas(),
-                 s->extended().batch_group(r),
-                 &s->extended().update_rule()},
+                 s.num_local_replicas(),
+                 s.batch_group(r),
+                 &s.update_rule()},
         as_(context_) {}
 
  private:

@@ -71,6 +71,12 @@ Strategy::Scope::Scope(Strategy* s) : depth_(open_scopes.size()) { enter_scope(s
 // exception between a binding's enter and exit) closes with it.
 Strategy::Scope::~Scope() { open_scopes.resize(std::min(open_scopes.size(), depth_)); }
 Strategy* current_strategy() { return open_scopes.empty() ? nullptr : open_scopes.back(); }
+
+Strategy::Strategy(std::unique_ptr<StrategyExtended> extended) : extended_(std::move(extended)) {
+  if (extended_ == nullptr) fail("Strategy: made from no StrategyExtended (null)");
+  extended_->strategy_ = this;
+}
+Strategy::~Strategy() = default;
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& values) {
   check_per_replica(values.size(), "reduce");
   const Shape& shape = values[0].shape();
@@ -89,7 +95,7 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& values) {
                                    : o[i] + v[i];
   }
   // Over several processes, every worker's replicas (each worker passes the same shape).
-  Communicator* workers = worker_communicator();
+  Communicator* workers = extended_->worker_communicator();
   if (workers != nullptr && workers->size() > 1)
     workers->all_reduce(o, out.numel(), DataType::Float32, op == ReduceOp::Mean ? ReduceOp::Sum : op);
   if (op == ReduceOp::Mean)

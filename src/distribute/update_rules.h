@@ -1,5 +1,5 @@
 #pragma once
-// The update rules of the synchronous data-parallel strategies (Strategy::update_rule).
+// The update rules of the synchronous data-parallel strategies (StrategyExtended::update_rule).
 #include "tandem/distribute/update_rule.h"
 
 namespace tandem::distribute {

@@ -1,6 +1,6 @@
 #pragma once
 // fit's loop (Keras' Model.fit): epochs of global batches handed to the runner the model's
-// strategy makes (Strategy::make_step), the running metrics, validation, callbacks, the progress
+// strategy makes (StrategyExtended::make_step), the running metrics, validation, callbacks, the progress
 // bar and the history. How a step runs is the strategy's; this loop only feeds and reports.
 #include <cstdint>
 #include <functional>

@@ -187,9 +187,9 @@ namespace {
 // A strategy written against the hooks alone, touching neither fit nor the optimizers: each
 // replica trains on its own share of every global batch with no reduction (LocalSGD between
 // two averagings). Replica r must end where one device ends after training on those rows alone.
-class IndependentReplicas : public distribute::MirroredStrategy {
+class IndependentReplicas : public distribute::MirroredExtended {
  public:
-  using MirroredStrategy::MirroredStrategy;
+  using MirroredExtended::MirroredExtended;
   std::string name() const override { return "independent"; }
   distribute::UpdateRule& update_rule() const override {
     static Local rule;
@@ -230,7 +230,8 @@ TEST(StrategyHooks, AnUpdateRuleDecidesHowOptimizerApplyActs) {
     std::vector<Variable*> variables = model.trainable_variables();
     optimizer.apply(variables, tape.gradient(loss, variables));
   };
-  IndependentReplicas strategy(2, 1);
+  distribute::StrategyOf<IndependentReplicas> strategy(
+      std::make_unique<IndependentReplicas>(distribute::MirroredOptions{.num_replicas = 2, .threads_per_replica = 1}));
   std::unique_ptr<Sequential> model;
   {
     auto scope = strategy.scope();
@@ -296,17 +297,17 @@ TEST(StrategyApi, DistributeDatasetSplitsAsTheStrategySplitsFitsBatches) {
 
 // A strategy decides how fit's steps run (make_step) and what a checkpoint holds (collect_state):
 // fit's loop only feeds batches and reads back the loss.
-class CountingStrategy : public distribute::DefaultStrategy {
+class CountingExtended : public distribute::DefaultExtended {
  public:
   struct Runner : distribute::StepRunner {
-    explicit Runner(CountingStrategy& owner) : owner(owner) {}
+    explicit Runner(CountingExtended& owner) : owner(owner) {}
     bool lazy_batches() const override { return false; }
     void check_batch(bool, int64_t, int, int64_t) override { ++owner.checks; }
     std::optional<double> run(const distribute::GlobalBatch& batch, uint64_t) override {
       owner.rows += batch.rows;
       return 0.5;
     }
-    CountingStrategy& owner;
+    CountingExtended& owner;
   };
   std::unique_ptr<distribute::StepRunner> make_step(const distribute::StepParts&) override {
     ++runners;
@@ -321,7 +322,7 @@ class CountingStrategy : public distribute::DefaultStrategy {
 };
 
 TEST(StrategyHooks, TheStrategyMakesFitsStepAndCollectsTheStateToSave) {
-  CountingStrategy strategy;
+  distribute::StrategyOf<CountingExtended> strategy(std::make_unique<CountingExtended>());
   std::unique_ptr<Sequential> model;
   {
     auto scope = strategy.scope();
@@ -331,9 +332,9 @@ TEST(StrategyHooks, TheStrategyMakesFitsStepAndCollectsTheStateToSave) {
   Tensor x = testing::random_tensor({10, 5}, 3);
   Tensor y = Tensor::zeros({10}, DType::Int32);
   History h = model->fit(x, y, {.epochs = 2, .batch_size = 4, .verbose = 0});
-  EXPECT_EQ(strategy.runners, 1);
-  EXPECT_EQ(strategy.checks, 2 * 3);  // 3 batches an epoch, each checked
-  EXPECT_EQ(strategy.rows, 2 * 10);
+  EXPECT_EQ(strategy.extended().runners, 1);
+  EXPECT_EQ(strategy.extended().checks, 2 * 3);  // 3 batches an epoch, each checked
+  EXPECT_EQ(strategy.extended().rows, 2 * 10);
   EXPECT_EQ(h.history["loss"], (std::vector<double>{0.5, 0.5}));
   testing::TempDir dir;
   model->save_weights(dir.file("w.safetensors"));

@@ -140,7 +140,7 @@ TEST(LocalSgd, NamedAsTheCommandLineTakesIt) {
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->name(), "local_sgd:2:3");
   EXPECT_EQ(s->num_replicas_in_sync(), 2);
-  EXPECT_EQ(dynamic_cast<distribute::LocalSgdStrategy&>(*s).sync_every(), 3);
+  EXPECT_EQ(dynamic_cast<distribute::LocalSgdExtended&>(s->extended()).sync_every(), 3);
   EXPECT_EQ(distribute::make_strategy("local_sgd:2")->name(), "local_sgd:2:4");
   EXPECT_TRUE(testing::throws_error([] { distribute::make_strategy("local_sgd:2:0"); },
                                     {"the steps between averages \"0\" is not a number from 1 to 999999"}));

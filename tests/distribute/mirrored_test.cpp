@@ -402,13 +402,15 @@ TEST(Deterministic, RowWiseModelsRunAReplicasPartsAsOneBatch) {
   }
 }
 
-// A strategy's own split (Strategy::split_batch): global batches of 24 in four parts, parts 0-1
+// A strategy's own split (StrategyExtended::split_batch): global batches of 24 in four parts, parts 0-1
 // to replica 0 and 2-3 to replica 1 (each replica adds its two parts' gradients, then the
 // all-reduce); or in five uneven parts, replica 0 computing none of them.
-class SplitOfItsOwn : public distribute::MirroredStrategy {
+class SplitOfItsOwnExtended : public distribute::MirroredExtended {
  public:
-  SplitOfItsOwn(std::vector<int> first_part, int parts)
-      : MirroredStrategy(2, 1), first_part_(std::move(first_part)), parts_(parts) {}
+  SplitOfItsOwnExtended(std::vector<int> first_part, int parts)
+      : MirroredExtended({.num_replicas = 2, .threads_per_replica = 1}),
+        first_part_(std::move(first_part)),
+        parts_(parts) {}
   void split_batch(int64_t rows, distribute::BatchSplit& split) const override {
     split.even(rows, parts_, 2);
     split.first_part = first_part_;
@@ -417,6 +419,10 @@ class SplitOfItsOwn : public distribute::MirroredStrategy {
  private:
   std::vector<int> first_part_;
   int parts_;
+};
+struct SplitOfItsOwn : distribute::StrategyOf<SplitOfItsOwnExtended> {
+  SplitOfItsOwn(std::vector<int> first_part, int parts)
+      : StrategyOf(std::make_unique<SplitOfItsOwnExtended>(std::move(first_part), parts)) {}
 };
 
 TEST(StrategyHooks, ASplitOfItsOwnTrainsAsTheDefault) {

@@ -122,7 +122,7 @@ TEST(ModelParallel, Mlp5SplitTwoAndThreeWaysTrainsAsOneDeviceInFit) {
   for (int n : {2, 3}) {
     distribute::ModelParallelStrategy split(n);
     Timeline timeline;  // each device's forward, backward and update, and the collectives inside
-    split.set_timeline(&timeline);
+    split.extended().set_timeline(&timeline);
     auto model = mlp5(&split, 0.2f);
     History h = model->fit(d.x, d.y, {.epochs = 1, .batch_size = 32, .verbose = 0});
     expect_close(*one, *model, 1e-5, fmt::format("model-parallel:{}", n));
@@ -130,7 +130,7 @@ TEST(ModelParallel, Mlp5SplitTwoAndThreeWaysTrainsAsOneDeviceInFit) {
     EXPECT_EQ(totals["forward"].count, 20 * n);
     // 3 pairs: one sum forward each, one backward each but the first (its input is the data).
     EXPECT_EQ(totals["all_reduce"].count, 20 * n * 5);
-    split.set_timeline(nullptr);
+    split.extended().set_timeline(nullptr);
     // Twice: the same bits.
     distribute::ModelParallelStrategy again(n);
     auto model2 = mlp5(&again, 0.2f);

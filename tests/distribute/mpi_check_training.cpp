@@ -155,7 +155,7 @@ void zero_against_plain(std::shared_ptr<Communicator> world, bool deterministic)
     }
   }
   expect(worst <= 1.0, fmt::format("zero: a value differs by {} × (1e-6 + 1e-5 × |value|)", worst));
-  int64_t mine = zero.optimizer_slot_bytes(), sum = mine;
+  int64_t mine = zero.extended().optimizer_slot_bytes(), sum = mine;
   world->all_reduce(&sum, 1, DataType::Int64, ReduceOp::Sum);
   int n = world->size();
   expect(sum == whole_slots, fmt::format("the workers' slots add up to {} bytes, the whole is {}", sum, whole_slots));

@@ -35,7 +35,7 @@ int main(int argc, char** argv) try {
     strategy = std::make_unique<distribute::ParameterServerStrategy>(
         distribute::ClusterSpec::from_environment(),
         distribute::ParameterServerOptions{.mode = distribute::PsMode::Synchronous});
-  bool skew = mode == "skewed" && !strategy->is_chief();
+  bool skew = mode == "skewed" && !strategy->extended().is_chief();
   for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>((i + (skew ? 1 : 0)) % 4);
   Tensor y = Tensor::from_vector({n}, std::span<const int32_t>(labels));
 
@@ -53,7 +53,7 @@ int main(int argc, char** argv) try {
   FitOptions options{.epochs = 3, .batch_size = 24, .shuffle = false, .verbose = 0};
   if (mode == "dataset") model->fit(data::Dataset::from_tensor_slices({x, y}).batch(24), options);
   else model->fit(x, y, options);
-  if (!strategy || strategy->is_chief()) model->save_weights(out);
+  if (!strategy || strategy->extended().is_chief()) model->save_weights(out);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "%s\n", e.what());

@@ -27,10 +27,10 @@ struct LocalSgdOptions {
   int sync_every = 4;           // K: the weights are averaged after every K-th step
 };
 
-class LocalSgdStrategy : public Strategy {
+class LocalSgdExtended : public StrategyExtended {
  public:
-  explicit LocalSgdStrategy(LocalSgdOptions options = {});
-  ~LocalSgdStrategy() override;
+  explicit LocalSgdExtended(LocalSgdOptions options = {});
+  ~LocalSgdExtended() override;
   std::string name() const override { return fmt::format("local_sgd:{}:{}", num_replicas_in_sync(), rule_.every); }
   int num_replicas_in_sync() const override;
   int sync_every() const { return rule_.every; }
@@ -71,6 +71,12 @@ class LocalSgdStrategy : public Strategy {
   };
   mutable Rule rule_;
   std::unique_ptr<MirroredReplicas> replicas_;  // MirroredStrategy's replicas, one part per replica
+};
+
+class LocalSgdStrategy : public StrategyOf<LocalSgdExtended> {
+ public:
+  explicit LocalSgdStrategy(LocalSgdOptions options = {})
+      : StrategyOf(std::make_unique<LocalSgdExtended>(std::move(options))) {}
 };
 
 }  // namespace tandem::distribute

@@ -49,12 +49,10 @@ struct ModelParallelOptions {
   std::shared_ptr<Communicator> processes;
 };
 
-class ModelParallelStrategy : public Strategy {
+class ModelParallelExtended : public StrategyExtended {
  public:
-  explicit ModelParallelStrategy(int num_shards)
-      : ModelParallelStrategy(ModelParallelOptions{.num_shards = num_shards}) {}
-  explicit ModelParallelStrategy(ModelParallelOptions options);
-  ~ModelParallelStrategy() override;
+  explicit ModelParallelExtended(ModelParallelOptions options);
+  ~ModelParallelExtended() override;
   std::string name() const override;
   int num_shards() const { return options_.num_shards; }
   int num_replicas_in_sync() const override { return options_.num_shards * options_.data_replicas; }
@@ -102,6 +100,14 @@ class ModelParallelStrategy : public Strategy {
   std::unique_ptr<ReplicaThreads> threads_;  // first made, last gone: after the groups split from it
   std::unique_ptr<Shards> shards_;
   std::vector<std::unique_ptr<Communicator>> tensor_, data_;
+};
+
+class ModelParallelStrategy : public StrategyOf<ModelParallelExtended> {
+ public:
+  explicit ModelParallelStrategy(int num_shards)
+      : ModelParallelStrategy(ModelParallelOptions{.num_shards = num_shards}) {}
+  explicit ModelParallelStrategy(ModelParallelOptions options)
+      : StrategyOf(std::make_unique<ModelParallelExtended>(std::move(options))) {}
 };
 
 // The settings fit's flags give model parallelism (StrategySettings::of): each device's memory

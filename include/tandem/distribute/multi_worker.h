@@ -48,7 +48,7 @@ struct MultiWorkerOptions {
   // 1/N of every variable; gradients are reduce-scattered and the updated pieces all-gathered in
   // buckets of zero_bucket_bytes instead of all-reduced (with deterministic mode, summed as
   // there, then the update sharded). One replica per worker. Checkpoints stay whole: every
-  // worker takes part in gathering the slots (Strategy::collects_state_together).
+  // worker takes part in gathering the slots (StrategyExtended::collects_state_together).
   bool zero = false;
   int64_t zero_bucket_bytes = int64_t{4} << 20;
   // The workers' group, one handle per process; null: the MPI world (this process must have been
@@ -58,10 +58,10 @@ struct MultiWorkerOptions {
 
 class ShardedUpdate;
 
-class MultiWorkerMirroredStrategy : public Strategy {
+class MultiWorkerExtended : public StrategyExtended {
  public:
-  explicit MultiWorkerMirroredStrategy(MultiWorkerOptions options = {});
-  ~MultiWorkerMirroredStrategy() override;
+  explicit MultiWorkerExtended(MultiWorkerOptions options = {});
+  ~MultiWorkerExtended() override;
   std::string name() const override;
   int num_replicas_in_sync() const override { return workers_->size() * local_; }
   int num_local_replicas() const override { return local_; }
@@ -81,7 +81,7 @@ class MultiWorkerMirroredStrategy : public Strategy {
   int num_workers() const { return workers_->size(); }
 
  private:
-  MultiWorkerMirroredStrategy(MultiWorkerOptions options, std::shared_ptr<Communicator> workers);
+  MultiWorkerExtended(MultiWorkerOptions options, std::shared_ptr<Communicator> workers);
   std::shared_ptr<Communicator> workers_;
   MultiWorkerOptions mw_;
   std::unique_ptr<MirroredReplicas> replicas_;  // this worker's replicas, reducing through workers_
@@ -92,6 +92,12 @@ class MultiWorkerMirroredStrategy : public Strategy {
   // connection beating) or kills itself with SIGKILL as it starts step STEP (0-based, this run's).
   int64_t fault_at_ = -1;
   bool fault_kill_ = false;
+};
+
+class MultiWorkerMirroredStrategy : public StrategyOf<MultiWorkerExtended> {
+ public:
+  explicit MultiWorkerMirroredStrategy(MultiWorkerOptions options = {})
+      : StrategyOf(std::make_unique<MultiWorkerExtended>(std::move(options))) {}
 };
 
 // The strategy from its options (strategy_registry.h's make_* say what these add).

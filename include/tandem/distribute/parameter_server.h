@@ -116,10 +116,10 @@ struct ParameterServerOptions {
   int threads_per_worker = 0;
 };
 
-class ParameterServerStrategy : public Strategy {
+class ParameterServerExtended : public StrategyExtended {
  public:
-  explicit ParameterServerStrategy(ClusterSpec cluster, ParameterServerOptions options = {});
-  ~ParameterServerStrategy() override;
+  explicit ParameterServerExtended(ClusterSpec cluster, ParameterServerOptions options = {});
+  ~ParameterServerExtended() override;
   std::string name() const override;  // "ps-async:1x3" (servers × workers)
   // The chief computes nothing but evaluation, on one replica on its own thread.
   int num_replicas_in_sync() const override { return 1; }
@@ -167,6 +167,12 @@ class ParameterServerStrategy : public Strategy {
   uint64_t local_generation_ = 0;
   std::map<int64_t, int64_t> steps_ahead_before_;  // in process: the fits' before the running one
   std::vector<int64_t> worker_steps_before_;       // likewise
+};
+
+class ParameterServerStrategy : public StrategyOf<ParameterServerExtended> {
+ public:
+  explicit ParameterServerStrategy(ClusterSpec cluster, ParameterServerOptions options = {})
+      : StrategyOf(std::make_unique<ParameterServerExtended>(std::move(cluster), std::move(options))) {}
 };
 
 // The settings fit's flags and the Python module give the parameter-server family

@@ -75,10 +75,10 @@ struct PipelineOptions {
   bool defer_kernel_gradients = true;
 };
 
-class PipelineStrategy : public Strategy {
+class PipelineExtended : public StrategyExtended {
  public:
-  explicit PipelineStrategy(PipelineOptions options);
-  ~PipelineStrategy() override;
+  explicit PipelineExtended(PipelineOptions options);
+  ~PipelineExtended() override;
   std::string name() const override;
   const PipelineOptions& pipeline_options() const { return options_; }
   // Every device, over every process; this process runs [first, first + local) of them.
@@ -135,6 +135,12 @@ class PipelineStrategy : public Strategy {
   // The stage that trains layer i of the model.
   int stage_of(size_t layer) const;
   std::vector<std::unique_ptr<Communicator>> pipe_, data_;
+};
+
+class PipelineStrategy : public StrategyOf<PipelineExtended> {
+ public:
+  explicit PipelineStrategy(PipelineOptions options)
+      : StrategyOf(std::make_unique<PipelineExtended>(std::move(options))) {}
 };
 
 // The strategy from its options (strategy_registry.h's make_* say what these add).

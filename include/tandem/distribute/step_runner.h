@@ -1,6 +1,6 @@
 #pragma once
 // The seam between fit's loop and a strategy: the loop hands each global batch to a StepRunner
-// the strategy made (Strategy::make_step) and reads back the batch's loss; the runner updates
+// the strategy made (StrategyExtended::make_step) and reads back the batch's loss; the runner updates
 // fit's metrics from its predictions. How the step runs (replicas in lockstep, workers handed
 // steps by a coordinator, pipeline stages) is the strategy's alone.
 #include <cstdint>

@@ -90,7 +90,7 @@ class DistributedDataset {
   const Strategy* strategy_;
 };
 
-// How a step's gradients meet across the replicas (Strategy::gradient_reduction): one mechanism,
+// How a step's gradients meet across the replicas (StrategyExtended::gradient_reduction): one mechanism,
 // the reducer of src/distribute/gradient_reducer.cpp, with these policies.
 struct GradientReduction {
   enum class Kind {
@@ -112,13 +112,18 @@ struct GradientReduction {
 
 // The hooks a strategy implements and the runners call (tf.distribute's StrategyExtended): how
 // replicas run, where their variables live, how a batch is cut and gradients meet, the step
-// runner, checkpoints, processes. A user holds a Strategy; a runner (fit's loop, TrainStep, the
-// strategies' rooms, the command line's reports) reaches these through Strategy::extended().
+// runner, checkpoints, processes. A user holds a Strategy, which owns one of these (each strategy
+// its own kind: MirroredExtended, ParameterServerExtended...); a runner (fit's loop, TrainStep, the
+// strategies' rooms, the command line's reports) reaches it through Strategy::extended(). A new
+// strategy derives from StrategyExtended (or one of its kinds) and is held by a Strategy.
 class StrategyExtended {
  public:
   virtual ~StrategyExtended();
   StrategyExtended(const StrategyExtended&) = delete;
   StrategyExtended& operator=(const StrategyExtended&) = delete;
+  // The Strategy that holds this one (what a replica context names); null while this is being
+  // made (a constructor that already runs its replicas, to split their groups).
+  Strategy* strategy() const { return strategy_; }
   virtual std::string name() const = 0;          // "mirrored:2"
   virtual int num_replicas_in_sync() const = 0;  // over every process
   // Processes (MultiWorkerMirroredStrategy): this one runs num_local_replicas() of the replicas,
@@ -220,11 +225,13 @@ class StrategyExtended {
   // outlives this call (threads today; src/distribute/replica_threads.h), which the hooks above
   // use by default.
   void run_replicas_on(ReplicaThreads& executors) { executors_ = &executors; }
-  // The split batch's first rows while Strategy::run runs one (empty: none).
-  std::vector<int64_t> first_rows_;
 
  private:
+  friend class Strategy;  // sets strategy_, and first_rows_ while run() runs
   ReplicaThreads& executors() const;
+  // The split batch's first rows while Strategy::run runs one (empty: none).
+  std::vector<int64_t> first_rows_;
+  Strategy* strategy_ = nullptr;
   Timeline* timeline_ = nullptr;
   ReplicaThreads* executors_ = nullptr;
   struct ReplicaOptimizers;  // replica_optimizer's copies (src/distribute/replica_optimizers.cpp)
@@ -233,13 +240,17 @@ class StrategyExtended {
 
 // What a user does with a strategy, as tf.distribute.Strategy: its scope, run a step function on
 // every replica, reduce or gather what they return, split a dataset's batches. Its hooks are the
-// StrategyExtended it is (extended()); a new strategy derives from Strategy and overrides them.
-class Strategy : protected StrategyExtended {
+// StrategyExtended it holds (extended()); each strategy below is a Strategy made from its own.
+class Strategy {
  public:
-  using StrategyExtended::name;
-  using StrategyExtended::num_replicas_in_sync;
-  StrategyExtended& extended() { return *this; }
-  const StrategyExtended& extended() const { return *this; }
+  explicit Strategy(std::unique_ptr<StrategyExtended> extended);
+  virtual ~Strategy();
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+  std::string name() const { return extended_->name(); }
+  int num_replicas_in_sync() const { return extended_->num_replicas_in_sync(); }
+  StrategyExtended& extended() { return *extended_; }
+  const StrategyExtended& extended() const { return *extended_; }
 
   // fn(args[r]) on every replica r (or fn() with no args): the per-replica results.
   template <class F, class A>
@@ -247,7 +258,7 @@ class Strategy : protected StrategyExtended {
     check_per_replica(args.size(), "run: per-replica arguments");
     std::vector<int64_t> first_rows;
     if constexpr (std::is_same_v<A, data::Element>) first_rows = first_rows_of(args);
-    FirstRows during(first_rows_, std::move(first_rows));
+    FirstRows during(extended_->first_rows_, std::move(first_rows));
     return collect([&](int r) -> decltype(auto) { return fn(args[r]); });
   }
   template <class F>
@@ -264,7 +275,7 @@ class Strategy : protected StrategyExtended {
   template <class F>
   auto distribute_values_from_function(F&& fn) {
     PerReplica<std::invoke_result_t<F&, int>> out;
-    for (int r = 0; r < num_local_replicas(); ++r) out.values.push_back(fn(r));
+    for (int r = 0; r < extended_->num_local_replicas(); ++r) out.values.push_back(fn(r));
     return out;
   }
   // While alive, models constructed on this thread train under the strategy (which must then
@@ -298,22 +309,33 @@ class Strategy : protected StrategyExtended {
     return first;
   }
   void check_per_replica(int size, const char* what) const {
-    if (size != num_local_replicas())
-      fail("{}: {} values for {} replicas of {}{}", what, size, num_local_replicas(), name(),
-           num_local_replicas() == num_replicas_in_sync() ? "" : " in this process");
+    int local = extended_->num_local_replicas();
+    if (size != local)
+      fail("{}: {} values for {} replicas of {}{}", what, size, local, name(),
+           local == num_replicas_in_sync() ? "" : " in this process");
   }
   template <class G>
   auto collect(G&& g) {
     using R = std::invoke_result_t<G&, int>;
     if constexpr (std::is_void_v<R>) {
-      for_each_replica([&](int r) { g(r); });
+      extended_->for_each_replica([&](int r) { g(r); });
     } else {
       PerReplica<std::decay_t<R>> out;
-      out.values.resize(static_cast<size_t>(num_local_replicas()));
-      for_each_replica([&](int r) { out.values[static_cast<size_t>(r)] = g(r); });
+      out.values.resize(static_cast<size_t>(extended_->num_local_replicas()));
+      extended_->for_each_replica([&](int r) { out.values[static_cast<size_t>(r)] = g(r); });
       return out;
     }
   }
+  std::unique_ptr<StrategyExtended> extended_;
+};
+
+// A strategy whose hooks are an E (a StrategyExtended): extended() gives them as an E.
+template <class E>
+class StrategyOf : public Strategy {
+ public:
+  explicit StrategyOf(std::unique_ptr<E> extended) : Strategy(std::move(extended)) {}
+  E& extended() { return static_cast<E&>(Strategy::extended()); }
+  const E& extended() const { return static_cast<const E&>(Strategy::extended()); }
 };
 
 // The strategy of the innermost live scope on this thread, or null (the default strategy). One
@@ -348,9 +370,9 @@ class JobPhase {
 // The strategy of a model made outside any scope (tf.distribute's default strategy): one replica
 // on the calling thread, no replica context, no reduction, the optimizer applied as it is. Each
 // such model owns one.
-class DefaultStrategy : public Strategy {
+class DefaultExtended : public StrategyExtended {
  public:
-  DefaultStrategy();
+  DefaultExtended();
   std::string name() const override { return "default"; }
   int num_replicas_in_sync() const override { return 1; }
   void for_each_replica(const std::function<void(int replica)>& fn) override { fn(0); }
@@ -362,11 +384,16 @@ class DefaultStrategy : public Strategy {
   std::vector<std::unique_ptr<Communicator>> comm_;
 };
 
+class DefaultStrategy : public StrategyOf<DefaultExtended> {
+ public:
+  DefaultStrategy() : StrategyOf(std::make_unique<DefaultExtended>()) {}
+};
+
 // Everything on one device (the calling thread), through the strategy interface: what the
 // default strategy does, made explicit (tf.distribute.OneDeviceStrategy).
-class OneDeviceStrategy : public Strategy {
+class OneDeviceExtended : public StrategyExtended {
  public:
-  OneDeviceStrategy();
+  OneDeviceExtended();
   std::string name() const override { return "one_device"; }
   int num_replicas_in_sync() const override { return 1; }
   void for_each_replica(const std::function<void(int replica)>& fn) override;
@@ -374,6 +401,11 @@ class OneDeviceStrategy : public Strategy {
 
  private:
   std::vector<std::unique_ptr<Communicator>> comm_;
+};
+
+class OneDeviceStrategy : public StrategyOf<OneDeviceExtended> {
+ public:
+  OneDeviceStrategy() : StrategyOf(std::make_unique<OneDeviceExtended>()) {}
 };
 
 struct MirroredOptions {
@@ -419,12 +451,10 @@ class MirroredReplicas;  // the mirrored family's part (src/distribute/data_para
 // On the CPU a replica is a thread pinned to its cores of the affinity mask (replica 0: the
 // calling thread), with usable cores ÷ replicas intra-op threads; more replicas than cores
 // time-share them (at most kMaxThreads replicas).
-class MirroredStrategy : public Strategy {
+class MirroredExtended : public StrategyExtended {
  public:
-  explicit MirroredStrategy(int num_replicas = 0, int threads_per_replica = 0)
-      : MirroredStrategy(MirroredOptions{.num_replicas = num_replicas, .threads_per_replica = threads_per_replica}) {}
-  explicit MirroredStrategy(MirroredOptions options);
-  ~MirroredStrategy() override;
+  explicit MirroredExtended(MirroredOptions options);
+  ~MirroredExtended() override;
   std::string name() const override;
   int num_replicas_in_sync() const override;
   // Deterministic: micro_batches fixed parts, reduced in order; else one part per replica,
@@ -436,15 +466,20 @@ class MirroredStrategy : public Strategy {
   std::unique_ptr<MirroredReplicas> replicas_;
 };
 
+class MirroredStrategy : public StrategyOf<MirroredExtended> {
+ public:
+  explicit MirroredStrategy(int num_replicas = 0, int threads_per_replica = 0)
+      : MirroredStrategy(MirroredOptions{.num_replicas = num_replicas, .threads_per_replica = threads_per_replica}) {}
+  explicit MirroredStrategy(MirroredOptions options)
+      : StrategyOf(std::make_unique<MirroredExtended>(std::move(options))) {}
+};
+
 // Variables live once, on the host; compute is replicated as in MirroredStrategy (replica
 // threads read the one copy), the gradients are summed and the update is applied once.
-class CentralStorageStrategy : public Strategy {
+class CentralStorageExtended : public StrategyExtended {
  public:
-  explicit CentralStorageStrategy(int num_replicas = 0, int threads_per_replica = 0)
-      : CentralStorageStrategy(
-            MirroredOptions{.num_replicas = num_replicas, .threads_per_replica = threads_per_replica}) {}
-  explicit CentralStorageStrategy(MirroredOptions options);
-  ~CentralStorageStrategy() override;
+  explicit CentralStorageExtended(MirroredOptions options);
+  ~CentralStorageExtended() override;
   std::string name() const override;
   int num_replicas_in_sync() const override;
   void split_batch(int64_t rows, BatchSplit& split) const override;
@@ -454,6 +489,15 @@ class CentralStorageStrategy : public Strategy {
 
  private:
   std::unique_ptr<MirroredReplicas> replicas_;
+};
+
+class CentralStorageStrategy : public StrategyOf<CentralStorageExtended> {
+ public:
+  explicit CentralStorageStrategy(int num_replicas = 0, int threads_per_replica = 0)
+      : CentralStorageStrategy(
+            MirroredOptions{.num_replicas = num_replicas, .threads_per_replica = threads_per_replica}) {}
+  explicit CentralStorageStrategy(MirroredOptions options)
+      : StrategyOf(std::make_unique<CentralStorageExtended>(std::move(options))) {}
 };
 
 // Strategies by name (make_strategy): tandem/distribute/strategy_registry.h.

@@ -1,10 +1,10 @@
 #pragma once
-// The synchronous data-parallel step, the runner Strategy::make_step makes unless a strategy
+// The synchronous data-parallel step, the runner StrategyExtended::make_step makes unless a strategy
 // makes its own (Sequential::fit on arrays or on a Dataset, under the default strategy or any
 // data-parallel one): the global batch split into parts as the strategy says
-// (Strategy::split_batch), each replica's forward and backward on its parts, its gradients
-// reduced by the strategy's policy (Strategy::gradient_reduction), and the update applied by
-// the strategy's rule (Strategy::update_rule). Keras' Model.train_step, run by the strategy.
+// (StrategyExtended::split_batch), each replica's forward and backward on its parts, its gradients
+// reduced by the strategy's policy (StrategyExtended::gradient_reduction), and the update applied by
+// the strategy's rule (StrategyExtended::update_rule). Keras' Model.train_step, run by the strategy.
 // Over several processes it also checks that every worker has the same global batch and sums
 // the losses and metric counts over them.
 #include <cstdint>

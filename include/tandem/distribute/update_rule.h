@@ -1,10 +1,10 @@
 #pragma once
 // How gradients become an update inside a strategy's replica: the strategy's UpdateRule
-// (Strategy::update_rule). It is an UpdateRoute (tandem/optimizers.h): the strategy sets it on
+// (StrategyExtended::update_rule). It is an UpdateRoute (tandem/optimizers.h): the strategy sets it on
 // each replica's thread, so that Optimizer::apply in a custom loop follows it; fit's step, which
 // reduces the gradients itself, calls apply_reduced. The optimizer stays plain: the rule decides
 // which copy of the variables is updated and with which copy of the slots
-// (Strategy::replica_optimizer).
+// (StrategyExtended::replica_optimizer).
 #include <span>
 
 #include "tandem/optimizers.h"

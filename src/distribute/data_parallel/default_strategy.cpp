@@ -4,8 +4,8 @@
 
 namespace tandem::distribute {
 
-DefaultStrategy::DefaultStrategy() : comm_(make_in_process_communicators(1)) {}
+DefaultExtended::DefaultExtended() : comm_(make_in_process_communicators(1)) {}
 
-UpdateRule& DefaultStrategy::update_rule() const { return plain_update_rule(); }
+UpdateRule& DefaultExtended::update_rule() const { return plain_update_rule(); }
 
 }  // namespace tandem::distribute

@@ -48,7 +48,7 @@ std::vector<std::unique_ptr<Communicator>> MirroredReplicas::make_cross_device_o
   return handles;
 }
 
-MirroredReplicas::MirroredReplicas(Strategy& owner, MirroredOptions options, const char* who)
+MirroredReplicas::MirroredReplicas(StrategyExtended& owner, MirroredOptions options, const char* who)
     : options_(std::move(options)) {
   int num_replicas = options_.num_replicas, threads_per_replica = options_.threads_per_replica;
   int cores = usable_cores();
@@ -74,37 +74,37 @@ MirroredReplicas::MirroredReplicas(Strategy& owner, MirroredOptions options, con
       [this, replicas, who] { return make_cross_device_ops(replicas, who); }, who);
 }
 
-MirroredStrategy::MirroredStrategy(MirroredOptions options)
+MirroredExtended::MirroredExtended(MirroredOptions options)
     : replicas_(std::make_unique<MirroredReplicas>(*this, std::move(options), "MirroredStrategy")) {
   run_replicas_on(replicas_->threads());
 }
-MirroredStrategy::~MirroredStrategy() = default;
-std::string MirroredStrategy::name() const { return replicas_->name("mirrored", replicas_->count()); }
-int MirroredStrategy::num_replicas_in_sync() const { return replicas_->count(); }
-void MirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const { replicas_->split_batch(rows, split); }
-GradientReduction MirroredStrategy::gradient_reduction() const { return replicas_->gradient_reduction(); }
+MirroredExtended::~MirroredExtended() = default;
+std::string MirroredExtended::name() const { return replicas_->name("mirrored", replicas_->count()); }
+int MirroredExtended::num_replicas_in_sync() const { return replicas_->count(); }
+void MirroredExtended::split_batch(int64_t rows, BatchSplit& split) const { replicas_->split_batch(rows, split); }
+GradientReduction MirroredExtended::gradient_reduction() const { return replicas_->gradient_reduction(); }
 
-CentralStorageStrategy::CentralStorageStrategy(MirroredOptions options)
+CentralStorageExtended::CentralStorageExtended(MirroredOptions options)
     : replicas_(std::make_unique<MirroredReplicas>(*this, std::move(options), "CentralStorageStrategy")) {
   run_replicas_on(replicas_->threads());
 }
-CentralStorageStrategy::~CentralStorageStrategy() = default;
-std::string CentralStorageStrategy::name() const { return replicas_->name("central", replicas_->count()); }
-int CentralStorageStrategy::num_replicas_in_sync() const { return replicas_->count(); }
-void CentralStorageStrategy::split_batch(int64_t rows, BatchSplit& split) const { replicas_->split_batch(rows, split); }
-GradientReduction CentralStorageStrategy::gradient_reduction() const { return replicas_->gradient_reduction(); }
+CentralStorageExtended::~CentralStorageExtended() = default;
+std::string CentralStorageExtended::name() const { return replicas_->name("central", replicas_->count()); }
+int CentralStorageExtended::num_replicas_in_sync() const { return replicas_->count(); }
+void CentralStorageExtended::split_batch(int64_t rows, BatchSplit& split) const { replicas_->split_batch(rows, split); }
+GradientReduction CentralStorageExtended::gradient_reduction() const { return replicas_->gradient_reduction(); }
 
 // The trainable variables shared; each replica updates its own copy of the moving statistics
 // (to the same values, from the replicas' common statistics).
-std::shared_ptr<layers::Layer> CentralStorageStrategy::replica_layer(const layers::Layer& layer, int) const {
+std::shared_ptr<layers::Layer> CentralStorageExtended::replica_layer(const layers::Layer& layer, int) const {
   std::shared_ptr<layers::Layer> copy = layer.clone();
   for (Variable& v : copy->variables())
     if (!v.trainable) v.value = v.value.clone();
   return copy;
 }
-UpdateRule& CentralStorageStrategy::update_rule() const { return central_update_rule(); }
+UpdateRule& CentralStorageExtended::update_rule() const { return central_update_rule(); }
 
-LocalSgdStrategy::LocalSgdStrategy(LocalSgdOptions options)
+LocalSgdExtended::LocalSgdExtended(LocalSgdOptions options)
     : rule_(check(options.sync_every)),
       replicas_(std::make_unique<MirroredReplicas>(
           *this,
@@ -112,7 +112,7 @@ LocalSgdStrategy::LocalSgdStrategy(LocalSgdOptions options)
           "LocalSgdStrategy")) {
   run_replicas_on(replicas_->threads());
 }
-LocalSgdStrategy::~LocalSgdStrategy() = default;
-int LocalSgdStrategy::num_replicas_in_sync() const { return replicas_->count(); }
+LocalSgdExtended::~LocalSgdExtended() = default;
+int LocalSgdExtended::num_replicas_in_sync() const { return replicas_->count(); }
 
 }  // namespace tandem::distribute

@@ -14,7 +14,7 @@ namespace tandem::distribute {
 class MirroredReplicas {
  public:
   // `who` names the owner in errors ("MirroredStrategy").
-  MirroredReplicas(Strategy& owner, MirroredOptions options, const char* who);
+  MirroredReplicas(StrategyExtended& owner, MirroredOptions options, const char* who);
   const MirroredOptions& options() const { return options_; }
   int count() const { return threads_->replicas(); }  // this process's replicas
   ReplicaThreads& threads() { return *threads_; }

@@ -59,11 +59,9 @@ MirroredOptions mirrored_options(const MultiWorkerOptions& o, const std::shared_
 
 }  // namespace
 
-MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions options)
-    : MultiWorkerMirroredStrategy(options, world(options)) {}
+MultiWorkerExtended::MultiWorkerExtended(MultiWorkerOptions options) : MultiWorkerExtended(options, world(options)) {}
 
-MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions options,
-                                                         std::shared_ptr<Communicator> workers)
+MultiWorkerExtended::MultiWorkerExtended(MultiWorkerOptions options, std::shared_ptr<Communicator> workers)
     : workers_(std::move(workers)),
       mw_(std::move(options)),
       replicas_(
@@ -96,41 +94,41 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(MultiWorkerOptions opti
     std::tie(fault_at_, fault_kill_) = hooks.step_fault(workers_->rank());
 }
 
-MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
+MultiWorkerExtended::~MultiWorkerExtended() = default;
 
-std::string MultiWorkerMirroredStrategy::name() const {
+std::string MultiWorkerExtended::name() const {
   return fmt::format("multiworker:{}{}{}{}", workers_->size(), local_ > 1 ? fmt::format(":{}", local_) : "",
                      mw_.deterministic ? ":deterministic" : "", mw_.zero ? ":zero" : "");
 }
 
-GradientReduction MultiWorkerMirroredStrategy::gradient_reduction() const {
+GradientReduction MultiWorkerExtended::gradient_reduction() const {
   // ZeRO reduce-scatters in its update rule; deterministic, the step sums in part order first.
   if (mw_.zero && !mw_.deterministic) return {GradientReduction::Kind::None};
   return replicas_->gradient_reduction();
 }
 
-UpdateRule& MultiWorkerMirroredStrategy::update_rule() const { return sharded_ ? *sharded_ : Strategy::update_rule(); }
+UpdateRule& MultiWorkerExtended::update_rule() const { return sharded_ ? *sharded_ : StrategyExtended::update_rule(); }
 
-void MultiWorkerMirroredStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
+void MultiWorkerExtended::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
   if (sharded_) sharded_->complete_state(state);
 }
 
-int64_t MultiWorkerMirroredStrategy::optimizer_slot_bytes() const { return sharded_ ? sharded_->slot_bytes() : 0; }
+int64_t MultiWorkerExtended::optimizer_slot_bytes() const { return sharded_ ? sharded_->slot_bytes() : 0; }
 
-void MultiWorkerMirroredStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
+void MultiWorkerExtended::for_each_replica(const std::function<void(int replica)>& fn) {
   if (steps_++ == fault_at_) {  // the test hook
     if (fault_kill_) raise(SIGKILL);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));  // alive (the control thread beats), never arriving
   }
-  Strategy::for_each_replica(fn);
+  StrategyExtended::for_each_replica(fn);
 }
 
-void MultiWorkerMirroredStrategy::set_timeline(Timeline* timeline) {
-  Strategy::set_timeline(timeline);
+void MultiWorkerExtended::set_timeline(Timeline* timeline) {
+  StrategyExtended::set_timeline(timeline);
   workers_->set_timeline(timeline);
 }
 
-void MultiWorkerMirroredStrategy::split_batch(int64_t rows, BatchSplit& split) const {
+void MultiWorkerExtended::split_batch(int64_t rows, BatchSplit& split) const {
   replicas_->split_batch(rows, split, num_replicas_in_sync());
 }
 

@@ -5,10 +5,10 @@
 
 namespace tandem::distribute {
 
-OneDeviceStrategy::OneDeviceStrategy() : comm_(make_in_process_communicators(1)) {}
+OneDeviceExtended::OneDeviceExtended() : comm_(make_in_process_communicators(1)) {}
 
-void OneDeviceStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
-  RunningAs as(this, 0);
+void OneDeviceExtended::for_each_replica(const std::function<void(int replica)>& fn) {
+  RunningAs as(*this, 0);
   fn(0);
 }
 

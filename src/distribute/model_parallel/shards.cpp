@@ -27,7 +27,7 @@ std::optional<std::pair<std::string, std::string>> slot_of(const std::string& en
 
 }  // namespace
 
-void ModelParallelStrategy::Shards::keep(const std::vector<std::shared_ptr<layers::Layer>>& whole, int device,
+void ModelParallelExtended::Shards::keep(const std::vector<std::shared_ptr<layers::Layer>>& whole, int device,
                                          const std::vector<std::shared_ptr<layers::Layer>>& mine) {
   std::lock_guard lock(mutex_);
   if (device == 0) {
@@ -45,14 +45,14 @@ void ModelParallelStrategy::Shards::keep(const std::vector<std::shared_ptr<layer
   of_device_.push_back(mine);
 }
 
-std::optional<ModelParallelStrategy::Shards::Where> ModelParallelStrategy::Shards::where(
+std::optional<ModelParallelExtended::Shards::Where> ModelParallelExtended::Shards::where(
     const std::string& variable) const {
   auto it = by_name_.find(variable);
   if (it == by_name_.end()) return std::nullopt;
   return it->second;
 }
 
-Tensor ModelParallelStrategy::Shards::whole_of(const Where& at, const std::function<Tensor(int)>& piece) const {
+Tensor ModelParallelExtended::Shards::whole_of(const Where& at, const std::function<Tensor(int)>& piece) const {
   const Tensor& model = whole_[at.layer]->variables()[at.variable].value;
   auto* split = dynamic_cast<const TensorParallelDense*>(of_device_[0][at.layer].get());
   if (split == nullptr) return piece(0).clone();  // the same on every device
@@ -66,14 +66,14 @@ Tensor ModelParallelStrategy::Shards::whole_of(const Where& at, const std::funct
   return out;
 }
 
-Tensor ModelParallelStrategy::Shards::device_slot(int device, const std::string& name, const std::string& slot) const {
+Tensor ModelParallelExtended::Shards::device_slot(int device, const std::string& name, const std::string& slot) const {
   std::string entry = kOptimizer + name + "/" + slot;
   for (auto& [key, tensor] : optimizers_[static_cast<size_t>(device)]->state())
     if (key == entry) return tensor;
   fail("ModelParallelStrategy: device {}'s optimizer has no \"{}\"", device, entry);
 }
 
-Optimizer& ModelParallelStrategy::Shards::optimizer(Optimizer& model_optimizer, int device,
+Optimizer& ModelParallelExtended::Shards::optimizer(Optimizer& model_optimizer, int device,
                                                     std::span<Variable* const> variables) {
   std::lock_guard lock(mutex_);
   if (!made()) fail("ModelParallelStrategy: an update before the devices' layers were made");
@@ -113,7 +113,7 @@ Optimizer& ModelParallelStrategy::Shards::optimizer(Optimizer& model_optimizer, 
   return *optimizers_[static_cast<size_t>(device)];
 }
 
-void ModelParallelStrategy::Shards::write_back(Optimizer* model_optimizer) {
+void ModelParallelExtended::Shards::write_back(Optimizer* model_optimizer) {
   std::lock_guard lock(mutex_);
   if (!made()) return;
   if (model_optimizer == nullptr) model_optimizer = model_optimizer_;
@@ -132,7 +132,7 @@ void ModelParallelStrategy::Shards::write_back(Optimizer* model_optimizer) {
   model_optimizer->set_iterations(optimizers_[0]->iterations());
 }
 
-void ModelParallelStrategy::Shards::reslice() {
+void ModelParallelExtended::Shards::reslice() {
   std::lock_guard lock(mutex_);
   if (!made()) return;
   for (const auto& [name, at] : by_name_) {
@@ -147,7 +147,7 @@ void ModelParallelStrategy::Shards::reslice() {
   whole_holds_ = false;
 }
 
-void ModelParallelStrategy::Shards::gather(std::vector<std::pair<std::string, Tensor>>& state) {
+void ModelParallelExtended::Shards::gather(std::vector<std::pair<std::string, Tensor>>& state) {
   std::lock_guard lock(mutex_);
   if (!made() || whole_holds_) return;
   for (auto& [entry, tensor] : state) {
@@ -161,7 +161,7 @@ void ModelParallelStrategy::Shards::gather(std::vector<std::pair<std::string, Te
   }
 }
 
-int64_t ModelParallelStrategy::Shards::bytes_per_device(int slots) const {
+int64_t ModelParallelExtended::Shards::bytes_per_device(int slots) const {
   int64_t most = 0;
   for (const auto& stack : of_device_) {
     int64_t bytes = 0;

@@ -13,7 +13,7 @@
 
 namespace tandem::distribute {
 
-struct ModelParallelStrategy::Shards {
+struct ModelParallelExtended::Shards {
   // `devices`: this process's; `across`: over processes, the local device's tensor group (whole
   // tensors are gathered over it: collective), else null.
   Shards(int devices, Communicator* across) : devices_(devices), across_(across) {}

@@ -22,7 +22,7 @@ namespace {
 
 class TensorParallelStep : public DeviceStep {
  public:
-  TensorParallelStep(ModelParallelStrategy& strategy, const StepParts& parts)
+  TensorParallelStep(ModelParallelExtended& strategy, const StepParts& parts)
       : DeviceStep(strategy, parts), strategy_(strategy) {
     for (int d = 0; d < replicas_.size(); ++d) device_names_.push_back(fmt::format("device {}", first_ + d));
   }
@@ -37,7 +37,7 @@ class TensorParallelStep : public DeviceStep {
     std::vector<Tensor> predictions(static_cast<size_t>(copies));
     if (strategy_.shards().whole_holds()) strategy_.shards().reslice();
     double penalty = copy_penalty(replicas_.size(), [&](int d) { return first_ + d < pieces; });
-    Timeline* timeline = strategy_.extended().timeline();
+    Timeline* timeline = strategy_.timeline();
     strategy_.devices().run([&](int d) {  // the devices hold until the epoch ends
       ModelReplicas::Replica& device = replicas_[d];
       const char* row = device_names_[static_cast<size_t>(d)].c_str();
@@ -89,13 +89,13 @@ class TensorParallelStep : public DeviceStep {
   }
 
  private:
-  ModelParallelStrategy& strategy_;
+  ModelParallelExtended& strategy_;
   std::vector<std::string> device_names_;  // the timeline's rows
 };
 
 }  // namespace
 
-std::unique_ptr<StepRunner> ModelParallelStrategy::make_step(const StepParts& parts) {
+std::unique_ptr<StepRunner> ModelParallelExtended::make_step(const StepParts& parts) {
   if (options_.device_memory_bytes > 0) {
     int slots = parts.optimizer.slots_per_variable();
     int64_t needs = shards_->bytes_per_device(slots), limit = options_.device_memory_bytes;

@@ -36,7 +36,7 @@ class ModelParallelUpdate : public UpdateRule {
                      std::span<const Tensor> gradients) override {
     const ReplicaContext& device = *replica_context();
     if (device.num_replicas == 1) return optimizer.apply_here(variables, gradients);  // one device: the model's
-    auto& strategy = static_cast<ModelParallelStrategy&>(*device.strategy);
+    auto& strategy = static_cast<ModelParallelExtended&>(device.strategy->extended());
     Optimizer& mine = strategy.shards().optimizer(optimizer, device.local_replica_id, variables);
     std::vector<Tensor> summed;
     if (device.batch_group != nullptr) {  // the copies' shares of the global mean, summed
@@ -59,7 +59,7 @@ class ModelParallelUpdate : public UpdateRule {
 
 }  // namespace
 
-ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options) : options_(options) {
+ModelParallelExtended::ModelParallelExtended(ModelParallelOptions options) : options_(options) {
   int devices = options.processes ? 1 : std::max(1, options.num_shards) * std::max(1, options.data_replicas);
   threads_ = std::make_unique<ReplicaThreads>(
       *this, devices,
@@ -91,29 +91,29 @@ ModelParallelStrategy::ModelParallelStrategy(ModelParallelOptions options) : opt
          options.device_memory_bytes);
 }
 
-ModelParallelStrategy::~ModelParallelStrategy() = default;
+ModelParallelExtended::~ModelParallelExtended() = default;
 
-void ModelParallelStrategy::split_batch(int64_t rows, BatchSplit& split) const {
+void ModelParallelExtended::split_batch(int64_t rows, BatchSplit& split) const {
   split.even(rows, num_local_replicas(), num_local_replicas());
 }
 
-std::pair<int64_t, int64_t> ModelParallelStrategy::replica_rows(int64_t rows, int device) const {
+std::pair<int64_t, int64_t> ModelParallelExtended::replica_rows(int64_t rows, int device) const {
   int64_t copy = (first_local_replica() + device) / options_.num_shards, copies = options_.data_replicas;
   return {rows * copy / copies, rows * (copy + 1) / copies};
 }
 
-std::string ModelParallelStrategy::name() const {
+std::string ModelParallelExtended::name() const {
   if (options_.data_replicas > 1)
     return fmt::format("mirrored:{}+model-parallel:{}", options_.data_replicas, options_.num_shards);
   return fmt::format("model-parallel:{}", options_.num_shards);
 }
 
-UpdateRule& ModelParallelStrategy::update_rule() const {
+UpdateRule& ModelParallelExtended::update_rule() const {
   static ModelParallelUpdate rule;
   return rule;
 }
 
-std::vector<std::shared_ptr<Layer>> ModelParallelStrategy::replica_layers(
+std::vector<std::shared_ptr<Layer>> ModelParallelExtended::replica_layers(
     const std::vector<std::shared_ptr<Layer>>& layers, int replica) const {
   int n = options_.num_shards, piece = (replica + first_local_replica()) % n;
   Communicator& group = *tensor_.at(static_cast<size_t>(replica));
@@ -176,7 +176,7 @@ std::vector<std::shared_ptr<Layer>> ModelParallelStrategy::replica_layers(
   return out;
 }
 
-void ModelParallelStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
+void ModelParallelExtended::for_each_replica(const std::function<void(int replica)>& fn) {
   if (options_.data_replicas > 1)
     fail(
         "{}: a custom loop's step runs on one copy of the split model (data_replicas 1); with {} copies, each would "
@@ -190,14 +190,14 @@ void ModelParallelStrategy::for_each_replica(const std::function<void(int replic
   shards_->hand_to_model();
 }
 
-void ModelParallelStrategy::set_timeline(Timeline* timeline) {
-  Strategy::set_timeline(timeline);
+void ModelParallelExtended::set_timeline(Timeline* timeline) {
+  StrategyExtended::set_timeline(timeline);
   for (auto* groups : {&tensor_, &data_})
     for (auto& group : *groups)
       if (group) group->set_timeline(timeline);
 }
 
-void ModelParallelStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
+void ModelParallelExtended::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
   shards_->gather(state);
 }
 

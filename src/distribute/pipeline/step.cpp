@@ -55,7 +55,7 @@ std::vector<Action> schedule_of(PipelineSchedule schedule, int stage, int stages
 
 class PipelineStep : public DeviceStep {
  public:
-  PipelineStep(PipelineStrategy& strategy, const StepParts& parts)
+  PipelineStep(PipelineExtended& strategy, const StepParts& parts)
       : DeviceStep(strategy, parts),
         strategy_(strategy),
         stages_(strategy.pipeline_options().num_stages),
@@ -194,7 +194,7 @@ class PipelineStep : public DeviceStep {
     int g = first_ + d, stage = g % stages_, copy = g / stages_, total = copies_ * micro_;
     bool first = stage == 0, last = stage + 1 == stages_;
     Communicator& pipe = strategy_.pipe_group(d);
-    Timeline* timeline = strategy_.extended().timeline();
+    Timeline* timeline = strategy_.timeline();
     device.busy = 0.0;
     ops::DeferredKernelGradients kernels;
     if (strategy_.pipeline_options().defer_kernel_gradients)
@@ -323,7 +323,7 @@ class PipelineStep : public DeviceStep {
     if (timeline != nullptr) timeline->record("update", since, Clock::now(), device.row.c_str());
   }
 
-  PipelineStrategy& strategy_;
+  PipelineExtended& strategy_;
   int stages_, copies_, micro_;
   std::vector<Device> devices_;
   std::vector<Result> results_;
@@ -333,7 +333,7 @@ class PipelineStep : public DeviceStep {
 
 }  // namespace
 
-std::unique_ptr<StepRunner> PipelineStrategy::make_step(const StepParts& parts) {
+std::unique_ptr<StepRunner> PipelineExtended::make_step(const StepParts& parts) {
   return std::make_unique<PipelineStep>(*this, parts);
 }
 

@@ -97,7 +97,7 @@ std::vector<int> balanced_cuts(const std::vector<double>& costs, int stages) {
 
 }  // namespace
 
-PipelineStrategy::PipelineStrategy(PipelineOptions options) : options_(std::move(options)) {
+PipelineExtended::PipelineExtended(PipelineOptions options) : options_(std::move(options)) {
   const PipelineOptions& o = options_;
   int devices = o.processes ? 1 : std::max(1, o.num_stages) * std::max(1, o.data_replicas);
   threads_ = std::make_unique<ReplicaThreads>(
@@ -128,7 +128,7 @@ PipelineStrategy::PipelineStrategy(PipelineOptions options) : options_(std::move
   make_groups();
 }
 
-void PipelineStrategy::make_groups() {
+void PipelineExtended::make_groups() {
   int n = num_replicas_in_sync(), s = options_.num_stages;
   if (options_.processes) {  // this process's device alone
     int r = options_.processes->rank();
@@ -148,29 +148,29 @@ void PipelineStrategy::make_groups() {
   if (Timeline* t = timeline()) set_timeline(t);
 }
 
-PipelineStrategy::~PipelineStrategy() = default;
+PipelineExtended::~PipelineExtended() = default;
 
-void PipelineStrategy::split_batch(int64_t rows, BatchSplit& split) const {
+void PipelineExtended::split_batch(int64_t rows, BatchSplit& split) const {
   split.even(rows, num_local_replicas(), num_local_replicas());
 }
 
-std::string PipelineStrategy::name() const {
+std::string PipelineExtended::name() const {
   std::string pipe = fmt::format("pipeline:{}:{}", options_.num_stages, options_.micro_batches);
   if (options_.data_replicas > 1) return fmt::format("mirrored:{}+{}", options_.data_replicas, pipe);
   return pipe;
 }
 
-std::vector<int> PipelineStrategy::cuts() const {
+std::vector<int> PipelineExtended::cuts() const {
   std::lock_guard lock(mutex_);
   return cuts_;
 }
 
-std::vector<double> PipelineStrategy::stage_costs() const {
+std::vector<double> PipelineExtended::stage_costs() const {
   std::lock_guard lock(mutex_);
   return costs_;
 }
 
-const std::vector<int>& PipelineStrategy::cuts_for(const std::vector<std::shared_ptr<Layer>>& layers) const {
+const std::vector<int>& PipelineExtended::cuts_for(const std::vector<std::shared_ptr<Layer>>& layers) const {
   int stages = options_.num_stages;
   if (static_cast<int>(layers.size()) < stages)
     fail("{}: the model has {} layer{}, too few for {} stages (each stage holds one or more)", name(), layers.size(),
@@ -201,7 +201,7 @@ const std::vector<int>& PipelineStrategy::cuts_for(const std::vector<std::shared
   return cuts_;
 }
 
-std::vector<std::shared_ptr<Layer>> PipelineStrategy::replica_layers(const std::vector<std::shared_ptr<Layer>>& layers,
+std::vector<std::shared_ptr<Layer>> PipelineExtended::replica_layers(const std::vector<std::shared_ptr<Layer>>& layers,
                                                                      int replica) const {
   std::lock_guard lock(mutex_);
   const std::vector<int>& cuts = cuts_for(layers);
@@ -215,14 +215,14 @@ std::vector<std::shared_ptr<Layer>> PipelineStrategy::replica_layers(const std::
   return out;
 }
 
-int PipelineStrategy::stage_of(size_t layer) const {
+int PipelineExtended::stage_of(size_t layer) const {
   int stage = 0;
   while (stage < static_cast<int>(cuts_.size()) && static_cast<int>(layer) >= cuts_[static_cast<size_t>(stage)])
     ++stage;
   return stage;
 }
 
-void PipelineStrategy::share_stages() {
+void PipelineExtended::share_stages() {
   if (!options_.processes) return;
   Communicator& pipe = pipe_group(0);
   for (size_t i = 0; i < whole_.size(); ++i)
@@ -230,7 +230,7 @@ void PipelineStrategy::share_stages() {
       pipe.broadcast(v.value.data<float>(), v.value.numel(), DataType::Float32, stage_of(i));
 }
 
-void PipelineStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
+void PipelineExtended::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
   if (!options_.processes || whole_.empty()) return;
   share_stages();  // the variables' entries are the model's own tensors: whole now
   if (optimizer_ == nullptr) return;
@@ -260,15 +260,15 @@ void PipelineStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>
   for (auto& entry : slots) state.push_back(std::move(entry));
 }
 
-void PipelineStrategy::for_each_replica(const std::function<void(int)>&) {
+void PipelineExtended::for_each_replica(const std::function<void(int)>&) {
   fail(
       "{}: a custom loop's step (Strategy::run) runs the whole model on every replica, but each of this strategy's "
       "devices holds one stage of it; train with fit, or use model-parallel:N for a custom loop",
       name());
 }
 
-void PipelineStrategy::set_timeline(Timeline* timeline) {
-  Strategy::set_timeline(timeline);
+void PipelineExtended::set_timeline(Timeline* timeline) {
+  StrategyExtended::set_timeline(timeline);
   for (auto* groups : {&pipe_, &data_})
     for (auto& group : *groups)
       if (group) group->set_timeline(timeline);

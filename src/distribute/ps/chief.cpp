@@ -25,7 +25,7 @@ PsPolicy policy_of(const ParameterServerOptions& options) {
 
 }  // namespace
 
-void ParameterServerStrategy::Chief::initialize(std::vector<Variable*> trainable, Optimizer& opt) {
+void ParameterServerExtended::Chief::initialize(std::vector<Variable*> trainable, Optimizer& opt) {
   if (shards && optimizer == &opt) {  // another fit: the optimizer's state is the servers', not the stale copy here
     std::vector<std::pair<std::string, Tensor>> servers = opt.state();
     collect(servers);
@@ -42,7 +42,7 @@ void ParameterServerStrategy::Chief::initialize(std::vector<Variable*> trainable
   for (int s = 0; s < link.servers(); ++s) init_server(s);
 }
 
-void ParameterServerStrategy::Chief::init_server(int s, const std::vector<int64_t>& clocks) {
+void ParameterServerExtended::Chief::init_server(int s, const std::vector<int64_t>& clocks) {
   const auto& variables = shards->variables();
   std::vector<std::pair<std::string, Tensor>> state = optimizer->state();
   Outgoing init(MessageType::Init, 0, optimizer->iterations(), 0);
@@ -75,7 +75,7 @@ void ParameterServerStrategy::Chief::init_server(int s, const std::vector<int64_
          answer.items.empty() ? "" : std::string(answer.items[0].payload));
 }
 
-void ParameterServerStrategy::Chief::keep_copy() {
+void ParameterServerExtended::Chief::keep_copy() {
   if (!shards) return;
   std::vector<std::pair<std::string, Tensor>> state = optimizer->state();
   size_t optimizer_entries = state.size();
@@ -87,7 +87,7 @@ void ParameterServerStrategy::Chief::keep_copy() {
   optimizer->load_state(state, shards->variables());
 }
 
-void ParameterServerStrategy::Chief::collect(std::vector<std::pair<std::string, Tensor>>& state) {
+void ParameterServerExtended::Chief::collect(std::vector<std::pair<std::string, Tensor>>& state) {
   for (;;) {  // a server lost meanwhile (a checkpoint's read) is restored, and the state read again
     try {
       return collect_once(state);
@@ -98,7 +98,7 @@ void ParameterServerStrategy::Chief::collect(std::vector<std::pair<std::string, 
   }
 }
 
-void ParameterServerStrategy::Chief::collect_once(std::vector<std::pair<std::string, Tensor>>& state) {
+void ParameterServerExtended::Chief::collect_once(std::vector<std::pair<std::string, Tensor>>& state) {
   if (!shards) return;  // nothing trained yet: the state is the chief's own
   const auto& variables = shards->variables();
   std::vector<Tensor> values;
@@ -129,7 +129,7 @@ void ParameterServerStrategy::Chief::collect_once(std::vector<std::pair<std::str
   }
 }
 
-void ParameterServerStrategy::Chief::stop_all() {
+void ParameterServerExtended::Chief::stop_all() {
   for (int w = 0; w < link.routed_workers(); ++w) {  // workers added to the running job included
     if (link.worker_route(w).empty()) continue;
     try {
@@ -146,7 +146,7 @@ void ParameterServerStrategy::Chief::stop_all() {
   if (journals) ps::write_record(options.record, record);
 }
 
-bool ParameterServerStrategy::Chief::take_journal(int s, const ps::Incoming& answer) {
+bool ParameterServerExtended::Chief::take_journal(int s, const ps::Incoming& answer) {
   if (answer.items.size() != 1 || answer.items[0].header.dtype != DType::Int32 ||
       answer.items[0].header.shape.rank() != 2 || answer.items[0].header.shape[1] != 4)
     return false;

@@ -26,7 +26,7 @@ struct ServerLost : Error {
 };
 }  // namespace ps
 
-struct ParameterServerStrategy::Chief {
+struct ParameterServerExtended::Chief {
   Chief(ps::ClusterLink& link, const ParameterServerOptions& options) : link(link), options(options) {}
   // The servers hold the trainable variables and the optimizer's state as they are here (for a
   // later fit, the optimizer's state is first read back from the servers).
@@ -63,6 +63,6 @@ struct ParameterServerStrategy::Chief {
   std::vector<int64_t> worker_steps;
 };
 
-std::unique_ptr<StepRunner> make_coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts);
+std::unique_ptr<StepRunner> make_coordinator(ParameterServerExtended::Chief& chief, const StepParts& parts);
 
 }  // namespace tandem::distribute

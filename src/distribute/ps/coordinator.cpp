@@ -25,7 +25,7 @@ std::string weights_hash(const std::vector<Variable*>& variables) {
 
 }  // namespace
 
-Coordinator::Coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts)
+Coordinator::Coordinator(ParameterServerExtended::Chief& chief, const StepParts& parts)
     : chief_(chief),
       policy_(make_dispatch_policy(chief.options)),
       link_(chief.link),
@@ -295,7 +295,7 @@ void Coordinator::close_round(int64_t results) {
 
 }  // namespace ps
 
-std::unique_ptr<StepRunner> make_coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts) {
+std::unique_ptr<StepRunner> make_coordinator(ParameterServerExtended::Chief& chief, const StepParts& parts) {
   return std::make_unique<ps::Coordinator>(chief, parts);
 }
 

@@ -30,7 +30,7 @@ namespace tandem::distribute::ps {
 
 class Coordinator : public StepRunner {
  public:
-  Coordinator(ParameterServerStrategy::Chief& chief, const StepParts& parts);
+  Coordinator(ParameterServerExtended::Chief& chief, const StepParts& parts);
   ~Coordinator() override;
   bool lazy_batches() const override { return by_position_; }
   void check_batch(bool, int64_t, int, int64_t) override {}
@@ -128,7 +128,7 @@ class Coordinator : public StepRunner {
   // came; the batches whose pushes every server had are counted trained.
   void close_round(int64_t results);
 
-  ParameterServerStrategy::Chief& chief_;
+  ParameterServerExtended::Chief& chief_;
   std::unique_ptr<DispatchPolicy> policy_;
   ps::ClusterLink& link_;
   std::span<Metric> metrics_;

@@ -37,7 +37,7 @@ class LocalRunner : public StepRunner {
 
 }  // namespace
 
-std::unique_ptr<StepRunner> ParameterServerStrategy::start_local(const StepParts& parts) {
+std::unique_ptr<StepRunner> ParameterServerExtended::start_local(const StepParts& parts) {
   stop_local();  // an earlier fit's, should its runner still be alive
   auto tasks = std::make_unique<LocalTasks>();
   tasks->generation = ++local_generation_;
@@ -45,7 +45,7 @@ std::unique_ptr<StepRunner> ParameterServerStrategy::start_local(const StepParts
   for (int w = 0; w < workers; ++w) {
     std::vector<std::shared_ptr<layers::Layer>> copy;
     for (const auto& l : parts.replicas[0].layers) copy.push_back(replica_layer(*l, 1 + w));
-    tasks->models.push_back(std::make_shared<ModelReplicas>(extended(), copy));
+    tasks->models.push_back(std::make_shared<ModelReplicas>(*this, copy));
     tasks->batches.push_back(parts.batch_at);  // each worker its own reader (made on first use) of the same tensors
   }
   for (int s = 0; s < num_servers(); ++s) tasks->server_optimizers.push_back(parts.optimizer.clone());
@@ -93,7 +93,7 @@ std::unique_ptr<StepRunner> ParameterServerStrategy::start_local(const StepParts
   }
 }
 
-void ParameterServerStrategy::stop_local(uint64_t generation) {
+void ParameterServerExtended::stop_local(uint64_t generation) {
   if (!local_ || (generation != 0 && generation != local_->generation)) return;
   if (chief_) {
     for (auto [steps, count] : chief_->steps_ahead) steps_ahead_before_[steps] += count;

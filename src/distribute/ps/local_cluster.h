@@ -18,17 +18,17 @@
 namespace tandem::distribute {
 
 namespace ps {
-// A server or worker task's part until the chief ends the job (ParameterServerStrategy::serve, and
+// A server or worker task's part until the chief ends the job (ParameterServerExtended::serve, and
 // each thread of an in-process cluster): `server_optimizer`, a fresh copy of the model's, for a server.
 void serve_task(ClusterLink& link, const ParameterServerOptions& options, const StepParts& parts,
                 std::unique_ptr<Optimizer> server_optimizer);
 }  // namespace ps
 
-struct ParameterServerStrategy::Links {
+struct ParameterServerExtended::Links {
   std::unique_ptr<ps::ClusterLink> link;
 };
 
-struct ParameterServerStrategy::LocalTasks {
+struct ParameterServerExtended::LocalTasks {
   std::shared_ptr<zmq::context_t> context = std::make_shared<zmq::context_t>(1);
   // Each worker's copy of the model and its own reader of fit's tensors (the rows read in place).
   std::vector<std::shared_ptr<ModelReplicas>> models;

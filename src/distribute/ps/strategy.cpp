@@ -70,7 +70,7 @@ void check_replay(const ps::PsRecord& replay, const ClusterSpec& cluster, const 
 
 }  // namespace
 
-ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterServerOptions options)
+ParameterServerExtended::ParameterServerExtended(ClusterSpec cluster, ParameterServerOptions options)
     : cluster_(std::move(cluster)), options_(options), comm_(make_in_process_communicators(1)) {
   if (options_.max_staleness < -1)
     fail("ParameterServerStrategy: max_staleness must be 0 or more (or -1: no bound), got {}", options_.max_staleness);
@@ -113,7 +113,7 @@ ParameterServerStrategy::ParameterServerStrategy(ClusterSpec cluster, ParameterS
   connect();
 }
 
-void ParameterServerStrategy::connect() {
+void ParameterServerExtended::connect() {
   std::optional<ps::PsRecord> replay;
   if (!options_.replay.empty() && is_chief()) {
     replay = ps::read_record(options_.replay);
@@ -143,7 +143,7 @@ void ParameterServerStrategy::connect() {
   }
 }
 
-ParameterServerStrategy::~ParameterServerStrategy() {
+ParameterServerExtended::~ParameterServerExtended() {
   if (cluster_.in_process()) {
     stop_local();
     return;
@@ -160,7 +160,7 @@ ParameterServerStrategy::~ParameterServerStrategy() {
   }
 }
 
-std::string ParameterServerStrategy::name() const {
+std::string ParameterServerExtended::name() const {
   std::string name =
       fmt::format("ps-{}:{}x{}", options_.mode == PsMode::Synchronous ? "sync" : "async", num_servers(), num_workers());
   if (options_.max_staleness >= 0)
@@ -169,27 +169,27 @@ std::string ParameterServerStrategy::name() const {
   return cluster_.in_process() ? name + ":threads" : name;
 }
 
-void ParameterServerStrategy::for_each_replica(const std::function<void(int replica)>& fn) {
-  RunningAs as(this, 0);
+void ParameterServerExtended::for_each_replica(const std::function<void(int replica)>& fn) {
+  RunningAs as(*this, 0);
   fn(0);
 }
 
-Communicator& ParameterServerStrategy::communicator(int replica) { return *comm_.at(static_cast<size_t>(replica)); }
+Communicator& ParameterServerExtended::communicator(int replica) { return *comm_.at(static_cast<size_t>(replica)); }
 
-std::map<std::string, std::map<int64_t, int64_t>> ParameterServerStrategy::report_counts() const {
+std::map<std::string, std::map<int64_t, int64_t>> ParameterServerExtended::report_counts() const {
   std::map<int64_t, int64_t> ahead = steps_ahead();
   if (!is_chief() || ahead.empty()) return {};
   return {{"steps_ahead_of_slowest", std::move(ahead)}};
 }
 
-std::map<int64_t, int64_t> ParameterServerStrategy::steps_ahead() const {
+std::map<int64_t, int64_t> ParameterServerExtended::steps_ahead() const {
   std::map<int64_t, int64_t> ahead = steps_ahead_before_;
   if (chief_)
     for (auto [steps, count] : chief_->steps_ahead) ahead[steps] += count;
   return ahead;
 }
 
-std::vector<int64_t> ParameterServerStrategy::replica_runs() const {
+std::vector<int64_t> ParameterServerExtended::replica_runs() const {
   std::vector<int64_t> runs = worker_steps_before_;
   if (chief_) {
     runs.resize(std::max(runs.size(), chief_->worker_steps.size()), 0);
@@ -198,11 +198,11 @@ std::vector<int64_t> ParameterServerStrategy::replica_runs() const {
   return runs;
 }
 
-bool ParameterServerStrategy::is_chief() const { return cluster_.task().type == "chief"; }
+bool ParameterServerExtended::is_chief() const { return cluster_.task().type == "chief"; }
 
-bool ParameterServerStrategy::serves() const { return !is_chief(); }
+bool ParameterServerExtended::serves() const { return !is_chief(); }
 
-std::unique_ptr<StepRunner> ParameterServerStrategy::make_step(const StepParts& parts) {
+std::unique_ptr<StepRunner> ParameterServerExtended::make_step(const StepParts& parts) {
   if (!is_chief())
     fail("ParameterServerStrategy: only the chief runs fit's steps ({} serves)", cluster_.describe(cluster_.task()));
   require_trainable_only(parts);
@@ -214,7 +214,7 @@ std::unique_ptr<StepRunner> ParameterServerStrategy::make_step(const StepParts& 
   return make_coordinator(*chief_, parts);
 }
 
-void ParameterServerStrategy::serve(const StepParts& parts) {
+void ParameterServerExtended::serve(const StepParts& parts) {
   require_trainable_only(parts);
   ps::serve_task(*links_->link, options_, parts, parts.optimizer.clone());
 }
@@ -236,11 +236,11 @@ void serve_task(ClusterLink& link, const ParameterServerOptions& options, const 
 }
 }  // namespace ps
 
-std::string ParameterServerStrategy::set_phase(const std::string& phase) {
+std::string ParameterServerExtended::set_phase(const std::string& phase) {
   return links_ ? links_->link->control().set_phase(phase) : std::string();
 }
 
-void ParameterServerStrategy::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
+void ParameterServerExtended::collect_state(std::vector<std::pair<std::string, Tensor>>& state) {
   if (chief_) chief_->collect(state);
 }
 
