@@ -2,6 +2,7 @@
 // A second device for tests of the device seam: memory emulated in host memory that the host may
 // not read directly (Tensor::data fails on its tensors, as it would on a GPU's), and a backend
 // that counts its calls and runs the CPU's kernels.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -35,14 +36,14 @@ class EmulatedMemory : public core::DeviceMemory {
   void fill(Device, void* to, const void* pattern, size_t pattern_bytes, size_t count) override {
     for (size_t i = 0; i < count; ++i) std::memcpy(static_cast<char*>(to) + i * pattern_bytes, pattern, pattern_bytes);
   }
-  // Transfers between the host and the device so far.
-  int64_t to_host_calls = 0, from_host_calls = 0;
+  // Transfers between the host and the device so far (replicas on several threads count them).
+  std::atomic<int64_t> to_host_calls = 0, from_host_calls = 0;
 };
 
 // Every family forwards to the CPU's kernels and counts the call.
 class CountingBackend : public kernels::Backend {
  public:
-  int calls = 0;
+  std::atomic<int> calls = 0;
   std::string name() const override { return "emulated"; }
   kernels::Backend& cpu() {
     ++calls;

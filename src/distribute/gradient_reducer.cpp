@@ -56,6 +56,9 @@ GradientReducer::GradientReducer(GradientReduction policy, std::vector<Tensor> s
     scratch = std::max(scratch, static_cast<size_t>(2 * ops::kernel_tile_rows(s.dim(0), s.dim(1)) * s.dim(1)));
   }
   any_products_ = std::find(as_products_.begin(), as_products_.end(), true) != as_products_.end();
+  on_device_ = std::any_of(sources_.begin(), sources_.end(),
+                           [](const Tensor& s) { return s.device().kind != Device::Kind::CPU; });
+  if (on_device_ && any_products_) fail("GradientReducer: products are taken on the host only, not on a device");
   if (as_products_.empty()) as_products_.assign(sources_.size(), false);
   scratch_.resize(scratch);
   constexpr int64_t kChunk = 4096;  // a gradient's values added while they stay in cache
@@ -119,7 +122,7 @@ void GradientReducer::begin(Communicator* comm, const BatchSplit& split, int rep
   reserve_sets(1);  // the gradients are packed into buckets, during backward or after
   // Reducing during backward needs every replica to run backward on one part with rows; the
   // collectives then come in the same order on all of them.
-  can_overlap_ = comm_ != nullptr && comm_->size() > 1 && split.parts() == replicas;
+  can_overlap_ = comm_ != nullptr && comm_->size() > 1 && split.parts() == replicas && !on_device_;
   for (int p = 0; can_overlap_ && p < split.parts(); ++p)
     can_overlap_ = split.begin(p) < split.end(p) && split.first_part[static_cast<size_t>(p)] == p;
 }
@@ -203,6 +206,11 @@ void GradientReducer::reduce_now(float* data, int64_t count) {
 
 void GradientReducer::add(int k, std::span<Tensor> grads, std::span<ops::KernelProducts> products) {
   ++added_;
+  if (on_device_) {  // reduced on the host: the caller's tensors stay where backward wrote them
+    staged_.resize(grads.size());
+    for (size_t i = 0; i < grads.size(); ++i) staged_[i] = grads[i].defined() ? grads[i].to(Device::cpu()) : Tensor();
+    grads = staged_;
+  }
   if (policy_.kind == GradientReduction::Kind::Ordered) {
     if (any_products_ && products.size() != sources_.size())
       fail("GradientReducer: part {} came with {} products for {} sources", k, products.size(), sources_.size());
@@ -247,6 +255,14 @@ void GradientReducer::add(int k, std::span<Tensor> grads, std::span<ops::KernelP
 }
 
 std::span<const Tensor> GradientReducer::finish() {
+  std::span<const Tensor> sums = finish_on_host();
+  if (!on_device_) return sums;
+  placed_.clear();
+  for (size_t i = 0; i < sums.size(); ++i) placed_.push_back(sums[i].to(sources_[i].device()));
+  return placed_;
+}
+
+std::span<const Tensor> GradientReducer::finish_on_host() {
   if (policy_.kind == GradientReduction::Kind::Ordered) {
     ordered_finish();
     return reduced_;

@@ -34,10 +34,11 @@ class GradientReducer {
   // until finish).
   void add(int k, std::span<Tensor> grads, std::span<ops::KernelProducts> products = {});
   // Every part added: the gradients summed over every part of every replica (None: this
-  // replica's own), one per source.
+  // replica's own), one per source, on its source's device.
   std::span<const Tensor> finish();
 
  private:
+  std::span<const Tensor> finish_on_host();
   void reserve_sets(int sets);
   std::unique_ptr<Work> reduce_async(float* data, int64_t count);
   void reduce_now(float* data, int64_t count);
@@ -60,6 +61,10 @@ class GradientReducer {
   void shared_finish();
   GradientReduction policy_;
   std::vector<Tensor> sources_;
+  // Sources off the host (a replica on a device): its gradients are copied to the host as add()
+  // takes them (staged_), reduced there after backward, and the sums copied back (placed_).
+  bool on_device_ = false;
+  std::vector<Tensor> staged_, placed_;
   std::vector<bool> as_products_;  // per source
   bool any_products_ = false;
   std::vector<float> scratch_;    // kernel_products_tile's

@@ -22,9 +22,15 @@ std::shared_ptr<layers::Layer> StrategyExtended::replica_layer(const layers::Lay
 
 std::vector<std::shared_ptr<layers::Layer>> StrategyExtended::replica_layers(
     const std::vector<std::shared_ptr<layers::Layer>>& layers, int replica) const {
-  if (replica == 0) return layers;
-  std::vector<std::shared_ptr<layers::Layer>> out;
-  for (const auto& l : layers) out.push_back(replica_layer(*l, replica));
+  std::vector<std::shared_ptr<layers::Layer>> out = layers;
+  if (replica > 0) {
+    out.clear();
+    for (const auto& l : layers) out.push_back(replica_layer(*l, replica));
+  }
+  std::vector<Device> devices = replica_devices();
+  if (!devices.empty())
+    for (const auto& l : out)
+      if (l->device() != devices.at(static_cast<size_t>(replica))) l->place_on(devices[static_cast<size_t>(replica)]);
   return out;
 }
 

@@ -28,9 +28,11 @@ void GlobalBatch::slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) cons
 ModelReplicas::ModelReplicas(const StrategyExtended& strategy,
                              const std::vector<std::shared_ptr<layers::Layer>>& layers)
     : replicas_(static_cast<size_t>(strategy.num_local_replicas())) {
-  // Placement (with_device) is one model's; a strategy's replicas are devices of their own.
+  // Placement (with_device) is one model's; a strategy's replicas are devices of their own (where
+  // it places them, the model's own layers are replica 0's, on its first device from the first fit).
+  std::vector<Device> devices = strategy.replica_devices();
   for (const auto& l : layers)
-    if (l->device() && size() > 1)
+    if (l->device() && size() > 1 && (devices.empty() || *l->device() != devices[0]))
       fail(
           "{}: {} is placed on {} (with_device), but {} runs {} replicas, each on devices of its own; place layers "
           "under the default strategy, or let the strategy place them",

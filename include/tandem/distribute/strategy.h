@@ -158,11 +158,15 @@ class StrategyExtended {
   // by default all the replicas; null where each computes the whole batch.
   virtual Communicator* batch_group(int replica) { return &communicator(replica); }
 
+  // The device each of this process's replicas computes on, its variables placed there (replica r
+  // on element r); empty: where the model's layers are (the host), every replica alike.
+  virtual std::vector<Device> replica_devices() const { return {}; }
   // Where replica r's variables live (r > 0; replica 0 uses the model's own layers): by default
   // a copy of its own (mirrored); central storage shares the trainable ones.
   virtual std::shared_ptr<layers::Layer> replica_layer(const layers::Layer& layer, int replica) const;
   // Replica r's whole stack: by default the model's own layers for replica 0, replica_layer of
-  // each for the others. A strategy that splits layers (model parallelism) makes every replica's.
+  // each for the others, placed on replica_devices()[r] where there are such (the model's own
+  // then live on the first). A strategy that splits layers (model parallelism) makes every replica's.
   virtual std::vector<std::shared_ptr<layers::Layer>> replica_layers(
       const std::vector<std::shared_ptr<layers::Layer>>& layers, int replica) const;
   // Who applies the update, after which reduction: installed on every replica's thread, so that
@@ -432,6 +436,11 @@ struct MirroredOptions {
   // Pin replica threads to cores of the affinity mask when there are enough (off where other
   // processes share the machine's cores).
   bool pin_threads = true;
+  // One replica per device (tf.distribute.MirroredStrategy(devices=[...])): replica r computes on
+  // devices[r], its variables and optimizer slots there (the model's own on devices[0]); each
+  // replica's gradients are reduced through the host, and the sums copied back to its device.
+  // Empty: the host's cores (num_replicas of them). num_replicas is then 0 or the devices' count.
+  std::vector<Device> devices;
   // The cross-device reduction for `replicas` replicas: one handle per replica, handle r of rank r;
   // null: in-process.
   std::function<std::vector<std::unique_ptr<Communicator>>(int replicas)> cross_device_ops = nullptr;
@@ -461,6 +470,7 @@ class MirroredExtended : public StrategyExtended {
   // grouped or bucketed.
   void split_batch(int64_t rows, BatchSplit& split) const override;
   GradientReduction gradient_reduction() const override;
+  std::vector<Device> replica_devices() const override;
 
  private:
   std::unique_ptr<MirroredReplicas> replicas_;

@@ -6,6 +6,7 @@
 
 #include "distribute/data_parallel/mirrored_replicas.h"
 #include "distribute/update_rules.h"
+#include "tandem/devices.h"
 #include "tandem/distribute/local_sgd.h"
 #include "tandem/error.h"
 #include "tandem/runtime.h"
@@ -58,7 +59,20 @@ MirroredReplicas::MirroredReplicas(StrategyExtended& owner, MirroredOptions opti
   if (threads_per_replica < 0 || threads_per_replica > kMaxThreads)
     fail("{}: threads_per_replica must be from 1 to {} (or 0 for the usable cores shared out), got {}", who,
          kMaxThreads, threads_per_replica);
-  int replicas = num_replicas > 0 ? num_replicas : cores;
+  const std::vector<Device>& devices = options_.devices;
+  if (!devices.empty() && num_replicas != 0 && num_replicas != static_cast<int>(devices.size()))
+    fail("{}: num_replicas is {} but {} devices were given ({}...); give one or the other", who, num_replicas,
+         devices.size(), devices[0].name());
+  if (static_cast<int>(devices.size()) > kMaxThreads)
+    fail("{}: {} devices, at most {} replicas", who, devices.size(), kMaxThreads);
+  for (size_t r = 0; r < devices.size(); ++r) {
+    check_device(devices[r], who);
+    for (size_t q = 0; q < r; ++q)
+      if (devices[q] == devices[r])
+        fail("{}: device {} is given twice (replicas {} and {}); each replica needs a device of its own", who,
+             devices[r].name(), q, r);
+  }
+  int replicas = !devices.empty() ? static_cast<int>(devices.size()) : num_replicas > 0 ? num_replicas : cores;
   if (options_.deterministic && options_.compression != Compression::None)
     fail("{}: deterministic mode gathers every part's gradients in float32; compression ({}) is not available with it",
          who, compression_name(options_.compression));
@@ -83,9 +97,15 @@ std::string MirroredExtended::name() const { return replicas_->name("mirrored", 
 int MirroredExtended::num_replicas_in_sync() const { return replicas_->count(); }
 void MirroredExtended::split_batch(int64_t rows, BatchSplit& split) const { replicas_->split_batch(rows, split); }
 GradientReduction MirroredExtended::gradient_reduction() const { return replicas_->gradient_reduction(); }
+std::vector<Device> MirroredExtended::replica_devices() const { return replicas_->options().devices; }
 
 CentralStorageExtended::CentralStorageExtended(MirroredOptions options)
     : replicas_(std::make_unique<MirroredReplicas>(*this, std::move(options), "CentralStorageStrategy")) {
+  if (!replicas_->options().devices.empty())
+    fail(
+        "CentralStorageStrategy: devices ({}...) are not taken: its variables live once on the host and its replicas "
+        "compute there; MirroredStrategy runs a replica per device",
+        replicas_->options().devices[0].name());
   run_replicas_on(replicas_->threads());
 }
 CentralStorageExtended::~CentralStorageExtended() = default;
