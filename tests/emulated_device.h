@@ -32,7 +32,7 @@ class EmulatedMemory : public core::DeviceMemory {
   }
   bool host_accessible() const override { return false; }
   // On the device itself, as a GPU does them (no host transfer counted).
-  void copy_within(Device, void* to, const void* from, size_t bytes) override { std::memmove(to, from, bytes); }
+  void copy_within(Device, void* to, Device, const void* from, size_t bytes) override { std::memmove(to, from, bytes); }
   void fill(Device, void* to, const void* pattern, size_t pattern_bytes, size_t count) override {
     for (size_t i = 0; i < count; ++i) std::memcpy(static_cast<char*>(to) + i * pattern_bytes, pattern, pattern_bytes);
   }

@@ -18,15 +18,32 @@ namespace tandem::cuda {
 
 // Whether this build has the CUDA device.
 bool built();
-// GPUs that can be used (0: none; why_none() says why, "" when there are some).
+// GPUs that can be used, counted as devices cuda:0, cuda:1 ... (logical GPUs, below; 0: none,
+// why_none() says why, "" when there are some).
 int device_count();
 std::string why_none();
+// The physical GPUs the CUDA runtime sees (0 without a toolkit or a GPU).
+int physical_device_count();
+
+// Logical GPUs (tf.config.set_logical_device_configuration on a GPU): physical GPU `physical`
+// split into one device per entry, each with its own stream, cuBLAS handle and caching allocator,
+// holding at most memory_limit_bytes of the card (0: no limit of its own), so that strategies of
+// several GPUs run, and are tested, on one card. The devices cuda:0, cuda:1 ... are numbered by
+// physical GPU, then entry; a GPU not split is one device. Set before any tensor is placed on a
+// GPU, as TensorFlow's must be set before its runtime starts; an empty list undoes a split.
+struct LogicalGpuOptions {
+  int64_t memory_limit_bytes = 0;
+};
+void set_logical_devices(int physical, const std::vector<LogicalGpuOptions>& devices);
+// The split of `physical` (empty: not split).
+std::vector<LogicalGpuOptions> logical_devices(int physical);
 
 struct GpuInfo {
-  int index = 0;
+  int index = 0;             // cuda:index
   std::string name;          // "NVIDIA H100 80GB HBM3"
   int major = 0, minor = 0;  // compute capability
-  size_t memory = 0;         // bytes
+  size_t memory = 0;         // bytes: the card's, or a logical device's limit
+  int physical = 0;          // the card it is on (its own index where no GPU is split)
 };
 std::vector<GpuInfo> devices();
 

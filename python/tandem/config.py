@@ -61,7 +61,7 @@ def _check_type(device_type, what):
 
 
 def _gpus():
-    return [PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(len(_tandem.gpu_names()))]
+    return [PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(_tandem.physical_gpu_count())]
 
 
 def list_physical_devices(device_type=None):
@@ -71,35 +71,58 @@ def list_physical_devices(device_type=None):
 
 
 def list_logical_devices(device_type=None):
-    """The logical CPU devices (/device:CPU:0 ... N-1: one unless configured)."""
+    """The logical CPU devices (/device:CPU:0 ... N-1: one unless configured), then the logical GPUs
+    (/device:GPU:0 ...: one per GPU, or per part of a GPU split by set_logical_device_configuration)."""
     kind = _check_type(device_type, "list_logical_devices")
-    if kind not in (None, "CPU"):
-        return []
-    return [LogicalDevice(f"/device:CPU:{i}", "CPU") for i in range(_tandem.num_cpu_devices())]
+    cpus = [LogicalDevice(f"/device:CPU:{i}", "CPU") for i in range(_tandem.num_cpu_devices())]
+    gpus = [LogicalDevice(f"/device:GPU:{i}", "GPU") for i in range(len(_tandem.gpu_names()))]
+    return (cpus if kind in (None, "CPU") else []) + (gpus if kind in (None, "GPU") else [])
 
 
-def _the_cpu(device, what):
-    if device != _CPU:
-        raise Error(f"{what}: {device!r} is not this machine's CPU ({_CPU.name}); logical devices are the CPU's "
-                    "(logical GPUs are not built yet: docs/gpu.md)")
+def _physical(device, what):
+    """The CPU (None), or a GPU's index: the physical devices logical ones are made of."""
+    if device == _CPU:
+        return None
+    if isinstance(device, PhysicalDevice) and device.device_type == "GPU":
+        try:
+            index = int(device.name.rsplit(":", 1)[1])
+        except (IndexError, ValueError):
+            index = -1
+        if device.name == f"/physical_device:GPU:{index}":
+            return index
+    raise Error(f"{what}: {device!r} is not a physical device of this machine (list_physical_devices() lists them)")
+
+
+def _limit_bytes(config):
+    return 0 if config.memory_limit is None else int(config.memory_limit * (1 << 20))
 
 
 def set_logical_device_configuration(device, logical_devices):
-    """Shares the CPU out as one logical device per configuration (before tensors live on them)."""
-    _the_cpu(device, "set_logical_device_configuration")
+    """Shares the CPU out as one logical device per configuration, or splits a GPU into one logical
+    GPU per configuration (each its own stream and at most memory_limit MiB of the card), before
+    tensors live on them."""
+    gpu = _physical(device, "set_logical_device_configuration")
     configs = list(logical_devices or [])
     if not configs:
         raise Error("set_logical_device_configuration: give at least one LogicalDeviceConfiguration")
     for c in configs:
         if not isinstance(c, LogicalDeviceConfiguration):
             raise Error(f"set_logical_device_configuration: expected LogicalDeviceConfiguration objects, got {c!r}")
-    _tandem.set_cpu_devices([(c.threads, 0 if c.memory_limit is None else int(c.memory_limit * (1 << 20)))
-                             for c in configs])
+        if gpu is not None and c.threads:
+            raise Error(f"set_logical_device_configuration: threads={c.threads} is a CPU device's setting; a logical "
+                        "GPU runs its kernels on its own stream")
+    if gpu is not None:
+        _tandem.set_logical_gpus(gpu, [_limit_bytes(c) for c in configs])
+        return
+    _tandem.set_cpu_devices([(c.threads, _limit_bytes(c)) for c in configs])
 
 
 def get_logical_device_configuration(device):
-    """The configurations set for the CPU (None when it was never shared out)."""
-    _the_cpu(device, "get_logical_device_configuration")
+    """The configurations set for the CPU or a GPU (None when it was never split)."""
+    gpu = _physical(device, "get_logical_device_configuration")
+    if gpu is not None:
+        limits = _tandem.logical_gpus(gpu)
+        return [LogicalDeviceConfiguration(memory_limit=b / (1 << 20) if b else None) for b in limits] or None
     out = []
     for i in range(_tandem.num_cpu_devices()):
         threads, memory = _tandem.cpu_device_options(i)

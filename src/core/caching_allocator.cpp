@@ -36,21 +36,27 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
     stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
     return reused;
   }
-  void* pointer = device_.allocate(size);
+  void* pointer = from_device(size);
   if (pointer == nullptr) {  // what the streams are done with goes back, then once more
     release_cached();
-    pointer = device_.allocate(size);
+    pointer = from_device(size);
   }
   if (pointer == nullptr)
     fail(
-        "device memory: no room for {} bytes ({} rounded): {} bytes are in use and {} more wait for other streams' "
+        "device memory: no room for {} bytes ({} rounded){}: {} bytes are in use and {} more wait for other streams' "
         "work (the cache was given back to the device first)",
-        bytes, size, stats_.bytes_in_use, stats_.bytes_cached);
+        bytes, size, limit_ > 0 ? fmt::format(" within the device's memory limit of {} bytes", limit_) : "",
+        stats_.bytes_in_use, stats_.bytes_cached);
   ++stats_.device_allocations;
   stats_.bytes_in_use += static_cast<int64_t>(size);
   stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   blocks_[pointer] = Block{size, stream, {}};
   return pointer;
+}
+
+void* CachingAllocator::from_device(size_t size) {
+  if (limit_ > 0 && stats_.bytes_in_use + stats_.bytes_cached + static_cast<int64_t>(size) > limit_) return nullptr;
+  return device_.allocate(size);
 }
 
 void CachingAllocator::deallocate(void* pointer) {

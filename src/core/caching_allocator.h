@@ -47,7 +47,9 @@ struct CachingAllocatorStats {
 
 class CachingAllocator {
  public:
-  explicit CachingAllocator(DeviceApi& device) : device_(device) {}
+  // `limit_bytes`: the most it holds from the device at once, handed out or cached (a logical
+  // device's share of its card); past it a request is refused as a full device refuses it. 0: none.
+  explicit CachingAllocator(DeviceApi& device, int64_t limit_bytes = 0) : device_(device), limit_(limit_bytes) {}
   // Every block it keeps goes back to the device (a block still handed out is its holder's).
   ~CachingAllocator();
   CachingAllocator(const CachingAllocator&) = delete;
@@ -76,8 +78,10 @@ class CachingAllocator {
   void take_completed();  // under mutex_: blocks whose events are done back to their cache
   void release_cached();  // under mutex_: every cached block back to the device
   void* from_cache(size_t size, StreamId stream);
+  void* from_device(size_t size);  // under mutex_: null past the limit or when the device refuses
 
   DeviceApi& device_;
+  int64_t limit_;
   mutable std::mutex mutex_;
   std::unordered_map<void*, Block> blocks_;  // every block made, handed out or not
   // Free blocks by stream, then by size.

@@ -7,9 +7,9 @@
 
 namespace tandem::core {
 
-void DeviceMemory::copy_within(Device device, void* to, const void* from, size_t bytes) {
+void DeviceMemory::copy_within(Device device, void* to, Device source, const void* from, size_t bytes) {
   std::vector<char> host(bytes);
-  to_host(device, host.data(), from, bytes);
+  to_host(source, host.data(), from, bytes);
   from_host(device, to, host.data(), bytes);
 }
 

@@ -21,11 +21,12 @@ class DeviceMemory {
   // Whether host code may read and write its addresses directly (Tensor::data). When not, core
   // goes through to_host / from_host, and Tensor::data on such a tensor fails.
   virtual bool host_accessible() const = 0;
-  // Bytes from one place of this kind's memory to another (on `device`, from it or from another
-  // device of the kind: a GPU's peer copy), and `count` copies of a `pattern_bytes` value from
-  // the host laid end to end (fill, zeros). A device does both on itself, without the host; these
+  // Bytes from one place of this kind's memory to another (`to` on `device`, `from` on `source`:
+  // the same device, or another of the kind: a GPU's peer copy, a copy between two logical GPUs of
+  // one card, each with its own stream), and `count` copies of a `pattern_bytes` value from the
+  // host laid end to end (fill, zeros). A device does both on itself, without the host; these
   // defaults, for a device that does not, go through the host.
-  virtual void copy_within(Device device, void* to, const void* from, size_t bytes);
+  virtual void copy_within(Device device, void* to, Device source, const void* from, size_t bytes);
   virtual void fill(Device device, void* to, const void* pattern, size_t pattern_bytes, size_t count);
 };
 

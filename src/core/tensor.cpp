@@ -384,7 +384,7 @@ void Tensor::copy_from(const Tensor& src) {
     if (numel() > 0)  // within the kind's memory, without the host
       core::device_memory(d->device.kind)
           ->copy_within(d->device, static_cast<char*>(d->storage->data) + d->offset * static_cast<int64_t>(elem),
-                        static_cast<const char*>(s->storage->data) + s->offset * static_cast<int64_t>(elem),
+                        s->device, static_cast<const char*>(s->storage->data) + s->offset * static_cast<int64_t>(elem),
                         static_cast<size_t>(numel()) * elem);
     return;
   }

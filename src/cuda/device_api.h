@@ -41,8 +41,6 @@ int event_done(void* event, bool* done);
 int destroy_event(void* event);
 int stream_wait_event(void* stream, void* event);
 
-// The GPU whose memory holds `pointer` (-1: host memory).
-int pointer_device(const void* pointer, int* device);
 // Bytes between any two places (host or device, by unified addressing), queued on stream.
 int copy_async(void* to, const void* from, size_t bytes, void* stream);
 

@@ -8,6 +8,7 @@
 #include <bit>
 #include <cstring>
 
+#include "tandem/cuda.h"
 #include "tandem/error.h"
 
 namespace tandem::cuda {
@@ -19,12 +20,12 @@ void* GpuApi::allocate(size_t bytes) {
   void* p = nullptr;
   int code = api::allocate(&p, bytes);
   if (api::out_of_memory(code)) return nullptr;
-  check(code, "cudaMalloc of {} bytes on cuda:{}", bytes, index_);
+  check(code, "cudaMalloc of {} bytes on GPU {}", bytes, index_);
   return p;
 }
 void GpuApi::release(void* pointer) {
   check(api::set_device(index_), "cudaSetDevice");
-  check(api::release(pointer), "cudaFree on cuda:{}", index_);
+  check(api::release(pointer), "cudaFree on GPU {}", index_);
 }
 void* GpuApi::record_event(core::StreamId stream) {
   check(api::set_device(index_), "cudaSetDevice");
@@ -84,12 +85,13 @@ void HostStaging::upload(void* to, const void* host, size_t bytes, void* stream,
   check(api::record_event(&block->event, stream), "cudaEventRecord");
 }
 
-Gpu::Gpu(int i) : index(i), api(i), allocator(api) {
+Gpu::Gpu(int i, LogicalGpu logical)
+    : index(i), physical(logical.physical), api(logical.physical), allocator(api, logical.memory_limit_bytes) {
   use();
   char name[256];
   int major = 0, minor = 0;
   size_t total = 0;
-  check(api::device_properties(index, name, sizeof name, &major, &minor, &total), "cudaGetDeviceProperties");
+  check(api::device_properties(physical, name, sizeof name, &major, &minor, &total), "cudaGetDeviceProperties");
   bf16_products = major >= 8;
   check(api::create_stream(&stream), "cudaStreamCreate on cuda:{}", index);
   check(api::blas_create(&blas, stream), "cublasCreate on cuda:{}", index);
@@ -100,7 +102,7 @@ Gpu::Gpu(int i) : index(i), api(i), allocator(api) {
   check(api::blas_set_workspace(blas, blas_workspace, kBlasWorkspace), "cublasSetWorkspace on cuda:{}", index);
   backend = make_backend(*this);
 }
-void Gpu::use() const { check(api::set_device(index), "cudaSetDevice({})", index); }
+void Gpu::use() const { check(api::set_device(physical), "cudaSetDevice({})", physical); }
 
 namespace {
 constexpr int kMaxGpus = 64;
@@ -120,12 +122,20 @@ Gpu& gpu(int index) {
   if (code != 0 || count == 0)
     fail("device cuda:{} is not available: no GPU can be used here ({})", index,
          code != 0 ? api::error_text(code) : "the CUDA runtime sees none");
-  if (index < 0 || index >= count || index >= kMaxGpus)
-    fail("there is no device cuda:{}; this machine has {} GPU{} (cuda:0{})", index, count, count == 1 ? "" : "s",
-         count == 1 ? "" : fmt::format(" to cuda:{}", count - 1));
+  std::optional<LogicalGpu> logical = logical_gpu(index);
+  if (!logical || index >= kMaxGpus) {
+    int devices = device_count();
+    fail("there is no device cuda:{}; this machine has {} GPU device{} (cuda:0{}{})", index, devices,
+         devices == 1 ? "" : "s", devices == 1 ? "" : fmt::format(" to cuda:{}", devices - 1),
+         devices == count ? "" : fmt::format(", logical devices of its {} card{}", count, count == 1 ? "" : "s"));
+  }
   std::atomic<Gpu*>& slot = gpus[static_cast<size_t>(index)];
-  if (slot.load(std::memory_order_relaxed) == nullptr) slot.store(new Gpu(index), std::memory_order_release);
+  if (slot.load(std::memory_order_relaxed) == nullptr)
+    slot.store(new Gpu(index, *logical), std::memory_order_release);
   return *slot.load(std::memory_order_relaxed);
+}
+bool any_gpu_made() {
+  return std::any_of(gpus.begin(), gpus.end(), [](const std::atomic<Gpu*>& g) { return g.load() != nullptr; });
 }
 Gpu* gpu_if_made(int index) {
   return index >= 0 && index < kMaxGpus ? gpus[static_cast<size_t>(index)].load(std::memory_order_acquire) : nullptr;
@@ -162,12 +172,10 @@ class GpuMemory final : public core::DeviceMemory {
     g.staging.upload(to, host, bytes, g.stream, device.index);
   }
   bool host_accessible() const override { return false; }
-  void copy_within(Device device, void* to, const void* from, size_t bytes) override {
+  void copy_within(Device device, void* to, Device source, const void* from, size_t bytes) override {
     Gpu& g = gpu_of(device);
     g.use();
-    int source = -1;
-    check(api::pointer_device(from, &source), "cudaPointerGetAttributes");
-    Gpu* other = source >= 0 && source != g.index ? &gpu(source) : nullptr;
+    Gpu* other = source != device ? &gpu_of(source) : nullptr;  // another GPU, or another logical one of this card
     if (other != nullptr) {  // the source's queued work first
       wait_for(g, *other);
       g.use();

@@ -14,6 +14,7 @@
 #include "core/caching_allocator.h"
 #include "core/device_memory.h"
 #include "cuda/device_api.h"
+#include "cuda/logical.h"
 #include "kernels/backend.h"
 
 namespace tandem::cuda {
@@ -64,7 +65,7 @@ class HostStaging {
 
 // Made on first use and kept until the process ends (its blocks, stream and handle with it).
 struct Gpu {
-  explicit Gpu(int index);
+  Gpu(int index, LogicalGpu logical);  // device cuda:index, on its card
   Gpu(const Gpu&) = delete;
   Gpu& operator=(const Gpu&) = delete;
   // Makes this GPU the calling thread's current one (every call into the runtime does first).
@@ -91,7 +92,8 @@ struct Gpu {
     void* pointer_;
   };
 
-  int index;
+  int index;     // cuda:index
+  int physical;  // the card (cudaSetDevice's ordinal)
   void* stream = nullptr;
   void* blas = nullptr;
   std::mutex blas_mutex;           // a cuBLAS handle is used by one thread at a time

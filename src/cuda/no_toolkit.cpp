@@ -33,7 +33,6 @@ int record_event(void**, void*) { return kNoToolkit; }
 int event_done(void*, bool*) { return kNoToolkit; }
 int destroy_event(void*) { return kNoToolkit; }
 int stream_wait_event(void*, void*) { return kNoToolkit; }
-int pointer_device(const void*, int*) { return kNoToolkit; }
 int copy_async(void*, const void*, size_t, void*) { return kNoToolkit; }
 int blas_create(void**, void*) { return kNoToolkit; }
 int blas_destroy(void*) { return kNoToolkit; }

@@ -82,13 +82,6 @@ int destroy_event(void* event) { return int(cudaEventDestroy(static_cast<cudaEve
 int stream_wait_event(void* stream, void* event) {
   return int(cudaStreamWaitEvent(as_stream(stream), static_cast<cudaEvent_t>(event), 0));
 }
-int pointer_device(const void* pointer, int* device) {
-  cudaPointerAttributes a;
-  cudaError_t e = cudaPointerGetAttributes(&a, pointer);
-  if (e != cudaSuccess) return int(e);
-  *device = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? a.device : -1;
-  return 0;
-}
 int copy_async(void* to, const void* from, size_t bytes, void* stream) {
   return int(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDefault, as_stream(stream)));
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/device_memory.h"
 #include "core/vectorize.h"
 
 namespace tandem::distribute {
@@ -56,8 +57,10 @@ GradientReducer::GradientReducer(GradientReduction policy, std::vector<Tensor> s
     scratch = std::max(scratch, static_cast<size_t>(2 * ops::kernel_tile_rows(s.dim(0), s.dim(1)) * s.dim(1)));
   }
   any_products_ = std::find(as_products_.begin(), as_products_.end(), true) != as_products_.end();
-  on_device_ = std::any_of(sources_.begin(), sources_.end(),
-                           [](const Tensor& s) { return s.device().kind != Device::Kind::CPU; });
+  on_device_ = std::any_of(sources_.begin(), sources_.end(), [](const Tensor& s) {
+    const core::DeviceMemory* memory = core::device_memory(s.device().kind);  // null: the host's own
+    return memory != nullptr && !memory->host_accessible();
+  });
   if (on_device_ && any_products_) fail("GradientReducer: products are taken on the host only, not on a device");
   if (as_products_.empty()) as_products_.assign(sources_.size(), false);
   scratch_.resize(scratch);

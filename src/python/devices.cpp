@@ -47,6 +47,26 @@ void register_devices(py::module_& m) {
       for (const cuda::GpuInfo& g : cuda::devices()) names.push_back(g.name);
     return names;
   });
+  m.def("physical_gpu_count", [] { return cuda::registered() ? cuda::physical_device_count() : 0; });
+  // Logical GPUs on physical GPU `physical`: their memory limits in bytes (0: none).
+  m.def(
+      "set_logical_gpus",
+      [](int physical, const std::vector<int64_t>& limits) {
+        if (!cuda::registered()) throw Error("tf.config: this build has no CUDA device, so no GPU to split");
+        std::vector<cuda::LogicalGpuOptions> options;
+        for (int64_t limit : limits) options.push_back({.memory_limit_bytes = limit});
+        cuda::set_logical_devices(physical, options);
+      },
+      py::arg("physical"), py::arg("limits"));
+  m.def(
+      "logical_gpus",
+      [](int physical) {
+        std::vector<int64_t> limits;
+        if (cuda::registered())
+          for (const cuda::LogicalGpuOptions& o : cuda::logical_devices(physical)) limits.push_back(o.memory_limit_bytes);
+        return limits;
+      },
+      py::arg("physical"));
   m.def("why_no_gpu", [] { return cuda::registered() ? cuda::why_none() : "this build has no CUDA device"; });
   m.def("enable_tensor_float_32", &cuda::enable_tensor_float_32, py::arg("enabled"));
   m.def("tensor_float_32_enabled", &cuda::tensor_float_32_enabled);

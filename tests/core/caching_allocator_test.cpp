@@ -2,7 +2,7 @@
 // that counts its calls, holds a byte budget, and completes events when the test says: a steady
 // step asks the device for nothing, a stream gets back only its own blocks, a block used on
 // another stream waits for that stream's event, the cache goes back to the device when the device
-// is full, and a request past the budget is an Error naming the sizes.
+// is full, and a request past the budget (or the allocator's own limit) is an Error naming the sizes.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -190,6 +190,27 @@ TEST(CachingAllocator, AFullDeviceGetsTheCacheBackThenARefusalNamesTheSizes) {
   cache.empty_cache();
   EXPECT_EQ(device.used(), 0u);
   EXPECT_EQ(cache.stats().bytes_cached, 0);
+}
+
+// A logical device's share of its card (limit_bytes): the device has room, but past the limit a
+// request is refused as on a full device: the cache goes back first, then an Error names the limit.
+TEST(CachingAllocator, ALimitRefusesPastItsShareAsAFullDevice) {
+  FakeDevice device;
+  CachingAllocator cache(device, int64_t{8} << 20);
+  void* a = cache.allocate(size_t{4} << 20, kCompute);
+  void* b = cache.allocate(size_t{4} << 20, kCopy);
+  cache.deallocate(b);
+  void* c = cache.allocate(size_t{4} << 20, kCompute);  // b's cached block is the copy stream's: it goes back
+  EXPECT_EQ(cache.stats().device_releases, 1);
+  EXPECT_EQ(device.used(), size_t{8} << 20);
+  std::string error = error_of([&] { cache.allocate(512, kCompute); });
+  EXPECT_NE(error.find("no room for 512 bytes (512 rounded) within the device's memory limit of 8388608 bytes"),
+            std::string::npos)
+      << error;
+  cache.deallocate(a);
+  cache.deallocate(c);
+  cache.empty_cache();
+  EXPECT_EQ(device.used(), 0u);
 }
 
 }  // namespace

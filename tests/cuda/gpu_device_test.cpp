@@ -1,6 +1,9 @@
 // The CUDA device on a GPU (ctest label `gpu`; skipped with the reason where there is none):
 // tensors' moves and memory operations, training steps against the CPU, the allocator's steady
-// state, checkpoints across devices, MNIST on cuda:0, and the errors a user meets.
+// state, checkpoints across devices, MNIST on cuda:0, logical GPUs and MirroredStrategy over
+// them, and the errors a user meets.
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 
 #include "cuda/gpu_test.h"
@@ -194,6 +197,95 @@ TEST_F(Gpu, MnistTrainsToTheCpusAccuracy) {
   double cpu = accuracy(std::nullopt), gpu = accuracy(kGpu);
   std::printf("MNIST, one epoch: test accuracy %.4f on the CPU, %.4f on cuda:0\n", cpu, gpu);
   EXPECT_NEAR(gpu, cpu, 0.005);
+}
+
+// Runs `checks` in a process of its own (a death test's child, started afresh), where no GPU has
+// been used yet, so that it may split the card into logical GPUs first. It returns what failed
+// ("" when nothing did), which the child prints and exits with.
+void in_fresh_process(const std::function<std::string()>& checks) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        std::string failed;
+        try {
+          failed = checks();
+        } catch (const std::exception& e) {
+          failed = e.what();
+        }
+        std::fprintf(stderr, "%s\n", failed.empty() ? "all held" : failed.c_str());
+        std::_Exit(failed.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "all held");
+}
+
+// Card 0 split in two (set_logical_devices): two devices on one card, each its own stream and
+// allocator, copies between them, a share past which memory is refused, and no split once in use.
+TEST_F(Gpu, LogicalGpusSplitOneCardEachWithItsOwnShare) {
+  in_fresh_process([] {
+    std::string failed;
+    auto expect = [&](bool ok, const std::string& what) {
+      if (!ok) failed += what + "; ";
+    };
+    constexpr int64_t kGiB = int64_t{1} << 30;
+    int cards = cuda::physical_device_count();
+    cuda::set_logical_devices(0, {{.memory_limit_bytes = kGiB}, {.memory_limit_bytes = kGiB}});
+    expect(cuda::device_count() == cards + 1, fmt::format("{} devices for {} cards, card 0 split in 2",
+                                                          cuda::device_count(), cards));
+    std::vector<cuda::GpuInfo> gpus = cuda::devices();
+    expect(gpus.size() >= 2 && gpus[0].physical == 0 && gpus[1].physical == 0 && gpus[1].memory == kGiB,
+           "cuda:0 and cuda:1 on card 0, 1 GiB each");
+    Tensor a = testing::random_tensor({4096}, 3).to(Device::cuda(0));
+    Tensor b = a.to(Device::cuda(1));
+    expect(b.device() == Device::cuda(1) && b.to_vector() == a.to_vector(), "a copy between two logical GPUs");
+    std::string refused =
+        testing::error_of([] { (void)Tensor::empty({kGiB / 2}, DType::Float32, Device::cuda(1)); });  // 2 GiB
+    expect(refused.find("memory limit of 1073741824 bytes") != std::string::npos,
+           "2 GiB on a logical GPU of 1 GiB: " + refused);
+    expect(Tensor::zeros({16}, DType::Float32, Device::cuda(0)).to_vector().size() == 16, "cuda:0 after the refusal");
+    std::string late = testing::error_of([] { cuda::set_logical_devices(0, {}); });
+    expect(late.find("already in use") != std::string::npos, "a split once a GPU is in use: " + late);
+    return failed;
+  });
+}
+
+// MirroredStrategy over 2 and 4 logical GPUs of card 0 trains as over one, within 1e-5; in
+// deterministic mode, to the same bits on 1, 2 and 4.
+TEST_F(Gpu, MirroredOverLogicalGpusTrainsAsOneGpu) {
+  in_fresh_process([] {
+    cuda::set_logical_devices(0, std::vector<cuda::LogicalGpuOptions>(4));
+    Tensor x = testing::random_tensor({96, 12}, 3);
+    std::vector<int32_t> l(96);
+    for (size_t i = 0; i < l.size(); ++i) l[i] = static_cast<int32_t>(i % 4);
+    Tensor y = Tensor::from_vector({96}, std::span<const int32_t>(l));
+    auto weights = [&](int gpus, bool deterministic) {
+      std::vector<Device> devices;
+      for (int i = 0; i < gpus; ++i) devices.push_back(Device::cuda(i));
+      distribute::MirroredStrategy mirrored({.deterministic = deterministic, .devices = devices});
+      std::unique_ptr<Sequential> model;
+      {
+        auto scope = mirrored.scope();
+        model = mlp();
+      }
+      model->compile(optimizers::Adam(0.01f), "sparse_categorical_crossentropy", {"accuracy"});
+      model->fit(x, y, {.epochs = 2, .batch_size = 32, .verbose = 0});
+      std::vector<std::vector<float>> out;
+      for (Variable* v : model->variables()) out.push_back(v->value.to_vector());
+      return out;
+    };
+    std::string failed;
+    auto one = weights(1, false);
+    for (int gpus : {2, 4}) {
+      auto many = weights(gpus, false);
+      for (size_t i = 0; i < one.size(); ++i)
+        if (!testing::all_close(std::vector<double>(many[i].begin(), many[i].end()),
+                                std::vector<double>(one[i].begin(), one[i].end()), 1e-5, 1e-5))
+          failed += fmt::format("weight {} over {} logical GPUs is not one GPU's within 1e-5; ", i, gpus);
+    }
+    auto exact = weights(1, true);
+    for (int gpus : {2, 4})
+      if (weights(gpus, true) != exact) failed += fmt::format("deterministic: {} logical GPUs' bits differ; ", gpus);
+    return failed;
+  });
 }
 
 }  // namespace

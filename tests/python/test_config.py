@@ -58,6 +58,18 @@ def test_device_mistakes_are_named(tf):
         tf.device("/tpu:0")
     with pytest.raises(tf.Error, match="there is no device cpu:7"):
         tf.device("/cpu:7")
+    gpus = tf.config.list_physical_devices("GPU")
+    missing = tf.config.PhysicalDevice(f"/physical_device:GPU:{len(gpus)}", "GPU")  # one past the last
+    with pytest.raises(tf.Error, match=f"there is no physical GPU {len(gpus)}|this build has no CUDA device"):
+        tf.config.set_logical_device_configuration(missing, [tf.config.LogicalDeviceConfiguration(memory_limit=64)] * 2)
+    assert tf.config.get_logical_device_configuration(missing) is None
+    assert len(tf.config.list_logical_devices("GPU")) == len(gpus)
+    with pytest.raises(tf.Error, match="is not a physical device of this machine"):
+        tf.config.set_logical_device_configuration(
+            tf.config.PhysicalDevice("/physical_device:GPU:x", "GPU"), [tf.config.LogicalDeviceConfiguration()])
+    if gpus:  # threads are a CPU device's setting
+        with pytest.raises(tf.Error, match="threads=2 is a CPU device's setting"):
+            tf.config.set_logical_device_configuration(gpus[0], [tf.config.LogicalDeviceConfiguration(threads=2)])
     with pytest.raises(tf.Error, match="memory_limit must be a positive number of MiB"):
         tf.config.LogicalDeviceConfiguration(memory_limit=-1)
     with pytest.raises(tf.Error, match="cannot hide it"):

@@ -440,7 +440,7 @@ struct MirroredOptions {
   // devices[r], its variables and optimizer slots there (the model's own on devices[0]); each
   // replica's gradients are reduced through the host, and the sums copied back to its device.
   // Empty: the host's cores (num_replicas of them). num_replicas is then 0 or the devices' count.
-  std::vector<Device> devices;
+  std::vector<Device> devices{};
   // The cross-device reduction for `replicas` replicas: one handle per replica, handle r of rank r;
   // null: in-process.
   std::function<std::vector<std::unique_ptr<Communicator>>(int replicas)> cross_device_ops = nullptr;
