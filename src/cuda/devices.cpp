@@ -37,12 +37,13 @@ void set_logical_devices(int physical, const std::vector<LogicalGpuOptions>& dev
          cards == 0 ? "no GPU can be used here (" + why_none() + ")" : fmt::format("this machine has {}", cards));
   for (size_t i = 0; i < devices.size(); ++i)
     if (devices[i].memory_limit_bytes < 0)
-      fail("set_logical_devices: logical device {} of GPU {} has a memory limit of {} bytes; give 0 (none) or more",
-           i, physical, devices[i].memory_limit_bytes);
+      fail("set_logical_devices: logical device {} of GPU {} has a memory limit of {} bytes; give 0 (none) or more", i,
+           physical, devices[i].memory_limit_bytes);
 #ifdef TANDEM_WITH_CUDA
   if (any_gpu_made())
-    fail("set_logical_devices: a GPU is already in use (a tensor was placed on one); set the logical devices first, "
-         "as TensorFlow's must be set before its runtime starts");
+    fail(
+        "set_logical_devices: a GPU is already in use (a tensor was placed on one); set the logical devices first, "
+        "as TensorFlow's must be set before its runtime starts");
 #endif
   std::lock_guard lock(splits_mutex);
   if (devices.empty()) splits.erase(physical);
@@ -60,7 +61,8 @@ std::optional<LogicalGpu> logical_gpu(int index) {
   for (int p = 0, cards = physical_device_count(); p < cards && index >= 0; ++p) {
     auto it = splits.find(p);
     int here = it == splits.end() ? 1 : static_cast<int>(it->second.size());
-    if (index < here) return LogicalGpu{p, it == splits.end() ? 0 : it->second[static_cast<size_t>(index)].memory_limit_bytes};
+    if (index < here)
+      return LogicalGpu{p, it == splits.end() ? 0 : it->second[static_cast<size_t>(index)].memory_limit_bytes};
     index -= here;
   }
   return std::nullopt;

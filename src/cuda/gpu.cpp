@@ -130,8 +130,7 @@ Gpu& gpu(int index) {
          devices == count ? "" : fmt::format(", logical devices of its {} card{}", count, count == 1 ? "" : "s"));
   }
   std::atomic<Gpu*>& slot = gpus[static_cast<size_t>(index)];
-  if (slot.load(std::memory_order_relaxed) == nullptr)
-    slot.store(new Gpu(index, *logical), std::memory_order_release);
+  if (slot.load(std::memory_order_relaxed) == nullptr) slot.store(new Gpu(index, *logical), std::memory_order_release);
   return *slot.load(std::memory_order_relaxed);
 }
 bool any_gpu_made() {
@@ -176,7 +175,7 @@ class GpuMemory final : public core::DeviceMemory {
     Gpu& g = gpu_of(device);
     g.use();
     Gpu* other = source != device ? &gpu_of(source) : nullptr;  // another GPU, or another logical one of this card
-    if (other != nullptr) {  // the source's queued work first
+    if (other != nullptr) {                                     // the source's queued work first
       wait_for(g, *other);
       g.use();
     }

@@ -63,7 +63,8 @@ void register_devices(py::module_& m) {
       [](int physical) {
         std::vector<int64_t> limits;
         if (cuda::registered())
-          for (const cuda::LogicalGpuOptions& o : cuda::logical_devices(physical)) limits.push_back(o.memory_limit_bytes);
+          for (const cuda::LogicalGpuOptions& o : cuda::logical_devices(physical))
+            limits.push_back(o.memory_limit_bytes);
         return limits;
       },
       py::arg("physical"));

@@ -229,8 +229,8 @@ TEST_F(Gpu, LogicalGpusSplitOneCardEachWithItsOwnShare) {
     constexpr int64_t kGiB = int64_t{1} << 30;
     int cards = cuda::physical_device_count();
     cuda::set_logical_devices(0, {{.memory_limit_bytes = kGiB}, {.memory_limit_bytes = kGiB}});
-    expect(cuda::device_count() == cards + 1, fmt::format("{} devices for {} cards, card 0 split in 2",
-                                                          cuda::device_count(), cards));
+    expect(cuda::device_count() == cards + 1,
+           fmt::format("{} devices for {} cards, card 0 split in 2", cuda::device_count(), cards));
     std::vector<cuda::GpuInfo> gpus = cuda::devices();
     expect(gpus.size() >= 2 && gpus[0].physical == 0 && gpus[1].physical == 0 && gpus[1].memory == kGiB,
            "cuda:0 and cuda:1 on card 0, 1 GiB each");
