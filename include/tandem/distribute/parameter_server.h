@@ -114,6 +114,10 @@ struct ParameterServerOptions {
   // An in-process cluster (ClusterSpec::local): the intra-op threads of each worker (0: this
   // machine's usable cores shared among the workers, at least one each).
   int threads_per_worker = 0;
+  // An in-process cluster: worker w computes on worker_devices[w] (a GPU), its copy of the
+  // variables there, pulling and pushing through the host (the servers hold theirs on the host);
+  // empty: on the host. A launched worker computes where its fit places the model (--device).
+  std::vector<Device> worker_devices{};
 };
 
 class ParameterServerExtended : public StrategyExtended {

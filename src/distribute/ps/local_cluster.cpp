@@ -44,7 +44,10 @@ std::unique_ptr<StepRunner> ParameterServerExtended::start_local(const StepParts
   int workers = num_workers();
   for (int w = 0; w < workers; ++w) {
     std::vector<std::shared_ptr<layers::Layer>> copy;
-    for (const auto& l : parts.replicas[0].layers) copy.push_back(replica_layer(*l, 1 + w));
+    for (const auto& l : parts.replicas[0].layers) {
+      copy.push_back(replica_layer(*l, 1 + w));
+      if (!options_.worker_devices.empty()) copy.back()->place_on(options_.worker_devices[static_cast<size_t>(w)]);
+    }
     tasks->models.push_back(std::make_shared<ModelReplicas>(*this, copy));
     tasks->batches.push_back(parts.batch_at);  // each worker its own reader (made on first use) of the same tensors
   }

@@ -1,8 +1,6 @@
 // The trainable variables' shards (shards.h).
 #include "distribute/ps/shards.h"
 
-#include <cstring>
-
 #include "tandem/error.h"
 
 namespace tandem::distribute::ps {
@@ -47,7 +45,7 @@ void ShardTable::write(int s, const Incoming& message, std::vector<Tensor>& valu
     if (!(item.header.shape == target.shape()) || item.header.dtype != DType::Float32 || !target.is_contiguous())
       fail("ParameterServerStrategy: ps:{} sent shard {}/{} as {} {}, this task holds it as float32 {}", s, p->variable,
            p->shard, dtype_name(item.header.dtype), item.header.shape.str(), target.shape().str());
-    std::memcpy(target.raw(), item.payload.data(), item.payload.size());
+    target.copy_from(item.adopt(message.frames));  // in place on the host, through it to a device
   }
 }
 

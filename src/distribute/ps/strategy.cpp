@@ -7,6 +7,7 @@
 #include "distribute/ps/server.h"
 #include "distribute/ps/worker.h"
 #include "distribute/running_as.h"
+#include "tandem/devices.h"
 #include "tandem/error.h"
 
 namespace tandem::distribute {
@@ -93,6 +94,17 @@ ParameterServerExtended::ParameterServerExtended(ClusterSpec cluster, ParameterS
         "synchronous modes give the same weights every run already)");
   if (!options_.record.empty() && !options_.replay.empty())
     fail("ParameterServerStrategy: --record and --replay together: give one");
+  if (!options_.worker_devices.empty()) {
+    if (!cluster_.in_process())
+      fail(
+          "ParameterServerStrategy: worker_devices ({}...) are for an in-process cluster; a launched worker computes "
+          "where its fit places the model (tandem fit --device)",
+          options_.worker_devices[0].name());
+    if (static_cast<int>(options_.worker_devices.size()) != cluster_.count("worker"))
+      fail("ParameterServerStrategy: {} worker_devices for {} workers; give one per worker",
+           options_.worker_devices.size(), cluster_.count("worker"));
+    for (const Device& d : options_.worker_devices) check_device(d, "ParameterServerStrategy: worker_devices");
+  }
   if (cluster_.in_process()) {
     if (!options_.auth_dir.empty() || options_.insecure)
       fail(

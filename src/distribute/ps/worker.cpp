@@ -122,7 +122,7 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
       for (size_t i : shards.on_server(s)) {
         const ShardPlacement& p = shards.placement()[i];
         push.add(static_cast<uint32_t>(p.variable), static_cast<uint32_t>(p.shard),
-                 ShardTable::rows(grads[static_cast<size_t>(p.variable)], p).contiguous());
+                 ShardTable::rows(grads[static_cast<size_t>(p.variable)], p).contiguous().to(Device::cpu()));
       }
       push.send(link.server_sockets()[static_cast<size_t>(s)]);
     }

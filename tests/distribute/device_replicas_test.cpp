@@ -1,9 +1,11 @@
-// MirroredStrategy with a replica per device (MirroredOptions::devices), on emulated devices:
-// memory the host may not read directly and the CPU's kernels behind a backend that counts its
-// calls (emulated_device.h). The same strategy's replicas on the host's cores are the reference:
-// the same kernels and the same reduction order give the same bits, while every replica's
-// variables and optimizer slots live on its own device.
+// Replicas and workers on devices, proved on emulated devices: memory the host may not read
+// directly and the CPU's kernels behind a backend that counts its calls (emulated_device.h).
+// MirroredStrategy with a replica per device (MirroredOptions::devices) and an in-process
+// parameter-server cluster with a device per worker (worker_devices) against the same strategy on
+// the host: the same kernels and the same reduction order give the same bits, while every
+// replica's (worker's) variables live on its own device.
 #include "emulated_device.h"
+#include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/model.h"
 #include "test_util.h"
@@ -84,12 +86,12 @@ void expect_same_bits(const Trained& a, const Trained& b, const std::string& wha
   EXPECT_EQ(b.history["loss"], a.history["loss"]) << what;
 }
 
-class MirroredDevices : public ::testing::Test {
+class DeviceReplicas : public ::testing::Test {
  protected:
   testing::EmulatedDevice device_;
 };
 
-TEST_F(MirroredDevices, ReplicasOnDevicesTrainAsReplicasOnCoresWithTheirVariablesOnTheirDevices) {
+TEST_F(DeviceReplicas, ReplicasOnDevicesTrainAsReplicasOnCoresWithTheirVariablesOnTheirDevices) {
   for (std::string what : {"mlp", "cnn", "batch_norm"}) {
     bool conv = what == "cnn";
     auto make = conv ? std::function<std::unique_ptr<Sequential>()>(cnn) : what == "mlp" ? mlp : batch_norm;
@@ -112,7 +114,7 @@ TEST_F(MirroredDevices, ReplicasOnDevicesTrainAsReplicasOnCoresWithTheirVariable
 }
 
 // Deterministic mode: the same bits on one device, two and four, and as on the host's cores.
-TEST_F(MirroredDevices, DeterministicModeGivesTheSameBitsForAnyNumberOfDevices) {
+TEST_F(DeviceReplicas, DeterministicModeGivesTheSameBitsForAnyNumberOfDevices) {
   Data d = blobs(98, Shape{6});
   Trained one = train(mlp, d, {.deterministic = true, .devices = {emulated(0)}});
   Trained two = train(mlp, d, {.deterministic = true, .devices = {emulated(0), emulated(1)}});
@@ -125,7 +127,7 @@ TEST_F(MirroredDevices, DeterministicModeGivesTheSameBitsForAnyNumberOfDevices) 
 }
 
 // A custom loop's Optimizer::apply reduces a device replica's gradients too.
-TEST_F(MirroredDevices, ACustomLoopStepsEveryDeviceReplicaAlike) {
+TEST_F(DeviceReplicas, ACustomLoopStepsEveryDeviceReplicaAlike) {
   distribute::MirroredStrategy strategy({.threads_per_replica = 1, .devices = {emulated(0), emulated(1)}});
   std::unique_ptr<Sequential> model;
   {
@@ -148,7 +150,36 @@ TEST_F(MirroredDevices, ACustomLoopStepsEveryDeviceReplicaAlike) {
   for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]->value.to_vector(), b[i]->value.to_vector()) << a[i]->name;
 }
 
-TEST_F(MirroredDevices, MistakesAreNamed) {
+// Synchronous parameter servers in process, each worker on its own device: the host's bits.
+TEST_F(DeviceReplicas, ParameterServerWorkersOnDevicesTrainAsOnTheHost) {
+  Data d = blobs(96, Shape{6});
+  auto trained = [&](std::vector<Device> devices) {
+    distribute::ParameterServerStrategy ps(
+        distribute::ClusterSpec::local(1, 2),
+        {.mode = distribute::PsMode::Synchronous, .threads_per_worker = 1, .worker_devices = devices});
+    std::unique_ptr<Sequential> model;
+    {
+      auto scope = ps.scope();
+      model = mlp();
+    }
+    History h = model->fit(d.x, d.y, {.epochs = 2, .batch_size = 16, .verbose = 0});
+    std::vector<std::vector<float>> out;
+    for (Variable* v : model->variables()) out.push_back(v->value.to_vector());
+    out.push_back(std::vector<float>(h["loss"].begin(), h["loss"].end()));
+    return out;
+  };
+  auto host = trained({});
+  int calls = device_.backend.calls;
+  auto devices = trained({emulated(0), emulated(1)});
+  EXPECT_GT(device_.backend.calls, calls + 100) << "the workers' kernels ran on the emulated devices";
+  EXPECT_EQ(devices, host);
+  std::string error = testing::error_of([] {
+    distribute::ParameterServerStrategy ps(distribute::ClusterSpec::local(1, 2), {.worker_devices = {emulated(0)}});
+  });
+  EXPECT_NE(error.find("1 worker_devices for 2 workers"), std::string::npos) << error;
+}
+
+TEST_F(DeviceReplicas, MistakesAreNamed) {
   auto expect_named = [](const std::function<void()>& make, const std::string& words) {
     std::string error = testing::error_of(make);
     EXPECT_NE(error.find(words), std::string::npos) << error;
