@@ -12,7 +12,7 @@ import weakref
 
 import numpy as np
 
-from . import _tandem, data
+from . import _tandem, config, data
 from .cluster_resolver import SimpleClusterResolver, TFConfigClusterResolver, _cluster_json
 from .errors import Error
 from . import cluster_resolver
@@ -193,6 +193,28 @@ class ReduceOp:
     MEAN = "MEAN"
 
 
+def _gpus(devices, num, what):
+    """The GPUs of ``devices`` when they are GPUs (a replica each: '/gpu:0', '/device:GPU:1', ...),
+    else [] (CPU replicas, counted by _count); a mix of the two kinds, or a GPU not here, refused."""
+    if devices is None or isinstance(devices, str) or not hasattr(devices, "__len__"):
+        return []
+    kinds = [config._device_of(d) for d in devices]
+    gpus = [index for gpu, index in kinds if gpu]
+    if not gpus:
+        return []
+    if len(gpus) != len(kinds):
+        raise Error(f"{what}: devices {list(devices)!r} mix CPUs and GPUs; give a replica per GPU, or CPU replicas")
+    if num is not None and num != len(gpus):
+        raise Error(f"{what}: num_replicas={num!r} but {len(gpus)} GPUs were given; give one or the other")
+    present = len(_tandem.gpu_names())
+    for name, index in zip(devices, gpus):
+        if index >= present:
+            raise Error(f"{what}: there is no device {name!r} ("
+                        + (f"this machine has {present} GPUs" if present else
+                           "no GPU can be used here: " + _tandem.why_no_gpu()) + ")")
+    return gpus
+
+
 def _count(devices, num, what):
     """The replicas: one per device of ``devices`` (each this machine's CPU), else ``num`` (0: one per core)."""
     if devices is not None:
@@ -317,7 +339,8 @@ class partitioners:  # noqa: N801 - tf.distribute.experimental.partitioners
 
 class MirroredStrategy(Strategy):
     """Synchronous data parallelism over replicas in this process (one per core by default; or
-    one per entry of ``devices``, or ``num_replicas``), gradients summed before every update.
+    one per entry of ``devices``: CPU replicas, or a replica per GPU, each its variables on its GPU;
+    or ``num_replicas``), gradients summed before every update.
     ``cross_device_ops``: any of NcclAllReduce, HierarchicalCopyAllReduce, ReductionToOneDevice,
     which on CPU replicas are one and the same in-process sum."""
 
@@ -327,7 +350,9 @@ class MirroredStrategy(Strategy):
             raise Error("MirroredStrategy: cross_device_ops must be NcclAllReduce(), HierarchicalCopyAllReduce() or "
                         f"ReductionToOneDevice(), got {type(cross_device_ops).__name__}")
         options = _tandem.MirroredOptions()
-        options.num_replicas = _count(devices, num_replicas, "MirroredStrategy")
+        options.gpus = _gpus(devices, num_replicas, "MirroredStrategy")  # a replica per GPU, where they are GPUs
+        if not options.gpus:
+            options.num_replicas = _count(devices, num_replicas, "MirroredStrategy")
         options.deterministic = bool(deterministic)  # Tandem's: the bits do not depend on the replica count
         self._handle = _tandem.Strategy.make_mirrored(options, False, _settings("MirroredStrategy",
                                                                                  threads_per_replica),

@@ -54,7 +54,19 @@ void register_strategies(py::module_& m) {
   py::class_<distribute::MirroredOptions>(m, "MirroredOptions")
       .def(py::init<>())
       .def_readwrite("num_replicas", &distribute::MirroredOptions::num_replicas)
-      .def_readwrite("deterministic", &distribute::MirroredOptions::deterministic);
+      .def_readwrite("deterministic", &distribute::MirroredOptions::deterministic)
+      // A replica per GPU: the indices of devices cuda:i.
+      .def_property(
+          "gpus",
+          [](const distribute::MirroredOptions& o) {
+            std::vector<int> gpus;
+            for (const Device& d : o.devices) gpus.push_back(d.index);
+            return gpus;
+          },
+          [](distribute::MirroredOptions& o, const std::vector<int>& gpus) {
+            o.devices.clear();
+            for (int i : gpus) o.devices.push_back(Device::cuda(i));
+          });
   py::class_<distribute::MultiWorkerOptions>(m, "MultiWorkerOptions")
       .def(py::init<>())
       .def_readwrite("num_workers", &distribute::MultiWorkerOptions::num_workers)

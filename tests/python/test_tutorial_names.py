@@ -115,8 +115,11 @@ def test_tensorflows_arguments_act_or_are_refused(tf):
         assert d.MirroredStrategy(num_replicas=2, cross_device_ops=ops).num_replicas_in_sync == 2
     with pytest.raises(tf.Error, match="cross_device_ops must be NcclAllReduce"):
         d.MirroredStrategy(cross_device_ops="nccl")
-    with pytest.raises(tf.Error, match="device '/gpu:0' is not a CPU"):
-        d.MirroredStrategy(devices=["/gpu:0", "/gpu:1"])
+    if len(tf.config.list_logical_devices("GPU")) < 2:  # a replica per GPU, where there are GPUs
+        with pytest.raises(tf.Error, match=r"MirroredStrategy: there is no device '/gpu:\d' \("):
+            d.MirroredStrategy(devices=["/gpu:0", "/gpu:1"])
+    with pytest.raises(tf.Error, match=r"devices \['/cpu:0', '/gpu:0'\] mix CPUs and GPUs"):
+        d.MirroredStrategy(devices=["/cpu:0", "/gpu:0"])
     with pytest.raises(tf.Error, match=r"OneDeviceStrategy: '/gpu:0' is not this machine's CPU .*over GPUs are not built yet"):
         d.OneDeviceStrategy("/gpu:0")
     assert d.OneDeviceStrategy("/device:CPU:0").num_replicas_in_sync == 1
