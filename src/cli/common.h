@@ -57,9 +57,12 @@ struct CommonFlags {
   void add_to(CLI::App& app, bool with_dataset = true);
   // The threads, the precision and --tf32 (refused with --device cpu), before the model is made.
   void apply() const;
-  // While alive, the layers made are placed on --device (nothing for the CPU); fails naming a
-  // GPU that this build or machine does not have, and a strategy of several replicas with a GPU
-  // (docs/gpu.md: not built yet).
+  // The GPUs --device names (cuda: every one; cuda:N: that one; cpu: none); fails naming a GPU that
+  // this build or machine does not have.
+  std::vector<Device> gpus() const;
+  // While alive, the layers made are placed on --device (nothing for the CPU, nor for a strategy
+  // that places its replicas on the GPUs itself: mirrored); fails for another strategy of several
+  // replicas with a GPU (docs/gpu.md: not built yet).
   std::optional<DeviceScope> place(const distribute::Strategy& strategy) const;
 };
 

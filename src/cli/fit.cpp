@@ -192,6 +192,7 @@ void run_fit(FitFlags f) {
   if (!f.device_memory.empty())
     settings.of<distribute::ModelParallelSettings>().device_memory_bytes =
         parse_bytes(f.device_memory, "--device-memory");
+  settings.of<distribute::DataParallelSettings>().devices = f.common.gpus();  // mirrored: a replica per GPU
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(f.strategy, settings);
   refuse_idle_replicas(*strategy, f.strategy, f.common.batch_size);
   distribute::set_job_phase(*strategy, "start-up");  // the model, the data, the run directory

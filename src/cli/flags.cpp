@@ -64,23 +64,31 @@ void CommonFlags::add_to(CLI::App& app, bool with_dataset) {
                "with --device cuda; TensorFlow's enable_tensor_float_32_execution)");
 }
 
-std::optional<DeviceScope> CommonFlags::place(const distribute::Strategy& strategy) const {
-  if (device == "cpu") return std::nullopt;
-  if (strategy.num_replicas_in_sync() > 1)
-    fail(
-        "--device {}: a strategy of {} replicas ({}) on GPUs is not built yet; the default strategy trains on one GPU "
-        "(docs/gpu.md)",
-        device, strategy.num_replicas_in_sync(), strategy.name());
-  auto colon = device.find(':');
-  Device d = Device::cuda(colon == std::string::npos ? 0 : std::stoi(device.substr(colon + 1)));
+std::vector<Device> CommonFlags::gpus() const {
+  if (device == "cpu") return {};
   if (!cuda::registered())
     fail("--device {}: this build of Tandem has no CUDA device (built without a CUDA toolkit)", device);
-  if (int count = cuda::device_count(); d.index >= count)
+  auto colon = device.find(':');
+  int count = cuda::device_count(), index = colon == std::string::npos ? -1 : std::stoi(device.substr(colon + 1));
+  if (count == 0 || index >= count)
     fail("--device {}: {}", device,
          count == 0 ? "no GPU can be used here (" + cuda::why_none() + ")"
                     : fmt::format("this machine has {} GPU{} (cuda:0{})", count, count == 1 ? "" : "s",
                                   count == 1 ? "" : fmt::format(" to cuda:{}", count - 1)));
-  return std::optional<DeviceScope>(std::in_place, d);
+  if (index >= 0) return {Device::cuda(index)};
+  std::vector<Device> all;
+  for (int i = 0; i < count; ++i) all.push_back(Device::cuda(i));
+  return all;
+}
+
+std::optional<DeviceScope> CommonFlags::place(const distribute::Strategy& strategy) const {
+  if (device == "cpu" || !strategy.extended().replica_devices().empty()) return std::nullopt;
+  if (strategy.num_replicas_in_sync() > 1)
+    fail(
+        "--device {}: a strategy of {} replicas ({}) on GPUs is not built yet but for mirrored:N (a replica per "
+        "GPU); the default strategy trains on one GPU (docs/gpu.md)",
+        device, strategy.num_replicas_in_sync(), strategy.name());
+  return std::optional<DeviceScope>(std::in_place, gpus().front());
 }
 
 void CommonFlags::apply() const {

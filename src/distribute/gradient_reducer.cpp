@@ -439,7 +439,9 @@ void GradientReducer::shared_finish() {
     }
   };
   auto sum_piece = [&](const Piece& piece) {
-    auto [i, row, count, at] = piece;
+    // Named copies, not a structured binding: clang 14's lambdas cannot capture one.
+    size_t i = piece.source;
+    int64_t row = piece.row, count = piece.count, at = piece.at;
     bool started = false;
     if (as_products_[i]) {  // a tile, summed from the products
       int64_t units = sources_[i].dim(1);

@@ -69,7 +69,9 @@ std::string inflate_raw(std::string_view in, size_t size, const std::string& whe
 }  // namespace
 
 std::string encode_zip(const std::vector<ZipEntry>& entries) {
-  auto [time, date] = dos_now();
+  // Named copies, not a structured binding: clang 14's lambdas cannot capture one.
+  const std::pair<uint32_t, uint32_t> now = dos_now();
+  const uint32_t time = now.first, date = now.second;
   std::string out, central;
   for (const ZipEntry& e : entries) {
     if (e.data.size() >= 0xffffffffu || out.size() >= 0xffffffffu)

@@ -447,11 +447,13 @@ struct MirroredOptions {
 };
 
 // The settings fit's flags give the mirrored family and multiworker (StrategySettings::of):
-// tensor fusion and compression, as MirroredOptions says.
+// tensor fusion and compression, as MirroredOptions says; and --device's GPUs, of which mirrored:N
+// takes the first N, a replica each (mirrored: all of them).
 struct DataParallelSettings {
   int64_t bucket_bytes = 0;
   std::chrono::microseconds cycle_time{0};
   Compression compression = Compression::None;
+  std::vector<Device> devices{};
 };
 
 class MirroredReplicas;  // the mirrored family's part (src/distribute/data_parallel/mirrored_replicas.h)

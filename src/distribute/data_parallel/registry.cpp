@@ -99,6 +99,14 @@ std::unique_ptr<Strategy> make_mirrored(MirroredOptions options, bool central, c
   options.bucket_bytes = fusion.bucket_bytes;
   options.cycle_time = fusion.cycle_time;
   options.compression = fusion.compression;
+  if (!fusion.devices.empty()) {  // a replica per device, the first num_replicas of them (0: all)
+    size_t n = options.num_replicas > 0 ? static_cast<size_t>(options.num_replicas) : fusion.devices.size();
+    if (n > fusion.devices.size())
+      fail("{}:{}: {} replicas, a device each, on the {} device{} given ({}...)", central ? "central" : "mirrored", n,
+           n, fusion.devices.size(), fusion.devices.size() == 1 ? "" : "s", fusion.devices[0].name());
+    options.devices.assign(fusion.devices.begin(), fusion.devices.begin() + static_cast<std::ptrdiff_t>(n));
+    options.num_replicas = 0;
+  }
   if (central) return std::make_unique<CentralStorageStrategy>(options);
   return std::make_unique<MirroredStrategy>(options);
 }

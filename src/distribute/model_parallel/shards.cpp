@@ -117,7 +117,8 @@ void ModelParallelExtended::Shards::write_back(Optimizer* model_optimizer) {
   std::lock_guard lock(mutex_);
   if (!made()) return;
   if (model_optimizer == nullptr) model_optimizer = model_optimizer_;
-  for (const auto& [name, at] : by_name_) {
+  for (const auto& named : by_name_) {
+    const auto& at = named.second;  // not a structured binding: clang 14's lambdas cannot capture one
     Tensor whole = whole_of(
         at, [&](int d) { return of_device_[static_cast<size_t>(d)][at.layer]->variables()[at.variable].value; });
     whole_[at.layer]->variables()[at.variable].value.copy_from(whole);
