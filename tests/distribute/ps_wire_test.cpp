@@ -51,6 +51,16 @@ TEST(PsWire, HeadersRoundTripAndBadFramesAreRefusedByName) {
             std::string::npos);
   std::vector<std::string_view> odd{frame};
   EXPECT_NE(error_of([&] { decode_items(odd); }).find("1 frames"), std::string::npos);
+  // An empty tensor whose other dimensions multiply past 2^40 (found by fuzz_ps_wire: its strides
+  // overflowed): refused, though it has no bytes.
+  Header empty = h;
+  empty.shape = Shape{0, int64_t{1} << 30, int64_t{1} << 30};
+  auto empty_bytes = encode(empty);
+  EXPECT_NE(refused(std::string(empty_bytes.data(), empty_bytes.size()), 0).find("dimensions multiply past 2^40"),
+            std::string::npos);
+  empty.shape = Shape{0, 1 << 20};  // within the bound: an empty tensor as any other
+  empty_bytes = encode(empty);
+  EXPECT_EQ(decode(std::string(empty_bytes.data(), empty_bytes.size()), 0).shape, (Shape{0, 1 << 20}));
 }
 
 // A step's info travels in 64-bit fields: steps and clocks past 2^31 arrive as sent; anything but

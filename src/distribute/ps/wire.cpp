@@ -1,6 +1,7 @@
 // The parameter-server wire format (wire.h).
 #include "distribute/ps/wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -90,13 +91,16 @@ Header decode(std::string_view frame, size_t payload_bytes) {
   auto rank = get<uint8_t>(p + 33);
   if (rank > kMaxRank) fail("parameter-server message: a tensor of rank {} (at most {})", rank, kMaxRank);
   std::vector<int64_t> dims;
-  uint64_t elements = 1;
+  // The elements, and the product of the dimensions but the zero ones (a tensor's strides: bounded
+  // too, so that an empty tensor of shape (0, 2^40, 2^40) is refused rather than overflowing them).
+  uint64_t elements = 1, extent = 1;
   for (int d = 0; d < rank; ++d) {
     auto n = get<int64_t>(p + 40 + 8 * d);
     if (n < 0 || n > (int64_t{1} << 40)) fail("parameter-server message: dimension {} is {}", d, n);
     dims.push_back(n);
-    if (n != 0 && elements > (uint64_t{1} << 40) / static_cast<uint64_t>(n))
-      fail("parameter-server message: a tensor of more than 2^40 elements");
+    if (n != 0 && extent > (uint64_t{1} << 40) / static_cast<uint64_t>(n))
+      fail("parameter-server message: a tensor whose dimensions multiply past 2^40");
+    extent *= static_cast<uint64_t>(std::max<int64_t>(n, 1));
     elements *= static_cast<uint64_t>(n);
   }
   h.shape = Shape(std::span<const int64_t>(dims));
