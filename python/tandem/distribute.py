@@ -6,6 +6,8 @@ the strategy; nothing else changes.
         model = tandem.keras.Sequential([...])
         model.compile(...)
     model.fit(x, y, batch_size=256)                          # the global batch, split over replicas
+
+Past 500 lines: tf.distribute's names in one module, as TensorFlow's users import them.
 """
 import os
 import weakref

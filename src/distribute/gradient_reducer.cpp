@@ -1,5 +1,7 @@
 // The gradient reducer: grouped (one in-place all-reduce after backward), bucketed (during
 // backward), ordered (an all-gather of every part's gradients, summed in part order) or none.
+// Past 500 lines because the four policies share one set of packing and summing helpers and one
+// device boundary (host copies in, sums back out), which a split would have to expose.
 #include "distribute/gradient_reducer.h"
 
 #include <algorithm>

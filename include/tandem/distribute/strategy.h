@@ -15,6 +15,8 @@
 // model computes with that replica's variables, and Optimizer::apply hands the gradients to the
 // strategy's update rule, which reduces them across replicas (the strategy's policy) and updates.
 // fit runs the same hooks through one training step (tandem/distribute/train_step.h).
+// Past 500 lines: the seam (StrategyExtended, Strategy) with the strategies a program reaches
+// without another header (default, one device, mirrored, central storage), as tf.distribute has them.
 #include <chrono>
 #include <functional>
 #include <map>
