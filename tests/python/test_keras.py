@@ -236,9 +236,10 @@ def test_fit_evaluate_and_predict_release_the_gil_so_python_threads_run_meanwhil
     the count is compared with the thread's count over as long a time with the main thread asleep
     (the idle baseline). The engine on one thread, the counter on the other core: a call without
     the GIL lets it count about as much as when idle. Two controls that hold the GIL must fall far
-    below: one C call holding it throughout (bytes repeated), and a loop of such calls handing it
-    over between them, as an engine that held the GIL through each step and let go once a batch
-    would (with a short switch interval, the counter gets the GIL for a moment at each handover)."""
+    below: one C call holding it throughout (a large power's bit length), and a loop of such calls
+    of 20 ms or more each, handing it over between them, as an engine that held the GIL through
+    each step and let go once a batch would (with a 0.5 ms switch interval, the counter gets the
+    GIL for a moment at each handover: a few percent of the time on any host)."""
     import sys
     import threading
     import time
@@ -282,10 +283,17 @@ def test_fit_evaluate_and_predict_release_the_gil_so_python_threads_run_meanwhil
                 return
             n *= 2
 
-    def held_per_batch():  # the GIL held through each "step", handed over between them
+    def held_per_batch():  # the GIL held through each "step" (20 ms or more on any host), handed over between
+        n = 1 << 16
+        while True:
+            start = time.perf_counter()
+            (7**n).bit_length()
+            if time.perf_counter() - start > 0.02:
+                break
+            n *= 2
         end = time.perf_counter() + 0.5
         while time.perf_counter() < end:
-            b"x" * 40_000_000
+            (7**n).bit_length()
 
     interval, threads = sys.getswitchinterval(), tf._tandem.num_threads()
     sys.setswitchinterval(0.0005)
