@@ -27,7 +27,7 @@ set(TANDEM_LAYER_collectives_USES core)
 set(TANDEM_LAYER_ops_FILES src/ops include/tandem/ops.h)
 set(TANDEM_LAYER_ops_USES core kernels autograd collectives)
 
-set(TANDEM_LAYER_nn_FILES src/nn include/tandem/layers.h include/tandem/initializers.h)
+set(TANDEM_LAYER_nn_FILES src/nn include/tandem/layers.h include/tandem/initializers.h include/tandem/graph.h)
 set(TANDEM_LAYER_nn_USES core autograd collectives ops)
 
 set(TANDEM_LAYER_io_FILES src/io include/tandem/io.h include/tandem/keras_io.h)

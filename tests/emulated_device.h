@@ -96,6 +96,10 @@ class CountingBackend : public kernels::Backend {
                            Activation act) override {
     cpu().activation_backward(dy, z, y, dz, rows, cols, act);
   }
+  void copy_blocks(const float* x, float* y, int64_t blocks, int64_t rows, int64_t width, int64_t x_block,
+                   int64_t x_row, int64_t y_block, int64_t y_row) override {
+    cpu().copy_blocks(x, y, blocks, rows, width, x_block, x_row, y_block, y_row);
+  }
   void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) override {
     cpu().column_sums(dy, rows, cols, db);
   }

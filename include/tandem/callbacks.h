@@ -7,7 +7,7 @@
 
 namespace tandem {
 
-class Sequential;
+class Model;
 
 // Named values at a point of training: loss, metrics, val_ ones at epoch end, lr.
 using Logs = std::vector<std::pair<std::string, double>>;
@@ -25,7 +25,7 @@ class Callback {
   virtual void on_epoch_logs(int /*epoch*/, Logs& /*logs*/) {}
   virtual void on_batch_begin(int64_t /*batch*/, const Logs&) {}
   virtual void on_batch_end(int64_t /*batch*/, const Logs&) {}
-  Sequential* model = nullptr;  // set by fit for the duration of training
+  Model* model = nullptr;  // set by fit for the duration of training
 
  protected:
   // Whether this process writes files: the chief of a multi-worker strategy, or the only process.

@@ -24,7 +24,7 @@
 #include "tandem/tensor.h"
 
 namespace tandem {
-class Sequential;
+class Model;
 }
 
 namespace tandem::hvd {
@@ -51,7 +51,7 @@ class Context {
   // The variables' values (and what else state() lists) replaced by root's, in place.
   void broadcast_variables(std::span<Variable* const> variables, int root) const;
   // The model's variables and, when compiled, its optimizer's slots (built first), from root.
-  void broadcast_model(Sequential& model, int root) const;
+  void broadcast_model(Model& model, int root) const;
 
  private:
   void broadcast_floats(std::span<const Tensor> tensors, int root, const char* what) const;
@@ -73,7 +73,7 @@ Tensor allreduce(const Tensor& tensor, ReduceOp op = ReduceOp::Mean, Compression
 Tensor allgather(const Tensor& tensor);
 Tensor broadcast(const Tensor& tensor, int root);
 void broadcast_variables(std::span<Variable* const> variables, int root);
-void broadcast_variables(Sequential& model, int root);
+void broadcast_variables(Model& model, int root);
 
 struct DistributedOptimizerOptions {
   Compression compression = Compression::None;  // gradients on the wire

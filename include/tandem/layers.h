@@ -1,6 +1,8 @@
 #pragma once
 // Keras-style layers. Each is built once for a per-sample input shape, then called on batches.
+#include <array>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -39,6 +41,8 @@ struct Size2 {
 
 namespace layers {
 
+class SymbolicTensor;  // tandem/graph.h
+
 // Deterministic replicated training (MirroredOptions::deterministic) cuts each global batch into
 // a fixed list of parts (micro-batches) and runs each layer on all of a replica's parts before the
 // next layer, so that a layer whose output depends on other rows (BatchNormalization) sees them
@@ -50,7 +54,7 @@ struct BatchParts {
   ops::GatherParts gather;                    // every part's values, from every replica
 };
 
-class Layer {
+class Layer : public std::enable_shared_from_this<Layer> {
  public:
   virtual ~Layer() = default;
   virtual std::string type() const = 0;          // "Dense"
@@ -69,6 +73,13 @@ class Layer {
   const Shape& input_shape() const { return input_shape_; }
 
   virtual Tensor call(const Tensor& x, const CallContext& ctx) = 0;
+  // Keras' functional API (tandem/graph.h): the layer called on a keras.Input or another layer's
+  // output; a merge layer on a list. A layer held by a std::shared_ptr is itself the graph's layer,
+  // so calling it again shares it (and its variables); a layer held by value (Dense(8)(x)) puts a
+  // copy of itself in the graph, once: a second call of that value is refused, naming it.
+  SymbolicTensor operator()(const SymbolicTensor& x);
+  SymbolicTensor operator()(std::initializer_list<SymbolicTensor> xs);
+  SymbolicTensor operator()(std::span<const SymbolicTensor> xs);
   // This layer's call and then `next`'s, as one op, where the layer can fuse the two (Conv2D with
   // ReLU, then max pooling); nothing where it cannot. call_layers asks each layer of a model.
   virtual std::optional<Tensor> call_with_next(const Layer& next, const Tensor& x, const CallContext& ctx) {
@@ -161,7 +172,8 @@ class Layer {
   std::optional<Device> device_;
   bool trainable_ = true;
   Regularizers regularizers_;
-  ops::Precision precision_;  // the dtype policy's products: a layer that multiplies runs its call under it
+  ops::Precision precision_;      // the dtype policy's products: a layer that multiplies runs its call under it
+  bool called_as_value_ = false;  // operator() put a copy of this value in a graph
 };
 
 }  // namespace layers
@@ -317,6 +329,54 @@ class AveragePooling2D : public Pooling2D {
       : Pooling2D(false, pool_size, std::move(options)) {}
 };
 
+// Keras' GlobalAveragePooling2D: (B, H, W, C) -> each channel's mean, (B, C) ((B, 1, 1, C) with
+// keepdims).
+struct GlobalPooling2DOptions {
+  bool keepdims = false;
+  std::string name;
+  std::optional<Shape> input_shape;
+};
+
+class GlobalAveragePooling2D : public Layer {
+ public:
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<GlobalAveragePooling2D>(*this); }
+  explicit GlobalAveragePooling2D(GlobalPooling2DOptions options = {})
+      : Layer(options.name, options.input_shape), keepdims_(options.keepdims) {}
+  std::string type() const override { return "GlobalAveragePooling2D"; }
+  std::string default_name() const override { return "global_average_pooling2d"; }
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool stacks_rows() const override { return true; }
+  bool keepdims() const { return keepdims_; }
+
+ private:
+  Shape do_build(const Shape& input_shape, uint64_t seed) override;
+  bool keepdims_;
+};
+
+// Keras' ZeroPadding2D: rows of zeros above and below each image, columns left and right.
+struct ZeroPadding2DOptions {
+  std::string name;
+  std::optional<Shape> input_shape;
+};
+
+class ZeroPadding2D : public Layer {
+ public:
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<ZeroPadding2D>(*this); }
+  // (h, w): h rows above and below, w columns left and right.
+  explicit ZeroPadding2D(Size2 padding = 1, ZeroPadding2DOptions options = {})
+      : ZeroPadding2D({padding.h, padding.h, padding.w, padding.w}, std::move(options)) {}
+  ZeroPadding2D(std::array<int64_t, 4> top_bottom_left_right, ZeroPadding2DOptions options = {});
+  std::string type() const override { return "ZeroPadding2D"; }
+  std::string default_name() const override { return "zero_padding2d"; }
+  Tensor call(const Tensor& x, const CallContext& ctx) override;
+  bool stacks_rows() const override { return true; }
+  const std::array<int64_t, 4>& padding() const { return padding_; }  // top, bottom, left, right
+
+ private:
+  Shape do_build(const Shape& input_shape, uint64_t seed) override;
+  std::array<int64_t, 4> padding_;
+};
+
 struct FlattenOptions {
   std::string name;
   std::optional<Shape> input_shape;
@@ -386,6 +446,15 @@ class Activation : public Layer {
  private:
   Shape do_build(const Shape& input_shape, uint64_t seed) override { return input_shape; }
   tandem::Activation activation_;
+};
+
+// Keras' ReLU layer, with its defaults (no max_value, negative_slope 0, threshold 0).
+class ReLU : public Activation {
+ public:
+  explicit ReLU(ActivationOptions options = {}) : Activation("relu", std::move(options)) {}
+  std::shared_ptr<Layer> clone() const override { return std::make_shared<ReLU>(*this); }
+  std::string type() const override { return "ReLU"; }
+  std::string default_name() const override { return "re_lu"; }
 };
 
 // One shard of a Dense layer split over the ranks of a group (tensor parallelism, paired as

@@ -1,7 +1,9 @@
 #pragma once
-// Sequential: a stack of layers with Keras' compile / fit / evaluate / predict. The model is
-// layers, call, variables, summary and its files; fit hands off to its loop (src/fit/fit_loop.h),
-// which runs the step its strategy makes (StrategyExtended::make_step).
+// Model: layers with Keras' compile / fit / evaluate / predict, made as a Sequential (a stack of
+// layers, a chain) or a Functional (a graph traced from keras.Input to outputs, tandem/graph.h).
+// The model is layers, how they connect, call, variables, summary and its files; fit hands off
+// to its loop (src/fit/fit_loop.h), which runs the step its strategy makes
+// (StrategyExtended::make_step).
 #include <concepts>
 #include <cstdio>
 #include <functional>
@@ -18,6 +20,7 @@
 #include "tandem/data/dataset.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/distribute/train_step.h"
+#include "tandem/graph.h"
 #include "tandem/io.h"
 #include "tandem/layers.h"
 #include "tandem/losses.h"
@@ -73,18 +76,20 @@ struct TrainingPosition {
   int64_t step = 0;
 };
 
-struct SequentialOptions {
-  std::string name = "sequential";
+struct ModelOptions {
+  std::string name;   // empty: "sequential" or "functional"
   uint64_t seed = 0;  // weights, dropout and shuffling all derive from it
 };
+using SequentialOptions = ModelOptions;
 
-class Sequential {
+class Model {
  public:
-  explicit Sequential(SequentialOptions options = {});
-  Sequential(const Sequential&) = delete;
-  Sequential& operator=(const Sequential&) = delete;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+  virtual ~Model() = default;
 
-  // Adds a layer (by value, Keras-style: model.add(Dense(128, "relu"))). Names it if unnamed.
+  // A Sequential's: adds a layer (by value, Keras-style: model.add(Dense(128, "relu"))). Names it
+  // if unnamed. A Functional refuses it (its layers are its graph's).
   template <std::derived_from<layers::Layer> L>
   L& add(L layer) {
     auto p = std::make_shared<L>(std::move(layer));
@@ -109,6 +114,16 @@ class Sequential {
   void print_summary(std::FILE* out = stdout) const { std::fputs(summary().c_str(), out); }
 
   const std::vector<std::shared_ptr<layers::Layer>>& layers() const { return layers_; }
+  // A Functional's graph (null: a Sequential, its layers a chain), and the layers with it.
+  const layers::Graph* graph() const { return graph_.get(); }
+  layers::Network network() const { return {layers_, graph_.get()}; }
+  const char* kind() const { return graph_ ? "Functional" : "Sequential"; }
+  // The per-sample input shape the model declares: a Functional's input's, a Sequential's first
+  // layer's input_shape (none: not declared).
+  std::optional<Shape> declared_input_shape() const;
+  // A Functional's inputs, as traced (a Sequential: none).
+  const std::vector<Shape>& input_shapes() const { return input_shapes_; }
+  const std::vector<std::string>& input_names() const { return input_names_; }
   // The model's variables; inside Strategy::run, the running replica's.
   std::vector<Variable*> variables();
   std::vector<Variable*> trainable_variables();
@@ -205,6 +220,13 @@ class Sequential {
   Logs validation_logs(const data::Dataset& dataset, int64_t steps = 0, int pass = 0, int64_t* batches = nullptr,
                        const char* what = "evaluate (dataset)");
 
+ protected:
+  explicit Model(ModelOptions options);
+  // A Functional: the graph from `inputs` to `outputs` (layers::trace), each layer built in the
+  // graph's order with the model's seed.
+  Model(std::span<const layers::SymbolicTensor> inputs, std::span<const layers::SymbolicTensor> outputs,
+        ModelOptions options);
+
  private:
   void check_compiled(const char* what) const;
   io::NamedTensors checked_load(const std::string& path, std::map<std::string, std::string>* metadata);
@@ -237,6 +259,9 @@ class Sequential {
   std::shared_ptr<distribute::ModelReplicas> replicas_;
   std::mutex replicas_mutex_;
   std::vector<std::shared_ptr<layers::Layer>> layers_;
+  std::shared_ptr<const layers::Graph> graph_;  // a Functional's; null: a chain
+  std::vector<Shape> input_shapes_;
+  std::vector<std::string> input_names_;
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Loss> loss_;
   std::vector<std::string> metric_names_;
@@ -247,6 +272,21 @@ class Sequential {
   std::vector<Metric> running_metrics_;
   std::vector<Tensor> activity_losses_;  // the last call's activity penalties, per row
   std::vector<std::pair<double, int64_t>> restored_metrics_;
+};
+
+// Keras' Sequential: layers added one after another, each called on the last one's output.
+class Sequential : public Model {
+ public:
+  explicit Sequential(ModelOptions options = {});
+};
+
+// Keras' functional Model(inputs, outputs): layers applied to keras.Input tensors (layers::Input,
+// layers::apply), the model the graph between them.
+class Functional : public Model {
+ public:
+  Functional(const layers::SymbolicTensor& input, const layers::SymbolicTensor& output, ModelOptions options = {});
+  Functional(const std::vector<layers::SymbolicTensor>& inputs, const std::vector<layers::SymbolicTensor>& outputs,
+             ModelOptions options = {});
 };
 
 }  // namespace tandem

@@ -25,8 +25,8 @@ struct ModelJsonOptions {
   std::vector<IgnoredInputShape>* ignored_input_shapes = nullptr;  // filled when given
 };
 
-std::unique_ptr<Sequential> model_from_json(const std::string& text, const ModelJsonOptions& options = {});
-std::unique_ptr<Sequential> load_model_json(const std::string& path, ModelJsonOptions options = {});
+std::unique_ptr<Model> model_from_json(const std::string& text, const ModelJsonOptions& options = {});
+std::unique_ptr<Model> load_model_json(const std::string& path, ModelJsonOptions options = {});
 
 // A Keras 3 .keras file (Sequential::save's, or Keras' own for the layers above): the model from
 // config.json, built from its build_config, compiled from its compile_config (optimizers SGD,
@@ -34,8 +34,8 @@ std::unique_ptr<Sequential> load_model_json(const std::string& path, ModelJsonOp
 // weights (and optimizer state) from model.weights.h5. A file it cannot read is a tandem::Error
 // naming the file and what was found. options.seed as for model_from_json; compile false leaves
 // the model uncompiled (and the optimizer's state unread), as Keras' compile=False.
-std::unique_ptr<Sequential> load_model(const std::string& path, ModelJsonOptions options = {}, bool compile = true);
+std::unique_ptr<Model> load_model(const std::string& path, ModelJsonOptions options = {}, bool compile = true);
 // Compiles `model` as Keras' compile_config says (`source` names it in errors).
-void compile_from_keras_config(Sequential& model, const std::string& compile_config_json, const std::string& source);
+void compile_from_keras_config(Model& model, const std::string& compile_config_json, const std::string& source);
 
 }  // namespace tandem

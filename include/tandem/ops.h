@@ -94,6 +94,10 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias, int64_t
 // TensorFlow's rules for the padding (as conv2d and the pools compute it); below 1 when it does not fit.
 std::pair<int64_t, int64_t> window_output_size(int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
                                                Padding padding);
+// Tensors of one shape but along `axis` (negative: from the end) side by side along it.
+Tensor concat(std::span<const Tensor> xs, int axis = -1);
+// x:(N,H,W,C) -> (N, top + H + bottom, left + W + right, C), zeros around x.
+Tensor zero_pad2d(const Tensor& x, int64_t top, int64_t bottom, int64_t left, int64_t right);
 // x:(N,H,W,C) -> (N,OH,OW,C).
 Tensor max_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w, Padding padding);
 Tensor avg_pool2d(const Tensor& x, int64_t pool_h, int64_t pool_w, int64_t stride_h, int64_t stride_w, Padding padding);

@@ -22,7 +22,7 @@ namespace tandem::cli {
 // A preset name ("mlp", "mlp5", "cnn", "cifar-mlp") or a path to a JSON model file.
 struct ModelSpec {
   std::string name;
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   std::string default_optimizer = "adam";
   float default_learning_rate = 0.001f;
   float default_momentum = 0.0f;
@@ -38,7 +38,7 @@ bool is_preset(const std::string& name);
 std::string preset_names();
 
 // The dataset's train and test splits, shaped for the model's input (flat or with channels).
-data::ImageDataset load_for_model(const std::string& dataset, const std::string& data_dir, Sequential& model);
+data::ImageDataset load_for_model(const std::string& dataset, const std::string& data_dir, Model& model);
 
 // Refuses "nan", "inf" and the like, which CLI11's Range lets through (every comparison with NaN
 // is false).

@@ -153,7 +153,7 @@ Row train_under(const std::string& name, const CompareFlags& f) {
   if (distribute::launches_processes(name)) return train_on_workers(name, f);
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(name, f.common.threads);
   ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
-  Sequential& model = *spec.model;
+  Model& model = *spec.model;
   auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
   model.compile(make_optimizer(choose_optimizer("", 0.0f, -1.0f, spec)), spec.loss, {"accuracy"});
   std::printf("%s:\n", strategy->name().c_str());

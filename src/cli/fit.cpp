@@ -207,7 +207,7 @@ void run_fit(FitFlags f) {
   if (f.verbose > 0) warn_about_parallelism(*strategy, f.common.threads);
   if (f.verbose > 1) std::printf("%s\n", describe_parallelism(strategy.get(), f.common.threads).c_str());
   ModelSpec spec = make_model(f.common.model, f.common.seed, strategy.get());
-  Sequential& model = *spec.model;
+  Model& model = *spec.model;
   auto data = load_for_model(f.common.dataset, f.common.data_dir, model);
   if (f.verbose > 0)
     std::printf("Data: %s (searched %s)\n", data.directory.c_str(),
@@ -223,7 +223,7 @@ void run_fit(FitFlags f) {
   float initial_learning_rate = optimizer->current_learning_rate();
   model.compile(std::move(optimizer), spec.loss, {"accuracy"});
   if (f.verbose > 1) {
-    model.build(*model.layers().front()->declared_input_shape());  // load_for_model checked it
+    model.build(*model.declared_input_shape());  // load_for_model checked it
     note_ignored_input_shapes(spec);
   }
   if (f.verbose > 0) model.print_summary();

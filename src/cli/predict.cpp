@@ -33,8 +33,8 @@ namespace {
 // three timings of `steps` steps, after one warm-up pass.
 double compute_seconds(const CommonFlags& common, int steps) {
   ModelSpec spec = make_model(common.model, common.seed);
-  Sequential& model = *spec.model;
-  const auto& first = model.layers().front()->declared_input_shape();
+  Model& model = *spec.model;
+  const std::optional<Shape> first = model.declared_input_shape();
   if (!first) fail("--predict: the model \"{}\" declares no input shape to time it with", common.model);
   Shape shape{common.batch_size * steps};
   for (int64_t d : *first) shape.push_back(d);

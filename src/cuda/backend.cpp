@@ -100,6 +100,10 @@ class GpuBackend final : public kernels::Backend {
                            Activation act) override {
     run(launch::activation_backward(dy, z, y, dz, rows, cols, as_int(act), s()), "activation_backward");
   }
+  void copy_blocks(const float* x, float* y, int64_t blocks, int64_t rows, int64_t width, int64_t x_block,
+                   int64_t x_row, int64_t y_block, int64_t y_row) override {
+    run(launch::copy_blocks(x, y, blocks, rows, width, x_block, x_row, y_block, y_row, s()), "copy_blocks");
+  }
   void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) override {
     Gpu::Scratch workspace(g_, launch::column_sums_workspace(rows, cols));
     run(launch::column_sums(dy, rows, cols, db, workspace.as<void>(), s()), "column_sums");

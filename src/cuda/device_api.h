@@ -84,6 +84,8 @@ int activation_backward(const float* dy, const float* z, const float* y, float* 
                         void* stream);
 // Column sums (a bias's gradient), in a tree fixed by the shape: `workspace` holds
 // column_sums_workspace(rows, cols) bytes of device memory (none when it answers 0).
+int copy_blocks(const float* x, float* y, int64_t blocks, int64_t rows, int64_t width, int64_t x_block, int64_t x_row,
+                int64_t y_block, int64_t y_row, void* stream);
 int column_sums(const float* dy, int64_t rows, int64_t cols, float* db, void* workspace, void* stream);
 size_t column_sums_workspace(int64_t rows, int64_t cols);
 int softmax_cross_entropy(const float* logits, const int32_t* labels, const float* targets, int64_t rows, int64_t cols,

@@ -191,6 +191,13 @@ int activation_backward(const float* dy, const float* z, const float* y, float* 
     dz[i] = el::activation_backward(act, dy[i], z == nullptr ? 0.0f : z[i], y == nullptr ? 0.0f : y[i]);
   });
 }
+int copy_blocks(const float* x, float* y, int64_t blocks, int64_t rows, int64_t width, int64_t x_block, int64_t x_row,
+                int64_t y_block, int64_t y_row, void* stream) {
+  return each(blocks * rows * width, stream, [=] __device__(int64_t e) {
+    int64_t j = e % width, r = (e / width) % rows, b = e / (width * rows);
+    y[b * y_block + r * y_row + j] = x[b * x_block + r * x_row + j];
+  });
+}
 int column_sums(const float* dy, int64_t rows, int64_t cols, float* db, void* workspace, void* stream) {
   return reduce_columns<float>(
       rows, cols, [=] __device__(int64_t i, int64_t j) { return dy[i * cols + j]; }, db, static_cast<float*>(workspace),

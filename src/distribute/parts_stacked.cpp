@@ -33,7 +33,7 @@ void TrainStep::compute_parts_stacked(ReplicaState& work, int r) {
   for (Tensor& grad : work.grads) grad = Tensor();  // the last step's go before backward
   // Dropout's masks are drawn per row, and each row's gradient starts at 1 ÷ the global batch: as
   // in the parts' own steps.
-  RowsForward step = train_rows(work.tape, replicas_[r].layers, loss_, h, y,
+  RowsForward step = train_rows(work.tape, replicas_[r].network(), loss_, h, y,
                                 {seed_, key_, begin, batch_->rows, &deferred, nullptr, batch_->weights_of(begin, end)},
                                 {work.tape_sources, work.tape_grads}, {timeline, work.thread_name.c_str()});
   h = step.predictions;

@@ -80,10 +80,7 @@ void TrainStep::compute_parts_together(ReplicaState& work, int r) {
         for (size_t j = 0; j < k; ++j) rep.trainable[j]->value = aliases[i * k + j];
       },
       [&](std::span<const double> values, size_t per_part) { return gather_part_values(r, values, per_part, live); }};
-  for (auto& layer : rep.layers) {
-    layer->call_parts(step);
-    for (size_t i = 0; i < h.size(); ++i) layers::add_activity_penalty(*layer, h[i], contexts[i], h[i].device());
-  }
+  layers::call_network_parts(rep.network(), step);
   std::vector<Tensor> per_sample(count);
   Tensor loss;
   for (size_t i = 0; i < count; ++i) {

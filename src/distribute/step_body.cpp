@@ -21,13 +21,13 @@ RowsLoss rows_loss(const Loss& loss, const Tensor& y, const Tensor& predictions,
   return out;
 }
 
-RowsForward forward_rows(std::span<const std::shared_ptr<layers::Layer>> stack, const Loss& loss, const Tensor& x,
-                         const Tensor& y, const BatchRows& rows) {
+RowsForward forward_rows(const layers::Network& net, const Loss& loss, const Tensor& x, const Tensor& y,
+                         const BatchRows& rows) {
   RowsForward out;
   std::vector<Tensor> penalties;
   CallContext context = rows.context();
   context.penalties = &penalties;
-  out.predictions = layers::call_layers(stack, x, context);
+  out.predictions = layers::call_network(net, x, context);
   out.loss = rows_loss(loss, y, out.predictions, rows, penalties);
   return out;
 }
@@ -37,12 +37,12 @@ void backward(GradientTape& tape, const Tensor& target, const Backward& to) {
   else tape.gradient(target, to.sources, to.grads, to.ready);
 }
 
-RowsForward train_rows(GradientTape& tape, std::span<const std::shared_ptr<layers::Layer>> stack, const Loss& loss,
-                       const Tensor& x, const Tensor& y, const BatchRows& rows, const Backward& to, Spans spans,
+RowsForward train_rows(GradientTape& tape, const layers::Network& net, const Loss& loss, const Tensor& x,
+                       const Tensor& y, const BatchRows& rows, const Backward& to, Spans spans,
                        const std::function<Tensor(const Tensor& loss)>& objective) {
   std::optional<Timeline::Span> span(std::in_place, spans.timeline, "forward", spans.row);
   tape.reset();
-  RowsForward out = forward_rows(stack, loss, x, y, rows);
+  RowsForward out = forward_rows(net, loss, x, y, rows);
   span.emplace(spans.timeline, "backward", spans.row);
   for (Tensor& g : to.grads) g = Tensor();  // the last step's go before backward makes new ones
   backward(tape, objective ? objective(out.loss.loss) : out.loss.loss, to);

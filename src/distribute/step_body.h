@@ -19,6 +19,7 @@
 #include <span>
 
 #include "tandem/autograd.h"
+#include "tandem/graph.h"
 #include "tandem/layers.h"
 #include "tandem/losses.h"
 #include "tandem/timeline.h"
@@ -55,9 +56,10 @@ struct RowsForward {
   Tensor predictions;
   RowsLoss loss;
 };
-// Forward over `stack` on the tape recording now, then rows_loss with the layers' activity penalties.
-RowsForward forward_rows(std::span<const std::shared_ptr<layers::Layer>> stack, const Loss& loss, const Tensor& x,
-                         const Tensor& y, const BatchRows& rows);
+// Forward over `net` (a chain or a graph) on the tape recording now, then rows_loss with the
+// layers' activity penalties.
+RowsForward forward_rows(const layers::Network& net, const Loss& loss, const Tensor& x, const Tensor& y,
+                         const BatchRows& rows);
 
 // Where a part's backward writes: the gradients of `sources` into `grads` (one each), ready(i)
 // called as each is final (a reducer's buckets); from a loss, or, for a pipeline stage's
@@ -76,11 +78,11 @@ struct Spans {
   Timeline* timeline = nullptr;
   const char* row = "";
 };
-// The step body: forward over `stack` and the rows' loss (forward_rows) on `tape` (reset first),
+// The step body: forward over `net` and the rows' loss (forward_rows) on `tape` (reset first),
 // then backward into `to` from the objective, the loss or what `objective` makes of it (a
 // parameter-server worker adds its share of the weights' penalties). Returns the forward's.
-RowsForward train_rows(GradientTape& tape, std::span<const std::shared_ptr<layers::Layer>> stack, const Loss& loss,
-                       const Tensor& x, const Tensor& y, const BatchRows& rows, const Backward& to, Spans spans = {},
+RowsForward train_rows(GradientTape& tape, const layers::Network& net, const Loss& loss, const Tensor& x,
+                       const Tensor& y, const BatchRows& rows, const Backward& to, Spans spans = {},
                        const std::function<Tensor(const Tensor& loss)>& objective = nullptr);
 
 }  // namespace tandem::distribute

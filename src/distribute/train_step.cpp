@@ -26,8 +26,14 @@ void GlobalBatch::slice(int64_t begin, int64_t end, Tensor& xs, Tensor& ys) cons
 }
 
 ModelReplicas::ModelReplicas(const StrategyExtended& strategy,
-                             const std::vector<std::shared_ptr<layers::Layer>>& layers)
+                             const std::vector<std::shared_ptr<layers::Layer>>& layers,
+                             std::shared_ptr<const layers::Graph> graph)
     : replicas_(static_cast<size_t>(strategy.num_local_replicas())) {
+  if (graph && !strategy.runs_graphs())
+    fail(
+        "{}: cuts a model's layers as a chain, and this model is a graph (a functional model); train it under a "
+        "data-parallel strategy (mirrored, central storage, multi-worker, parameter servers)",
+        strategy.name());
   // Placement (with_device) is one model's; a strategy's replicas are devices of their own (where
   // it places them, the model's own layers are replica 0's, on its first device from the first fit).
   std::vector<Device> devices = strategy.replica_devices();
@@ -40,6 +46,7 @@ ModelReplicas::ModelReplicas(const StrategyExtended& strategy,
   for (int r = 0; r < size(); ++r) {
     Replica& rep = replicas_[static_cast<size_t>(r)];
     rep.layers = strategy.replica_layers(layers, r);
+    rep.graph = graph;
     for (auto& l : rep.layers)
       for (Variable& v : l->variables()) {
         rep.variables.push_back(&v);
@@ -283,7 +290,7 @@ void TrainStep::compute_part(ReplicaState& work, int r, int p) {
   Backward to = deferred ? Backward{work.tape_sources, work.tape_grads}
                          : Backward{work.sources, work.grads, work.reducer.ready(work.grads)};
   RowsForward step =
-      train_rows(work.tape, replicas_[r].layers, loss_, x, y,
+      train_rows(work.tape, replicas_[r].network(), loss_, x, y,
                  {seed_, key_, begin, global, deferred ? &*deferred : nullptr, nullptr, batch_->weights_of(begin, end)},
                  to, {timeline, work.thread_name.c_str()});
   const Tensor& loss = step.loss.loss;

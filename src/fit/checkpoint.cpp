@@ -11,7 +11,7 @@ std::string metric_key(size_t i) { return fmt::format("metric:{}", i); }
 
 }  // namespace
 
-std::vector<std::pair<std::string, Tensor>> Sequential::state() {
+std::vector<std::pair<std::string, Tensor>> Model::state() {
   std::vector<std::pair<std::string, Tensor>> out;
   for (Variable* v : variables()) out.emplace_back(v->name, v->value);
   if (optimizer_) {
@@ -22,7 +22,7 @@ std::vector<std::pair<std::string, Tensor>> Sequential::state() {
   return out;
 }
 
-void Sequential::save_weights(const std::string& path) {
+void Model::save_weights(const std::string& path) {
   if (!built()) fail("save_weights: model \"{}\" is not built yet (call build() or fit() first)", name_);
   if (path.ends_with(".weights.h5")) {
     io::write_file_atomically(path, keras_weights());
@@ -32,7 +32,7 @@ void Sequential::save_weights(const std::string& path) {
   io::save_safetensors(path, file);
 }
 
-io::NamedTensors Sequential::checked_load(const std::string& path, std::map<std::string, std::string>* metadata) {
+io::NamedTensors Model::checked_load(const std::string& path, std::map<std::string, std::string>* metadata) {
   if (!built()) fail("load_weights: model \"{}\" is not built yet (call build() with the input shape first)", name_);
   io::TensorFile file = io::load_safetensors(path);
   restore_state(file.tensors, path);
@@ -40,7 +40,7 @@ io::NamedTensors Sequential::checked_load(const std::string& path, std::map<std:
   return std::move(file.tensors);
 }
 
-void Sequential::restore_state(const io::NamedTensors& tensors, const std::string& path) {
+void Model::restore_state(const io::NamedTensors& tensors, const std::string& path) {
   auto find = [&](const std::string& name) -> const Tensor* {
     for (auto& [n, t] : tensors)
       if (n == name) return &t;
@@ -58,7 +58,7 @@ void Sequential::restore_state(const io::NamedTensors& tensors, const std::strin
   if (optimizer_ && find("optimizer/iterations")) optimizer_->load_state(tensors, trainable_variables());
 }
 
-void Sequential::save_checkpoint(const std::string& path) {
+void Model::save_checkpoint(const std::string& path) {
   if (!built()) fail("save_checkpoint: model \"{}\" is not built yet", name_);
   io::TensorFile file{state(),
                       {{"format", "tandem"},
@@ -75,7 +75,7 @@ void Sequential::save_checkpoint(const std::string& path) {
   io::save_safetensors(path, file);
 }
 
-TrainingPosition Sequential::load_checkpoint(const std::string& path) {
+TrainingPosition Model::load_checkpoint(const std::string& path) {
   std::map<std::string, std::string> meta;
   checked_load(path, &meta);
   auto number = [&](const char* key) -> uint64_t {
@@ -102,7 +102,7 @@ TrainingPosition Sequential::load_checkpoint(const std::string& path) {
   return position_;
 }
 
-void Sequential::restore_running_metrics() {
+void Model::restore_running_metrics() {
   for (size_t i = 0; i < running_metrics_.size() && i < restored_metrics_.size(); ++i)
     running_metrics_[i].restore(restored_metrics_[i]);
 }

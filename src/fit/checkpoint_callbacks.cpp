@@ -38,7 +38,7 @@ std::string expand_pattern(const std::string& pattern, int epoch, int64_t step,
 }
 
 // A checkpoint of weights that are not finite (a diverged run) would replace the last good one.
-bool weights_are_finite(Sequential& model) {
+bool weights_are_finite(Model& model) {
   for (Variable* v : model.variables()) {
     Tensor t = v->value.to(Device::cpu()).contiguous();
     if (t.dtype() != DType::Float32) continue;

@@ -91,8 +91,8 @@ class TensorBatches {
 };
 
 // fit's validation at each epoch's end: options' dataset, else x_val, y_val (undefined: none).
-FitLoop::Validation validation_of(Sequential& model, const FitOptions& options, const Tensor& x_val,
-                                  const Tensor& y_val, const Tensor& w_val = {}) {
+FitLoop::Validation validation_of(Model& model, const FitOptions& options, const Tensor& x_val, const Tensor& y_val,
+                                  const Tensor& w_val = {}) {
   if (options.validation_dataset) {
     const data::Dataset& d = *options.validation_dataset;
     if (d.cardinality() == data::Dataset::kInfinite)
@@ -109,11 +109,11 @@ FitLoop::Validation validation_of(Sequential& model, const FitOptions& options, 
 
 }  // namespace
 
-void Sequential::compile(const std::string& optimizer, Loss loss, std::vector<std::string> metrics) {
+void Model::compile(const std::string& optimizer, Loss loss, std::vector<std::string> metrics) {
   compile(optimizers::by_name(optimizer), std::move(loss), std::move(metrics));
 }
 
-void Sequential::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector<std::string> metrics) {
+void Model::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector<std::string> metrics) {
   if (!optimizer) fail("compile: optimizer is null");
   for (const std::string& m : metrics) Metric::parse(m, loss);  // rejects unknown names now, not mid-fit
   optimizer_ = std::move(optimizer);
@@ -121,7 +121,7 @@ void Sequential::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::v
   metric_names_ = std::move(metrics);
 }
 
-void Sequential::begin_run(const FitOptions& options) {
+void Model::begin_run(const FitOptions& options) {
   check_compiled("fit");
   run_signature_ = options.run_config;
   std::string architecture;
@@ -132,6 +132,9 @@ void Sequential::begin_run(const FitOptions& options) {
     if (layer->dtype_policy() != "float32") architecture += "(" + layer->dtype_policy() + ")";
   }
   for (Variable* v : variables()) architecture += " " + v->name + v->value.shape().str();
+  if (graph_)  // how a Functional's layers connect: each node's layer and what it reads
+    for (const layers::Graph::Node& node : graph_->nodes)
+      architecture += fmt::format(" {}<-({})", node.layer, fmt::join(node.inputs, ","));
   run_signature_["architecture"] = architecture;
   run_signature_["optimizer"] =
       fmt::format("{} (learning rate {})", optimizer_->name(), optimizer_->current_learning_rate());
@@ -144,22 +147,22 @@ void Sequential::begin_run(const FitOptions& options) {
   resume_from.reset();
 }
 
-Optimizer& Sequential::optimizer() {
+Optimizer& Model::optimizer() {
   check_compiled("optimizer");
   return *optimizer_;
 }
 
-const Loss& Sequential::loss() const {
+const Loss& Model::loss() const {
   check_compiled("loss");
   return *loss_;
 }
 
-void Sequential::check_compiled(const char* what) const {
+void Model::check_compiled(const char* what) const {
   if (!optimizer_)
     fail("Sequential \"{}\": {} needs a compiled model; call compile(optimizer, loss, metrics) first", name_, what);
 }
 
-void Sequential::check_data(const Tensor& x, const Tensor& y, const char* what) {
+void Model::check_data(const Tensor& x, const Tensor& y, const char* what) {
   if (!x.defined()) fail("{}: x is undefined", what);
   if (x.dtype() != DType::Float32)
     fail("{}: x must be float32, got {} (convert with astype(DType::Float32) and scale it)", what,
@@ -177,7 +180,7 @@ void Sequential::check_data(const Tensor& x, const Tensor& y, const char* what) 
   if (y.defined() && loss_) loss_->check_targets(y, layers_.back()->output_shape());
 }
 
-History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& options) {
+History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& options) {
   check_compiled("fit");
   if (options.batch_size <= 0) fail("fit: batch_size must be positive, got {}", options.batch_size);
   if (options.epochs < 0) fail("fit: epochs must be non-negative, got {}", options.epochs);
@@ -239,7 +242,7 @@ History Sequential::fit(const Tensor& x_all, const Tensor& y_all, const FitOptio
   return FitLoop(*this, options, steps, batches, validation_of(*this, options, x_val, y_val, w_val), at).run();
 }
 
-History Sequential::fit(const data::Dataset& dataset, const FitOptions& options) {
+History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   check_compiled("fit");
   if (options.epochs < 0) fail("fit: epochs must be non-negative, got {}", options.epochs);
   if (options.validation_split != 0.0)
@@ -287,8 +290,8 @@ History Sequential::fit(const data::Dataset& dataset, const FitOptions& options)
   return FitLoop(*this, options, steps, batches, validation_of(*this, options, Tensor(), Tensor())).run();
 }
 
-Sequential::Batch Sequential::dataset_batch(const data::Element& element, const char* what,
-                                            const std::map<int64_t, float>& class_weight) {
+Model::Batch Model::dataset_batch(const data::Element& element, const char* what,
+                                  const std::map<int64_t, float>& class_weight) {
   if (element.size() != 2 && element.size() != 3)
     fail("{}: dataset elements must be (x, y) or (x, y, sample_weight) batches, got {} component{}", what,
          element.size(), element.size() == 1 ? "" : "s");
@@ -311,7 +314,7 @@ namespace {
 class Tally {
  public:
   // The loss reported adds the weights' penalties and each row's activity penalties, as fit's.
-  Tally(Sequential& model, const Loss& loss, const std::vector<std::string>& metric_names)
+  Tally(Model& model, const Loss& loss, const std::vector<std::string>& metric_names)
       : model_(model), loss_(loss), weight_penalty_(model.weight_penalty()) {
     for (const std::string& m : metric_names) metrics_.push_back(Metric::parse(m, loss));
   }
@@ -335,7 +338,7 @@ class Tally {
   }
 
  private:
-  Sequential& model_;
+  Model& model_;
   const Loss& loss_;
   double weight_penalty_;
   Metric loss_metric_{Metric::Kind::Mean, "loss"};
@@ -351,7 +354,7 @@ void print_evaluation(int64_t batches, const Logs& logs) {
 
 }  // namespace
 
-Logs Sequential::validation_logs(const Tensor& x_in, const Tensor& y_in, int64_t batch, const Tensor& weights) {
+Logs Model::validation_logs(const Tensor& x_in, const Tensor& y_in, int64_t batch, const Tensor& weights) {
   StopRecording no_tape;
   bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
   Tensor y = sparse ? ops::class_labels(y_in, "validation_data: y") : y_in.contiguous();
@@ -366,8 +369,7 @@ Logs Sequential::validation_logs(const Tensor& x_in, const Tensor& y_in, int64_t
   return tally.logs();
 }
 
-Logs Sequential::validation_logs(const data::Dataset& dataset, int64_t steps, int pass, int64_t* batches,
-                                 const char* what) {
+Logs Model::validation_logs(const data::Dataset& dataset, int64_t steps, int pass, int64_t* batches, const char* what) {
   StopRecording no_tape;
   Tally tally(*this, *loss_, metric_names_);
   std::unique_ptr<data::Iterator> it = dataset.iterate(pass);
@@ -382,7 +384,7 @@ Logs Sequential::validation_logs(const data::Dataset& dataset, int64_t steps, in
   return tally.logs();
 }
 
-Logs Sequential::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options) {
+Logs Model::evaluate(const Tensor& x, const Tensor& y, const EvaluateOptions& options) {
   check_compiled("evaluate");
   if (options.batch_size <= 0) fail("evaluate: batch_size must be positive, got {}", options.batch_size);
   if (!y.defined()) fail("evaluate: y is undefined");
@@ -394,7 +396,7 @@ Logs Sequential::evaluate(const Tensor& x, const Tensor& y, const EvaluateOption
   return logs;
 }
 
-Logs Sequential::evaluate(const data::Dataset& dataset, int64_t steps, int verbose, int pass) {
+Logs Model::evaluate(const data::Dataset& dataset, int64_t steps, int verbose, int pass) {
   check_compiled("evaluate");
   if (steps < 0) fail("evaluate: steps must be positive, got {}", steps);
   if (steps == 0 && dataset.cardinality() == data::Dataset::kInfinite)
@@ -406,7 +408,7 @@ Logs Sequential::evaluate(const data::Dataset& dataset, int64_t steps, int verbo
   return logs;
 }
 
-Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
+Tensor Model::predict(const Tensor& x_in, int64_t batch_size) {
   if (batch_size <= 0) fail("predict: batch_size must be positive, got {}", batch_size);
   if (x_in.defined() && x_in.rank() >= 2 && x_in.dim(0) == 0) {  // no rows: Keras' empty result
     if (!built()) fail("predict: x has no rows and the model is not built, so its output shape is unknown");
@@ -427,7 +429,7 @@ Tensor Sequential::predict(const Tensor& x_in, int64_t batch_size) {
   return out;
 }
 
-Tensor Sequential::predict(const data::Dataset& dataset, int64_t steps, int pass) {
+Tensor Model::predict(const data::Dataset& dataset, int64_t steps, int pass) {
   if (steps < 0) fail("predict: steps must be positive, got {}", steps);
   if (steps == 0 && dataset.cardinality() == data::Dataset::kInfinite)
     fail("predict: the dataset is infinite (repeat() without a count): pass steps");
@@ -458,7 +460,7 @@ Tensor Sequential::predict(const data::Dataset& dataset, int64_t steps, int pass
   return out;
 }
 
-Shape Sequential::output_rows(int64_t rows) const {
+Shape Model::output_rows(int64_t rows) const {
   Shape full{rows};
   for (int64_t d : layers_.back()->output_shape()) full.push_back(d);
   return full;

@@ -6,8 +6,8 @@
 
 namespace tandem {
 
-FitLoop::FitLoop(Sequential& model, const FitOptions& options, int64_t steps, BatchSource next_batch,
-                 Validation validation, distribute::BatchAt batch_at)
+FitLoop::FitLoop(Model& model, const FitOptions& options, int64_t steps, BatchSource next_batch, Validation validation,
+                 distribute::BatchAt batch_at)
     : model_(model),
       options_(options),
       steps_(steps),

@@ -25,7 +25,7 @@ class FitLoop {
   };
   // steps: per epoch (-1: until the source runs out); batch_at: the same batches by position,
   // where the source allows it.
-  FitLoop(Sequential& model, const FitOptions& options, int64_t steps, BatchSource next_batch, Validation validation,
+  FitLoop(Model& model, const FitOptions& options, int64_t steps, BatchSource next_batch, Validation validation,
           distribute::BatchAt batch_at = nullptr);
   History run();
 
@@ -45,7 +45,7 @@ class FitLoop {
   void end_epoch(int epoch, int64_t steps_done);
   const Logs& current_logs();  // the running metrics
 
-  Sequential& model_;
+  Model& model_;
   const FitOptions& options_;
   int64_t steps_;
   BatchSource next_batch_;

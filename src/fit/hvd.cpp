@@ -118,7 +118,7 @@ void Context::broadcast_variables(std::span<Variable* const> variables, int root
   broadcast_floats(values, root, "broadcast_variables");
 }
 
-void Context::broadcast_model(Sequential& model, int root) const {
+void Context::broadcast_model(Model& model, int root) const {
   if (model.compiled()) {
     std::vector<Variable*> trainable = model.trainable_variables();
     model.optimizer().build(trainable);  // slots exist everywhere before root's are copied in
@@ -158,7 +158,7 @@ Tensor broadcast(const Tensor& tensor, int root) { return context().broadcast(te
 void broadcast_variables(std::span<Variable* const> variables, int root) {
   context().broadcast_variables(variables, root);
 }
-void broadcast_variables(Sequential& model, int root) { context().broadcast_model(model, root); }
+void broadcast_variables(Model& model, int root) { context().broadcast_model(model, root); }
 
 std::unique_ptr<Optimizer> DistributedOptimizer(std::unique_ptr<Optimizer> optimizer,
                                                 DistributedOptimizerOptions options) {

@@ -54,7 +54,7 @@ std::string snake(const std::string& camel_name) {
   return out;
 }
 
-json compile_config(const Sequential& model, Optimizer& optimizer) {
+json compile_config(const Model& model, Optimizer& optimizer) {
   const std::string cls = optimizer.name();  // "SGD", "Adam", "AdamW", "RMSprop", "Adagrad": Keras' class names
   auto or_null = [](float v) { return v > 0.0f ? json(shortest(v)) : json(nullptr); };
   const GradientClipping& clip = optimizer.clipping();
@@ -97,7 +97,7 @@ json compile_config(const Sequential& model, Optimizer& optimizer) {
 
 }  // namespace
 
-std::string Sequential::keras_config() const {
+std::string Model::keras_config() const {
   json legacy = json::parse(to_json());
   json layers = json::array();
   size_t index = 0;
@@ -138,7 +138,7 @@ std::string Sequential::keras_config() const {
   return doc.dump();
 }
 
-void compile_from_keras_config(Sequential& model, const std::string& text, const std::string& source) {
+void compile_from_keras_config(Model& model, const std::string& text, const std::string& source) {
   json cc = json::parse(text, nullptr, false);
   if (!cc.is_object()) fail("{}: compile_config must be an object, not {}", source, text);
   // The optimizer: a name, or {"class_name": "Adam", "config": {...}}.

@@ -37,7 +37,7 @@ std::string keras_snake(const std::string& cls) {
 }
 
 // Each layer's group, as Keras' _save_container_state names them.
-std::vector<std::string> layer_paths(const Sequential& model) {
+std::vector<std::string> layer_paths(const Model& model) {
   std::map<std::string, int> used;
   std::vector<std::string> out;
   for (const auto& layer : model.layers()) {
@@ -85,7 +85,7 @@ const io::ZipEntry& entry(const std::vector<io::ZipEntry>& entries, const std::s
 
 }  // namespace
 
-std::string Sequential::keras_weights() {
+std::string Model::keras_weights() {
   io::NamedTensors st = state();
   auto find = [&](const std::string& name) -> const Tensor& {
     for (const auto& [n, t] : st)
@@ -120,7 +120,7 @@ std::string Sequential::keras_weights() {
   return io::encode_keras_weights(groups);
 }
 
-void Sequential::load_keras_weights(std::string_view bytes, const std::string& source) {
+void Model::load_keras_weights(std::string_view bytes, const std::string& source) {
   std::vector<io::KerasVars> groups = io::decode_keras_weights(bytes, source);
   std::map<std::string, const io::KerasVars*> by_path;
   for (const auto& g : groups) by_path[g.path] = &g;
@@ -177,7 +177,7 @@ void Sequential::load_keras_weights(std::string_view bytes, const std::string& s
   restore_state(tensors, source);
 }
 
-void Sequential::load_weights(const std::string& path) {
+void Model::load_weights(const std::string& path) {
   if (path.ends_with(".keras")) {
     if (!built()) fail("load_weights: model \"{}\" is not built yet (call build() with the input shape first)", name_);
     auto entries = io::decode_zip(io::read_file(path), path);
@@ -190,7 +190,7 @@ void Sequential::load_weights(const std::string& path) {
   }
 }
 
-void Sequential::save(const std::string& path) {
+void Model::save(const std::string& path) {
   if (!path.ends_with(".keras")) fail("save: \"{}\" must end in .keras (Keras 3's model file)", path);
   if (!built()) fail("save: model \"{}\" is not built yet (call build() or fit() first)", name_);
   std::time_t now = std::time(nullptr);
@@ -204,7 +204,7 @@ void Sequential::save(const std::string& path) {
   io::write_file_atomically(path, io::encode_zip(entries));
 }
 
-std::unique_ptr<Sequential> load_model(const std::string& path, ModelJsonOptions options, bool compile) {
+std::unique_ptr<Model> load_model(const std::string& path, ModelJsonOptions options, bool compile) {
   auto entries = io::decode_zip(io::read_file(path), path);
   const std::string& text = entry(entries, "config.json", path).data;
   std::string source = fmt::format("config.json in \"{}\"", path);
@@ -213,7 +213,7 @@ std::unique_ptr<Sequential> load_model(const std::string& path, ModelJsonOptions
   if (doc.value("class_name", "") != "Sequential")
     fail("{}: the model is a {}; Tandem reads Sequential models", source, doc.value("class_name", "(no class_name)"));
   options.source = source;
-  std::unique_ptr<Sequential> model = model_from_json(text, options);
+  std::unique_ptr<Model> model = model_from_json(text, options);
   // The input shape: build_config's, else the first layer's (an InputLayer's).
   std::optional<Shape> input = model->layers().front()->declared_input_shape();
   if (doc.contains("build_config") && doc["build_config"].is_object() && doc["build_config"].contains("input_shape")) {

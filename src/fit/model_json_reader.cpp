@@ -215,7 +215,7 @@ using namespace layers;
 
 // Keras' model.to_json() layout: {"class_name": "Sequential", "config": {"layers": [...]}}, or
 // just {"layers": [...]}; each layer {"class_name": "Dense", "config": {...}}.
-std::unique_ptr<Sequential> model_from_json(const std::string& text, const ModelJsonOptions& options) {
+std::unique_ptr<Model> model_from_json(const std::string& text, const ModelJsonOptions& options) {
   const std::string& file = options.source;
   json doc;
   try {
@@ -328,7 +328,7 @@ std::unique_ptr<Sequential> model_from_json(const std::string& text, const Model
   return model;
 }
 
-std::unique_ptr<Sequential> load_model_json(const std::string& path, ModelJsonOptions options) {
+std::unique_ptr<Model> load_model_json(const std::string& path, ModelJsonOptions options) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("model file \"{}\" cannot be opened", path);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

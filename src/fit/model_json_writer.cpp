@@ -1,4 +1,4 @@
-// Sequential::to_json: the model in Keras 2's model.to_json() layout (an InputLayer with
+// Model::to_json: the model in Keras 2's model.to_json() layout (an InputLayer with
 // batch_input_shape, then each layer's config with Keras' keys and defaults), which Keras 2 and 3
 // and model_from_json read.
 #include <cctype>
@@ -108,7 +108,12 @@ json layer_config(const Layer& layer) {
 
 }  // namespace
 
-std::string Sequential::to_json() const {
+std::string Model::to_json() const {
+  if (graph_)
+    fail(
+        "Functional \"{}\": Keras files of functional models are not written yet; save its weights "
+        "(save_weights) and make the model again in code",
+        name_);
   json layers = json::array();
   if (!layers_.empty()) {
     const Layer& first = *layers_.front();

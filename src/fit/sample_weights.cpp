@@ -7,8 +7,8 @@
 
 namespace tandem {
 
-Tensor Sequential::sample_weights(const Tensor& given, const std::map<int64_t, float>& class_weight, const Tensor& y,
-                                  const std::string& what) const {
+Tensor Model::sample_weights(const Tensor& given, const std::map<int64_t, float>& class_weight, const Tensor& y,
+                             const std::string& what) const {
   if (!given.defined() && class_weight.empty()) return {};
   int64_t n = y.dim(0);
   std::vector<float> w(static_cast<size_t>(n), 1.0f);

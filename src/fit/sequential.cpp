@@ -1,12 +1,12 @@
-// Sequential: layer stacking, building, the forward pass (on the running replica's variables
-// inside Strategy::run), variables and summary().
+// Model: a Sequential's layer stacking and a Functional's graph, building, the forward pass (on the
+// running replica's variables inside Strategy::run), variables and summary().
 #include <algorithm>
 
 #include "tandem/model.h"
 
 namespace tandem {
 
-Sequential::Sequential(SequentialOptions options)
+Model::Model(ModelOptions options)
     : name_(std::move(options.name)), seed_(options.seed), strategy_(distribute::current_strategy()) {
   if (strategy_ == nullptr) {
     own_strategy_ = std::make_unique<distribute::DefaultStrategy>();
@@ -14,7 +14,51 @@ Sequential::Sequential(SequentialOptions options)
   }
 }
 
-void Sequential::add(std::shared_ptr<layers::Layer> layer) {
+Model::Model(std::span<const layers::SymbolicTensor> inputs, std::span<const layers::SymbolicTensor> outputs,
+             ModelOptions options)
+    : Model(std::move(options)) {
+  layers::Traced traced = layers::trace(inputs, outputs, name_);
+  if (traced.graph.num_inputs != 1 || traced.graph.outputs.size() != 1)
+    fail(
+        "Functional \"{}\": has {} inputs and {} outputs; Tandem trains models of one input and one output so far "
+        "(concatenate inputs into one, or train each output's model)",
+        name_, traced.graph.num_inputs, traced.graph.outputs.size());
+  layers_ = std::move(traced.layers);
+  input_shapes_ = std::move(traced.input_shapes);
+  input_names_ = std::move(traced.input_names);
+  auto graph = std::make_shared<layers::Graph>(std::move(traced.graph));
+  // Each layer built at its first node, in the graph's order, with the model's seed (as a
+  // Sequential builds its layer i with mix_seed(seed, i)).
+  std::vector<Shape> shapes(graph->nodes.size());
+  for (size_t i = 0; i < graph->nodes.size(); ++i) {
+    const layers::Graph::Node& node = graph->nodes[i];
+    std::vector<Shape> in;
+    for (int from : node.inputs)
+      in.push_back(from >= 0 ? shapes[static_cast<size_t>(from)] : input_shapes_[static_cast<size_t>(-1 - from)]);
+    layers::Layer& layer = *layers_[node.layer];
+    uint64_t seed = mix_seed(seed_, node.layer);
+    auto* merge = dynamic_cast<layers::Merge*>(&layer);
+    shapes[i] = merge != nullptr ? merge->build_inputs(in, seed) : layer.build(in[0], seed);
+  }
+  graph_ = std::move(graph);
+}
+
+Sequential::Sequential(ModelOptions options)
+    : Model({options.name.empty() ? "sequential" : std::move(options.name), options.seed}) {}
+
+Functional::Functional(const layers::SymbolicTensor& input, const layers::SymbolicTensor& output, ModelOptions options)
+    : Functional(std::vector{input}, std::vector{output}, std::move(options)) {}
+
+Functional::Functional(const std::vector<layers::SymbolicTensor>& inputs,
+                       const std::vector<layers::SymbolicTensor>& outputs, ModelOptions options)
+    : Model(inputs, outputs, {options.name.empty() ? "functional" : std::move(options.name), options.seed}) {}
+
+void Model::add(std::shared_ptr<layers::Layer> layer) {
+  if (graph_)
+    fail(
+        "Functional \"{}\": add() builds a Sequential; a functional model's layers are those between its inputs "
+        "and outputs",
+        name_);
   if (!layer) fail("Sequential \"{}\": add() got a null layer", name_);
   if (layer->name().empty()) {
     std::string base = layer->default_name();
@@ -33,38 +77,50 @@ void Sequential::add(std::shared_ptr<layers::Layer> layer) {
     layers_.back()->build(layers_[layers_.size() - 2]->output_shape(), mix_seed(seed_, layers_.size() - 1));
 }
 
-void Sequential::build(const Shape& input_shape) {
+void Model::build(const Shape& input_shape) {
+  if (graph_) {  // built when made
+    if (!(input_shape == input_shapes_[0]))
+      fail("Functional \"{}\": its input is of shape {}, asked to build for {}", name_,
+           input_shapes_[0].str_with_batch(), input_shape.str_with_batch());
+    return;
+  }
   if (layers_.empty()) fail("Sequential \"{}\": has no layers to build", name_);
   Shape shape = input_shape;
   for (size_t i = 0; i < layers_.size(); ++i) shape = layers_[i]->build(shape, mix_seed(seed_, i));
 }
 
-bool Sequential::built() const { return !layers_.empty() && layers_.back()->built(); }
+std::optional<Shape> Model::declared_input_shape() const {
+  if (graph_) return input_shapes_[0];
+  if (layers_.empty()) return std::nullopt;
+  return layers_.front()->declared_input_shape();
+}
 
-Tensor Sequential::call(const Tensor& x, const CallContext& ctx) {
+bool Model::built() const { return graph_ != nullptr || (!layers_.empty() && layers_.back()->built()); }
+
+Tensor Model::call(const Tensor& x, const CallContext& ctx) {
   if (layers_.empty()) fail("Sequential \"{}\": has no layers", name_);
-  if (!x.defined()) fail("Sequential \"{}\": input is undefined", name_);
+  if (!x.defined()) fail("{} \"{}\": input is undefined", kind(), name_);
   if (!built()) {
     if (x.rank() < 2) fail("Sequential \"{}\": input needs a batch axis, got shape {}", name_, x.shape().str());
     build(Shape(std::span<const int64_t>(x.shape().begin() + 1, x.shape().end())));
   }
-  return layers::call_layers(layers_, x, ctx);
+  return layers::call_network(network(), x, ctx);
 }
 
-std::shared_ptr<distribute::ModelReplicas> Sequential::make_replicas() {
-  replicas_ = std::make_shared<distribute::ModelReplicas>(strategy_->extended(), layers_);
+std::shared_ptr<distribute::ModelReplicas> Model::make_replicas() {
+  replicas_ = std::make_shared<distribute::ModelReplicas>(strategy_->extended(), layers_, graph_);
   strategy_->extended().forget_replica_optimizers();
   return replicas_;
 }
 
-distribute::ModelReplicas::Replica* Sequential::running_replica(const Tensor* first_input) {
+distribute::ModelReplicas::Replica* Model::running_replica(const Tensor* first_input) {
   const distribute::ReplicaContext* context = distribute::replica_context();
   if (context == nullptr || context->num_replicas_in_sync() == 1) return nullptr;
   if (context->strategy != strategy_)
     fail(
-        "Sequential \"{}\": used inside {}.run but made outside its scope; make the model inside "
+        "{} \"{}\": used inside {}.run but made outside its scope; make the model inside "
         "`auto scope = strategy.scope();` so that its variables are distributed",
-        name_, context->strategy->name());
+        kind(), name_, context->strategy->name());
   std::lock_guard lock(replicas_mutex_);
   if (!built()) {
     if (first_input == nullptr)
@@ -77,7 +133,7 @@ distribute::ModelReplicas::Replica* Sequential::running_replica(const Tensor* fi
   return &(*replicas_)[context->local_replica_id];
 }
 
-Tensor Sequential::operator()(const Tensor& x, bool training) {
+Tensor Model::operator()(const Tensor& x, bool training) {
   distribute::ModelReplicas::Replica* rep = running_replica(&x);
   std::vector<Tensor>& activity = rep != nullptr ? rep->activity_losses : activity_losses_;
   activity.clear();  // as Keras: a call's activity losses replace the last call's
@@ -86,7 +142,7 @@ Tensor Sequential::operator()(const Tensor& x, bool training) {
     ctx.penalties = &activity;
     return call(x, ctx);
   }
-  if (!x.defined()) fail("Sequential \"{}\": input is undefined", name_);
+  if (!x.defined()) fail("{} \"{}\": input is undefined", kind(), name_);
   // Replicas see consecutive slices of the global batch: each sample gets the dropout mask it
   // would get on one device (from the slice's first row when run was given a split batch, else
   // assuming even splits).
@@ -94,10 +150,10 @@ Tensor Sequential::operator()(const Tensor& x, bool training) {
   int64_t offset = context->first_row >= 0 ? context->first_row : x.dim(0) * context->replica_id;
   CallContext ctx{training, {seed_, training ? rep->training_calls++ : 0, offset}};
   ctx.penalties = &activity;
-  return layers::call_layers(rep->layers, x, ctx);
+  return layers::call_network(rep->network(), x, ctx);
 }
 
-std::vector<Variable*> Sequential::variables() {
+std::vector<Variable*> Model::variables() {
   if (distribute::ModelReplicas::Replica* rep = running_replica(nullptr)) return rep->variables;
   std::vector<Variable*> out;
   for (auto& l : layers_)
@@ -105,7 +161,7 @@ std::vector<Variable*> Sequential::variables() {
   return out;
 }
 
-std::vector<Tensor> Sequential::losses() {
+std::vector<Tensor> Model::losses() {
   std::vector<Tensor> out;
   for (Variable* v : trainable_variables())
     if (v->regularizer.any()) out.push_back(ops::penalty(v->value, v->regularizer));
@@ -115,31 +171,31 @@ std::vector<Tensor> Sequential::losses() {
   return out;
 }
 
-double Sequential::weight_penalty() {
+double Model::weight_penalty() {
   StopRecording no_tape;
   Tensor total = ops::penalties(trainable_variables());
   return total.defined() ? static_cast<double>(total.item()) : 0.0;
 }
 
-std::vector<Variable*> Sequential::replica_variables(int replica) {
+std::vector<Variable*> Model::replica_variables(int replica) {
   if (replica == 0) return variables();
   if (!replicas_ || replica < 0 || replica >= replicas_->size())
     fail("replica_variables: replica {} does not exist ({} replicas made)", replica, replicas_ ? replicas_->size() : 0);
   return (*replicas_)[replica].variables;
 }
 
-std::vector<Variable*> Sequential::trainable_variables() {
+std::vector<Variable*> Model::trainable_variables() {
   std::vector<Variable*> out;
   for (Variable* v : variables())
     if (v->trainable) out.push_back(v);
   return out;
 }
 
-void Sequential::set_trainable(bool trainable) {
+void Model::set_trainable(bool trainable) {
   for (auto& layer : layers_) layer->set_trainable(trainable);
 }
 
-int64_t Sequential::count_params() const {
+int64_t Model::count_params() const {
   int64_t n = 0;
   for (const auto& l : layers_) n += l->count_params();
   return n;
@@ -156,19 +212,42 @@ std::string with_commas(int64_t n) {
 }
 }  // namespace
 
-std::string Sequential::summary() const {
-  const int w1 = 29, w2 = 26, w3 = 10;
-  std::string rule(w1 + w2 + w3, '_'), double_rule(w1 + w2 + w3, '=');
+std::string Model::summary() const {
+  // A Functional's table has Keras' fourth column: what each layer's calls read, as
+  // "layer[call][0]" (an input: "input_layer[0][0]").
+  const int w1 = 29, w2 = 26, w3 = 10, w4 = graph_ ? 24 : 0;
+  const int width = w1 + w2 + w3 + w4;
+  std::vector<std::vector<std::string>> connected(layers_.size());
+  std::vector<std::string> node_names;  // each node's output as "layer[call][0]"
+  if (graph_) {
+    std::vector<int> calls(layers_.size(), 0);
+    for (const auto& node : graph_->nodes) {
+      for (int from : node.inputs)
+        connected[node.layer].push_back(from >= 0 ? node_names[static_cast<size_t>(from)]
+                                                  : input_names_[static_cast<size_t>(-1 - from)] + "[0][0]");
+      node_names.push_back(fmt::format("{}[{}][0]", layers_[node.layer]->name(), calls[node.layer]++));
+    }
+  }
+  std::string rule(static_cast<size_t>(width), '_'), double_rule(static_cast<size_t>(width), '=');
   std::string s = fmt::format("Model: \"{}\"\n{}\n", name_, rule);
-  s += fmt::format(" {:<{}}{:<{}}{:<{}}\n{}\n", "Layer (type)", w1 - 1, "Output Shape", w2, "Param #", w3, double_rule);
+  s += fmt::format(" {:<{}}{:<{}}{:<{}}{}\n{}\n", "Layer (type)", w1 - 1, "Output Shape", w2, "Param #", w3,
+                   graph_ ? "Connected to" : "", double_rule);
+  auto row = [&](const std::string& name, const std::string& shape, int64_t params,
+                 const std::vector<std::string>& in) {
+    s += fmt::format(" {:<{}}{:<{}}{:<{}}{}\n", name, w1 - 1, shape, w2, params, w3, in.empty() ? "" : in[0]);
+    for (size_t k = 1; k < in.size(); ++k) s += fmt::format("{:<{}}{}\n", "", w1 + w2 + w3, in[k]);
+  };
+  for (size_t k = 0; k < input_shapes_.size(); ++k) {
+    row(fmt::format("{} (InputLayer)", input_names_[k]), input_shapes_[k].str_with_batch(), 0, {});
+    s += fmt::format("{:<{}}\n", "", width);
+  }
   int64_t total = 0, trainable = 0;
   for (size_t i = 0; i < layers_.size(); ++i) {
     const auto& l = layers_[i];
     std::string shape = "?";
     if (l->built()) shape = l->output_shape().str_with_batch();
-    s += fmt::format(" {:<{}}{:<{}}{:<{}}\n", fmt::format("{} ({})", l->name(), l->type()), w1 - 1, shape, w2,
-                     l->count_params(), w3);
-    s += i + 1 < layers_.size() ? fmt::format("{:<{}}\n", "", w1 + w2 + w3) : "";
+    row(fmt::format("{} ({})", l->name(), l->type()), shape, l->count_params(), connected[i]);
+    s += i + 1 < layers_.size() ? fmt::format("{:<{}}\n", "", width) : "";
     for (const auto& v : l->variables()) {
       total += v.value.numel();
       if (v.trainable) trainable += v.value.numel();

@@ -2,6 +2,7 @@
 #include "kernels/backend.h"
 
 #include <array>
+#include <cstring>
 
 #include "kernels/cpu/kernels.h"
 #include "tandem/error.h"
@@ -58,6 +59,13 @@ class CpuBackend final : public Backend {
   void activation_backward(const float* dy, const float* z, const float* y, float* dz, int64_t rows, int64_t cols,
                            Activation act) override {
     cpu::activation_backward(dy, z, y, dz, rows, cols, act);
+  }
+  void copy_blocks(const float* x, float* y, int64_t blocks, int64_t rows, int64_t width, int64_t x_block,
+                   int64_t x_row, int64_t y_block, int64_t y_row) override {
+    for (int64_t b = 0; b < blocks; ++b)
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(y + b * y_block + r * y_row, x + b * x_block + r * x_row,
+                    static_cast<size_t>(width) * sizeof(float));
   }
   void column_sums(const float* dy, int64_t rows, int64_t cols, float* db) override {
     cpu::column_sums(dy, rows, cols, db);

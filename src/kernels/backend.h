@@ -22,6 +22,11 @@ class Backend {
                               float low, float high) = 0;
   virtual void binary(BinaryKind kind, const float* a, const float* b, float* y, int64_t n, int64_t b_n) = 0;
   virtual double sum(const float* x, int64_t n) = 0;
+  // `blocks` blocks of `rows` rows of `width` floats each: row r of block b is read at
+  // x + b·x_block + r·x_row and written at y + b·y_block + r·y_row (a concatenation's or a
+  // padding's places, and their gradients' slices back). x and y do not overlap.
+  virtual void copy_blocks(const float* x, float* y, int64_t blocks, int64_t rows, int64_t width, int64_t x_block,
+                           int64_t x_row, int64_t y_block, int64_t y_row) = 0;
   // Row i's elements draw Philox(seed, step) at (sample_offset + i)·features + feature_offset + j.
   virtual void dropout(const float* x, float* y, float* mask, int64_t rows, int64_t per_sample, float rate,
                        uint64_t seed, uint64_t step, int64_t sample_offset, int64_t features,

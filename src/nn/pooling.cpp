@@ -31,3 +31,38 @@ Tensor Pooling2D::call(const Tensor& x, const CallContext&) {
 }
 
 }  // namespace tandem::layers
+
+namespace tandem::layers {
+
+Shape GlobalAveragePooling2D::do_build(const Shape& input_shape, uint64_t) {
+  if (input_shape.rank() != 3)
+    fail("{}: expects inputs of shape (None, height, width, channels), got {}", label(), input_shape.str_with_batch());
+  return keepdims_ ? Shape{1, 1, input_shape[2]} : Shape{input_shape[2]};
+}
+
+Tensor GlobalAveragePooling2D::call(const Tensor& x, const CallContext&) {
+  check_input(x);
+  Tensor y = ops::avg_pool2d(x, x.dim(1), x.dim(2), x.dim(1), x.dim(2), Padding::Valid);
+  return keepdims_ ? y : ops::reshape(y, {x.dim(0), x.dim(3)});
+}
+
+ZeroPadding2D::ZeroPadding2D(std::array<int64_t, 4> top_bottom_left_right, ZeroPadding2DOptions options)
+    : Layer(options.name, options.input_shape), padding_(top_bottom_left_right) {
+  for (int64_t p : padding_)
+    if (p < 0)
+      fail("{}: padding must be non-negative, got ((top {}, bottom {}), (left {}, right {}))", label(), padding_[0],
+           padding_[1], padding_[2], padding_[3]);
+}
+
+Shape ZeroPadding2D::do_build(const Shape& input_shape, uint64_t) {
+  if (input_shape.rank() != 3)
+    fail("{}: expects inputs of shape (None, height, width, channels), got {}", label(), input_shape.str_with_batch());
+  return Shape{input_shape[0] + padding_[0] + padding_[1], input_shape[1] + padding_[2] + padding_[3], input_shape[2]};
+}
+
+Tensor ZeroPadding2D::call(const Tensor& x, const CallContext&) {
+  check_input(x);
+  return ops::zero_pad2d(x, padding_[0], padding_[1], padding_[2], padding_[3]);
+}
+
+}  // namespace tandem::layers

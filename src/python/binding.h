@@ -48,9 +48,9 @@ struct StrategyHandle {
 
 struct ModelHandle {
   std::shared_ptr<distribute::Strategy> strategy;  // kept alive while the model lives
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   std::atomic<bool> busy{false};  // fit, evaluate or predict running (without the GIL)
-  Sequential& get() {
+  Model& get() {
     if (!model) throw Error("this model was freed");
     return *model;
   }

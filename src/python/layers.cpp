@@ -1,6 +1,8 @@
 // tandem._tandem's layers.
 #include "python/binding.h"
 
+#include <array>
+
 namespace tandem::python {
 
 void register_layers(py::module_& m) {
@@ -9,7 +11,55 @@ void register_layers(py::module_& m) {
   m.def("global_policy", &mixed_precision::global_policy);
   // Whether this CPU multiplies in bf16 (AVX512_BF16 or AMX): elsewhere mixed_bfloat16 keeps float32 products.
   m.def("cpu_has_bf16_products", [] { return ops::has_bf16_products(Device::cpu()); });
+  // Keras' KerasTensor: a keras.Input, or a layer's output in a model being written.
+  py::class_<SymbolicTensor>(m, "SymbolicTensor")
+      .def_property_readonly("shape",
+                             [](const SymbolicTensor& t) {
+                               py::list dims;
+                               dims.append(py::none());  // the batch axis, as Keras shows it
+                               for (int64_t d : t.shape()) dims.append(d);
+                               return py::tuple(dims);
+                             })
+      .def_property_readonly("is_input", [](const SymbolicTensor& t) { return !t.node()->layer; })
+      .def_property_readonly("name", [](const SymbolicTensor& t) { return t.node()->name; })
+      .def("__repr__", [](const SymbolicTensor& t) {
+        return fmt::format("<KerasTensor shape={} {}>", t.shape().str_with_batch(),
+                           t.node()->layer ? "from " + t.node()->layer->label() : std::string("input"));
+      });
+  m.def(
+      "Input",
+      [](std::vector<int64_t> shape, std::string name) {
+        return Input(Shape(std::span<const int64_t>(shape.data(), shape.size())), std::move(name));
+      },
+      py::arg("shape"), py::arg("name"));
   py::class_<Layer, std::shared_ptr<Layer>>(m, "Layer")
+      // Keras' functional API: the layer called on a KerasTensor (a merge layer on a list of them);
+      // the same layer object called again is shared.
+      .def(
+          "__call__",
+          [](const std::shared_ptr<Layer>& l, const py::object& inputs) {
+            if (py::isinstance<SymbolicTensor>(inputs)) {
+              SymbolicTensor x = inputs.cast<SymbolicTensor>();
+              return call_symbolic(l, std::span<const SymbolicTensor>(&x, 1));
+            }
+            if (py::isinstance<py::list>(inputs) || py::isinstance<py::tuple>(inputs)) {
+              std::vector<SymbolicTensor> xs;
+              for (const py::handle& h : inputs) {
+                if (!py::isinstance<SymbolicTensor>(h))
+                  throw Error(
+                      fmt::format("{}: called on a list holding {}; the functional API calls layers on "
+                                  "keras.Input tensors and other layers' outputs",
+                                  l->label(), py::str(py::type::of(h)).cast<std::string>()));
+                xs.push_back(h.cast<SymbolicTensor>());
+              }
+              return call_symbolic(l, xs);
+            }
+            throw Error(
+                fmt::format("{}: called on {}; Tandem calls layers on keras.Input tensors and other layers' outputs "
+                            "(the functional API): to run one on data, put it in a model and call the model",
+                            l->label(), py::str(py::type::of(inputs)).cast<std::string>()));
+          },
+          py::arg("inputs"))
       .def_property_readonly("name", &Layer::name)
       .def_property_readonly("type", &Layer::type)
       .def_property_readonly("built", &Layer::built)
@@ -129,6 +179,30 @@ void register_layers(py::module_& m) {
                  activation, ActivationOptions{.name = name, .input_shape = shape_of(input_shape)});
            }),
            py::arg("activation"), py::arg("name"), py::arg("input_shape"));
+  py::class_<ReLU, layers::Activation, std::shared_ptr<ReLU>>(m, "ReLU").def(
+      py::init([](std::string name, std::optional<std::vector<int64_t>> input_shape) {
+        return std::make_shared<ReLU>(ActivationOptions{.name = name, .input_shape = shape_of(input_shape)});
+      }),
+      py::arg("name"), py::arg("input_shape"));
+  py::class_<GlobalAveragePooling2D, Layer, std::shared_ptr<GlobalAveragePooling2D>>(m, "GlobalAveragePooling2D")
+      .def(py::init([](bool keepdims, std::string name, std::optional<std::vector<int64_t>> input_shape) {
+             return std::make_shared<GlobalAveragePooling2D>(
+                 GlobalPooling2DOptions{.keepdims = keepdims, .name = name, .input_shape = shape_of(input_shape)});
+           }),
+           py::arg("keepdims"), py::arg("name"), py::arg("input_shape"));
+  py::class_<ZeroPadding2D, Layer, std::shared_ptr<ZeroPadding2D>>(m, "ZeroPadding2D")
+      .def(py::init(
+               [](std::array<int64_t, 4> padding, std::string name, std::optional<std::vector<int64_t>> input_shape) {
+                 return std::make_shared<ZeroPadding2D>(
+                     padding, ZeroPadding2DOptions{.name = name, .input_shape = shape_of(input_shape)});
+               }),
+           py::arg("padding"), py::arg("name"), py::arg("input_shape"));
+  py::class_<Merge, Layer, std::shared_ptr<Merge>>(m, "Merge");
+  py::class_<layers::Add, Merge, std::shared_ptr<layers::Add>>(m, "Add").def(py::init<std::string>(), py::arg("name"));
+  py::class_<Subtract, Merge, std::shared_ptr<Subtract>>(m, "Subtract").def(py::init<std::string>(), py::arg("name"));
+  py::class_<Multiply, Merge, std::shared_ptr<Multiply>>(m, "Multiply").def(py::init<std::string>(), py::arg("name"));
+  py::class_<Concatenate, Merge, std::shared_ptr<Concatenate>>(m, "Concatenate")
+      .def(py::init<int, std::string>(), py::arg("axis"), py::arg("name"));
 }
 
 }  // namespace tandem::python

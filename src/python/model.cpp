@@ -93,6 +93,23 @@ void register_model(py::module_& m) {
              return h;
            }),
            py::arg("name"), py::arg("seed"))
+      // Keras' functional Model(inputs, outputs).
+      .def_static(
+          "functional",
+          [](std::vector<layers::SymbolicTensor> inputs, std::vector<layers::SymbolicTensor> outputs, std::string name,
+             uint64_t seed) {
+            auto h = std::make_shared<ModelHandle>();
+            h->model = std::make_unique<Functional>(inputs, outputs, ModelOptions{.name = name, .seed = seed});
+            return h;
+          },
+          py::arg("inputs"), py::arg("outputs"), py::arg("name"), py::arg("seed"))
+      .def_property_readonly("kind", [](ModelHandle& h) { return std::string(h.get().kind()); })
+      .def_property_readonly("input_shape",
+                             [](ModelHandle& h) -> py::object {
+                               if (h.get().input_shapes().empty()) return py::none();
+                               const Shape& s = h.get().input_shapes()[0];
+                               return py::cast(std::vector<int64_t>(s.begin(), s.end()));
+                             })
       .def("add", [](ModelHandle& h, std::shared_ptr<layers::Layer> layer) { h.get().add(std::move(layer)); })
       .def("build",
            [](ModelHandle& h, std::vector<int64_t> shape) {

@@ -50,7 +50,7 @@ TEST_F(Gpu, AnAbsentGpuIsNamed) {
   EXPECT_NE(error.find("no device cuda:"), std::string::npos) << error;
 }
 
-using MakeModel = std::function<std::unique_ptr<Sequential>()>;
+using MakeModel = std::function<std::unique_ptr<Model>()>;
 
 // Steps (Adam, sparse cross-entropy) from the same weights and batches on `device`: each step's
 // loss, then the weights.
@@ -99,7 +99,7 @@ void expect_the_cpus_results(const MakeModel& make, const Shape& sample) {
   for (size_t i = 0; i < cpu.weights.size(); ++i) EXPECT_TRUE(close(gpu.weights[i], cpu.weights[i])) << "weight " << i;
 }
 
-std::unique_ptr<Sequential> mlp() {
+std::unique_ptr<Model> mlp() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 9});
   m->add(layers::Dense(32, "relu", {.input_shape = Shape{12}}));
   m->add(layers::Dropout(0.25f));
@@ -261,7 +261,7 @@ TEST_F(Gpu, MirroredOverLogicalGpusTrainsAsOneGpu) {
       std::vector<Device> devices;
       for (int i = 0; i < gpus; ++i) devices.push_back(Device::cuda(i));
       distribute::MirroredStrategy mirrored({.deterministic = deterministic, .devices = devices});
-      std::unique_ptr<Sequential> model;
+      std::unique_ptr<Model> model;
       {
         auto scope = mirrored.scope();
         model = mlp();

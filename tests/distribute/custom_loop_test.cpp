@@ -11,7 +11,7 @@ namespace {
 
 using namespace layers;
 
-std::unique_ptr<Sequential> make_model() {
+std::unique_ptr<Model> make_model() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 11});
   m->add(Dense(12, "relu", {.input_shape = Shape{5}}));
   m->add(Dropout(0.25f));
@@ -27,7 +27,7 @@ data::Dataset blobs(int64_t n) {  // batches of 24
 }
 
 // The custom loop of the docs, written once; `strategy` null runs it on one device.
-std::vector<double> train(Sequential& model, Optimizer& optimizer, distribute::Strategy* strategy, int epochs,
+std::vector<double> train(Model& model, Optimizer& optimizer, distribute::Strategy* strategy, int epochs,
                           int64_t rows) {
   Loss loss_fn = Loss::sparse_categorical_crossentropy(true);
   auto step = [&](const data::Element& batch) {
@@ -59,7 +59,7 @@ void expect_same_as_one_device(distribute::Strategy& strategy, int64_t rows = 96
   optimizers::Adam adam0(0.02f);
   std::vector<double> expected = train(*reference, adam0, nullptr, 3, rows);
 
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
     model = make_model();
@@ -209,7 +209,7 @@ class IndependentReplicas : public distribute::MirroredExtended {
   };
 };
 
-std::unique_ptr<Sequential> small_model() {
+std::unique_ptr<Model> small_model() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 5});
   m->add(Dense(6, "tanh", {.input_shape = Shape{5}}));
   m->add(Dense(3));
@@ -224,7 +224,7 @@ TEST(StrategyHooks, AnUpdateRuleDecidesHowOptimizerApplyActs) {
   auto global = data::Dataset::from_tensor_slices({x, Tensor::from_vector({rows}, std::span<const int32_t>(l))})
                     .batch(2 * per_replica);
   Loss loss_fn = Loss::sparse_categorical_crossentropy(true);
-  auto step_on = [&](Sequential& model, Optimizer& optimizer, const data::Element& batch) {
+  auto step_on = [&](Model& model, Optimizer& optimizer, const data::Element& batch) {
     GradientTape tape;
     Tensor loss = compute_average_loss(loss_fn.per_sample(batch[1], model(batch[0], true)), batch[0].dim(0));
     std::vector<Variable*> variables = model.trainable_variables();
@@ -232,7 +232,7 @@ TEST(StrategyHooks, AnUpdateRuleDecidesHowOptimizerApplyActs) {
   };
   distribute::StrategyOf<IndependentReplicas> strategy(
       std::make_unique<IndependentReplicas>(distribute::MirroredOptions{.num_replicas = 2, .threads_per_replica = 1}));
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
     model = small_model();
@@ -323,7 +323,7 @@ class CountingExtended : public distribute::DefaultExtended {
 
 TEST(StrategyHooks, TheStrategyMakesFitsStepAndCollectsTheStateToSave) {
   distribute::StrategyOf<CountingExtended> strategy(std::make_unique<CountingExtended>());
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
     model = small_model();

@@ -30,7 +30,7 @@ Data blobs(int64_t n, Shape per_sample) {
 
 // The tutorial's mlp shape (Dense relu, Dropout, Dense softmax) with Adam, and a small cnn with
 // momentum: slots on the devices, dropout masks keyed by the global row.
-std::unique_ptr<Sequential> mlp() {
+std::unique_ptr<Model> mlp() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
   m->add(Dense(16, "relu", {.input_shape = Shape{6}}));
   m->add(Dropout(0.3f));
@@ -38,7 +38,7 @@ std::unique_ptr<Sequential> mlp() {
   m->compile(optimizers::Adam(0.01f), "sparse_categorical_crossentropy", {"accuracy"});
   return m;
 }
-std::unique_ptr<Sequential> cnn() {
+std::unique_ptr<Model> cnn() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
   m->add(Conv2D(4, 3, {.padding = "same", .activation = "relu", .input_shape = Shape{6, 6, 1}}));
   m->add(MaxPooling2D());
@@ -49,7 +49,7 @@ std::unique_ptr<Sequential> cnn() {
 }
 
 // Dense → synchronized BatchNormalization (statistics over every device's rows) → relu → Dense.
-std::unique_ptr<Sequential> batch_norm() {
+std::unique_ptr<Model> batch_norm() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
   m->add(Dense(8, "", {.input_shape = Shape{6}}));
   m->add(BatchNormalization({.momentum = 0.9f, .synchronized = true}));
@@ -61,11 +61,10 @@ std::unique_ptr<Sequential> batch_norm() {
 
 struct Trained {
   std::unique_ptr<distribute::Strategy> strategy;  // outlives the model
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   History history;
 };
-Trained train(const std::function<std::unique_ptr<Sequential>()>& make, const Data& d,
-              distribute::MirroredOptions options) {
+Trained train(const std::function<std::unique_ptr<Model>()>& make, const Data& d, distribute::MirroredOptions options) {
   Trained t;
   options.threads_per_replica = 1;
   t.strategy = std::make_unique<distribute::MirroredStrategy>(options);
@@ -94,7 +93,7 @@ class DeviceReplicas : public ::testing::Test {
 TEST_F(DeviceReplicas, ReplicasOnDevicesTrainAsReplicasOnCoresWithTheirVariablesOnTheirDevices) {
   for (std::string what : {"mlp", "cnn", "batch_norm"}) {
     bool conv = what == "cnn";
-    auto make = conv ? std::function<std::unique_ptr<Sequential>()>(cnn) : what == "mlp" ? mlp : batch_norm;
+    auto make = conv ? std::function<std::unique_ptr<Model>()>(cnn) : what == "mlp" ? mlp : batch_norm;
     Data d = conv ? blobs(50, Shape{6, 6, 1}) : blobs(98, Shape{6});
     Trained cores = train(make, d, {.num_replicas = 2});
     int calls = device_.backend.calls;
@@ -129,7 +128,7 @@ TEST_F(DeviceReplicas, DeterministicModeGivesTheSameBitsForAnyNumberOfDevices) {
 // A custom loop's Optimizer::apply reduces a device replica's gradients too.
 TEST_F(DeviceReplicas, ACustomLoopStepsEveryDeviceReplicaAlike) {
   distribute::MirroredStrategy strategy({.threads_per_replica = 1, .devices = {emulated(0), emulated(1)}});
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
     model = mlp();
@@ -157,7 +156,7 @@ TEST_F(DeviceReplicas, ParameterServerWorkersOnDevicesTrainAsOnTheHost) {
     distribute::ParameterServerStrategy ps(
         distribute::ClusterSpec::local(1, 2),
         {.mode = distribute::PsMode::Synchronous, .threads_per_worker = 1, .worker_devices = devices});
-    std::unique_ptr<Sequential> model;
+    std::unique_ptr<Model> model;
     {
       auto scope = ps.scope();
       model = mlp();

@@ -213,7 +213,7 @@ TEST(Hvd, LearningRateWarmupRisesFromAFractionToTheRate) {
 
 TEST(Hvd, DistributedOptimizerRefusesReplicasOfAStrategy) {
   distribute::MirroredStrategy mirrored({.num_replicas = 2, .threads_per_replica = 1});
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     distribute::Strategy::Scope scope(&mirrored);
     model = std::make_unique<Sequential>();

@@ -20,7 +20,7 @@ struct Linear {  // kernel (features) and bias of Dense(1), in double
   double b = 0.0;
 };
 
-Linear weights_of(Sequential& model) {
+Linear weights_of(Model& model) {
   auto v = model.variables();
   std::vector<float> k = v[0]->value.to_vector(), b = v[1]->value.to_vector();
   return {std::vector<double>(k.begin(), k.end()), b[0]};
@@ -82,7 +82,7 @@ Data make_data(int64_t rows) {
   return d;
 }
 
-std::unique_ptr<Sequential> linear_model() {
+std::unique_ptr<Model> linear_model() {
   auto model = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
   model->add(Dense(1, "", {.input_shape = Shape{kFeatures}}));
   return model;

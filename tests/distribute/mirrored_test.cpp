@@ -26,7 +26,7 @@ Data blobs(int64_t n, Shape per_sample) {
   return {x, Tensor::from_vector({n}, std::span<const int32_t>(l))};
 }
 
-std::unique_ptr<Sequential> dense_model() {
+std::unique_ptr<Model> dense_model() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
   m->add(Dense(16, "relu", {.input_shape = Shape{6}}));
   m->add(Dropout(0.3f));
@@ -35,7 +35,7 @@ std::unique_ptr<Sequential> dense_model() {
   return m;
 }
 
-std::unique_ptr<Sequential> conv_model() {
+std::unique_ptr<Model> conv_model() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
   m->add(Conv2D(4, 3, {.padding = "same", .activation = "relu", .input_shape = Shape{6, 6, 1}}));
   m->add(MaxPooling2D());
@@ -46,7 +46,7 @@ std::unique_ptr<Sequential> conv_model() {
 }
 
 // Dense → BatchNormalization → ReLU → Dense and a Conv2D → BatchNormalization model.
-std::function<std::unique_ptr<Sequential>()> batch_norm_model(bool synchronized, bool conv = false) {
+std::function<std::unique_ptr<Model>()> batch_norm_model(bool synchronized, bool conv = false) {
   return [=] {
     auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
     if (conv) m->add(Conv2D(4, 3, {.padding = "same", .input_shape = Shape{6, 6, 1}}));
@@ -62,7 +62,7 @@ std::function<std::unique_ptr<Sequential>()> batch_norm_model(bool synchronized,
 
 class Mirrored : public ::testing::TestWithParam<int> {};
 
-void expect_same_training(const std::function<std::unique_ptr<Sequential>()>& make, const Data& d, int replicas,
+void expect_same_training(const std::function<std::unique_ptr<Model>()>& make, const Data& d, int replicas,
                           bool central = false) {
   auto reference = make();
   History h0 = reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
@@ -70,7 +70,7 @@ void expect_same_training(const std::function<std::unique_ptr<Sequential>()>& ma
   if (central) owned = std::make_unique<distribute::CentralStorageStrategy>(replicas, 1);
   else owned = std::make_unique<distribute::MirroredStrategy>(replicas, 1);
   distribute::Strategy& mirrored = *owned;
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     auto scope = mirrored.scope();
     model = make();
@@ -125,7 +125,7 @@ TEST_P(Mirrored, ABatchWithFewerRowsThanReplicasMatchesTheDefaultStrategy) {
 // replicas that had rows and stay mirrored.
 TEST(MirroredStrategy, LocalBatchNormalizationWithAnEmptyReplicaStaysMirrored) {
   distribute::MirroredStrategy mirrored(3, 1);
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     auto scope = mirrored.scope();
     model = batch_norm_model(false)();
@@ -162,14 +162,14 @@ class CheckMirrored : public Callback {
 
 TEST(MirroredStrategy, AllReduceDuringBackwardMatchesTheDefaultStrategy) {
   for (bool conv : {false, true}) {
-    auto make = conv ? std::function<std::unique_ptr<Sequential>()>(conv_model)
-                     : std::function<std::unique_ptr<Sequential>()>(dense_model);
+    auto make = conv ? std::function<std::unique_ptr<Model>()>(conv_model)
+                     : std::function<std::unique_ptr<Model>()>(dense_model);
     Data d = conv ? blobs(50, Shape{6, 6, 1}) : blobs(98, Shape{6});  // the last batch has 2 rows: 1 per replica
     auto reference = make();
     reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
     // 64-byte buckets: many all-reduces per step, issued while backward runs.
     distribute::MirroredStrategy mirrored({.num_replicas = 2, .threads_per_replica = 1, .bucket_bytes = 64});
-    std::unique_ptr<Sequential> model;
+    std::unique_ptr<Model> model;
     {
       auto scope = mirrored.scope();
       model = make();
@@ -230,7 +230,7 @@ TEST(OneDeviceStrategy, TrainsExactlyAsTheDefault) {
   auto reference = dense_model();
   reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 20, .verbose = 0});
   distribute::OneDeviceStrategy one;
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     auto scope = one.scope();
     model = dense_model();
@@ -267,14 +267,13 @@ namespace {
 using namespace layers;
 
 // Deterministic mode: the same bits whatever the number of replicas, for the same global batch.
-std::vector<std::vector<float>> train_deterministic(const std::function<std::unique_ptr<Sequential>()>& make,
-                                                    const Data& d, distribute::MirroredOptions options,
-                                                    bool central = false) {
+std::vector<std::vector<float>> train_deterministic(const std::function<std::unique_ptr<Model>()>& make, const Data& d,
+                                                    distribute::MirroredOptions options, bool central = false) {
   options.deterministic = true;
   std::unique_ptr<distribute::Strategy> strategy;
   if (central) strategy = std::make_unique<distribute::CentralStorageStrategy>(options);
   else strategy = std::make_unique<distribute::MirroredStrategy>(options);
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     auto scope = strategy->scope();
     model = make();
@@ -301,7 +300,7 @@ TEST(Deterministic, MixedBfloat16KeepsTheBitsWhateverTheNumberOfReplicas) {
     m->compile(optimizers::Adam(0.01f), "sparse_categorical_crossentropy", {"accuracy"});
     return m;
   };
-  using Make = std::function<std::unique_ptr<Sequential>()>;
+  using Make = std::function<std::unique_ptr<Model>()>;
   for (auto [name, make, per_sample] : {std::tuple<std::string, Make, Shape>{"dense", dense_model, {6}},
                                         std::tuple<std::string, Make, Shape>{"convolutions", convs, {6, 6, 3}}}) {
     Data d = blobs(90, per_sample);
@@ -318,7 +317,7 @@ TEST(Deterministic, MixedBfloat16KeepsTheBitsWhateverTheNumberOfReplicas) {
 }
 
 TEST(Deterministic, BitwiseIdenticalWhateverTheNumberOfReplicas) {
-  using Make = std::function<std::unique_ptr<Sequential>()>;
+  using Make = std::function<std::unique_ptr<Model>()>;
   struct Case {
     std::string name;
     Make make;
@@ -384,14 +383,14 @@ TEST(Deterministic, BitwiseIdenticalWhateverTheNumberOfReplicas) {
 TEST(Deterministic, RowWiseModelsRunAReplicasPartsAsOneBatch) {
   if (!ops::has_fast_row_exact_products(Device::cpu()))
     GTEST_SKIP() << "this CPU has no AVX2 and FMA: deterministic steps run their micro-batches one by one";
-  using Make = std::function<std::unique_ptr<Sequential>()>;
+  using Make = std::function<std::unique_ptr<Model>()>;
   for (auto [name, make, per_sample, forwards] :
        {std::tuple<std::string, Make, Shape, int64_t>{"dense", dense_model, {6}, 2 * 2},
         {"conv", conv_model, {6, 6, 1}, 2 * 8}}) {
     distribute::MirroredStrategy strategy({.num_replicas = 2, .threads_per_replica = 1, .deterministic = true});
     Timeline timeline;
     strategy.extended().set_timeline(&timeline);
-    std::unique_ptr<Sequential> model;
+    std::unique_ptr<Model> model;
     {
       auto scope = strategy.scope();
       model = make();
@@ -431,7 +430,7 @@ TEST(StrategyHooks, ASplitOfItsOwnTrainsAsTheDefault) {
     auto reference = dense_model();
     History h0 = reference->fit(d.x, d.y, {.epochs = 2, .batch_size = 24, .verbose = 0});
     SplitOfItsOwn strategy(first_part, parts);
-    std::unique_ptr<Sequential> model;
+    std::unique_ptr<Model> model;
     {
       auto scope = strategy.scope();
       model = dense_model();
@@ -450,7 +449,7 @@ TEST(StrategyHooks, ASplitOfItsOwnTrainsAsTheDefault) {
 
 TEST(StrategyHooks, ASplitThatDoesNotCoverTheBatchIsNamed) {
   SplitOfItsOwn strategy({0, 2, 3}, 4);  // part 3 computed by nobody
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     auto scope = strategy.scope();
     model = dense_model();

@@ -226,7 +226,7 @@ TEST(ModelParallel, DataTimesModelOnAMeshTrainsAsOneDevice) {
 // the same loop on one device.
 TEST(ModelParallel, Mlp5SplitTrainsAsOneDeviceInACustomLoop) {
   Data d = data(640);
-  auto loop = [&](Sequential& model, distribute::Strategy* strategy) {
+  auto loop = [&](Model& model, distribute::Strategy* strategy) {
     for (int64_t step = 0; step < 20; ++step) {
       Tensor x = d.x.slice(step * 32, step * 32 + 32), y = d.y.slice(step * 32, step * 32 + 32);
       auto body = [&] {

@@ -24,9 +24,9 @@ using namespace tandem::distribute;
 
 namespace {
 
-using Make = std::function<std::unique_ptr<Sequential>()>;
+using Make = std::function<std::unique_ptr<Model>()>;
 
-std::unique_ptr<Sequential> dropout_mlp() {
+std::unique_ptr<Model> dropout_mlp() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
   m->add(layers::Dense(16, "relu", {.input_shape = Shape{6}}));
   m->add(layers::Dropout(0.3f));
@@ -35,7 +35,7 @@ std::unique_ptr<Sequential> dropout_mlp() {
   return m;
 }
 
-std::unique_ptr<Sequential> batch_norm_cnn() {
+std::unique_ptr<Model> batch_norm_cnn() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
   m->add(layers::Conv2D(4, 3, {.padding = "same", .input_shape = Shape{6, 6, 1}}));
   m->add(layers::BatchNormalization({.momentum = 0.9f, .synchronized = true}));
@@ -48,7 +48,7 @@ std::unique_ptr<Sequential> batch_norm_cnn() {
 
 // Keras' regularizers on the first layer (kernel and activity) and the last (kernel), and sample
 // weights by row: what the "weighted" mode and ZeRO's comparison train with.
-void regularize(Sequential& model) {
+void regularize(Model& model) {
   model.layers().front()->set_regularizers({.kernel = {.l2 = 0.01f}, .activity = {.l1 = 0.001f}});
   model.layers().back()->set_regularizers({.kernel = {.l1 = 0.002f, .l2 = 0.003f}});
 }
@@ -67,7 +67,7 @@ std::vector<std::vector<float>> train(const Make& make, distribute::Strategy* st
   std::vector<int32_t> labels(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 4);
   Tensor y = Tensor::from_vector({n}, std::span<const int32_t>(labels));
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     std::optional<distribute::Strategy::Scope> scope;
     if (strategy != nullptr) scope.emplace(strategy);
@@ -113,11 +113,11 @@ void zero_against_plain(std::shared_ptr<Communicator> world, bool deterministic)
     Tensor y = Tensor::from_vector({rows}, std::span<const int32_t>(labels));
     auto make = [&] {
       Strategy::Scope scope(&strategy);
-      std::unique_ptr<Sequential> m = dropout_mlp();  // Adam: two slots per variable
-      regularize(*m);                                 // the penalties' gradients added to each worker's shards
+      std::unique_ptr<Model> m = dropout_mlp();  // Adam: two slots per variable
+      regularize(*m);                            // the penalties' gradients added to each worker's shards
       return m;
     };
-    std::unique_ptr<Sequential> model = make();
+    std::unique_ptr<Model> model = make();
     model->fit(x, y, {.epochs = 2, .batch_size = 24, .verbose = 0, .sample_weight = row_weights(rows)});
     if (resume) {
       std::string path = (std::filesystem::temp_directory_path() /
@@ -184,7 +184,7 @@ void train_and_compare(std::shared_ptr<Communicator> world, int local, const std
     auto got = train(make, &strategy, per_sample, 73, frozen, weighted);
     auto want = train(make, deterministic ? &one : nullptr, per_sample, 73, frozen, weighted);
     if (frozen) {  // the base's variables as made, bit for bit; the head's trained
-      std::unique_ptr<Sequential> fresh = make();
+      std::unique_ptr<Model> fresh = make();
       size_t base = fresh->layers()[0]->variables().size() + fresh->layers()[1]->variables().size();
       auto made = fresh->variables();
       for (size_t i = 0; i < made.size(); ++i) {
@@ -288,7 +288,7 @@ void hvd_tensors(const hvd::Context& ctx) {
   }
 }
 
-std::unique_ptr<Sequential> momentum_mlp(uint64_t seed) {
+std::unique_ptr<Model> momentum_mlp(uint64_t seed) {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = seed});
   m->add(layers::Dense(16, "relu", {.input_shape = Shape{6}}));
   m->add(layers::Dense(4));
@@ -308,7 +308,7 @@ void hvd_against_strategy(std::shared_ptr<Communicator> world, const hvd::Contex
   auto loss = Loss::sparse_categorical_crossentropy(true);
 
   distribute::MultiWorkerMirroredStrategy strategy({.threads_per_replica = 1, .workers = world});
-  std::unique_ptr<Sequential> want;
+  std::unique_ptr<Model> want;
   {
     distribute::Strategy::Scope scope(&strategy);
     want = momentum_mlp(3);

@@ -37,7 +37,7 @@ TEST(Pipeline, Mlp5InTwoAndThreeStagesTrainsAsOneDeviceWithEitherSchedule) {
   History alone = one->fit(d.x, d.y, {.epochs = 1, .batch_size = 32, .verbose = 0});
   for (int stages : {2, 3}) {
     for (int micro : {1, 2, 4}) {
-      std::unique_ptr<Sequential> gpipe;
+      std::unique_ptr<Model> gpipe;
       for (PipelineSchedule schedule : {PipelineSchedule::GPipe, PipelineSchedule::OneForwardOneBackward}) {
         PipelineStrategy pipeline({.num_stages = stages, .micro_batches = micro, .schedule = schedule});
         Timeline timeline;
@@ -74,7 +74,7 @@ TEST(Pipeline, Mlp5InTwoAndThreeStagesTrainsAsOneDeviceWithEitherSchedule) {
 // and the moving statistics move once per global batch toward their average, which is what
 // mirrored:M does with unsynchronized batch normalization over the same rows; with one
 // micro-batch, one device.
-std::unique_ptr<Sequential> cnn(distribute::Strategy* strategy) {
+std::unique_ptr<Model> cnn(distribute::Strategy* strategy) {
   std::optional<distribute::Strategy::Scope> scope;
   if (strategy != nullptr) scope.emplace(strategy);
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 5});

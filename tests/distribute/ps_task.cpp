@@ -39,7 +39,7 @@ int main(int argc, char** argv) try {
   for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>((i + (skew ? 1 : 0)) % 4);
   Tensor y = Tensor::from_vector({n}, std::span<const int32_t>(labels));
 
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     std::optional<distribute::Strategy::Scope> scope;
     if (strategy) scope.emplace(strategy.get());

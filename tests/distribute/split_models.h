@@ -16,7 +16,7 @@
 
 namespace tandem::testing {
 
-inline std::unique_ptr<Sequential> mlp5(distribute::Strategy* strategy, float dropout) {
+inline std::unique_ptr<Model> mlp5(distribute::Strategy* strategy, float dropout) {
   std::optional<distribute::Strategy::Scope> scope;
   if (strategy != nullptr) scope.emplace(strategy);
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 7});
@@ -46,7 +46,7 @@ inline Data data(int64_t n) {
 // split sums a row shard's partial products in another order than one matrix product does, and
 // Adam's normalized steps carry the last bits on; a slot (the gradients' moving moments) is a
 // sum of nearly cancelling terms, where those bits weigh more.
-inline void expect_close(Sequential& a, Sequential& b, double tolerance, const std::string& what) {
+inline void expect_close(Model& a, Model& b, double tolerance, const std::string& what) {
   auto x = a.state(), y = b.state();
   ASSERT_EQ(x.size(), y.size()) << what;
   for (size_t i = 0; i < x.size(); ++i) {

@@ -18,7 +18,7 @@ void expect_error(const std::function<void()>& f, const std::string& part) {
   EXPECT_NE(message.find(part), std::string::npos) << message;
 }
 
-std::unique_ptr<Sequential> mlp(int64_t hidden = 16) {
+std::unique_ptr<Model> mlp(int64_t hidden = 16) {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 5});
   m->add(Dense(hidden, "relu", {.input_shape = Shape{8}}));
   m->add(Dropout(0.25f));
@@ -26,7 +26,7 @@ std::unique_ptr<Sequential> mlp(int64_t hidden = 16) {
   return m;
 }
 
-std::unique_ptr<Sequential> convnet() {
+std::unique_ptr<Model> convnet() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 6});
   m->add(Conv2D(4, Size2(3), {.padding = "same", .activation = "relu", .input_shape = Shape{6, 6, 2}}));
   m->add(BatchNormalization());
@@ -36,7 +36,7 @@ std::unique_ptr<Sequential> convnet() {
   return m;
 }
 
-void train(Sequential& m, const Shape& per_sample) {
+void train(Model& m, const Shape& per_sample) {
   Shape x_shape{24};
   for (int64_t d : per_sample) x_shape.push_back(d);
   Tensor x = testing::random_tensor(x_shape, 11);
@@ -45,7 +45,7 @@ void train(Sequential& m, const Shape& per_sample) {
   m.fit(x, Tensor::from_vector({24}, labels), {.epochs = 2, .batch_size = 8, .verbose = 0});
 }
 
-void expect_same_state(Sequential& a, Sequential& b) {
+void expect_same_state(Model& a, Model& b) {
   auto sa = a.state(), sb = b.state();
   ASSERT_EQ(sa.size(), sb.size());
   for (size_t i = 0; i < sa.size(); ++i) {

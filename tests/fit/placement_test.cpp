@@ -87,7 +87,7 @@ TEST(Placement, ToDeviceMovesTheGradientBack) {
 
 // Dense → [cpu:1: Dense, Dropout] → [cpu:2: BatchNormalization, Dense], or all on the default
 // device.
-std::unique_ptr<Sequential> placed_model(bool placed) {
+std::unique_ptr<Model> placed_model(bool placed) {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 7});
   m->add(Dense(48, "relu", {.input_shape = Shape{20}}));
   {
@@ -115,7 +115,7 @@ Data data(int64_t n) {
   return {testing::random_tensor({n, 20}, 9), Tensor::from_vector({n}, std::span<const int32_t>(labels))};
 }
 
-void expect_same_bits(Sequential& a, Sequential& b, const char* what) {
+void expect_same_bits(Model& a, Model& b, const char* what) {
   auto x = a.state(), y = b.state();
   ASSERT_EQ(x.size(), y.size()) << what;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -144,7 +144,7 @@ TEST(Placement, AModelOnThreeDevicesTrainsAsOnOne) {
   EXPECT_EQ(placed->predict(d.x).device(), Device::cpu());
 
   // A custom loop: the same steps on both.
-  auto loop = [&](Sequential& model) {
+  auto loop = [&](Model& model) {
     for (int64_t step = 0; step < 10; ++step) {
       Tensor x = d.x.slice(step * 32, step * 32 + 32), y = d.y.slice(step * 32, step * 32 + 32);
       GradientTape tape;

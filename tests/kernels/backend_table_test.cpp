@@ -183,6 +183,12 @@ std::vector<Case> cases() {
          }
          return out;
        }},
+      {"copy_blocks",
+       [](const On& on) {
+         Tensor x = on.random(40, 21), y = on.zeros(60);
+         on.b.copy_blocks(f(x), f(y), 2, 3, 4, 20, 5, 30, 8);
+         return Outputs{host(y)};
+       }},
       {"column_sums",
        [](const On& on) {
          Tensor dy = on.random(15, 14), db = on.zeros(3);

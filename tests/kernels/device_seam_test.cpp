@@ -77,14 +77,14 @@ TEST_F(DeviceSeam, AnOpOnTensorsOfTwoDevicesIsNamed) {
 
 // A few training steps (Adam, sparse cross-entropy) on each device from the same weights and
 // batches: the same losses and weights, bit for bit, and the device's backend ran them.
-void expect_cpu_bits(const std::function<std::unique_ptr<Sequential>()>& make, const Shape& sample,
+void expect_cpu_bits(const std::function<std::unique_ptr<Model>()>& make, const Shape& sample,
                      testing::CountingBackend& backend) {
   Shape shape{10};
   for (int64_t d : sample) shape.push_back(d);
   Tensor x = testing::random_tensor(shape, 3);
   std::vector<int32_t> l{0, 1, 2, 3, 0, 1, 2, 3, 1, 2};
   Tensor y = Tensor::from_vector({10}, std::span<const int32_t>(l));
-  auto train = [&](Sequential& model, Device device) {
+  auto train = [&](Model& model, Device device) {
     for (Variable* v : model.variables()) {
       v->value = v->value.to(device);
       mark_trainable(v->value, v->trainable);

@@ -65,7 +65,7 @@ double fit_cpu_seconds(const std::string& strategy_name, int64_t batch, int64_t 
   for (int64_t i = 0; i < rows; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % 10);
   Tensor y = Tensor::from_vector({rows}, std::span<const int32_t>(labels));
   std::unique_ptr<distribute::Strategy> strategy = distribute::make_strategy(strategy_name, 0);
-  std::unique_ptr<Sequential> model;
+  std::unique_ptr<Model> model;
   {
     std::optional<distribute::Strategy::Scope> scope;
     if (strategy) scope.emplace(strategy.get());

@@ -291,6 +291,39 @@ std::vector<OpCase> op_cases() {
                      return ops::reshape(in[0], {3, 4});
                    },
                    [](const RefInputs& in) { return in[0]; }});
+  // Concatenation along an axis: inputs of (outer, along_i, inner), their rows side by side.
+  auto concat_ref = [](const RefInputs& in, const std::vector<int64_t>& along, int64_t outer, int64_t inner) {
+    Vec y;
+    for (int64_t o = 0; o < outer; ++o)
+      for (size_t i = 0; i < in.size(); ++i)
+        for (int64_t k = 0; k < along[i] * inner; ++k)
+          y.push_back(in[i][static_cast<size_t>(o * along[i] * inner + k)]);
+    return y;
+  };
+  cases.push_back({"concat_last_axis",
+                   {{2, 3, 2}, {2, 3, 1}, {2, 3, 3}},
+                   [](const Inputs& in) { return ops::concat(in, -1); },
+                   [=](const RefInputs& in) {
+                     return concat_ref(in, {2, 1, 3}, 6, 1);
+                   }});
+  cases.push_back({"concat_five_on_axis_1",  // more inputs than one tape node takes
+                   {{2, 1, 2}, {2, 2, 2}, {2, 1, 2}, {2, 1, 2}, {2, 3, 2}},
+                   [](const Inputs& in) { return ops::concat(in, 1); },
+                   [=](const RefInputs& in) {
+                     return concat_ref(in, {1, 2, 1, 1, 3}, 2, 2);
+                   }});
+  cases.push_back({"zero_pad2d",
+                   {{2, 3, 2, 2}},
+                   [](const Inputs& in) { return ops::zero_pad2d(in[0], 1, 2, 0, 1); },
+                   [](const RefInputs& in) {
+                     Vec y(2 * 6 * 3 * 2, 0.0);
+                     for (int b = 0; b < 2; ++b)
+                       for (int h = 0; h < 3; ++h)
+                         for (int w = 0; w < 2; ++w)
+                           for (int c = 0; c < 2; ++c)
+                             y[((b * 6 + h + 1) * 3 + w) * 2 + c] = in[0][((b * 3 + h) * 2 + w) * 2 + c];
+                     return y;
+                   }});
 
   static const std::vector<int32_t> labels{2, 0, 4, 1};
   cases.push_back({"sparse_softmax_cross_entropy",

@@ -43,6 +43,11 @@ def _layer_base(**more):
             "input_shape": ACTS, "activity_regularizer": ACTS, **more}
 
 
+def _merge_base(**more):
+    """A merge layer's: the base layer's but input_shape (its inputs are the tensors it is called on)."""
+    return {k: v for k, v in _layer_base(**more).items() if k != "input_shape"}
+
+
 def _optimizer(**own):
     """Keras 3's base optimizer's arguments (and tf.keras 2.15's jit_compile) after the optimizer's own."""
     return {**own, "weight_decay": ACTS, "clipnorm": ACTS, "clipvalue": ACTS, "global_clipnorm": ACTS,
@@ -158,42 +163,43 @@ TABLE = {
     "nn.compute_average_loss": {"per_example_loss": ACTS, "sample_weight": ACTS, "global_batch_size": ACTS},
     "nn.scale_regularization_loss": {"regularization_loss": ACTS},
     # --- tf.keras: the model ---
+    "keras.models.Model": {"inputs": ACTS, "outputs": ACTS, "name": ACTS, "trainable": ACTS},
     "keras.models.Sequential": {"layers": ACTS, "name": ACTS, "trainable": ACTS},
     "keras.models.Sequential.add": {"layer": ACTS, "rebuild": HINT},
-    "keras.models.Sequential.build": {"input_shape": ACTS},
-    "keras.models.Sequential.__call__": {"inputs": ACTS, "training": ACTS, "mask": refused("ones")},
-    "keras.models.Sequential.compile": {
+    "keras.models.Model.build": {"input_shape": ACTS},
+    "keras.models.Model.__call__": {"inputs": ACTS, "training": ACTS, "mask": refused("ones")},
+    "keras.models.Model.compile": {
         "optimizer": ACTS, "loss": ACTS, "metrics": ACTS, "loss_weights": refused([1.0]),
         "weighted_metrics": refused(["accuracy"]), "run_eagerly": HINT, "steps_per_execution": HINT,
         "jit_compile": refused(True), "auto_scale_loss": HINT, "pss_evaluation_shards": refused(2)},
-    "keras.models.Sequential.fit": {
+    "keras.models.Model.fit": {
         "x": ACTS, "y": ACTS, "batch_size": ACTS, "epochs": ACTS, "verbose": ACTS, "callbacks": ACTS,
         "validation_split": ACTS, "validation_data": ACTS, "shuffle": ACTS, "class_weight": ACTS,
         "sample_weight": ACTS, "initial_epoch": ACTS, "steps_per_epoch": ACTS, "validation_steps": refused(2),
         "validation_batch_size": refused(8), "validation_freq": refused(2), "max_queue_size": HINT, "workers": HINT,
         "use_multiprocessing": HINT},
-    "keras.models.Sequential.evaluate": {
+    "keras.models.Model.evaluate": {
         "x": ACTS, "y": ACTS, "batch_size": ACTS, "verbose": ACTS, "sample_weight": ACTS, "steps": ACTS,
         "callbacks": refused("TerminateOnNaN"), "max_queue_size": HINT, "workers": HINT, "use_multiprocessing": HINT,
         "return_dict": ACTS},
-    "keras.models.Sequential.predict": {
+    "keras.models.Model.predict": {
         "x": ACTS, "batch_size": ACTS, "verbose": ACTS, "steps": ACTS, "callbacks": refused("TerminateOnNaN"),
         "max_queue_size": HINT, "workers": HINT, "use_multiprocessing": HINT},
-    "keras.models.Sequential.count_params": {},
-    "keras.models.Sequential.get_weights": {},
-    "keras.models.Sequential.set_weights": {"weights": ACTS},
-    "keras.models.Sequential.summary": {"line_length": refused(120), "positions": refused([0.5, 0.8, 1.0]),
+    "keras.models.Model.count_params": {},
+    "keras.models.Model.get_weights": {},
+    "keras.models.Model.set_weights": {"weights": ACTS},
+    "keras.models.Model.summary": {"line_length": refused(120), "positions": refused([0.5, 0.8, 1.0]),
                                         "print_fn": ACTS, "expand_nested": HINT, "show_trainable": refused(True),
                                         "layer_range": refused(["dense", "dense"])},
-    "keras.models.Sequential.save_weights": {"filepath": ACTS, "overwrite": ACTS, "save_format": refused("h5"),
+    "keras.models.Model.save_weights": {"filepath": ACTS, "overwrite": ACTS, "save_format": refused("h5"),
                                              "options": refused(object()), "max_shard_size": refused("1GB")},
-    "keras.models.Sequential.load_weights": {"filepath": ACTS, "skip_mismatch": refused(True),
+    "keras.models.Model.load_weights": {"filepath": ACTS, "skip_mismatch": refused(True),
                                              "by_name": refused(True), "options": refused(object())},
-    "keras.models.Sequential.save": {"filepath": ACTS, "overwrite": ACTS, "save_format": refused("h5"),
+    "keras.models.Model.save": {"filepath": ACTS, "overwrite": ACTS, "save_format": refused("h5"),
                                      "zipped": refused(False), "include_optimizer": refused(False),
                                      "signatures": refused(object()), "options": refused(object()),
                                      "save_traces": refused(False)},
-    "keras.models.Sequential.to_json": {},  # (**kwargs: json.dumps')
+    "keras.models.Model.to_json": {},  # (**kwargs: json.dumps')
     "keras.models.load_model": {"filepath": ACTS, "custom_objects": refused({"Mine": object}), "compile": ACTS,
                                 "safe_mode": HINT},
     "keras.models.model_from_json": {"json_string": ACTS, "custom_objects": refused({"Mine": object})},
@@ -219,6 +225,17 @@ TABLE = {
         moving_variance_initializer=refused("zeros"), beta_regularizer=refused("l2"), gamma_regularizer=refused("l2"),
         beta_constraint=refused("non_neg"), gamma_constraint=refused("non_neg"), synchronized=ACTS),
     "keras.layers.Activation": _layer_base(activation=ACTS),
+    "keras.layers.ReLU": _layer_base(max_value=refused(6.0), negative_slope=refused(0.1), threshold=refused(0.5)),
+    "keras.layers.GlobalAveragePooling2D": _layer_base(data_format=refused("channels_first"), keepdims=ACTS),
+    "keras.layers.ZeroPadding2D": _layer_base(padding=ACTS, data_format=refused("channels_first")),
+    "keras.layers.Add": _merge_base(),
+    "keras.layers.Subtract": _merge_base(),
+    "keras.layers.Multiply": _merge_base(),
+    "keras.layers.Concatenate": _merge_base(axis=ACTS),
+    "keras.layers.add": {"inputs": ACTS, "name": ACTS},
+    "keras.layers.subtract": {"inputs": ACTS, "name": ACTS},
+    "keras.layers.multiply": {"inputs": ACTS, "name": ACTS},
+    "keras.layers.concatenate": {"inputs": ACTS, "axis": ACTS, "name": ACTS},
     "keras.layers.Input": {"shape": ACTS, "batch_size": HINT, "name": ACTS, "dtype": refused("int32"),
                            "sparse": refused(True), "tensor": refused(object()), "ragged": refused(True),
                            "type_spec": refused(object()), "batch_shape": ACTS, "optional": refused(True)},
@@ -228,6 +245,7 @@ TABLE = {
                                 "optional": refused(True)},
     "keras.layers.Layer.get_weights": {},  # the engine's layer, which every layer function returns
     "keras.layers.Layer.count_params": {},
+    "keras.layers.Layer.__call__": {"inputs": ACTS},  # Keras' functional API (a layer on KerasTensors)
     # --- tf.keras.optimizers ---
     "keras.optimizers.SGD": _optimizer(learning_rate=ACTS, momentum=ACTS, nesterov=ACTS),
     "keras.optimizers.Adam": _optimizer(learning_rate=ACTS, beta_1=ACTS, beta_2=ACTS, epsilon=ACTS,
@@ -314,7 +332,7 @@ TANDEM_ONLY = {
 
 # The functions whose **kwargs are forwarded to a checked signature (so swallow nothing).
 KWARGS_FORWARDED = {
-    "keras.models.Sequential.to_json": "forwards **kwargs to json.dumps (an unknown keyword is its TypeError), "
+    "keras.models.Model.to_json": "forwards **kwargs to json.dumps (an unknown keyword is its TypeError), "
                                        "as Keras' to_json",
 }
 
@@ -471,7 +489,7 @@ def _call(tf, key, tmp_path, kw):
     """key called with otherwise valid, minimal arguments and kw."""
     x, y = small_data(32)
     ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
-    if key.startswith("keras.models.Sequential."):
+    if key.startswith("keras.models.Model."):
         model, method = _model(tf), key.rsplit(".", 1)[1]
         if method == "compile":
             return model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", **kw)

@@ -23,7 +23,7 @@ Data data(int64_t n = 60) {
   return {x, Tensor::from_vector({n}, std::span<const int32_t>(l))};
 }
 
-std::unique_ptr<Sequential> small_model(float lr = 0.1f, bool dropout = true) {
+std::unique_ptr<Model> small_model(float lr = 0.1f, bool dropout = true) {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 9});
   m->add(Dense(8, "relu", {.input_shape = Shape{4}}));
   if (dropout) m->add(Dropout(0.25f));
@@ -32,7 +32,7 @@ std::unique_ptr<Sequential> small_model(float lr = 0.1f, bool dropout = true) {
   return m;
 }
 
-std::vector<std::vector<float>> weights(Sequential& m) {
+std::vector<std::vector<float>> weights(Model& m) {
   std::vector<std::vector<float>> w;
   for (auto& [name, t] : m.state()) w.push_back(t.astype(DType::Float32).to_vector());
   return w;

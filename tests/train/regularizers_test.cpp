@@ -37,7 +37,7 @@ TEST(Regularizers, PenaltiesAndTheirGradientsAreKerasFormulas) {
 // 0.25: 0.25 · 2 = 0.5. The loss fit reports: 8.
 // Gradients: data mean(2·p·x) = (3, 7); activity mean(2·0.5·p·x) = (1.5, 3.5); kernel 2·0.25·w =
 // (0.5, 0.5): (5, 11), so w' = (1, 1) - 0.1·(5, 11) = (0.5, -0.1).
-std::unique_ptr<Sequential> regularized(Regularizer kernel, Regularizer activity) {
+std::unique_ptr<Model> regularized(Regularizer kernel, Regularizer activity) {
   auto model = std::make_unique<Sequential>();
   model->add(Dense(1, "", {.use_bias = false, .kernel_initializer = "ones", .input_shape = Shape{2}}));
   model->layers()[0]->set_regularizers({.kernel = kernel, .activity = activity});
@@ -171,7 +171,7 @@ TEST(Regularizers, BadOnesAreRefusedByName) {
 
 TEST(Regularizers, KerasModelFilesKeepThem) {
   auto model = regularized({.l1 = 0.25f, .l2 = 0.5f}, {.l2 = 0.125f});
-  std::unique_ptr<Sequential> back = model_from_json(model->to_json());
+  std::unique_ptr<Model> back = model_from_json(model->to_json());
   const Layer::Regularizers& r = back->layers()[0]->regularizers();
   EXPECT_EQ(r.kernel.l1, 0.25f);
   EXPECT_EQ(r.kernel.l2, 0.5f);

@@ -13,7 +13,7 @@ using namespace layers;
 
 Tensor values(std::vector<float> v, Shape shape) { return Tensor::from_vector(shape, std::span<const float>(v)); }
 
-std::unique_ptr<Sequential> ones_model() {
+std::unique_ptr<Model> ones_model() {
   auto model = std::make_unique<Sequential>();
   model->add(Dense(1, "", {.use_bias = false, .kernel_initializer = "ones", .input_shape = Shape{2}}));
   model->compile(optimizers::SGD(0.1f), "mse");

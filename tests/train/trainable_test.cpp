@@ -10,7 +10,7 @@ namespace {
 
 using namespace layers;
 
-std::unique_ptr<Sequential> base_and_head() {
+std::unique_ptr<Model> base_and_head() {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 5});
   m->add(Dense(8, "relu", {.input_shape = Shape{6}}));
   m->add(BatchNormalization({.momentum = 0.9f}));
@@ -27,7 +27,7 @@ void fine_tune(const std::string& strategy_name, bool pretrain = true) {
   SCOPED_TRACE(strategy_name);
   testing::LabelledRows d = testing::labelled_rows(48, 6, 4, 7);
   testing::UnderStrategy run = testing::made_under(strategy_name, base_and_head);
-  std::unique_ptr<Sequential>& model = run.model;
+  std::unique_ptr<Model>& model = run.model;
   if (pretrain) model->fit(d.x, d.y, {.epochs = 1, .batch_size = 16, .verbose = 0});  // everything trains
   auto pretrained = testing::weights_of(*model);
   model->layers()[0]->set_trainable(false);

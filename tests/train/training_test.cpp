@@ -29,7 +29,7 @@ Blobs make_blobs(int64_t n, int64_t features, uint64_t seed, float noise = 0.8f)
   return {x, Tensor::from_vector({n}, std::span<const int32_t>(labels))};
 }
 
-std::unique_ptr<Sequential> reference_mlp(int64_t features, uint64_t seed = 0) {
+std::unique_ptr<Model> reference_mlp(int64_t features, uint64_t seed = 0) {
   auto model = std::make_unique<Sequential>(SequentialOptions{.seed = seed});
   model->add(Dense(128, "relu", {.input_shape = Shape{features}}));
   model->add(Dropout(0.2f));
@@ -57,7 +57,7 @@ TEST(Training, SoftmaxSpelledAsItsOwnLayerTrainsAsInsideTheDense) {
   };
   auto reference = make(false, false);
   Tensor x = data.x.slice(0, 50), y = data.y.slice(0, 50);
-  auto loss_and_gradients = [&](Sequential& m) {
+  auto loss_and_gradients = [&](Model& m) {
     GradientTape tape;
     Tensor loss = ops::mean(m.loss().per_sample(y, m(x, false)));
     std::vector<Variable*> vars = m.trainable_variables();

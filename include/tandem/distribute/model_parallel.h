@@ -63,6 +63,7 @@ class ModelParallelExtended : public StrategyExtended {
   bool collects_state_together() const override { return options_.processes != nullptr; }
   const ModelParallelOptions& model_parallel_options() const { return options_; }
 
+  bool runs_graphs() const override { return false; }
   std::vector<std::shared_ptr<layers::Layer>> replica_layers(const std::vector<std::shared_ptr<layers::Layer>>& layers,
                                                              int replica) const override;
   GradientReduction gradient_reduction() const override { return {GradientReduction::Kind::None}; }

@@ -98,6 +98,7 @@ class PipelineExtended : public StrategyExtended {
   // Stage s's measured share of the step's cost at the cuts chosen (empty when the cuts were given).
   std::vector<double> stage_costs() const;
 
+  bool runs_graphs() const override { return false; }
   std::vector<std::shared_ptr<layers::Layer>> replica_layers(const std::vector<std::shared_ptr<layers::Layer>>& layers,
                                                              int replica) const override;
   GradientReduction gradient_reduction() const override { return {GradientReduction::Kind::None}; }

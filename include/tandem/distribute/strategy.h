@@ -171,6 +171,10 @@ class StrategyExtended {
   // then live on the first). A strategy that splits layers (model parallelism) makes every replica's.
   virtual std::vector<std::shared_ptr<layers::Layer>> replica_layers(
       const std::vector<std::shared_ptr<layers::Layer>>& layers, int replica) const;
+  // Whether the strategy runs models that are graphs (a Functional's layers connected by
+  // layers::Graph); a strategy that cuts the layers as a chain (model parallelism, a pipeline) says
+  // no, and a graph is refused, naming it.
+  virtual bool runs_graphs() const { return true; }
   // Who applies the update, after which reduction: installed on every replica's thread, so that
   // Optimizer::apply follows it. By default the gradients are summed over the replicas and every
   // replica updates its own copy with its own slots; central storage updates once.

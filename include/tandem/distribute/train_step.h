@@ -15,6 +15,7 @@
 #include "tandem/autograd.h"
 #include "tandem/distribute/step_runner.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/graph.h"
 #include "tandem/layers.h"
 #include "tandem/losses.h"
 #include "tandem/optimizers.h"
@@ -22,18 +23,21 @@
 
 namespace tandem::distribute {
 
-// The replicas of a stack of layers: replica 0 is the stack itself, the others are where the
-// strategy's replica_layer puts them (their own copies, or sharing the variables). Made from the
-// current weights.
+// The replicas of a model's layers: replica 0 is the layers themselves, the others are where the
+// strategy's replica_layers puts them (their own copies, or sharing the variables). Made from the
+// current weights. A graph (a Functional's; null: a chain) connects each replica's layers alike.
 class ModelReplicas {
  public:
   struct Replica {
     std::vector<std::shared_ptr<layers::Layer>> layers;
+    std::shared_ptr<const layers::Graph> graph;
+    layers::Network network() const { return {layers, graph.get()}; }
     std::vector<Variable*> variables, trainable;
     uint64_t training_calls = 0;          // inside Strategy::run: keys each training call's dropout
     std::vector<Tensor> activity_losses;  // inside Strategy::run: the last call's activity penalties, per row
   };
-  ModelReplicas(const StrategyExtended& strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers);
+  ModelReplicas(const StrategyExtended& strategy, const std::vector<std::shared_ptr<layers::Layer>>& layers,
+                std::shared_ptr<const layers::Graph> graph = nullptr);
   int size() const { return static_cast<int>(replicas_.size()); }
   Replica& operator[](int r) { return replicas_[static_cast<size_t>(r)]; }
 

@@ -4,7 +4,9 @@ from ..errors import Error
 from . import regularizers as _regularizers
 
 __all__ = ["Dense", "Dropout", "Conv2D", "MaxPooling2D", "AveragePooling2D", "Flatten", "BatchNormalization",
-           "Activation", "Input", "InputLayer"]
+           "Activation", "ReLU", "GlobalAveragePooling2D", "ZeroPadding2D", "Add", "Subtract", "Multiply", "Concatenate",
+           "add", "subtract", "multiply", "concatenate",
+           "Input", "InputLayer"]
 
 
 def _shape(input_shape, input_dim, what):
@@ -168,6 +170,98 @@ def Activation(activation, name=None, input_shape=None, trainable=True, dtype=No
                  autocast, activity_regularizer)
 
 
+def ReLU(max_value=None, negative_slope=0.0, threshold=0.0, name=None, input_shape=None, trainable=True, dtype=None,
+         dynamic=False, autocast=True, activity_regularizer=None):
+    """max(x, 0), as Keras' ReLU layer with its defaults (a cap, a slope or a threshold is refused)."""
+    for arg, value, default in (("max_value", max_value, None), ("negative_slope", negative_slope, 0.0),
+                                ("threshold", threshold, 0.0)):
+        if value != default:
+            raise Error(f"ReLU: {arg}={value!r} is not supported: Tandem's ReLU is max(x, 0)")
+    return _base(_tandem.ReLU(name or "", _shape(input_shape, None, "ReLU")), "ReLU", trainable, dtype, dynamic,
+                 autocast, activity_regularizer)
+
+
+def GlobalAveragePooling2D(data_format=None, keepdims=False, name=None, input_shape=None, trainable=True, dtype=None,
+                           dynamic=False, autocast=True, activity_regularizer=None):
+    """Each channel's mean over height and width: (batch, channels), or (batch, 1, 1, channels) with keepdims."""
+    _channels_last(data_format, "GlobalAveragePooling2D")
+    if not isinstance(keepdims, bool):
+        raise Error(f"GlobalAveragePooling2D: keepdims must be True or False, got {keepdims!r}")
+    return _base(_tandem.GlobalAveragePooling2D(keepdims, name or "",
+                                                _shape(input_shape, None, "GlobalAveragePooling2D")),
+                 "GlobalAveragePooling2D", trainable, dtype, dynamic, autocast, activity_regularizer)
+
+
+def ZeroPadding2D(padding=(1, 1), data_format=None, name=None, input_shape=None, trainable=True, dtype=None,
+                  dynamic=False, autocast=True, activity_regularizer=None):
+    """Rows of zeros above and below each image and columns left and right: ``padding`` an int, (rows,
+    columns), or ((top, bottom), (left, right))."""
+    what = "ZeroPadding2D"
+    _channels_last(data_format, what)
+    try:
+        if isinstance(padding, int):
+            sides = (padding,) * 4
+        elif all(isinstance(p, int) for p in padding):
+            rows, cols = _pair(padding, what, "padding")
+            sides = (rows, rows, cols, cols)
+        else:
+            (top, bottom), (left, right) = padding
+            sides = (int(top), int(bottom), int(left), int(right))
+    except (TypeError, ValueError):
+        raise Error(f"{what}: padding must be an int, (rows, columns) or ((top, bottom), (left, right)), "
+                    f"got {padding!r}") from None
+    return _base(_tandem.ZeroPadding2D(list(sides), name or "", _shape(input_shape, None, what)), what, trainable,
+                 dtype, dynamic, autocast, activity_regularizer)
+
+
+def _merge(make, what, name, trainable, dtype, dynamic, autocast, activity_regularizer):
+    return _base(make(name or ""), what, trainable, dtype, dynamic, autocast, activity_regularizer)
+
+
+def Add(name=None, trainable=True, dtype=None, dynamic=False, autocast=True, activity_regularizer=None):
+    """The sum of its inputs (a list of tensors of one shape)."""
+    return _merge(_tandem.Add, "Add", name, trainable, dtype, dynamic, autocast, activity_regularizer)
+
+
+def Subtract(name=None, trainable=True, dtype=None, dynamic=False, autocast=True, activity_regularizer=None):
+    """inputs[0] - inputs[1] (two tensors of one shape)."""
+    return _merge(_tandem.Subtract, "Subtract", name, trainable, dtype, dynamic, autocast, activity_regularizer)
+
+
+def Multiply(name=None, trainable=True, dtype=None, dynamic=False, autocast=True, activity_regularizer=None):
+    """The elementwise product of its inputs (a list of tensors of one shape)."""
+    return _merge(_tandem.Multiply, "Multiply", name, trainable, dtype, dynamic, autocast, activity_regularizer)
+
+
+def Concatenate(axis=-1, name=None, trainable=True, dtype=None, dynamic=False, autocast=True,
+                activity_regularizer=None):
+    """Its inputs side by side along ``axis`` (counted with the batch axis, -1 the last)."""
+    if isinstance(axis, bool) or not isinstance(axis, int):
+        raise Error(f"Concatenate: axis must be an int, got {axis!r}")
+    return _merge(lambda n: _tandem.Concatenate(axis, n), "Concatenate", name, trainable, dtype, dynamic, autocast,
+                  activity_regularizer)
+
+
+def add(inputs, name=None):
+    """``Add()(inputs)``, Keras' functional form."""
+    return Add(name=name)(inputs)
+
+
+def subtract(inputs, name=None):
+    """``Subtract()(inputs)``, Keras' functional form."""
+    return Subtract(name=name)(inputs)
+
+
+def multiply(inputs, name=None):
+    """``Multiply()(inputs)``, Keras' functional form."""
+    return Multiply(name=name)(inputs)
+
+
+def concatenate(inputs, axis=-1, name=None):
+    """``Concatenate(axis)(inputs)``, Keras' functional form."""
+    return Concatenate(axis=axis, name=name)(inputs)
+
+
 class InputLayer:
     """The per-sample shape of a model's input (``keras.Input(shape=(784,))``). ``batch_size`` is
     a hint (Tandem's models take any batch); ``batch_shape`` is the shape with its batch axis;
@@ -192,9 +286,14 @@ class InputLayer:
 
 def Input(shape=None, batch_size=None, name=None, dtype=None, sparse=None, tensor=None, ragged=None, type_spec=None,
           batch_shape=None, optional=False):
-    """The per-sample shape of a model's input, as keras.Input: ``Sequential([Input((784,)), Dense(10)])``."""
+    """A model's input, as keras.Input: a symbolic tensor of per-sample ``shape`` that layers are
+    called on (``keras.Model(inputs, outputs)``), or the first entry of a Sequential
+    (``Sequential([Input((784,)), Dense(10)])``)."""
     _input_refusals(dtype, sparse, ragged, type_spec, optional, ("tensor", tensor))
-    return InputLayer(shape=shape, batch_size=batch_size, name=name, batch_shape=batch_shape)
+    layer = InputLayer(shape=shape, batch_size=batch_size, name=name, batch_shape=batch_shape)
+    if name is not None and not isinstance(name, str):
+        raise Error(f"Input: name must be a string, got {name!r}")
+    return _tandem.Input(list(layer.shape), name or "")
 
 
 def _input_refusals(dtype, sparse, ragged, type_spec, optional, given):

@@ -1,4 +1,4 @@
-"""The Keras model (tf.keras.Sequential) over the engine's Sequential."""
+"""The Keras models (tf.keras.Model, functional, and tf.keras.Sequential) over the engine's Model."""
 import json
 
 import numpy as np
@@ -9,7 +9,7 @@ from . import callbacks as callbacks_module
 from . import losses as losses_module
 from .layers import InputLayer
 
-__all__ = ["Sequential", "model_from_json", "load_model"]
+__all__ = ["Model", "Sequential", "model_from_json", "load_model"]
 
 
 def _verbose(verbose):
@@ -54,14 +54,26 @@ def _steps(steps, what):
     return int(steps)
 
 
+def _symbolic(tensors, what):
+    """Model's inputs or outputs: one keras.Input or layer output, or a list of them."""
+    listed = list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
+    for t in listed:
+        if not isinstance(t, _tandem.SymbolicTensor):
+            raise Error(f"Model: {what} must be keras.Input tensors or layers' outputs (the functional API), got "
+                        f"{t!r}")
+    return listed
+
+
 def _seed_of(seed):
     from . import utils
 
     return utils.default_seed() if seed is None else int(seed)
 
 
-class Sequential:
-    """A linear stack of layers, trained with compile / fit / evaluate / predict as in Keras.
+class Model:
+    """A model with compile / fit / evaluate / predict as in Keras. ``Model(inputs, outputs)`` is
+    Keras' functional model: the layers called from ``keras.Input`` tensors to the outputs, a graph
+    (residual connections, shared layers, merges); ``Sequential`` is a stack of layers.
 
     Made inside ``strategy.scope()``, the model trains under that strategy (replicas, processes,
     parameter servers, split layers); otherwise on this process's cores. ``seed`` fixes the
@@ -69,12 +81,14 @@ class Sequential:
     ``keras.utils.set_random_seed``'s, else 0.
     """
 
-    def __init__(self, layers=None, name=None, trainable=True, seed=None):
+    def __init__(self, inputs=None, outputs=None, name=None, trainable=True, seed=None):
+        if inputs is None or outputs is None:
+            raise Error("Model: give inputs and outputs (keras.Model(inputs, outputs), the functional API); a "
+                        "subclassed model with its own call() is not supported by Tandem")
         if not isinstance(trainable, bool):
-            raise Error(f"Sequential: trainable must be True or False, got {trainable!r}")
-        self._adopt(_tandem.Model(name or "sequential", _seed_of(seed)))
-        for layer in layers or []:
-            self.add(layer)
+            raise Error(f"Model: trainable must be True or False, got {trainable!r}")
+        ins, outs = _symbolic(inputs, "inputs"), _symbolic(outputs, "outputs")
+        self._adopt(_tandem.Model.functional(ins, outs, name or "functional", _seed_of(seed)))
         if not trainable:
             self.trainable = False
 
@@ -88,34 +102,6 @@ class Sequential:
             _tandem.attach_strategy(self._model, self._strategy._handle)
         self._input_shape = None
         self.history = None
-
-    def _adopt_open_scope(self):
-        """A model made outside any scope whose first layer is added inside one trains under that
-        scope's strategy, as TensorFlow's variables are made where the layer is built (the R
-        tutorial: keras_model_sequential(), then its layers inside with(strategy$scope(), ...))."""
-        from .. import distribute
-
-        if self._strategy is None and not self._model.layers and self._input_shape is None:
-            if distribute.get_strategy() is not None:
-                self._adopt(_tandem.Model(self._model.name, self._model.seed))
-
-    # --- building ---
-
-    def add(self, layer, rebuild=True):
-        """Adds a layer on top of the stack (or, first, a ``keras.Input`` giving the input shape).
-        ``rebuild`` (Keras 3's) changes nothing: the model builds itself when its input shape is
-        known."""
-        if isinstance(layer, InputLayer):
-            if self._model.layers:
-                raise Error("Sequential.add: an Input goes first, before any layer")
-            self._input_shape = list(layer.shape)
-            return
-        if not isinstance(layer, _tandem.Layer):
-            raise Error(f"Sequential.add: expected a layer (tandem.keras.layers.*), got {layer!r}")
-        self._adopt_open_scope()
-        self._model.add(layer)
-        if self._input_shape is not None and len(self._model.layers) == 1:
-            self._model.build(self._input_shape)
 
     def build(self, input_shape):
         """Builds the model for inputs of ``input_shape`` (with or without the batch axis as None)."""
@@ -137,7 +123,7 @@ class Sequential:
     @trainable.setter
     def trainable(self, value):
         if not isinstance(value, bool):
-            raise Error(f"Sequential.trainable must be True or False, got {value!r}")
+            raise Error(f"{type(self).__name__}.trainable must be True or False, got {value!r}")
         for layer in self._model.layers:
             layer.trainable = value
         self._trainable = value
@@ -450,7 +436,49 @@ class Sequential:
         return json.dumps(json.loads(text), **kwargs) if kwargs else text
 
     def __repr__(self):
-        return f"<tandem.keras.Sequential {self.name!r}: {len(self._model.layers)} layers>"
+        return f"<tandem.keras.{type(self).__name__} {self.name!r}: {len(self._model.layers)} layers>"
+
+
+class Sequential(Model):
+    """A linear stack of layers, trained with compile / fit / evaluate / predict as in Keras (and
+    strategies and seeds as ``Model``)."""
+
+    def __init__(self, layers=None, name=None, trainable=True, seed=None):
+        if not isinstance(trainable, bool):
+            raise Error(f"Sequential: trainable must be True or False, got {trainable!r}")
+        self._adopt(_tandem.Model(name or "sequential", _seed_of(seed)))
+        for layer in layers or []:
+            self.add(layer)
+        if not trainable:
+            self.trainable = False
+
+    def _adopt_open_scope(self):
+        """A model made outside any scope whose first layer is added inside one trains under that
+        scope's strategy, as TensorFlow's variables are made where the layer is built (the R
+        tutorial: keras_model_sequential(), then its layers inside with(strategy$scope(), ...))."""
+        from .. import distribute
+
+        if self._strategy is None and not self._model.layers and self._input_shape is None:
+            if distribute.get_strategy() is not None:
+                self._adopt(_tandem.Model(self._model.name, self._model.seed))
+
+    # --- building ---
+
+    def add(self, layer, rebuild=True):
+        """Adds a layer on top of the stack (or, first, a ``keras.Input`` giving the input shape).
+        ``rebuild`` (Keras 3's) changes nothing: the model builds itself when its input shape is
+        known."""
+        if isinstance(layer, InputLayer) or (isinstance(layer, _tandem.SymbolicTensor) and layer.is_input):
+            if self._model.layers:
+                raise Error("Sequential.add: an Input goes first, before any layer")
+            self._input_shape = [int(d) for d in layer.shape if d is not None]
+            return
+        if not isinstance(layer, _tandem.Layer):
+            raise Error(f"Sequential.add: expected a layer (tandem.keras.layers.*), got {layer!r}")
+        self._adopt_open_scope()
+        self._model.add(layer)
+        if self._input_shape is not None and len(self._model.layers) == 1:
+            self._model.build(self._input_shape)
 
 
 def model_from_json(json_string, custom_objects=None, seed=None):

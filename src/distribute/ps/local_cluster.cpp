@@ -48,7 +48,7 @@ std::unique_ptr<StepRunner> ParameterServerExtended::start_local(const StepParts
       copy.push_back(replica_layer(*l, 1 + w));
       if (!options_.worker_devices.empty()) copy.back()->place_on(options_.worker_devices[static_cast<size_t>(w)]);
     }
-    tasks->models.push_back(std::make_shared<ModelReplicas>(*this, copy));
+    tasks->models.push_back(std::make_shared<ModelReplicas>(*this, copy, parts.replicas[0].graph));
     tasks->batches.push_back(parts.batch_at);  // each worker its own reader (made on first use) of the same tensors
   }
   for (int s = 0; s < num_servers(); ++s) tasks->server_optimizers.push_back(parts.optimizer.clone());

@@ -103,7 +103,7 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     {
       GradientTape tape;  // recording until the gradients are made, no further
       done = train_rows(
-          tape, model.layers, parts.loss, x, y,
+          tape, model.network(), parts.loss, x, y,
           {parts.seed, static_cast<uint64_t>(step.envelope.aux), info.first_row, info.round_rows, nullptr, nullptr,
            weights},
           {sources, grads}, {}, [&](const Tensor& loss) {
