@@ -95,12 +95,16 @@ class Concatenate : public Merge {
 // nodes[i].layer (an index into the model's layers) on its inputs, each the output of an earlier
 // node (its index) or the model's input k (-1 - k). A layer called by several nodes (a shared
 // layer) is one layer: its variables are used by each call, their gradients summed.
+// A model of several inputs takes them as one tensor (pack_inputs: each row's inputs flattened,
+// side by side in order), so that every strategy cuts and moves its rows as one model input's.
 struct Graph {
   struct Node {
     size_t layer = 0;
     std::vector<int> inputs;
   };
-  size_t num_inputs = 1;
+  std::vector<Shape> input_shapes{Shape{}};  // per sample, one per model input
+  size_t num_inputs() const { return input_shapes.size(); }
+  int64_t packed_width() const;  // the packed inputs' per-sample size, Σ each input's
   std::vector<Node> nodes;
   std::vector<int> outputs;  // the model's outputs: nodes' outputs (or an input, -1 - k)
   // Per node: the last node that reads its output (nodes.size(): read by nobody after it runs,
@@ -119,8 +123,11 @@ struct Network {
 // in order, each intermediate output let go after its last reader; the outputs on the first
 // input's device. Activity penalties go to ctx.penalties.
 std::vector<Tensor> call_network(const Network& net, std::span<const Tensor> inputs, const CallContext& ctx);
-// A network of one input and one output (a chain's).
+// A network of one output on its input (a graph of several inputs: on them packed, pack_inputs).
 Tensor call_network(const Network& net, const Tensor& x, const CallContext& ctx);
+// A model's inputs (the same rows each) as one tensor of (rows, Σ per-sample sizes), and back.
+Tensor pack_inputs(std::span<const Tensor> inputs);
+std::vector<Tensor> unpack_inputs(const Graph& graph, const Tensor& packed);
 // Deterministic replicated training: each node on every part before the next (Layer::call_parts,
 // a merge layer part by part); parts.h holds the parts' inputs, then their outputs.
 void call_network_parts(const Network& net, BatchParts& parts);
@@ -157,7 +164,6 @@ SymbolicTensor call_symbolic(const std::shared_ptr<Layer>& layer, std::span<cons
 struct Traced {
   std::vector<std::shared_ptr<Layer>> layers;
   Graph graph;
-  std::vector<Shape> input_shapes;
   std::vector<std::string> input_names;
 };
 Traced trace(std::span<const SymbolicTensor> inputs, std::span<const SymbolicTensor> outputs, const std::string& model);

@@ -118,9 +118,13 @@ class Model {
   const layers::Graph* graph() const { return graph_.get(); }
   layers::Network network() const { return {layers_, graph_.get()}; }
   const char* kind() const { return graph_ ? "Functional" : "Sequential"; }
-  // The per-sample input shape the model declares: a Functional's input's, a Sequential's first
-  // layer's input_shape (none: not declared).
+  // The per-sample input shape the model declares: a Functional's input's (several inputs: their
+  // packed width, layers::pack_inputs), a Sequential's first layer's input_shape (none: not
+  // declared).
   std::optional<Shape> declared_input_shape() const;
+  // A built model's per-sample input (a model of several inputs: packed) and output shapes.
+  Shape input_shape() const;
+  Shape output_shape() const;
   // A Functional's inputs, as traced (a Sequential: none).
   const std::vector<Shape>& input_shapes() const { return input_shapes_; }
   const std::vector<std::string>& input_names() const { return input_names_; }

@@ -96,6 +96,8 @@ std::pair<int64_t, int64_t> window_output_size(int64_t h, int64_t w, int64_t kh,
                                                Padding padding);
 // Tensors of one shape but along `axis` (negative: from the end) side by side along it.
 Tensor concat(std::span<const Tensor> xs, int axis = -1);
+// x:(R, C) -> its columns [begin, end), (R, end - begin), a copy.
+Tensor columns(const Tensor& x, int64_t begin, int64_t end);
 // x:(N,H,W,C) -> (N, top + H + bottom, left + W + right, C), zeros around x.
 Tensor zero_pad2d(const Tensor& x, int64_t top, int64_t bottom, int64_t left, int64_t right);
 // x:(N,H,W,C) -> (N,OH,OW,C).

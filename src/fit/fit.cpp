@@ -174,10 +174,10 @@ void Model::check_data(const Tensor& x, const Tensor& y, const char* what) {
   if (y.defined() && y.rank() == 0) fail("{}: y must have a sample axis, got a scalar", what);
   Shape per_sample(std::span<const int64_t>(x.shape().begin() + 1, x.shape().end()));
   if (!built()) build(per_sample);
-  const Shape& expected = layers_.front()->input_shape();
+  const Shape& expected = input_shape();
   if (!(per_sample == expected))
     fail("{}: x has samples of shape {}, the model expects {}", what, per_sample.str(), expected.str());
-  if (y.defined() && loss_) loss_->check_targets(y, layers_.back()->output_shape());
+  if (y.defined() && loss_) loss_->check_targets(y, output_shape());
 }
 
 History Model::fit(const Tensor& x_all, const Tensor& y_all, const FitOptions& options) {
@@ -296,9 +296,9 @@ Model::Batch Model::dataset_batch(const data::Element& element, const char* what
     fail("{}: dataset elements must be (x, y) or (x, y, sample_weight) batches, got {} component{}", what,
          element.size(), element.size() == 1 ? "" : "s");
   Tensor x = element[0], y = element[1];
-  if (built() && (x.rank() < 2 || x.shape() == layers_.front()->input_shape()))
+  if (built() && (x.rank() < 2 || x.shape() == input_shape()))
     fail("{}: x has shape {}, one sample of the model's input {}: batch the dataset (.batch(n)) first", what,
-         x.shape().str(), layers_.front()->input_shape().str());
+         x.shape().str(), input_shape().str());
   if (x.defined() && x.dtype() != DType::Float32) x = x.astype(DType::Float32);  // as Keras casts its inputs
   check_data(x, y, what);
   bool sparse = loss_->kind() == Loss::Kind::SparseCategoricalCrossentropy;
@@ -413,9 +413,8 @@ Tensor Model::predict(const Tensor& x_in, int64_t batch_size) {
   if (x_in.defined() && x_in.rank() >= 2 && x_in.dim(0) == 0) {  // no rows: Keras' empty result
     if (!built()) fail("predict: x has no rows and the model is not built, so its output shape is unknown");
     Shape per_sample(std::span<const int64_t>(x_in.shape().begin() + 1, x_in.shape().end()));
-    if (!(per_sample == layers_.front()->input_shape()))
-      fail("predict: x has samples of shape {}, the model expects {}", per_sample.str(),
-           layers_.front()->input_shape().str());
+    if (!(per_sample == input_shape()))
+      fail("predict: x has samples of shape {}, the model expects {}", per_sample.str(), input_shape().str());
     return Tensor::empty(output_rows(0));
   }
   check_data(x_in, Tensor(), "predict");
@@ -462,7 +461,7 @@ Tensor Model::predict(const data::Dataset& dataset, int64_t steps, int pass) {
 
 Shape Model::output_rows(int64_t rows) const {
   Shape full{rows};
-  for (int64_t d : layers_.back()->output_shape()) full.push_back(d);
+  for (int64_t d : output_shape()) full.push_back(d);
   return full;
 }
 

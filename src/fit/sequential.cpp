@@ -18,13 +18,13 @@ Model::Model(std::span<const layers::SymbolicTensor> inputs, std::span<const lay
              ModelOptions options)
     : Model(std::move(options)) {
   layers::Traced traced = layers::trace(inputs, outputs, name_);
-  if (traced.graph.num_inputs != 1 || traced.graph.outputs.size() != 1)
+  if (traced.graph.outputs.size() != 1)
     fail(
-        "Functional \"{}\": has {} inputs and {} outputs; Tandem trains models of one input and one output so far "
-        "(concatenate inputs into one, or train each output's model)",
-        name_, traced.graph.num_inputs, traced.graph.outputs.size());
+        "Functional \"{}\": has {} outputs; Tandem trains models of one output so far (train a model per output, "
+        "or concatenate the outputs into one)",
+        name_, traced.graph.outputs.size());
   layers_ = std::move(traced.layers);
-  input_shapes_ = std::move(traced.input_shapes);
+  input_shapes_ = traced.graph.input_shapes;
   input_names_ = std::move(traced.input_names);
   auto graph = std::make_shared<layers::Graph>(std::move(traced.graph));
   // Each layer built at its first node, in the graph's order, with the model's seed (as a
@@ -79,9 +79,9 @@ void Model::add(std::shared_ptr<layers::Layer> layer) {
 
 void Model::build(const Shape& input_shape) {
   if (graph_) {  // built when made
-    if (!(input_shape == input_shapes_[0]))
+    if (!(input_shape == *declared_input_shape()))
       fail("Functional \"{}\": its input is of shape {}, asked to build for {}", name_,
-           input_shapes_[0].str_with_batch(), input_shape.str_with_batch());
+           declared_input_shape()->str_with_batch(), input_shape.str_with_batch());
     return;
   }
   if (layers_.empty()) fail("Sequential \"{}\": has no layers to build", name_);
@@ -90,9 +90,22 @@ void Model::build(const Shape& input_shape) {
 }
 
 std::optional<Shape> Model::declared_input_shape() const {
-  if (graph_) return input_shapes_[0];
+  if (graph_) return input_shapes_.size() == 1 ? input_shapes_[0] : Shape{graph_->packed_width()};
   if (layers_.empty()) return std::nullopt;
   return layers_.front()->declared_input_shape();
+}
+
+Shape Model::input_shape() const {
+  if (!built()) fail("{} \"{}\": not built yet, so its input shape is unknown", kind(), name_);
+  return graph_ ? *declared_input_shape() : layers_.front()->input_shape();
+}
+
+Shape Model::output_shape() const {
+  if (!built()) fail("{} \"{}\": not built yet, so its output shape is unknown", kind(), name_);
+  if (!graph_) return layers_.back()->output_shape();
+  int out = graph_->outputs[0];
+  return out >= 0 ? layers_[graph_->nodes[static_cast<size_t>(out)].layer]->output_shape()
+                  : input_shapes_[static_cast<size_t>(-1 - out)];
 }
 
 bool Model::built() const { return graph_ != nullptr || (!layers_.empty() && layers_.back()->built()); }

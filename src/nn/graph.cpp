@@ -124,9 +124,9 @@ void Graph::finish(size_t num_layers) {
   last_use.assign(nodes.size(), nodes.size());
   std::vector<bool> read(nodes.size(), false);
   auto check = [&](int from, size_t at, const char* what) {
-    if (from >= 0 ? static_cast<size_t>(from) >= at : static_cast<size_t>(-1 - from) >= num_inputs)
+    if (from >= 0 ? static_cast<size_t>(from) >= at : static_cast<size_t>(-1 - from) >= num_inputs())
       fail("graph: {} of node {} is {}, not an earlier node (< {}) or an input (-1 … -{})", what, at, from, at,
-           num_inputs);
+           num_inputs());
   };
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (nodes[i].layer >= num_layers) fail("graph: node {} calls layer {} of {}", i, nodes[i].layer, num_layers);
@@ -163,8 +163,8 @@ std::vector<Tensor> call_network(const Network& net, std::span<const Tensor> inp
     return {call_layers(net.layers, inputs[0], ctx)};
   }
   const Graph& g = *net.graph;
-  if (inputs.size() != g.num_inputs)
-    fail("call_network: the model takes {} inputs, got {}", g.num_inputs, inputs.size());
+  if (inputs.size() != g.num_inputs())
+    fail("call_network: the model takes {} inputs, got {}", g.num_inputs(), inputs.size());
   for (size_t k = 0; k < inputs.size(); ++k)
     if (!inputs[k].defined()) fail("call_network: input {} is undefined", k);
   Device home = inputs[0].device();
@@ -195,7 +195,46 @@ Tensor call_network(const Network& net, const Tensor& x, const CallContext& ctx)
   if (net.graph == nullptr) return call_layers(net.layers, x, ctx);
   if (net.graph->outputs.size() != 1)
     fail("call_network: the model has {} outputs; this call takes one", net.graph->outputs.size());
-  return call_network(net, std::span<const Tensor>(&x, 1), ctx)[0];
+  if (net.graph->num_inputs() == 1) return call_network(net, std::span<const Tensor>(&x, 1), ctx)[0];
+  return call_network(net, unpack_inputs(*net.graph, x), ctx)[0];
+}
+
+int64_t Graph::packed_width() const {
+  int64_t width = 0;
+  for (const Shape& s : input_shapes) width += s.numel();
+  return width;
+}
+
+Tensor pack_inputs(std::span<const Tensor> inputs) {
+  if (inputs.empty()) fail("pack_inputs: no inputs");
+  std::vector<Tensor> flat;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& x = inputs[k];
+    if (!x.defined() || x.rank() < 1) fail("pack_inputs: input {} needs a batch axis", k);
+    if (x.dim(0) != inputs[0].dim(0))
+      fail("pack_inputs: input {} has {} rows, input 0 has {}", k, x.dim(0), inputs[0].dim(0));
+    flat.push_back(ops::reshape(x.contiguous(), {x.dim(0), x.dim(0) == 0 ? 0 : x.numel() / x.dim(0)}));
+  }
+  return ops::concat(flat, 1);
+}
+
+std::vector<Tensor> unpack_inputs(const Graph& graph, const Tensor& packed) {
+  int64_t width = graph.packed_width();
+  if (!packed.defined() || packed.rank() != 2 || packed.dim(1) != width) {
+    std::string shapes;
+    for (const Shape& s : graph.input_shapes) shapes += (shapes.empty() ? "" : ", ") + s.str_with_batch();
+    fail("a model of {} inputs ({}) takes them packed as (rows, {}) (pack_inputs), got {}", graph.num_inputs(), shapes,
+         width, packed.defined() ? packed.shape().str() : "(undefined)");
+  }
+  std::vector<Tensor> out;
+  int64_t offset = 0;
+  for (const Shape& s : graph.input_shapes) {
+    Shape shape{packed.dim(0)};
+    for (int64_t d : s) shape.push_back(d);
+    out.push_back(ops::reshape(ops::columns(packed, offset, offset + s.numel()), shape));
+    offset += s.numel();
+  }
+  return out;
 }
 
 void call_network_parts(const Network& net, BatchParts& parts) {
@@ -210,14 +249,14 @@ void call_network_parts(const Network& net, BatchParts& parts) {
     return;
   }
   const Graph& g = *net.graph;
-  if (g.num_inputs != 1 || g.outputs.size() != 1)
-    fail("deterministic training: a model of {} inputs and {} outputs is not run part by part", g.num_inputs,
-         g.outputs.size());
+  if (g.outputs.size() != 1)
+    fail("deterministic training: a model of {} outputs is not run part by part", g.outputs.size());
   size_t count = parts.h.size();
-  std::vector<Tensor> inputs = parts.h;
+  std::vector<std::vector<Tensor>> inputs;  // per part, the model's inputs
+  for (const Tensor& h : parts.h) inputs.push_back(g.num_inputs() == 1 ? std::vector<Tensor>{h} : unpack_inputs(g, h));
   std::vector<std::vector<Tensor>> values(g.nodes.size());
   auto value = [&](int from, size_t p) -> const Tensor& {
-    return from >= 0 ? values[static_cast<size_t>(from)][p] : inputs[p];
+    return from >= 0 ? values[static_cast<size_t>(from)][p] : inputs[p][static_cast<size_t>(-1 - from)];
   };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     Layer& layer = *net.layers[g.nodes[i].layer];
@@ -314,10 +353,10 @@ Traced trace(std::span<const SymbolicTensor> inputs, std::span<const SymbolicTen
     if (n == nullptr || n->layer) fail("Functional \"{}\": input {} is not a keras.Input", model, k);
     if (index.count(n) != 0) fail("Functional \"{}\": input {} is given twice", model, k);
     index[n] = -1 - static_cast<int>(k);
-    t.input_shapes.push_back(n->shape);
     t.input_names.push_back(n->name.empty() ? (k == 0 ? "input_layer" : fmt::format("input_layer_{}", k)) : n->name);
   }
-  t.graph.num_inputs = inputs.size();
+  t.graph.input_shapes.clear();
+  for (const SymbolicTensor& in : inputs) t.graph.input_shapes.push_back(in.shape());
   std::map<const Layer*, size_t> layer_index;
   // Post-order from each output: a node after every node it reads (an explicit stack: deep models).
   std::set<const SymbolicNode*> visiting;

@@ -1,4 +1,5 @@
 // concat: tensors of one shape but along `axis` -> their slices side by side along it.
+// columns: x:(R, C) -> columns [begin, end) of it, (R, end - begin).
 // zero_pad2d: x:(B,H,W,C) -> (B, top + H + bottom, left + W + right, C), zeros around.
 // Both are block copies (Backend::copy_blocks); backward copies each input's slice of dy back.
 #include <numeric>
@@ -64,6 +65,19 @@ Tensor concat_few(std::span<const Tensor> xs, int axis) {
   return y;
 }
 
+struct ColumnsNode : autograd::Node {
+  Shape x_shape;
+  Place place;
+  void backward(GradientTape& tape, const Tensor& dy_in) override {
+    Tensor dy = dy_in.contiguous();
+    Tensor g = Tensor::zeros(x_shape, DType::Float32, dy.device());
+    kernels::backend(dy.device())
+        .copy_blocks(dy.buffer<float>(), g.buffer<float>() + place.offset, 1, place.outer, place.width, 0, place.width,
+                     0, place.out_width);
+    tape.accumulate(input_slots[0], g);
+  }
+};
+
 struct PadNode : autograd::Node {
   Shape x_shape;
   int64_t top = 0, left = 0;
@@ -103,6 +117,24 @@ Tensor concat(std::span<const Tensor> xs, int axis) {
   std::vector<Tensor> rest{head};
   rest.insert(rest.end(), xs.begin() + 4, xs.end());
   return concat(rest, axis);
+}
+
+Tensor columns(const Tensor& x, int64_t begin, int64_t end) {
+  require_float(x, "columns", "x");
+  require_rank(x, 2, "columns", "x");
+  if (begin < 0 || end < begin || end > x.dim(1))
+    fail("columns: [{}, {}) is not a range of the {} columns of x", begin, end, x.dim(1));
+  Tensor xc = x.contiguous();
+  Place p{x.dim(0), end - begin, begin, x.dim(1)};
+  Tensor y = Tensor::empty({x.dim(0), end - begin}, DType::Float32, x.device());
+  if (y.numel() > 0) y = copy_out(xc, y.shape(), p);
+  if (auto* tape = autograd::tracking_tape({&x})) {
+    auto* node = new ColumnsNode();
+    node->x_shape = x.shape();
+    node->place = p;
+    autograd::record(tape, node, {&x}, y);
+  }
+  return y;
 }
 
 Tensor zero_pad2d(const Tensor& x, int64_t top, int64_t bottom, int64_t left, int64_t right) {

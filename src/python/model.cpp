@@ -104,12 +104,14 @@ void register_model(py::module_& m) {
           },
           py::arg("inputs"), py::arg("outputs"), py::arg("name"), py::arg("seed"))
       .def_property_readonly("kind", [](ModelHandle& h) { return std::string(h.get().kind()); })
-      .def_property_readonly("input_shape",
-                             [](ModelHandle& h) -> py::object {
-                               if (h.get().input_shapes().empty()) return py::none();
-                               const Shape& s = h.get().input_shapes()[0];
-                               return py::cast(std::vector<int64_t>(s.begin(), s.end()));
+      // A Functional's inputs (a Sequential: none): per-sample shapes and names.
+      .def_property_readonly("input_shapes",
+                             [](ModelHandle& h) {
+                               std::vector<std::vector<int64_t>> out;
+                               for (const Shape& s : h.get().input_shapes()) out.emplace_back(s.begin(), s.end());
+                               return out;
                              })
+      .def_property_readonly("input_names", [](ModelHandle& h) { return h.get().input_names(); })
       .def("add", [](ModelHandle& h, std::shared_ptr<layers::Layer> layer) { h.get().add(std::move(layer)); })
       .def("build",
            [](ModelHandle& h, std::vector<int64_t> shape) {

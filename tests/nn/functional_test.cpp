@@ -161,10 +161,7 @@ TEST(Functional, MistakesAreNamed) {
               model(testing::random_tensor({2, 5}, 1));
             }).find("input has 5 features, expected 4"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([&] {
-              Functional({x, other}, {y});
-            }).find("has 2 inputs and 1 outputs"),
-            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { Functional({x}, {x, Dense(2)(x)}); }).find("has 2 outputs"), std::string::npos);
   Add merge;
   merge.build_inputs(std::vector<Shape>{{4}, {4}}, 0);
   EXPECT_NE(testing::error_of([&] {
@@ -192,7 +189,7 @@ std::unique_ptr<Model> small_resnet() {
 // `make`'s model trained under `strategy` for `epochs` on 48 rows of x's per-sample shape.
 std::vector<std::vector<float>> trained(const std::string& strategy, int epochs = 2,
                                         const std::function<std::unique_ptr<Model>()>& make = small_resnet,
-                                        const Shape& per_sample = {6, 6, 2}) {
+                                        const Shape& per_sample = {6, 6, 2}, Tensor x = {}) {
   auto run = testing::made_under(strategy, [&] {
     auto m = make();
     m->compile(optimizers::SGD(0.1f), "sparse_categorical_crossentropy");
@@ -200,7 +197,7 @@ std::vector<std::vector<float>> trained(const std::string& strategy, int epochs 
   });
   Shape shape{48};
   for (int64_t d : per_sample) shape.push_back(d);
-  Tensor x = testing::random_tensor(shape, 5);
+  if (!x.defined()) x = testing::random_tensor(shape, 5);
   Tensor y = testing::labelled_rows(48, 1, 3, 1).y;
   run.model->fit(x, y, {.epochs = epochs, .batch_size = 16, .shuffle = false, .verbose = 0});
   return testing::weights_of(*run.model);
@@ -221,6 +218,48 @@ TEST(Functional, AResidualNetworkTrainsUnderTheDataParallelStrategiesAsOnOneDevi
     expect_close(trained(name, 2, mlp, {5}), one_mlp, name);
   // Deterministic: two replicas give one replica's bits (the batch statistics over the parts).
   EXPECT_EQ(trained("mirrored:2:deterministic"), trained("mirrored:1:deterministic"));
+}
+
+// An image and a vector: a convolution's pooled channels beside a Dense of the vector.
+std::unique_ptr<Model> two_inputs() {
+  SymbolicTensor image = Input({4, 4, 1}, "image"), extra = Input({3}, "extra");
+  SymbolicTensor a = GlobalAveragePooling2D()(Conv2D(2, 3, {.padding = "same"})(image));
+  SymbolicTensor b = Dense(2, "relu")(extra);
+  return std::make_unique<Functional>(std::vector{image, extra},
+                                      std::vector{Dense(3, "softmax")(Concatenate()({a, b}))}, ModelOptions{.seed = 2});
+}
+
+TEST(Functional, SeveralInputsTravelPackedAndTrainUnderTheStrategiesAsOnOneDevice) {
+  auto model = two_inputs();
+  EXPECT_EQ(model->declared_input_shape(), (Shape{19}));
+  Tensor images = testing::random_tensor({5, 4, 4, 1}, 3), extras = testing::random_tensor({5, 3}, 4);
+  Tensor packed = pack_inputs(std::vector{images, extras});
+  ASSERT_EQ(packed.shape(), (Shape{5, 19}));
+  std::vector<Variable*> v = model->variables();  // conv kernel, bias; dense; dense
+  Tensor a = ops::reshape(
+      ops::avg_pool2d(ops::conv2d(images, v[0]->value, v[1]->value, 1, 1, Padding::Same, tandem::Activation::Linear), 4,
+                      4, 4, 4, Padding::Valid),
+      {5, 2});
+  Tensor b = ops::dense(extras, v[2]->value, v[3]->value, tandem::Activation::ReLU);
+  Tensor by_hand = ops::dense(ops::concat(std::vector{a, b}, 1), v[4]->value, v[5]->value, tandem::Activation::Softmax);
+  EXPECT_EQ((*model)(packed).to_vector(), by_hand.to_vector());
+  EXPECT_NE(testing::error_of([&] {
+              (*model)(testing::random_tensor({2, 18}, 1));
+            }).find("a model of 2 inputs ((None, 4, 4, 1), (None, 3)) takes them packed as (rows, 19)"),
+            std::string::npos);
+  std::string s = model->summary();
+  EXPECT_NE(s.find("image (InputLayer)"), std::string::npos) << s;
+  EXPECT_NE(s.find("extra[0][0]"), std::string::npos) << s;
+  Tensor x = pack_inputs(std::vector{testing::random_tensor({48, 4, 4, 1}, 5), testing::random_tensor({48, 3}, 6)});
+  auto one = trained("default", 2, two_inputs, {19}, x);
+  for (const char* name : {"mirrored:2", "central:2"}) {
+    auto many = trained(name, 2, two_inputs, {19}, x);
+    ASSERT_EQ(many.size(), one.size());
+    for (size_t i = 0; i < one.size(); ++i)
+      for (size_t j = 0; j < one[i].size(); ++j) EXPECT_NEAR(many[i][j], one[i][j], 2e-5) << name << " " << i;
+  }
+  EXPECT_EQ(trained("mirrored:2:deterministic", 2, two_inputs, {19}, x),
+            trained("mirrored:1:deterministic", 2, two_inputs, {19}, x));
 }
 
 TEST(Functional, StrategiesThatCutTheLayersAsAChainRefuseAGraphByName) {

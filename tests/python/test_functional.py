@@ -35,7 +35,7 @@ def one_step(tf, model, x, y, lr=0.1):
     model.compile(optimizer=tf.keras.optimizers.SGD(lr),
                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     before = model.get_weights()
-    model.fit(x, y, batch_size=len(x), epochs=1, shuffle=False, verbose=0)
+    model.fit(x, y, batch_size=len(y), epochs=1, shuffle=False, verbose=0)
     return before, model.get_weights()
 
 
@@ -96,6 +96,35 @@ def test_a_shared_layer_is_one_layer_and_takes_pytorchs_step(tf):
         return torch.cat([t, h], dim=1) @ p[2] + p[3]
 
     close_per_tensor(after, torch_step(torch, forward, before, x, y))
+
+
+def test_a_two_input_model_takes_pytorchs_step(tf):
+    """Keras' guide's models of several inputs, with the layers Tandem has: an image and a vector."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here (bash bench/run installs Debian's)")
+    F = torch.nn.functional
+    layers = tf.keras.layers
+    image, meta = tf.keras.Input((6, 6, 1), name="image"), tf.keras.Input((3,), name="meta")
+    a = layers.GlobalAveragePooling2D()(layers.Conv2D(4, 3, activation="relu")(image))
+    b = layers.Dense(4, activation="relu")(meta)
+    model = tf.keras.Model([image, meta], layers.Dense(3)(layers.concatenate([a, b])), seed=2)
+    rng = np.random.default_rng(4)
+    xi, xm = rng.uniform(-1, 1, (10, 6, 6, 1)).astype(np.float32), rng.uniform(-1, 1, (10, 3)).astype(np.float32)
+    y = (np.arange(10) % 3).astype(np.int32)
+    by_list = model.predict([xi, xm], verbose=0)
+    np.testing.assert_array_equal(model.predict({"meta": xm, "image": xi}, verbose=0), by_list)
+    with pytest.raises(tf.Error, match=r"the model has 2 inputs \['image', 'meta'\]"):
+        model.predict(xi, verbose=0)
+    with pytest.raises(tf.Error, match="input 'meta' has shape"):
+        model.predict([xi, xi], verbose=0)
+    before, after = one_step(tf, model, [xi, xm], y)
+
+    def forward(p, inputs):
+        t = torch.from_numpy(xi).permute(0, 3, 1, 2)
+        h = F.relu(F.conv2d(t, p[0].permute(3, 2, 0, 1), p[1])).mean(dim=(2, 3))
+        m = F.relu(torch.from_numpy(xm) @ p[2] + p[3])
+        return torch.cat([h, m], dim=1) @ p[4] + p[5]
+
+    close_per_tensor(after, torch_step(torch, forward, before, xi, y))
 
 
 def test_summary_has_keras_connected_to_column(tf):

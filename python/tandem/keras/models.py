@@ -92,6 +92,34 @@ class Model:
         if not trainable:
             self.trainable = False
 
+    def _features(self, x, what):
+        """x as the engine takes it: one array, or for a model of several inputs a list (or a dict
+        by input name) of arrays, one per input, packed side by side (each row's inputs flattened,
+        in the inputs' order)."""
+        names, shapes = self._model.input_names, self._model.input_shapes
+        if len(shapes) <= 1:
+            return _arrays.features(x, what)
+        if isinstance(x, dict):
+            unknown = sorted(set(x) - set(names))
+            if unknown:
+                raise Error(f"{what}: x names inputs {unknown}; the model's are {names}")
+            missing = [n for n in names if n not in x]
+            if missing:
+                raise Error(f"{what}: x lacks inputs {missing}; the model's are {names}")
+            x = [x[n] for n in names]
+        if not isinstance(x, (list, tuple)) or len(x) != len(shapes):
+            raise Error(f"{what}: the model has {len(shapes)} inputs {names}; give x as a list of {len(shapes)} "
+                        f"arrays (or a dict by input name)")
+        parts = []
+        for name, shape, a in zip(names, shapes, x):
+            a = _arrays.features(a, f"{what} (input {name!r})")
+            if a.ndim < 1 or tuple(a.shape[1:]) != tuple(shape):
+                raise Error(f"{what}: input {name!r} has shape {a.shape}, expected (rows, {', '.join(map(str, shape))})")
+            if len(a) != len(x[0]):
+                raise Error(f"{what}: input {name!r} has {len(a)} rows, input {names[0]!r} has {len(x[0])}")
+            parts.append(a.reshape(len(a), -1))
+        return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
+
     def _adopt(self, handle):
         """Takes the engine's model, made under the strategy whose scope is open (kept alive with it)."""
         from .. import distribute
@@ -270,7 +298,7 @@ class Model:
         else:
             if steps_per_epoch:
                 raise Error("fit: steps_per_epoch applies to a Dataset; with arrays every epoch covers x")
-            x = _arrays.features(x, "fit")
+            x = self._features(x, "fit")
             y = _arrays.targets(y, "fit")
             if sample_weight is not None:
                 sample_weight = _weights(sample_weight, "fit: sample_weight")
@@ -285,7 +313,7 @@ class Model:
             if len(validation_data) > 3:
                 raise Error(f"fit: validation_data has {len(validation_data)} items; expected (x_val, y_val) or "
                             "(x_val, y_val, val_sample_weights)")
-            validation = (_arrays.features(val_x, "fit (validation_data)"),
+            validation = (self._features(val_x, "fit (validation_data)"),
                           _arrays.targets(val_y, "fit (validation_data)"))
             if len(validation_data) == 3 and validation_data[2] is not None:
                 validation += (_weights(validation_data[2], "fit: validation_data's sample weights"),)
@@ -331,7 +359,7 @@ class Model:
         else:
             if steps is not None:
                 raise Error("evaluate: steps applies to a Dataset; with arrays all of x is evaluated")
-            x = _arrays.features(x, "evaluate")
+            x = self._features(x, "evaluate")
             y = _arrays.targets(y, "evaluate")
             weights = None if sample_weight is None else _weights(sample_weight, "evaluate: sample_weight")
             logs = self._model.evaluate(x, y, _batch_size(batch_size), printing, weights)
@@ -353,7 +381,7 @@ class Model:
             return self._model.predict_dataset(x._inputs("predict"), steps, x._next_passes(1))
         if steps is not None:
             raise Error("predict: steps applies to a Dataset; with arrays all of x is predicted")
-        return self._model.predict(_arrays.features(x, "predict"), _batch_size(batch_size))
+        return self._model.predict(self._features(x, "predict"), _batch_size(batch_size))
 
     def __call__(self, inputs, training=False, mask=None):
         """The model on ``inputs`` as a tandem Tensor (``.numpy()`` for its values), recorded by an
@@ -362,7 +390,7 @@ class Model:
         if mask is not None:
             raise Error("model(inputs): mask is not supported: no Tandem layer takes a mask")
         if not isinstance(inputs, _tandem.Tensor):
-            inputs = _arrays.features(inputs, "model(x)")
+            inputs = self._features(inputs, "model(x)")
         return self._model.call(inputs, bool(training))
 
     @property
