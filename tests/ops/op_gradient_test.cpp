@@ -312,6 +312,15 @@ std::vector<OpCase> op_cases() {
                    [=](const RefInputs& in) {
                      return concat_ref(in, {1, 2, 1, 1, 3}, 2, 2);
                    }});
+  cases.push_back({"columns",  // a model's packed inputs cut apart
+                   {{3, 7}},
+                   [](const Inputs& in) { return ops::columns(in[0], 2, 6); },
+                   [](const RefInputs& in) {
+                     Vec y;
+                     for (int r = 0; r < 3; ++r)
+                       for (int c = 2; c < 6; ++c) y.push_back(in[0][static_cast<size_t>(r * 7 + c)]);
+                     return y;
+                   }});
   cases.push_back({"zero_pad2d",
                    {{2, 3, 2, 2}},
                    [](const Inputs& in) { return ops::zero_pad2d(in[0], 1, 2, 0, 1); },
