@@ -274,23 +274,20 @@ def test_fit_evaluate_and_predict_release_the_gil_so_python_threads_run_meanwhil
         quarter = (end - start) / 4
         return sum(1 for t in list(stamps) if start + quarter <= t <= end - quarter) / (2 * quarter), end - start
 
-    def held_throughout():  # one C call that holds the GIL, made long enough to measure on any host
-        n = 1 << 20
-        while True:
-            start = time.perf_counter()
-            (7**n).bit_length()
-            if time.perf_counter() - start > 0.3:
-                return
-            n *= 2
-
-    def held_per_batch():  # the GIL held through each "step" (20 ms or more on any host), handed over between
+    def power_lasting(seconds):  # n where (7**n).bit_length(), one C call holding the GIL, lasts `seconds`
         n = 1 << 16
         while True:
             start = time.perf_counter()
             (7**n).bit_length()
-            if time.perf_counter() - start > 0.02:
-                break
+            if time.perf_counter() - start > seconds:
+                return n
             n *= 2
+
+    def held_throughout():  # one C call that holds the GIL, made long enough to measure on any host
+        power_lasting(0.3)
+
+    def held_per_batch():  # the GIL held through each "step" (20 ms or more on any host), handed over between
+        n = power_lasting(0.02)
         end = time.perf_counter() + 0.5
         while time.perf_counter() < end:
             (7**n).bit_length()
