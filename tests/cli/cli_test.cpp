@@ -36,7 +36,8 @@ TEST(Cli, BadFlagsAndValuesAreRejected) {
   EXPECT_NE(r.output.find("--optimiser"), std::string::npos) << r.output;
   r = run({"fit", "--model", "resnet"}, dir);
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("not a preset (mlp, mlp5, cnn, cnn-fast, cifar-mlp, resnet20)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("not a preset (mlp, mlp5, cnn, cnn-fast, cifar-mlp, resnet20)"), std::string::npos)
+      << r.output;
   r = run({"frobnicate"}, dir);
   EXPECT_NE(r.code, 0);
   r = run({"fit", "--data-dir", dir.path(), "--dataset", "fashion-mnist"}, dir);
