@@ -329,8 +329,7 @@ class AveragePooling2D : public Pooling2D {
       : Pooling2D(false, pool_size, std::move(options)) {}
 };
 
-// Keras' GlobalAveragePooling2D: (B, H, W, C) -> each channel's mean, (B, C) ((B, 1, 1, C) with
-// keepdims).
+// Keras' GlobalAveragePooling2D: (B, H, W, C) -> each channel's mean, (B, C) (keepdims: (B, 1, 1, C)).
 struct GlobalPooling2DOptions {
   bool keepdims = false;
   std::string name;

@@ -4,6 +4,7 @@
 #include "tandem/cuda.h"
 #include "tandem/data/idx.h"
 #include "tandem/error.h"
+#include "tandem/graph.h"
 #include "tandem/layers.h"
 #include "tandem/model.h"
 #include "tandem/model_json.h"

@@ -3,7 +3,8 @@
 // GradientTape) against central finite differences of the reference, in double precision, on
 // every device: the CPU, the emulated device of emulated_device.h (whose memory the host may not
 // read directly, so an op that bypasses its device's kernels fails there) and a GPU (cuda:0,
-// ctest label `gpu`; skipped with the reason where there is none).
+// ctest label `gpu`; skipped with the reason where there is none). Past 500 lines as one table: a
+// case per op, which a new op joins.
 #include <functional>
 #include <optional>
 #include <tuple>

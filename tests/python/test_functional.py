@@ -180,3 +180,22 @@ def test_layers_and_models_mistakes_are_named(tf):
     # A Sequential still takes keras.Input first.
     seq = tf.keras.Sequential([tf.keras.Input((4,)), layers.Dense(2)])
     assert seq.built and isinstance(seq, tf.keras.Model)
+
+
+def test_the_resnet20_example_is_the_command_lines_network_and_trains(tf):
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("resnet20_example", ROOT / "examples" / "resnet20.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    model = example.resnet20(seed=2)
+    assert model.count_params() == 274042  # `tandem summary --model resnet20` says the same
+    assert sum(l.type == "Add" for l in model.layers) == 9 and sum(l.type == "Conv2D" for l in model.layers) == 21
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(0, 1, (32, 32, 32, 3)).astype(np.float32), (np.arange(32) % 10).astype(np.int32)
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.05, momentum=0.9),
+                  loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    losses = model.fit(x, y, batch_size=16, epochs=3, shuffle=False, verbose=0).history["loss"]
+    assert losses[-1] < losses[0], losses
