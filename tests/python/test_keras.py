@@ -237,9 +237,11 @@ def test_fit_evaluate_and_predict_release_the_gil_so_python_threads_run_meanwhil
     (the idle baseline). The engine on one thread, the counter on the other core: a call without
     the GIL lets it count about as much as when idle. Two controls that hold the GIL must fall far
     below: one C call holding it throughout (a large power's bit length), and a loop of such calls
-    of 20 ms or more each, handing it over between them, as an engine that held the GIL through
-    each step and let go once a batch would (with a 0.5 ms switch interval, the counter gets the
-    GIL for a moment at each handover: a few percent of the time on any host)."""
+    of 100 ms or more each, handing it over between them, as an engine that held the GIL through
+    each step and let go once a batch would. At each handover the counter gets the GIL for a
+    moment: the 0.5 ms switch interval, and on a loaded host as long as the scheduler keeps the
+    counter off a core while it holds it (20 ms steps let it reach 0.26 of idle under the whole
+    suite on CI's host), so the steps are long enough for that to stay a small share."""
     import sys
     import threading
     import time
@@ -286,9 +288,9 @@ def test_fit_evaluate_and_predict_release_the_gil_so_python_threads_run_meanwhil
     def held_throughout():  # one C call that holds the GIL, made long enough to measure on any host
         power_lasting(0.3)
 
-    def held_per_batch():  # the GIL held through each "step" (20 ms or more on any host), handed over between
-        n = power_lasting(0.02)
-        end = time.perf_counter() + 0.5
+    def held_per_batch():  # the GIL held through each "step" (100 ms or more on any host), handed over between
+        n = power_lasting(0.1)
+        end = time.perf_counter() + 1.0
         while time.perf_counter() < end:
             (7**n).bit_length()
 
