@@ -122,7 +122,6 @@ Tensor Concatenate::call_inputs(std::span<const Tensor> xs, const CallContext& c
 
 void Graph::finish(size_t num_layers) {
   last_use.assign(nodes.size(), nodes.size());
-  std::vector<bool> read(nodes.size(), false);
   auto check = [&](int from, size_t at, const char* what) {
     if (from >= 0 ? static_cast<size_t>(from) >= at : static_cast<size_t>(-1 - from) >= num_inputs())
       fail("graph: {} of node {} is {}, not an earlier node (< {}) or an input (-1 … -{})", what, at, from, at,
