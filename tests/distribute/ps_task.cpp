@@ -6,7 +6,8 @@
 //   tandem_ps_task tensors OUT   fit on tensors: workers read each batch by position
 //   tandem_ps_task dataset OUT   fit on a Dataset stream: the chief sends each batch's rows
 //   tandem_ps_task skewed OUT    as tensors, but the workers' labels differ from the chief's
-//   tandem_ps_task batchnorm OUT with a BatchNormalization layer (its moving statistics: refused)
+//   tandem_ps_task batchnorm OUT with a BatchNormalization layer (its moving statistics in the chief's model)
+//   tandem_ps_task alone-batchnorm OUT   that model in one process
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -23,7 +24,7 @@ using namespace tandem;
 
 int main(int argc, char** argv) try {
   if (argc != 3) {
-    std::fprintf(stderr, "usage: tandem_ps_task alone|tensors|dataset|skewed|batchnorm OUT\n");
+    std::fprintf(stderr, "usage: tandem_ps_task alone|tensors|dataset|skewed|batchnorm|alone-batchnorm OUT\n");
     return 2;
   }
   std::string mode = argv[1], out = argv[2];
@@ -31,7 +32,8 @@ int main(int argc, char** argv) try {
   Tensor x = tandem::testing::random_tensor({n, 6}, 5);
   std::vector<int32_t> labels(static_cast<size_t>(n));
   std::unique_ptr<distribute::ParameterServerStrategy> strategy;
-  if (mode != "alone")
+  bool alone = mode.starts_with("alone"), batchnorm = mode.ends_with("batchnorm");
+  if (!alone)
     strategy = std::make_unique<distribute::ParameterServerStrategy>(
         distribute::ClusterSpec::from_environment(),
         distribute::ParameterServerOptions{.mode = distribute::PsMode::Synchronous});
@@ -45,7 +47,7 @@ int main(int argc, char** argv) try {
     if (strategy) scope.emplace(strategy.get());
     model = std::make_unique<Sequential>(SequentialOptions{.seed = 3});
     model->add(layers::Dense(16, "relu", {.input_shape = Shape{6}}));
-    if (mode == "batchnorm") model->add(layers::BatchNormalization());
+    if (batchnorm) model->add(layers::BatchNormalization());
     model->add(layers::Dropout(0.3f));
     model->add(layers::Dense(4, "softmax"));
     model->compile(optimizers::Adam(0.01f), "sparse_categorical_crossentropy", {"accuracy"});

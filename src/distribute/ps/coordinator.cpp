@@ -31,6 +31,7 @@ Coordinator::Coordinator(ParameterServerExtended::Chief& chief, const StepParts&
       link_(chief.link),
       metrics_(parts.metrics),
       loss_(parts.loss_metric),
+      moving_(moving_statistics_of(parts.replicas[0].layers)),
       by_position_(parts.batch_at != nullptr) {
   chief_.initialize(parts.replicas[0].trainable, parts.optimizer);
   if (!chief_.options.record.empty() || chief_.replay) {
@@ -98,6 +99,7 @@ void Coordinator::finish_epoch() {
     hand_again_what_died();
     if (!in_flight_.empty()) wait_for_change();
   }
+  move_pending();
   if (workers_lost_ > 0 && rounds())
     std::fprintf(stderr, "chief: this epoch's batches: %lld trained, %lld not (their worker died)%s%s\n",
                  static_cast<long long>(recorded_ + trained_unrecorded_), static_cast<long long>(not_trained_),
@@ -146,7 +148,7 @@ void Coordinator::dispatch(int w, const Batch& b, int64_t key, int64_t first_row
   step.add(0, 1, b.y);
   if (b.x.defined()) step.add(0, 2, b.x);
   if (b.weights.defined()) step.add(0, 3, b.weights);
-  in_flight_[id] = Sent{w, b, key, first_row, round_rows, pushes, Tensor(), Tensor(), false};
+  in_flight_[id] = Sent{w, b, key, first_row, round_rows, pushes};
   if (!chief_.options.record.empty()) chief_.record.steps.push_back({w, b.epoch, record_field(b.step, "step")});
   try {
     step.send(link_.own_socket(), &link_.worker_route(w));
@@ -215,15 +217,19 @@ void Coordinator::wait_for_change() {
 void Coordinator::finish_one(const Incoming& result) {
   auto it = in_flight_.find(result.envelope.step);
   if (result.envelope.type == MessageType::Result && (it == in_flight_.end() || it->second.done) && workers_may_die())
-    return;  // from a worker taken for dead, whose steps went to others
+    return;                                // from a worker taken for dead, whose steps went to others
+  size_t items = moving_.empty() ? 2 : 3;  // loss, predictions, batch normalization's statistics
   if (result.envelope.type != MessageType::Result || it == in_flight_.end() || it->second.done ||
-      result.items.size() != 2)
-    fail("ParameterServerStrategy: the chief got a {} message for step {} from worker {}",
-         message_type_name(result.envelope.type), result.envelope.step, result.envelope.variable);
+      result.items.size() != items)
+    fail("ParameterServerStrategy: the chief got a {} message of {} item(s) for step {} from worker {}{}",
+         message_type_name(result.envelope.type), result.items.size(), result.envelope.step, result.envelope.variable,
+         result.envelope.type == MessageType::Result ? fmt::format(", expected a result of {} items", items) : "");
   Sent& sent = it->second;
   sent.loss = result.items[0].tensor();
   sent.predictions = result.items[1].tensor();
+  if (items == 3) sent.moving = result.items[2].tensor();
   sent.done = true;
+  sent.applied = result.envelope.aux >= 0;
   ++clocks_.finished[static_cast<size_t>(sent.worker)];
   if (chief_.worker_steps.size() <= static_cast<size_t>(sent.worker))
     chief_.worker_steps.resize(static_cast<size_t>(sent.worker) + 1, 0);
@@ -238,8 +244,21 @@ void Coordinator::finish_one(const Incoming& result) {
   if (!rounds()) {
     record(sent);
     int w = sent.worker;
+    if (sent.applied && sent.moving.defined()) pending_moving_.emplace(it->first, std::pair{w, sent.moving});
     in_flight_.erase(it);
+    move_pending();
     policy_->finished(w, result.envelope.aux < 0, workers(), free_);
+  }
+}
+
+void Coordinator::move_pending() {
+  // In flight are the steps out (asynchronous: a result's is erased as it comes), in order.
+  while (!pending_moving_.empty() &&
+         (in_flight_.empty() || pending_moving_.begin()->first < in_flight_.begin()->first)) {
+    auto first = pending_moving_.begin();
+    moving_.add(first->second.second, link_.describe({"worker", first->second.first}));
+    moving_.move();
+    pending_moving_.erase(first);
   }
 }
 
@@ -265,7 +284,11 @@ void Coordinator::finish_round() {
   while (std::any_of(in_flight_.begin(), in_flight_.end(), [](const auto& sent) { return !sent.second.done; }))
     wait_for_change();
   if (round_short_) close_round(static_cast<int64_t>(in_flight_.size()));
-  for (auto& [id, sent] : in_flight_) record(sent);
+  for (auto& [id, sent] : in_flight_) {
+    record(sent);
+    if (sent.applied && sent.moving.defined()) moving_.add(sent.moving, link_.describe({"worker", sent.worker}));
+  }
+  moving_.move();  // once, toward the round's average
   in_flight_.clear();
   round_.clear();
   ++rounds_;

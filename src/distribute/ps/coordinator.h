@@ -25,6 +25,7 @@
 
 #include "distribute/ps/chief.h"
 #include "distribute/ps/dispatch.h"
+#include "distribute/ps/moving_statistics.h"
 
 namespace tandem::distribute::ps {
 
@@ -53,7 +54,8 @@ class Coordinator : public StepRunner {
     Batch batch;                                 // handed again if its worker dies first
     int64_t key, first_row, round_rows, pushes;  // as dispatched
     Tensor loss, predictions;                    // when its result came
-    bool done = false;
+    Tensor moving;                               // its batch normalization statistics, if the model has any
+    bool done = false, applied = false;          // applied: its push was (not dropped)
   };
 
   // A free worker that may start its next step, as the policy picks it, once there is one.
@@ -120,6 +122,10 @@ class Coordinator : public StepRunner {
 
   void record(const Sent& sent);
 
+  // Asynchronous: the statistics of the results that came, moved into the model in the steps' order
+  // as far as no earlier step is still out.
+  void move_pending();
+
   // Synchronous: the round's batches out, their results in, recorded in worker order.
   void finish_round();
 
@@ -147,7 +153,9 @@ class Coordinator : public StepRunner {
   double copy_seconds_ = 0;  // taking it, over the epochs
   std::vector<Batch> round_;
   int64_t next_id_ = 0, steps_ = 0, rounds_ = 0;
-  ResultCounts counts_;  // this epoch's
+  MovingStatisticsSums moving_;                               // the model's batch normalization statistics
+  std::map<int64_t, std::pair<int, Tensor>> pending_moving_;  // asynchronous, by step: worker, statistics not yet moved
+  ResultCounts counts_;                                       // this epoch's
   // This epoch's steps whose results came; of them, those handed again; workers lost.
   int64_t recorded_ = 0, handed_again_ = 0, workers_lost_ = 0, not_trained_ = 0;
   // Synchronous: this epoch's batches whose worker died after its push reached every server (trained,

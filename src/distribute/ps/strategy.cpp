@@ -1,9 +1,11 @@
 // ParameterServerStrategy (tandem/distribute/parameter_server.h): each task's part.
+#include <algorithm>
 #include <cstdio>
 
 #include "distribute/ps/auth.h"
 #include "distribute/ps/chief.h"
 #include "distribute/ps/local_cluster.h"
+#include "distribute/ps/moving_statistics.h"
 #include "distribute/ps/server.h"
 #include "distribute/ps/worker.h"
 #include "distribute/running_as.h"
@@ -37,18 +39,20 @@ std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const Param
             cluster.describe(t), cluster.host(t));
   return std::make_unique<ps::ClusterLink>(cluster, options.timeout, nullptr, std::move(context));
 }
-// The servers hold the trainable variables; a layer's own statistics (batch normalization's moving
-// mean and variance), updated by the workers' forward passes, would never reach the chief's model.
-// A frozen layer's variables keep their values (its normalization runs in inference mode): every
-// task keeps its own copy, as each builds or loads the same model.
+// The servers hold the trainable variables; batch normalization's moving statistics live in the
+// chief's model, moved by the workers' results (moving_statistics.h). A frozen layer's variables
+// keep their values (its normalization runs in inference mode): every task keeps its own copy, as
+// each builds or loads the same model. Any other variable that is not trainable is refused.
 void require_trainable_only(const StepParts& parts) {
+  std::vector<const Tensor*> moving;
+  for (const layers::Layer::MovingStatistics& m : ps::moving_statistics_of(parts.replicas[0].layers))
+    moving.insert(moving.end(), {m.mean, m.variance});
   for (const Variable* v : parts.replicas[0].variables)
-    if (!v->trainable && !v->frozen)
+    if (!v->trainable && !v->frozen && std::find(moving.begin(), moving.end(), &v->value) == moving.end())
       fail(
-          "ParameterServerStrategy: variable \"{}\" is not trainable (a layer's own statistics, as batch "
-          "normalization's): the servers hold trainable variables only, so the workers' updates of it would not "
-          "reach the chief's model; train this model with mirrored or multiworker, freeze that layer "
-          "(trainable = false), or train without it",
+          "ParameterServerStrategy: variable \"{}\" is not trainable and not a layer's moving statistics: the "
+          "servers hold trainable variables only, so the workers' updates of it would not reach the chief's model; "
+          "train this model with mirrored or multiworker, freeze that layer (trainable = false), or train without it",
           v->name);
 }
 

@@ -18,7 +18,7 @@
 namespace tandem::distribute::ps {
 
 inline constexpr uint32_t kMagic = 0x31535054;  // "TPS1"
-inline constexpr uint16_t kVersion = 4;         // 4: a push's clock and round travel as a PushInfo
+inline constexpr uint16_t kVersion = 5;         // 5: a result carries batch normalization's statistics
 inline constexpr size_t kHeaderBytes = 96;
 inline constexpr int kMaxRank = 6;
 inline constexpr int64_t kMaxWorkers = 4096;  // in one job, as `tandem launch --workers` allows
@@ -37,7 +37,8 @@ enum class MessageType : uint16_t {
   Step = 7,         // chief → worker: its StepInfo (below: first row in the round, the round's rows, its
                     // pushes, epoch, step in the epoch, the worker's clock), then y (and x when not read by position);
                     // step = the step's number, aux = the dropout key (synchronous rounds: the round's number)
-  Result = 8,       // worker → chief: loss sum, predictions; step = the step's number; aux = staleness (-1: dropped)
+  Result = 8,       // worker → chief: loss sum, predictions, and where the model has batch normalization its
+                    // batch's statistics (moving_statistics.h); step = the step's number; aux = staleness (-1: dropped)
   Fetch = 9,        // chief → server: every shard's value and optimizer state
   State = 10,       // server → chief: the answer to Fetch
   Stop = 11,        // chief → any task: end

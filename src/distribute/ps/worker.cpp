@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/fault_hooks.h"
+#include "distribute/ps/moving_statistics.h"
 #include "distribute/step_body.h"
 #include "tandem/autograd.h"
 #include "tandem/ops.h"
@@ -72,6 +73,7 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
   bool pulled = false;
   int64_t slow_ms = straggler_delay_ms(static_cast<int>(me));
   int64_t steps = 0, dropped = 0;  // backup workers: this worker's steps, and those its round left out
+  std::vector<layers::Layer::MovingStatistics> moving_layers = moving_statistics_of(model.layers);
 
   // One step: pull, forward and backward, push; the result for the chief.
   auto train = [&](const Incoming& step) {
@@ -100,11 +102,12 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
     Tensor penalty;
     auto rows = static_cast<double>(y.dim(0));
     RowsForward done;
+    ops::DeferredMovingStatistics moving;  // batch normalization's, for the chief's model
     {
       GradientTape tape;  // recording until the gradients are made, no further
       done = train_rows(
           tape, model.network(), parts.loss, x, y,
-          {parts.seed, static_cast<uint64_t>(step.envelope.aux), info.first_row, info.round_rows, nullptr, nullptr,
+          {parts.seed, static_cast<uint64_t>(step.envelope.aux), info.first_row, info.round_rows, nullptr, &moving,
            weights},
           {sources, grads}, {}, [&](const Tensor& loss) {
             penalty = ops::penalties(model.trainable);
@@ -145,6 +148,7 @@ void serve_as_worker(ClusterLink& link, const ParameterServerOptions& options, c
                Tensor::from_vector(
                    {1}, std::vector<float>{static_cast<float>(ops::sum(done.loss.per_sample).item() + round_penalty)}));
     result.add(0, 1, done.predictions.contiguous());
+    if (!moving_layers.empty()) result.add(0, 2, moving_statistics_item(moving, moving_layers));
     return result;
   };
 
