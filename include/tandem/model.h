@@ -239,6 +239,7 @@ class Model {
   void restore_state(const io::NamedTensors& tensors, const std::string& source);
   // Keras 3's weights groups of this model (src/fit/keras_files.cpp), and their reading.
   std::string keras_weights();
+  std::string functional_json() const;  // to_json's for a graph
   void load_keras_weights(std::string_view bytes, const std::string& source);
   void check_data(const Tensor& x, const Tensor& y, const char* what);
   // A pipeline's (x, y) or (x, y, sample weights) batch as fit and evaluate take it: x float32, y

@@ -1,8 +1,10 @@
 #pragma once
-// Keras model files (what Keras' model.to_json() writes) read into a Sequential, and a Sequential
-// written as one (Sequential::to_json). Layers Dense, Dropout, Flatten, Conv2D, MaxPooling2D,
-// AveragePooling2D, BatchNormalization, Activation and InputLayer; an attribute Tandem does not
-// implement must hold Keras' default, else the file is refused naming it.
+// Keras model files (what Keras' model.to_json() writes) read into a Sequential or a Functional,
+// and a model written as one (Model::to_json). Layers Dense, Dropout, Flatten, Conv2D,
+// MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, ZeroPadding2D, BatchNormalization,
+// Activation, ReLU, Add, Subtract, Multiply, Concatenate and InputLayer; a functional model's
+// calls in Keras 2's layout or Keras 3's. An attribute Tandem does not implement must hold Keras'
+// default, else the file is refused naming it.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,7 +30,7 @@ struct ModelJsonOptions {
 std::unique_ptr<Model> model_from_json(const std::string& text, const ModelJsonOptions& options = {});
 std::unique_ptr<Model> load_model_json(const std::string& path, ModelJsonOptions options = {});
 
-// A Keras 3 .keras file (Sequential::save's, or Keras' own for the layers above): the model from
+// A Keras 3 .keras file (Model::save's, or Keras' own for the layers above, Sequential or Functional): the model from
 // config.json, built from its build_config, compiled from its compile_config (optimizers SGD,
 // Adam, RMSprop and Adagrad; a loss by name or as Keras' loss object; metrics by name), and its
 // weights (and optimizer state) from model.weights.h5. A file it cannot read is a tandem::Error

@@ -93,8 +93,11 @@ ModelSpec make_model(const std::string& name, uint64_t seed, distribute::Strateg
   } else {
     spec.model = load_model_json(name, {.seed = seed, .ignored_input_shapes = &spec.ignored_input_shapes});
     // Logits when the model ends without an activation, probabilities otherwise, however the
-    // activation is spelled: Dense(10, "softmax") or Dense(10) then Activation("softmax").
+    // activation is spelled: Dense(10, "softmax") or Dense(10) then Activation("softmax"). A
+    // functional model's last layer is its output's.
     const Layer* last = spec.model->layers().back().get();
+    if (const layers::Graph* g = spec.model->graph(); g != nullptr && g->outputs[0] >= 0)
+      last = spec.model->layers()[g->nodes[static_cast<size_t>(g->outputs[0])].layer].get();
     tandem::Activation output = tandem::Activation::Linear;
     if (const auto* dense = dynamic_cast<const Dense*>(last)) output = dense->activation();
     if (const auto* activation = dynamic_cast<const layers::Activation*>(last)) output = activation->activation();

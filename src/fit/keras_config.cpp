@@ -3,8 +3,10 @@
 // from to_json's layers, and a compile_config read back into compile().
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <nlohmann/json.hpp>
 
+#include "tandem/graph.h"
 #include "tandem/model_json.h"
 
 namespace tandem {
@@ -99,41 +101,76 @@ json compile_config(const Model& model, Optimizer& optimizer) {
 
 std::string Model::keras_config() const {
   json legacy = json::parse(to_json());
+  // A functional model's calls in Keras 3's form: each input a keras tensor with its shape.
+  std::map<std::string, Shape> shapes;
+  for (size_t k = 0; k < input_names_.size(); ++k) shapes[input_names_[k]] = input_shapes_[k];
+  for (const auto& l : layers_)
+    if (l->built()) shapes[l->name()] = l->output_shape();
+  auto tensor = [&](const json& ref) {
+    return json{{"class_name", "__keras_tensor__"},
+                {"config",
+                 {{"shape", batch_shape(shapes.at(ref[0].get<std::string>()))},
+                  {"dtype", "float32"},
+                  {"keras_history", {ref[0], ref[1], ref[2]}}}}};
+  };
   json layers = json::array();
   size_t index = 0;
   for (json& l : legacy["config"]["layers"]) {
     json c = l["config"];
+    json entry;
     if (l["class_name"] == "InputLayer") {
-      layers.push_back({{"module", "keras.layers"},
-                        {"class_name", "InputLayer"},
-                        {"config",
-                         {{"batch_shape", c["batch_input_shape"]},
-                          {"dtype", "float32"},
-                          {"sparse", false},
-                          {"name", "input_layer"}}},
-                        {"registered_name", nullptr}});
-      continue;
-    }
-    // Keras 3 writes dtypes as DTypePolicy objects and tags every object with its module.
-    const json& d = c["dtype"];
-    c["dtype"] = dtype_policy(d.is_string() ? d.get<std::string>() : d["config"]["name"].get<std::string>());
-    for (auto& [key, value] : c.items())
-      if (key.ends_with("_initializer") && value.is_object()) {
-        value["module"] = "keras.initializers";
-        value["registered_name"] = nullptr;
+      entry = {{"module", "keras.layers"},
+               {"class_name", "InputLayer"},
+               {"config",
+                {{"batch_shape", c["batch_input_shape"]},
+                 {"dtype", "float32"},
+                 {"sparse", false},
+                 {"name", graph_ ? c["name"] : json("input_layer")}}},
+               {"registered_name", nullptr}};
+    } else {
+      // Keras 3 writes dtypes as DTypePolicy objects and tags every object with its module.
+      const json& d = c["dtype"];
+      c["dtype"] = dtype_policy(d.is_string() ? d.get<std::string>() : d["config"]["name"].get<std::string>());
+      for (auto& [key, value] : c.items())
+        if (key.ends_with("_initializer") && value.is_object()) {
+          value["module"] = "keras.initializers";
+          value["registered_name"] = nullptr;
+        }
+      entry = {
+          {"module", "keras.layers"}, {"class_name", l["class_name"]}, {"config", c}, {"registered_name", nullptr}};
+      const layers::Layer& layer = *layers_[index++];
+      if (layer.built() && dynamic_cast<const layers::Merge*>(&layer) == nullptr)
+        entry["build_config"] = {{"input_shape", batch_shape(layer.input_shape())}};
+      if (graph_) {
+        json calls = json::array();
+        for (const json& node : l["inbound_nodes"]) {
+          json args = json::array();
+          for (const json& ref : node) args.push_back(tensor(ref));
+          bool list = dynamic_cast<const layers::Merge*>(&layer) != nullptr;
+          calls.push_back({{"args", json::array({list ? args : args[0]})}, {"kwargs", json::object()}});
+        }
+        entry["inbound_nodes"] = calls;
       }
-    json entry = {
-        {"module", "keras.layers"}, {"class_name", l["class_name"]}, {"config", c}, {"registered_name", nullptr}};
-    const layers::Layer& layer = *layers_[index++];
-    if (layer.built()) entry["build_config"] = {{"input_shape", batch_shape(layer.input_shape())}};
+    }
+    if (graph_) {
+      entry["name"] = l["name"];
+      if (!entry.contains("inbound_nodes")) entry["inbound_nodes"] = json::array();
+    }
     layers.push_back(std::move(entry));
   }
-  json doc = {
-      {"module", "keras"},
-      {"class_name", "Sequential"},
-      {"config", {{"name", name_}, {"trainable", true}, {"dtype", dtype_policy("float32")}, {"layers", layers}}},
-      {"registered_name", nullptr}};
-  if (built()) doc["build_config"] = {{"input_shape", batch_shape(layers_.front()->input_shape())}};
+  json config = {{"name", name_}, {"trainable", true}, {"dtype", dtype_policy("float32")}, {"layers", layers}};
+  json doc = {{"module", "keras"}, {"class_name", "Sequential"}, {"config", config}, {"registered_name", nullptr}};
+  if (graph_) {
+    config.erase("dtype");
+    config["input_layers"] = legacy["config"]["input_layers"];
+    config["output_layers"] = legacy["config"]["output_layers"];
+    doc = {{"module", "keras.src.models.functional"},
+           {"class_name", "Functional"},
+           {"config", config},
+           {"registered_name", "Functional"}};
+  } else if (built()) {
+    doc["build_config"] = {{"input_shape", batch_shape(layers_.front()->input_shape())}};
+  }
   if (optimizer_) doc["compile_config"] = compile_config(*this, *optimizer_);
   return doc.dump();
 }

@@ -12,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "fit/keras_json.h"
 #include "tandem/keras_io.h"
 #include "tandem/model_json.h"
 
@@ -93,6 +94,8 @@ std::string Model::keras_weights() {
     fail("save: model \"{}\" has no state \"{}\"", name_, name);
   };
   std::vector<io::KerasVars> groups{{"", name_, {}}};
+  for (size_t k = 0; k < input_names_.size() && graph_; ++k)  // a functional model's layers include its inputs'
+    groups.push_back({k == 0 ? "layers/input_layer" : fmt::format("layers/input_layer_{}", k), input_names_[k], {}});
   std::vector<std::string> paths = layer_paths(*this);
   for (size_t i = 0; i < layers_.size(); ++i) {
     io::KerasVars g{paths[i], layers_[i]->name(), {}};
@@ -210,25 +213,31 @@ std::unique_ptr<Model> load_model(const std::string& path, ModelJsonOptions opti
   std::string source = fmt::format("config.json in \"{}\"", path);
   json doc = json::parse(text, nullptr, false);
   if (!doc.is_object()) fail("{} is not a JSON object", source);
-  if (doc.value("class_name", "") != "Sequential")
-    fail("{}: the model is a {}; Tandem reads Sequential models", source, doc.value("class_name", "(no class_name)"));
+  std::string cls = model_json::text_at(doc, "class_name");
+  if (cls != "Sequential" && cls != "Functional")
+    fail("{}: the model is a {}; Tandem reads Sequential and Functional models", source,
+         cls.empty() ? "(no class_name)" : cls);
   options.source = source;
   std::unique_ptr<Model> model = model_from_json(text, options);
-  // The input shape: build_config's, else the first layer's (an InputLayer's).
-  std::optional<Shape> input = model->layers().front()->declared_input_shape();
-  if (doc.contains("build_config") && doc["build_config"].is_object() && doc["build_config"].contains("input_shape")) {
-    const json& s = doc["build_config"]["input_shape"];
-    if (!s.is_array() || s.empty()) fail("{}: build_config's input_shape is {}", source, s.dump());
-    Shape shape;
-    for (size_t i = 1; i < s.size(); ++i) {
-      if (!s[i].is_number_integer() || s[i].get<int64_t>() <= 0)
-        fail("{}: build_config's input_shape is {}, expected positive sizes after the batch", source, s.dump());
-      shape.push_back(s[i].get<int64_t>());
+  // A Sequential's input shape: build_config's, else the first layer's (an InputLayer's). A
+  // functional model is built as it is made from its inputs.
+  if (!model->graph()) {
+    std::optional<Shape> input = model->layers().front()->declared_input_shape();
+    if (doc.contains("build_config") && doc["build_config"].is_object() &&
+        doc["build_config"].contains("input_shape")) {
+      const json& s = doc["build_config"]["input_shape"];
+      if (!s.is_array() || s.empty()) fail("{}: build_config's input_shape is {}", source, s.dump());
+      Shape shape;
+      for (size_t i = 1; i < s.size(); ++i) {
+        if (!s[i].is_number_integer() || s[i].get<int64_t>() <= 0)
+          fail("{}: build_config's input_shape is {}, expected positive sizes after the batch", source, s.dump());
+        shape.push_back(s[i].get<int64_t>());
+      }
+      input = shape;
     }
-    input = shape;
+    if (!input) fail("{}: no input shape (no build_config and no InputLayer), so the weights cannot be placed", source);
+    model->build(*input);
   }
-  if (!input) fail("{}: no input shape (no build_config and no InputLayer), so the weights cannot be placed", source);
-  model->build(*input);
   if (compile && doc.contains("compile_config") && doc["compile_config"].is_object())
     compile_from_keras_config(*model, doc["compile_config"].dump(), source + ", compile_config");
   model->load_weights(path);

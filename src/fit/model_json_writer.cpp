@@ -4,6 +4,7 @@
 #include <cctype>
 #include <nlohmann/json.hpp>
 
+#include "tandem/graph.h"
 #include "tandem/model_json.h"
 
 namespace tandem {
@@ -96,8 +97,22 @@ json layer_config(const Layer& layer) {
     for (const char* k : {"beta_initializer", "moving_mean_initializer"}) c[k] = initializer("zeros");
     for (const char* k : {"gamma_initializer", "moving_variance_initializer"}) c[k] = initializer("ones");
     if (b->options().synchronized) c["synchronized"] = true;
+  } else if (dynamic_cast<const ReLU*>(&layer) != nullptr) {
+    c["max_value"] = nullptr;
+    c["negative_slope"] = 0.0;
+    c["threshold"] = 0.0;
   } else if (const auto* a = dynamic_cast<const layers::Activation*>(&layer)) {
     c["activation"] = activation_json(a->activation());
+  } else if (const auto* g = dynamic_cast<const GlobalAveragePooling2D*>(&layer)) {
+    c["data_format"] = "channels_last";
+    c["keepdims"] = g->keepdims();
+  } else if (const auto* z = dynamic_cast<const ZeroPadding2D*>(&layer)) {
+    const auto& p = z->padding();
+    c["padding"] = json::array({json::array({p[0], p[1]}), json::array({p[2], p[3]})});
+    c["data_format"] = "channels_last";
+  } else if (const auto* m = dynamic_cast<const Concatenate*>(&layer)) {
+    c["axis"] = m->axis();
+  } else if (dynamic_cast<const Merge*>(&layer) != nullptr) {  // Add, Subtract, Multiply: nothing more
   } else {
     fail("to_json: {} has no Keras form", layer.label());
   }
@@ -108,12 +123,58 @@ json layer_config(const Layer& layer) {
 
 }  // namespace
 
+// A functional model in Keras 2's layout: an InputLayer per input, then each layer with its name
+// and its calls ("inbound_nodes": per call, its inputs as [layer, node, tensor, kwargs], a node
+// being a layer's call counted from 0), and the model's inputs and outputs as references.
+std::string Model::functional_json() const {
+  const layers::Graph& g = *graph_;
+  json entries = json::array(), inputs = json::array(), outputs = json::array();
+  for (size_t k = 0; k < g.num_inputs(); ++k) {
+    json batch_shape = json::array({nullptr});
+    for (int64_t d : g.input_shapes[k]) batch_shape.push_back(d);
+    entries.push_back({{"class_name", "InputLayer"},
+                       {"config",
+                        {{"batch_input_shape", batch_shape},
+                         {"dtype", "float32"},
+                         {"sparse", false},
+                         {"ragged", false},
+                         {"name", input_names_[k]}}},
+                       {"name", input_names_[k]},
+                       {"inbound_nodes", json::array()}});
+    inputs.push_back({input_names_[k], 0, 0});
+  }
+  std::vector<size_t> call(g.nodes.size()), calls(layers_.size(), 0);  // each node's place among its layer's calls
+  for (size_t i = 0; i < g.nodes.size(); ++i) call[i] = calls[g.nodes[i].layer]++;
+  auto ref = [&](int from) -> json {
+    if (from < 0) return {input_names_[static_cast<size_t>(-1 - from)], 0, 0};
+    auto i = static_cast<size_t>(from);
+    return {layers_[g.nodes[i].layer]->name(), call[i], 0};
+  };
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    json entry = layer_config(*layers_[l]), nodes = json::array();
+    for (const layers::Graph::Node& node : g.nodes) {
+      if (node.layer != l) continue;
+      json refs = json::array();
+      for (int from : node.inputs) {
+        json r = ref(from);
+        r.push_back(json::object());  // the call's keyword arguments: none
+        refs.push_back(std::move(r));
+      }
+      nodes.push_back(refs);
+    }
+    entry["name"] = layers_[l]->name();
+    entry["inbound_nodes"] = nodes;
+    entries.push_back(std::move(entry));
+  }
+  for (int from : g.outputs) outputs.push_back(ref(from));
+  json doc = {{"class_name", "Functional"},
+              {"config", {{"name", name_}, {"layers", entries}, {"input_layers", inputs}, {"output_layers", outputs}}},
+              {"backend", "tensorflow"}};
+  return doc.dump();
+}
+
 std::string Model::to_json() const {
-  if (graph_)
-    fail(
-        "Functional \"{}\": Keras files of functional models are not written yet; save its weights "
-        "(save_weights) and make the model again in code",
-        name_);
+  if (graph_) return functional_json();
   json layers = json::array();
   if (!layers_.empty()) {
     const Layer& first = *layers_.front();

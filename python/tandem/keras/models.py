@@ -460,18 +460,21 @@ def model_from_json(json_string, custom_objects=None, seed=None):
         raise Error("model_from_json: custom_objects are not supported: Tandem reads its own layers only")
     if not isinstance(json_string, str):
         raise Error(f"model_from_json: expected a JSON string, got {type(json_string).__name__}")
-    model = Sequential.__new__(Sequential)
-    model._adopt(_tandem.model_from_json(json_string, _seed_of(seed)))
-    return model
+    return _wrapped(_tandem.model_from_json(json_string, _seed_of(seed)))
 
 
 def load_model(filepath, custom_objects=None, compile=True, safe_mode=True, seed=None):
-    """A model from a Keras 3 ``.keras`` file (``model.save``'s, or Keras' own Sequential ones of
-    the layers Tandem has): built, compiled from its compile_config (unless compile=False) and
+    """A model from a Keras 3 ``.keras`` file (``model.save``'s, or Keras' own Sequential and
+    functional ones of the layers Tandem has): built, compiled from its compile_config (unless compile=False) and
     holding its weights and optimizer state. ``seed`` as for Sequential (dropout, shuffling)."""
     path = str(filepath)
     if custom_objects:
         raise Error("load_model: custom_objects are not supported by Tandem")
-    model = Sequential.__new__(Sequential)
-    model._adopt(_tandem.load_model(path, _seed_of(seed), bool(compile)))
+    return _wrapped(_tandem.load_model(path, _seed_of(seed), bool(compile)))
+
+
+def _wrapped(handle):
+    """The engine's model read from a file, as a Sequential or a functional Model."""
+    model = Model.__new__(Model) if handle.kind == "Functional" else Sequential.__new__(Sequential)
+    model._adopt(handle)
     return model
