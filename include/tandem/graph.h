@@ -5,6 +5,7 @@
 // (call_network). A model (tandem/model.h: Functional) holds the traced layers and graph.
 #include <concepts>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -112,6 +113,19 @@ struct Graph {
   std::vector<size_t> last_use;
   void finish(size_t num_layers);
 };
+
+// Cutting a graph into consecutive parts (a pipeline's stages), each of the model's layers
+// [begin, end): a cut before layer c is possible where every call of the layers before c comes
+// before every call of those from c on, and one tensor alone (a node's output, or a model input)
+// passes from the calls before to the calls after (nothing else is read after the cut): between
+// residual blocks, never inside one. crossing_tensors(g, L)[c], for c in 1 .. L - 1: that tensor
+// (a node index, or -1 - k: input k), or none where no cut is possible before layer c.
+std::vector<std::optional<int>> crossing_tensors(const Graph& graph, size_t num_layers);
+// The part of `graph` made of layers [begin, end) (built; possible cuts at both ends, end = the
+// layers' count for the last part): its calls renumbered, layers counted from `begin`, its input
+// the tensor that crosses at `begin` (begin 0: the model's inputs), its output the one that
+// crosses at `end` (the last part: the model's outputs).
+Graph graph_part(const Graph& graph, std::span<const std::shared_ptr<Layer>> layers, size_t begin, size_t end);
 
 // A model's layers and how they connect: a chain (graph null) runs them in order.
 struct Network {

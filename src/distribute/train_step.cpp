@@ -32,7 +32,7 @@ ModelReplicas::ModelReplicas(const StrategyExtended& strategy,
   if (graph && !strategy.runs_graphs())
     fail(
         "{}: cuts a model's layers as a chain, and this model is a graph (a functional model); train it under a "
-        "data-parallel strategy (mirrored, central storage, multi-worker, parameter servers)",
+        "data-parallel strategy (mirrored, central storage, multi-worker, parameter servers) or a pipeline",
         strategy.name());
   // Placement (with_device) is one model's; a strategy's replicas are devices of their own (where
   // it places them, the model's own layers are replica 0's, on its first device from the first fit).
@@ -45,8 +45,8 @@ ModelReplicas::ModelReplicas(const StrategyExtended& strategy,
           strategy.name(), l->label(), l->device()->name(), strategy.name(), size());
   for (int r = 0; r < size(); ++r) {
     Replica& rep = replicas_[static_cast<size_t>(r)];
+    rep.graph = strategy.replica_graph(layers, graph, r);
     rep.layers = strategy.replica_layers(layers, r);
-    rep.graph = graph;
     for (auto& l : rep.layers)
       for (Variable& v : l->variables()) {
         rep.variables.push_back(&v);

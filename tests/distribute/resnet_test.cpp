@@ -3,7 +3,11 @@
 // and two worker processes end with one replica's bits. Under parameter servers (in process), one
 // asynchronous worker ends with one process's bits, moving statistics included (they live in the
 // chief's model, moved by the workers' results); two workers train, and a record of their order
-// replays to the same bits.
+// replays to the same bits. A pipeline of 3 stages (one micro-batch) cuts it between blocks and
+// trains as one process does, and plain mirrored replicas train it.
+#include <cmath>
+#include <map>
+
 #include "distribute/launch_util.h"
 
 namespace tandem::testing {
@@ -82,6 +86,29 @@ TEST(ResNet20, ParameterServersTrainItWithItsMovingStatistics) {
           << name << " never moved";
     }
   EXPECT_EQ(moving, 21) << "ResNet-20's batch normalization layers: 1 + 9 blocks × 2 + 2 shortcuts";
+}
+
+TEST(ResNet20, APipelineCutsItBetweenBlocksAndMirroredReplicasTrainIt) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 64, 16);
+  std::map<std::string, std::vector<std::pair<std::string, std::vector<float>>>> weights;
+  for (const char* strategy : {"default", "pipeline:3:1", "mirrored:2"}) {
+    std::vector<std::string> argv{TANDEM_CLI};
+    for (const std::string& a : resnet_args(dir, strategy, dir.file(strategy))) argv.push_back(a);
+    Watched w = run_watched(argv, dir, 240, std::string(strategy) + ".log");
+    ASSERT_EQ(w.code, 0) << strategy << "\n" << w.output;
+    weights[strategy] = final_state(dir.file(std::string(strategy) + "/final.safetensors"));
+  }
+  const auto &one = weights["default"], &staged = weights["pipeline:3:1"];
+  ASSERT_EQ(staged.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i) {
+    float scale = 0;
+    for (float v : one[i].second) scale = std::max(scale, std::fabs(v));
+    for (size_t k = 0; k < one[i].second.size(); ++k)
+      ASSERT_LE(std::fabs(staged[i].second[k] - one[i].second[k]), 1e-4f * scale + 1e-6f)
+          << one[i].first << "[" << k << "]";
+  }
+  EXPECT_EQ(weights["mirrored:2"].size(), one.size());
 }
 
 }  // namespace

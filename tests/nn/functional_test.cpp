@@ -4,6 +4,7 @@
 // under the data-parallel strategies as on one device.
 #include <optional>
 
+#include "tandem/distribute/pipeline.h"
 #include "tandem/graph.h"
 #include "tandem/model.h"
 #include "test_util.h"
@@ -262,11 +263,53 @@ TEST(Functional, SeveralInputsTravelPackedAndTrainUnderTheStrategiesAsOnOneDevic
             trained("mirrored:1:deterministic", 2, two_inputs, {19}, x));
 }
 
-TEST(Functional, StrategiesThatCutTheLayersAsAChainRefuseAGraphByName) {
-  for (const char* name : {"pipeline:2", "model-parallel:2"}) {
-    std::string error = testing::error_of([&] { trained(name, 1); });
-    EXPECT_NE(error.find("this model is a graph"), std::string::npos) << name << ": " << error;
+// small_resnet's layers: conv2d, batch_normalization, re_lu, conv2d_1, batch_normalization_1,
+// add, re_lu_1, zero_padding2d, conv2d_2, global_average_pooling2d, dense, concatenate, dense_1.
+// One tensor crosses before layers 1, 2, 3 (r1), 6 (the sum), 7, 8, 9, 10 and 12; the block's
+// layers 4 and 5 (two tensors: r1 and the branch) and 11 (g and the dense) are not cuts.
+TEST(Functional, APipelineCutsAGraphWhereOneTensorCrossesAndTrainsAsOneDevice) {
+  auto model = small_resnet();
+  std::vector<std::optional<int>> crossing = crossing_tensors(*model->graph(), model->layers().size());
+  std::vector<size_t> places;
+  for (size_t c = 0; c < crossing.size(); ++c)
+    if (crossing[c]) places.push_back(c);
+  EXPECT_EQ(places, (std::vector<size_t>{1, 2, 3, 6, 7, 8, 9, 10, 12}));
+  // One micro-batch: the stages compute what one device does.
+  auto one = trained("default");
+  for (const char* name : {"pipeline:2:1", "pipeline:4:1"}) {
+    auto staged = trained(name);
+    ASSERT_EQ(staged.size(), one.size());
+    for (size_t i = 0; i < one.size(); ++i)
+      for (size_t j = 0; j < one[i].size(); ++j) EXPECT_NEAR(staged[i][j], one[i][j], 2e-5) << name << " " << i;
   }
+  auto cut_at = [&](std::vector<int> cuts) {
+    distribute::PipelineStrategy pipeline(
+        {.num_stages = static_cast<int>(cuts.size()) + 1, .micro_batches = 2, .cuts = std::move(cuts)});
+    auto scope = pipeline.scope();
+    auto m = small_resnet();
+    m->compile(optimizers::SGD(0.1f), "sparse_categorical_crossentropy");
+    m->fit(testing::random_tensor({8, 6, 6, 2}, 5), testing::labelled_rows(8, 1, 3, 1).y,
+           {.epochs = 1, .batch_size = 8, .verbose = 0});
+    return pipeline.extended().cuts();
+  };
+  EXPECT_EQ(cut_at({6, 10}), (std::vector<int>{6, 10}));
+  EXPECT_NE(testing::error_of([&] { cut_at({4}); })
+                .find("the cut before layer 4 (BatchNormalization \"batch_normalization_1\") falls inside a block of "
+                      "the graph (the layers from Conv2D \"conv2d_1\" to Add \"add\")"),
+            std::string::npos)
+      << testing::error_of([&] { cut_at({4}); });
+  std::string too_many = testing::error_of([&] { trained("pipeline:11:1", 1); });
+  EXPECT_NE(too_many.find("fewer places than the 10 cuts 11 stages need"), std::string::npos) << too_many;
+  // A graph's stage is its part: stage 1 of the cut at 6 takes the block's sum.
+  Graph part = graph_part(*model->graph(), model->layers(), 6, 13);
+  EXPECT_EQ(part.input_shapes, (std::vector<Shape>{{6, 6, 4}}));
+  EXPECT_EQ(part.nodes.size(), 7u);
+  EXPECT_EQ(part.nodes[0].inputs, (std::vector<int>{-1}));
+}
+
+TEST(Functional, ModelParallelismRefusesAGraphByName) {
+  std::string error = testing::error_of([&] { trained("model-parallel:2", 1); });
+  EXPECT_NE(error.find("this model is a graph"), std::string::npos) << error;
 }
 
 }  // namespace

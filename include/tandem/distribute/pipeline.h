@@ -18,6 +18,9 @@
 // - Cut points: given (cuts = the first layer of each stage after the first), or chosen so that the
 //   stages' measured costs are as even as contiguous stages allow: each layer timed as the stages
 //   run it (M probe micro-batches forward and backward, then its deferred kernel gradient).
+//   A model that is a graph (a Functional) is cut only where one tensor crosses from the layers
+//   before to those after (between residual blocks: layers::crossing_tensors); a cut given inside
+//   a block, or more stages than such places allow, is refused naming the block.
 // - Dropout: each row keeps the mask it has on one device (its row in the global batch keys it).
 // - Batch normalization: each micro-batch is normalized with its own statistics (ghost batches, as
 //   GPipe does: statistics over the global batch would hold every stage behind the slowest
@@ -51,6 +54,7 @@
 
 #include "tandem/distribute/strategy.h"
 #include "tandem/distribute/strategy_registry.h"
+#include "tandem/graph.h"
 #include "tandem/optimizers.h"
 
 namespace tandem::distribute {
@@ -98,7 +102,10 @@ class PipelineExtended : public StrategyExtended {
   // Stage s's measured share of the step's cost at the cuts chosen (empty when the cuts were given).
   std::vector<double> stage_costs() const;
 
-  bool runs_graphs() const override { return false; }
+  // A graph's stage: its part between two cuts where one tensor crosses (layers::graph_part).
+  std::shared_ptr<const layers::Graph> replica_graph(const std::vector<std::shared_ptr<layers::Layer>>& layers,
+                                                     std::shared_ptr<const layers::Graph> graph,
+                                                     int replica) const override;
   std::vector<std::shared_ptr<layers::Layer>> replica_layers(const std::vector<std::shared_ptr<layers::Layer>>& layers,
                                                              int replica) const override;
   GradientReduction gradient_reduction() const override { return {GradientReduction::Kind::None}; }
@@ -132,6 +139,7 @@ class PipelineExtended : public StrategyExtended {
   mutable std::vector<double> costs_;
   mutable const layers::Layer* cut_for_ = nullptr;             // the first layer of the stack the cuts are for
   mutable std::vector<std::shared_ptr<layers::Layer>> whole_;  // the model's stack
+  mutable std::shared_ptr<const layers::Graph> graph_;         // how it connects, if a graph
   Optimizer* optimizer_ = nullptr;
   // The stage that trains layer i of the model.
   int stage_of(size_t layer) const;

@@ -34,6 +34,10 @@
 #include "tandem/layers.h"
 #include "tandem/tensor.h"
 
+namespace tandem::layers {
+struct Graph;  // tandem/graph.h
+}
+
 namespace tandem::distribute {
 
 class Strategy;
@@ -171,9 +175,17 @@ class StrategyExtended {
   // then live on the first). A strategy that splits layers (model parallelism) makes every replica's.
   virtual std::vector<std::shared_ptr<layers::Layer>> replica_layers(
       const std::vector<std::shared_ptr<layers::Layer>>& layers, int replica) const;
+  // Replica r's graph, for a model that is one (`graph` over the model's `layers`; null: a chain),
+  // asked before replica_layers: by default the whole graph; a pipeline's stage, its part.
+  virtual std::shared_ptr<const layers::Graph> replica_graph(const std::vector<std::shared_ptr<layers::Layer>>& layers,
+                                                             std::shared_ptr<const layers::Graph> graph,
+                                                             int replica) const {
+    (void)layers, (void)replica;
+    return graph;
+  }
   // Whether the strategy runs models that are graphs (a Functional's layers connected by
-  // layers::Graph); a strategy that cuts the layers as a chain (model parallelism, a pipeline) says
-  // no, and a graph is refused, naming it.
+  // layers::Graph); one that cuts the layers as a chain (model parallelism) says no, and a graph is
+  // refused, naming it.
   virtual bool runs_graphs() const { return true; }
   // Who applies the update, after which reduction: installed on every replica's thread, so that
   // Optimizer::apply follows it. By default the gradients are summed over the replicas and every

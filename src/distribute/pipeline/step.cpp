@@ -242,7 +242,8 @@ class PipelineStep : public DeviceStep {
         if (first) {
           h = x.slice(begin, end);
         } else {
-          h = Tensor::empty(shape_of(end - begin, stack.front()->input_shape()));
+          h = Tensor::empty(shape_of(
+              end - begin, stage_replica.graph ? stage_replica.graph->input_shapes[0] : stack.front()->input_shape()));
           pipe.recv(h.data<float>(), h.numel(), DataType::Float32, stage - 1, 2 * m);
         }
         Clock::time_point since = Clock::now();
@@ -257,7 +258,7 @@ class PipelineStep : public DeviceStep {
                      &moving,
                      sample_weights.defined() ? sample_weights.slice(begin, end)
                                               : Tensor()};  // the micro-batch's rows of one device's step
-        Tensor out = layers::call_layers(stack, h, at.context());
+        Tensor out = layers::call_network(stage_replica.network(), h, at.context());
         RowsLoss loss;
         if (last) {
           loss = rows_loss(loss_, y.slice(begin, end), out, at);

@@ -9,6 +9,7 @@
 #include "distribute/step_body.h"
 #include "tandem/autograd.h"
 #include "tandem/distribute/pipeline.h"
+#include "tandem/graph.h"
 #include "tandem/ops.h"
 #include "tandem/runtime.h"
 
@@ -64,9 +65,54 @@ std::vector<double> layer_costs(const std::vector<std::shared_ptr<Layer>>& layer
   return costs;
 }
 
-// The cut of costs into `stages` contiguous non-empty runs whose largest sum is least: the first
-// index of each run after the first.
-std::vector<int> balanced_cuts(const std::vector<double>& costs, int stages) {
+// A graph's layers' times, as layer_costs but each call (node) on inputs of its shapes (a layer
+// called twice counts both calls), without deferred kernel gradients.
+std::vector<double> graph_layer_costs(const std::vector<std::shared_ptr<Layer>>& layers, const layers::Graph& graph,
+                                      int64_t rows, int threads, int micro) {
+  int threads_before = num_threads_setting();
+  set_num_threads(threads);
+  std::vector<std::shared_ptr<Layer>> copies;
+  for (const auto& l : layers) copies.push_back(l->replicate());
+  std::vector<double> costs(layers.size(), 0.0);
+  for (const layers::Graph::Node& node : graph.nodes) {
+    Layer& layer = *copies[node.layer];
+    std::vector<Tensor> inputs, sources;
+    for (int from : node.inputs) {
+      Shape shape{rows};
+      for (int64_t d : from >= 0 ? layers[graph.nodes[static_cast<size_t>(from)].layer]->output_shape()
+                                 : graph.input_shapes[static_cast<size_t>(-1 - from)])
+        shape.push_back(d);
+      std::vector<float> values(static_cast<size_t>(shape.numel()));
+      for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(std::sin(static_cast<double>(i) * 0.7));
+      inputs.push_back(Tensor::from_vector(shape, values));
+      sources.push_back(inputs.back());
+    }
+    for (Variable& v : layer.variables())
+      if (v.trainable) sources.push_back(v.value);
+    std::vector<Tensor> grads(sources.size());
+    double best = std::numeric_limits<double>::infinity();
+    for (int round = 0; round < 3; ++round) {
+      auto begin = std::chrono::steady_clock::now();
+      for (int m = 0; m < micro; ++m) {
+        GradientTape tape;
+        for (const Tensor& x : inputs) tape.watch(x);
+        CallContext ctx{true, RandomKey{1, static_cast<uint64_t>(round), 0}};
+        auto* merge = dynamic_cast<layers::Merge*>(&layer);
+        Tensor out = merge != nullptr ? merge->call_inputs(inputs, ctx) : layer.call(inputs[0], ctx);
+        backward(tape, out, {sources, grads, nullptr, Tensor::full(out.shape(), 1.0f)});
+      }
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+    }
+    costs[node.layer] += best;
+  }
+  set_num_threads(threads_before);
+  return costs;
+}
+
+// The cut of costs into `stages` contiguous non-empty runs whose largest sum is least, each run
+// starting where `allowed` says a cut may go (empty: anywhere): the first index of each run after
+// the first; empty where no such cut exists.
+std::vector<int> balanced_cuts(const std::vector<double>& costs, int stages, const std::vector<bool>& allowed = {}) {
   auto n = static_cast<int>(costs.size());
   std::vector<double> prefix(static_cast<size_t>(n) + 1, 0.0);
   for (int i = 0; i < n; ++i)
@@ -81,12 +127,14 @@ std::vector<int> balanced_cuts(const std::vector<double>& costs, int stages) {
   for (int s = 1; s <= stages; ++s)
     for (int i = s; i <= n; ++i)
       for (int j = s - 1; j < i; ++j) {
+        if (j > 0 && !allowed.empty() && !allowed[static_cast<size_t>(j)]) continue;
         double v = std::max(best[static_cast<size_t>(s) - 1][static_cast<size_t>(j)], sum(j, i));
         if (v < best[static_cast<size_t>(s)][static_cast<size_t>(i)]) {
           best[static_cast<size_t>(s)][static_cast<size_t>(i)] = v;
           from[static_cast<size_t>(s)][static_cast<size_t>(i)] = j;
         }
       }
+  if (best[static_cast<size_t>(stages)][static_cast<size_t>(n)] == inf) return {};
   std::vector<int> cuts(static_cast<size_t>(stages) - 1);
   for (int s = stages, i = n; s > 1; --s) {
     i = from[static_cast<size_t>(s)][static_cast<size_t>(i)];
@@ -170,25 +218,66 @@ std::vector<double> PipelineExtended::stage_costs() const {
   return costs_;
 }
 
+// Where a graph may be cut (before which layers: between blocks), and the block a cut before
+// layer c falls in (the layers between the places around it), for the errors.
+namespace {
+std::vector<bool> graph_cuts(const std::vector<std::shared_ptr<Layer>>& layers, const layers::Graph& graph) {
+  std::vector<std::optional<int>> crossing = layers::crossing_tensors(graph, layers.size());
+  std::vector<bool> allowed(layers.size(), false);
+  for (size_t c = 1; c < layers.size(); ++c) allowed[c] = crossing[c].has_value();
+  return allowed;
+}
+
+std::string block_around(const std::vector<std::shared_ptr<Layer>>& layers, const std::vector<bool>& allowed,
+                         size_t c) {
+  size_t from = c, to = c;
+  while (from > 0 && !allowed[from]) --from;
+  while (to < layers.size() && !allowed[to]) ++to;
+  return fmt::format("{} to {}", layers[from]->label(), layers[to - 1]->label());
+}
+
+std::string places(const std::vector<std::shared_ptr<Layer>>& layers, const std::vector<bool>& allowed) {
+  std::string out;
+  for (size_t c = 1; c < layers.size(); ++c)
+    if (allowed[c]) out += (out.empty() ? "before " : ", ") + layers[c]->label();
+  return out.empty() ? "none" : out;
+}
+}  // namespace
+
 const std::vector<int>& PipelineExtended::cuts_for(const std::vector<std::shared_ptr<Layer>>& layers) const {
   int stages = options_.num_stages;
   if (static_cast<int>(layers.size()) < stages)
     fail("{}: the model has {} layer{}, too few for {} stages (each stage holds one or more)", name(), layers.size(),
          layers.size() == 1 ? "" : "s", stages);
+  std::vector<bool> allowed = graph_ ? graph_cuts(layers, *graph_) : std::vector<bool>{};
   if (!options_.cuts.empty()) {
     if (options_.cuts.back() >= static_cast<int>(layers.size()))
       fail("{}: the last stage would start at layer {}, but the model has {} layers", name(), options_.cuts.back(),
            layers.size());
+    for (int c : options_.cuts)
+      if (graph_ && !allowed[static_cast<size_t>(c)])
+        fail(
+            "{}: the cut before layer {} ({}) falls inside a block of the graph (the layers from {}), which more "
+            "than one tensor leaves: a stage's layers pass one tensor to the next; cut where one does ({})",
+            name(), c, layers[static_cast<size_t>(c)]->label(), block_around(layers, allowed, static_cast<size_t>(c)),
+            places(layers, allowed));
     return cuts_;
   }
   if (cut_for_ != layers.front().get() || static_cast<int>(cuts_.size()) != stages - 1) {
     for (const auto& l : layers)
       if (!l->built()) fail("{}: {} is not built: give the model its input shape before it trains", name(), l->label());
-    std::vector<double> costs = layer_costs(layers, options_.probe_rows, options_.threads_per_stage,
-                                            options_.micro_batches, options_.defer_kernel_gradients);
+    std::vector<double> costs = graph_ ? graph_layer_costs(layers, *graph_, options_.probe_rows,
+                                                           options_.threads_per_stage, options_.micro_batches)
+                                       : layer_costs(layers, options_.probe_rows, options_.threads_per_stage,
+                                                     options_.micro_batches, options_.defer_kernel_gradients);
     if (options_.processes)  // every process cuts where rank 0 measured
       options_.processes->broadcast(costs.data(), static_cast<int64_t>(costs.size()), DataType::Float64, 0);
-    cuts_ = stages > 1 ? balanced_cuts(costs, stages) : std::vector<int>{};
+    cuts_ = stages > 1 ? balanced_cuts(costs, stages, allowed) : std::vector<int>{};
+    if (stages > 1 && cuts_.empty())
+      fail(
+          "{}: the graph can be cut only where one tensor passes from a stage to the next, between its blocks "
+          "({}): fewer places than the {} cuts {} stages need",
+          name(), places(layers, allowed), stages - 1, stages);
     double total = 0.0;
     for (double c : costs) total += c;
     costs_.assign(static_cast<size_t>(stages), 0.0);
@@ -199,6 +288,20 @@ const std::vector<int>& PipelineExtended::cuts_for(const std::vector<std::shared
     cut_for_ = layers.front().get();
   }
   return cuts_;
+}
+
+std::shared_ptr<const layers::Graph> PipelineExtended::replica_graph(const std::vector<std::shared_ptr<Layer>>& layers,
+                                                                     std::shared_ptr<const layers::Graph> graph,
+                                                                     int replica) const {
+  std::lock_guard lock(mutex_);
+  if (graph_ != graph) cut_for_ = nullptr;  // another model: its own cuts
+  graph_ = graph;
+  if (!graph) return nullptr;
+  const std::vector<int>& cuts = cuts_for(layers);
+  int stage = (replica + first_local_replica()) % options_.num_stages;
+  size_t begin = stage == 0 ? 0 : static_cast<size_t>(cuts[static_cast<size_t>(stage) - 1]);
+  size_t end = stage + 1 == options_.num_stages ? layers.size() : static_cast<size_t>(cuts[static_cast<size_t>(stage)]);
+  return std::make_shared<layers::Graph>(layers::graph_part(*graph, layers, begin, end));
 }
 
 std::vector<std::shared_ptr<Layer>> PipelineExtended::replica_layers(const std::vector<std::shared_ptr<Layer>>& layers,
