@@ -4,6 +4,7 @@
 // under the data-parallel strategies as on one device.
 #include <optional>
 
+#include "tandem/distribute/model_parallel.h"
 #include "tandem/distribute/pipeline.h"
 #include "tandem/graph.h"
 #include "tandem/model.h"
@@ -307,9 +308,26 @@ TEST(Functional, APipelineCutsAGraphWhereOneTensorCrossesAndTrainsAsOneDevice) {
   EXPECT_EQ(part.nodes[0].inputs, (std::vector<int>{-1}));
 }
 
-TEST(Functional, ModelParallelismRefusesAGraphByName) {
-  std::string error = testing::error_of([&] { trained("model-parallel:2", 1); });
-  EXPECT_NE(error.find("this model is a graph"), std::string::npos) << error;
+// Model parallelism keeps the graph on every device, its Dense layers split by columns (each output
+// gathered), the rest whole; it trains as one device and says which layers it left whole.
+TEST(Functional, ModelParallelismSplitsAGraphsDenseLayersAndNamesTheRest) {
+  auto one = trained("default");
+  auto split = trained("model-parallel:2");
+  ASSERT_EQ(split.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i)
+    for (size_t j = 0; j < one[i].size(); ++j) EXPECT_NEAR(split[i][j], one[i][j], 2e-5) << i;
+  distribute::ModelParallelStrategy strategy(2);
+  auto scope = strategy.scope();
+  auto m = small_resnet();
+  m->compile(optimizers::SGD(0.1f), "sparse_categorical_crossentropy");
+  m->fit(testing::random_tensor({8, 6, 6, 2}, 5), testing::labelled_rows(8, 1, 3, 1).y,
+         {.epochs = 1, .batch_size = 8, .verbose = 0});
+  std::vector<std::pair<std::string, std::string>> plan = strategy.extended().plan();
+  ASSERT_EQ(plan.size(), 7u);  // the layers with variables
+  EXPECT_EQ(plan[0], (std::pair<std::string, std::string>{"Conv2D \"conv2d\"", "whole"}));
+  EXPECT_EQ(plan[1], (std::pair<std::string, std::string>{"BatchNormalization \"batch_normalization\"", "whole"}));
+  EXPECT_EQ(plan[5], (std::pair<std::string, std::string>{"Dense \"dense\"", "columns, gathered"}));
+  EXPECT_EQ(plan[6], (std::pair<std::string, std::string>{"Dense \"dense_1\"", "columns, gathered"}));
 }
 
 }  // namespace

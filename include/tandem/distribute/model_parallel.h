@@ -6,7 +6,9 @@
 // second by rows (each multiplies its slice of the features by its rows of the kernel, and the
 // partial sums are summed over the devices): one sum over the group forward and one backward per
 // pair. A Dense layer with no partner is split by columns and its output gathered; other layers
-// run whole on every device. Every device computes the whole batch: the split is of the model.
+// run whole on every device (said on standard error where they hold variables: Conv2D, batch
+// normalization). A graph (a Functional) keeps its connections: each Dense split by columns, its
+// output gathered. Every device computes the whole batch: the split is of the model.
 //
 //   distribute::ModelParallelStrategy split(2);
 //   auto scope = split.scope();
@@ -20,6 +22,7 @@
 // capture) and returns each device's (equal) result.
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -63,7 +66,16 @@ class ModelParallelExtended : public StrategyExtended {
   bool collects_state_together() const override { return options_.processes != nullptr; }
   const ModelParallelOptions& model_parallel_options() const { return options_; }
 
-  bool runs_graphs() const override { return false; }
+  // A graph (a Functional) runs as it is on every device, its Dense layers split by columns, each
+  // output gathered whole (no pairs: a sliced activation would have to reach only its partner).
+  std::shared_ptr<const layers::Graph> replica_graph(const std::vector<std::shared_ptr<layers::Layer>>& layers,
+                                                     std::shared_ptr<const layers::Graph> graph,
+                                                     int replica) const override;
+  // How the last model's layers were split, one entry per layer with variables: "columns",
+  // "columns, gathered", "rows" or "whole" (computed whole on every device: Conv2D, batch
+  // normalization, a Dense too narrow or not asked to split). fit's first step says which stay
+  // whole on standard error.
+  std::vector<std::pair<std::string, std::string>> plan() const;
   std::vector<std::shared_ptr<layers::Layer>> replica_layers(const std::vector<std::shared_ptr<layers::Layer>>& layers,
                                                              int replica) const override;
   GradientReduction gradient_reduction() const override { return {GradientReduction::Kind::None}; }
@@ -101,6 +113,9 @@ class ModelParallelExtended : public StrategyExtended {
   std::unique_ptr<ReplicaThreads> threads_;  // first made, last gone: after the groups split from it
   std::unique_ptr<Shards> shards_;
   std::vector<std::unique_ptr<Communicator>> tensor_, data_;
+  mutable std::mutex plan_mutex_;
+  mutable std::shared_ptr<const layers::Graph> graph_;             // the model's, if a graph
+  mutable std::vector<std::pair<std::string, std::string>> plan_;  // as plan() says
 };
 
 class ModelParallelStrategy : public StrategyOf<ModelParallelExtended> {

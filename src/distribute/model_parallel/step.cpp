@@ -52,10 +52,10 @@ class TensorParallelStep : public DeviceStep {
         std::vector<Tensor> sources;
         for (Variable* v : device.trainable) sources.push_back(v->value);
         grads.resize(sources.size());
-        RowsForward step = train_rows(tape, layers::Network{device.layers}, loss_, whole ? x : x.slice(begin, end),
-                                      whole ? y : y.slice(begin, end),
-                                      {seed_, key, begin, rows, nullptr, nullptr, batch.weights_of(begin, end)},
-                                      {sources, grads}, {timeline, row});
+        RowsForward step =
+            train_rows(tape, device.network(), loss_, whole ? x : x.slice(begin, end), whole ? y : y.slice(begin, end),
+                       {seed_, key, begin, rows, nullptr, nullptr, batch.weights_of(begin, end)}, {sources, grads},
+                       {timeline, row});
         if (g % pieces == 0) {  // each copy's first piece speaks for it
           sums[static_cast<size_t>(copy)] = ops::sum(step.loss.per_sample).item();
           predictions[static_cast<size_t>(copy)] = step.predictions;

@@ -1,6 +1,7 @@
 // ModelParallelStrategy (tandem/distribute/model_parallel.h): the plan that splits a stack's Dense
 // layers over the devices, the devices' copies of the optimizer's slots, and the way back to
 // whole variables and slots (epoch ends, checkpoints).
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -113,9 +114,27 @@ UpdateRule& ModelParallelExtended::update_rule() const {
   return rule;
 }
 
+std::shared_ptr<const layers::Graph> ModelParallelExtended::replica_graph(const std::vector<std::shared_ptr<Layer>>&,
+                                                                          std::shared_ptr<const layers::Graph> graph,
+                                                                          int) const {
+  std::lock_guard lock(plan_mutex_);
+  graph_ = graph;
+  return graph;
+}
+
+std::vector<std::pair<std::string, std::string>> ModelParallelExtended::plan() const {
+  std::lock_guard lock(plan_mutex_);
+  return plan_;
+}
+
 std::vector<std::shared_ptr<Layer>> ModelParallelExtended::replica_layers(
     const std::vector<std::shared_ptr<Layer>>& layers, int replica) const {
   int n = options_.num_shards, piece = (replica + first_local_replica()) % n;
+  bool chain = true;
+  {
+    std::lock_guard lock(plan_mutex_);
+    chain = graph_ == nullptr;
+  }
   Communicator& group = *tensor_.at(static_cast<size_t>(replica));
   // Which Dense layers split: all the plan can (auto_split), or those made with {.shards = n}.
   auto splits = [&](const Layer& l) {
@@ -141,18 +160,21 @@ std::vector<std::shared_ptr<Layer>> ModelParallelExtended::replica_layers(
         "one); split over at most {} devices",
         name(), n, widest->label(), widest->units(), widest->units());
   std::vector<std::shared_ptr<Layer>> out;
-  std::vector<int64_t> sliced;  // the activations' widths per device while they are split
+  std::vector<std::string> how;  // per layer, as plan() says
+  std::vector<int64_t> sliced;   // the activations' widths per device while they are split
   for (size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = *layers[i];
     if (!sliced.empty()) {
       if (auto* dense = dynamic_cast<const layers::Dense*>(&l)) {  // the pair's second: by rows
         out.push_back(
             std::make_shared<TensorParallelDense>(*dense, TensorParallelDense::Split::Row, sliced, group, false));
+        how.emplace_back("rows");
         sliced.clear();
       } else {
         int64_t first = std::accumulate(sliced.begin(), sliced.begin() + piece, int64_t{0});
         out.push_back(l.on_feature_slice(first, sliced[static_cast<size_t>(piece)],
                                          std::accumulate(sliced.begin(), sliced.end(), int64_t{0})));
+        how.emplace_back("feature slice");
       }
       continue;
     }
@@ -162,17 +184,33 @@ std::vector<std::shared_ptr<Layer>> ModelParallelExtended::replica_layers(
       while (j < layers.size() && dynamic_cast<const layers::Dense*>(layers[j].get()) == nullptr &&
              elementwise(*layers[j]))
         ++j;
-      bool paired = j < layers.size() && dynamic_cast<const layers::Dense*>(layers[j].get()) != nullptr &&
+      bool paired = chain && j < layers.size() && dynamic_cast<const layers::Dense*>(layers[j].get()) != nullptr &&
                     splits(*layers[j]) && dense.activation() != tandem::Activation::Softmax;
       std::vector<int64_t> widths = even_widths(dense.units(), n);
       out.push_back(
           std::make_shared<TensorParallelDense>(dense, TensorParallelDense::Split::Column, widths, group, !paired));
+      how.emplace_back(paired ? "columns" : "columns, gathered");
       if (paired) sliced = widths;
       continue;
     }
     out.push_back(l.replicate());  // whole on every device
+    how.emplace_back("whole");
   }
   shards_->keep(layers, replica, out);
+  if (replica == 0) {
+    std::vector<std::pair<std::string, std::string>> plan;
+    std::string whole;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (layers[i]->variables().empty()) continue;
+      plan.emplace_back(layers[i]->label(), how[i]);
+      if (how[i] == "whole") whole += (whole.empty() ? "" : ", ") + layers[i]->label();
+    }
+    std::lock_guard lock(plan_mutex_);
+    if (!whole.empty() && plan != plan_)
+      std::fprintf(stderr, "%s: left whole on every device (only Dense layers split): %s\n", name().c_str(),
+                   whole.c_str());
+    plan_ = std::move(plan);
+  }
   return out;
 }
 
