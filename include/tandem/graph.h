@@ -137,7 +137,8 @@ struct Network {
 // in order, each intermediate output let go after its last reader; the outputs on the first
 // input's device. Activity penalties go to ctx.penalties.
 std::vector<Tensor> call_network(const Network& net, std::span<const Tensor> inputs, const CallContext& ctx);
-// A network of one output on its input (a graph of several inputs: on them packed, pack_inputs).
+// A network on its input (a graph of several inputs: on them packed, pack_inputs); several
+// outputs come packed the same way (ops::note_parts keeps each for its loss).
 Tensor call_network(const Network& net, const Tensor& x, const CallContext& ctx);
 // A model's inputs (the same rows each) as one tensor of (rows, Σ per-sample sizes), and back.
 Tensor pack_inputs(std::span<const Tensor> inputs);

@@ -1,6 +1,8 @@
 #pragma once
 // Streaming metrics: update per batch, read the running result, reset per epoch.
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "tandem/losses.h"
 #include "tandem/tensor.h"
@@ -9,10 +11,18 @@ namespace tandem {
 
 class Metric {
  public:
-  enum class Kind { SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, Mean };
+  enum class Kind { SparseCategoricalAccuracy, CategoricalAccuracy, BinaryAccuracy, Mean, OutputLoss };
   Metric(Kind kind, std::string name) : kind_(kind), name_(std::move(name)) {}
   // "accuracy" resolves against the loss as Keras does (sparse, categorical or binary).
   static Metric parse(const std::string& name, const Loss& loss);
+  // On output i of a model of several outputs (`loss`: its loss list, bound): metric `name` on the
+  // output's columns, reported as "<output>_<name>"; output_loss: the output's own loss (not
+  // weighted), "<output>_loss", as Keras reports them.
+  static Metric on_output(const std::string& name, const Loss& loss, size_t i);
+  static Metric output_loss(const Loss& loss, size_t i);
+  // The metrics fit and evaluate report: the loss, then for a loss list each output's loss, then
+  // each name (for a loss list, on every output).
+  static std::vector<Metric> reported(const std::vector<std::string>& names, const Loss& loss);
 
   void update(const Tensor& y_true, const Tensor& y_pred);  // accuracy kinds
   void update_mean(double value, int64_t weight);           // Kind::Mean
@@ -32,6 +42,8 @@ class Metric {
  private:
   Kind kind_;
   std::string name_;
+  std::shared_ptr<const Loss> outputs_;  // on one output of these (null: the whole prediction)
+  size_t output_ = 0;
   double total_ = 0.0;
   int64_t count_ = 0;
 };

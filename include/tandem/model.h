@@ -128,6 +128,10 @@ class Model {
   // A Functional's inputs, as traced (a Sequential: none).
   const std::vector<Shape>& input_shapes() const { return input_shapes_; }
   const std::vector<std::string>& input_names() const { return input_names_; }
+  // A Functional's outputs (several: predictions and targets packed side by side, pack_inputs'
+  // layout, a sparse target one column; compile takes one loss for all or Loss::outputs).
+  const std::vector<Shape>& output_shapes() const { return output_shapes_; }
+  const std::vector<std::string>& output_names() const { return output_names_; }
   // The model's variables; inside Strategy::run, the running replica's.
   std::vector<Variable*> variables();
   std::vector<Variable*> trainable_variables();
@@ -267,6 +271,8 @@ class Model {
   std::shared_ptr<const layers::Graph> graph_;  // a Functional's; null: a chain
   std::vector<Shape> input_shapes_;
   std::vector<std::string> input_names_;
+  std::vector<Shape> output_shapes_;
+  std::vector<std::string> output_names_;
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<Loss> loss_;
   std::vector<std::string> metric_names_;

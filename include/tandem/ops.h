@@ -98,6 +98,12 @@ std::pair<int64_t, int64_t> window_output_size(int64_t h, int64_t w, int64_t kh,
 Tensor concat(std::span<const Tensor> xs, int axis = -1);
 // x:(R, C) -> its columns [begin, end), (R, end - begin), a copy.
 Tensor columns(const Tensor& x, int64_t begin, int64_t end);
+// A model's outputs packed side by side (graph.h's pack_inputs), noted on the packed tensor, so
+// that a loss on one output's columns scores the output itself (a softmax's through its logits).
+void note_parts(const Tensor& packed, std::vector<Tensor> parts);
+// `packed`'s columns [begin, end): the part packed there whole when one was noted (its own shape
+// and graph), else columns(packed, begin, end).
+Tensor part_columns(const Tensor& packed, int64_t begin, int64_t end);
 // x:(N,H,W,C) -> (N, top + H + bottom, left + W + right, C), zeros around x.
 Tensor zero_pad2d(const Tensor& x, int64_t top, int64_t bottom, int64_t left, int64_t right);
 // x:(N,H,W,C) -> (N,OH,OW,C).

@@ -115,7 +115,11 @@ void Model::compile(const std::string& optimizer, Loss loss, std::vector<std::st
 
 void Model::compile(std::unique_ptr<Optimizer> optimizer, Loss loss, std::vector<std::string> metrics) {
   if (!optimizer) fail("compile: optimizer is null");
-  for (const std::string& m : metrics) Metric::parse(m, loss);  // rejects unknown names now, not mid-fit
+  if (output_names_.size() > 1) loss = loss.bound(output_shapes_, output_names_);  // one loss per output
+  else if (loss.parts() != nullptr)
+    fail("compile: a list of {} losses for {} \"{}\" of one output; give one loss", loss.parts()->size(), kind(),
+         name_);
+  Metric::reported(metrics, loss);  // rejects unknown names now, not mid-fit
   optimizer_ = std::move(optimizer);
   loss_ = std::move(loss);
   metric_names_ = std::move(metrics);
@@ -140,9 +144,7 @@ void Model::begin_run(const FitOptions& options) {
       fmt::format("{} (learning rate {})", optimizer_->name(), optimizer_->current_learning_rate());
   run_signature_["batch_size"] = std::to_string(options.batch_size);
   run_signature_["seed"] = std::to_string(seed_);
-  running_metrics_.clear();
-  running_metrics_.emplace_back(Metric::Kind::Mean, "loss");
-  for (const std::string& name : metric_names_) running_metrics_.push_back(Metric::parse(name, *loss_));
+  running_metrics_ = Metric::reported(metric_names_, *loss_);
   stop_training = false;
   resume_from.reset();
 }
@@ -316,7 +318,8 @@ class Tally {
   // The loss reported adds the weights' penalties and each row's activity penalties, as fit's.
   Tally(Model& model, const Loss& loss, const std::vector<std::string>& metric_names)
       : model_(model), loss_(loss), weight_penalty_(model.weight_penalty()) {
-    for (const std::string& m : metric_names) metrics_.push_back(Metric::parse(m, loss));
+    metrics_ = Metric::reported(metric_names, loss);
+    metrics_.erase(metrics_.begin());  // the loss: loss_metric_'s
   }
   // `weights`: the rows' sample weights (undefined: 1 each), which weigh their losses.
   void add(const Tensor& x, const Tensor& y, const Tensor& weights) {

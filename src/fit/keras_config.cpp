@@ -75,21 +75,30 @@ json compile_config(const Model& model, Optimizer& optimizer) {
   }
   if (cls == "Adam" || cls == "AdamW") config["amsgrad"] = false;
   if (cls == "RMSprop") config["centered"] = false;
-  json loss = model.loss().name();
-  if (model.loss().from_logits() || model.loss().label_smoothing() > 0.0f)
-    loss = {{"module", "keras.losses"},
-            {"class_name", camel(model.loss().name())},
-            {"config",
-             {{"name", model.loss().name()},
-              {"reduction", "sum_over_batch_size"},
-              {"from_logits", model.loss().from_logits()},
-              {"label_smoothing", shortest(model.loss().label_smoothing())}}},
-            {"registered_name", nullptr}};
+  auto loss_json = [](const Loss& l) {
+    if (!l.from_logits() && l.label_smoothing() == 0.0f) return json(l.name());
+    return json{{"module", "keras.losses"},
+                {"class_name", camel(l.name())},
+                {"config",
+                 {{"name", l.name()},
+                  {"reduction", "sum_over_batch_size"},
+                  {"from_logits", l.from_logits()},
+                  {"label_smoothing", shortest(l.label_smoothing())}}},
+                {"registered_name", nullptr}};
+  };
+  json loss = loss_json(model.loss()), loss_weights = nullptr;
+  if (const std::vector<LossOutput>* parts = model.loss().parts()) {  // a list, one per output
+    loss = loss_weights = json::array();
+    for (const LossOutput& o : *parts) {
+      loss.push_back(loss_json(o.loss));
+      loss_weights.push_back(shortest(o.weight));
+    }
+  }
   json metrics = model.metric_names().empty() ? json(nullptr) : json(model.metric_names());
   return {{"optimizer",
            {{"module", "keras.optimizers"}, {"class_name", cls}, {"config", config}, {"registered_name", nullptr}}},
           {"loss", loss},
-          {"loss_weights", nullptr},
+          {"loss_weights", loss_weights},
           {"metrics", metrics},
           {"weighted_metrics", nullptr},
           {"run_eagerly", false},
@@ -232,13 +241,13 @@ void compile_from_keras_config(Model& model, const std::string& text, const std:
   } else {
     fail("{}: \"optimizer\" is {}, expected a name or Keras' optimizer object", source, o.dump());
   }
-  // The loss: a name, or {"class_name": "SparseCategoricalCrossentropy", "config": {"from_logits": ...}}.
+  // The loss: a name, or {"class_name": "SparseCategoricalCrossentropy", "config": {"from_logits": ...}};
+  // a model of several outputs, a list of them (or a dict by output name), with loss_weights alike.
   if (!cc.contains("loss") || cc["loss"].is_null()) fail("{}: compile_config has no loss", source);
-  const json& l = cc["loss"];
-  std::optional<Loss> loss;
-  if (l.is_string()) {
-    loss = Loss(l.get<std::string>());
-  } else if (l.is_object() && l.contains("class_name") && l["class_name"].is_string()) {
+  auto loss_of = [&](const json& l) -> Loss {
+    if (l.is_string()) return Loss(l.get<std::string>());
+    if (!l.is_object() || !l.contains("class_name") || !l["class_name"].is_string())
+      fail("{}: \"loss\" is {}, expected a name or Keras' loss object", source, l.dump());
     Loss named(snake(l["class_name"].get<std::string>()));
     json c = l.contains("config") && l["config"].is_object() ? l["config"] : json::object();
     std::string where = fmt::format("{}: loss {}", source, l["class_name"].get<std::string>());
@@ -252,12 +261,39 @@ void compile_from_keras_config(Model& model, const std::string& text, const std:
     only("axis", {-1});
     only("ignore_class", {});
     try {
-      loss = Loss(named.kind(), c.value("from_logits", false), c.value("label_smoothing", 0.0f));
+      return Loss(named.kind(), c.value("from_logits", false), c.value("label_smoothing", 0.0f));
     } catch (const Error& e) {
       fail("{}: {}", where, e.what());
     }
+  };
+  // A list, or a dict by output name, in the model's outputs' order.
+  auto per_output = [&](const json& v, const char* what) {
+    std::vector<json> out;
+    if (v.is_array()) out.assign(v.begin(), v.end());
+    for (const std::string& name : model.output_names())
+      if (v.is_object()) {
+        if (!v.contains(name)) fail("{}: \"{}\" has no entry for output \"{}\"", source, what, name);
+        out.push_back(v[name]);
+      }
+    return out;
+  };
+  const json& l = cc["loss"];
+  std::optional<Loss> loss;
+  if (l.is_array() || (l.is_object() && !l.contains("class_name"))) {
+    std::vector<Loss> losses;
+    for (const json& each : per_output(l, "loss")) losses.push_back(loss_of(each));
+    std::vector<float> weights;
+    if (cc.contains("loss_weights") && !cc["loss_weights"].is_null())
+      for (const json& w : per_output(cc["loss_weights"], "loss_weights")) {
+        if (!w.is_number()) fail("{}: a loss weight is {}, expected a number", source, w.dump());
+        weights.push_back(w.get<float>());
+      }
+    loss = Loss::outputs(std::move(losses), std::move(weights));
   } else {
-    fail("{}: \"loss\" is {}, expected a name or Keras' loss object", source, l.dump());
+    loss = loss_of(l);
+    if (cc.contains("loss_weights") && !cc["loss_weights"].is_null())
+      fail("{}: loss_weights {} beside one loss; Tandem weighs a list of losses, one per output", source,
+           cc["loss_weights"].dump());
   }
   std::vector<std::string> metrics;
   if (cc.contains("metrics") && !cc["metrics"].is_null()) {

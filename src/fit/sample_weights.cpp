@@ -10,6 +10,9 @@ namespace tandem {
 Tensor Model::sample_weights(const Tensor& given, const std::map<int64_t, float>& class_weight, const Tensor& y,
                              const std::string& what) const {
   if (!given.defined() && class_weight.empty()) return {};
+  if (!class_weight.empty() && loss_ && loss_->parts() != nullptr)
+    fail("{}: class_weight weighs one output's classes; this model has {} outputs (give sample_weight)", what,
+         loss_->parts()->size());
   int64_t n = y.dim(0);
   std::vector<float> w(static_cast<size_t>(n), 1.0f);
   if (given.defined()) {

@@ -18,11 +18,6 @@ Model::Model(std::span<const layers::SymbolicTensor> inputs, std::span<const lay
              ModelOptions options)
     : Model(std::move(options)) {
   layers::Traced traced = layers::trace(inputs, outputs, name_);
-  if (traced.graph.outputs.size() != 1)
-    fail(
-        "Functional \"{}\": has {} outputs; Tandem trains models of one output so far (train a model per output, "
-        "or concatenate the outputs into one)",
-        name_, traced.graph.outputs.size());
   layers_ = std::move(traced.layers);
   input_shapes_ = traced.graph.input_shapes;
   input_names_ = std::move(traced.input_names);
@@ -39,6 +34,15 @@ Model::Model(std::span<const layers::SymbolicTensor> inputs, std::span<const lay
     uint64_t seed = mix_seed(seed_, node.layer);
     auto* merge = dynamic_cast<layers::Merge*>(&layer);
     shapes[i] = merge != nullptr ? merge->build_inputs(in, seed) : layer.build(in[0], seed);
+  }
+  // Its outputs: each named by the layer that makes it (an input given as an output, by its name).
+  for (int out : graph->outputs) {
+    auto i = static_cast<size_t>(out >= 0 ? out : -1 - out);
+    output_shapes_.push_back(out >= 0 ? shapes[i] : input_shapes_[i]);
+    std::string name = out >= 0 ? layers_[graph->nodes[i].layer]->name() : input_names_[i];
+    if (std::find(output_names_.begin(), output_names_.end(), name) != output_names_.end())
+      fail("Functional \"{}\": two outputs come from \"{}\"; give each output a layer of its own", name_, name);
+    output_names_.push_back(std::move(name));
   }
   graph_ = std::move(graph);
 }
@@ -103,9 +107,10 @@ Shape Model::input_shape() const {
 Shape Model::output_shape() const {
   if (!built()) fail("{} \"{}\": not built yet, so its output shape is unknown", kind(), name_);
   if (!graph_) return layers_.back()->output_shape();
-  int out = graph_->outputs[0];
-  return out >= 0 ? layers_[graph_->nodes[static_cast<size_t>(out)].layer]->output_shape()
-                  : input_shapes_[static_cast<size_t>(-1 - out)];
+  if (output_shapes_.size() == 1) return output_shapes_[0];
+  int64_t width = 0;  // several: packed side by side
+  for (const Shape& s : output_shapes_) width += s.numel();
+  return Shape{width};
 }
 
 bool Model::built() const { return graph_ != nullptr || (!layers_.empty() && layers_.back()->built()); }

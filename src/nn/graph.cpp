@@ -192,10 +192,12 @@ std::vector<Tensor> call_network(const Network& net, std::span<const Tensor> inp
 
 Tensor call_network(const Network& net, const Tensor& x, const CallContext& ctx) {
   if (net.graph == nullptr) return call_layers(net.layers, x, ctx);
-  if (net.graph->outputs.size() != 1)
-    fail("call_network: the model has {} outputs; this call takes one", net.graph->outputs.size());
-  if (net.graph->num_inputs() == 1) return call_network(net, std::span<const Tensor>(&x, 1), ctx)[0];
-  return call_network(net, unpack_inputs(*net.graph, x), ctx)[0];
+  std::vector<Tensor> outs = net.graph->num_inputs() == 1 ? call_network(net, std::span<const Tensor>(&x, 1), ctx)
+                                                          : call_network(net, unpack_inputs(*net.graph, x), ctx);
+  if (outs.size() == 1) return outs[0];
+  Tensor packed = pack_inputs(outs);  // several outputs side by side, each kept for its loss
+  ops::note_parts(packed, std::move(outs));
+  return packed;
 }
 
 int64_t Graph::packed_width() const {

@@ -4,6 +4,7 @@
 // Both are block copies (Backend::copy_blocks); backward copies each input's slice of dy back.
 #include <numeric>
 
+#include "core/tensor_impl.h"
 #include "ops/checks.h"
 
 namespace tandem::ops {
@@ -135,6 +136,29 @@ Tensor columns(const Tensor& x, int64_t begin, int64_t end) {
     autograd::record(tape, node, {&x}, y);
   }
   return y;
+}
+
+namespace {
+struct PartsOf : TensorNote {
+  explicit PartsOf(std::vector<Tensor> p) : parts(std::move(p)) {}
+  std::vector<Tensor> parts;
+};
+}  // namespace
+
+void note_parts(const Tensor& packed, std::vector<Tensor> parts) {
+  packed.impl()->note = std::make_unique<PartsOf>(std::move(parts));
+}
+
+Tensor part_columns(const Tensor& packed, int64_t begin, int64_t end) {
+  if (const auto* of = dynamic_cast<const PartsOf*>(packed.impl()->note.get())) {
+    int64_t at = 0;
+    for (const Tensor& part : of->parts) {
+      int64_t width = part.dim(0) == 0 ? 0 : part.numel() / part.dim(0);
+      if (at == begin && at + width == end && part.dim(0) == packed.dim(0)) return part;
+      at += width;
+    }
+  }
+  return columns(packed, begin, end);
 }
 
 Tensor zero_pad2d(const Tensor& x, int64_t top, int64_t bottom, int64_t left, int64_t right) {

@@ -69,6 +69,11 @@ std::unique_ptr<Optimizer> optimizer_from(const py::object& o) {
 Loss loss_from(const py::object& o) {
   if (py::isinstance<py::str>(o)) return Loss(o.cast<std::string>());
   if (py::isinstance<Loss>(o)) return o.cast<Loss>();
+  if (py::isinstance<py::list>(o) || py::isinstance<py::tuple>(o)) {  // one per output
+    std::vector<Loss> losses;
+    for (const py::handle& each : o) losses.push_back(loss_from(py::reinterpret_borrow<py::object>(each)));
+    return Loss::outputs(std::move(losses));
+  }
   throw Error(fmt::format("compile: loss must be a name (\"sparse_categorical_crossentropy\") or a loss object, got {}",
                           std::string(py::repr(o))));
 }
@@ -112,6 +117,13 @@ void register_model(py::module_& m) {
                                return out;
                              })
       .def_property_readonly("input_names", [](ModelHandle& h) { return h.get().input_names(); })
+      .def_property_readonly("output_shapes",
+                             [](ModelHandle& h) {
+                               std::vector<std::vector<int64_t>> out;
+                               for (const Shape& s : h.get().output_shapes()) out.emplace_back(s.begin(), s.end());
+                               return out;
+                             })
+      .def_property_readonly("output_names", [](ModelHandle& h) { return h.get().output_names(); })
       .def("add", [](ModelHandle& h, std::shared_ptr<layers::Layer> layer) { h.get().add(std::move(layer)); })
       .def("build",
            [](ModelHandle& h, std::vector<int64_t> shape) {

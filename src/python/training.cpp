@@ -70,6 +70,10 @@ void register_training(py::module_& m) {
       .def_property_readonly("name", &Loss::name)
       .def_property_readonly("from_logits", &Loss::from_logits)
       .def_property_readonly("label_smoothing", &Loss::label_smoothing)
+      .def_static(
+          "outputs",
+          [](const std::vector<Loss>& losses, std::vector<float> weights) { return Loss::outputs(losses, weights); },
+          py::arg("losses"), py::arg("weights"))
       .def("per_sample", [](const Loss& loss, const py::object& y_true, const py::object& y_pred) {
         Tensor y = tensor_from(y_true, "loss: y_true"), p = tensor_from(y_pred, "loss: y_pred");
         py::gil_scoped_release nogil;

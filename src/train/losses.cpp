@@ -1,5 +1,8 @@
 #include "tandem/losses.h"
 
+#include <fmt/ranges.h>
+#include <cmath>
+
 #include "tandem/autograd.h"
 #include "tandem/collectives/replica_context.h"
 #include "tandem/ops.h"
@@ -32,7 +35,77 @@ Loss::Loss(const std::string& name) : from_logits_(false) {
         name);
 }
 
+Loss Loss::outputs(std::vector<Loss> losses, std::vector<float> weights) {
+  if (losses.empty()) fail("loss: a loss list needs a loss per output, got none");
+  if (!weights.empty() && weights.size() != losses.size())
+    fail("loss_weights: {} weights for {} losses; give one per output", weights.size(), losses.size());
+  auto parts = std::make_shared<std::vector<LossOutput>>();
+  for (size_t i = 0; i < losses.size(); ++i) {
+    if (losses[i].parts_) fail("loss: output {}'s loss is itself a loss list", i);
+    float w = weights.empty() ? 1.0f : weights[i];
+    if (!std::isfinite(w) || w < 0.0f) fail("loss_weights: weight {} is {}, expected a finite number >= 0", i, w);
+    parts->push_back({losses[i], w});
+  }
+  Loss out(Kind::MeanSquaredError);  // the packed targets are float32 as a mean squared error's
+  out.parts_ = std::move(parts);
+  return out;
+}
+
+Loss Loss::bound(std::span<const Shape> shapes, std::span<const std::string> names) const {
+  std::vector<LossOutput> parts;
+  if (parts_) {
+    if (parts_->size() != shapes.size())
+      fail("loss: {} losses for a model of {} outputs ({}); give one per output, or one for all", parts_->size(),
+           shapes.size(), fmt::join(names, ", "));
+    parts = *parts_;
+  } else {
+    parts.assign(shapes.size(), LossOutput{*this, 1.0f});
+  }
+  int64_t prediction = 0, target = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    parts[i].name = names[i];
+    parts[i].shape = shapes[i];
+    parts[i].prediction_column = prediction;
+    parts[i].target_column = target;
+    prediction += shapes[i].numel();
+    target += parts[i].target_width();
+  }
+  Loss out(Kind::MeanSquaredError);
+  out.parts_ = std::make_shared<const std::vector<LossOutput>>(std::move(parts));
+  return out;
+}
+
+namespace {
+Shape with_rows(int64_t rows, const Shape& per_sample) {
+  Shape s{rows};
+  for (int64_t d : per_sample) s.push_back(d);
+  return s;
+}
+}  // namespace
+
+Tensor Loss::output_predictions(const Tensor& packed, size_t i) const {
+  const LossOutput& o = parts_->at(i);
+  Tensor part = ops::part_columns(packed, o.prediction_column, o.prediction_column + o.shape.numel());
+  return part.rank() == 2 && o.shape.rank() == 1 ? part : ops::reshape(part, with_rows(packed.dim(0), o.shape));
+}
+
+Tensor Loss::output_targets(const Tensor& packed, size_t i) const {
+  const LossOutput& o = parts_->at(i);
+  StopRecording constant;
+  Tensor t = ops::columns(packed, o.target_column, o.target_column + o.target_width());
+  if (o.loss.kind() != Kind::SparseCategoricalCrossentropy) return ops::reshape(t, with_rows(packed.dim(0), o.shape));
+  std::vector<float> values = t.to(Device::cpu()).to_vector();
+  std::vector<int32_t> labels(values.size());
+  for (size_t r = 0; r < values.size(); ++r) labels[r] = static_cast<int32_t>(values[r]);
+  return Tensor::from_vector({packed.dim(0)}, std::span<const int32_t>(labels)).to(packed.device());
+}
+
 std::string Loss::name() const {
+  if (parts_) {
+    std::string out;
+    for (const LossOutput& o : *parts_) out += (out.empty() ? "" : ", ") + o.loss.name();
+    return "[" + out + "]";
+  }
   switch (kind_) {
     case Kind::SparseCategoricalCrossentropy: return "sparse_categorical_crossentropy";
     case Kind::CategoricalCrossentropy: return "categorical_crossentropy";
@@ -43,6 +116,21 @@ std::string Loss::name() const {
 }
 
 void Loss::check_targets(const Tensor& y_true, const Shape& out) const {
+  if (parts_) {
+    int64_t width = 0;
+    std::string each;
+    for (const LossOutput& o : *parts_) {
+      width += o.target_width();
+      each += fmt::format("{}{}: {}", each.empty() ? "" : ", ", o.name,
+                          o.target_width() == 1 && o.loss.kind() == Kind::SparseCategoricalCrossentropy
+                              ? std::string("1 column of labels")
+                              : fmt::format("{} columns", o.target_width()));
+    }
+    if (y_true.rank() != 2 || y_true.dim(1) != width)
+      fail("{}: the targets of {} outputs go packed as (rows, {}) ({}), got {}", name(), parts_->size(), width, each,
+           y_true.shape().str());
+    return;
+  }
   if (kind_ == Kind::SparseCategoricalCrossentropy) {
     if (out.rank() != 1) fail("{}: model output per sample has shape {}, expected (classes,)", name(), out.str());
     if (!(y_true.rank() == 1 || (y_true.rank() == 2 && y_true.dim(1) == 1)))
@@ -57,6 +145,16 @@ void Loss::check_targets(const Tensor& y_true, const Shape& out) const {
 }
 
 Tensor Loss::per_sample(const Tensor& y_true, const Tensor& y_pred) const {
+  if (parts_) {  // each output's on its columns, weighted, summed
+    Tensor sum;
+    for (size_t i = 0; i < parts_->size(); ++i) {
+      const LossOutput& o = (*parts_)[i];
+      Tensor l = o.loss.per_sample(output_targets(y_true, i), output_predictions(y_pred, i));
+      if (o.weight != 1.0f) l = ops::scale(l, o.weight);
+      sum = sum.defined() ? ops::add(sum, l) : l;
+    }
+    return sum;
+  }
   // A probability output that came from softmax is scored through its logits: same value,
   // stable gradient (what Keras does for a softmax output layer). So is one given to a loss
   // told from_logits: a second softmax over probabilities is never what was meant (Keras warns

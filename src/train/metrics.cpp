@@ -1,5 +1,6 @@
 #include "tandem/metrics.h"
 
+#include "tandem/autograd.h"
 #include "tandem/ops.h"
 
 namespace tandem {
@@ -31,7 +32,52 @@ Metric Metric::parse(const std::string& name, const Loss& loss) {
       name);
 }
 
+Metric Metric::on_output(const std::string& name, const Loss& loss, size_t i) {
+  const LossOutput& o = loss.parts()->at(i);
+  Metric m = parse(name, o.loss);
+  m.name_ = o.name + "_" + name;
+  m.outputs_ = std::make_shared<const Loss>(loss);
+  m.output_ = i;
+  return m;
+}
+
+Metric Metric::output_loss(const Loss& loss, size_t i) {
+  Metric m(Kind::OutputLoss, loss.parts()->at(i).name + "_loss");
+  m.outputs_ = std::make_shared<const Loss>(loss);
+  m.output_ = i;
+  return m;
+}
+
+std::vector<Metric> Metric::reported(const std::vector<std::string>& names, const Loss& loss) {
+  std::vector<Metric> out;
+  out.emplace_back(Kind::Mean, "loss");
+  if (loss.parts() == nullptr) {
+    for (const std::string& n : names) out.push_back(parse(n, loss));
+    return out;
+  }
+  for (size_t i = 0; i < loss.parts()->size(); ++i) out.push_back(output_loss(loss, i));
+  for (const std::string& n : names)
+    for (size_t i = 0; i < loss.parts()->size(); ++i) out.push_back(on_output(n, loss, i));
+  return out;
+}
+
 void Metric::update(const Tensor& y_true_on_device, const Tensor& y_pred_on_device) {
+  if (outputs_) {  // this output's columns
+    Tensor y = outputs_->output_targets(y_true_on_device, output_),
+           p = outputs_->output_predictions(y_pred_on_device, output_);
+    if (kind_ == Kind::OutputLoss) {
+      if (p.dim(0) == 0) return;
+      StopRecording constant;
+      update_mean(ops::mean(outputs_->parts()->at(output_).loss.per_sample(y, p)).item(), p.dim(0));
+      return;
+    }
+    Metric whole = *this;
+    whole.outputs_.reset();
+    whole.update(y, p);
+    total_ = whole.total_;
+    count_ = whole.count_;
+    return;
+  }
   // Metrics are counted on the host: a device's tensors come over through the copy path.
   Tensor y_true_in = y_true_on_device.to(Device::cpu()), y_pred = y_pred_on_device.to(Device::cpu()).contiguous();
   int64_t rows = y_pred.dim(0);
@@ -65,7 +111,8 @@ void Metric::update(const Tensor& y_true_on_device, const Tensor& y_pred_on_devi
       count_ += rows;
       return;
     }
-    case Kind::Mean: fail("{}: a mean metric takes update_mean", name_);
+    case Kind::Mean:
+    case Kind::OutputLoss: fail("{}: a mean metric takes update_mean", name_);
   }
   total_ += static_cast<double>(correct);
   count_ += rows;

@@ -163,7 +163,7 @@ TEST(Functional, MistakesAreNamed) {
               model(testing::random_tensor({2, 5}, 1));
             }).find("input has 5 features, expected 4"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([&] { Functional({x}, {x, Dense(2)(x)}); }).find("has 2 outputs"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { Functional({x}, {x, x}); }).find("two outputs come from"), std::string::npos);
   Add merge;
   merge.build_inputs(std::vector<Shape>{{4}, {4}}, 0);
   EXPECT_NE(testing::error_of([&] {

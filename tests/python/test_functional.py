@@ -213,6 +213,48 @@ def test_a_functional_model_round_trips_through_keras_json_and_keras_files(tf, t
     loaded.fit(x, y, batch_size=10, epochs=1, verbose=0)  # compiled from the file: Adam's state went on
 
 
+def test_a_model_of_two_outputs_takes_pytorchs_step_and_reports_each_output(tf):
+    """Keras' multi-output form: a loss per output (a dict by name), loss_weights, y as a dict or
+    a list, predict giving a list; one step equals PyTorch's weighted sum of the two losses."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed here (bash bench/run installs Debian's)")
+    F = torch.nn.functional
+    layers = tf.keras.layers
+    x_in = tf.keras.Input((5,), name="features")
+    h = layers.Dense(8, activation="relu")(x_in)
+    model = tf.keras.Model(x_in, [layers.Dense(3, name="kind")(h), layers.Dense(2, name="size")(h)], seed=3)
+    assert model.output_names == ["kind", "size"]
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.1),
+                  loss={"kind": tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True), "size": "mse"},
+                  loss_weights={"kind": 1.0, "size": 0.5}, metrics=["accuracy"])
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(16, 5)).astype(np.float32)
+    kind, size = (np.arange(16) % 3).astype(np.int32), rng.normal(size=(16, 2)).astype(np.float32)
+    before = model.get_weights()
+    history = model.fit(x, {"size": size, "kind": kind}, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    assert {"loss", "kind_loss", "size_loss", "kind_accuracy", "size_accuracy"} <= set(history.history)
+
+    def forward(p, t):
+        hidden = F.relu(t @ p[0] + p[1])
+        return hidden @ p[2] + p[3], hidden @ p[4] + p[5]
+
+    ps = [torch.tensor(w, requires_grad=True) for w in before]
+    logits, pred = forward(ps, torch.tensor(x))
+    loss = F.cross_entropy(logits, torch.tensor(kind, dtype=torch.long)) + 0.5 * F.mse_loss(pred, torch.tensor(size))
+    loss.backward()
+    with torch.no_grad():
+        close_per_tensor(model.get_weights(), [(p - 0.1 * p.grad).numpy() for p in ps])
+    out = model.predict(x, verbose=0)
+    assert [o.shape for o in out] == [(16, 3), (16, 2)]
+    total, kind_loss, size_loss = model.evaluate(x, [kind, size], verbose=0)[:3]
+    assert abs(total - (kind_loss + 0.5 * size_loss)) < 1e-5
+    with pytest.raises(tf.Error, match="the model has 2 outputs"):
+        model.fit(x, kind, verbose=0)
+    with pytest.raises(tf.Error, match="loss has no entry for outputs"):
+        model.compile(optimizer="sgd", loss={"kind": "mse"})
+    with pytest.raises(tf.Error, match="class_weight weighs one output's classes"):
+        model.fit(x, [kind, size], class_weight={0: 2.0}, verbose=0)
+
+
 def test_the_resnet20_example_is_the_command_lines_network_and_trains(tf):
     import importlib.util
 

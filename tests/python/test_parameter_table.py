@@ -170,7 +170,7 @@ TABLE = {
     "keras.models.Model.build": {"input_shape": ACTS},
     "keras.models.Model.__call__": {"inputs": ACTS, "training": ACTS, "mask": refused("ones")},
     "keras.models.Model.compile": {
-        "optimizer": ACTS, "loss": ACTS, "metrics": ACTS, "loss_weights": refused([1.0]),
+        "optimizer": ACTS, "loss": ACTS, "metrics": ACTS, "loss_weights": ACTS,
         "weighted_metrics": refused(["accuracy"]), "run_eagerly": HINT, "steps_per_execution": HINT,
         "jit_compile": refused(True), "auto_scale_loss": HINT, "pss_evaluation_shards": refused(2)},
     "keras.models.Model.fit": {

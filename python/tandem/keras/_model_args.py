@@ -88,3 +88,79 @@ def _class_weight(class_weight):
             raise Error(f"fit: class_weight for class {k} must be a number, got {v!r}")
         out[k.__index__()] = float(v)
     return out
+
+
+def _per_output(value, names, what):
+    """A list (one per output, in order) or a dict by output name, as a list in the outputs' order."""
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - set(names))
+        if unknown:
+            raise Error(f"compile: {what} names outputs {unknown}; the model's are {names}")
+        missing = [n for n in names if n not in value]
+        if missing:
+            raise Error(f"compile: {what} has no entry for outputs {missing}; give one for every output")
+        return [value[n] for n in names]
+    if not isinstance(value, (list, tuple)) or len(value) != len(names):
+        raise Error(f"compile: {what} must be a list of {len(names)} (one per output {names}) or a dict by output "
+                    f"name, got {value!r}")
+    return list(value)
+
+
+def _loss_for(model, loss, loss_weights):
+    """compile's loss for the engine: one loss, or for a model of several outputs a list or dict of
+    them (one loss alone serves every output) weighted by loss_weights (a list or dict)."""
+    names = list(model.output_names)
+    if len(names) <= 1:
+        if loss_weights is not None:
+            raise Error("compile: loss_weights weigh the losses of several outputs; this model has one")
+        if isinstance(loss, (list, tuple, dict)):
+            raise Error(f"compile: a list of losses for a model of one output; give one loss, got {loss!r}")
+        return getattr(loss, "_loss", loss)
+    losses = _per_output(loss, names, "loss") if isinstance(loss, (list, tuple, dict)) else [loss] * len(names)
+    weights = [] if loss_weights is None else _per_output(loss_weights, names, "loss_weights")
+    for w in weights:
+        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
+            raise Error(f"compile: loss_weights hold numbers, got {w!r}")
+    losses = [getattr(each, "_loss", each) for each in losses]
+    for each in losses:
+        if not isinstance(each, (str, _tandem.Loss)):
+            raise Error(f"compile: each output's loss is a name or a tandem.keras.losses object, got {each!r}")
+    return _tandem.Loss.outputs([_tandem.Loss(l, False) if isinstance(l, str) else l for l in losses],
+                                [float(w) for w in weights])
+
+
+def _packed_targets(model, y, what):
+    """y for a model of several outputs (a list, or a dict by output name): each output's targets
+    flattened per row (labels one column), side by side as the engine takes them, float32."""
+    from .. import _arrays
+
+    names = list(model.output_names)
+    if isinstance(y, dict):
+        unknown = sorted(set(y) - set(names))
+        if unknown:
+            raise Error(f"{what}: y names outputs {unknown}; the model's are {names}")
+        missing = [n for n in names if n not in y]
+        if missing:
+            raise Error(f"{what}: y lacks the targets of outputs {missing}; the model's are {names}")
+        y = [y[n] for n in names]
+    if not isinstance(y, (list, tuple)) or len(y) != len(names):
+        raise Error(f"{what}: the model has {len(names)} outputs {names}; give y as a list of {len(names)} arrays "
+                    f"(or a dict by output name)")
+    parts = []
+    for name, each in zip(names, y):
+        a = _arrays.targets(each, f"{what} (output {name!r})")
+        if a.ndim < 1 or len(a) != len(y[0]):
+            raise Error(f"{what}: output {name!r}'s targets have shape {a.shape}; every output needs one row per "
+                        f"row of x ({len(y[0])})")
+        parts.append(a.reshape(len(a), -1).astype(np.float32))
+    return np.ascontiguousarray(np.concatenate(parts, axis=1))
+
+
+def _unpacked_outputs(model, packed):
+    """predict's packed outputs as a list, each in its output's shape."""
+    out, at = [], 0
+    for shape in model.output_shapes:
+        width = int(np.prod(shape)) if shape else 1
+        out.append(packed[:, at:at + width].reshape((len(packed),) + tuple(shape)))
+        at += width
+    return out

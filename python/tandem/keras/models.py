@@ -8,8 +8,8 @@ from ..errors import Error
 from . import callbacks as callbacks_module
 from . import losses as losses_module
 from .layers import InputLayer
-from ._model_args import (_batch_size, _class_weight, _dataset_of, _refuse_overwrite, _seed_of, _steps, _symbolic,
-                          _verbose, _weights)
+from ._model_args import (_batch_size, _class_weight, _dataset_of, _loss_for, _packed_targets, _refuse_overwrite,
+                          _seed_of, _steps, _symbolic, _unpacked_outputs, _verbose, _weights)
 
 __all__ = ["Model", "Sequential", "model_from_json", "load_model"]
 
@@ -63,6 +63,18 @@ class Model:
                 raise Error(f"{what}: input {name!r} has {len(a)} rows, input {names[0]!r} has {len(x[0])}")
             parts.append(a.reshape(len(a), -1))
         return np.ascontiguousarray(np.concatenate(parts, axis=1), dtype=np.float32)
+
+    def _targets(self, y, what):
+        """y as the engine takes it; for a model of several outputs a list (or a dict by output
+        name), packed side by side."""
+        if len(self._model.output_names) > 1:
+            return _packed_targets(self._model, y, what)
+        return _arrays.targets(y, what)
+
+    @property
+    def output_names(self):
+        """The outputs' names (a functional model's: the layers that make them), as Keras'."""
+        return list(self._model.output_names)
 
     def _adopt(self, handle):
         """Takes the engine's model, made under the strategy whose scope is open (kept alive with it)."""
@@ -147,18 +159,17 @@ class Model:
                 run_eagerly=False, steps_per_execution=1, jit_compile="auto", auto_scale_loss=True,
                 pss_evaluation_shards=0):
         """Configures training: ``optimizer`` (a name such as 'adam' or a tandem.keras.optimizers
-        object), ``loss`` (a name such as 'sparse_categorical_crossentropy' or a losses object) and
+        object), ``loss`` (a name such as 'sparse_categorical_crossentropy' or a losses object; a model of several outputs: one
+        for all, or a list or dict by output name) and
         ``metrics`` (names: 'accuracy', 'sparse_categorical_accuracy', ...), in tf.keras' order (TensorFlow
         2's: metrics third, as the tutorials pass them; name the others). ``run_eagerly``,
         ``steps_per_execution`` and ``auto_scale_loss`` change no result in Tandem (its steps run
         eagerly through the engine; bf16 needs no loss scaling) and are accepted; ``loss_weights``
-        (one output here), ``weighted_metrics`` (no sample weights yet) and ``jit_compile=True``
+        (a list or dict, one per output, beside a loss per output), ``weighted_metrics`` (no sample weights yet) and ``jit_compile=True``
         (XLA) and ``pss_evaluation_shards`` (evaluation on parameter-server workers) are refused."""
         if pss_evaluation_shards != 0:
             raise Error(f"compile: pss_evaluation_shards={pss_evaluation_shards!r} is not supported: under "
                         "ParameterServerStrategy Tandem's chief evaluates")
-        if loss_weights is not None:
-            raise Error("compile: loss_weights weigh the losses of several outputs; a Sequential model has one")
         if weighted_metrics:
             raise Error("compile: weighted_metrics are not supported by Tandem (the loss is weighted by sample_weight "
                         "and class_weight; metrics count every row)")
@@ -175,14 +186,15 @@ class Model:
             metrics = [metrics]
         for m in metrics:
             if not isinstance(m, str):
-                raise Error(f"compile: metrics are given by name ('accuracy'), got {m!r}")
+                raise Error(f"compile: metrics are given by name ('accuracy'), got {m!r} (a model of several "
+                            "outputs reports each metric on every output)")
         if getattr(loss, "reduction", "auto") not in ("auto", "sum_over_batch_size"):
             raise Error(f"compile: the loss's reduction is {loss.reduction!r}; fit trains on the batch's mean "
                         "(reduction 'sum_over_batch_size'): a summed or unreduced loss is for custom loops")
         if isinstance(loss, losses_module.Loss) and not hasattr(loss, "_loss"):
             raise Error(f"compile: {type(loss).__name__} is a custom Loss; fit computes its loss in the engine, so "
                         "compile takes Tandem's losses (keras.losses.*, or their names); use it in a custom loop")
-        self._model.compile(optimizer, getattr(loss, "_loss", loss), list(metrics))
+        self._model.compile(optimizer, _loss_for(self._model, loss, loss_weights), list(metrics))
 
     def fit(self, x=None, y=None, batch_size=None, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
             validation_data=None, shuffle=True, class_weight=None, sample_weight=None, initial_epoch=0,
@@ -243,7 +255,7 @@ class Model:
             if steps_per_epoch:
                 raise Error("fit: steps_per_epoch applies to a Dataset; with arrays every epoch covers x")
             x = self._features(x, "fit")
-            y = _arrays.targets(y, "fit")
+            y = self._targets(y, "fit")
             if sample_weight is not None:
                 sample_weight = _weights(sample_weight, "fit: sample_weight")
         validation = None
@@ -258,7 +270,7 @@ class Model:
                 raise Error(f"fit: validation_data has {len(validation_data)} items; expected (x_val, y_val) or "
                             "(x_val, y_val, val_sample_weights)")
             validation = (self._features(val_x, "fit (validation_data)"),
-                          _arrays.targets(val_y, "fit (validation_data)"))
+                          self._targets(val_y, "fit (validation_data)"))
             if len(validation_data) == 3 and validation_data[2] is not None:
                 validation += (_weights(validation_data[2], "fit: validation_data's sample weights"),)
         verbose = _verbose(verbose)
@@ -304,7 +316,7 @@ class Model:
             if steps is not None:
                 raise Error("evaluate: steps applies to a Dataset; with arrays all of x is evaluated")
             x = self._features(x, "evaluate")
-            y = _arrays.targets(y, "evaluate")
+            y = self._targets(y, "evaluate")
             weights = None if sample_weight is None else _weights(sample_weight, "evaluate: sample_weight")
             logs = self._model.evaluate(x, y, _batch_size(batch_size), printing, weights)
         if return_dict:
@@ -325,7 +337,8 @@ class Model:
             return self._model.predict_dataset(x._inputs("predict"), steps, x._next_passes(1))
         if steps is not None:
             raise Error("predict: steps applies to a Dataset; with arrays all of x is predicted")
-        return self._model.predict(self._features(x, "predict"), _batch_size(batch_size))
+        out = self._model.predict(self._features(x, "predict"), _batch_size(batch_size))
+        return _unpacked_outputs(self._model, out) if len(self._model.output_names) > 1 else out
 
     def __call__(self, inputs, training=False, mask=None):
         """The model on ``inputs`` as a tandem Tensor (``.numpy()`` for its values), recorded by an
