@@ -65,6 +65,7 @@ class Loss {
 // One output of a loss list: its loss and weight, then where compile bound it (the output's name
 // and shape, its columns in the packed predictions and targets).
 struct LossOutput {
+  LossOutput(Loss l, float w) : loss(std::move(l)), weight(w) {}
   Loss loss;
   float weight = 1.0f;
   std::string name;

@@ -44,7 +44,7 @@ Loss Loss::outputs(std::vector<Loss> losses, std::vector<float> weights) {
     if (losses[i].parts_) fail("loss: output {}'s loss is itself a loss list", i);
     float w = weights.empty() ? 1.0f : weights[i];
     if (!std::isfinite(w) || w < 0.0f) fail("loss_weights: weight {} is {}, expected a finite number >= 0", i, w);
-    parts->push_back({losses[i], w});
+    parts->emplace_back(losses[i], w);
   }
   Loss out(Kind::MeanSquaredError);  // the packed targets are float32 as a mean squared error's
   out.parts_ = std::move(parts);
@@ -59,7 +59,7 @@ Loss Loss::bound(std::span<const Shape> shapes, std::span<const std::string> nam
            shapes.size(), fmt::join(names, ", "));
     parts = *parts_;
   } else {
-    parts.assign(shapes.size(), LossOutput{*this, 1.0f});
+    parts.assign(shapes.size(), LossOutput(*this, 1.0f));
   }
   int64_t prediction = 0, target = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
