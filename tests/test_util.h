@@ -24,6 +24,12 @@ inline std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// That `f` throws a tandem::Error whose message holds `part`.
+inline void expect_error(const std::function<void()>& f, const std::string& part) {
+  std::string message = error_of(f);
+  EXPECT_NE(message.find(part), std::string::npos) << message;
+}
+
 inline Tensor random_tensor(const Shape& shape, uint64_t seed, float low = -1.0f, float high = 1.0f) {
   Tensor t = Tensor::empty(shape);
   Philox rng(seed, 7);

@@ -14,11 +14,7 @@ namespace tandem {
 namespace {
 
 using namespace layers;
-
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  std::string message = testing::error_of(f);
-  EXPECT_NE(message.find(part), std::string::npos) << message;
-}
+using testing::expect_error;
 
 // Keras 2.13's model.to_json() for
 //   a = Input((4,)); b = Input((4,)); shared = Dense(3, activation="relu")

@@ -12,11 +12,7 @@ namespace tandem {
 namespace {
 
 using namespace layers;
-
-void expect_error(const std::function<void()>& f, const std::string& part) {
-  std::string message = testing::error_of(f);
-  EXPECT_NE(message.find(part), std::string::npos) << message;
-}
+using testing::expect_error;
 
 std::unique_ptr<Model> mlp(int64_t hidden = 16) {
   auto m = std::make_unique<Sequential>(SequentialOptions{.seed = 5});

@@ -90,19 +90,20 @@ def _class_weight(class_weight):
     return out
 
 
-def _per_output(value, names, what):
-    """A list (one per output, in order) or a dict by output name, as a list in the outputs' order."""
+def _by_name(value, names, what, kind):
+    """One value per input or output (`kind`: "inputs" or "outputs", named `names`): a list or tuple
+    in their order, or a dict by name, as a list in their order; an Error naming what is wrong."""
     if isinstance(value, dict):
         unknown = sorted(set(value) - set(names))
         if unknown:
-            raise Error(f"compile: {what} names outputs {unknown}; the model's are {names}")
+            raise Error(f"{what} names {kind} {unknown}; the model's are {names}")
         missing = [n for n in names if n not in value]
         if missing:
-            raise Error(f"compile: {what} has no entry for outputs {missing}; give one for every output")
-        return [value[n] for n in names]
+            raise Error(f"{what} has no entry for {kind} {missing}; the model's are {names}")
+        value = [value[n] for n in names]
     if not isinstance(value, (list, tuple)) or len(value) != len(names):
-        raise Error(f"compile: {what} must be a list of {len(names)} (one per output {names}) or a dict by output "
-                    f"name, got {value!r}")
+        raise Error(f"{what}: the model has {len(names)} {kind} {names}; give a list of {len(names)} (or a dict by "
+                    f"name), got {type(value).__name__}")
     return list(value)
 
 
@@ -116,8 +117,9 @@ def _loss_for(model, loss, loss_weights):
         if isinstance(loss, (list, tuple, dict)):
             raise Error(f"compile: a list of losses for a model of one output; give one loss, got {loss!r}")
         return getattr(loss, "_loss", loss)
-    losses = _per_output(loss, names, "loss") if isinstance(loss, (list, tuple, dict)) else [loss] * len(names)
-    weights = [] if loss_weights is None else _per_output(loss_weights, names, "loss_weights")
+    per = isinstance(loss, (list, tuple, dict))
+    losses = _by_name(loss, names, "compile: loss", "outputs") if per else [loss] * len(names)
+    weights = [] if loss_weights is None else _by_name(loss_weights, names, "compile: loss_weights", "outputs")
     for w in weights:
         if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
             raise Error(f"compile: loss_weights hold numbers, got {w!r}")
@@ -135,17 +137,7 @@ def _packed_targets(model, y, what):
     from .. import _arrays
 
     names = list(model.output_names)
-    if isinstance(y, dict):
-        unknown = sorted(set(y) - set(names))
-        if unknown:
-            raise Error(f"{what}: y names outputs {unknown}; the model's are {names}")
-        missing = [n for n in names if n not in y]
-        if missing:
-            raise Error(f"{what}: y lacks the targets of outputs {missing}; the model's are {names}")
-        y = [y[n] for n in names]
-    if not isinstance(y, (list, tuple)) or len(y) != len(names):
-        raise Error(f"{what}: the model has {len(names)} outputs {names}; give y as a list of {len(names)} arrays "
-                    f"(or a dict by output name)")
+    y = _by_name(y, names, f"{what}: y", "outputs")
     parts = []
     for name, each in zip(names, y):
         a = _arrays.targets(each, f"{what} (output {name!r})")

@@ -8,7 +8,7 @@ from ..errors import Error
 from . import callbacks as callbacks_module
 from . import losses as losses_module
 from .layers import InputLayer
-from ._model_args import (_batch_size, _class_weight, _dataset_of, _loss_for, _packed_targets, _refuse_overwrite,
+from ._model_args import (_batch_size, _by_name, _class_weight, _dataset_of, _loss_for, _packed_targets, _refuse_overwrite,
                           _seed_of, _steps, _symbolic, _unpacked_outputs, _verbose, _weights)
 
 __all__ = ["Model", "Sequential", "model_from_json", "load_model"]
@@ -43,17 +43,7 @@ class Model:
         names, shapes = self._model.input_names, self._model.input_shapes
         if len(shapes) <= 1:
             return _arrays.features(x, what)
-        if isinstance(x, dict):
-            unknown = sorted(set(x) - set(names))
-            if unknown:
-                raise Error(f"{what}: x names inputs {unknown}; the model's are {names}")
-            missing = [n for n in names if n not in x]
-            if missing:
-                raise Error(f"{what}: x lacks inputs {missing}; the model's are {names}")
-            x = [x[n] for n in names]
-        if not isinstance(x, (list, tuple)) or len(x) != len(shapes):
-            raise Error(f"{what}: the model has {len(shapes)} inputs {names}; give x as a list of {len(shapes)} "
-                        f"arrays (or a dict by input name)")
+        x = _by_name(x, list(names), f"{what}: x", "inputs")
         parts = []
         for name, shape, a in zip(names, shapes, x):
             a = _arrays.features(a, f"{what} (input {name!r})")
