@@ -143,6 +143,9 @@ Tensor call_network(const Network& net, const Tensor& x, const CallContext& ctx)
 // A model's inputs (the same rows each) as one tensor of (rows, Σ per-sample sizes), and back.
 Tensor pack_inputs(std::span<const Tensor> inputs);
 std::vector<Tensor> unpack_inputs(const Graph& graph, const Tensor& packed);
+// A model's several outputs (per-sample `shapes`) from their packed tensor, each in its shape, on
+// the tape (a custom loop's losses on each).
+std::vector<Tensor> unpack_outputs(std::span<const Shape> shapes, const Tensor& packed);
 // Deterministic replicated training: each node on every part before the next (Layer::call_parts,
 // a merge layer part by part); parts.h holds the parts' inputs, then their outputs.
 void call_network_parts(const Network& net, BatchParts& parts);

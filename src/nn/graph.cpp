@@ -238,6 +238,19 @@ std::vector<Tensor> unpack_inputs(const Graph& graph, const Tensor& packed) {
   return out;
 }
 
+std::vector<Tensor> unpack_outputs(std::span<const Shape> shapes, const Tensor& packed) {
+  std::vector<Tensor> out;
+  int64_t at = 0;
+  for (const Shape& s : shapes) {
+    Tensor part = ops::part_columns(packed, at, at + s.numel());
+    Shape full{packed.dim(0)};
+    for (int64_t d : s) full.push_back(d);
+    out.push_back(part.shape() == full ? part : ops::reshape(part, full));
+    at += s.numel();
+  }
+  return out;
+}
+
 void call_network_parts(const Network& net, BatchParts& parts) {
   auto penalties = [&](const Layer& layer, std::span<const Tensor> outs) {
     for (size_t p = 0; p < outs.size(); ++p) add_activity_penalty(layer, outs[p], parts.contexts[p], outs[p].device());

@@ -233,10 +233,15 @@ void register_model(py::module_& m) {
              return to_numpy(out);
            })
       .def("call",
-           [](ModelHandle& h, const py::object& x, bool training) {
+           [](ModelHandle& h, const py::object& x, bool training) -> py::object {
              Tensor tx = tensor_from(x, "model(x)");
-             py::gil_scoped_release nogil;
-             return h.get()(tx, training);
+             Tensor y;
+             {
+               py::gil_scoped_release nogil;
+               y = h.get()(tx, training);
+             }
+             if (h.get().output_shapes().size() <= 1) return py::cast(y);
+             return py::cast(layers::unpack_outputs(h.get().output_shapes(), y));  // a list, as Keras'
            })
       .def_property_readonly(
           "trainable_variables",

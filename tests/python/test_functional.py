@@ -245,6 +245,9 @@ def test_a_model_of_two_outputs_takes_pytorchs_step_and_reports_each_output(tf):
         close_per_tensor(model.get_weights(), [(p - 0.1 * p.grad).numpy() for p in ps])
     out = model.predict(x, verbose=0)
     assert [o.shape for o in out] == [(16, 3), (16, 2)]
+    called = model(x)  # a custom loop's forward: a list, as Keras'
+    assert [tuple(t.shape) for t in called] == [(16, 3), (16, 2)]
+    np.testing.assert_allclose(called[1].numpy(), out[1], rtol=1e-6, atol=1e-6)
     total, kind_loss, size_loss = model.evaluate(x, [kind, size], verbose=0)[:3]
     assert abs(total - (kind_loss + 0.5 * size_loss)) < 1e-5
     with pytest.raises(tf.Error, match="the model has 2 outputs"):

@@ -331,8 +331,9 @@ class Model:
         return _unpacked_outputs(self._model, out) if len(self._model.output_names) > 1 else out
 
     def __call__(self, inputs, training=False, mask=None):
-        """The model on ``inputs`` as a tandem Tensor (``.numpy()`` for its values), recorded by an
-        open GradientTape: a custom loop's forward pass (inside strategy.run, this replica's).
+        """The model on ``inputs`` as a tandem Tensor (``.numpy()`` for its values; a model of
+        several outputs: a list of them), recorded by an open GradientTape: a custom loop's forward
+        pass (inside strategy.run, this replica's).
         ``mask`` is refused (no layer here takes one)."""
         if mask is not None:
             raise Error("model(inputs): mask is not supported: no Tandem layer takes a mask")
