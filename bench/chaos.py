@@ -374,7 +374,11 @@ def run_job(name, plan, args, data_dir, work):
             return
         judged = True
         errors = [l for l in job.said()[launch_at:].splitlines() if l.startswith("error: ")]
-        rule = [t for t in hit & (ending | may_end) if any(t + " (" in l for l in errors)]
+        # Named as a task ("rank 0 (host) died ..."), or as the rank a start-up waited on: a kill
+        # aimed later can land while the job starts, and the launcher ends the others naming it
+        # ("... ended by the launcher during start-up: rank 0 failed to start").
+        rule = [t for t in hit & (ending | may_end)
+                if any(t + " (" in l or t + " failed to start" in l for l in errors)]
         if counted_survived:
             result["survived"] -= 1
         if rule:
