@@ -356,6 +356,8 @@ std::unique_ptr<Model> model_from_json(const std::string& text, const ModelJsonO
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
     fail("{} is not valid JSON (byte {}): {}", file, e.byte, e.what());
+  } catch (const json::exception& e) {  // a number past a double's range, as fuzz_model_json found
+    fail("{} is not valid JSON: {}", file, e.what());
   }
   if (!doc.is_object()) fail("{} must be a JSON object, not {}", file, doc.type_name());
   const json& root = doc.contains("config") && doc["config"].is_object() ? doc["config"] : doc;

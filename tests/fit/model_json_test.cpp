@@ -133,6 +133,7 @@ TEST(ModelJson, BadTextIsNamed) {
   };
   EXPECT_NE(message("{\"layers\": ").find("the test's text is not valid JSON"), std::string::npos);
   EXPECT_NE(message("[1, 2]").find("the test's text must be a JSON object, not array"), std::string::npos);
+  EXPECT_NE(message("{\"layers\": [1e999]}").find("the test's text is not valid JSON"), std::string::npos);
   EXPECT_NE(message("{\"layers\": []}").find("needs a non-empty \"layers\" array"), std::string::npos);
   EXPECT_NE(message(R"({"layers": [{"class_name": 3}]})").find("layer 0: needs \"class_name\""), std::string::npos);
   EXPECT_THROW(load_model_json("/no/such/model.json"), Error);
