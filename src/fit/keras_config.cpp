@@ -268,6 +268,8 @@ void compile_from_keras_config(Model& model, const std::string& text, const std:
   };
   // A list, or a dict by output name, in the model's outputs' order.
   auto per_output = [&](const json& v, const char* what) {
+    if (!v.is_array() && !v.is_object())
+      fail("{}: \"{}\" is {}, expected a list or a dict by output name", source, what, v.dump());
     std::vector<json> out;
     if (v.is_array()) out.assign(v.begin(), v.end());
     for (const std::string& name : model.output_names())
