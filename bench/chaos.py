@@ -38,6 +38,7 @@ Run from the project root after scripts/build (real MNIST from scripts/setup, or
 small files made here). The same seed draws the same schedule (printed first)."""
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -153,22 +154,61 @@ def listening_ports(pid):
 
 
 def strangers(ports):
-    """Garbage, the control plane's own hello and a failure (unsealed), and silence, on each port."""
-    held = []
+    """Garbage, the control plane's own hello and a failure (unsealed), and silence, on each port
+    ((task, pid, port)): the connections made, each with where it came from (the port a refusal
+    line names), held open."""
+    made = []
     hello = struct.pack("<III", 1, 4, 9)
     failure = struct.pack("<II", 4, 4 + 21) + struct.pack("<i", 9) + b"a stranger says: fail"
-    for port in ports:
-        for payload in (b"GET / HTTP/1.0\r\n\r\n" + b"z" * 2048, hello + failure, b""):
+    for task, pid, port in ports:
+        for sent, payload in (("garbage", b"GET / HTTP/1.0\r\n\r\n" + b"z" * 2048),
+                              ("hello and failure", hello + failure), ("silence", b"")):
             s = socket.socket()
             s.settimeout(0.5)
             try:
                 s.connect(("127.0.0.1", port))
+                made.append({"socket": s, "task": task, "pid": pid, "port": port, "from": s.getsockname()[1],
+                             "sent": sent, "owner": None})
                 if payload:
                     s.sendall(payload)
-                held.append(s)
             except OSError:
-                s.close()
-    return held
+                if not made or made[-1]["socket"] is not s:
+                    s.close()
+    return made
+
+
+def owner(connection):
+    """Who listens where a stranger connected, by what it said first (peeked, left in the buffer;
+    kept once seen, as a reset connection loses it): Tandem's control plane sends a challenge of 24
+    random bytes at once, ZeroMQ (the parameter servers' sockets) its greeting (0xff, 8 bytes,
+    0x7f), Open MPI's own ports nothing."""
+    if connection["owner"] is None and "socket" in connection:
+        try:
+            first = connection["socket"].recv(64, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except OSError:
+            first = b""
+        if len(first) >= 10 and first[0] == 0xff and first[9] == 0x7f:
+            connection["owner"] = "ZeroMQ"
+        elif first:
+            connection["owner"] = "control plane"
+    return connection["owner"]
+
+
+def stranger_named(connection, text, counts):
+    """Whether the job's log names one stranger connection: a refusal line with the address it came
+    from, or, past the log's rate limit (named up to the tenth of a process, then every
+    thousandth), a closing count of that process's refusals that takes in every connection the
+    harness made to it (`counts`: control-plane connections made, by pid). The parameter servers'
+    ZeroMQ sockets name a message they drop, not its connection ("from an unknown address"), and
+    nothing of a connection that sends no message; Open MPI's ports name nothing: those are
+    named only if a line gives the connection's own address."""
+    address = r"127\.0\.0\.1:%d\b" % connection["from"]
+    if re.search(r"(refused a control connection|dropped a message) from " + address, text):
+        return True
+    if connection["owner"] != "control plane" or counts.get(connection["pid"], 0) <= 10:
+        return False
+    closing = re.findall(re.escape(connection["task"]) + r" [^\n]*?: ([0-9]+) control connections refused in all", text)
+    return any(int(n) >= counts[connection["pid"]] for n in closing)
 
 
 def checkpoints_load(cli, model, data_dir, run_dir, newest=2):
@@ -222,10 +262,8 @@ def named(kind, target):
         return who + r" [^\n]*(died|ended with status)"
     if kind in ("stop", "link"):  # silent past the timeout (or, at the job's end, past the launcher's grace)
         return who + r" [^\n]*(stopped answering|was stopped for|died|did not answer|had not ended)"
-    # Each refusal is named up to the tenth of a process, then every thousandth: by rank 0's control
-    # plane, or, where strangers reached only the servers' ports (rank 0 not listening yet), by them.
-    return (r"refused a control connection from 127\.0\.0\.1:[0-9]+|\(refusal ([1-9][0-9]|10)\)"
-            r"|dropped a message from an unknown address")
+    # Strangers: each connection on its own (stranger_named), not here.
+    return r"(?!)"
 
 
 JOBS = {
@@ -289,28 +327,38 @@ def record_against_log(record_path, text):
             and 0 <= pushes - len(handed) <= again}
 
 
-# Where a fault is aimed: the log's sign that the job is there (None: the drawn moment itself).
+# The log's sign that a launch has begun training (the first epoch's line, "Epoch 1/200", or a
+# resumed run's, "Epoch 7/200"): a fault that lands before it lands in the job's start-up.
+TRAINING = re.compile(r"^Epoch [0-9]+/[0-9]+$", re.M)
+
+# Where a fault is aimed: the log's sign that the job is there (None: the drawn moment itself;
+# for a start-up, the sign that it is over: the fault lands right after a launch, before it).
 PHASES = {
     "step": None,
     "epoch-end": re.compile(r"^[0-9]+/[0-9]+ - ", re.M),
     "restore": re.compile(r"Restored the backup|every step in flight is called back"),
+    "start-up": TRAINING,
 }
 AIM_WAIT = 20.0  # seconds a fault waits for its phase's sign before it lands where the job is
 
 
-def schedule(seed, job, faults):
-    """The faults of one job, drawn from the seed: (seconds after the previous one, kind, target,
-    phase aimed at). The phases come from a generator of their own, so that adding them left each
-    seed's delays, kinds and targets as they were."""
+def draws(seed, job):
+    """The faults of one job, drawn from the seed without end: (seconds after the previous one,
+    kind, target, phase aimed at). The phases come from a generator of their own, so that adding
+    them left each seed's delays, kinds and targets as they were. Drawn lazily (a schedule of so
+    many minutes takes as many as land in them), the first n are always schedule(seed, job, n)."""
     rng, aim = random.Random(f"{seed}:{job}"), random.Random(f"{seed}:{job}:phase")
     targets = JOBS[job][2]
-    out = []
-    for _ in range(faults):
+    while True:
         kind = (rng.choices(["kill", "link"], weights=[1, 2]) if job == "netns-async" else
                 rng.choices(["kill", "stop", "strangers"], weights=[5, 3, 2]))[0]
-        out.append((round(rng.uniform(1.0, 4.0), 2), kind, rng.choice(targets) if kind != "strangers" else "every port",
-                    aim.choices(list(PHASES), weights=[2, 1, 1])[0]))
-    return out
+        yield (round(rng.uniform(1.0, 4.0), 2), kind, rng.choice(targets) if kind != "strangers" else "every port",
+               aim.choices(list(PHASES), weights=[2, 1, 1, 1])[0])
+
+
+def schedule(seed, job, faults):
+    """The first `faults` faults of one job (draws)."""
+    return list(itertools.islice(draws(seed, job), faults))
 
 
 def phase_named(text, target):
@@ -323,39 +371,70 @@ def phase_named(text, target):
 def run_job(name, plan, args, data_dir, work):
     cli = args.cli
     prefix, strategy, _, ending, may_end = JOBS[name]
-    run_dir = os.path.join(work, f"{name}-run")
-    fit = [cli, "fit", "--model", "mlp", "--strategy", strategy, "--epochs", str(args.epochs), "--batch-size",
-           "32", "--threads", "1", "--verbose", "2", "--timeout", str(TIMEOUT), "--data-dir", data_dir,
-           "--run-dir", run_dir, "--backup-every", "20"]
-    record_path = os.path.join(work, "run.record")
-    if name == "async-record":
-        fit += ["--record", record_path]
+
+    def fit_argv(run_dir, record_path):
+        fit = [cli, "fit", "--model", "mlp", "--strategy", strategy, "--epochs", str(args.epochs), "--batch-size",
+               "32", "--threads", "1", "--verbose", "2", "--timeout", str(TIMEOUT), "--data-dir", data_dir,
+               "--run-dir", run_dir, "--backup-every", "20"]
+        if name == "async-record":
+            fit += ["--record", record_path]
+        if name == "netns-async":
+            fit += ["--insecure"]  # the namespaces' network is this harness's own
+        return fit
+
     if name == "netns-async":
         prefix, why = netns_launch(cli, work)
         if prefix is None:
             log(f"  {name}: skipped: network namespaces cannot be made here: {why}")
             return {"job": name, "skipped": why, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0,
                     "unnamed": [], "ended_against_rule": [], "not_yet_in_the_job": 0, "unreadable_checkpoints": [],
-                    "launches": 0,
-                    "accuracy": None}
-        fit += ["--insecure"]  # the namespaces' network is this harness's own
-        argv = prefix + ["--"] + fit
+                    "launches": 0, "accuracy": None, "strangers": {}, "runs": 0}
     else:
-        argv = [cli] + prefix + ["--"] + fit
+        prefix = [cli] + prefix
     result = {"job": name, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0, "unnamed": [],
               "ended_against_rule": [], "not_yet_in_the_job": 0, "unreadable_checkpoints": [], "launches": 0,
-              "accuracy": None, "aimed": {}, "phases_named": {}}
-    log_path = os.path.join(work, f"{name}.log")
+              "accuracy": None, "aimed": {}, "phases_named": {}, "strangers": {}, "drawn": []}
     job, launches = None, 0
+    # A run: one run directory, resumed after each fault that ends it, until it finishes. With
+    # --minutes, a run that finishes while minutes are left is followed by a fresh one (its own
+    # directory, log and record), so that the faults go on; each run is checked at its end.
+    runs = []  # each: {"run_dir", "log", "record"}, then what its end showed
 
     launch_at, hit, judged = 0, set(), False  # where this launch's log begins; the targets hit since
-    late = []  # strangers not named yet: (where the log stood, where their launch began, the pattern)
+    late = []  # stranger connections not named yet: (the connection, where the log stood at its fault)
+    made = {}  # control-plane connections made, by the pid that took them (its refusals' count)
 
     def start():
         nonlocal job, launches, launch_at, hit, judged
         launches += 1
-        job = Job(argv, log_path)
+        job = Job(prefix + ["--"] + fit_argv(runs[-1]["run_dir"], runs[-1]["record"]), runs[-1]["log"])
         launch_at, hit, judged = len(job.said()), set(), False
+
+    def new_run():
+        n = len(runs)
+        suffix = "" if n == 0 else f"-{n + 1}"
+        runs.append({"run_dir": os.path.join(work, f"{name}-run{suffix}"),
+                     "log": os.path.join(work, f"{name}{suffix}.log"),
+                     "record": os.path.join(work, f"run{suffix}.record")})
+        start()
+
+    def end_of_run():
+        """What a finished (or, at the end, abandoned) run shows: its accuracy, final weights, record."""
+        run = runs[-1]
+        job.end()
+        text = job.said()
+        for connection, at in [x for x in late if x[0]["log"] == run["log"]]:  # named by the run's end?
+            if stranger_named(connection, text[at:], made):
+                result["strangers"]["control plane"]["named"] += 1
+            else:
+                result["unnamed"].append(f"strangers: {connection['sent']} to {connection['task']}'s "
+                                         f"{connection['owner']} port {connection['port']}")
+        run["accuracy"] = accuracy(text)
+        final = os.path.join(run["run_dir"], "checkpoints", "final.safetensors")
+        if os.path.exists(final):
+            run["final_hash"] = tensors_hash(final)
+        if name == "async-record" and os.path.exists(run["record"]):
+            run["record_against_log"] = record_against_log(run["record"], text)
 
     def settle(before):
         """After a fault: the job goes on (its log grows) or ends, within the timeout and the margin."""
@@ -367,18 +446,27 @@ def run_job(name, plan, args, data_dir, work):
         return False
 
     def judge_end(counted_survived):
-        """The job ended with an error: by rule if an error names a task hit since the launch whose
+        """The job ended with an error: by rule if the log names a task hit since the launch whose
         loss may end the job (a fault an instant earlier can be the cause), else against it."""
         nonlocal judged
         if judged:
             return
         judged = True
-        errors = [l for l in job.said()[launch_at:].splitlines() if l.startswith("error: ")]
-        # Named as a task ("rank 0 (host) died ..."), or as the rank a start-up waited on: a kill
-        # aimed later can land while the job starts, and the launcher ends the others naming it
-        # ("... ended by the launcher during start-up: rank 0 failed to start").
+        lines = job.said()[launch_at:].splitlines()
+        errors = [l for l in lines if l.startswith("error: ")]
+        # Named as a task ("rank 0 (host) died ..."), or as the rank a start-up waited on: a fault
+        # can land while the job starts, and the launcher ends the others naming it ("... ended by
+        # the launcher during start-up: rank 0 failed to start"), or rank 0 does ("... waited 3 s in
+        # MPI's start (MPI_Init) during start-up: rank 1 has not come to it"). A chief killed as
+        # its job starts, before its control plane is up, is named by the launcher alone ("launch:
+        # task chief:0 (...) ended with status 137", the others then ended, no error printed):
+        # that names it too, for a task whose loss always ends the job (a server's death, which
+        # may, must be named by an error that says the job ended of it).
         rule = [t for t in hit & (ending | may_end)
-                if any(t + " (" in l or t + " failed to start" in l for l in errors)]
+                if any(t + " (" in l or t + " failed to start" in l or t + " has not come to it" in l
+                       for l in errors)
+                or (t in ending and any(l.startswith(f"launch: task {t} (") and " ended with status " in l
+                                        for l in lines))]
         if counted_survived:
             result["survived"] -= 1
         if rule:
@@ -386,34 +474,57 @@ def run_job(name, plan, args, data_dir, work):
         else:
             result["ended_against_rule"].append(errors[0][:200] if errors else "no error printed")
 
-    start()
+    new_run()
     deadline_overall = time.time() + args.limit
     counted = False  # the last fault was counted as survived
     last = None  # the previous fault (kind, target)
     for delay, kind, target, phase in plan:
-        time.sleep(delay)
+        result["drawn"].append([delay, kind, target, phase])
+        # A start-up is aimed at right after a launch: one under way (no fault yet since it, and
+        # no training yet), or the relaunch of a job a fault ended, at once.
+        if phase != "start-up" or not (job.ended() or not TRAINING.search(job.said()[launch_at:])):
+            time.sleep(delay)
         relaunched = False
         if job.ended():
             if job.process.returncode == 0:
-                break
-            judge_end(counted)
-            start()  # resume after a fault that ended it
+                if not args.minutes:
+                    break
+                end_of_run()
+                new_run()  # minutes are left: a fresh run
+            else:
+                judge_end(counted)
+                start()  # resume after a fault that ended it
             counted = False
             relaunched = True
-            if phase != "restore":
+            if phase not in ("restore", "start-up"):
                 time.sleep(1.0)
         if phase == "restore" and not (relaunched or last == ("kill", "ps:0")):
             phase = "step (no restore under way)"  # a restore follows a resume or a server's death only
-        if PHASES.get(phase) is not None:  # wait for the phase's sign, then land at once
+        if phase == "start-up":  # the target (any task, for strangers) up, then at once
+            if TRAINING.search(job.said()[launch_at:]):
+                phase = "step (no start-up under way)"
+            until = time.time() + AIM_WAIT
+            while time.time() < until and not job.ended() and not TRAINING.search(job.said()[launch_at:]):
+                pids = tasks(runs[-1]["run_dir"])
+                if target in pids or (kind == "strangers" and pids):
+                    break
+                time.sleep(0.01)
+        elif PHASES.get(phase) is not None:  # wait for the phase's sign, then land at once
             mark, until = (launch_at if relaunched else len(job.said())), time.time() + AIM_WAIT
             while not PHASES[phase].search(job.said()[mark:]) and time.time() < until and not job.ended():
                 time.sleep(0.02)
             if not PHASES[phase].search(job.said()[mark:]):
                 phase = "step (its phase did not come)"
-        pids = tasks(run_dir)
+        pids = tasks(runs[-1]["run_dir"])
         if target not in pids and not (kind == "strangers" and pids):
             continue  # not started (yet again): nothing to hit
         text_before = job.said()
+        # Landing before the launch has begun training is landing in its start-up, whatever the
+        # aim (a restore's sign comes before it: that aim is kept).
+        if not TRAINING.search(text_before[launch_at:]) and phase != "restore":
+            phase = "start-up"
+        elif phase == "start-up":
+            phase = "step (start-up was over)"
         last = (kind, target)
         result["faults"] += 1
         result["aimed"][phase] = result["aimed"].get(phase, 0) + 1
@@ -436,19 +547,42 @@ def run_job(name, plan, args, data_dir, work):
             except ProcessLookupError:
                 pass
         else:
-            ports = [p for pid in pids.values() for p in listening_ports(pid)]
-            held = strangers(ports)
+            held = strangers([(task, pid, port) for task, pid in pids.items() for port in listening_ports(pid)])
         ok = settle(len(text_before))
         # The fault's naming may come a moment after the log grows: wait for it within the bound.
-        # Strangers are named when rank 0's control thread takes their connections, which during a
-        # slow start-up can be later: their sockets are held a while (past the 2 s a hello may
-        # take) and their naming is judged when the job has ended (`late`), not here.
+        # Strangers are named (each connection) when rank 0's control thread takes them, which
+        # during a slow start-up can be later: their sockets are held a while (past the 2 s a hello
+        # may take), then who took each is known by what it said first (owner), and those not
+        # named yet are judged again at their run's end (`late`).
         pattern = re.compile(named(kind, target))
         until = time.time() + (3.0 if kind == "strangers" else TIMEOUT + MARGIN)
-        while not pattern.search(job.said()[len(text_before):]) and time.time() < until:
+        while time.time() < until:
+            if kind != "strangers" and pattern.search(job.said()[len(text_before):]):
+                break
+            if kind == "strangers" and time.time() > until - 2.0 and all(
+                    stranger_named(c, job.said()[len(text_before):], made)
+                    for c in held if owner(c) == "control plane"):
+                break
             time.sleep(0.1)
-        for s in held:
-            s.close()
+        for c in held:  # a port's connections share its owner (one reset before its first word is seen)
+            c["log"] = runs[-1]["log"]
+            c["owner"] = owner(c) or next((owner(d) for d in held if (d["pid"], d["port"]) == (c["pid"], c["port"])
+                                           and owner(d)), None)
+        if kind == "strangers" and not held:
+            result["strangers"]["no port listening yet"] = result["strangers"].get("no port listening yet", 0) + 1
+        for c in held:
+            if c["owner"] == "control plane":
+                made[c["pid"]] = made.get(c["pid"], 0) + 1
+        for c in held:
+            c["socket"].close()
+            del c["socket"]
+            tally = result["strangers"].setdefault(c["owner"] or "no first word (Open MPI's, or unknown)",
+                                                   {"connections": 0, "named": 0})
+            tally["connections"] += 1
+            if stranger_named(c, job.said()[len(text_before):], made):
+                tally["named"] += 1
+            elif c["owner"] == "control plane":
+                late.append((c, len(text_before)))
         if kind != "strangers":
             said = phase_named(job.said()[len(text_before):], target) or "none named"
             result["phases_named"][said] = result["phases_named"].get(said, 0) + 1
@@ -461,11 +595,8 @@ def run_job(name, plan, args, data_dir, work):
             result["hangs"] += 1
             log(f"  {name}: HANG after {kind} {target}")
             break
-        if not pattern.search(job.said()[len(text_before):]) and not (
-                kind == "strangers" and "(refusal 10)" in job.said()[launch_at:]):
-            if kind == "strangers":
-                late.append((len(text_before), launch_at, pattern))
-            elif kind in ("stop", "link") and not_joined(text_before, target):
+        if kind != "strangers" and not pattern.search(job.said()[len(text_before):]):
+            if kind in ("stop", "link") and not_joined(text_before, target):
                 result["not_yet_in_the_job"] += 1  # started again and not joined: nothing to name
             else:
                 result["unnamed"].append(f"{kind} {target}")
@@ -474,7 +605,7 @@ def run_job(name, plan, args, data_dir, work):
         else:
             result["survived"] += 1
             counted = True
-        bad = checkpoints_load(cli, "mlp", data_dir, run_dir)
+        bad = checkpoints_load(cli, "mlp", data_dir, runs[-1]["run_dir"])
         result["unreadable_checkpoints"] += [b for b in bad if b not in result["unreadable_checkpoints"]]
         if time.time() > deadline_overall:
             break
@@ -489,25 +620,28 @@ def run_job(name, plan, args, data_dir, work):
         time.sleep(0.2)
     if not job.ended():
         result["hangs"] += 1
-    job.end()
-    for at, launched, pattern in late:  # strangers named by the job's end, else unnamed
-        if not pattern.search(job.said()[at:]) and "(refusal 10)" not in job.said()[launched:]:
-            result["unnamed"].append("strangers every port")
+    end_of_run()
     result["launches"] = launches
-    result["accuracy"] = accuracy(job.said())
-    result["log"] = log_path
-    final = os.path.join(run_dir, "checkpoints", "final.safetensors")
-    if os.path.exists(final):
-        result["final_hash"] = tensors_hash(final)
-    if name == "async-record" and os.path.exists(record_path):
-        result["record"] = record_against_log(record_path, job.said())
+    result["runs"] = len(runs)
+    result["log"] = runs[-1]["log"]
+    # Each run's accuracy is checked: the lowest is the job's.
+    found = [r["accuracy"] for r in runs]
+    result["accuracy"] = None if None in found else min(found)
+    if "final_hash" in runs[-1]:
+        result["final_hash"] = runs[-1]["final_hash"]
+    records = [r["record_against_log"] for r in runs if "record_against_log" in r]
+    if records:  # the first that disagrees, else the last
+        result["record"] = next((r for r in records if not r["agrees"]), records[-1])
+        result["record"]["steps_handed_again"] = sum(r["steps_handed_again"] for r in records)
     if name == "multiworker":
+        # Deterministic: every run (the same command in a fresh directory) ends with the weights of
+        # one uninterrupted run.
         quiet_dir = os.path.join(work, "multiworker-quiet")
-        quiet = [cli] + prefix + ["--"] + fit[:-4] + ["--run-dir", quiet_dir, "--backup-every", "20"]
+        quiet = prefix + ["--"] + fit_argv(quiet_dir, None)
         run = subprocess.run(quiet, capture_output=True, text=True, timeout=600, cwd=ROOT)
         quiet_final = os.path.join(quiet_dir, "checkpoints", "final.safetensors")
         result["uninterrupted_hash"] = tensors_hash(quiet_final) if run.returncode == 0 else None
-        result["hash_equal"] = result.get("final_hash") == result["uninterrupted_hash"]
+        result["hash_equal"] = all(r.get("final_hash") == result["uninterrupted_hash"] for r in runs)
     return result
 
 
@@ -516,6 +650,8 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--jobs", default="async,sync,multiworker,async-record")
     parser.add_argument("--faults", type=int, default=8, help="faults drawn per job")
+    parser.add_argument("--minutes", type=float, help="faults drawn until this many minutes of each job have "
+                        "passed (instead of --faults; the limit then)")
     parser.add_argument("--epochs", type=int, default=200, help="each job's epochs")
     parser.add_argument("--limit", type=float, default=600, help="seconds of faults per job at most")
     parser.add_argument("--synthetic", action="store_true", help="small MNIST files made here, not ./data")
@@ -524,6 +660,8 @@ def main():
     parser.add_argument("--end-with-parent", action="store_true",
                         help="end (and end every job) when the process that started this one dies (a test's watchdog)")
     args = parser.parse_args()
+    if args.minutes:
+        args.limit = args.minutes * 60
     # Ended by a signal, the harness still ends its jobs (the finally below): they run in sessions
     # of their own, out of reach of a signal to this process's group.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
@@ -539,8 +677,13 @@ def main():
         make_synthetic(os.path.join(data_dir, "mnist"))
     results = []
     for name in args.jobs.split(","):
-        plan = schedule(args.seed, name, args.faults)
-        log(f"{name}, seed {args.seed}: " + ", ".join(f"+{d}s {k} {t} at {p}" for d, k, t, p in plan))
+        if args.minutes:
+            plan = draws(args.seed, name)
+            log(f"{name}, seed {args.seed}: faults drawn until {args.minutes:g} minutes have passed (the first n "
+                f"those of --faults n)")
+        else:
+            plan = schedule(args.seed, name, args.faults)
+            log(f"{name}, seed {args.seed}: " + ", ".join(f"+{d}s {k} {t} at {p}" for d, k, t, p in plan))
         started = time.time()
         try:
             r = run_job(name, plan, args, data_dir, work)
@@ -554,8 +697,10 @@ def main():
         log(f"  {name}: {r['faults']} faults, {r['survived']} survived, {r['ended_by_rule']} ended the job by rule "
             f"(named), {r['hangs']} hangs, {len(r['unreadable_checkpoints'])} unreadable checkpoints, unnamed "
             f"{r['unnamed']}, ended against the rule {r['ended_against_rule']}, {r['not_yet_in_the_job']} stopped "
-            f"before they had joined, {r['launches']} launches, accuracy {r['accuracy']}%, {r['seconds']} s"
-            + f", aimed at {r['aimed']}, phases the log named {r['phases_named']}"
+            f"before they had joined, {r['launches']} launches, {r['runs']} runs, accuracy {r['accuracy']}%, "
+            f"{r['seconds']} s"
+            + f", aimed at {r.get('aimed')}, phases the log named {r.get('phases_named')}"
+            + f", stranger connections named of those made, by who took them: {r['strangers']}"
             + (f", hash equal to the uninterrupted run's: {r['hash_equal']}" if "hash_equal" in r else "")
             + (f", record against log: {r['record']}" if "record" in r else ""))
     if args.json:

@@ -15,6 +15,7 @@
 #include "tandem/collectives/mpi.h"
 #include "tandem/distribute/model_parallel.h"
 #include "tandem/distribute/parameter_server.h"
+#include "tandem/distribute/slurm.h"
 
 namespace tandem::cli {
 namespace {
@@ -180,7 +181,14 @@ void run_fit(FitFlags f) {
   fusion.cycle_time = std::chrono::microseconds(static_cast<int64_t>(f.cycle_time_ms * 1000));
   fusion.compression = compression_named(f.compression);
   auto& ps = settings.of<distribute::ParameterServerSettings>();
-  ps.cluster_file = f.cluster;
+  if (f.cluster == "slurm" || f.cluster.starts_with("slurm:")) {  // the roles from the Slurm step this task is in
+    distribute::SlurmOptions options = distribute::parse_slurm_options(f.cluster.substr(f.cluster.size() > 6 ? 6 : 5));
+    distribute::SlurmCluster slurm = distribute::slurm_cluster(options);
+    ps.cluster_json = slurm.spec.to_json(slurm.spec.task());
+    if (options.auto_set_gpu && !slurm.gpus.empty()) setenv("CUDA_VISIBLE_DEVICES", slurm.gpus.c_str(), 1);
+  } else {
+    ps.cluster_file = f.cluster;
+  }
   ps.shard_bytes = static_cast<int64_t>(f.shard_mb * 1024 * 1024);
   ps.ps.prefetch = f.prefetch;
   ps.ps.auth_dir = f.auth;
@@ -388,8 +396,16 @@ void add_fit(CLI::App& app) {
   cmd->add_option("--cluster", flags->cluster,
                   for_strategies("cluster",
                                  "a file holding the cluster spec as TF_CONFIG's JSON (default: the "
-                                 "TF_CONFIG environment variable, as with TensorFlow)"))
-      ->check(CLI::ExistingFile);
+                                 "TF_CONFIG environment variable, as with TensorFlow), or slurm[:chief=1,worker=W,ps=P"
+                                 "[,port_base=8888][,tasks_per_node=N][,gpus_per_node=G][,gpus_per_task=T]"
+                                 "[,auto_set_gpu=0]]: the tasks of this srun step, each its role as TensorFlow's "
+                                 "SlurmClusterResolver gives it"))
+      ->check([](const std::string& value) {
+        bool slurm = value == "slurm" || value.starts_with("slurm:");
+        return slurm || std::filesystem::is_regular_file(value)
+                   ? std::string()
+                   : "no such file \"" + value + "\" (expected a TF_CONFIG JSON file, or slurm[:...])";
+      });
   cmd->add_option("--shard-mb", flags->shard_mb,
                   for_strategies("shard-mb",
                                  "split a variable larger than this many MiB into shards over the "

@@ -1,7 +1,9 @@
 // `tandem launch`: starts a command on several processes (and machines) through Open MPI's
 // mpirun, with what a user would otherwise look up: root, oversubscription when there are more
 // processes than cores, no binding (Tandem places its own threads), the single-copy setting
-// containers need, the environment forwarded to other hosts. Also takes a TF_CONFIG cluster.
+// containers need, the environment forwarded to other hosts. Also takes a TF_CONFIG cluster. Inside
+// a Slurm allocation (SLURM_JOB_ID set) it starts the ranks with srun instead, each one wired up by
+// Slurm's PMIx plugin (Open MPI's own PMIx client: Debian's Open MPI has no PMI-2 client).
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,9 +29,13 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: tandem launch [-np N] [-H host1:slots,host2:slots] [--tf-config JSON] [--network SUBNET|IFACE]\n"
-    "                     [--rsh-agent PATH] [--mpirun-arg ARG]... [--dry-run] -- COMMAND [ARGS...]\n"
+    "                     [--rsh-agent PATH] [--mpirun-arg ARG]... [--launcher srun|mpirun] [--dry-run]\n"
+    "                     -- COMMAND [ARGS...]\n"
     "       tandem launch --ps P --workers W [--restarts N] [--dry-run] -- COMMAND [ARGS...]\n"
     "  --network: the machines' network (10.0.0.0/24, or an interface name) for MPI's traffic\n"
+    "  --launcher: inside a Slurm allocation (sbatch, salloc: SLURM_JOB_ID is set) the ranks start with\n"
+    "  `srun --mpi=pmix`, -np N tasks (default: the allocation's), each its rank from Slurm; mpirun: with\n"
+    "  mpirun instead (Open MPI then starts its daemons through Slurm). --mpirun-arg goes to srun there\n"
     "  --timeout: seconds a TF_CONFIG worker's machine has to start a process (checked first; 30)\n"
     "  --restarts N: a worker or parameter server that dies is started again, at most N times each\n"
     "  (3); an asynchronous job takes it back\n"
@@ -143,6 +149,59 @@ int usable_cores_here() {
 
 }  // namespace
 
+namespace {
+
+// `srun --mpi=pmix` of the ranks in this allocation's tasks (all of them, or -np N), with the
+// settings mpirun would get as flags given as Open MPI's environment variables, which srun passes on.
+// A rank that fails ends the others, as under mpirun (a stopped rank would otherwise hold the step
+// open after the others named it and ended).
+int srun_ranks(int np, const std::string& network, const std::vector<std::string>& extra,
+               const std::vector<std::string>& command, bool dry_run) {
+  if (!dry_run) {
+    std::string offered;
+    std::optional<int> code = run_command({"srun", "--mpi=list"}, &offered, 30);
+    if (!code || *code != 0 || offered.find("pmix") == std::string::npos)
+      fail(
+          "launch: inside Slurm job {}, ranks start with `srun --mpi=pmix`, but {}: install Slurm's PMIx plugin "
+          "(Debian: "
+          "slurm-wlm-basic-plugins), or start them with --launcher mpirun",
+          std::getenv("SLURM_JOB_ID"),
+          !code ? std::string("srun --mpi=list did not answer within 30 s")
+                : fmt::format("srun --mpi=list offers no pmix ({})", offered.empty() ? "nothing said" : offered));
+  }
+  std::vector<std::pair<std::string, std::string>> mca = {{"btl_vader_single_copy_mechanism", "none"},
+                                                          {"mpi_yield_when_idle", "1"}};  // as run_launch's below
+  if (!network.empty())
+    mca.insert(mca.end(),
+               {{"oob_tcp_if_include", network}, {"btl_tcp_if_include", network}, {"btl", "self,vader,tcp"}});
+  std::vector<std::string> argv{"srun", "--mpi=pmix", "--export=ALL", "--kill-on-bad-exit=1"};
+  if (np > 0) argv.insert(argv.end(), {"--ntasks", std::to_string(np)});
+  std::string set;
+  for (const auto& [name, value] : mca) {
+    std::string var = "OMPI_MCA_" + name;
+    if (std::getenv(var.c_str()) != nullptr) continue;  // the user's own stands
+    setenv(var.c_str(), value.c_str(), 1);
+    set += fmt::format("{}={} ", var, value);
+  }
+  setenv("TANDEM_STDOUT_IS_TERMINAL", isatty(STDOUT_FILENO) != 0 ? "1" : "0", 1);
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), command.begin(), command.end());
+  if (dry_run) {
+    std::string line = set;
+    for (size_t i = 0; i < argv.size(); ++i) line += (i == 0 ? "" : " ") + argv[i];
+    std::puts(line.c_str());
+    return 0;
+  }
+  std::vector<char*> raw;
+  for (std::string& a : argv) raw.push_back(a.data());
+  raw.push_back(nullptr);
+  std::fflush(stdout);
+  execvp("srun", raw.data());
+  fail("launch: cannot start srun ({}) inside Slurm job {}", std::strerror(errno), std::getenv("SLURM_JOB_ID"));
+}
+
+}  // namespace
+
 int run_launch(const std::vector<std::string>& args) {
   int np = 0, servers = 0, workers = 0;
   std::string hosts, tf_config, rsh_agent, network;
@@ -150,6 +209,7 @@ int run_launch(const std::vector<std::string>& args) {
   bool dry_run = false;
   double timeout = 30.0;
   int restarts = 3;
+  std::string launcher;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](const char* name) -> std::string {
@@ -184,6 +244,10 @@ int run_launch(const std::vector<std::string>& args) {
     } else if (a == "--restarts") {
       std::string n = value("--restarts");
       restarts = n == "0" ? 0 : parse_count(n, "--restarts");
+    } else if (a == "--launcher") {
+      launcher = value("--launcher");
+      if (launcher != "srun" && launcher != "mpirun")
+        fail("launch: --launcher must be srun or mpirun, not \"{}\"", launcher);
     } else if (a == "--dry-run") {
       dry_run = true;
     } else if (a == "-h" || a == "--help") {
@@ -245,6 +309,15 @@ int run_launch(const std::vector<std::string>& args) {
       if (h.empty() || colon == 0) fail("launch: -H \"{}\": expected host1:slots,host2:slots", hosts);
       slots += colon == std::string::npos ? 1 : parse_count(h.substr(colon + 1), "a host's slots");
     }
+  const char* slurm_job = std::getenv("SLURM_JOB_ID");
+  bool in_allocation = slurm_job != nullptr && *slurm_job != '\0';
+  if (launcher == "srun" && !in_allocation)
+    fail(
+        "launch: --launcher srun starts ranks inside a Slurm allocation (sbatch, salloc), and SLURM_JOB_ID is not set");
+  if (in_allocation && launcher != "mpirun" && hosts.empty()) {
+    check_program(command[0]);
+    return srun_ranks(np, network, extra, command, dry_run);
+  }
   if (np == 0) np = slots > 0 ? slots : 0;
   if (np == 0) fail("launch: say how many processes to start: -np N (or -H host:slots,..., or TF_CONFIG)");
 

@@ -188,6 +188,24 @@ std::string ClusterSpec::endpoint(const TaskId& task) const {
   bool v6 = h.find(':') != std::string::npos;
   return fmt::format("tcp://{}{}{}:{}", v6 ? "[" : "", h, v6 ? "]" : "", port(task));
 }
+std::string ClusterSpec::listen_endpoint(const TaskId& task) const {
+  if (in_process()) return endpoint(task);
+  std::string h = host(task);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(h.c_str(), nullptr, &hints, &found) != 0 || found == nullptr)
+    fail("{}: task {} (\"{}\"): host \"{}\" does not resolve", source_, task.str(), address(task), h);
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* raw = found->ai_family == AF_INET6
+                        ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(found->ai_addr)->sin6_addr)
+                        : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr);
+  inet_ntop(found->ai_family, raw, text, sizeof text);
+  bool v6 = found->ai_family == AF_INET6;
+  freeaddrinfo(found);
+  return fmt::format("tcp://{}{}{}:{}", v6 ? "[" : "", text, v6 ? "]" : "", port(task));
+}
+
 std::string ClusterSpec::describe(const TaskId& task) const {
   if (in_process()) {
     address(task);  // an Error for a task the cluster lacks

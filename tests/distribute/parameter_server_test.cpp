@@ -62,6 +62,12 @@ TEST(ClusterSpec, ReadsTfConfigAndNamesEveryMistake) {
               nowhere.check_hosts();
             }).find("task worker:1 (\"no-such-host.invalid:2\"): host \"no-such-host.invalid\" does not resolve"),
             std::string::npos);
+  // A task named by its host's name listens on the host's address (ZeroMQ binds to no name: a
+  // Slurm cluster's tasks are "node:port").
+  ClusterSpec named = ClusterSpec::parse(R"({"cluster": {"ps": ["localhost:2300"], "worker": ["[::1]:2301"]}})");
+  EXPECT_EQ(named.listen_endpoint({"ps", 0}), "tcp://127.0.0.1:2300");
+  EXPECT_EQ(named.listen_endpoint({"worker", 0}), "tcp://[::1]:2301");
+  EXPECT_NE(error_of([&] { nowhere.listen_endpoint({"worker", 1}); }).find("does not resolve"), std::string::npos);
   // A port some other process listens on.
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};

@@ -29,6 +29,9 @@ def test_a_seed_draws_the_same_schedule_and_another_seed_another():
     chaos = load_harness()
     for job in ("async", "sync", "multiworker"):
         assert chaos.schedule(7, job, 6) == chaos.schedule(7, job, 6)
+        # --minutes draws lazily from the same generators: its first n faults are --faults n's.
+        drawn = chaos.draws(7, job)
+        assert [next(drawn) for _ in range(6)] == chaos.schedule(7, job, 6) == chaos.schedule(7, job, 9)[:6]
     assert chaos.schedule(7, "async", 6) != chaos.schedule(8, "async", 6)
 
 
@@ -38,9 +41,10 @@ def test_a_short_chaos_schedule_leaves_every_job_whole(tmp_path):
     out = tmp_path / "chaos.json"
     # The watchdog: within ctest's limit (600 s), the harness is told to end (it ends its jobs, which
     # run in sessions of their own); it also ends if this process dies first.
-    # Seed 55 aims a fault at every phase: a step, an epoch's end, and a restore (the multi-worker
-    # job's resume after its ranks were killed; the asynchronous job's server restored after its kill).
-    run = subprocess.Popen([sys.executable, str(CHAOS), "--synthetic", "--seed", "55", "--faults", "4", "--epochs",
+    # Seed 34 aims a fault at every phase: a step, an epoch's end, a restore (the multi-worker job's
+    # resume after rank 1 was killed), and a start-up (the asynchronous job's first fault, a worker
+    # killed as the job starts; strangers and a kill as the resumed multi-worker job starts).
+    run = subprocess.Popen([sys.executable, str(CHAOS), "--synthetic", "--seed", "34", "--faults", "4", "--epochs",
                             "150", "--cli", str(CLI), "--json", str(out), "--end-with-parent"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -61,7 +65,7 @@ def test_a_short_chaos_schedule_leaves_every_job_whole(tmp_path):
         assert r["accuracy"] is not None and r["accuracy"] >= 90.0, (job, said)
     assert results["multiworker"]["ended_by_rule"] >= 1, said  # it was resumed at least once
     aimed = {phase for r in results.values() for phase in r["aimed"]}
-    assert {"step", "epoch-end", "restore"} <= aimed, (aimed, said)
+    assert {"step", "epoch-end", "restore", "start-up"} <= aimed, (aimed, said)
     assert results["multiworker"]["hash_equal"], said
     record = results["async-record"]["record"]  # the steps handed out again are those the log says
     assert record["agrees"] and record["steps_handed_again"] >= 1, (record, said)

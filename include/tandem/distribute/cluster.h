@@ -46,6 +46,9 @@ class ClusterSpec {
   int port(const TaskId& task) const;
   // Where ZeroMQ reaches the task: "tcp://host:port", or in process "inproc://tandem-cluster-ID/worker:1".
   std::string endpoint(const TaskId& task) const;
+  // Where the task listens: endpoint() with the host resolved to its address (ZeroMQ binds to an
+  // address or an interface, never to a host name).
+  std::string listen_endpoint(const TaskId& task) const;
   // "ps:1 (127.0.0.1:2223)"
   std::string describe(const TaskId& task) const;
   const TaskId& task() const { return task_; }

@@ -47,7 +47,13 @@ ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds t
     own_.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout_.count()));
     own_.set(zmq::sockopt::router_mandatory, 1);
     if (keys != nullptr) secure_server(own_, *keys);
-    own_.bind(cluster_.endpoint(me));
+    std::string endpoint = cluster_.listen_endpoint(me);
+    try {
+      own_.bind(endpoint);
+    } catch (const zmq::error_t& e) {
+      fail("{}: task {} cannot listen on {} ({}): {}", cluster_.source(), me.str(), cluster_.address(me), endpoint,
+           e.what());
+    }
   } else {
     own_ = dealer_to({"chief", 0});
   }
