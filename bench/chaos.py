@@ -22,18 +22,41 @@ SIGCONT; strangers on every port the tasks listen on (garbage, the control plane
 failure unsealed, silence); on namespace hosts, a worker's link down past the timeout, then up.
 Each is aimed at a phase drawn with it: a step (a drawn moment of training, backups every 20
 steps among them), an epoch's end (the moment its progress line is out: validation and the
-epoch's checkpoints follow), or a restore (the moment a resumed job says it restored its backup,
-or an asynchronous chief says it calls back the steps to restore a server). The log's own naming
-of the phase each task was in ("died during checkpoint writing") is counted too.
+epoch's checkpoints follow), a restore (the moment a resumed job says it restored its backup,
+or an asynchronous chief says it calls back the steps to restore a server), or a start-up (right
+after a launch, the first or a resume after a fault that ended the job: as soon as the target
+runs, before the log shows training has begun, "Epoch 1/200" or a resumed "Epoch 7/200"). Any
+fault that lands before that sign is counted as a start-up's (a restore's, whose sign comes
+first, stays a restore's). The log's own naming of the phase each task was in ("died during
+checkpoint writing") is counted too.
 
 Invariants, after every fault: the job ends or goes on (its log grows) within the timeout plus a
-margin, never hangs; the fault is named in the log (a kill or a stop by the task and phase, a
-stranger's connection as refused); the newest checkpoints load (`tandem evaluate --weights`);
-an end is one the job's rules explain. At the end, the model reaches the stated accuracy, and the
-deterministic job's weights equal the uninterrupted run's.
+margin, never hangs; the fault is named in the log (a kill or a stop by the task and phase); the
+newest checkpoints load (`tandem evaluate --weights`); an end is one the job's rules explain: the
+log names a task hit since the launch whose loss ends the job (in an error, or, for a chief
+killed as it starts, before any error can be said, in the launcher's "launch: task chief:0 (...)
+ended with status 137"). Strangers are judged each connection on its own, by who took it (what
+it said first): one Tandem's control plane took is named by a refusal line that gives the
+address it came from, or, past the log's rate limit (the tenth refusal of a process, then every
+thousandth), by a closing count of that process's refusals ("N control connections refused in
+all", which the job does not print yet: past ten refusals in one process the harness says
+unnamed); those the parameter servers' ZeroMQ sockets or Open MPI's ports took are counted, and
+named only if a line gives their address (none does yet: ZeroMQ drops a stranger's connection
+unseen, and the servers name a dropped message "from an unknown address"). At the end, the
+model reaches the stated accuracy, and the deterministic job's weights equal the uninterrupted
+run's.
 
-Usage: /usr/bin/python3 bench/chaos.py [--seed N] [--jobs async,sync,multiworker,async-record] [--faults N]
-         [--epochs E] [--synthetic] [--json FILE] [--cli build/tandem]
+Schedules: --faults N draws N faults per job (the short one CI runs); --minutes M draws faults
+lazily from the same generators, the first n those of --faults n, until M minutes of the job
+have passed. A job finishes its --epochs as it would (it is never cut short, so that every run's
+accuracy, record and final weights are checked whole): one that finishes while minutes are left
+is followed by a fresh run in a directory of its own, and the faults go on there; at M minutes
+the run under way is let finish (resumed as often as it takes). Every run of the deterministic
+job, the same command in a fresh directory, must end with the weights of one uninterrupted run.
+Smaller --epochs make more runs (more start-ups, fewer long stretches of training).
+
+Usage: /usr/bin/python3 bench/chaos.py [--seed N] [--jobs async,sync,multiworker,async-record]
+         [--faults N | --minutes M] [--epochs E] [--synthetic] [--json FILE] [--cli build/tandem]
 Run from the project root after scripts/build (real MNIST from scripts/setup, or --synthetic:
 small files made here). The same seed draws the same schedule (printed first)."""
 import argparse
@@ -260,8 +283,12 @@ def named(kind, target):
     who = re.escape(target)
     if kind == "kill":  # by the job, or by the launcher (a task killed as it starts, not yet in the job)
         return who + r" [^\n]*(died|ended with status)"
-    if kind in ("stop", "link"):  # silent past the timeout (or, at the job's end, past the launcher's grace)
-        return who + r" [^\n]*(stopped answering|was stopped for|died|did not answer|had not ended)"
+    if kind in ("stop", "link"):  # silent past the timeout (or, at the job's end, past the launcher's grace),
+        # or, where a collective's wait ran out before the beats' (a rank stopped as the others
+        # enter one), the rank they waited for: "rank 1 (...) waited 3 s in all_gather ...: rank 0
+        # (host vm) has not entered it"
+        return who + r" ([^\n]*(stopped answering|was stopped for|died|did not answer|had not ended)" \
+            r"|\([^)\n]*\) has not entered it)"
     # Strangers: each connection on its own (stranger_named), not here.
     return r"(?!)"
 

@@ -3,7 +3,7 @@ TensorFlow's resolvers give it to the strategies (Tandem's read TF_CONFIG themse
 SimpleClusterResolver's cluster in its place)."""
 from .errors import Error
 
-__all__ = ["TFConfigClusterResolver", "SimpleClusterResolver"]
+__all__ = ["TFConfigClusterResolver", "SimpleClusterResolver", "SlurmClusterResolver"]
 
 
 def _cluster_json(cluster_resolver, what):
@@ -11,8 +11,9 @@ def _cluster_json(cluster_resolver, what):
     TFConfigClusterResolver (the engine reads TF_CONFIG itself) or none."""
     if cluster_resolver is None or isinstance(cluster_resolver, TFConfigClusterResolver):
         return ""
-    if not isinstance(cluster_resolver, SimpleClusterResolver):
-        raise Error(f"{what}: cluster_resolver must be a TFConfigClusterResolver or a SimpleClusterResolver, got "
+    if not isinstance(cluster_resolver, (SimpleClusterResolver, SlurmClusterResolver)):
+        raise Error(f"{what}: cluster_resolver must be a TFConfigClusterResolver, a SimpleClusterResolver or a "
+                    f"SlurmClusterResolver, got "
                     f"{type(cluster_resolver).__name__}; put the cluster in TF_CONFIG (and start the tasks with "
                     "`tandem launch`)")
     return cluster_resolver._tf_config()
@@ -95,3 +96,82 @@ class SimpleClusterResolver:
         if self.task_type is not None:
             config["task"] = {"type": self.task_type, "index": int(self.task_id)}
         return json.dumps(config)
+
+
+class SlurmClusterResolver:
+    """The tasks of the Slurm job step this process is one of (`srun -n N python3 train.py` inside
+    sbatch or salloc), each its role, as TensorFlow's SlurmClusterResolver gives them: ``jobs``
+    (job name to task count, e.g. ``{"chief": 1, "ps": 1, "worker": 2}``; default every task a
+    worker) take the tasks in rank order, the jobs in their names' order; each task listens on its
+    node at ``port_base`` plus its place among the node's tasks. ``tasks_per_node`` (a count, or a
+    dict of node name to count) stands in for Slurm's SLURM_STEP_TASKS_PER_NODE; ``gpus_per_node``
+    (default: Slurm's GPUs of the step, else the node's NVIDIA devices) and ``gpus_per_task``
+    (default: a node's GPUs over its most tasks) give each task its GPUs, which ``auto_set_gpu``
+    puts in CUDA_VISIBLE_DEVICES. Unlike TensorFlow's, the nodes keep Slurm's order (its ranks'),
+    a node without GPUs still runs tasks, and a rank Slurm placed elsewhere than that order says
+    is an error naming both nodes (the engine's ``tandem/distribute/slurm.h`` does the work, as
+    for ``tandem fit --cluster slurm:...``)."""
+
+    def __init__(self, jobs=None, port_base=8888, gpus_per_node=None, gpus_per_task=None, tasks_per_node=None,
+                 auto_set_gpu=True, rpc_layer="grpc"):
+        import json
+        import os
+
+        from . import _tandem
+
+        what = "SlurmClusterResolver"
+        if jobs is not None and (not isinstance(jobs, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in jobs.items())):
+            raise Error(f"{what}: jobs must be a dict of job name to number of tasks, got {jobs!r}")
+
+        def count(value, name):
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise Error(f"{what}: {name} must be a whole number of at least 0, got {value!r}")
+            return value
+
+        by_name = []
+        per_node = None
+        if isinstance(tasks_per_node, dict):
+            by_name = [(str(k), count(v, f"tasks_per_node[{k!r}]")) for k, v in tasks_per_node.items()]
+        else:
+            per_node = count(tasks_per_node, "tasks_per_node")
+        if isinstance(port_base, bool) or not isinstance(port_base, int) or not 1 <= port_base <= 65535:
+            raise Error(f"{what}: port_base must be a port from 1 to 65535, got {port_base!r}")
+        config, self._rank, self._gpus = _tandem.slurm_cluster(
+            list((jobs or {}).items()), port_base, count(gpus_per_node, "gpus_per_node"),
+            count(gpus_per_task, "gpus_per_task"), per_node, by_name)
+        self._config = json.loads(config)
+        from .train import ClusterSpec
+
+        self._cluster = ClusterSpec(self._config["cluster"])
+        self.task_type = self._config["task"]["type"]
+        self.task_id = self._config["task"]["index"]
+        self.rpc_layer = rpc_layer
+        self.environment = ""
+        self._auto_set_gpu = bool(auto_set_gpu)
+        if self._auto_set_gpu and self._gpus:
+            os.environ["CUDA_VISIBLE_DEVICES"] = self._gpus
+
+    def cluster_spec(self):
+        return self._cluster
+
+    def get_task_info(self):
+        return self.task_type, self.task_id
+
+    def master(self, task_type=None, task_id=None, rpc_layer=None):
+        task_type = self.task_type if task_type is None else task_type
+        task_id = self.task_id if task_id is None else task_id
+        address = self._cluster.task_address(task_type, task_id)
+        layer = self.rpc_layer if rpc_layer is None else rpc_layer
+        return f"{layer}://{address}" if layer else address
+
+    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+        gpus = len(self._gpus.split(",")) if self._gpus else 0
+        return {"GPU": gpus} if gpus else {}
+
+    def _tf_config(self):
+        import json
+
+        return json.dumps(self._config)

@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 
 from . import _tandem, config, data
-from .cluster_resolver import SimpleClusterResolver, TFConfigClusterResolver, _cluster_json
+from .cluster_resolver import SimpleClusterResolver, SlurmClusterResolver, TFConfigClusterResolver, _cluster_json
 from .errors import Error
 from . import cluster_resolver
 
@@ -24,7 +24,7 @@ __all__ = ["Strategy", "MirroredStrategy", "CentralStorageStrategy", "OneDeviceS
            "get_strategy",
            "has_strategy", "experimental", "PerReplica", "ReduceOp", "CrossDeviceOps", "NcclAllReduce",
            "HierarchicalCopyAllReduce", "ReductionToOneDevice", "cluster_resolver", "DistributedDataset", "InputContext", "SimpleClusterResolver",
-           "TFConfigClusterResolver"]
+           "SlurmClusterResolver", "TFConfigClusterResolver"]
 
 class _Scope:
     def __init__(self, strategy):
@@ -392,7 +392,12 @@ class MultiWorkerMirroredStrategy(Strategy):
         """``zero=True``: ZeRO stage 1, each worker keeps and updates the optimizer's state for its
         1/N of every variable (gradients reduce-scattered, updated pieces all-gathered).
         ``communication_options``: a CommunicationOptions (its pack size and timeout)."""
-        if _cluster_json(cluster_resolver, "MultiWorkerMirroredStrategy"):
+        if isinstance(cluster_resolver, SlurmClusterResolver):  # the step's tasks are the MPI ranks srun started
+            if set(cluster_resolver.cluster_spec().jobs) != {"worker"}:
+                raise Error("MultiWorkerMirroredStrategy: a SlurmClusterResolver's tasks are all workers here (its "
+                            f"jobs are {cluster_resolver.cluster_spec().as_dict()}); start them with `tandem launch` "
+                            "inside the allocation")
+        elif _cluster_json(cluster_resolver, "MultiWorkerMirroredStrategy"):
             jobs = cluster_resolver.cluster_spec().as_dict()
             if set(jobs) != {"worker"} or len(jobs["worker"]) != 1:
                 raise Error("MultiWorkerMirroredStrategy: a cluster of more than one task runs under `tandem launch` "

@@ -136,9 +136,12 @@ void add_fit(CLI::App& app);
 int run_launch(const std::vector<std::string>& args);
 // A parameter-server cluster's tasks, each on its host (here, or through the agent: ssh, or
 // `rsh_agent`), supervised until the chief ends (launch_cluster.cpp); a worker or server that dies
-// is started again, at most `restarts` times each.
+// is started again, at most `restarts` times each. `slurm`: every task a step of this Slurm
+// allocation on its node (srun), none a child here.
 int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector<std::string>& command,
-                       const std::string& rsh_agent, double timeout, int restarts, bool dry_run);
+                       const std::string& rsh_agent, double timeout, int restarts, bool dry_run, bool slurm = false);
+// How a task starts on a node of this Slurm allocation: srun's words, the node's name to follow.
+std::vector<std::string> slurm_step_agent();
 // A chief, `workers` workers and `servers` servers on free loopback ports.
 distribute::ClusterSpec loopback_cluster(int servers, int workers);
 // Whether `host` names this machine.
@@ -148,7 +151,8 @@ bool is_this_machine(const std::string& host);
 struct RemoteTask {
   std::string name, address, host;  // "worker:1", "10.0.0.2:2222", "10.0.0.2"
 };
-void check_tasks_start(const std::vector<RemoteTask>& tasks, const std::string& rsh_agent, double timeout);
+void check_tasks_start(const std::vector<RemoteTask>& tasks, const std::string& rsh_agent, double timeout,
+                       bool slurm = false);
 void add_evaluate(CLI::App& app);
 void add_predict(CLI::App& app);
 void add_summary(CLI::App& app);

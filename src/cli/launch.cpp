@@ -21,6 +21,7 @@
 #include "cli/common.h"
 #include "collectives/control_plane.h"
 #include "tandem/distribute/cluster.h"
+#include "tandem/distribute/slurm.h"
 
 extern char** environ;
 
@@ -95,14 +96,16 @@ bool is_this_machine(const std::string& host) {
 // Before anything starts: every other machine of the cluster runs a process through the agent
 // (ssh, or --rsh-agent) within the timeout, else the task that cannot start is named (mpirun
 // would say only that a daemon did not start).
-void check_tasks_start(const std::vector<RemoteTask>& tasks, const std::string& agent, double timeout) {
+void check_tasks_start(const std::vector<RemoteTask>& tasks, const std::string& agent, double timeout, bool slurm) {
   std::map<std::string, bool> checked;
   for (const RemoteTask& task : tasks) {
     const std::string& host = task.host;
-    if (checked[host] || is_this_machine(host)) continue;
+    if (checked[host] || (!slurm && is_this_machine(host))) continue;
     checked[host] = true;
     std::vector<std::string> args;
-    if (agent.empty()) {
+    if (slurm) {
+      args = slurm_step_agent();
+    } else if (agent.empty()) {
       args = {"ssh", "-o", "BatchMode=yes", "-o", fmt::format("ConnectTimeout={}", static_cast<int>(timeout) + 1)};
     } else {
       args.push_back(agent);
@@ -112,12 +115,14 @@ void check_tasks_start(const std::vector<RemoteTask>& tasks, const std::string& 
     std::optional<int> code = run_command(args, &said, timeout);
     if (!code)
       fail(
-          "launch: TF_CONFIG task {} (\"{}\"): no process started on host \"{}\" within {} s through `{}`; is that "
-          "machine up, reachable and running an ssh server (or give --rsh-agent)?",
-          task.name, task.address, host, timeout, args[0]);
+          "launch: {} task {} (\"{}\"): no process started on host \"{}\" within {} s through `{}`; is that "
+          "machine up, reachable and {}?",
+          slurm ? "Slurm" : "TF_CONFIG", task.name, task.address, host, timeout, args[0],
+          slurm ? "its slurmd answering (sinfo)" : "running an ssh server (or give --rsh-agent)");
     if (*code != 0)
-      fail("launch: TF_CONFIG task {} (\"{}\"): no process could be started on host \"{}\" through `{}`{}", task.name,
-           task.address, host, args[0], said.empty() ? std::string() : ": " + said);
+      fail("launch: {} task {} (\"{}\"): no process could be started on host \"{}\" through `{}`{}",
+           slurm ? "Slurm" : "TF_CONFIG", task.name, task.address, host, args[0],
+           said.empty() ? std::string() : ": " + said);
   }
 }
 
@@ -149,7 +154,29 @@ int usable_cores_here() {
 
 }  // namespace
 
+std::vector<std::string> slurm_step_agent() {
+  // One task on the node, beside the allocation's other steps (--overlap: a restarted task or the
+  // start-up check may find its CPUs held by the steps still running), with this environment.
+  return {"srun", "--nodes=1", "--ntasks=1", "--overlap", "--export=ALL", "--quiet", "--nodelist"};
+}
+
 namespace {
+
+// A parameter-server cluster over this Slurm allocation's tasks: the chief, the servers, then the
+// workers, in rank order over the allocation's nodes as SlurmClusterResolver gives them (the
+// batch step's own lists are its one task's; the allocation's are the job's).
+distribute::ClusterSpec allocation_cluster(int servers, int workers) {
+  distribute::SlurmOptions options;
+  options.jobs = {{"chief", 1}, {"worker", workers}, {"ps", servers}};
+  return distribute::slurm_cluster(options,
+                                   [](const char* name) -> const char* {
+                                     std::string n = name;
+                                     if (n == "SLURM_PROCID") return "0";
+                                     if (n == "SLURMD_NODENAME" || n.starts_with("SLURM_STEP_")) return nullptr;
+                                     return std::getenv(name);
+                                   })
+      .spec;
+}
 
 // `srun --mpi=pmix` of the ranks in this allocation's tasks (all of them, or -np N), with the
 // settings mpirun would get as flags given as Open MPI's environment variables, which srun passes on.
@@ -258,6 +285,11 @@ int run_launch(const std::vector<std::string>& args) {
     }
   }
   if (command.empty()) fail("launch: no command to start: put it after \"--\"\n{}", kUsage);
+  const char* slurm_job = std::getenv("SLURM_JOB_ID");
+  bool in_allocation = slurm_job != nullptr && *slurm_job != '\0';
+  if (launcher == "srun" && !in_allocation)
+    fail(
+        "launch: --launcher srun starts tasks inside a Slurm allocation (sbatch, salloc), and SLURM_JOB_ID is not set");
   if (servers > 0 || workers > 0) {
     if (servers == 0 || workers == 0)
       fail("launch: a parameter-server cluster needs both --ps P and --workers W (at least one of each)");
@@ -266,6 +298,9 @@ int run_launch(const std::vector<std::string>& args) {
           "launch: --ps/--workers start a cluster on this machine; -np, -H and --tf-config do not apply (a TF_CONFIG "
           "that lists \"ps\" tasks starts its cluster by itself)");
     check_program(command[0]);
+    if (in_allocation && launcher != "mpirun")
+      return run_cluster_launch(allocation_cluster(servers, workers), command, rsh_agent, timeout, restarts, dry_run,
+                                true);
     return run_cluster_launch(loopback_cluster(servers, workers), command, rsh_agent, timeout, restarts, dry_run);
   }
   if (tf_config.empty() && std::getenv("TF_CONFIG") != nullptr) tf_config = std::getenv("TF_CONFIG");
@@ -309,11 +344,6 @@ int run_launch(const std::vector<std::string>& args) {
       if (h.empty() || colon == 0) fail("launch: -H \"{}\": expected host1:slots,host2:slots", hosts);
       slots += colon == std::string::npos ? 1 : parse_count(h.substr(colon + 1), "a host's slots");
     }
-  const char* slurm_job = std::getenv("SLURM_JOB_ID");
-  bool in_allocation = slurm_job != nullptr && *slurm_job != '\0';
-  if (launcher == "srun" && !in_allocation)
-    fail(
-        "launch: --launcher srun starts ranks inside a Slurm allocation (sbatch, salloc), and SLURM_JOB_ID is not set");
   if (in_allocation && launcher != "mpirun" && hosts.empty()) {
     check_program(command[0]);
     return srun_ranks(np, network, extra, command, dry_run);

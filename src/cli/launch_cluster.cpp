@@ -148,12 +148,15 @@ pid_t start_here(const std::vector<std::string>& command, const std::string& tf_
   return start(command, -1, env);
 }
 
-// A task on another host: `agent host LINE` with a pipe from the launcher as its standard input.
+// A task on another host: `agent host LINE` (srun: `srun ... host /bin/sh -c LINE`) with a pipe from
+// the launcher as its standard input.
 pid_t start_remote(const std::vector<std::string>& agent, const std::string& host, const std::string& line, int* feed) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) fail("launch: cannot make a pipe: {}", std::strerror(errno));
   std::vector<std::string> args = agent;
-  args.insert(args.end(), {host, line});
+  args.push_back(host);
+  if (agent[0] == "srun") args.insert(args.end(), {"/bin/sh", "-c"});
+  args.push_back(line);
   pid_t pid = start(args, fds[0], {});
   close(fds[0]);
   *feed = fds[1];
@@ -212,20 +215,21 @@ distribute::ClusterSpec loopback_cluster(int servers, int workers) {
 }
 
 int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector<std::string>& command,
-                       const std::string& rsh_agent, double timeout, int restarts, bool dry_run) {
+                       const std::string& rsh_agent, double timeout, int restarts, bool dry_run, bool slurm) {
   cluster.require({"chief", "worker", "ps"}, {"chief", "worker", "ps"}, "launch: a parameter-server cluster");
   std::vector<Task> tasks{{{"chief", 0}}};
   for (int i = 0; i < cluster.count("worker"); ++i) tasks.push_back({{"worker", i}});
   for (int i = 0; i < cluster.count("ps"); ++i) tasks.push_back({{"ps", i}});
   std::vector<std::string> agent{"ssh", "-o", "BatchMode=yes"};
   if (!rsh_agent.empty()) agent = {rsh_agent};
+  if (slurm) agent = slurm_step_agent();
   // Workers here share this machine's cores; the chief and the servers mostly wait. A task on
   // another host uses its machine's (OMP_NUM_THREADS, where set here, goes with it).
   int workers_here = 0;
   for (const Task& t : tasks) workers_here += t.id.type == "worker" && is_this_machine(cluster.host(t.id)) ? 1 : 0;
   int per_worker = std::max(1, usable_cores() / std::max(1, workers_here));
   auto threads = [&](const Task& t) { return t.id.type == "worker" ? per_worker : 1; };
-  auto here = [&](const Task& t) { return is_this_machine(cluster.host(t.id)); };
+  auto here = [&](const Task& t) { return !slurm && is_this_machine(cluster.host(t.id)); };
   if (dry_run) {
     for (const Task& t : tasks) {
       std::string line;
@@ -244,7 +248,7 @@ int run_cluster_launch(const distribute::ClusterSpec& cluster, const std::vector
   std::vector<RemoteTask> remote;
   for (const Task& t : tasks)
     if (!here(t)) remote.push_back({t.id.str(), cluster.address(t.id), cluster.host(t.id)});
-  check_tasks_start(remote, rsh_agent, timeout);
+  check_tasks_start(remote, rsh_agent, timeout, slurm);
   struct sigaction action {};
   action.sa_handler = on_signal;
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &action, nullptr);

@@ -7,6 +7,7 @@
 #include "tandem/distribute/multi_worker.h"
 #include "tandem/distribute/parameter_server.h"
 #include "tandem/distribute/pipeline.h"
+#include "tandem/distribute/slurm.h"
 #include "tandem/distribute/strategy_registry.h"
 #include "tandem/hvd.h"
 
@@ -115,6 +116,24 @@ void register_strategies(py::module_& m) {
             o.schedule = schedule == "gpipe" ? distribute::PipelineSchedule::GPipe
                                              : distribute::PipelineSchedule::OneForwardOneBackward;
           });
+  // SlurmClusterResolver's cluster: (TF_CONFIG's JSON naming this task, rank, this task's GPUs).
+  m.def(
+      "slurm_cluster",
+      [](const std::vector<std::pair<std::string, int>>& jobs, int port_base, std::optional<int> gpus_per_node,
+         std::optional<int> gpus_per_task, std::optional<int> tasks_per_node,
+         const std::vector<std::pair<std::string, int>>& tasks_per_node_by_name) {
+        distribute::SlurmOptions options;
+        options.jobs = jobs;
+        options.port_base = port_base;
+        options.gpus_per_node = gpus_per_node;
+        options.gpus_per_task = gpus_per_task;
+        options.tasks_per_node = tasks_per_node;
+        options.tasks_per_node_by_name = tasks_per_node_by_name;
+        distribute::SlurmCluster got = distribute::slurm_cluster(options);
+        return std::make_tuple(got.spec.to_json(got.spec.task()), got.rank, got.gpus);
+      },
+      py::arg("jobs"), py::arg("port_base"), py::arg("gpus_per_node"), py::arg("gpus_per_task"),
+      py::arg("tasks_per_node"), py::arg("tasks_per_node_by_name"));
   // The registered strategies: (name, grammar, help) in the grammar's order.
   m.def("strategy_names", [] {
     std::vector<std::tuple<std::string, std::string, std::string>> out;

@@ -131,8 +131,8 @@ def test_tensorflows_arguments_act_or_are_refused(tf):
     assert d.MultiWorkerMirroredStrategy(communication_options=options).name == "multiworker:1"
     with pytest.raises(tf.Error, match="implementation 'NCCL'"):
         d.experimental.CommunicationOptions(implementation=d.experimental.CommunicationImplementation.NCCL)
-    with pytest.raises(tf.Error, match="cluster_resolver must be a TFConfigClusterResolver or a SimpleClusterResolver, "
-                                       "got object"):
+    with pytest.raises(tf.Error, match="cluster_resolver must be a TFConfigClusterResolver, a SimpleClusterResolver or a "
+                                       "SlurmClusterResolver, got object"):
         d.MultiWorkerMirroredStrategy(cluster_resolver=object())
     with pytest.raises(tf.Error, match="variable_partitioner must be one of"):
         d.ParameterServerStrategy(variable_partitioner=lambda shape: 2)
