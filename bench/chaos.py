@@ -657,9 +657,9 @@ def run_job(name, plan, args, data_dir, work):
     if "final_hash" in runs[-1]:
         result["final_hash"] = runs[-1]["final_hash"]
     records = [r["record_against_log"] for r in runs if "record_against_log" in r]
-    if records:  # the first that disagrees, else the last
-        result["record"] = next((r for r in records if not r["agrees"]), records[-1])
-        result["record"]["steps_handed_again"] = sum(r["steps_handed_again"] for r in records)
+    if records:  # every run's, summed; agreeing if each run's does
+        result["record"] = {k: sum(r[k] for r in records) for k in records[0] if k != "agrees"}
+        result["record"]["agrees"] = all(r["agrees"] for r in records)
     if name == "multiworker":
         # Deterministic: every run (the same command in a fresh directory) ends with the weights of
         # one uninterrupted run.

@@ -190,8 +190,7 @@ int srun_ranks(int np, const std::string& network, const std::vector<std::string
     if (!code || *code != 0 || offered.find("pmix") == std::string::npos)
       fail(
           "launch: inside Slurm job {}, ranks start with `srun --mpi=pmix`, but {}: install Slurm's PMIx plugin "
-          "(Debian: "
-          "slurm-wlm-basic-plugins), or start them with --launcher mpirun",
+          "(Debian: slurm-wlm-basic-plugins), or start them with --launcher mpirun",
           std::getenv("SLURM_JOB_ID"),
           !code ? std::string("srun --mpi=list did not answer within 30 s")
                 : fmt::format("srun --mpi=list offers no pmix ({})", offered.empty() ? "nothing said" : offered));

@@ -15,6 +15,9 @@
 namespace tandem::distribute {
 namespace {
 
+// More names than any cluster has: a list past it is a mistake, not one to spend memory on.
+constexpr size_t kMostNames = 65536;
+
 // A whole number from `text`, or an Error naming `what` and the text.
 long whole(const std::string& text, const std::string& what, long low, long high) {
   char* end = nullptr;
@@ -58,7 +61,10 @@ void expand_name(const std::string& name, const std::string& list, std::vector<s
     long from = whole(first, what + ": a range's start", 0, LONG_MAX / 2);
     long to = whole(last, what + ": a range's end", from, from + 1000000);
     size_t width = first.size() > 1 && first[0] == '0' ? first.size() : 0;  // "n[01-10]": n01 ... n10
-    for (long i = from; i <= to; ++i) expand_name(head + fmt::format("{:0{}}", i, width) + tail, list, out);
+    for (long i = from; i <= to; ++i) {
+      if (out.size() >= kMostNames) fail("{}: more than {} names", what, kMostNames);
+      expand_name(head + fmt::format("{:0{}}", i, width) + tail, list, out);
+    }
   }
 }
 
@@ -102,6 +108,7 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& text) {
       if (item.back() != ')') fail("{}: \"{}\" is not \"N(xK)\"", what, item);
       times = whole(item.substr(paren + 2, item.size() - paren - 3), what + ": a repeat", 1, 1000000);
     }
+    if (out.size() + static_cast<size_t>(times) > kMostNames) fail("{}: more than {} nodes", what, kMostNames);
     out.insert(out.end(), static_cast<size_t>(times), tasks);
   }
   return out;

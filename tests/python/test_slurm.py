@@ -89,6 +89,37 @@ def test_outside_slurm_the_command_line_says_so(tmp_path):
     assert said.returncode != 0 and "unknown setting \"workers\"" in said.stderr, said.stderr
 
 
+def test_inside_an_allocation_launch_starts_ranks_and_tasks_with_srun(monkeypatch):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "OMPI_MCA"))}
+    env.update(SLURM_JOB_ID="7", SLURM_JOB_NODELIST="n[9-10],m1", SLURM_TASKS_PER_NODE="2,1(x2)", SLURM_NTASKS="4",
+               SLURM_PROCID="0", SLURM_STEP_NODELIST="n9", SLURM_STEP_NUM_TASKS="1", SLURMD_NODENAME="n9")
+    ranks = subprocess.run([str(CLI), "launch", "--dry-run", "-np", "3", "--network", "10.0.0.0/24", "--", "true"],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert ranks.returncode == 0, ranks.stderr
+    assert ranks.stdout.strip() == (
+        "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_oob_tcp_if_include="
+        "10.0.0.0/24 OMPI_MCA_btl_tcp_if_include=10.0.0.0/24 OMPI_MCA_btl=self,vader,tcp srun --mpi=pmix "
+        "--export=ALL --kill-on-bad-exit=1 --ntasks 3 true"), ranks.stdout
+    mpirun = subprocess.run([str(CLI), "launch", "--dry-run", "--launcher", "mpirun", "-np", "2", "--", "true"],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert mpirun.returncode == 0 and mpirun.stdout.startswith("mpirun -np 2"), mpirun.stdout + mpirun.stderr
+    # A parameter-server cluster over the allocation's 4 tasks: a step for each on its node.
+    tasks = subprocess.run([str(CLI), "launch", "--ps", "1", "--workers", "2", "--dry-run", "--", "true"],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert tasks.returncode == 0, tasks.stderr
+    lines = tasks.stdout.strip().split("\n")
+    assert len(lines) == 4 and all(line.startswith("srun --nodes=1 --ntasks=1 --overlap --export=ALL --quiet "
+                                                   "--nodelist ") for line in lines), lines
+    assert [line.split()[7] for line in lines] == ["n9", "n10", "m1", "n9"], lines  # chief, workers, ps
+    assert '"chief":["n9:8888"]' in lines[0] and '"ps":["n9:8889"]' in lines[0], lines[0]
+    assert '"worker":["n10:8888","m1:8888"]' in lines[0] and '"task":{"index":1,"type":"worker"}' in lines[2]
+    env["SLURM_NTASKS"] = "3"
+    short = subprocess.run([str(CLI), "launch", "--ps", "1", "--workers", "2", "--dry-run", "--", "true"],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert short.returncode != 0 and "4 tasks on its nodes, but the step has 3 (SLURM_NTASKS)" in short.stderr, \
+        short.stderr
+
+
 class Cluster:
     """The three-host cluster, its jobs submitted and waited on with deadlines."""
 
