@@ -18,6 +18,14 @@ namespace {
 // More names than any cluster has: a list past it is a mistake, not one to spend memory on.
 constexpr size_t kMostNames = 65536;
 
+// Text from the environment as a message can show it: bytes other than printable ASCII as \\xNN.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text)
+    out += std::isprint(c) ? std::string(1, static_cast<char>(c)) : fmt::format("\\x{:02x}", c);
+  return out;
+}
+
 // A whole number from `text`, or an Error naming `what` and the text.
 long whole(const std::string& text, const std::string& what, long low, long high) {
   char* end = nullptr;
@@ -25,7 +33,7 @@ long whole(const std::string& text, const std::string& what, long low, long high
   long n =
       text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) ? -1 : std::strtol(text.c_str(), &end, 10);
   if (n < 0 || end == nullptr || *end != '\0' || errno != 0 || n < low || n > high)
-    fail("{}: expected a whole number from {} to {}, not \"{}\"", what, low, high, text);
+    fail("{}: expected a whole number from {} to {}, not \"{}\"", what, low, high, printable(text));
   return n;
 }
 
@@ -35,14 +43,14 @@ std::vector<std::string> top_level(const std::string& list, const std::string& w
   int depth = 0;
   for (char c : list) {
     if (c == '[') ++depth;
-    if (c == ']' && --depth < 0) fail("{}: \"{}\" closes a bracket it never opened", what, list);
+    if (c == ']' && --depth < 0) fail("{}: \"{}\" closes a bracket it never opened", what, printable(list));
     if (c == ',' && depth == 0) {
       out.emplace_back();
     } else {
       out.back() += c;
     }
   }
-  if (depth != 0) fail("{}: \"{}\" leaves a bracket open", what, list);
+  if (depth != 0) fail("{}: \"{}\" leaves a bracket open", what, printable(list));
   return out;
 }
 
@@ -54,7 +62,7 @@ void expand_name(const std::string& name, const std::string& list, std::vector<s
   }
   size_t close = name.find(']', open);
   std::string head = name.substr(0, open), tail = name.substr(close + 1);
-  std::string what = fmt::format("a Slurm host list (\"{}\")", list);
+  std::string what = fmt::format("a Slurm host list (\"{}\")", printable(list));
   for (const std::string& range : top_level(name.substr(open + 1, close - open - 1), what)) {
     size_t dash = range.find('-');
     std::string first = range.substr(0, dash), last = dash == std::string::npos ? first : range.substr(dash + 1);
@@ -89,23 +97,35 @@ int gpus_here(const std::function<const char*(const char*)>& env) {
 
 std::vector<std::string> expand_slurm_hostlist(const std::string& list) {
   std::vector<std::string> out;
-  std::string what = fmt::format("a Slurm host list (\"{}\")", list);
+  std::string what = fmt::format("a Slurm host list (\"{}\")", printable(list));
   for (const std::string& name : top_level(list, what)) {
     if (name.empty()) fail("{}: an empty name", what);
     expand_name(name, list, out);
+  }
+  // A node's name is a host name: letters, digits, '-', '.' and '_' (what else reached a cluster
+  // spec would be no address, and no JSON text either where it is not UTF-8).
+  for (const std::string& name : out) {
+    auto bad = std::find_if(name.begin(), name.end(), [](char c) {
+      return !std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '.' && c != '_';
+    });
+    if (bad == name.end()) continue;
+    fail("{}: node name \"{}\" holds {} (a host name has letters, digits, '-', '.' and '_')", what, printable(name),
+         std::isprint(static_cast<unsigned char>(*bad))
+             ? fmt::format("'{}'", *bad)
+             : fmt::format("byte 0x{:02x}", static_cast<unsigned char>(*bad)));
   }
   return out;
 }
 
 std::vector<int> expand_slurm_tasks_per_node(const std::string& text) {
   std::vector<int> out;
-  std::string what = fmt::format("Slurm's tasks per node (\"{}\")", text);
+  std::string what = fmt::format("Slurm's tasks per node (\"{}\")", printable(text));
   for (const std::string& item : top_level(text, what)) {
     size_t paren = item.find("(x");
     int tasks = static_cast<int>(whole(item.substr(0, paren), what, 0, 100000));
     long times = 1;
     if (paren != std::string::npos) {
-      if (item.back() != ')') fail("{}: \"{}\" is not \"N(xK)\"", what, item);
+      if (item.back() != ')') fail("{}: \"{}\" is not \"N(xK)\"", what, printable(item));
       times = whole(item.substr(paren + 2, item.size() - paren - 3), what + ": a repeat", 1, 1000000);
     }
     if (out.size() + static_cast<size_t>(times) > kMostNames) fail("{}: more than {} nodes", what, kMostNames);
@@ -121,8 +141,9 @@ SlurmOptions parse_slurm_options(const std::string& text) {
     size_t eq = item.find('=');
     std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
     if (eq == std::string::npos)
-      fail("--cluster slurm: \"{}\" is not NAME=VALUE (e.g. slurm:chief=1,worker=2,ps=1,port_base=8888)", item);
-    std::string what = fmt::format("--cluster slurm: {}", key);
+      fail("--cluster slurm: \"{}\" is not NAME=VALUE (e.g. slurm:chief=1,worker=2,ps=1,port_base=8888)",
+           printable(item));
+    std::string what = fmt::format("--cluster slurm: {}", printable(key));
     if (key == "chief" || key == "worker" || key == "ps") {
       options.jobs.emplace_back(key, static_cast<int>(whole(value, what, 1, 100000)));
     } else if (key == "port_base") {
@@ -139,7 +160,7 @@ SlurmOptions parse_slurm_options(const std::string& text) {
       fail(
           "--cluster slurm: unknown setting \"{}\" (expected chief, worker or ps counts, port_base, gpus_per_node, "
           "gpus_per_task, tasks_per_node or auto_set_gpu)",
-          key);
+          printable(key));
     }
   }
   return options;
@@ -168,7 +189,7 @@ SlurmCluster slurm_cluster(const SlurmOptions& options, const std::function<cons
   if (nodes_text.empty()) fail("SlurmClusterResolver: {} is not set: which nodes the step has is unknown", nodes_var);
   if (count_text.empty())
     fail("SlurmClusterResolver: {} is not set: how many tasks the step has is unknown", count_var);
-  std::string source = fmt::format("SlurmClusterResolver ({}={})", nodes_var, nodes_text);
+  std::string source = fmt::format("SlurmClusterResolver ({}={})", nodes_var, printable(nodes_text));
   int tasks = static_cast<int>(whole(count_text, fmt::format("SlurmClusterResolver: {}", count_var), 1, 1000000));
   int rank = static_cast<int>(whole(rank_text, "SlurmClusterResolver: SLURM_PROCID", 0, tasks - 1));
   std::vector<std::string> nodes = expand_slurm_hostlist(nodes_text);
@@ -192,8 +213,8 @@ SlurmCluster slurm_cluster(const SlurmOptions& options, const std::function<cons
     if (text.empty()) fail("SlurmClusterResolver: {} is not set: give tasks_per_node", tasks_var);
     per_node = expand_slurm_tasks_per_node(text);
     if (per_node.size() != nodes.size())
-      fail("SlurmClusterResolver: {}={} counts tasks on {} nodes, but {}={} has {}", tasks_var, text, per_node.size(),
-           nodes_var, nodes_text, nodes.size());
+      fail("SlurmClusterResolver: {}={} counts tasks on {} nodes, but {}={} has {}", tasks_var, printable(text),
+           per_node.size(), nodes_var, printable(nodes_text), nodes.size());
   }
   int placed = 0, most = 0;
   for (int n : per_node) placed += n, most = std::max(most, n);
@@ -226,7 +247,7 @@ SlurmCluster slurm_cluster(const SlurmOptions& options, const std::function<cons
         "{}: Slurm placed rank {} on node {}, but the nodes' order with {} task(s) each puts it on {}: the resolver "
         "takes Slurm's block distribution (srun --distribution=block, the default); give tasks_per_node if the step's "
         "counts are not the allocation's",
-        source, rank, here, counts, hosts[rank]);
+        source, rank, printable(here), counts, hosts[rank]);
 
   // The jobs, in their names' order (TensorFlow's), take the tasks in rank order.
   std::vector<std::pair<std::string, int>> jobs = options.jobs;

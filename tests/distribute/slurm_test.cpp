@@ -41,6 +41,8 @@ TEST(Slurm, ExpandsHostListsAsSlurmWritesThem) {
   for (const char* broken : {"n[1-", "n1]", "n[3-1]", "n[a-b]", "n[1-2],,m", "", "n[]"})
     expect_error([&] { expand_slurm_hostlist(broken); }, fmt::format("(\"{}\")", broken));
   expect_error([] { expand_slurm_hostlist("a[0-99999]"); }, "more than 65536 names");
+  expect_error([] { expand_slurm_hostlist("n1,n 2"); }, "node name \"n 2\" holds ' '");
+  expect_error([] { expand_slurm_hostlist("n\xff[1-2]"); }, "node name \"n\\xff1\" holds byte 0xff");
   expect_error([] { expand_slurm_hostlist("a[0-999]b[0-999]"); }, "more than 65536 names");
   for (const char* broken : {"2(x3", "x", "2(x0)", "-1", "2,,1", "1(x70000)"})
     expect_error([&] { expand_slurm_tasks_per_node(broken); }, fmt::format("(\"{}\")", broken));
