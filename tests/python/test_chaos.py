@@ -1,5 +1,5 @@
-"""A short chaos schedule (bench/chaos.py, a fixed seed that aims faults at every phase, small MNIST
-files made here): faults injected
+"""A short chaos schedule (bench/chaos.py, a fixed seed that aims faults at every phase: a step, an
+epoch's end, a restore, a start-up; small MNIST files made here): faults injected
 from outside into an asynchronous and a synchronous parameter-server job, a deterministic
 multi-worker job and an asynchronous job with --record, each for about 20 s. No hang, every fault
 named, no unreadable checkpoint, no end that the rules do not explain, the accuracy reached, the
