@@ -17,6 +17,12 @@ Jobs (each `tandem launch`ed, the tasks found through /proc by the job's run dir
                handed out twice or never are those the log says.
   netns-async  asynchronous across 3 hosts as network namespaces (root: tests/distribute/netns.sh),
                a worker on each of hosts 2 and 3; not in the default list.
+  slurm        the deterministic multi-worker job (3 ranks) submitted with `sbatch --requeue` to a
+               Slurm cluster of 3 namespace hosts (root: tests/distribute/slurm_cluster.sh), started
+               by `tandem launch` with srun; faults: a rank killed or stopped, and the job requeued
+               (`scontrol requeue`, released at once), which resumes it from its backup; a fault
+               that ends it is followed by the same sbatch, which resumes the run directory. Its
+               ranks live in the hosts' namespaces: no strangers here. Not in the default list.
 Faults: SIGKILL of a worker, a server, the chief or a rank; SIGSTOP past the timeout, then
 SIGCONT; strangers on every port the tasks listen on (garbage, the control plane's hello and
 failure unsealed, silence); on namespace hosts, a worker's link down past the timeout, then up.
@@ -66,6 +72,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -117,6 +124,9 @@ class Job:
     def ended(self):
         return self.process.poll() is not None
 
+    def code(self):
+        return self.process.returncode
+
     def end(self):
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
@@ -146,6 +156,8 @@ def tasks(run_dir):
             found[f"{task.get('type')}:{task.get('index')}"] = int(pid)
         elif "OMPI_COMM_WORLD_RANK" in env:
             found[f"rank {env['OMPI_COMM_WORLD_RANK']}"] = int(pid)
+        elif "SLURM_PROCID" in env and argv[1:2] == [b"fit"]:  # a rank srun started (not the batch script's launch)
+            found[f"rank {env['SLURM_PROCID']}"] = int(pid)
     return found
 
 
@@ -278,17 +290,26 @@ def accuracy(text):
     return float(found[-1]) if found else None
 
 
+def srun_named(target):
+    """Under Slurm, srun's own naming of a rank that was killed ("srun: error: NODE: task 2:
+    Killed"): a rank killed as the job starts, before the others can name it, is named only there
+    (srun then ends the others), as a task killed as it starts is by `tandem launch`'s line."""
+    return r"|^srun: error: \S+: task %s: Killed$" % target.split()[1] if target.startswith("rank ") else ""
+
+
 # What naming a fault looks like in the job's log: the task, then how it went.
 def named(kind, target):
     who = re.escape(target)
     if kind == "kill":  # by the job, or by the launcher (a task killed as it starts, not yet in the job)
-        return who + r" [^\n]*(died|ended with status)"
+        return who + r" [^\n]*(died|ended with status)" + srun_named(target)
     if kind in ("stop", "link"):  # silent past the timeout (or, at the job's end, past the launcher's grace),
         # or, where a collective's wait ran out before the beats' (a rank stopped as the others
         # enter one), the rank they waited for: "rank 1 (...) waited 3 s in all_gather ...: rank 0
         # (host vm) has not entered it"
         return who + r" ([^\n]*(stopped answering|was stopped for|died|did not answer|had not ended)" \
             r"|\([^)\n]*\) has not entered it)"
+    if kind == "requeue":  # Slurm's own words, as it ends the job's steps
+        return r"DUE TO JOB REQUEUE"
     # Strangers: each connection on its own (stranger_named), not here.
     return r"(?!)"
 
@@ -310,9 +331,83 @@ JOBS = {
     # chief and the server on host 1, a worker on each of hosts 2 and 3, whose links are taken down
     # (for the timeout plus 1.5 s) and up, or whose workers are killed.
     "netns-async": (None, "ps-async", ["worker:0", "worker:1"], set(), set()),
+    # The deterministic multi-worker job under Slurm (root only; tests/distribute/slurm_cluster.sh):
+    # 3 ranks, one a host; "the job" is what a requeue hits.
+    "slurm": (None, "multiworker:deterministic", ["rank 0", "rank 1", "rank 2", "the job"],
+              {"rank 0", "rank 1", "rank 2"}, set()),
 }
 NETNS = os.path.join(ROOT, "tests", "distribute", "netns.sh")
 NETNS_PREFIX = "tchaos"
+SLURM = os.path.join(ROOT, "tests", "distribute", "slurm_cluster.sh")
+SLURM_PREFIX = "tchslm"
+
+
+class SlurmJob(Job):
+    """A batch job (`sbatch --wait`, which ends with the job; a requeued job runs again under the
+    same wait), its output appended to `log_path`. Ended, it is cancelled."""
+
+    def __init__(self, cluster, script, log_path):
+        self.cluster = cluster
+        self.final, self.asked = None, 0.0  # the job's exit status once Slurm says it ended; when last asked
+        self.since = 0  # where this job's lines begin (in characters, as said() reads them)
+        if os.path.exists(log_path):
+            with open(log_path, errors="replace") as f:
+                self.since = len(f.read())
+        # (stdbuf: its "Submitted batch job N" written at once, not when the job ends)
+        super().__init__(["bash", SLURM, "run", SLURM_PREFIX, cluster, "stdbuf", "-oL", "sbatch", "--wait", "--requeue", "--nodes",
+                          "3", "--ntasks-per-node", "1", "--open-mode", "append", "-o", log_path, script], log_path)
+
+    def slurm(self, *args):
+        return subprocess.run(["bash", SLURM, "run", SLURM_PREFIX, self.cluster] + list(args), capture_output=True,
+                              text=True, timeout=60)
+
+    def id(self):
+        found = re.search(r"Submitted batch job ([0-9]+)", self.said()[self.since:])
+        return found.group(1) if found else None
+
+    def requeue(self):
+        """`scontrol requeue`, then the job released at once (Slurm holds a requeued job a while)."""
+        job = self.id()
+        if job is None:
+            raise RuntimeError(f"no batch job number in {self.log_path}")
+        self.slurm("scontrol", "requeue", job)
+        until = time.time() + 30
+        while time.time() < until and self.slurm("squeue", "-h", "-j", job, "-o", "%T").stdout.strip() != "PENDING":
+            time.sleep(0.1)
+        self.slurm("scontrol", "update", f"JobId={job}", "StartTime=now")
+
+    def ended(self):
+        """Ended when Slurm says the job is (sbatch --wait polls for that at growing intervals, which
+        could pass the harness's bound on its own)."""
+        if self.process.poll() is not None or self.final is not None:
+            return True
+        if time.time() - self.asked < 0.5 or self.id() is None:
+            return False
+        self.asked = time.time()
+        shown = self.slurm("scontrol", "-o", "show", "job", self.id()).stdout
+        state = re.search(r"\bJobState=(\S+)", shown)
+        if state and state.group(1) in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                                        "BOOT_FAIL", "DEADLINE", "PREEMPTED"):
+            status = re.search(r"\bExitCode=([0-9]+):([0-9]+)", shown)
+            self.final = 0 if state.group(1) == "COMPLETED" else (int(status.group(1)) or 1) if status else 1
+            return True
+        return False
+
+    def code(self):
+        return self.final if self.final is not None else self.process.returncode
+
+    def end(self):
+        if self.id():
+            self.slurm("scancel", self.id())
+        super().end()
+
+
+def slurm_cluster(work):
+    """The Slurm cluster's folder, or None and why where it cannot start."""
+    cluster = os.path.join(work, "slurm")
+    subprocess.run(["bash", SLURM, "down", SLURM_PREFIX, cluster], capture_output=True)
+    up = subprocess.run(["bash", SLURM, "up", SLURM_PREFIX, cluster], capture_output=True, text=True, timeout=120)
+    return (cluster, None) if up.returncode == 0 else (None, (up.stdout + up.stderr).strip())
 
 
 def netns_launch(cli, work):
@@ -378,9 +473,12 @@ def draws(seed, job):
     targets = JOBS[job][2]
     while True:
         kind = (rng.choices(["kill", "link"], weights=[1, 2]) if job == "netns-async" else
+                rng.choices(["kill", "stop", "requeue"], weights=[5, 3, 2]) if job == "slurm" else
                 rng.choices(["kill", "stop", "strangers"], weights=[5, 3, 2]))[0]
-        yield (round(rng.uniform(1.0, 4.0), 2), kind, rng.choice(targets) if kind != "strangers" else "every port",
-               aim.choices(list(PHASES), weights=[2, 1, 1, 1])[0])
+        delay = round(rng.uniform(1.0, 4.0), 2)  # drawn before the target, as it always was
+        target = ("every port" if kind == "strangers" else "the job" if kind == "requeue" else
+                  rng.choice([t for t in targets if t != "the job"]))
+        yield (delay, kind, target, aim.choices(list(PHASES), weights=[2, 1, 1, 1])[0])
 
 
 def schedule(seed, job, faults):
@@ -405,7 +503,7 @@ def run_job(name, plan, args, data_dir, work):
                "--run-dir", run_dir, "--backup-every", "20"]
         if name == "async-record":
             fit += ["--record", record_path]
-        if name == "netns-async":
+        if name in ("netns-async", "slurm"):
             fit += ["--insecure"]  # the namespaces' network is this harness's own
         return fit
 
@@ -416,6 +514,14 @@ def run_job(name, plan, args, data_dir, work):
             return {"job": name, "skipped": why, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0,
                     "unnamed": [], "ended_against_rule": [], "not_yet_in_the_job": 0, "unreadable_checkpoints": [],
                     "launches": 0, "accuracy": None, "strangers": {}, "runs": 0}
+    elif name == "slurm":
+        cluster, why = slurm_cluster(work)
+        if cluster is None:
+            log(f"  {name}: skipped: the Slurm cluster cannot start here: {why}")
+            return {"job": name, "skipped": why, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0,
+                    "unnamed": [], "ended_against_rule": [], "not_yet_in_the_job": 0, "unreadable_checkpoints": [],
+                    "launches": 0, "accuracy": None, "strangers": {}, "runs": 0}
+        prefix = [cli, "launch", "--network", open(os.path.join(cluster, "subnet")).read().strip()]
     else:
         prefix = [cli] + prefix
     result = {"job": name, "faults": 0, "survived": 0, "ended_by_rule": 0, "hangs": 0, "unnamed": [],
@@ -434,7 +540,14 @@ def run_job(name, plan, args, data_dir, work):
     def start():
         nonlocal job, launches, launch_at, hit, judged
         launches += 1
-        job = Job(prefix + ["--"] + fit_argv(runs[-1]["run_dir"], runs[-1]["record"]), runs[-1]["log"])
+        argv = prefix + ["--"] + fit_argv(runs[-1]["run_dir"], runs[-1]["record"])
+        if name == "slurm":  # the same command as the batch script's (sbatch again resumes the run directory)
+            script = os.path.join(work, f"slurm-job-{launches}.sh")
+            with open(script, "w") as f:
+                f.write("#!/bin/bash\n" + " ".join(shlex.quote(a) for a in argv) + "\n")
+            job = SlurmJob(cluster, script, runs[-1]["log"])
+        else:
+            job = Job(argv, runs[-1]["log"])
         launch_at, hit, judged = len(job.said()), set(), False
 
     def new_run():
@@ -493,7 +606,8 @@ def run_job(name, plan, args, data_dir, work):
                 if any(t + " (" in l or t + " failed to start" in l or t + " has not come to it" in l
                        for l in errors)
                 or (t in ending and any(l.startswith(f"launch: task {t} (") and " ended with status " in l
-                                        for l in lines))]
+                                        for l in lines))
+                or (srun_named(t) and any(re.match(srun_named(t)[1:], l) for l in lines))]
         if counted_survived:
             result["survived"] -= 1
         if rule:
@@ -513,7 +627,7 @@ def run_job(name, plan, args, data_dir, work):
             time.sleep(delay)
         relaunched = False
         if job.ended():
-            if job.process.returncode == 0:
+            if job.code() == 0:
                 if not args.minutes:
                     break
                 end_of_run()
@@ -533,7 +647,7 @@ def run_job(name, plan, args, data_dir, work):
             until = time.time() + AIM_WAIT
             while time.time() < until and not job.ended() and not TRAINING.search(job.said()[launch_at:]):
                 pids = tasks(runs[-1]["run_dir"])
-                if target in pids or (kind == "strangers" and pids):
+                if target in pids or (kind in ("strangers", "requeue") and pids):
                     break
                 time.sleep(0.01)
         elif PHASES.get(phase) is not None:  # wait for the phase's sign, then land at once
@@ -543,7 +657,7 @@ def run_job(name, plan, args, data_dir, work):
             if not PHASES[phase].search(job.said()[mark:]):
                 phase = "step (its phase did not come)"
         pids = tasks(runs[-1]["run_dir"])
-        if target not in pids and not (kind == "strangers" and pids):
+        if target not in pids and not (kind in ("strangers", "requeue") and pids):
             continue  # not started (yet again): nothing to hit
         text_before = job.said()
         # Landing before the launch has begun training is landing in its start-up, whatever the
@@ -566,6 +680,8 @@ def run_job(name, plan, args, data_dir, work):
             subprocess.run(["ip", "-n", f"{NETNS_PREFIX}-hub", "link", "set", port, "down"], check=True)
             time.sleep(TIMEOUT + 1.5)
             subprocess.run(["ip", "-n", f"{NETNS_PREFIX}-hub", "link", "set", port, "up"], check=True)
+        elif kind == "requeue":
+            job.requeue()
         elif kind == "stop":
             os.kill(pids[target], signal.SIGSTOP)
             time.sleep(TIMEOUT + 1.5)
@@ -581,7 +697,7 @@ def run_job(name, plan, args, data_dir, work):
         # during a slow start-up can be later: their sockets are held a while (past the 2 s a hello
         # may take), then who took each is known by what it said first (owner), and those not
         # named yet are judged again at their run's end (`late`).
-        pattern = re.compile(named(kind, target))
+        pattern = re.compile(named(kind, target), re.M)
         until = time.time() + (3.0 if kind == "strangers" else TIMEOUT + MARGIN)
         while time.time() < until:
             if kind != "strangers" and pattern.search(job.said()[len(text_before):]):
@@ -627,7 +743,7 @@ def run_job(name, plan, args, data_dir, work):
                 result["not_yet_in_the_job"] += 1  # started again and not joined: nothing to name
             else:
                 result["unnamed"].append(f"{kind} {target}")
-        if job.ended() and job.process.returncode != 0:
+        if job.ended() and job.code() != 0:
             judge_end(False)
         else:
             result["survived"] += 1
@@ -639,7 +755,7 @@ def run_job(name, plan, args, data_dir, work):
     # To the end: resumed as often as it takes (a fault's end), never past the limit.
     while time.time() < deadline_overall + 300:
         if job.ended():
-            if job.process.returncode == 0:
+            if job.code() == 0:
                 break
             judge_end(counted)
             counted = False
@@ -660,11 +776,14 @@ def run_job(name, plan, args, data_dir, work):
     if records:  # every run's, summed; agreeing if each run's does
         result["record"] = {k: sum(r[k] for r in records) for k in records[0] if k != "agrees"}
         result["record"]["agrees"] = all(r["agrees"] for r in records)
-    if name == "multiworker":
+    if name in ("multiworker", "slurm"):
         # Deterministic: every run (the same command in a fresh directory) ends with the weights of
-        # one uninterrupted run.
-        quiet_dir = os.path.join(work, "multiworker-quiet")
+        # one uninterrupted run (under Slurm: one process's, which 3 ranks give bit for bit).
+        quiet_dir = os.path.join(work, f"{name}-quiet")
         quiet = prefix + ["--"] + fit_argv(quiet_dir, None)
+        if name == "slurm":
+            quiet = [a if a != "multiworker:deterministic" else "mirrored:1:deterministic"
+                     for a in fit_argv(quiet_dir, None) if a != "--insecure"]
         run = subprocess.run(quiet, capture_output=True, text=True, timeout=600, cwd=ROOT)
         quiet_final = os.path.join(quiet_dir, "checkpoints", "final.safetensors")
         result["uninterrupted_hash"] = tensors_hash(quiet_final) if run.returncode == 0 else None
@@ -718,6 +837,8 @@ def main():
             end_everything(work)  # outlives the harness
             if name == "netns-async":
                 subprocess.run(["bash", NETNS, "down", NETNS_PREFIX], capture_output=True)
+            if name == "slurm":
+                subprocess.run(["bash", SLURM, "down", SLURM_PREFIX, os.path.join(work, "slurm")], capture_output=True)
         r["seconds"] = round(time.time() - started, 1)
         r["seed"] = args.seed
         results.append(r)
