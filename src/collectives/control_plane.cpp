@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -165,6 +166,13 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
 ControlPlane::~ControlPlane() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+  // Strangers still waiting for their hello are refused as any other (named, then closed); past
+  // the log's rate limit (refuse) the closing count takes in those not named one by one.
+  for (Pending& p : pending_) refuse(p, "the job ended before its hello");
+  pending_.clear();
+  if (refused_ > kNamedRefusals)
+    std::fprintf(stderr, "%s: %lld control connections refused in all\n", who(rank_).c_str(),
+                 static_cast<long long>(refused_));
   for (Peer& p : peers_)
     if (p.fd >= 0) close(p.fd);
   if (listen_fd_ >= 0) close(listen_fd_);

@@ -152,6 +152,9 @@ class ControlPlane {
   // they fail to open, close or are late.
   std::vector<Hello> read_pending(const std::vector<pollfd>& ready);
   void refuse(Pending& p, const std::string& why);
+  // Refusals named one by one in the log: the first ten, then every thousandth (the destructor
+  // counts them all when any went unnamed).
+  static constexpr int64_t kNamedRefusals = 10;
   void accept_rejoin(Hello hello);
   int rank_;
   std::vector<std::string> hosts_, names_;

@@ -49,7 +49,7 @@ void ControlPlane::accept_pending() {
 void ControlPlane::refuse(Pending& p, const std::string& why) {
   int64_t n = ++refused_;
   // Named before it is closed: whoever sees the close finds the line written (stderr is unbuffered).
-  if (n <= 10 || n % 1000 == 0)
+  if (n <= kNamedRefusals || n % 1000 == 0)
     std::fprintf(stderr, "%s: refused a control connection from %s: %s (refusal %lld)\n", who(rank_).c_str(),
                  p.from.c_str(), why.c_str(), static_cast<long long>(n));
   close(p.fd);

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "collectives/control_channel.h"
 #include "collectives/control_wire.h"
 #include "distribute/ps/auth.h"
+#include "distribute/ps/connection_watch.h"
 #include "distribute/ps_cluster_util.h"
 #include "test_util.h"
 
@@ -164,7 +166,85 @@ TEST(PsStrangers, StrangersOnEveryPortOfALaunchedJobChangeNothingWithAndWithoutA
     if (auth) EXPECT_NE(out.find("refused a client at"), std::string::npos) << out;  // the data ports' ZAP
     EXPECT_GE(test_accuracy(out), 80.0) << out;
     if (!auth) EXPECT_NE(out.find("parameter servers: dropped a message from "), std::string::npos) << out;
+    // The data ports' strangers that never made a ZeroMQ handshake: named, and counted at the end.
+    for (const char* task : {"chief:0", "ps:0"}) {
+      EXPECT_TRUE(std::regex_search(out, std::regex(std::string(task) +
+                                                    " \\(127\\.0\\.0\\.1:[0-9]+\\): refused a ZeroMQ connection "
+                                                    "from 127\\.0\\.0\\.1:[0-9]+: ")))
+          << task << "\n"
+          << out;
+      EXPECT_TRUE(std::regex_search(
+          out, std::regex(std::string(task) + " \\(127\\.0\\.0\\.1:[0-9]+\\): [^\n]*\\b[4-9] connections refused on "
+                                              "its ZeroMQ port, in all")))
+          << task << "\n"
+          << out;
+    }
   }
+}
+
+// The local port a connected socket came from.
+int local_port(int fd) {
+  sockaddr_in at{};
+  socklen_t length = sizeof at;
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&at), &length), 0);
+  return ntohs(at.sin_port);
+}
+
+// A bound ROUTER under a ConnectionWatch (the chief's and the servers' data ports): a connection
+// that says nothing, one that sends garbage and one that sends the control plane's hello are each
+// named with the port it came from, the silent one within the handshake interval; a ZeroMQ peer is
+// not named.
+TEST(PsStrangers, ABoundZeroMqSocketNamesSilentAndGarbageConnectionsWithinItsTimeout) {
+  zmq::context_t context(1);
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  ::testing::internal::CaptureStderr();
+  auto watch = std::make_unique<distribute::ps::ConnectionWatch>(context, router, "ps:0 (a test)", 1000ms);
+  router.bind("tcp://127.0.0.1:*");
+  std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+  int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  // A ZeroMQ peer: its handshake succeeds, and it is never refused.
+  zmq::socket_t peer(context, zmq::socket_type::dealer);
+  peer.set(zmq::sockopt::linger, 0);
+  peer.connect(endpoint);
+  (void)peer.send(zmq::str_buffer("a peer"), zmq::send_flags::none);
+  auto began = std::chrono::steady_clock::now();
+  int silent = connect_to_port(port), garbage = connect_to_port(port), hello = connect_to_port(port);
+  ASSERT_GE(silent, 0);
+  ASSERT_GE(garbage, 0);
+  ASSERT_GE(hello, 0);
+  // Their bytes a moment after they connect: ZeroMQ refuses bytes that are not its own within
+  // microseconds, and a connection refused before the watch has read its address is named as from
+  // "an address gone" (connection_watch.cpp).
+  std::this_thread::sleep_for(200ms);
+  std::string bytes = "GET / HTTP/1.0\r\n\r\n" + std::string(2048, 'z');
+  (void)!::send(garbage, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  bytes = frame(distribute::detail::kHello, as_bytes(9)) +
+          frame(distribute::detail::kFail, as_bytes(9) + "a stranger says the job failed");  // the control plane's
+  (void)!::send(hello, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  std::vector<zmq::message_t> got;
+  zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, 3000ms), 1) << "the peer's message did not come";
+  ASSERT_TRUE(zmq::recv_multipart(router, std::back_inserter(got)));
+  while (watch->refused() < 3 && std::chrono::steady_clock::now() - began < 5s) std::this_thread::sleep_for(10ms);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  int silent_port = local_port(silent), garbage_port = local_port(garbage), hello_port = local_port(hello);
+  watch->stop();
+  for (int fd : {silent, garbage, hello}) close(fd);
+  std::string out = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(watch->refused(), 3) << out;  // the peer's connection is not one
+  EXPECT_LT(took, 2.5) << "the silent connection, refused past the 1 s handshake interval\n" << out;
+  EXPECT_NE(out.find(fmt::format("ps:0 (a test): refused a ZeroMQ connection from 127.0.0.1:{}: no ZeroMQ handshake "
+                                 "within 1 s (it said nothing, or too little) (refusal ",
+                                 silent_port)),
+            std::string::npos)
+      << out;
+  for (int from : {garbage_port, hello_port})
+    EXPECT_NE(out.find(fmt::format("ps:0 (a test): refused a ZeroMQ connection from 127.0.0.1:{}: its first bytes are "
+                                   "not ZeroMQ's (ZMTP 3) greeting (refusal ",
+                                   from)),
+              std::string::npos)
+        << out;
 }
 
 }  // namespace

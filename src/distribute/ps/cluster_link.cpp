@@ -2,6 +2,11 @@
 #include "distribute/ps/cluster_link.h"
 
 #include "distribute/ps/auth.h"
+#include "distribute/ps/connection_watch.h"
+
+#include <fmt/ranges.h>
+
+#include <cstdio>
 
 #include "tandem/error.h"
 
@@ -47,6 +52,8 @@ ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds t
     own_.set(zmq::sockopt::sndtimeo, static_cast<int>(timeout_.count()));
     own_.set(zmq::sockopt::router_mandatory, 1);
     if (keys != nullptr) secure_server(own_, *keys);
+    // Before bind: no connection comes unwatched; a silent one is dropped (and named) within the timeout.
+    watch_ = std::make_unique<ConnectionWatch>(*context_, own_, describe(me), timeout_);
     std::string endpoint = cluster_.listen_endpoint(me);
     try {
       own_.bind(endpoint);
@@ -72,7 +79,24 @@ ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds t
                                                     names, true);
 }
 
-ClusterLink::~ClusterLink() = default;
+// The task's closing line on strangers and bad requests at its bound socket, when there were any:
+// the refusals and drops the log named one by one stop at its rate limit (the tenth, then every
+// thousandth); this counts them all.
+ClusterLink::~ClusterLink() {
+  if (!watch_) return;
+  watch_->stop();  // what it names as the job ends is counted too
+  std::vector<std::string> parts;
+  auto count = [&](int64_t n, const char* one, const char* many) {
+    if (n > 0) parts.push_back(fmt::format("{} {}", n, n == 1 ? one : many));
+  };
+  count(take_messages_dropped(own_), "message dropped", "messages dropped");
+  count(requests_refused_, "request refused", "requests refused");
+  count(authenticator_ ? authenticator_->refused() : 0, "client refused by key", "clients refused by key");
+  count(watch_->refused(), "connection refused", "connections refused");
+  if (!parts.empty())
+    std::fprintf(stderr, "%s: %s on its ZeroMQ port, in all\n", describe(task()).c_str(),
+                 fmt::format("{}", fmt::join(parts, ", ")).c_str());
+}
 
 zmq::socket_t ClusterLink::dealer_to(const TaskId& task) {
   zmq::socket_t socket(*context_, zmq::socket_type::dealer);

@@ -21,6 +21,7 @@ namespace tandem::distribute::ps {
 
 struct Keys;
 class Authenticator;
+class ConnectionWatch;
 
 class ClusterLink {
  public:
@@ -66,6 +67,8 @@ class ClusterLink {
   // task idle until the chief hands it something.
   Incoming await_idle(zmq::socket_t& socket, bool router);
   void check_failed();  // an Error when the control plane says the job failed
+  // A server: the requests it refused (ParameterServer::refused), for the task's closing line.
+  void set_requests_refused(int64_t n) { requests_refused_ = n; }
 
  private:
   void greet_as_chief(std::string& text);
@@ -76,6 +79,8 @@ class ClusterLink {
   std::shared_ptr<zmq::context_t> context_;
   std::unique_ptr<Authenticator> authenticator_;  // the bound socket's allowlist (with keys)
   zmq::socket_t own_;
+  std::unique_ptr<ConnectionWatch> watch_;  // own_'s connections (chief, ps); destroyed before it
+  int64_t requests_refused_ = 0;
   std::vector<zmq::socket_t> servers_;
   std::vector<std::string> routes_;
   std::string control_text_;  // the chief: the control plane's address, as greetings carry it

@@ -244,9 +244,11 @@ void serve_task(ClusterLink& link, const ParameterServerOptions& options, const 
     ParameterServer server(link.describe(link.task()), std::move(server_optimizer), link.workers());
     server.set_phase = [&](const std::string& phase) { return link.control().set_phase(phase); };
     server.serve(link.own_socket(), [&] {
-      link.check_failed();  // an Error when a task failed: this one ends too
-      return false;         // else until the chief's stop
+      link.set_requests_refused(server.refused());  // for the task's closing line, however it ends
+      link.check_failed();                          // an Error when a task failed: this one ends too
+      return false;                                 // else until the chief's stop
     });
+    link.set_requests_refused(server.refused());
   }
   link.control().leave_and_wait();
 }

@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <cstdio>
+#include <map>
+#include <mutex>
 
 #include "tandem/error.h"
 
@@ -127,9 +129,21 @@ std::string peer_of(zmq::message_t& frame) {
 
 namespace {
 std::atomic<int64_t> dropped{0};
+// Each bound socket's drops (an in-process cluster's tasks share the process), by its handle.
+std::mutex dropped_mutex;
+std::map<const void*, int64_t> dropped_by_socket;
 }  // namespace
 
 int64_t messages_dropped() { return dropped.load(); }
+
+int64_t take_messages_dropped(const zmq::socket_t& socket) {
+  std::lock_guard lock(dropped_mutex);
+  auto it = dropped_by_socket.find(socket.handle());
+  if (it == dropped_by_socket.end()) return 0;
+  int64_t n = it->second;
+  dropped_by_socket.erase(it);
+  return n;
+}
 
 std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds timeout, bool router) {
   auto until = std::chrono::steady_clock::now() + timeout;
@@ -154,6 +168,10 @@ std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds
       return decoded(std::move(frames), true);
     } catch (const Error& e) {
       int64_t n = ++dropped;
+      {
+        std::lock_guard lock(dropped_mutex);
+        ++dropped_by_socket[socket.handle()];
+      }
       if (n <= 10 || n % 1000 == 0)
         std::fprintf(stderr,
                      "parameter servers: dropped a message from %s that is not a Tandem peer's: %s (drop %lld)\n",

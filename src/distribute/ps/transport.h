@@ -42,5 +42,7 @@ struct Incoming {
 std::optional<Incoming> receive(zmq::socket_t& socket, std::chrono::milliseconds timeout, bool router);
 // The messages this process's bound sockets dropped so far.
 int64_t messages_dropped();
+// Those `socket` dropped so far, forgotten once taken (a task's closing line counts them).
+int64_t take_messages_dropped(const zmq::socket_t& socket);
 
 }  // namespace tandem::distribute::ps
