@@ -187,6 +187,27 @@ TEST(ControlPlane, StrangersOnThePortHoldNothingUp) {
   other.join();
 }
 
+// Strangers still waiting for their hello when the job ends are refused by name, and past the
+// log's rate limit (the tenth refusal, then every thousandth) a closing line counts them all.
+TEST(ControlPlane, StrangersStillWaitingAtTheEndAreNamedAndCounted) {
+  TwoRanks job(3000ms);
+  std::vector<int> strangers;
+  for (int i = 0; i < 12; ++i)
+    if (int fd = connect_loopback(job.port); fd >= 0) strangers.push_back(fd);
+  ASSERT_EQ(strangers.size(), 12u);
+  std::this_thread::sleep_for(300ms);  // taken, well within the 2 s a hello may take
+  testing::internal::CaptureStderr();
+  job.one.reset();
+  job.zero.reset();
+  std::string log = testing::internal::GetCapturedStderr();
+  for (int fd : strangers) close(fd);
+  for (int n = 1; n <= 10; ++n)
+    EXPECT_NE(log.find(fmt::format(": the job ended before its hello (refusal {})", n)), std::string::npos) << log;
+  EXPECT_EQ(log.find("(refusal 11)"), std::string::npos) << log;
+  EXPECT_NE(log.find("chief:0 (test): refused a control connection from 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("chief:0 (test): 12 control connections refused in all\n"), std::string::npos) << log;
+}
+
 // A failure rank 1 reports reaches rank 0 as rank 1's words, its control characters removed; one
 // that names its rank itself is shown as it is.
 TEST(ControlPlane, APeersFailureIsPrintedAsItsWordsCleaned) {

@@ -168,9 +168,9 @@ TEST(PsStrangers, StrangersOnEveryPortOfALaunchedJobChangeNothingWithAndWithoutA
     if (!auth) EXPECT_NE(out.find("parameter servers: dropped a message from "), std::string::npos) << out;
     // The data ports' strangers that never made a ZeroMQ handshake: named, and counted at the end.
     for (const char* task : {"chief:0", "ps:0"}) {
-      EXPECT_TRUE(std::regex_search(out, std::regex(std::string(task) +
-                                                    " \\(127\\.0\\.0\\.1:[0-9]+\\): refused a ZeroMQ connection "
-                                                    "from 127\\.0\\.0\\.1:[0-9]+: ")))
+      EXPECT_TRUE(std::regex_search(
+          out, std::regex(std::string(task) + " \\(127\\.0\\.0\\.1:[0-9]+\\): refused a ZeroMQ connection "
+                                              "from 127\\.0\\.0\\.1:[0-9]+: ")))
           << task << "\n"
           << out;
       EXPECT_TRUE(std::regex_search(

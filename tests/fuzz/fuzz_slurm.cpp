@@ -1,5 +1,8 @@
 // libFuzzer target: a Slurm step's environment (host list, tasks per node, counts, the rank) and the
-// command line's settings, as arbitrary text: an answer or a tandem::Error, never a crash or a hang.
+// command line's settings, as arbitrary text: an answer or a tandem::Error whose message is plain
+// ASCII (the environment's bytes shown as \xNN: Python turns the message into a str), never a crash
+// or a hang.
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -19,9 +22,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     env[name] = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
     at = end == std::string::npos ? text.size() : end + 1;
   }
+  auto ascii = [](const tandem::Error& e) {
+    for (const char* c = e.what(); *c != '\0'; ++c)
+      if (static_cast<unsigned char>(*c) >= 0x80) std::abort();
+  };
   try {
     tandem::distribute::expand_slurm_hostlist(env["SLURM_STEP_NODELIST"]);
-  } catch (const tandem::Error&) {
+  } catch (const tandem::Error& e) {
+    ascii(e);
   }
   try {
     tandem::distribute::SlurmOptions options = tandem::distribute::parse_slurm_options(text.substr(at));
@@ -29,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       auto it = env.find(name);
       return it == env.end() ? nullptr : it->second.c_str();
     });
-  } catch (const tandem::Error&) {
+  } catch (const tandem::Error& e) {
+    ascii(e);
   }
   return 0;
 }
