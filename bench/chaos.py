@@ -233,17 +233,31 @@ def stranger_named(connection, text, counts):
     """Whether the job's log names one stranger connection: a refusal line with the address it came
     from, or, past the log's rate limit (named up to the tenth of a process, then every
     thousandth), a closing count of that process's refusals that takes in every connection the
-    harness made to it (`counts`: control-plane connections made, by pid). The parameter servers'
-    ZeroMQ sockets name a message they drop, not its connection ("from an unknown address"), and
-    nothing of a connection that sends no message; Open MPI's ports name nothing: those are
-    named only if a line gives the connection's own address."""
+    harness made to it (`counts`: control-plane connections made, by pid). A ZeroMQ port's
+    connections are judged at their run's end, together (zeromq_named). Open MPI's ports name
+    nothing: those are named only if a line gives the connection's own address."""
     address = r"127\.0\.0\.1:%d\b" % connection["from"]
-    if re.search(r"(refused a control connection|dropped a message) from " + address, text):
+    if re.search(r"(refused a control connection|refused a ZeroMQ connection|dropped a message) from " + address, text):
         return True
     if connection["owner"] != "control plane" or counts.get(connection["pid"], 0) <= 10:
         return False
     closing = re.findall(re.escape(connection["task"]) + r" [^\n]*?: ([0-9]+) control connections refused in all", text)
     return any(int(n) >= counts[connection["pid"]] for n in closing)
+
+
+def zeromq_named(connections, text):
+    """How many of a run's stranger connections to one task's ZeroMQ port its log names: each
+    refusal line with a connection's own address names that one; a refusal whose address was gone
+    before it could be read (ZeroMQ resets a stranger whose first bytes are not its greeting within
+    microseconds, and its events do not carry the peer) names one connection, no matter which; and
+    the task's closing counts ("N connections refused on its ZeroMQ port, in all", one per process
+    of the task) count them all where they add up to as many."""
+    task = re.escape(connections[0]["task"])
+    by_address = sum(1 for c in connections if stranger_named(c, text, {}))
+    gone = len(re.findall(r"^%s \([^)]*\): refused a ZeroMQ connection from an address gone" % task, text, re.M))
+    closing = sum(int(n) for n in re.findall(
+        r"^%s \([^)]*\): [^\n]*?([0-9]+) connections? refused on its ZeroMQ port, in all$" % task, text, re.M))
+    return min(len(connections), max(by_address + gone, closing))
 
 
 def checkpoints_load(cli, model, data_dir, run_dir, newest=2):
@@ -564,11 +578,22 @@ def run_job(name, plan, args, data_dir, work):
         job.end()
         text = job.said()
         for connection, at in [x for x in late if x[0]["log"] == run["log"]]:  # named by the run's end?
+            if connection["owner"] == "ZeroMQ":
+                continue
             if stranger_named(connection, text[at:], made):
                 result["strangers"]["control plane"]["named"] += 1
             else:
                 result["unnamed"].append(f"strangers: {connection['sent']} to {connection['task']}'s "
                                          f"{connection['owner']} port {connection['port']}")
+        zeromq = {}  # the run's connections to each task's ZeroMQ port
+        for connection, _ in late:
+            if connection["log"] == run["log"] and connection["owner"] == "ZeroMQ":
+                zeromq.setdefault(connection["task"], []).append(connection)
+        for task, connections in zeromq.items():
+            n = zeromq_named(connections, text)
+            result["strangers"]["ZeroMQ"]["named"] += n
+            result["unnamed"] += [f"strangers: {len(connections) - n} of {len(connections)} connections to {task}'s "
+                                  f"ZeroMQ port"] if n < len(connections) else []
         run["accuracy"] = accuracy(text)
         final = os.path.join(run["run_dir"], "checkpoints", "final.safetensors")
         if os.path.exists(final):
@@ -722,7 +747,9 @@ def run_job(name, plan, args, data_dir, work):
             tally = result["strangers"].setdefault(c["owner"] or "no first word (Open MPI's, or unknown)",
                                                    {"connections": 0, "named": 0})
             tally["connections"] += 1
-            if stranger_named(c, job.said()[len(text_before):], made):
+            if c["owner"] == "ZeroMQ":  # judged with the run's others at its end (zeromq_named)
+                late.append((c, len(text_before)))
+            elif stranger_named(c, job.said()[len(text_before):], made):
                 tally["named"] += 1
             elif c["owner"] == "control plane":
                 late.append((c, len(text_before)))
