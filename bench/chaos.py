@@ -45,10 +45,10 @@ ended with status 137"). Strangers are judged each connection on its own, by who
 it said first): one Tandem's control plane took is named by a refusal line that gives the
 address it came from, or, past the log's rate limit (the tenth refusal of a process, then every
 thousandth), by a closing count of that process's refusals ("N control connections refused in
-all", which the job does not print yet: past ten refusals in one process the harness says
-unnamed); those the parameter servers' ZeroMQ sockets or Open MPI's ports took are counted, and
-named only if a line gives their address (none does yet: ZeroMQ drops a stranger's connection
-unseen, and the servers name a dropped message "from an unknown address"). At the end, the
+all"); one a ZeroMQ port took (a parameter server's, the chief's) is named by a refusal line with
+its address, or, where ZeroMQ reset it before its address could be read, by a refusal "from an
+address gone", or by the task's closing counts, judged together at the run's end
+(zeromq_named); one Open MPI's ports took is named only if a line gives its address. At the end, the
 model reaches the stated accuracy, and the deterministic job's weights equal the uninterrupted
 run's.
 
@@ -60,6 +60,9 @@ is followed by a fresh run in a directory of its own, and the faults go on there
 the run under way is let finish (resumed as often as it takes). Every run of the deterministic
 job, the same command in a fresh directory, must end with the weights of one uninterrupted run.
 Smaller --epochs make more runs (more start-ups, fewer long stretches of training).
+
+Past 500 lines: one harness, whose jobs, faults and judgements read together (a fault's naming,
+the rules of each job's ends and the phases it aims at are each a few lines that the others use).
 
 Usage: /usr/bin/python3 bench/chaos.py [--seed N] [--jobs async,sync,multiworker,async-record]
          [--faults N | --minutes M] [--epochs E] [--synthetic] [--json FILE] [--cli build/tandem]
