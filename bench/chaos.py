@@ -575,6 +575,10 @@ def run_job(name, plan, args, data_dir, work):
                      "record": os.path.join(work, f"run{suffix}.record")})
         start()
 
+    def finished():
+        """The run wrote its final weights (resuming it again would be refused: a finished run)."""
+        return os.path.exists(os.path.join(runs[-1]["run_dir"], "checkpoints", "final.safetensors"))
+
     def end_of_run():
         """What a finished (or, at the end, abandoned) run shows: its accuracy, final weights, record."""
         run = runs[-1]
@@ -655,7 +659,9 @@ def run_job(name, plan, args, data_dir, work):
             time.sleep(delay)
         relaunched = False
         if job.ended():
-            if job.code() == 0:
+            if job.code() != 0 and finished():  # a fault that ended it after its final weights: judged, and done
+                judge_end(counted)
+            if job.code() == 0 or finished():
                 if not args.minutes:
                     break
                 end_of_run()
@@ -785,7 +791,9 @@ def run_job(name, plan, args, data_dir, work):
     # To the end: resumed as often as it takes (a fault's end), never past the limit.
     while time.time() < deadline_overall + 300:
         if job.ended():
-            if job.code() == 0:
+            if job.code() != 0 and finished():
+                judge_end(counted)
+            if job.code() == 0 or finished():
                 break
             judge_end(counted)
             counted = False
