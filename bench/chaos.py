@@ -702,6 +702,11 @@ def run_job(name, plan, args, data_dir, work):
             phase = "step (start-up was over)"
         last = (kind, target)
         result["faults"] += 1
+        # Where it landed, in the job's own log, for whoever reads it after (no task's name followed
+        # by a space: no pattern that judges the log matches this line).
+        with open(runs[-1]["log"], "a") as f:
+            f.write(f"chaos: fault {result['faults']} lands: {kind} on {target}, aimed at {phase}, "
+                    f"{time.strftime('%H:%M:%S')}\n")
         result["aimed"][phase] = result["aimed"].get(phase, 0) + 1
         counted = False
         if kind != "strangers":
