@@ -307,16 +307,25 @@ def test_fit_evaluate_and_predict_release_the_gil_so_python_threads_run_meanwhil
                                                                        verbose=0))),
                            ("the control held throughout", held_throughout),
                            ("the control held per batch", held_per_batch)):
-            ran, seconds = ran_during(call)
-            idle, _ = ran_during(lambda: time.sleep(max(seconds, 0.3)))  # the baseline over as long a time
-            assert idle > 1000, f"the counter counted {idle:.0f} times a second idle: the machine starved it"
             # Alone, the calls reach about 0.9 of the idle count and the controls below 0.05; the
-            # margins are for a loaded machine (a control reached 0.1 under the whole suite).
-            if name.startswith("the control"):
+            # margins are for a loaded machine (a control reached 0.1 under the whole suite, and a
+            # call 0.39 beside the Slurm test's jobs): the best of three tries is judged, so that
+            # another test's burst does not decide it, while a call that holds the GIL fails all three.
+            control = name.startswith("the control")
+            tries = []
+            for _ in range(3):
+                ran, seconds = ran_during(call)
+                idle, _ = ran_during(lambda: time.sleep(max(seconds, 0.3)))  # the baseline over as long a time
+                assert idle > 1000, f"the counter counted {idle:.0f} times a second idle: the machine starved it"
+                tries.append((ran / idle, ran, idle, seconds))
+                if (ran < 0.25 * idle) if control else (ran > 0.4 * idle):
+                    break
+            share, ran, idle, seconds = min(tries) if control else max(tries)
+            if control:
                 assert ran < 0.25 * idle, f"{name}: the thread counted {ran:.0f} times a second, {idle:.0f} when idle"
             else:
                 assert ran > 0.4 * idle, f"the thread counted {ran:.0f} times a second in the middle of {name}'s " \
-                                         f"{seconds:.2f} s, {idle:.0f} when idle"
+                                         f"{seconds:.2f} s, {idle:.0f} when idle (best of {len(tries)} tries)"
     finally:
         done.set()
         counter.join()
