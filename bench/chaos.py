@@ -307,6 +307,15 @@ def accuracy(text):
     return float(found[-1]) if found else None
 
 
+def start_named(target):
+    """A rank that MPI's start waited for in vain, as the others name it ("... waited 3 s in MPI's
+    start (MPI_Init) during start-up: one of ranks 0, 2 has not come to it"): it is among those."""
+    if not target.startswith("rank "):
+        return ""
+    n = target.split()[1]
+    return r"|one of ranks (?:[0-9]+, )*%s(?:, [0-9]+)* has not come to it" % n
+
+
 def srun_named(target):
     """Under Slurm, srun's own naming of a rank that was killed ("srun: error: NODE: task 2:
     Killed"): a rank killed as the job starts, before the others can name it, is named only there
@@ -318,13 +327,13 @@ def srun_named(target):
 def named(kind, target):
     who = re.escape(target)
     if kind == "kill":  # by the job, or by the launcher (a task killed as it starts, not yet in the job)
-        return who + r" [^\n]*(died|ended with status)" + srun_named(target)
+        return who + r" [^\n]*(died|ended with status)" + srun_named(target) + start_named(target)
     if kind in ("stop", "link"):  # silent past the timeout (or, at the job's end, past the launcher's grace),
         # or, where a collective's wait ran out before the beats' (a rank stopped as the others
         # enter one), the rank they waited for: "rank 1 (...) waited 3 s in all_gather ...: rank 0
         # (host vm) has not entered it"
         return who + r" ([^\n]*(stopped answering|was stopped for|died|did not answer|had not ended)" \
-            r"|\([^)\n]*\) has not entered it)"
+            r"|\([^)\n]*\) has not entered it)" + start_named(target)
     if kind == "requeue":  # Slurm's own words, as it ends the job's steps
         return r"DUE TO JOB REQUEUE"
     # Strangers: each connection on its own (stranger_named), not here.
@@ -639,7 +648,8 @@ def run_job(name, plan, args, data_dir, work):
                        for l in errors)
                 or (t in ending and any(l.startswith(f"launch: task {t} (") and " ended with status " in l
                                         for l in lines))
-                or (srun_named(t) and any(re.match(srun_named(t)[1:], l) for l in lines))]
+                or (srun_named(t) and any(re.match(srun_named(t)[1:], l) for l in lines))
+                or (start_named(t) and any(re.search(start_named(t)[1:], l) for l in errors))]
         if counted_survived:
             result["survived"] -= 1
         if rule:

@@ -162,6 +162,23 @@ std::vector<std::string> slurm_step_agent() {
 
 namespace {
 
+// The launcher's command: printed after `settings` (--dry-run), else run in this process's place
+// (`hint` says what to do where it cannot start).
+int print_or_run(std::vector<std::string> argv, const std::string& settings, bool dry_run, const std::string& hint) {
+  if (dry_run) {
+    std::string line = settings;
+    for (size_t i = 0; i < argv.size(); ++i) line += (i == 0 ? "" : " ") + argv[i];
+    std::puts(line.c_str());
+    return 0;
+  }
+  std::vector<char*> raw;
+  for (std::string& a : argv) raw.push_back(a.data());
+  raw.push_back(nullptr);
+  std::fflush(stdout);
+  execvp(argv[0].c_str(), raw.data());
+  fail("launch: cannot start {} ({}): {}", argv[0], std::strerror(errno), hint);
+}
+
 // A parameter-server cluster over this Slurm allocation's tasks: the chief, the servers, then the
 // workers, in rank order over the allocation's nodes as SlurmClusterResolver gives them (the
 // batch step's own lists are its one task's; the allocation's are the job's).
@@ -212,18 +229,7 @@ int srun_ranks(int np, const std::string& network, const std::vector<std::string
   setenv("TANDEM_STDOUT_IS_TERMINAL", isatty(STDOUT_FILENO) != 0 ? "1" : "0", 1);
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.insert(argv.end(), command.begin(), command.end());
-  if (dry_run) {
-    std::string line = set;
-    for (size_t i = 0; i < argv.size(); ++i) line += (i == 0 ? "" : " ") + argv[i];
-    std::puts(line.c_str());
-    return 0;
-  }
-  std::vector<char*> raw;
-  for (std::string& a : argv) raw.push_back(a.data());
-  raw.push_back(nullptr);
-  std::fflush(stdout);
-  execvp("srun", raw.data());
-  fail("launch: cannot start srun ({}) inside Slurm job {}", std::strerror(errno), std::getenv("SLURM_JOB_ID"));
+  return print_or_run(argv, set, dry_run, fmt::format("inside Slurm job {}", std::getenv("SLURM_JOB_ID")));
 }
 
 }  // namespace
@@ -379,18 +385,7 @@ int run_launch(const std::vector<std::string>& args) {
   }
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.insert(argv.end(), command.begin(), command.end());
-  if (dry_run) {
-    std::string line;
-    for (const std::string& a : argv) line += (line.empty() ? "" : " ") + a;
-    std::puts(line.c_str());
-    return 0;
-  }
-  std::vector<char*> raw;
-  for (std::string& a : argv) raw.push_back(a.data());
-  raw.push_back(nullptr);
-  std::fflush(stdout);
-  execvp("mpirun", raw.data());
-  fail("launch: cannot start mpirun ({}): install Open MPI (Debian: openmpi-bin)", std::strerror(errno));
+  return print_or_run(argv, "", dry_run, "install Open MPI (Debian: openmpi-bin)");
 }
 
 }  // namespace tandem::cli
