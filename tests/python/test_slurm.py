@@ -295,9 +295,11 @@ def test_an_asynchronous_cluster_from_the_resolver_reaches_97_percent_on_mnist(c
 
 def test_a_scancelled_task_is_named_within_the_timeout_and_started_again(cluster):
     run_dir = cluster.work / "cancelled"
-    fit = fit_line(run_dir, "ps-async", ROOT / "data", "--insecure").replace("--epochs 2", "--epochs 4")
+    # Epochs enough (about a second each here) that the worker started again (a new srun step,
+    # seconds) joins while the job still trains: with 4, a fresh-clone CI run ended first.
+    fit = fit_line(run_dir, "ps-async", ROOT / "data", "--insecure").replace("--epochs 2", "--epochs 15")
     job, out = cluster.submit("cancelled", f"{CLI} launch --ps 1 --workers 2 -- {fit}\n", "-N", "3", "-n", "4")
-    cluster.wait_for(out, r"Epoch 2/4", 240, job)
+    cluster.wait_for(out, r"Epoch 2/15", 240, job)
     # worker:1's step, on the third node (the chief and the server share the first).
     steps = cluster.run("squeue", "-h", "-s", "-j", job, "-o", "%i %N").stdout.split("\n")
     step = [s.split()[0] for s in steps if s.strip().endswith(f"{cluster.prefix}-3")]
