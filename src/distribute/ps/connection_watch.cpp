@@ -148,7 +148,8 @@ void ConnectionWatch::run() {
       batch.emplace_back(event, value);
     }
     for (size_t i = 0; i < batch.size(); ++i) {
-      auto [event, value] = batch[i];
+      const uint16_t event = batch[i].first;  // (not a structured binding: a lambda below takes value)
+      const uint32_t value = batch[i].second;
       auto fd = static_cast<int>(value);
       switch (event) {
         case ZMQ_EVENT_ACCEPTED: {
