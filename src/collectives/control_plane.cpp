@@ -64,7 +64,8 @@ int test_fault_signal(int rank, const std::string& phase) {
 
 ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono::milliseconds timeout,
                            std::function<void(const std::string&)> on_failure, const Exchange& exchange,
-                           std::vector<std::string> names, bool bind_own_host)
+                           std::vector<std::string> names, bool bind_own_host,
+                           const std::function<bool(int rank)>& may_miss_start)
     : rank_(rank),
       hosts_(std::move(hosts)),
       names_(std::move(names)),
@@ -95,33 +96,47 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
     else
       for (const std::string& a : local_addresses()) text += " " + a;
   }
-  exchange(text);
+  if (rank_ == 0) peers_.resize(hosts_.size());
+  // Rank 0's start-up: the ranks that have joined hear its beats while it waits for the others.
+  int joined = 1;
+  auto next_beat = Clock::now();
+  auto turn = [&](int wait_ms) {
+    if (Clock::now() >= next_beat) {
+      beat();
+      next_beat = Clock::now() + interval_;
+    }
+    joined += take_joins(wait_ms);
+  };
+  exchange(text, [&] {
+    if (rank_ == 0) turn(0);
+  });
   if (rank_ == 0) {
-    peers_.resize(hosts_.size());
     auto deadline = Clock::now() + timeout_;
-    int joined = 1;
     while (joined < size()) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) {
-        std::string missing;
-        for (int r = 1; r < size(); ++r)
-          if (peers_[static_cast<size_t>(r)].fd < 0) missing += (missing.empty() ? "" : ", ") + who(r);
+      if (left.count() > 0) {
+        turn(static_cast<int>(std::min<int64_t>(left.count(), 50)));
+        continue;
+      }
+      std::string missing;
+      for (int r = 1; r < size(); ++r)
+        if (peers_[static_cast<size_t>(r)].fd < 0 && !(may_miss_start && may_miss_start(r)))
+          missing += (missing.empty() ? "" : ", ") + who(r);
+      if (!missing.empty())
         fail("control connections: {} did not connect to {} within {} s", missing, who(0), seconds(timeout_));
+      // The ranks that may be missing are lost: named as any lost rank (an event), and taken back
+      // when they connect (accept_rejoin).
+      for (int r = 1; r < size(); ++r) {
+        Peer& p = peers_[static_cast<size_t>(r)];
+        if (p.fd >= 0) continue;
+        p.lost = true;
+        lost_.fetch_add(1, std::memory_order_release);
+        events_.push_back({r, false,
+                           fmt::format("{} did not join during start-up: no control connection within {} s (the "
+                                       "process is stopped, slow to start, or died)",
+                                       who(r), seconds(timeout_))});
       }
-      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
-      for (const Pending& p : pending_) fds.push_back({p.fd, POLLIN, 0});
-      if (poll(fds.data(), fds.size(), static_cast<int>(std::min<int64_t>(left.count(), 50))) < 0) continue;
-      for (Hello& hello : read_pending({fds.begin() + 1, fds.end()})) {
-        Peer& p = peers_[static_cast<size_t>(std::min(hello.rank, size() - 1))];
-        if (hello.rank >= size() || p.fd >= 0) {
-          close(hello.fd);  // not one of ours, or a second copy of a rank
-          continue;
-        }
-        p.fd = hello.fd;
-        p.channel = std::move(hello.channel);
-        ++joined;
-      }
-      if (fds[0].revents != 0) accept_pending();
+      break;
     }
   } else {
     std::istringstream in(text);

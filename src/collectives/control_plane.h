@@ -41,15 +41,20 @@ std::string listen_address(const std::vector<std::string>& hosts, bool bind_own_
 
 class ControlPlane {
  public:
-  using Exchange = std::function<void(std::string& rank0_text)>;  // broadcast rank 0's text to all
+  // Broadcasts rank 0's text to all. On rank 0, an exchange that waits on the others calls
+  // `meanwhile` between short waits: it takes the connections of the ranks that already have the
+  // text, so that none waits on rank 0 for one that is slow (or stopped) to take it.
+  using Exchange = std::function<void(std::string& rank0_text, const std::function<void()>& meanwhile)>;
   // Collective: rank 0 listens, `exchange` carries its port, the job's key and its addresses to
   // the others (a secret: carry it only where strangers cannot read), which connect; ranks
-  // missing after `timeout` are named in the Error.
+  // missing after `timeout` are named in the Error, except those `may_miss_start` names: each of
+  // them is lost (an event, as set_expendable says), and may connect later.
   // `names`: how failures name each rank (empty: "rank R (host H)"). Rank 0 listens where
   // listen_address says (`bind_own_host`: the hosts are addresses a cluster spec gives).
   ControlPlane(int rank, std::vector<std::string> hosts, std::chrono::milliseconds timeout,
                std::function<void(const std::string&)> on_failure, const Exchange& exchange,
-               std::vector<std::string> names = {}, bool bind_own_host = false);
+               std::vector<std::string> names = {}, bool bind_own_host = false,
+               const std::function<bool(int rank)>& may_miss_start = {});
   ~ControlPlane();
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
@@ -142,6 +147,9 @@ class ControlPlane {
   };
   static constexpr size_t kMaxPending = 64;
   void accept_pending();
+  // Rank 0's start-up: one wait of at most `wait_ms` for connections and hellos; the ranks whose
+  // hello came take their place. Returns how many did.
+  int take_joins(int wait_ms);
   struct Hello {
     int fd;
     int32_t rank;

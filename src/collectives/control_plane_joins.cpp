@@ -45,6 +45,25 @@ void ControlPlane::accept_pending() {
   pending_.push_back(std::move(p));
 }
 
+int ControlPlane::take_joins(int wait_ms) {
+  std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+  for (const Pending& p : pending_) fds.push_back({p.fd, POLLIN, 0});
+  if (poll(fds.data(), fds.size(), wait_ms) < 0) return 0;
+  int joined = 0;
+  for (Hello& hello : read_pending({fds.begin() + 1, fds.end()})) {
+    Peer& p = peers_[static_cast<size_t>(std::min(hello.rank, size() - 1))];
+    if (hello.rank >= size() || p.fd >= 0) {
+      close(hello.fd);  // not one of ours, or a second copy of a rank
+      continue;
+    }
+    p.fd = hello.fd;
+    p.channel = std::move(hello.channel);
+    ++joined;
+  }
+  if (fds[0].revents != 0) accept_pending();
+  return joined;
+}
+
 // Named in the log, the first ten and then every thousandth: a flood of strangers does not flood it.
 void ControlPlane::refuse(Pending& p, const std::string& why) {
   int64_t n = ++refused_;

@@ -231,7 +231,7 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
         "set TANDEM_INSECURE=1",
         machines.size(), fmt::join(machines, ", "));
   }
-  auto exchange = [](std::string& text) {
+  auto exchange = [](std::string& text, const std::function<void()>&) {  // MPI_Bcast: every rank at once
     std::vector<char> buffer(4096, '\0');
     std::copy_n(text.begin(), std::min(text.size(), buffer.size() - 1), buffer.begin());
     check_mpi(MPI_Bcast(buffer.data(), static_cast<int>(buffer.size()), MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast");

@@ -36,10 +36,10 @@ struct TwoRanks {
     std::vector<std::string> hosts{"127.0.0.1", "127.0.0.1"}, names{"chief:0 (test)", "worker:0 (test)"};
     std::thread other([&] {
       one = std::make_unique<ControlPlane>(
-          1, hosts, timeout, nullptr, [&](std::string& t) { t = said.get(); }, names);
+          1, hosts, timeout, nullptr, [&](std::string& t, const auto&) { t = said.get(); }, names);
     });
     zero = std::make_unique<ControlPlane>(
-        0, hosts, timeout, nullptr, [&](std::string& t) { text.set_value(t); }, names);
+        0, hosts, timeout, nullptr, [&](std::string& t, const auto&) { text.set_value(t); }, names);
     other.join();
     port = std::stoi(said.get());
     size_t at = said.get().find(" key:");

@@ -352,6 +352,67 @@ TEST(PsCluster, ASynchronousJobGoesOnWhenAWorkerStoppedPastTheTimeoutIsContinued
   EXPECT_FALSE(std::regex_search(out, std::regex("error: chief:0 \\([^)]*\\) died"))) << out;
 }
 
+// Synchronous, 1 server and 2 workers: worker 1 (control rank 3) SIGSTOPped at start-up past
+// --timeout, as it greets the chief or, greeted, as it connects its control connection. The chief
+// starts the job with worker 0, naming worker 1; the others are never kept waiting on it (before,
+// the chief's wait for the stopped worker's greeting kept the control port from answering them:
+// "cannot reach chief:0", and the job ended, as the chaos harness found). Continued, worker 1
+// joins the running job, and the job ends 0.
+TEST(PsCluster, AWorkerStoppedAtStartUpIsNamedAndJoinsWhenContinued) {
+  TempDir dir;
+  make_mnist(dir.file("data/mnist"), 600, 60);
+  for (const char* phase : {"greeting", "connecting"}) {
+    std::vector<std::string> argv{TANDEM_CLI,
+                                  "launch",
+                                  "--ps",
+                                  "1",
+                                  "--workers",
+                                  "2",
+                                  "--",
+                                  TANDEM_CLI,
+                                  "fit",
+                                  "--model",
+                                  "mlp",
+                                  "--strategy",
+                                  "ps-sync",
+                                  "--epochs",
+                                  "60",
+                                  "--threads",
+                                  "1",
+                                  "--batch-size",
+                                  "8",
+                                  "--verbose",
+                                  "2",
+                                  "--timeout",
+                                  "2",
+                                  "--data-dir",
+                                  dir.file("data")};
+    setenv("TANDEM_TEST_FAULT", fmt::format("stop:3:{}", phase).c_str(), 1);
+    Background job(dir, argv, std::string(phase) + ".log");
+    unsetenv("TANDEM_TEST_FAULT");
+    ASSERT_TRUE(job.wait_for("did not join during start-up", 60)) << phase << "\n" << job.said();
+    ASSERT_TRUE(job.wait_for("Epoch 2/", 60)) << phase << "\n" << job.said();
+    pid_t worker = task_pid(job.pid(), "worker", 1);
+    ASSERT_GT(worker, 0) << "worker:1's process not found";
+    kill(worker, SIGCONT);
+    int code = job.wait(240);
+    std::string out = job.said();
+    ASSERT_EQ(code, 0) << phase << "\n" << out;
+    expect_no_sanitizer_report(out);
+    EXPECT_TRUE(std::regex_search(out, std::regex("chief: worker:1 \\([^)]*\\) did not join during start-up: no "
+                                                  "control connection within 2 s[^\n]*the rounds go on with 1 worker")))
+        << phase << "\n"
+        << out;
+    EXPECT_TRUE(std::regex_search(out, std::regex("worker:1 \\([^)]*\\) joined the running job"))) << phase << "\n"
+                                                                                                   << out;
+    EXPECT_EQ(out.find("cannot reach"), std::string::npos) << phase << "\n" << out;
+    EXPECT_EQ(out.find("starting task worker:1 again"), std::string::npos) << phase << "\n" << out;
+    std::smatch said;
+    ASSERT_TRUE(std::regex_search(out, said, std::regex("worker:1 \\([^)]*\\): ([0-9]+) steps"))) << out;
+    EXPECT_GT(std::stoll(said[1].str()), 0) << phase << ": the continued worker got no step\n" << out;
+  }
+}
+
 // With --restarts 0 the launcher leaves a dead worker dead; the same task started by hand (its
 // TF_CONFIG) joins the running job, trains steps, and ends with it.
 // Asynchronous, no restarts, both workers SIGKILLed once epoch 2 begins: the chief waits for one

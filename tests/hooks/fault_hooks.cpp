@@ -2,7 +2,9 @@
 // from the environment when the program starts:
 //   TANDEM_TEST_FAULT=kill|stop:RANK:PHASE   rank RANK dies (SIGKILL) or stops (SIGSTOP) as it
 //                                            enters PHASE ("start-up", "training", "checkpoint
-//                                            writing"; dashes for spaces)
+//                                            writing"; dashes for spaces; a parameter-server
+//                                            task's "greeting" the chief and, greeted,
+//                                            "connecting" its control connection)
 //   TANDEM_TEST_FAULT=kill|hang:RANK:STEP    a multi-worker rank dies, or stays alive without
 //                                            arriving, before step STEP
 //   TANDEM_TEST_FAULT=kill|stop:RANK:send-N  a process of an MPI job dies or stops at its Nth

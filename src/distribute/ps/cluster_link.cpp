@@ -6,6 +6,7 @@
 
 #include <fmt/ranges.h>
 
+#include <csignal>
 #include <cstdio>
 
 #include "tandem/error.h"
@@ -38,9 +39,10 @@ int control_rank(const ClusterSpec& cluster, const TaskId& task) {
 }
 
 ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout, const Keys* keys,
-                         std::shared_ptr<zmq::context_t> context)
+                         std::shared_ptr<zmq::context_t> context, bool workers_may_miss_start)
     : cluster_(cluster),
       timeout_(timeout),
+      workers_may_miss_start_(workers_may_miss_start),
       context_(context ? std::move(context) : std::make_shared<zmq::context_t>(1)) {
   if (keys != nullptr) keys_ = std::make_unique<Keys>(*keys);
   const TaskId& me = cluster_.task();
@@ -71,12 +73,14 @@ ClusterLink::ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds t
     hosts.push_back(cluster_.host(t));
     names.push_back(cluster_.describe(t));
   }
-  auto exchange = [this](std::string& text) {
-    if (cluster_.task().type == "chief") greet_as_chief(text);
+  auto exchange = [this](std::string& text, const std::function<void()>& meanwhile) {
+    if (cluster_.task().type == "chief") greet_as_chief(text, meanwhile);
     else greet_as_other(text);
   };
+  int first_worker = 1 + servers();
+  auto may_miss_start = [this, first_worker](int rank) { return workers_may_miss_start_ && rank >= first_worker; };
   control_ = std::make_unique<detail::ControlPlane>(control_rank(cluster_, me), hosts, timeout_, nullptr, exchange,
-                                                    names, true);
+                                                    names, true, may_miss_start);
 }
 
 // The task's closing line on strangers and bad requests at its bound socket, when there were any:
@@ -126,27 +130,38 @@ bool ClusterLink::greet_server_again(int s, const std::function<void()>& meanwhi
 }
 
 // The chief: its control plane's address to every server (which answers) and to every worker
-// (which asked first, saying which worker it is).
-void ClusterLink::greet_as_chief(std::string& text) {
+// (which asked first, saying which worker it is). Meanwhile the control plane takes the
+// connections of those that have it: none waits on the chief for another.
+void ClusterLink::greet_as_chief(std::string& text, const std::function<void()>& meanwhile) {
   control_text_ = text;
   for (int s = 0; s < servers(); ++s) {
     Outgoing hello(MessageType::Ready, 0);
     hello.add_text(text);
     hello.send(servers_[static_cast<size_t>(s)]);
   }
-  for (int s = 0; s < servers(); ++s) {
-    auto answer = receive(servers_[static_cast<size_t>(s)], timeout_, false);
-    if (!answer)
+  // The next message on `socket` by `deadline`, taking joins between slices.
+  auto next = [&](zmq::socket_t& socket, Clock::time_point deadline, bool router) -> std::optional<Incoming> {
+    for (auto now = Clock::now(); now < deadline; now = Clock::now()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+      if (auto message = receive(socket, std::min(left, kSlice), router)) return message;
+      meanwhile();
+    }
+    return std::nullopt;
+  };
+  auto deadline = Clock::now() + timeout_;
+  for (int s = 0; s < servers(); ++s)
+    if (!next(servers_[static_cast<size_t>(s)], deadline, false))
       fail("ParameterServerStrategy: {} did not answer within {} s at start-up", describe({"ps", s}),
            timeout_.count() / 1000.0);
-  }
   routes_.assign(static_cast<size_t>(workers()), std::string());
   int greeted = 0;
-  auto deadline = Clock::now() + timeout_;
+  deadline = Clock::now() + timeout_;
   while (greeted < workers()) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    auto message = left.count() > 0 ? receive(own_, left, true) : std::nullopt;
+    auto message = next(own_, deadline, true);
     if (!message) {
+      // Where the job goes on without a worker, it starts without these (the control plane names
+      // each as lost); it needs one to start.
+      if (workers_may_miss_start_ && greeted > 0) return;
       std::string missing;
       for (int w = 0; w < workers(); ++w)
         if (routes_[static_cast<size_t>(w)].empty()) missing += (missing.empty() ? "" : ", ") + describe({"worker", w});
@@ -178,9 +193,11 @@ void ClusterLink::welcome_worker(int worker, const std::string& route) {
 }
 
 // A worker says which it is and waits for the chief's answer; a server waits for the chief.
+// (The tests' fault hook stops or kills a task as it greets, or once greeted, as it connects.)
 void ClusterLink::greet_as_other(std::string& text) {
   const TaskId& me = cluster_.task();
   bool worker = me.type == "worker";
+  if (int signal = detail::test_fault_signal(control_rank(cluster_, me), "greeting")) raise(signal);
   if (worker) Outgoing(MessageType::Ready, static_cast<uint32_t>(me.index)).send(own_);
   auto deadline = Clock::now() + timeout_;
   while (true) {
@@ -195,6 +212,7 @@ void ClusterLink::greet_as_other(std::string& text) {
     if (message->envelope.type != MessageType::Ready) continue;
     text = text_of(*message);
     if (!worker) Outgoing(MessageType::Ready, static_cast<uint32_t>(me.index)).send(own_, &message->route);
+    if (int signal = detail::test_fault_signal(control_rank(cluster_, me), "connecting")) raise(signal);
     return;
   }
 }

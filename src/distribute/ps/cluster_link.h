@@ -27,8 +27,11 @@ class ClusterLink {
  public:
   // `keys`: CurveZMQ on every socket (auth.h), or null. `context`: the ZeroMQ context shared by the
   // tasks of an in-process cluster (inproc endpoints need one); null: this task's own.
+  // `workers_may_miss_start` (the chief, where the job goes on without a worker): the job starts
+  // with the workers that came within the timeout (at least one); each other is lost at once (the
+  // control plane's event names it) and may join later.
   ClusterLink(const ClusterSpec& cluster, std::chrono::milliseconds timeout, const Keys* keys = nullptr,
-              std::shared_ptr<zmq::context_t> context = nullptr);
+              std::shared_ptr<zmq::context_t> context = nullptr, bool workers_may_miss_start = false);
   ~ClusterLink();
 
   const ClusterSpec& cluster() const { return cluster_; }
@@ -71,11 +74,12 @@ class ClusterLink {
   void set_requests_refused(int64_t n) { requests_refused_ = n; }
 
  private:
-  void greet_as_chief(std::string& text);
+  void greet_as_chief(std::string& text, const std::function<void()>& meanwhile);
   zmq::socket_t dealer_to(const TaskId& task);
   void greet_as_other(std::string& text);
   ClusterSpec cluster_;
   std::chrono::milliseconds timeout_;
+  bool workers_may_miss_start_;
   std::shared_ptr<zmq::context_t> context_;
   std::unique_ptr<Authenticator> authenticator_;  // the bound socket's allowlist (with keys)
   zmq::socket_t own_;

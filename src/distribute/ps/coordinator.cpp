@@ -44,10 +44,14 @@ Coordinator::Coordinator(ParameterServerExtended::Chief& chief, const StepParts&
           chief_.options.replay, chief_.replay->initial_weights, weights);
   }
   steps_ = rounds_ = parts.optimizer.iterations();  // dropout keys go on from a restored step
-  for (int w = link_.workers() - 1; w >= 0; --w) free_.push_back(w);
   clocks_.started.assign(static_cast<size_t>(link_.workers()), 0);
   clocks_.finished.assign(static_cast<size_t>(link_.workers()), 0);
   clocks_.alive.assign(static_cast<size_t>(link_.workers()), true);
+  // A worker lost (one that missed the start, or died in an earlier fit) and not back has no step.
+  for (int w = link_.workers() - 1; w >= 0; --w) {
+    clocks_.alive[static_cast<size_t>(w)] = !link_.control().lost(worker_rank(w));
+    if (clocks_.alive[static_cast<size_t>(w)]) free_.push_back(w);
+  }
   if (servers_may_die()) {
     link_.set_wait_hook([this] {
       for (int s = 0; s < link_.servers(); ++s)

@@ -81,6 +81,7 @@ class Coordinator : public StepRunner {
   // A worker gone: asynchronous, its steps in flight wait for another worker; synchronous, the
   // round in progress is closed without its result (its batch trained only if its push is in).
   void lose_worker(int w);
+  void welcome_back(int w);  // a lost worker's control connection back, its route known
 
   // Its steps in flight out of flight (to hand again, or dropped), and it out of the free list.
   void orphan_steps_of(int w);

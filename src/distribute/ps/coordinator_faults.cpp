@@ -48,7 +48,11 @@ void Coordinator::hand_again_what_died() {
 
 void Coordinator::watch_workers() {
   for (const auto& event : link_.control().take_events()) {
-    if (event.joined || event.rank < 1) continue;
+    if (event.joined) {
+      welcome_back(event.rank - 1 - link_.servers());
+      continue;
+    }
+    if (event.rank < 1) continue;
     if (event.rank <= link_.servers()) {
       lost_servers_.push_back({event.rank - 1, event.what, std::chrono::steady_clock::now()});
       continue;
@@ -59,8 +63,8 @@ void Coordinator::watch_workers() {
     ++workers_lost_;
     lose_worker(w);
     if (rounds()) {
-      std::fprintf(stderr, "chief: %s; %s the rounds go on with %d worker(s)\n", event.what.c_str(),
-                   round_short_ ? "the round in progress is closed without its result, and" : "", alive_count());
+      std::fprintf(stderr, "chief: %s; %sthe rounds go on with %d worker(s)\n", event.what.c_str(),
+                   round_short_ ? "the round in progress is closed without its result, and " : "", alive_count());
       if (alive_count() < chief_.options.min_workers)
         fail("ParameterServerStrategy: {} worker(s) left, fewer than --min-workers {}: the job ends", alive_count(),
              chief_.options.min_workers);
@@ -74,6 +78,19 @@ void Coordinator::watch_workers() {
     lost_servers_.pop_front();
     restore_server(lost);
   }
+}
+
+// A worker whose control connection came after it was lost, with no greeting since: one greeted
+// at start-up, then stopped past the timeout before it connected. It has its route: it trains
+// again. (A worker started again greets first, and is alive by then: greet.)
+void Coordinator::welcome_back(int w) {
+  if (w < 0 || w >= workers() || w >= link_.routed_workers() || clocks_.alive[static_cast<size_t>(w)] ||
+      link_.worker_route(w).empty())
+    return;
+  clocks_.alive[static_cast<size_t>(w)] = true;
+  free_.push_back(w);
+  std::fprintf(stderr, "chief: %s joined the running job; it gets the next step\n",
+               link_.describe({"worker", w}).c_str());
 }
 
 void Coordinator::restore_after_lost_read() {

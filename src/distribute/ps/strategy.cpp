@@ -4,6 +4,7 @@
 
 #include "distribute/ps/auth.h"
 #include "distribute/ps/chief.h"
+#include "distribute/ps/dispatch.h"
 #include "distribute/ps/local_cluster.h"
 #include "distribute/ps/moving_statistics.h"
 #include "distribute/ps/server.h"
@@ -23,9 +24,12 @@ std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const Param
   cluster.check_hosts();
   if (options.timeout.count() <= 0)
     fail("ParameterServerStrategy: the timeout must be positive, got {} ms", options.timeout.count());
+  // Where the job goes on without a worker, it also starts without one that is late (not in
+  // process, where a task is a thread).
+  bool workers_may_miss_start = !cluster.in_process() && ps::make_dispatch_policy(options)->workers_may_die();
   if (!options.auth_dir.empty()) {
     ps::Keys keys = ps::read_keys(options.auth_dir);
-    return std::make_unique<ps::ClusterLink>(cluster, options.timeout, &keys);
+    return std::make_unique<ps::ClusterLink>(cluster, options.timeout, &keys, nullptr, workers_may_miss_start);
   }
   // Without keys, anyone who reaches a listening task may read and change the variables: only
   // loopback addresses, unless the user says the network is trusted.
@@ -37,7 +41,8 @@ std::unique_ptr<ps::ClusterLink> link_of(const ClusterSpec& cluster, const Param
             "could read and change the variables; pass --auth DIR (`tandem keys DIR` makes the keys; "
             "ParameterServerOptions::auth_dir) or, on a network you trust, --insecure",
             cluster.describe(t), cluster.host(t));
-  return std::make_unique<ps::ClusterLink>(cluster, options.timeout, nullptr, std::move(context));
+  return std::make_unique<ps::ClusterLink>(cluster, options.timeout, nullptr, std::move(context),
+                                           workers_may_miss_start);
 }
 // The servers hold the trainable variables; batch normalization's moving statistics live in the
 // chief's model, moved by the workers' results (moving_statistics.h). A frozen layer's variables
@@ -146,14 +151,15 @@ void ParameterServerExtended::connect() {
   }
   // In process, a task is a thread: one that fails ends the job.
   if (!is_chief() || cluster_.in_process()) return;
-  bool unbounded = options_.mode == PsMode::Asynchronous && options_.max_staleness < 0;
   // Asynchronous without a bound, the job goes on without a worker that dies (its steps go to the
   // others), takes it back when it is started again, and takes workers added while it runs; a
   // server that dies is restored when it is started again. Not in a replay: a death cannot be
-  // replayed. (Control ranks: the chief 0, the servers 1..P, the workers after.)
-  if (unbounded && options_.replay.empty()) links_->link->control().set_expendable([](int rank) { return rank >= 1; });
-  // Synchronous without backup workers, a worker that dies is dropped from the rounds.
-  if (options_.mode == PsMode::Synchronous && options_.backup_workers == 0) {
+  // replayed. Synchronous without backup workers, a worker that dies is dropped from the rounds.
+  // (Control ranks: the chief 0, the servers 1..P, the workers after.)
+  auto policy = ps::make_dispatch_policy(options_);
+  if (policy->servers_may_die()) {
+    links_->link->control().set_expendable([](int rank) { return rank >= 1; });
+  } else if (policy->workers_may_die()) {
     int first = 1 + cluster_.count("ps"), last = cluster_.count("ps") + cluster_.count("worker");
     links_->link->control().set_expendable([first, last](int rank) { return rank >= first && rank <= last; });
   }
