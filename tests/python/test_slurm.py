@@ -90,7 +90,7 @@ def test_outside_slurm_the_command_line_says_so(tmp_path):
 
 
 def test_inside_an_allocation_launch_starts_ranks_and_tasks_with_srun(monkeypatch):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "OMPI_MCA"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "OMPI_MCA", "PMIX_MCA"))}
     env.update(SLURM_JOB_ID="7", SLURM_JOB_NODELIST="n[9-10],m1", SLURM_TASKS_PER_NODE="2,1(x2)", SLURM_NTASKS="4",
                SLURM_PROCID="0", SLURM_STEP_NODELIST="n9", SLURM_STEP_NUM_TASKS="1", SLURMD_NODENAME="n9")
     ranks = subprocess.run([str(CLI), "launch", "--dry-run", "-np", "3", "--network", "10.0.0.0/24", "--", "true"],
@@ -98,7 +98,7 @@ def test_inside_an_allocation_launch_starts_ranks_and_tasks_with_srun(monkeypatc
     assert ranks.returncode == 0, ranks.stderr
     assert ranks.stdout.strip() == (
         "OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mpi_yield_when_idle=1 OMPI_MCA_oob_tcp_if_include="
-        "10.0.0.0/24 OMPI_MCA_btl_tcp_if_include=10.0.0.0/24 OMPI_MCA_btl=self,vader,tcp srun --mpi=pmix "
+        "10.0.0.0/24 OMPI_MCA_btl_tcp_if_include=10.0.0.0/24 OMPI_MCA_btl=self,vader,tcp PMIX_MCA_gds=hash srun --mpi=pmix "
         "--export=ALL --kill-on-bad-exit=1 --ntasks 3 true"), ranks.stdout
     mpirun = subprocess.run([str(CLI), "launch", "--dry-run", "--launcher", "mpirun", "-np", "2", "--", "true"],
                             capture_output=True, text=True, env=env, timeout=60)
