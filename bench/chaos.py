@@ -329,12 +329,13 @@ def named(kind, target):
     if kind == "kill":  # by the job, or by the launcher (a task killed as it starts, not yet in the job)
         return who + r" [^\n]*(died|ended with status)" + srun_named(target) + start_named(target)
     if kind in ("stop", "link"):  # silent past the timeout (or, at the job's end, past the launcher's grace;
-        # at start-up, a worker the job starts without: "did not join during start-up"),
+        # at start-up, a worker the job starts without: "did not join during start-up", or a chief
+        # stopped as the others greet it: "heard nothing from the chief, chief:0 (...)"),
         # or, where a collective's wait ran out before the beats' (a rank stopped as the others
         # enter one), the rank they waited for: "rank 1 (...) waited 3 s in all_gather ...: rank 0
         # (host vm) has not entered it"
         return who + r" ([^\n]*(stopped answering|was stopped for|died|did not answer|had not ended|did not join)" \
-            r"|\([^)\n]*\) has not entered it)" + start_named(target)
+            r"|\([^)\n]*\) has not entered it)|heard nothing from the chief, " + who + start_named(target)
     if kind == "requeue":  # Slurm's own words, as it ends the job's steps
         return r"DUE TO JOB REQUEUE"
     # Strangers: each connection on its own (stranger_named), not here.

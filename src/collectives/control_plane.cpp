@@ -74,6 +74,19 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
       on_failure_(std::move(on_failure)),
       progress_(hosts_.size(), 0),
       phases_(hosts_.size(), "start-up") {
+  // A start-up that fails closes what it opened: the others see their connections close at once
+  // (not silence), and a process that tries again holds no port.
+  struct CloseOnThrow {
+    ControlPlane* plane;
+    bool armed = true;
+    ~CloseOnThrow() {
+      if (!armed) return;
+      for (Pending& p : plane->pending_) close(p.fd);
+      for (Peer& p : plane->peers_)
+        if (p.fd >= 0) close(p.fd);
+      if (plane->listen_fd_ >= 0) close(plane->listen_fd_);
+    }
+  } guard{this};
   std::string text;
   if (rank_ == 0) {
     // Where rank 0 listens: loopback when every rank is on its machine; else its own address as
@@ -173,6 +186,7 @@ ControlPlane::ControlPlane(int rank, std::vector<std::string> hosts, std::chrono
     write_all_blocking(
         peers_[0].fd, mine + peers_[0].channel.seal(frame(kHello, std::string(reinterpret_cast<const char*>(&me), 4))));
   }
+  guard.armed = false;
   for (Peer& p : peers_) p.heard = Clock::now();
   ranks_.store(size(), std::memory_order_release);
   thread_ = std::thread([this] { run(); });

@@ -208,6 +208,63 @@ TEST(ControlPlane, StrangersStillWaitingAtTheEndAreNamedAndCounted) {
   EXPECT_NE(log.find("chief:0 (test): 12 control connections refused in all\n"), std::string::npos) << log;
 }
 
+// Rank 0's exchange hands rank 1 the text at once, then waits on rank 2 (which never comes) for
+// 2.5 times the timeout, calling `meanwhile` as the parameter-server chief does while it waits for a
+// stopped worker's greeting. Rank 1 is taken meanwhile and hears rank 0's beats: it neither fails
+// to reach rank 0 nor takes it for stopped. Rank 2, which may miss the start, is lost (an event
+// naming it); without that leave, rank 0's start-up ends naming it.
+TEST(ControlPlane, RankZeroTakesAndBeatsToTheOthersWhileItsExchangeWaits) {
+  std::vector<std::string> hosts{"127.0.0.1", "127.0.0.1", "127.0.0.1"},
+      names{"chief:0 (test)", "worker:0 (test)", "worker:1 (test)"};
+  for (bool may_miss : {true, false}) {
+    std::promise<std::string> text;
+    std::shared_future<std::string> said = text.get_future().share();
+    std::unique_ptr<ControlPlane> zero, one;
+    std::string one_error;
+    std::thread other([&] {
+      try {
+        one = std::make_unique<ControlPlane>(
+            1, hosts, 600ms, nullptr, [&](std::string& t, const auto&) { t = said.get(); }, names);
+      } catch (const Error& e) {
+        one_error = e.what();
+      }
+    });
+    auto exchange = [&](std::string& t, const std::function<void()>& meanwhile) {
+      text.set_value(t);
+      for (auto until = std::chrono::steady_clock::now() + 1500ms; std::chrono::steady_clock::now() < until;) {
+        meanwhile();
+        std::this_thread::sleep_for(10ms);
+      }
+    };
+    std::string zero_error;
+    try {
+      zero = std::make_unique<ControlPlane>(0, hosts, 600ms, nullptr, exchange, names, false,
+                                            [&](int rank) { return may_miss && rank == 2; });
+    } catch (const Error& e) {
+      zero_error = e.what();
+    }
+    other.join();
+    ASSERT_EQ(one_error, "") << "rank 1 did not join while rank 0's exchange waited";
+    if (!may_miss) {
+      EXPECT_EQ(zero_error, "control connections: worker:1 (test) did not connect to chief:0 (test) within 0.6 s");
+      continue;
+    }
+    ASSERT_EQ(zero_error, "");
+    std::this_thread::sleep_for(300ms);
+    EXPECT_FALSE(one->failed()) << one->failure();
+    EXPECT_FALSE(zero->failed()) << zero->failure();
+    EXPECT_TRUE(zero->lost(2));
+    EXPECT_FALSE(zero->lost(1));
+    std::vector<ControlPlane::Event> events = zero->take_events();
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].rank, 2);
+    EXPECT_FALSE(events[0].joined);
+    EXPECT_EQ(events[0].what,
+              "worker:1 (test) did not join during start-up: no control connection within 0.6 s (the process is "
+              "stopped, slow to start, or died)");
+  }
+}
+
 // A failure rank 1 reports reaches rank 0 as rank 1's words, its control characters removed; one
 // that names its rank itself is shown as it is.
 TEST(ControlPlane, APeersFailureIsPrintedAsItsWordsCleaned) {

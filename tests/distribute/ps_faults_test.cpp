@@ -279,6 +279,16 @@ TEST(PsCluster, ASynchronousJobDropsADeadWorkerFromItsRoundOrEndsBelowMinWorkers
       << ends->said();
 }
 
+// `tandem launch` of a synchronous job of 1 server and 2 workers (mlp, batch 8, --timeout 2).
+std::vector<std::string> synchronous_job(const TempDir& dir, const std::string& epochs) {
+  std::vector<std::string> fit{
+      "--model",      "mlp", "--strategy", "ps-sync", "--epochs",  epochs, "--threads",  "1",
+      "--batch-size", "8",   "--verbose",  "2",       "--timeout", "2",    "--data-dir", dir.file("data")};
+  std::vector<std::string> argv{TANDEM_CLI, "launch", "--ps", "1", "--workers", "2", "--", TANDEM_CLI, "fit"};
+  argv.insert(argv.end(), fit.begin(), fit.end());
+  return argv;
+}
+
 // Synchronous, 1 server and 2 workers: worker 1 SIGSTOPped past --timeout is dropped from the
 // rounds, then SIGCONTed, three times over. It goes on where it was stopped (with a step of a round
 // the chief has closed in hand, it pulls the newest weights and pushes for that round) until it sees
@@ -292,31 +302,7 @@ TEST(PsCluster, ASynchronousJobDropsADeadWorkerFromItsRoundOrEndsBelowMinWorkers
 TEST(PsCluster, ASynchronousJobGoesOnWhenAWorkerStoppedPastTheTimeoutIsContinued) {
   TempDir dir;
   make_mnist(dir.file("data/mnist"), 600, 60);
-  std::vector<std::string> argv{TANDEM_CLI,
-                                "launch",
-                                "--ps",
-                                "1",
-                                "--workers",
-                                "2",
-                                "--",
-                                TANDEM_CLI,
-                                "fit",
-                                "--model",
-                                "mlp",
-                                "--strategy",
-                                "ps-sync",
-                                "--epochs",
-                                "400",
-                                "--threads",
-                                "1",
-                                "--batch-size",
-                                "8",
-                                "--verbose",
-                                "2",
-                                "--timeout",
-                                "2",
-                                "--data-dir",
-                                dir.file("data")};
+  std::vector<std::string> argv = synchronous_job(dir, "400");
   Background job(dir, argv, "job.log");
   ASSERT_TRUE(job.wait_for("Epoch 2/", 120)) << job.said();
   auto seen = [&](const std::string& text, size_t times) {  // within 30 s
@@ -362,31 +348,7 @@ TEST(PsCluster, AWorkerStoppedAtStartUpIsNamedAndJoinsWhenContinued) {
   TempDir dir;
   make_mnist(dir.file("data/mnist"), 600, 60);
   for (const char* phase : {"greeting", "connecting"}) {
-    std::vector<std::string> argv{TANDEM_CLI,
-                                  "launch",
-                                  "--ps",
-                                  "1",
-                                  "--workers",
-                                  "2",
-                                  "--",
-                                  TANDEM_CLI,
-                                  "fit",
-                                  "--model",
-                                  "mlp",
-                                  "--strategy",
-                                  "ps-sync",
-                                  "--epochs",
-                                  "60",
-                                  "--threads",
-                                  "1",
-                                  "--batch-size",
-                                  "8",
-                                  "--verbose",
-                                  "2",
-                                  "--timeout",
-                                  "2",
-                                  "--data-dir",
-                                  dir.file("data")};
+    std::vector<std::string> argv = synchronous_job(dir, "60");
     setenv("TANDEM_TEST_FAULT", fmt::format("stop:3:{}", phase).c_str(), 1);
     Background job(dir, argv, std::string(phase) + ".log");
     unsetenv("TANDEM_TEST_FAULT");
