@@ -23,6 +23,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <initializer_list>
 
 #include "collectives/control_plane.h"
 #include "collectives/mpi_communicator.h"
@@ -93,8 +94,9 @@ class Watchdog {
   std::thread thread_;  // last: starts once the rest is made
 };
 
-int launcher_env(const char* open_mpi, const char* pmix, int fallback) {
-  for (const char* name : {open_mpi, pmix})
+// The first of `names` set (mpirun's, PMIx's, then srun's own), or `fallback`.
+int launcher_env(std::initializer_list<const char*> names, int fallback) {
+  for (const char* name : names)
     if (const char* v = std::getenv(name)) return std::atoi(v);
   return fallback;
 }
@@ -178,8 +180,9 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
   std::lock_guard lock(w.mutex);
   if (w.made) fail("MPI: the world communicator is made once per process (MPI cannot start again)");
   if (options.timeout.count() <= 0) fail("MPI: the timeout must be positive, not {} ms", options.timeout.count());
-  int launched_rank = launcher_env("OMPI_COMM_WORLD_RANK", "PMIX_RANK", 0);
-  int launched_size = launcher_env("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
+  // Before MPI's start: under srun --mpi=pmix only PMIx's rank is set, and the size is Slurm's.
+  int launched_rank = launcher_env({"OMPI_COMM_WORLD_RANK", "PMIX_RANK"}, 0);
+  int launched_size = launcher_env({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}, 1);
   if (int signal = detail::test_fault_signal(launched_rank, "start-up")) raise(signal);
   std::snprintf(ended_at_start, sizeof ended_at_start,
                 "error: rank %d (host %s) was ended by the launcher during start-up: %s failed to start (it died or "
