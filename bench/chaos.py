@@ -794,6 +794,9 @@ def run_job(name, plan, args, data_dir, work):
         if kind != "strangers" and not pattern.search(job.said()[len(text_before):]):
             if kind in ("stop", "link") and not_joined(text_before, target):
                 result["not_yet_in_the_job"] += 1  # started again and not joined: nothing to name
+            elif job.ended() and job.code() == 0 and accuracy(text_before[launch_at:]) is not None:
+                # Landed once the job had said its result, as its tasks exit: nothing left to hurt.
+                result["after_the_end"] = result.get("after_the_end", 0) + 1
             else:
                 result["unnamed"].append(f"{kind} {target}")
         if job.ended() and job.code() != 0:
@@ -900,7 +903,7 @@ def main():
         log(f"  {name}: {r['faults']} faults, {r['survived']} survived, {r['ended_by_rule']} ended the job by rule "
             f"(named), {r['hangs']} hangs, {len(r['unreadable_checkpoints'])} unreadable checkpoints, unnamed "
             f"{r['unnamed']}, ended against the rule {r['ended_against_rule']}, {r['not_yet_in_the_job']} stopped "
-            f"before they had joined, {r['launches']} launches, {r['runs']} runs, accuracy {r['accuracy']}%, "
+            f"before they had joined, {r.get('after_the_end', 0)} landed after the job's result, {r['launches']} launches, {r['runs']} runs, accuracy {r['accuracy']}%, "
             f"{r['seconds']} s"
             + f", aimed at {r.get('aimed')}, phases the log named {r.get('phases_named')}"
             + f", stranger connections named of those made, by who took them: {r['strangers']}"

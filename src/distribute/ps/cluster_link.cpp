@@ -222,9 +222,14 @@ void ClusterLink::check_failed() {
 }
 
 Incoming ClusterLink::await(zmq::socket_t& socket, bool router, const std::string& from) {
-  auto deadline = Clock::now() + timeout_;
+  auto deadline = Clock::now() + timeout_, turn = Clock::now();
   while (true) {
     check_failed();
+    // A turn far longer than a slice is time this process did not run (stopped: SIGSTOP, a
+    // debugger), not the peer's silence: the deadline moves by it, and the control plane, which
+    // saw the stop too, names it (check_failed) rather than this wait blaming the peer.
+    if (auto now = Clock::now(); now - turn > timeout_ / 2) deadline += now - turn;
+    turn = Clock::now();
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0)
       fail("ParameterServerStrategy: {} did not answer within {} s", from, timeout_.count() / 1000.0);
