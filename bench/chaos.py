@@ -600,6 +600,8 @@ def run_job(name, plan, args, data_dir, work):
                 continue
             if stranger_named(connection, text[at:], made):
                 result["strangers"]["control plane"]["named"] += 1
+            elif connection.get("after_result"):
+                result["strangers"]["after the job's result"] = result["strangers"].get("after the job's result", 0) + 1
             else:
                 result["unnamed"].append(f"strangers: {connection['sent']} to {connection['task']}'s "
                                          f"{connection['owner']} port {connection['port']}")
@@ -610,8 +612,12 @@ def run_job(name, plan, args, data_dir, work):
         for task, connections in zeromq.items():
             n = zeromq_named(connections, text)
             result["strangers"]["ZeroMQ"]["named"] += n
-            result["unnamed"] += [f"strangers: {len(connections) - n} of {len(connections)} connections to {task}'s "
-                                  f"ZeroMQ port"] if n < len(connections) else []
+            late_ones = min(len(connections) - n, sum(1 for c in connections if c.get("after_result")))
+            if late_ones:
+                result["strangers"]["after the job's result"] = result["strangers"].get("after the job's result",
+                                                                                        0) + late_ones
+            result["unnamed"] += [f"strangers: {len(connections) - n - late_ones} of {len(connections)} connections "
+                                  f"to {task}'s ZeroMQ port"] if n + late_ones < len(connections) else []
         run["accuracy"] = accuracy(text)
         final = os.path.join(run["run_dir"], "checkpoints", "final.safetensors")
         if os.path.exists(final):
@@ -742,6 +748,9 @@ def run_job(name, plan, args, data_dir, work):
                 pass
         else:
             held = strangers([(task, pid, port) for task, pid in pids.items() for port in listening_ports(pid)])
+            # Made once the job has said its result, as its tasks exit: they may never be taken.
+            for c in held:
+                c["after_result"] = accuracy(text_before[launch_at:]) is not None
         ok = settle(len(text_before))
         # The fault's naming may come a moment after the log grows: wait for it within the bound.
         # Strangers are named (each connection) when rank 0's control thread takes them, which
