@@ -192,19 +192,32 @@ int local_port(int fd) {
   return ntohs(at.sin_port);
 }
 
+// A ROUTER bound to a free loopback port under a ConnectionWatch named "ps:0 (a test)", stderr
+// captured from before the watch starts.
+struct WatchedRouter {
+  zmq::socket_t router;
+  std::unique_ptr<distribute::ps::ConnectionWatch> watch;
+  std::string endpoint;
+  int port = 0;
+  WatchedRouter(zmq::context_t& context, std::chrono::milliseconds handshake)
+      : router(context, zmq::socket_type::router) {
+    router.set(zmq::sockopt::linger, 0);
+    ::testing::internal::CaptureStderr();
+    watch = std::make_unique<distribute::ps::ConnectionWatch>(context, router, "ps:0 (a test)", handshake);
+    router.bind("tcp://127.0.0.1:*");
+    endpoint = router.get(zmq::sockopt::last_endpoint);
+    port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  }
+};
+
 // A bound ROUTER under a ConnectionWatch (the chief's and the servers' data ports): a connection
 // that says nothing, one that sends garbage and one that sends the control plane's hello are each
 // named with the port it came from, the silent one within the handshake interval; a ZeroMQ peer is
 // not named.
 TEST(PsStrangers, ABoundZeroMqSocketNamesSilentAndGarbageConnectionsWithinItsTimeout) {
   zmq::context_t context(1);
-  zmq::socket_t router(context, zmq::socket_type::router);
-  router.set(zmq::sockopt::linger, 0);
-  ::testing::internal::CaptureStderr();
-  auto watch = std::make_unique<distribute::ps::ConnectionWatch>(context, router, "ps:0 (a test)", 1000ms);
-  router.bind("tcp://127.0.0.1:*");
-  std::string endpoint = router.get(zmq::sockopt::last_endpoint);
-  int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  WatchedRouter watched(context, 1000ms);
+  auto& [router, watch, endpoint, port] = watched;
   // A ZeroMQ peer: its handshake succeeds, and it is never refused.
   zmq::socket_t peer(context, zmq::socket_type::dealer);
   peer.set(zmq::sockopt::linger, 0);
@@ -255,13 +268,9 @@ TEST(PsStrangers, ABoundZeroMqSocketNamesSilentAndGarbageConnectionsWithinItsTim
 // the chaos harness once found). Those whose address was not known for sure are "gone".
 TEST(PsStrangers, AConnectionIsNeverNamedByTheAddressOfOneThatTookItsNumber) {
   zmq::context_t context(1);
-  zmq::socket_t router(context, zmq::socket_type::router);
-  router.set(zmq::sockopt::linger, 0);
-  ::testing::internal::CaptureStderr();
-  auto watch = std::make_unique<distribute::ps::ConnectionWatch>(context, router, "ps:0 (a test)", 500ms);
-  router.bind("tcp://127.0.0.1:*");
-  std::string endpoint = router.get(zmq::sockopt::last_endpoint);
-  int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  WatchedRouter watched(context, 500ms);
+  auto& watch = watched.watch;
+  int port = watched.port;
   std::string bytes = "GET / HTTP/1.0\r\n\r\n" + std::string(2048, 'z');
   std::vector<int> garbage, silent;
   for (int i = 0; i < 5; ++i) {  // 10 refusals: all named (the log names the first ten one by one)
